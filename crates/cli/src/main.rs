@@ -1,0 +1,54 @@
+//! The `megastore` command-line tool.
+//!
+//! Responsibility: parse the command line and run one subcommand; every subcommand's
+//! logic lives in a library crate, this binary only wires it to files and the terminal.
+
+// A command-line tool talks to its terminal.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod schema_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Megastore: geo-replicated entity groups with serializable transactions.
+#[derive(Debug, Parser)]
+#[command(name = "megastore", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Work with schema files (*.msdl).
+    #[command(subcommand)]
+    Schema(schema_cmd::SchemaCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Schema(command) => schema_cmd::run(command),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

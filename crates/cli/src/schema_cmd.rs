@@ -1,0 +1,71 @@
+//! `megastore schema …`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+use megastore_schema::{Catalog, compile, summary};
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SchemaCommand {
+    /// Check schema files: print a summary of each, or every error with file:line:col.
+    Check {
+        /// Schema files, each one schema.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// Print each catalog (with its ids and fingerprint) as JSON instead.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub(crate) fn run(command: SchemaCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        SchemaCommand::Check { files, json } => check(&files, json),
+    }
+}
+
+fn check(files: &[PathBuf], json: bool) -> anyhow::Result<ExitCode> {
+    let mut failed = 0;
+    for (i, path) in files.iter().enumerate() {
+        match load(path) {
+            Ok(catalog) if json => println!("{}", catalog.to_json()),
+            Ok(catalog) => {
+                if i > 0 {
+                    println!();
+                }
+                println!("{}: ok", path.display());
+                print!("{}", summary(&catalog));
+            }
+            Err(error) => {
+                failed += 1;
+                eprintln!("{error:#}");
+            }
+        }
+    }
+    if failed > 0 {
+        eprintln!("{failed} of {} schema file(s) have errors", files.len());
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Reads and compiles one schema file.
+pub(crate) fn load(path: &Path) -> anyhow::Result<Catalog> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = std::str::from_utf8(&bytes).map_err(|e| {
+        let valid = &bytes[..e.valid_up_to()];
+        let line = valid.iter().filter(|b| **b == b'\n').count() + 1;
+        let line_start = valid.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
+        let col = String::from_utf8_lossy(&valid[line_start..])
+            .chars()
+            .count()
+            + 1;
+        anyhow::anyhow!(
+            "{}:{line}:{col}: error: the file is not UTF-8 text",
+            path.display()
+        )
+    })?;
+    compile(&path.display().to_string(), text, None).map_err(anyhow::Error::from)
+}

@@ -1,0 +1,3 @@
+//! End-to-end tests of the `megastore` binary (see the crate docs for how it is found).
+
+mod schema_check;
