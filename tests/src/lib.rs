@@ -9,7 +9,9 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use wait_timeout::ChildExt;
 
 /// Overrides where the `megastore` binary is.
 pub const BIN_ENV: &str = "MEGASTORE_BIN";
@@ -72,18 +74,10 @@ pub fn run_megastore(args: &[&str], dir: &Path, limit: Duration) -> Finished {
     };
     let stdout = drain(Box::new(child.stdout.take().expect("piped")));
     let stderr = drain(Box::new(child.stderr.take().expect("piped")));
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for megastore") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("megastore {args:?} did not finish within {limit:?}");
-        }
-        // Polling a child process: there is no portable wait-with-timeout in std.
-        std::thread::sleep(Duration::from_millis(5));
+    let Some(status) = child.wait_timeout(limit).expect("wait for megastore") else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("megastore {args:?} did not finish within {limit:?}");
     };
     Finished {
         status,

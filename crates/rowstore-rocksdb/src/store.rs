@@ -126,7 +126,7 @@ impl RocksStore {
     }
 }
 
-/// RocksDB settings, with why each is chosen (docs/building.md lists them too).
+/// RocksDB settings, with why each is chosen (docs/building.md has the same table).
 fn db_options(options: &RocksOptions, cache: &Cache) -> Options {
     let mut db = Options::default();
     db.create_if_missing(true);

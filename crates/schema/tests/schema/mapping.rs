@@ -378,6 +378,19 @@ proptest! {
         for row in &group_b {
             prop_assert!(!range_a.contains(row));
         }
+        // Two tables never share a row: every entity row decodes to the table that
+        // wrote it, and no two writes of distinct entities or entries share a key.
+        let user_key = c.entity_row_key(user_table, &[a.into()]).unwrap();
+        prop_assert_eq!(c.decode_row_key(&user_key).unwrap(), DecodedKey::Entity { table: user_table.id, primary_key: vec![a.into()] });
+        let mut distinct_photos: Vec<i32> = photos_a.iter().map(|(pid, _, _)| *pid).collect();
+        distinct_photos.sort_unstable();
+        distinct_photos.dedup();
+        if distinct_photos.len() == photos_a.len() {
+            let mut unique = group_a.clone();
+            unique.sort();
+            unique.dedup();
+            prop_assert_eq!(unique.len(), group_a.len(), "two writes shared a row");
+        }
         for row in &global_a {
             prop_assert!(!range_a.contains(row) && !range_b.contains(row));
         }
