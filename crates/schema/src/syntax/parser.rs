@@ -377,6 +377,12 @@ mod tests {
         }
 
         #[test]
+        fn never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            // What the CLI would hand over after its UTF-8 check, and everything else.
+            let _ = crate::compile("fuzz", &String::from_utf8_lossy(&bytes), None);
+        }
+
+        #[test]
         fn never_panics_on_statement_soup(words in proptest::collection::vec(proptest::sample::select(vec![
             "CREATE SCHEMA S;", "CREATE TABLE", "CREATE LOCAL INDEX", "CREATE GLOBAL INDEX", "CREATE INLINE INDEX",
             "ON", "STORING", "PRIMARY KEY(", "ENTITY GROUP ROOT", "SCATTER", "IN TABLE", "ENTITY GROUP KEY(",
