@@ -1,0 +1,468 @@
+use std::collections::HashMap;
+use std::time::Duration;
+
+use megastore_lock::{
+    LockClient, LockCommand, LockError, LockReply, LockResponse, LockSend, SessionId,
+};
+use megastore_types::{EgId, Epoch, LockNodeId, NodeId, Position, ReplicaId, Time};
+
+use crate::messages::{CoordinatorReply, CoordinatorRequest};
+
+/// Deliberate mistakes the simulator re-introduces to prove its checkers catch them.
+/// All off in every real deployment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CoordinatorBugs {
+    /// Accept a validate from any epoch.
+    pub validate_ignores_epoch: bool,
+    /// Accept a validate even when a later position was invalidated.
+    pub validate_ignores_position: bool,
+    /// Accept validates and vouch without holding the lock (and its lease).
+    pub validate_without_lock: bool,
+}
+
+/// How a coordinator runs.
+#[derive(Debug, Clone)]
+pub struct CoordinatorConfig {
+    /// The full replica it serves.
+    pub replica: ReplicaId,
+    /// The lock service's nodes.
+    pub lock_nodes: Vec<LockNodeId>,
+    /// How long one lock request try may take.
+    pub lock_attempt_timeout: Duration,
+    /// How often to renew the session (well under the lease).
+    pub keepalive_interval: Duration,
+    /// Bound on clock rate error between any two nodes, in parts per million.
+    pub max_clock_drift_ppm: u32,
+    /// Extra safety margin taken off every lease.
+    pub lease_margin: Duration,
+    /// Wait before trying again to open a session or take the lock.
+    pub retry_delay: Duration,
+    /// Simulator-only mistakes.
+    pub bugs: CoordinatorBugs,
+}
+
+/// The lock a coordinator holds while it serves.
+pub fn lock_name(replica: ReplicaId) -> String {
+    format!("coordinator/{}", replica.0)
+}
+
+/// What the coordinator knows about one entity group in the current epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    /// The replica holds every position through `through`, and no later position was
+    /// invalidated since.
+    Valid {
+        /// Validated through this position.
+        through: Position,
+    },
+    /// A write at `at` was chosen without this replica's accept. Never evicted within
+    /// an epoch: forgetting it would let an older validate through.
+    Invalid {
+        /// The highest invalidated position.
+        at: Position,
+    },
+}
+
+/// An event for the coordinator.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// The process started: open a session and take the lock.
+    Start,
+    /// A reader or writer's request.
+    Request {
+        /// Who sent it (replies go back there).
+        from: NodeId,
+        /// The request.
+        request: CoordinatorRequest,
+    },
+    /// A lock node's response.
+    Lock {
+        /// The node.
+        from: LockNodeId,
+        /// The response.
+        response: LockResponse,
+    },
+    /// Time passed (a [`Output::WakeAt`] came due).
+    Tick,
+}
+
+/// What the coordinator asks its driver to do. It keeps no durable state: nothing
+/// needs persisting before a reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Send a reply.
+    Reply {
+        /// To whom.
+        to: NodeId,
+        /// The reply.
+        reply: CoordinatorReply,
+    },
+    /// Send a lock service request.
+    Lock(LockSend),
+    /// Feed [`Input::Tick`] at (or after) this time.
+    WakeAt(Time),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LockRequestKind {
+    OpenSession { sent_at: Time },
+    Acquire,
+    KeepAlive { sent_at: Time },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No session: open one at `retry_at`.
+    NoSession { retry_at: Time },
+    /// Waiting for the session to open.
+    Opening,
+    /// A session, not (yet) the lock: try at `retry_at` unless a request is out.
+    Acquiring {
+        session: SessionId,
+        retry_at: Option<Time>,
+    },
+    /// Holding the lock: serving in this epoch.
+    Serving { session: SessionId, epoch: Epoch },
+    /// An operator revoked the session: never vouch again in this process.
+    Disabled,
+}
+
+/// The coordinator of one full replica (DESIGN.md §4): which entity groups its replica
+/// is current for, valid only while it holds its lock and that lock's lease.
+#[derive(Debug)]
+pub struct Coordinator {
+    config: CoordinatorConfig,
+    lock: LockClient,
+    requests: HashMap<u64, LockRequestKind>,
+    phase: Phase,
+    /// The session's lease, as the service granted it.
+    lease: Duration,
+    /// Local time until which the lease certainly holds on the service's side.
+    lease_end: Time,
+    keepalive_due: Time,
+    keepalive_out: bool,
+    groups: HashMap<EgId, GroupState>,
+}
+
+impl Coordinator {
+    /// A coordinator that has not started.
+    pub fn new(config: CoordinatorConfig) -> Self {
+        let lock = LockClient::new(config.lock_nodes.clone(), config.lock_attempt_timeout);
+        Self {
+            config,
+            lock,
+            requests: HashMap::new(),
+            phase: Phase::NoSession {
+                retry_at: Time::ZERO,
+            },
+            lease: Duration::ZERO,
+            lease_end: Time::ZERO,
+            keepalive_due: Time::ZERO,
+            keepalive_out: false,
+            groups: HashMap::new(),
+        }
+    }
+
+    /// The epoch it serves in, if it holds its lock.
+    pub fn epoch(&self) -> Option<Epoch> {
+        match self.phase {
+            Phase::Serving { epoch, .. } => Some(epoch),
+            _ => None,
+        }
+    }
+
+    /// What it records for `eg`.
+    pub fn group(&self, eg: &EgId) -> Option<GroupState> {
+        self.groups.get(eg).copied()
+    }
+
+    /// Whether it holds its lock with a lease still running at `now`.
+    pub fn holds_lease(&self, now: Time) -> bool {
+        matches!(self.phase, Phase::Serving { .. }) && now < self.lease_end
+    }
+
+    /// Whether a query for `eg` at `now` would say "current".
+    pub fn vouches(&self, now: Time, eg: &EgId) -> bool {
+        let serving = self.holds_lease(now)
+            || (self.config.bugs.validate_without_lock && self.phase != Phase::Disabled);
+        serving && matches!(self.groups.get(eg), Some(GroupState::Valid { .. }))
+    }
+
+    /// How long a lease surely lasts here, counted from when the request that got it
+    /// was sent: shortened by twice the drift bound (our clock and the service's may
+    /// err in opposite directions) and the margin.
+    fn safe_lease(&self, lease: Duration) -> Duration {
+        let drift = lease.mul_f64(2.0 * f64::from(self.config.max_clock_drift_ppm) / 1e6);
+        lease
+            .saturating_sub(drift)
+            .saturating_sub(self.config.lease_margin)
+    }
+
+    /// Handles one event.
+    pub fn step(&mut self, now: Time, input: Input) -> Vec<Output> {
+        let mut out = Vec::new();
+        match input {
+            Input::Start => self.open_session(now, &mut out),
+            Input::Request { from, request } => self.handle_request(now, from, request, &mut out),
+            Input::Lock { from, response } => match self.lock.on_response(now, from, response) {
+                Ok(outcome) => {
+                    if let Some(kind) = self.requests.remove(&outcome.id) {
+                        self.on_lock_outcome(now, kind, outcome.result, &mut out);
+                    }
+                }
+                Err(retry) => out.extend(retry.map(Output::Lock)),
+            },
+            Input::Tick => self.on_tick(now, &mut out),
+        }
+        out.extend(self.next_wake().map(Output::WakeAt));
+        self.check_invariants();
+        out
+    }
+
+    fn send_lock(
+        &mut self,
+        now: Time,
+        command: LockCommand,
+        kind: LockRequestKind,
+        out: &mut Vec<Output>,
+    ) {
+        let (id, send) = self.lock.start(now, command);
+        self.requests.insert(id, kind);
+        out.push(Output::Lock(send));
+    }
+
+    fn open_session(&mut self, now: Time, out: &mut Vec<Output>) {
+        self.phase = Phase::Opening;
+        let owner = lock_name(self.config.replica);
+        self.send_lock(
+            now,
+            LockCommand::OpenSession { owner },
+            LockRequestKind::OpenSession { sent_at: now },
+            out,
+        );
+    }
+
+    fn acquire(&mut self, now: Time, session: SessionId, out: &mut Vec<Output>) {
+        self.phase = Phase::Acquiring {
+            session,
+            retry_at: None,
+        };
+        let lock = lock_name(self.config.replica);
+        self.send_lock(
+            now,
+            LockCommand::Acquire { session, lock },
+            LockRequestKind::Acquire,
+            out,
+        );
+    }
+
+    /// Leaves the current epoch: every group becomes unknown.
+    fn lose_lock(&mut self, now: Time, revoked: bool) {
+        self.groups.clear();
+        self.keepalive_out = false;
+        self.phase = if revoked {
+            Phase::Disabled
+        } else {
+            Phase::NoSession {
+                retry_at: now + self.config.retry_delay,
+            }
+        };
+    }
+
+    fn on_lock_outcome(
+        &mut self,
+        now: Time,
+        kind: LockRequestKind,
+        result: Result<LockReply, LockError>,
+        out: &mut Vec<Output>,
+    ) {
+        match (kind, result) {
+            (
+                LockRequestKind::OpenSession { sent_at },
+                Ok(LockReply::Session { session, lease }),
+            ) => {
+                self.lease = lease;
+                self.lease_end = sent_at + self.safe_lease(lease);
+                self.keepalive_due = now + self.config.keepalive_interval;
+                self.acquire(now, session, out);
+            }
+            (LockRequestKind::OpenSession { .. }, _) => {
+                self.phase = Phase::NoSession {
+                    retry_at: now + self.config.retry_delay,
+                };
+            }
+            (LockRequestKind::Acquire, Ok(LockReply::Acquired { sequencer })) => {
+                if let Phase::Acquiring { session, .. } = self.phase {
+                    // A new epoch starts empty: validates from older epochs are refused,
+                    // and nothing is vouched for until a reader validates it again.
+                    self.groups.clear();
+                    self.phase = Phase::Serving {
+                        session,
+                        epoch: Epoch(sequencer.0),
+                    };
+                }
+            }
+            (
+                LockRequestKind::Acquire,
+                Err(LockError::SessionExpired(_) | LockError::SessionRevoked(_)),
+            ) => {
+                self.lose_lock(now, false);
+            }
+            (LockRequestKind::Acquire, _) => {
+                // Held by an older incarnation (until its lease ends) or unavailable.
+                if let Phase::Acquiring { session, .. } = self.phase {
+                    self.phase = Phase::Acquiring {
+                        session,
+                        retry_at: Some(now + self.config.retry_delay),
+                    };
+                }
+            }
+            (LockRequestKind::KeepAlive { sent_at }, result) => {
+                self.keepalive_out = false;
+                match result {
+                    Ok(LockReply::Renewed { lease }) => {
+                        self.lease = lease;
+                        self.lease_end = self.lease_end.max(sent_at + self.safe_lease(lease));
+                    }
+                    Err(LockError::SessionRevoked(_)) => self.lose_lock(now, true),
+                    Err(LockError::SessionExpired(_)) => self.lose_lock(now, false),
+                    // Unreachable service: the lease runs out locally if this persists.
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn on_tick(&mut self, now: Time, out: &mut Vec<Output>) {
+        let (failed, retries) = self.lock.on_tick(now);
+        out.extend(retries.into_iter().map(Output::Lock));
+        for outcome in failed {
+            if let Some(kind) = self.requests.remove(&outcome.id) {
+                self.on_lock_outcome(now, kind, outcome.result, out);
+            }
+        }
+        match self.phase {
+            Phase::NoSession { retry_at } if now >= retry_at => self.open_session(now, out),
+            Phase::Acquiring {
+                session,
+                retry_at: Some(at),
+            } if now >= at => self.acquire(now, session, out),
+            _ => {}
+        }
+        let session = match self.phase {
+            Phase::Acquiring { session, .. } | Phase::Serving { session, .. } => Some(session),
+            _ => None,
+        };
+        if let Some(session) = session.filter(|_| now >= self.keepalive_due && !self.keepalive_out)
+        {
+            self.keepalive_out = true;
+            self.keepalive_due = now + self.config.keepalive_interval;
+            self.send_lock(
+                now,
+                LockCommand::KeepAlive { session },
+                LockRequestKind::KeepAlive { sent_at: now },
+                out,
+            );
+        }
+    }
+
+    fn next_wake(&self) -> Option<Time> {
+        let phase_due = match self.phase {
+            Phase::NoSession { retry_at } => Some(retry_at),
+            Phase::Acquiring { retry_at, .. } => retry_at,
+            _ => None,
+        };
+        let keepalive_due = match self.phase {
+            Phase::Acquiring { .. } | Phase::Serving { .. } if !self.keepalive_out => {
+                Some(self.keepalive_due)
+            }
+            _ => None,
+        };
+        [phase_due, keepalive_due, self.lock.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    fn handle_request(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        request: CoordinatorRequest,
+        out: &mut Vec<Output>,
+    ) {
+        match request {
+            CoordinatorRequest::Query { id, eg } => {
+                let reply = CoordinatorReply::Query {
+                    id,
+                    vouched: self.vouches(now, &eg),
+                    epoch: self.epoch(),
+                };
+                out.push(Output::Reply { to: from, reply });
+            }
+            CoordinatorRequest::Invalidate { id, eg, position } => {
+                self.invalidate(eg, position);
+                out.push(Output::Reply {
+                    to: from,
+                    reply: CoordinatorReply::Invalidated { id },
+                });
+            }
+            CoordinatorRequest::Validate {
+                eg,
+                position,
+                epoch,
+            } => self.validate(now, eg, position, epoch),
+        }
+    }
+
+    /// Always recorded, in every phase, for every group: invalidates are always safe.
+    fn invalidate(&mut self, eg: EgId, position: Position) {
+        let at = match self.groups.get(&eg) {
+            Some(GroupState::Invalid { at }) => (*at).max(position),
+            _ => position,
+        };
+        self.groups.insert(eg, GroupState::Invalid { at });
+    }
+
+    fn validate(&mut self, now: Time, eg: EgId, position: Position, epoch: Epoch) {
+        let bugs = self.config.bugs;
+        let in_epoch = match self.phase {
+            Phase::Serving { epoch: current, .. } => {
+                (current == epoch || bugs.validate_ignores_epoch)
+                    && (now < self.lease_end || bugs.validate_without_lock)
+            }
+            Phase::Disabled => false,
+            _ => bugs.validate_without_lock,
+        };
+        if !in_epoch {
+            return;
+        }
+        let through = match self.groups.get(&eg) {
+            Some(GroupState::Invalid { at })
+                if *at > position && !bugs.validate_ignores_position =>
+            {
+                return;
+            }
+            Some(GroupState::Valid { through }) => (*through).max(position),
+            _ => position,
+        };
+        self.groups.insert(eg, GroupState::Valid { through });
+    }
+
+    /// Checks the coordinator's own rules; panics on a broken one (a bug here).
+    pub fn check_invariants(&self) {
+        if matches!(
+            self.phase,
+            Phase::Disabled | Phase::NoSession { .. } | Phase::Opening
+        ) && self.config.bugs == CoordinatorBugs::default()
+        {
+            assert!(
+                !self
+                    .groups
+                    .values()
+                    .any(|g| matches!(g, GroupState::Valid { .. })),
+                "a coordinator without its lock holds a valid group"
+            );
+        }
+    }
+}

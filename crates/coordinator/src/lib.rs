@@ -1,0 +1,31 @@
+//! The coordinator as a pure state machine (DESIGN.md §4, paper §4.4.1 and §4.7).
+//!
+//! Responsibility: answer "is my full replica current for this entity group?" safely.
+//! Per group it keeps `Valid { through }` or `Invalid { at }` (absent: not vouched), in
+//! memory only, for one *epoch* — the sequencer of the lock it holds in the lock
+//! service, so the epoch changes on every restart, lock loss and re-acquire, and every
+//! change empties the state. It also drives its own lock session (open, acquire,
+//! keep-alive) through [`megastore_lock::LockClient`].
+//!
+//! Not here: networking, clocks (time is an input), anything about the log.
+//!
+//! Invariants:
+//! - `Invalidate` is always recorded (also for an unknown group, also without the lock)
+//!   and never evicted within an epoch;
+//! - `Validate(eg, p, epoch)` takes effect only while holding the lock and its lease,
+//!   only in the current epoch, and only if no invalidate above `p` was recorded;
+//! - it vouches only while its lease holds, the lease counted from when the keep-alive
+//!   was *sent*, shortened by the drift bound and a margin, so it ends before the lock
+//!   service can call the lock lapsed;
+//! - revoked ("disabled") means never vouching again in this process.
+//!
+//! Memory: one map entry per group touched in the epoch — the group key plus 16 bytes
+//! of state.
+
+mod coordinator;
+pub mod messages;
+
+pub use coordinator::{
+    Coordinator, CoordinatorBugs, CoordinatorConfig, GroupState, Input, Output, lock_name,
+};
+pub use messages::{CoordinatorReply, CoordinatorRequest};

@@ -1,0 +1,55 @@
+//! What readers and writers say to a coordinator.
+
+use megastore_types::{EgId, Epoch, Position};
+use serde::{Deserialize, Serialize};
+
+/// A request to a coordinator. `id` is the requester's, echoed in the reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CoordinatorRequest {
+    /// Does the local replica hold every visible position of `eg`? (Read step 1.)
+    Query {
+        /// Request id.
+        id: u64,
+        /// The entity group.
+        eg: EgId,
+    },
+    /// A reader caught the local replica up through `position`, having queried this
+    /// coordinator in `epoch` first. Not acknowledged.
+    Validate {
+        /// The entity group.
+        eg: EgId,
+        /// Caught up through this position.
+        position: Position,
+        /// The epoch the reader's query returned.
+        epoch: Epoch,
+    },
+    /// A writer chose `position` without this replica's accept. (Write step 5.)
+    Invalidate {
+        /// Request id.
+        id: u64,
+        /// The entity group.
+        eg: EgId,
+        /// The position the replica may lack.
+        position: Position,
+    },
+}
+
+/// A coordinator's reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CoordinatorReply {
+    /// The answer to a query.
+    Query {
+        /// The query's id.
+        id: u64,
+        /// Whether the coordinator vouches that its replica is current for the group.
+        vouched: bool,
+        /// The current epoch, if the coordinator holds its lock (to send back with a
+        /// validate).
+        epoch: Option<Epoch>,
+    },
+    /// The invalidation is recorded.
+    Invalidated {
+        /// The invalidate's id.
+        id: u64,
+    },
+}

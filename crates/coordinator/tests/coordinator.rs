@@ -1,0 +1,364 @@
+//! The coordinator's rules (DESIGN.md §4; paper §4.7.2), event by event.
+
+use std::time::Duration;
+
+use megastore_coordinator::{
+    Coordinator, CoordinatorBugs, CoordinatorConfig, CoordinatorReply, CoordinatorRequest,
+    GroupState, Input, Output,
+};
+use megastore_lock::{LockCommand, LockError, LockReply, LockResponse, Sequencer, SessionId};
+use megastore_types::{ClientId, EgId, Epoch, LockNodeId, NodeId, Position, ReplicaId, Time};
+
+const LEASE: Duration = Duration::from_secs(10);
+const READER: NodeId = NodeId::Client(ClientId(7));
+
+fn config(bugs: CoordinatorBugs) -> CoordinatorConfig {
+    CoordinatorConfig {
+        replica: ReplicaId(1),
+        lock_nodes: vec![LockNodeId(0)],
+        lock_attempt_timeout: Duration::from_secs(1),
+        keepalive_interval: Duration::from_secs(3),
+        max_clock_drift_ppm: 1_000,
+        lease_margin: Duration::from_millis(100),
+        retry_delay: Duration::from_secs(1),
+        bugs,
+    }
+}
+
+fn eg() -> EgId {
+    EgId(b"user/1".to_vec())
+}
+
+fn t(seconds: f64) -> Time {
+    Time::ZERO + Duration::from_secs_f64(seconds)
+}
+
+/// The one lock request in `out`: its id and command.
+fn lock_request(out: &[Output]) -> (u64, LockCommand) {
+    let sends: Vec<_> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Lock(send) => Some((send.request.id, send.request.command.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sends.len(), 1, "expected one lock request in {out:?}");
+    sends[0].clone()
+}
+
+fn respond(
+    c: &mut Coordinator,
+    now: Time,
+    id: u64,
+    result: Result<LockReply, LockError>,
+) -> Vec<Output> {
+    c.step(
+        now,
+        Input::Lock {
+            from: LockNodeId(0),
+            response: LockResponse { id, result },
+        },
+    )
+}
+
+/// A coordinator that opened session 5 at 0 s and holds its lock with sequencer 42.
+fn serving(bugs: CoordinatorBugs) -> Coordinator {
+    let mut c = Coordinator::new(config(bugs));
+    let out = c.step(t(0.0), Input::Start);
+    let (id, command) = lock_request(&out);
+    assert_eq!(
+        command,
+        LockCommand::OpenSession {
+            owner: "coordinator/1".into()
+        }
+    );
+    let out = respond(
+        &mut c,
+        t(0.1),
+        id,
+        Ok(LockReply::Session {
+            session: SessionId(5),
+            lease: LEASE,
+        }),
+    );
+    let (id, command) = lock_request(&out);
+    assert_eq!(
+        command,
+        LockCommand::Acquire {
+            session: SessionId(5),
+            lock: "coordinator/1".into()
+        }
+    );
+    respond(
+        &mut c,
+        t(0.2),
+        id,
+        Ok(LockReply::Acquired {
+            sequencer: Sequencer(42),
+        }),
+    );
+    assert_eq!(c.epoch(), Some(Epoch(42)));
+    c
+}
+
+fn query(c: &mut Coordinator, now: Time) -> (bool, Option<Epoch>) {
+    let out = c.step(
+        now,
+        Input::Request {
+            from: READER,
+            request: CoordinatorRequest::Query { id: 1, eg: eg() },
+        },
+    );
+    match &out[0] {
+        Output::Reply {
+            to,
+            reply:
+                CoordinatorReply::Query {
+                    id: 1,
+                    vouched,
+                    epoch,
+                },
+        } if *to == READER => (*vouched, *epoch),
+        other => panic!("expected a query reply, got {other:?}"),
+    }
+}
+
+fn validate(c: &mut Coordinator, now: Time, position: u64, epoch: u64) {
+    let request = CoordinatorRequest::Validate {
+        eg: eg(),
+        position: Position(position),
+        epoch: Epoch(epoch),
+    };
+    let out = c.step(
+        now,
+        Input::Request {
+            from: READER,
+            request,
+        },
+    );
+    assert!(
+        out.iter().all(|o| matches!(o, Output::WakeAt(_))),
+        "validates are not acknowledged: {out:?}"
+    );
+}
+
+fn invalidate(c: &mut Coordinator, now: Time, position: u64) {
+    let request = CoordinatorRequest::Invalidate {
+        id: 9,
+        eg: eg(),
+        position: Position(position),
+    };
+    let out = c.step(
+        now,
+        Input::Request {
+            from: NodeId::Client(ClientId(8)),
+            request,
+        },
+    );
+    assert_eq!(
+        out[0],
+        Output::Reply {
+            to: NodeId::Client(ClientId(8)),
+            reply: CoordinatorReply::Invalidated { id: 9 }
+        }
+    );
+}
+
+#[test]
+fn nothing_is_vouched_until_a_reader_validates_in_the_current_epoch() {
+    let mut c = serving(CoordinatorBugs::default());
+    assert_eq!(query(&mut c, t(1.0)), (false, Some(Epoch(42))));
+    validate(&mut c, t(1.0), 5, 41);
+    assert_eq!(
+        query(&mut c, t(1.0)),
+        (false, Some(Epoch(42))),
+        "a validate from another epoch is ignored"
+    );
+    validate(&mut c, t(1.0), 5, 42);
+    assert_eq!(query(&mut c, t(1.0)), (true, Some(Epoch(42))));
+    assert_eq!(
+        c.group(&eg()),
+        Some(GroupState::Valid {
+            through: Position(5)
+        })
+    );
+}
+
+/// §4.7.2: a higher-numbered invalidate always trumps a lower-numbered validate.
+#[test]
+fn an_invalidate_beats_any_validate_for_an_earlier_position() {
+    let mut c = serving(CoordinatorBugs::default());
+    validate(&mut c, t(1.0), 5, 42);
+    invalidate(&mut c, t(1.0), 6);
+    assert!(!query(&mut c, t(1.0)).0);
+    validate(&mut c, t(1.0), 5, 42);
+    assert_eq!(
+        c.group(&eg()),
+        Some(GroupState::Invalid { at: Position(6) }),
+        "the late validate at 5 is refused"
+    );
+    invalidate(&mut c, t(1.0), 4);
+    assert_eq!(
+        c.group(&eg()),
+        Some(GroupState::Invalid { at: Position(6) }),
+        "invalidates only raise the bar"
+    );
+    validate(&mut c, t(1.0), 6, 42);
+    assert!(query(&mut c, t(1.0)).0);
+}
+
+#[test]
+fn invalidates_are_recorded_for_unknown_groups_and_without_the_lock() {
+    let mut c = Coordinator::new(config(CoordinatorBugs::default()));
+    invalidate(&mut c, t(0.0), 3);
+    assert_eq!(
+        c.group(&eg()),
+        Some(GroupState::Invalid { at: Position(3) })
+    );
+    validate(&mut c, t(0.0), 9, 42);
+    assert_eq!(
+        c.group(&eg()),
+        Some(GroupState::Invalid { at: Position(3) }),
+        "no lock: validates are refused"
+    );
+}
+
+#[test]
+fn it_stops_vouching_before_the_lock_service_could_call_the_lease_lapsed() {
+    let mut c = serving(CoordinatorBugs::default());
+    validate(&mut c, t(1.0), 5, 42);
+    // The session was opened by a request sent at 0 s: 10 s lease, minus 2 × 0.1 %
+    // drift (20 ms), minus the 100 ms margin.
+    assert!(query(&mut c, t(9.879)).0);
+    assert!(!query(&mut c, t(9.881)).0);
+    assert!(!c.holds_lease(t(9.881)));
+}
+
+#[test]
+fn a_keepalive_extends_the_lease_from_when_it_was_sent() {
+    let mut c = serving(CoordinatorBugs::default());
+    validate(&mut c, t(1.0), 5, 42);
+    let out = c.step(t(3.1), Input::Tick);
+    let (id, command) = lock_request(&out);
+    assert_eq!(
+        command,
+        LockCommand::KeepAlive {
+            session: SessionId(5)
+        }
+    );
+    respond(&mut c, t(8.0), id, Ok(LockReply::Renewed { lease: LEASE }));
+    assert!(query(&mut c, t(12.9)).0, "3.1 s + 9.88 s");
+    assert!(!query(&mut c, t(13.0)).0);
+}
+
+#[test]
+fn losing_the_session_empties_the_state_and_the_next_epoch_refuses_old_validates() {
+    let mut c = serving(CoordinatorBugs::default());
+    validate(&mut c, t(1.0), 5, 42);
+    let (id, _) = lock_request(&c.step(t(3.1), Input::Tick));
+    respond(
+        &mut c,
+        t(3.2),
+        id,
+        Err(LockError::SessionExpired(SessionId(5))),
+    );
+    assert_eq!((c.epoch(), c.group(&eg())), (None, None));
+    // It opens a new session after the retry delay and takes the lock again.
+    let (id, command) = lock_request(&c.step(t(4.3), Input::Tick));
+    assert!(matches!(command, LockCommand::OpenSession { .. }));
+    let (id, _) = lock_request(&respond(
+        &mut c,
+        t(4.4),
+        id,
+        Ok(LockReply::Session {
+            session: SessionId(6),
+            lease: LEASE,
+        }),
+    ));
+    respond(
+        &mut c,
+        t(4.5),
+        id,
+        Ok(LockReply::Acquired {
+            sequencer: Sequencer(43),
+        }),
+    );
+    assert_eq!(c.epoch(), Some(Epoch(43)));
+    validate(&mut c, t(4.6), 5, 42);
+    assert_eq!(query(&mut c, t(4.6)), (false, Some(Epoch(43))));
+}
+
+#[test]
+fn a_revoked_coordinator_never_vouches_again() {
+    let mut c = serving(CoordinatorBugs::default());
+    validate(&mut c, t(1.0), 5, 42);
+    let (id, _) = lock_request(&c.step(t(3.1), Input::Tick));
+    respond(
+        &mut c,
+        t(3.2),
+        id,
+        Err(LockError::SessionRevoked(SessionId(5))),
+    );
+    assert_eq!(query(&mut c, t(3.3)), (false, None));
+    let out = c.step(t(30.0), Input::Tick);
+    assert!(
+        out.iter().all(|o| !matches!(o, Output::Lock(_))),
+        "it does not reacquire: {out:?}"
+    );
+}
+
+#[test]
+fn a_lock_held_by_an_older_incarnation_is_retried_until_it_lapses() {
+    let mut c = Coordinator::new(config(CoordinatorBugs::default()));
+    let (id, _) = lock_request(&c.step(t(0.0), Input::Start));
+    let (id, _) = lock_request(&respond(
+        &mut c,
+        t(0.1),
+        id,
+        Ok(LockReply::Session {
+            session: SessionId(7),
+            lease: LEASE,
+        }),
+    ));
+    let holder = megastore_lock::LockHolder {
+        session: SessionId(5),
+        owner: "coordinator/1".into(),
+        sequencer: Sequencer(42),
+    };
+    let out = respond(&mut c, t(0.2), id, Err(LockError::Held(holder)));
+    assert!(out.contains(&Output::WakeAt(t(1.2))), "{out:?}");
+    let (_, command) = lock_request(&c.step(t(1.2), Input::Tick));
+    assert_eq!(
+        command,
+        LockCommand::Acquire {
+            session: SessionId(7),
+            lock: "coordinator/1".into()
+        }
+    );
+}
+
+/// The bug knobs really change behaviour (the simulator relies on it).
+#[test]
+fn bug_knobs_break_the_rules_they_name() {
+    let mut c = serving(CoordinatorBugs {
+        validate_ignores_epoch: true,
+        ..CoordinatorBugs::default()
+    });
+    validate(&mut c, t(1.0), 5, 41);
+    assert!(query(&mut c, t(1.0)).0);
+
+    let mut c = serving(CoordinatorBugs {
+        validate_ignores_position: true,
+        ..CoordinatorBugs::default()
+    });
+    invalidate(&mut c, t(1.0), 6);
+    validate(&mut c, t(1.0), 5, 42);
+    assert!(query(&mut c, t(1.0)).0);
+
+    let mut c = Coordinator::new(config(CoordinatorBugs {
+        validate_without_lock: true,
+        ..CoordinatorBugs::default()
+    }));
+    validate(&mut c, t(0.0), 5, 42);
+    assert!(query(&mut c, t(0.0)).0);
+}

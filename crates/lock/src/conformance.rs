@@ -1,0 +1,149 @@
+//! The conformance suite every [`LockService`] passes: the in-process service in this
+//! crate's tests, and the openraft-backed one in `lockd`'s.
+//!
+//! Use [`crate::lock_service_conformance_tests!`] with an expression that builds a
+//! fresh [`LockHarness`].
+
+use std::time::Duration;
+
+use crate::core::LockError;
+use crate::service::{LockService, LockServiceExt};
+
+/// A lock service under test, with control of (or patience for) time.
+pub trait LockHarness {
+    /// The service type.
+    type Service: LockService;
+    /// The service.
+    fn service(&self) -> &Self::Service;
+    /// Lets `duration` pass on the service's clock (a manual clock advances; a real
+    /// service is waited for).
+    fn advance(&mut self, duration: Duration);
+}
+
+/// A session lives one lease without keep-alives, and a keep-alive extends it.
+pub fn sessions_live_one_lease_unless_kept_alive<H: LockHarness>(h: &mut H) {
+    let (session, lease) = h.service().open_session("a").unwrap();
+    h.advance(lease / 2);
+    assert_eq!(h.service().keep_alive(session).unwrap(), lease);
+    h.advance(lease * 3 / 4);
+    h.service()
+        .keep_alive(session)
+        .expect("extended by the keep-alive");
+    h.advance(lease + lease / 4);
+    assert_eq!(
+        h.service().keep_alive(session),
+        Err(LockError::SessionExpired(session))
+    );
+}
+
+/// A lock has one holder; acquiring again is idempotent; fencing tokens only grow.
+pub fn locks_are_exclusive_with_growing_sequencers<H: LockHarness>(h: &mut H) {
+    let s = h.service();
+    let (a, _) = s.open_session("a").unwrap();
+    let (b, _) = s.open_session("b").unwrap();
+    let first = s.acquire(a, "coordinator/1").unwrap();
+    assert_eq!(
+        s.acquire(a, "coordinator/1").unwrap(),
+        first,
+        "idempotent for the holder"
+    );
+    match s.acquire(b, "coordinator/1") {
+        Err(LockError::Held(holder)) => {
+            assert_eq!((holder.session, holder.owner.as_str()), (a, "a"))
+        }
+        other => panic!("expected Held, got {other:?}"),
+    }
+    let holder = s.holder("coordinator/1").unwrap().unwrap();
+    assert_eq!((holder.session, holder.sequencer), (a, first));
+    assert_eq!(s.release(b, "coordinator/1"), Err(LockError::NotHolder));
+    s.release(a, "coordinator/1").unwrap();
+    assert_eq!(s.holder("coordinator/1").unwrap(), None);
+    let second = s.acquire(b, "coordinator/1").unwrap();
+    assert!(second > first, "{second:?} > {first:?}");
+    assert!(s.acquire(a, "other").unwrap() > second);
+}
+
+/// A lock lapses with its session's lease, and the next holder gets a higher token.
+pub fn locks_lapse_with_their_session<H: LockHarness>(h: &mut H) {
+    let (a, lease) = h.service().open_session("a").unwrap();
+    let first = h.service().acquire(a, "l").unwrap();
+    h.advance(lease + lease / 4);
+    assert_eq!(h.service().holder("l").unwrap(), None);
+    assert_eq!(
+        h.service().acquire(a, "l"),
+        Err(LockError::SessionExpired(a))
+    );
+    let (b, _) = h.service().open_session("b").unwrap();
+    assert!(h.service().acquire(b, "l").unwrap() > first);
+}
+
+/// Revoking a holder stops renewals; its lock lapses when the current lease ends, not
+/// before (the holder may still be acting on it until then).
+pub fn revoked_holders_lapse_at_their_lease_end<H: LockHarness>(h: &mut H) {
+    let (a, lease) = h.service().open_session("coordinator-a").unwrap();
+    h.service().acquire(a, "coordinator/1").unwrap();
+    assert!(h.service().revoke_holder("coordinator/1").unwrap());
+    assert_eq!(h.service().keep_alive(a), Err(LockError::SessionRevoked(a)));
+    h.advance(lease / 4);
+    assert!(
+        h.service().holder("coordinator/1").unwrap().is_some(),
+        "still within its lease"
+    );
+    h.advance(lease);
+    assert_eq!(h.service().holder("coordinator/1").unwrap(), None);
+    assert!(
+        !h.service().revoke_holder("coordinator/1").unwrap(),
+        "nothing left to revoke"
+    );
+}
+
+/// Closing a session releases its locks at once.
+pub fn closing_a_session_releases_its_locks<H: LockHarness>(h: &mut H) {
+    let s = h.service();
+    let (a, _) = s.open_session("a").unwrap();
+    s.acquire(a, "x").unwrap();
+    s.close_session(a).unwrap();
+    assert_eq!(s.holder("x").unwrap(), None);
+    assert_eq!(s.keep_alive(a), Err(LockError::SessionExpired(a)));
+}
+
+/// Small files are compare-and-set by version; versions never repeat.
+pub fn files_are_versioned_compare_and_set<H: LockHarness>(h: &mut H) {
+    let s = h.service();
+    assert_eq!(s.read_file("catalog").unwrap(), None);
+    assert_eq!(s.write_file("catalog", 0, b"v1").unwrap(), 1);
+    assert_eq!(
+        s.write_file("catalog", 0, b"lost"),
+        Err(LockError::VersionMismatch {
+            expected: 0,
+            current: 1
+        })
+    );
+    assert_eq!(s.write_file("catalog", 1, b"v2").unwrap(), 2);
+    let file = s.read_file("catalog").unwrap().unwrap();
+    assert_eq!((file.version, file.contents.as_slice()), (2, &b"v2"[..]));
+}
+
+/// Expands to one `#[test]` per conformance case, each on a fresh harness.
+#[macro_export]
+macro_rules! lock_service_conformance_tests {
+    ($harness:expr) => {
+        $crate::lock_service_conformance_tests!(@cases $harness;
+            sessions_live_one_lease_unless_kept_alive,
+            locks_are_exclusive_with_growing_sequencers,
+            locks_lapse_with_their_session,
+            revoked_holders_lapse_at_their_lease_end,
+            closing_a_session_releases_its_locks,
+            files_are_versioned_compare_and_set,
+        );
+    };
+    (@cases $harness:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                let mut harness = $harness;
+                $crate::conformance::$case(&mut harness);
+            }
+        )*
+    };
+}

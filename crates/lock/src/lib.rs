@@ -1,0 +1,75 @@
+//! The lock service — our Chubby: sessions with leases, locks with fencing tokens
+//! (sequencers), linearizable holder queries, and small consistent files.
+//!
+//! Responsibility: the service's meaning, once. [`LockCore`] is the deterministic state
+//! machine every lock node applies (the simulator hosts it behind partitionable lock
+//! nodes; `lockd` replicates it with openraft). [`LockService`] is the synchronous API,
+//! [`LocalLockService`] an in-process implementation, [`conformance`] the suite every
+//! implementation passes, and [`LockClient`] the pure client state machine that finds
+//! the leading node.
+//!
+//! Not here: networking, persistence, elections (the host of the core provides them).
+//!
+//! Invariants:
+//! - a lock has at most one holder, whose session is live;
+//! - sequencers strictly increase across all acquisitions, so they fence;
+//! - a revoked session is never renewed, and its locks are held until its lease ends —
+//!   never reported free while the holder may still act within its lease;
+//! - a new leader restarts every lease on its own clock (never shortening one).
+
+pub mod client;
+pub mod conformance;
+mod core;
+pub mod messages;
+mod service;
+
+pub use client::{LockClient, LockOutcome, LockSend};
+pub use core::{
+    LockCommand, LockCore, LockError, LockFile, LockHolder, LockReply, Sequencer, SessionId,
+};
+pub use messages::{LockRequest, LockResponse};
+pub use service::{LocalLockService, LockService, LockServiceExt};
+
+#[cfg(test)]
+mod conformance_tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use megastore_types::Time;
+
+    use crate::conformance::LockHarness;
+    use crate::service::LocalLockService;
+
+    /// The in-process service on a manual clock.
+    struct LocalHarness {
+        clock: Arc<AtomicU64>,
+        service: LocalLockService,
+    }
+
+    impl LocalHarness {
+        fn new() -> Self {
+            let clock = Arc::new(AtomicU64::new(1_000));
+            let reading = Arc::clone(&clock);
+            let service = LocalLockService::new(Duration::from_secs(10), move || {
+                Time(reading.load(Ordering::SeqCst))
+            });
+            Self { clock, service }
+        }
+    }
+
+    impl LockHarness for LocalHarness {
+        type Service = LocalLockService;
+
+        fn service(&self) -> &LocalLockService {
+            &self.service
+        }
+
+        fn advance(&mut self, duration: Duration) {
+            self.clock
+                .fetch_add(duration.as_nanos() as u64, Ordering::SeqCst);
+        }
+    }
+
+    crate::lock_service_conformance_tests!(LocalHarness::new());
+}
