@@ -1,4 +1,4 @@
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use megastore_lock::{
@@ -133,7 +133,7 @@ enum Phase {
 pub struct Coordinator {
     config: CoordinatorConfig,
     lock: LockClient,
-    requests: HashMap<u64, LockRequestKind>,
+    requests: BTreeMap<u64, LockRequestKind>,
     phase: Phase,
     /// The session's lease, as the service granted it.
     lease: Duration,
@@ -141,7 +141,7 @@ pub struct Coordinator {
     lease_end: Time,
     keepalive_due: Time,
     keepalive_out: bool,
-    groups: HashMap<EgId, GroupState>,
+    groups: BTreeMap<EgId, GroupState>,
 }
 
 impl Coordinator {
@@ -151,7 +151,7 @@ impl Coordinator {
         Self {
             config,
             lock,
-            requests: HashMap::new(),
+            requests: BTreeMap::new(),
             phase: Phase::NoSession {
                 retry_at: Time::ZERO,
             },
@@ -159,7 +159,7 @@ impl Coordinator {
             lease_end: Time::ZERO,
             keepalive_due: Time::ZERO,
             keepalive_out: false,
-            groups: HashMap::new(),
+            groups: BTreeMap::new(),
         }
     }
 

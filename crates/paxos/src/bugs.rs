@@ -1,0 +1,33 @@
+//! Deliberate protocol mistakes, for the simulator to prove its checkers catch them.
+
+/// The protocol mistakes the simulator can re-introduce (`megastore-sim --bug NAME`).
+/// All off in every real deployment; each names the rule it breaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProtocolBugs {
+    /// Writers skip write step 5 (invalidating coordinators of full replicas that
+    /// did not accept).
+    pub skip_invalidate: bool,
+    /// The position leader grants ballot 0 to every writer, not just the first.
+    pub grant_ballot0_twice: bool,
+    /// Readers read the local replica's position at the same time as querying the
+    /// coordinator, instead of after it vouched.
+    pub read_position_before_vouch: bool,
+    /// Step 5 invalidates only replicas that answered without the value, not every
+    /// full replica not known to hold it.
+    pub invalidate_only_seen_lacking: bool,
+    /// Readers read locally without asking the coordinator.
+    pub read_local_unvouched: bool,
+    /// Writers acknowledge as soon as the value is chosen, before step 5.
+    pub ack_before_invalidate: bool,
+    /// Catch-up takes a value accepted by one replica as chosen.
+    pub learn_from_single_accept: bool,
+    /// A replica grants ballot 0 when the entry at the previous position names it, even
+    /// if that entry was never chosen.
+    pub leader_from_unchosen_entry: bool,
+    /// A restarted replica forgets its promises.
+    pub forget_promise_on_restart: bool,
+    /// A replica applies a visible position even if an earlier one is not applied.
+    pub apply_out_of_order: bool,
+    /// Readers validate the local coordinator after catching up another replica.
+    pub validate_after_remote_catchup: bool,
+}

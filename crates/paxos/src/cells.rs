@@ -1,0 +1,179 @@
+//! The root row's cells: how an acceptor's durable state is laid out (DESIGN.md §3).
+//!
+//! | column | value |
+//! |---|---|
+//! | `promise:` ‖ p (8 bytes, big-endian) | the highest ballot promised at p |
+//! | `log:` ‖ p | [`SlotRecord`]: accepted ballot and entry, and whether p is visible |
+//! | `grant:` ‖ p | the transaction granted ballot 0 at p (position leader only) |
+//! | `visible` | every position up to this one is visible here |
+//! | `applied` | every position up to this one is applied here |
+//! | `truncated` | positions up to this one are gone |
+//!
+//! Every cell lives at timestamp 0 and is overwritten in place; values are postcard.
+//! Positions are big-endian so each family sorts by position.
+
+use megastore_rowstore::{Row, RowMutation};
+use megastore_types::{Ballot, Position, TxnId};
+use serde::{Deserialize, Serialize};
+
+use crate::entry::LogEntry;
+
+/// The timestamp of every root-row cell.
+pub const CELL_TS: u64 = 0;
+
+const PROMISE: &[u8] = b"promise:";
+const LOG: &[u8] = b"log:";
+const GRANT: &[u8] = b"grant:";
+/// The contiguous-visible watermark column.
+pub const VISIBLE: &[u8] = b"visible";
+/// The applied watermark column.
+pub const APPLIED: &[u8] = b"applied";
+/// The truncation watermark column.
+pub const TRUNCATED: &[u8] = b"truncated";
+
+/// What an acceptor keeps for one position.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotRecord {
+    /// The ballot the value was accepted at (for a visible slot: the ballot it was
+    /// chosen at).
+    pub ballot: Ballot,
+    /// The accepted value.
+    pub entry: LogEntry,
+    /// The value is chosen and its invalidation step is done.
+    pub visible: bool,
+}
+
+fn column(family: &[u8], position: Position) -> Vec<u8> {
+    [family, &position.0.to_be_bytes()].concat()
+}
+
+/// The `promise:<p>` column.
+pub fn promise_column(p: Position) -> Vec<u8> {
+    column(PROMISE, p)
+}
+
+/// The `log:<p>` column.
+pub fn log_column(p: Position) -> Vec<u8> {
+    column(LOG, p)
+}
+
+/// The `grant:<p>` column.
+pub fn grant_column(p: Position) -> Vec<u8> {
+    column(GRANT, p)
+}
+
+/// Encodes a cell value.
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    postcard::to_allocvec(value).expect("protocol types always serialize")
+}
+
+/// Why the root row could not be read back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("root row cell {column}: {detail}")]
+pub struct CellError {
+    /// The column, escaped.
+    pub column: String,
+    /// What is wrong.
+    pub detail: String,
+}
+
+fn decode<'a, T: Deserialize<'a>>(column: &[u8], bytes: &'a [u8]) -> Result<T, CellError> {
+    postcard::from_bytes(bytes).map_err(|e| CellError {
+        column: column.escape_ascii().to_string(),
+        detail: e.to_string(),
+    })
+}
+
+/// The acceptor state stored in one root row.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredGroup {
+    /// `promise:<p>` cells.
+    pub promises: Vec<(Position, Ballot)>,
+    /// `log:<p>` cells.
+    pub slots: Vec<(Position, SlotRecord)>,
+    /// `grant:<p>` cells.
+    pub grants: Vec<(Position, TxnId)>,
+    /// `visible`.
+    pub visible: Position,
+    /// `applied`.
+    pub applied: Position,
+    /// `truncated`.
+    pub truncated: Position,
+}
+
+impl StoredGroup {
+    /// Reads the state out of a root row (absent row: a group never written here).
+    pub fn from_row(row: Option<&Row>) -> Result<StoredGroup, CellError> {
+        let mut stored = StoredGroup::default();
+        let Some(row) = row else { return Ok(stored) };
+        for (name, cell) in &row.cells {
+            let value = cell.value.as_slice();
+            let position = |family: &[u8]| -> Result<Position, CellError> {
+                let bytes: [u8; 8] = name[family.len()..].try_into().map_err(|_| CellError {
+                    column: name.escape_ascii().to_string(),
+                    detail: "position is not 8 bytes".into(),
+                })?;
+                Ok(Position(u64::from_be_bytes(bytes)))
+            };
+            if name.starts_with(PROMISE) {
+                stored
+                    .promises
+                    .push((position(PROMISE)?, decode(name, value)?));
+            } else if name.starts_with(LOG) {
+                stored.slots.push((position(LOG)?, decode(name, value)?));
+            } else if name.starts_with(GRANT) {
+                stored.grants.push((position(GRANT)?, decode(name, value)?));
+            } else if name == VISIBLE {
+                stored.visible = decode(name, value)?;
+            } else if name == APPLIED {
+                stored.applied = decode(name, value)?;
+            } else if name == TRUNCATED {
+                stored.truncated = decode(name, value)?;
+            }
+        }
+        Ok(stored)
+    }
+}
+
+/// Builds root-row mutations.
+#[derive(Debug, Clone)]
+pub struct RootRowWrite(pub RowMutation);
+
+impl RootRowWrite {
+    /// A mutation of `root_row`.
+    pub fn new(root_row: Vec<u8>) -> Self {
+        Self(RowMutation::new(root_row))
+    }
+
+    /// Records a promise.
+    pub fn promise(mut self, p: Position, ballot: Ballot) -> Self {
+        self.0 = self.0.set(promise_column(p), CELL_TS, encode(&ballot));
+        self
+    }
+
+    /// Records an accepted (or visible) slot.
+    pub fn slot(mut self, p: Position, slot: &SlotRecord) -> Self {
+        self.0 = self.0.set(log_column(p), CELL_TS, encode(slot));
+        self
+    }
+
+    /// Records a ballot-0 grant.
+    pub fn grant(mut self, p: Position, txn: TxnId) -> Self {
+        self.0 = self.0.set(grant_column(p), CELL_TS, encode(&txn));
+        self
+    }
+
+    /// Sets a watermark column.
+    pub fn watermark(mut self, column: &[u8], p: Position) -> Self {
+        self.0 = self.0.set(column.to_vec(), CELL_TS, encode(&p));
+        self
+    }
+
+    /// Removes the cells of position `p` (truncation).
+    pub fn forget(mut self, p: Position) -> Self {
+        for c in [promise_column(p), log_column(p), grant_column(p)] {
+            self.0 = self.0.delete_cell(c, CELL_TS);
+        }
+        self
+    }
+}

@@ -1,0 +1,405 @@
+//! The client side of the protocol as one state machine: what the client library (and
+//! the simulator's clients) drive. It hosts reads and commits, routes replies to them
+//! by request id, and reports each operation's result.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use megastore_coordinator::CoordinatorReply;
+use megastore_types::{
+    ClientId, EgId, NodeId, Position, ReplicaId, ReplicaKind, SiteId, Time, TxnId,
+};
+
+use crate::entry::{LogEntry, RowWrite};
+use crate::messages::{DataQuery, Message};
+use crate::proposer::commit::{Commit, CommitResult};
+use crate::proposer::read::{CurrentRead, PointRead, ReadError, ReadMode, ReadResult};
+use crate::proposer::{Ctx, ProposerConfig, Wiring};
+
+/// How a client runs.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Which client.
+    pub id: ClientId,
+    /// Its site: a full replica there is its local replica.
+    pub site: SiteId,
+    /// The proposer settings (its proposer id must be `ProposerId::client(id)`).
+    pub proposer: ProposerConfig,
+    /// Seeds its random numbers (backoff).
+    pub seed: u64,
+}
+
+/// One operation of a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OpId(pub u64);
+
+/// What an operation returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpResult {
+    /// A read finished.
+    Read(Result<ReadResult, ReadError>),
+    /// A commit finished.
+    Commit {
+        /// The transaction.
+        txn: TxnId,
+        /// How.
+        result: CommitResult,
+    },
+}
+
+/// An event for the client.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// A message arrived.
+    Message {
+        /// Its sender.
+        from: NodeId,
+        /// The message.
+        message: Message,
+    },
+    /// Time passed.
+    Tick,
+}
+
+/// What the client asks its driver to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Send a message (the client keeps no durable state).
+    Send {
+        /// To whom.
+        to: NodeId,
+        /// What.
+        message: Message,
+    },
+    /// An operation finished.
+    Done {
+        /// Which.
+        op: OpId,
+        /// Its result.
+        result: OpResult,
+    },
+    /// Feed [`Input::Tick`] at this time.
+    WakeAt(Time),
+}
+
+#[derive(Debug)]
+enum Op {
+    Current(CurrentRead),
+    Point(PointRead),
+    Commit(Commit),
+}
+
+/// A client of the database.
+pub struct ClientCore {
+    config: ClientConfig,
+    local: Option<ReplicaId>,
+    ops: BTreeMap<OpId, Op>,
+    wiring: Wiring<OpId>,
+    next_op: u64,
+    next_txn: u64,
+}
+
+impl ClientCore {
+    /// A client with nothing in flight.
+    pub fn new(config: ClientConfig) -> Self {
+        let local = config
+            .proposer
+            .topology
+            .at_site(config.site)
+            .find(|r| r.kind == ReplicaKind::Full)
+            .map(|r| r.id);
+        let wiring = Wiring::new(&config.proposer, config.seed);
+        Self {
+            config,
+            local,
+            ops: BTreeMap::new(),
+            wiring,
+            next_op: 1,
+            next_txn: 1,
+        }
+    }
+
+    /// The full replica at this client's site, if any.
+    pub fn local_replica(&self) -> Option<ReplicaId> {
+        self.local
+    }
+
+    /// The replica this client nominates as the next position's leader: its local full
+    /// replica, else any voter at its site, else the first full replica.
+    pub fn preferred_leader(&self) -> Option<ReplicaId> {
+        let topology = &self.config.proposer.topology;
+        self.local
+            .or_else(|| {
+                topology
+                    .at_site(self.config.site)
+                    .find(|r| topology.is_voter(r.id))
+                    .map(|r| r.id)
+            })
+            .or_else(|| topology.full_replicas().next())
+    }
+
+    fn new_op(&mut self) -> OpId {
+        let op = OpId(self.next_op);
+        self.next_op += 1;
+        op
+    }
+
+    /// Starts a read.
+    pub fn read(
+        &mut self,
+        now: Time,
+        eg: EgId,
+        mode: ReadMode,
+        query: DataQuery,
+    ) -> (OpId, Vec<Output>) {
+        let op = self.new_op();
+        let candidates = self.point_read_candidates(mode);
+        let local = self.local;
+        let mut sends = Vec::new();
+        let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, &mut sends);
+        let state = match mode {
+            ReadMode::Current => Op::Current(CurrentRead::start(&mut ctx, eg, query, local)),
+            ReadMode::Snapshot | ReadMode::Inconsistent => {
+                Op::Point(PointRead::start(&mut ctx, eg, query, mode, candidates))
+            }
+        };
+        self.ops.insert(op, state);
+        (op, self.finish_step(now, sends))
+    }
+
+    /// Replicas that may serve a snapshot or inconsistent read, best first: those at
+    /// this site, then the other full replicas, then read-only ones.
+    fn point_read_candidates(&self, mode: ReadMode) -> Vec<ReplicaId> {
+        let topology = &self.config.proposer.topology;
+        let serves = |kind: ReplicaKind| {
+            kind == ReplicaKind::Full
+                || (kind == ReplicaKind::ReadOnly && mode != ReadMode::Current)
+        };
+        let mut candidates: Vec<ReplicaId> = topology
+            .at_site(self.config.site)
+            .filter(|r| serves(r.kind))
+            .map(|r| r.id)
+            .collect();
+        for kind in [ReplicaKind::Full, ReplicaKind::ReadOnly] {
+            for r in topology.of_kind(kind) {
+                if serves(kind) && !candidates.contains(&r) {
+                    candidates.push(r);
+                }
+            }
+        }
+        candidates
+    }
+
+    /// Commits a transaction that read the group at `read_position` (whose visible
+    /// entry named `leader` as the next position's leader): `writes` become one log
+    /// entry at `read_position + 1`. `read_keys` are the rows it read, for conflicts.
+    pub fn commit(
+        &mut self,
+        now: Time,
+        eg: EgId,
+        read_position: Position,
+        leader: Option<ReplicaId>,
+        writes: Vec<RowWrite>,
+        read_keys: BTreeSet<Vec<u8>>,
+    ) -> (OpId, TxnId, Vec<Output>) {
+        let op = self.new_op();
+        let txn = TxnId {
+            client: self.config.id,
+            seq: self.next_txn,
+        };
+        self.next_txn += 1;
+        let entry = LogEntry {
+            txn: Some(txn),
+            next_leader: self.preferred_leader(),
+            writes,
+            ..LogEntry::noop()
+        };
+        let mut sends = Vec::new();
+        let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, &mut sends);
+        let commit = Commit::start(&mut ctx, eg, read_position.next(), leader, entry, read_keys);
+        self.ops.insert(op, Op::Commit(commit));
+        (op, txn, self.finish_step(now, sends))
+    }
+
+    /// Handles one event.
+    pub fn step(&mut self, now: Time, input: Input) -> Vec<Output> {
+        let mut sends = Vec::new();
+        match input {
+            Input::Message { from, message } => self.on_message(now, from, message, &mut sends),
+            Input::Tick => self.on_tick(now, &mut sends),
+        }
+        self.finish_step(now, sends)
+    }
+
+    fn on_message(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        message: Message,
+        sends: &mut Vec<(NodeId, Message)>,
+    ) {
+        match (from, message) {
+            (NodeId::Replica(r), Message::ReplicaReply(reply)) => {
+                let Some(op) = self.wiring.route(reply.id()).copied() else {
+                    return;
+                };
+                self.with_op(now, op, sends, |state, ctx| match state {
+                    Op::Current(read) => read.on_replica_reply(ctx, r, reply),
+                    Op::Point(read) => read.on_replica_reply(ctx, reply),
+                    Op::Commit(commit) => commit.on_replica_reply(ctx, r, reply),
+                });
+            }
+            (NodeId::Coordinator(r), Message::CoordinatorReply(reply)) => {
+                let id = match &reply {
+                    CoordinatorReply::Query { id, .. } | CoordinatorReply::Invalidated { id } => {
+                        *id
+                    }
+                };
+                let Some(op) = self.wiring.route(id).copied() else {
+                    return;
+                };
+                self.with_op(now, op, sends, |state, ctx| match state {
+                    Op::Current(read) => read.on_coordinator_reply(ctx, r, reply),
+                    Op::Commit(commit) => commit.on_coordinator_reply(ctx, r, reply),
+                    Op::Point(_) => {}
+                });
+            }
+            (NodeId::LockNode(n), Message::LockResponse(response)) => {
+                match self.wiring.lock_client().on_response(now, n, response) {
+                    Ok(outcome) => self.on_lock_outcome(now, outcome, sends),
+                    Err(Some(retry)) => sends.push((
+                        NodeId::LockNode(retry.to),
+                        Message::LockRequest(retry.request),
+                    )),
+                    Err(None) => {}
+                }
+            }
+            _ => {} // not for a client
+        }
+    }
+
+    fn on_lock_outcome(
+        &mut self,
+        now: Time,
+        outcome: megastore_lock::LockOutcome,
+        sends: &mut Vec<(NodeId, Message)>,
+    ) {
+        let Some(op) = self.wiring.lock_route(outcome.id).copied() else {
+            return;
+        };
+        self.with_op(now, op, sends, |state, ctx| match state {
+            Op::Current(read) => read.on_lock_outcome(ctx, outcome.id, outcome.result),
+            Op::Commit(commit) => commit.on_lock_outcome(ctx, outcome.id, outcome.result),
+            Op::Point(_) => {}
+        });
+    }
+
+    fn on_tick(&mut self, now: Time, sends: &mut Vec<(NodeId, Message)>) {
+        let (failed, retries) = self.wiring.lock_client().on_tick(now);
+        sends.extend(
+            retries
+                .into_iter()
+                .map(|s| (NodeId::LockNode(s.to), Message::LockRequest(s.request))),
+        );
+        for outcome in failed {
+            self.on_lock_outcome(now, outcome, sends);
+        }
+        let due: Vec<OpId> = self
+            .ops
+            .iter()
+            .filter(|(_, state)| op_deadline(state).is_some_and(|d| d <= now))
+            .map(|(op, _)| *op)
+            .collect();
+        for op in due {
+            self.with_op(now, op, sends, |state, ctx| match state {
+                Op::Current(read) => read.on_tick(ctx),
+                Op::Point(read) => read.on_tick(ctx),
+                Op::Commit(commit) => commit.on_tick(ctx),
+            });
+        }
+    }
+
+    fn with_op(
+        &mut self,
+        now: Time,
+        op: OpId,
+        sends: &mut Vec<(NodeId, Message)>,
+        f: impl FnOnce(&mut Op, &mut Ctx<'_, OpId>),
+    ) {
+        let Some(state) = self.ops.get_mut(&op) else {
+            return;
+        };
+        let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, sends);
+        f(state, &mut ctx);
+    }
+
+    /// Reports finished operations, drops their state, and says when to wake next.
+    fn finish_step(&mut self, _now: Time, sends: Vec<(NodeId, Message)>) -> Vec<Output> {
+        let mut out: Vec<Output> = sends
+            .into_iter()
+            .map(|(to, message)| Output::Send { to, message })
+            .collect();
+        let mut finished = Vec::new();
+        for (op, state) in &mut self.ops {
+            match state {
+                Op::Current(read) => {
+                    if let Some(result) = read.result() {
+                        out.push(Output::Done {
+                            op: *op,
+                            result: OpResult::Read(result.clone()),
+                        });
+                        finished.push(*op);
+                    }
+                }
+                Op::Point(read) => {
+                    if let Some(result) = read.result() {
+                        out.push(Output::Done {
+                            op: *op,
+                            result: OpResult::Read(result.clone()),
+                        });
+                        finished.push(*op);
+                    }
+                }
+                Op::Commit(commit) => {
+                    if let Some(result) = commit.take_result() {
+                        out.push(Output::Done {
+                            op: *op,
+                            result: OpResult::Commit {
+                                txn: commit.txn(),
+                                result,
+                            },
+                        });
+                    }
+                    if commit.finished() {
+                        finished.push(*op);
+                    }
+                }
+            }
+        }
+        for op in finished {
+            self.ops.remove(&op);
+            self.wiring.forget(&op);
+        }
+        let next = self
+            .ops
+            .values()
+            .filter_map(op_deadline)
+            .chain(self.wiring.lock_client().next_deadline())
+            .min();
+        out.extend(next.map(Output::WakeAt));
+        out
+    }
+
+    /// How many operations are in flight (including commits settling after their
+    /// result was reported).
+    pub fn in_flight(&self) -> usize {
+        self.ops.len()
+    }
+}
+
+fn op_deadline(state: &Op) -> Option<Time> {
+    match state {
+        Op::Current(read) => read.deadline(),
+        Op::Point(read) => read.deadline(),
+        Op::Commit(commit) => commit.deadline(),
+    }
+}

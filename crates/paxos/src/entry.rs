@@ -1,0 +1,211 @@
+//! Log entries: what one transaction asks to write, plus what the protocol needs.
+
+use megastore_rowstore::{KeyRange, Mutation, RowMutation, Timestamp};
+use megastore_types::{EgId, ReplicaId, TxnId};
+use serde::{Deserialize, Serialize};
+
+/// One cell change, without a timestamp: apply stamps it with the entry's position.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CellWrite {
+    /// Set the column's value.
+    Set {
+        /// Column name.
+        column: Vec<u8>,
+        /// New value.
+        value: Vec<u8>,
+    },
+    /// Delete the column (as of the entry's timestamp).
+    Delete {
+        /// Column name.
+        column: Vec<u8>,
+    },
+}
+
+/// The cell changes of one row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RowWrite {
+    /// The row key (inside the entry's entity group).
+    pub row: Vec<u8>,
+    /// Its changes, in order.
+    pub cells: Vec<CellWrite>,
+}
+
+impl RowWrite {
+    /// A row write from a row-store mutation, dropping its timestamps (the position
+    /// decides them). Cell deletions of a single version have no meaning in a log entry
+    /// and become column deletions.
+    pub fn from_mutation(mutation: &RowMutation) -> Self {
+        let cells = mutation
+            .mutations
+            .iter()
+            .map(|m| match m {
+                Mutation::Set { column, value, .. } => CellWrite::Set {
+                    column: column.clone(),
+                    value: value.clone(),
+                },
+                Mutation::DeleteColumn { column, .. } | Mutation::DeleteCell { column, .. } => {
+                    CellWrite::Delete {
+                        column: column.clone(),
+                    }
+                }
+            })
+            .collect();
+        Self {
+            row: mutation.row.clone(),
+            cells,
+        }
+    }
+
+    /// The row-store mutation that applies this write at `timestamp`.
+    pub fn at(&self, timestamp: Timestamp) -> RowMutation {
+        let mutations = self
+            .cells
+            .iter()
+            .map(|c| match c {
+                CellWrite::Set { column, value } => Mutation::Set {
+                    column: column.clone(),
+                    timestamp,
+                    value: value.clone(),
+                },
+                CellWrite::Delete { column } => Mutation::DeleteColumn {
+                    column: column.clone(),
+                    timestamp,
+                },
+            })
+            .collect();
+        RowMutation {
+            row: self.row.clone(),
+            mutations,
+        }
+    }
+}
+
+/// A message for another entity group's queue, sent by the entry's transaction.
+/// (The queue issue fills these in; the format is fixed now.)
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueMessage {
+    /// The queue's name.
+    pub queue: String,
+    /// The receiving entity group.
+    pub to: EgId,
+    /// The message body.
+    pub body: Vec<u8>,
+}
+
+/// A two-phase commit record kept in this group's log. (The 2PC issue fills these in.)
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TwoPhaseRecord {
+    /// This group is prepared to commit `txn`, whose coordinator group is `coordinator`.
+    Prepared {
+        /// The cross-group transaction.
+        txn: TxnId,
+        /// Its coordinating entity group.
+        coordinator: EgId,
+        /// Every participant.
+        participants: Vec<EgId>,
+    },
+    /// The decision for `txn`.
+    Decided {
+        /// The cross-group transaction.
+        txn: TxnId,
+        /// Commit (true) or abort.
+        commit: bool,
+    },
+}
+
+/// The value of one log position.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogEntry {
+    /// The transaction that wrote it; `None` for a no-op.
+    pub txn: Option<TxnId>,
+    /// Fingerprint of the schema the writer used (0 when none).
+    pub schema: u64,
+    /// The position leader of the next position (DESIGN.md §4); `None` forces the next
+    /// writer onto two-phase Paxos.
+    pub next_leader: Option<ReplicaId>,
+    /// Row writes, all inside the entity group, never its root row.
+    pub writes: Vec<RowWrite>,
+    /// Queue messages sent by the transaction.
+    pub queue: Vec<QueueMessage>,
+    /// Two-phase commit records.
+    pub two_phase: Vec<TwoPhaseRecord>,
+}
+
+/// Why an entry cannot be accepted for a group.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntryError {
+    /// A write outside the entity group's key range.
+    #[error("row {row} is outside the entity group")]
+    RowOutsideGroup {
+        /// The row, escaped.
+        row: String,
+    },
+    /// A write to the group's root row, which only the protocol writes.
+    #[error("entries may not write the group's root row")]
+    RootRowWrite,
+}
+
+impl LogEntry {
+    /// The no-op value: proposed when settling a position nobody accepted a value at.
+    pub fn noop() -> Self {
+        Self {
+            txn: None,
+            schema: 0,
+            next_leader: None,
+            writes: Vec::new(),
+            queue: Vec::new(),
+            two_phase: Vec::new(),
+        }
+    }
+
+    /// Whether this is a no-op.
+    pub fn is_noop(&self) -> bool {
+        self.txn.is_none()
+    }
+
+    /// Checks that every write stays inside `eg` and off its root row.
+    pub fn check_for(&self, eg: &EgId) -> Result<(), EntryError> {
+        let range = group_range(eg);
+        let root = root_row(eg);
+        for write in &self.writes {
+            if write.row == root {
+                return Err(EntryError::RootRowWrite);
+            }
+            if !range.contains(&write.row) {
+                return Err(EntryError::RowOutsideGroup {
+                    row: write.row.escape_ascii().to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The row keys this entry writes.
+    pub fn written_rows(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        self.writes.iter().map(|w| w.row.as_slice())
+    }
+}
+
+/// Every row of an entity group: its key prefix.
+pub fn group_range(eg: &EgId) -> KeyRange {
+    KeyRange::prefix(eg.0.clone())
+}
+
+/// The group's root row: the prefix followed by object id 0, which no table or index
+/// uses — the first row of the group's range. It holds the log and the replication
+/// state; entries never write it.
+pub fn root_row(eg: &EgId) -> Vec<u8> {
+    let mut row = eg.0.clone();
+    row.push(0);
+    row
+}
+
+/// The group's data rows: everything in its range after the root row.
+pub fn data_range(eg: &EgId) -> KeyRange {
+    let mut start = root_row(eg);
+    start.push(0);
+    KeyRange {
+        start,
+        end: group_range(eg).end,
+    }
+}

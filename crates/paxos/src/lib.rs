@@ -1,0 +1,43 @@
+//! Megastore's replication protocol as pure state machines (DESIGN.md §4).
+//!
+//! Responsibility: every protocol decision, once. [`Replica`] is the acceptor and
+//! apply side of a replica server; the proposer side (settling positions, the
+//! invalidation step, reads and commits) is hosted by [`ClientCore`] in the client
+//! library and by replicas finishing abandoned positions. Time, randomness and
+//! messages are inputs; outputs are messages and storage mutations, with the
+//! durability order stated by the output types.
+//!
+//! Not here: IO of any kind (no tokio, no sockets, no clocks, no ambient randomness),
+//! wire encodings (`rpc`), the coordinator and lock service (their own crates).
+//!
+//! ```text
+//!   client ──Accept(p, b0, grant)──► position leader ─┐
+//!          ──Accept(p, b0)─────────► other voters ────┼─ majority at one ballot: chosen
+//!          ──Invalidate(eg, p)─────► coordinators of full replicas not known to hold it
+//!          ──MarkVisible(p)────────► every replica ── apply ── reads may now see p
+//! ```
+//!
+//! Invariants kept here and checked by the simulator (DESIGN.md §5): single-value,
+//! ballot-zero-once, visible-after-invalidate, vouched-is-current (with the
+//! coordinator), durable-ack, linearizable-eg, prefix-snapshots.
+
+pub mod bugs;
+pub mod cells;
+mod client;
+pub mod entry;
+pub mod messages;
+pub mod proposer;
+pub mod replica;
+
+pub use bugs::ProtocolBugs;
+pub use client::{
+    ClientConfig, ClientCore, Input as ClientInput, OpId, OpResult, Output as ClientOutput,
+};
+pub use entry::{CellWrite, LogEntry, RowWrite, data_range, group_range, root_row};
+pub use messages::{DataQuery, LogState, Message, ReadAt, ReplicaReply, ReplicaRequest};
+pub use proposer::commit::CommitResult;
+pub use proposer::read::{ReadError, ReadMode, ReadPath, ReadResult};
+pub use proposer::{ProposerConfig, Timeouts};
+pub use replica::{
+    GroupLog, Input as ReplicaInput, Output as ReplicaOutput, Replica, ReplicaConfig, answer_read,
+};

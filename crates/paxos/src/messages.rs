@@ -1,0 +1,317 @@
+//! Messages of the replication protocol, as plain Rust types (the `rpc` crate maps them
+//! to protobuf at the edge). Every request carries an `id` chosen by its sender and
+//! echoed in the reply.
+
+use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
+use megastore_lock::{LockRequest, LockResponse};
+use megastore_rowstore::{KeyRange, Row};
+use megastore_types::{Ballot, EgId, Position, ReplicaId, TxnId};
+
+use crate::cells::SlotRecord;
+use crate::entry::LogEntry;
+
+/// Which state a data read sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadAt {
+    /// Exactly the state after this position (current reads); refused if the replica
+    /// has not applied it.
+    Position(Position),
+    /// The replica's applied position (snapshot reads).
+    Applied,
+    /// The newest cells, log ignored (inconsistent reads; may see half an entry).
+    Latest,
+}
+
+/// What to read from a group's data rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataQuery {
+    /// These rows (absent rows are left out of the answer).
+    Rows(Vec<Vec<u8>>),
+    /// Rows of a key range inside the group.
+    Scan {
+        /// The rows.
+        range: KeyRange,
+        /// At most this many.
+        limit: Option<usize>,
+    },
+}
+
+/// A request to a replica.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplicaRequest {
+    /// Paxos phase 1 at `position`.
+    Prepare {
+        /// Request id.
+        id: u64,
+        /// Entity group.
+        eg: EgId,
+        /// Position.
+        position: Position,
+        /// The proposer's ballot (never zero).
+        ballot: Ballot,
+    },
+    /// Paxos phase 2. With `grant`, this asks the position leader for ballot 0
+    /// (write step 2); ballot-0 accepts without `grant` go out only after a grant.
+    Accept {
+        /// Request id.
+        id: u64,
+        /// Entity group.
+        eg: EgId,
+        /// Position.
+        position: Position,
+        /// The ballot.
+        ballot: Ballot,
+        /// The value.
+        entry: LogEntry,
+        /// Ask for the ballot-0 grant.
+        grant: bool,
+    },
+    /// The value at `position` is chosen and its invalidation step is done: record it
+    /// as visible (and apply it, on replicas with data).
+    MarkVisible {
+        /// Request id.
+        id: u64,
+        /// Entity group.
+        eg: EgId,
+        /// Position.
+        position: Position,
+        /// The ballot it was chosen at.
+        ballot: Ballot,
+        /// The chosen value.
+        entry: LogEntry,
+    },
+    /// The replica's log positions for the group.
+    LogState {
+        /// Request id.
+        id: u64,
+        /// Entity group.
+        eg: EgId,
+    },
+    /// What the replica holds at one position.
+    ReadLog {
+        /// Request id.
+        id: u64,
+        /// Entity group.
+        eg: EgId,
+        /// Position.
+        position: Position,
+    },
+    /// Read data rows.
+    Read {
+        /// Request id.
+        id: u64,
+        /// Entity group.
+        eg: EgId,
+        /// Which state.
+        at: ReadAt,
+        /// What.
+        query: DataQuery,
+    },
+}
+
+impl ReplicaRequest {
+    /// The entity group it concerns.
+    pub fn eg(&self) -> &EgId {
+        match self {
+            ReplicaRequest::Prepare { eg, .. }
+            | ReplicaRequest::Accept { eg, .. }
+            | ReplicaRequest::MarkVisible { eg, .. }
+            | ReplicaRequest::LogState { eg, .. }
+            | ReplicaRequest::ReadLog { eg, .. }
+            | ReplicaRequest::Read { eg, .. } => eg,
+        }
+    }
+
+    /// The request id.
+    pub fn id(&self) -> u64 {
+        match self {
+            ReplicaRequest::Prepare { id, .. }
+            | ReplicaRequest::Accept { id, .. }
+            | ReplicaRequest::MarkVisible { id, .. }
+            | ReplicaRequest::LogState { id, .. }
+            | ReplicaRequest::ReadLog { id, .. }
+            | ReplicaRequest::Read { id, .. } => *id,
+        }
+    }
+}
+
+/// A replica's log positions for one group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LogState {
+    /// The highest position with an accepted or visible value.
+    pub highest: Position,
+    /// Every position up to this one is visible here.
+    pub visible: Position,
+    /// Every position up to this one is applied here.
+    pub applied: Position,
+    /// Positions up to this one are truncated.
+    pub truncated: Position,
+    /// The `next_leader` of the visible entry at `visible`, if there is one.
+    pub next_leader: Option<ReplicaId>,
+}
+
+/// Why a ballot-0 grant was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrantRefusal {
+    /// This replica is not the position leader (or does not know it is).
+    NotLeader,
+    /// Ballot 0 was granted to another transaction.
+    Taken(TxnId),
+}
+
+/// The answer to a [`ReplicaRequest::Prepare`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrepareResult {
+    /// Promised; the value accepted here so far, if any.
+    Promised(Option<(Ballot, LogEntry)>),
+    /// A ballot at least as high was promised or accepted.
+    Rejected {
+        /// That ballot.
+        promised: Ballot,
+    },
+    /// The position is already visible here with this value.
+    Visible(Ballot, LogEntry),
+    /// The position is truncated here.
+    Truncated,
+}
+
+/// The answer to a [`ReplicaRequest::Accept`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcceptResult {
+    /// Accepted (durably).
+    Accepted,
+    /// A higher ballot was promised, or ballot 0 holds another value.
+    Rejected {
+        /// The ballot in the way.
+        promised: Ballot,
+    },
+    /// The grant of ballot 0 was refused.
+    GrantRefused(GrantRefusal),
+    /// The position is already visible here with this value.
+    Visible(Ballot, LogEntry),
+    /// The position is truncated here.
+    Truncated,
+}
+
+/// Why a replica could not serve a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplicaError {
+    /// Paxos requests go to voters only.
+    #[error("this replica does not vote")]
+    NotVoter,
+    /// Witnesses keep no data.
+    #[error("this replica serves no reads")]
+    NotServing,
+    /// The requested position is not applied here yet.
+    #[error("applied only through {applied}")]
+    NotApplied {
+        /// What is applied.
+        applied: Position,
+    },
+    /// The requested position is truncated here.
+    #[error("truncated through {truncated}")]
+    Truncated {
+        /// The truncation point.
+        truncated: Position,
+    },
+    /// The entry writes outside its group or its root row.
+    #[error("bad entry: {0}")]
+    BadEntry(String),
+    /// The query reads outside its group.
+    #[error("bad query: {0}")]
+    BadQuery(String),
+    /// The replica's storage failed; it stops serving the group.
+    #[error("storage: {0}")]
+    Storage(String),
+    /// A visible value was offered that differs from the one visible here.
+    #[error("a different value is visible at {0}")]
+    Conflict(Position),
+}
+
+/// A replica's reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplicaReply {
+    /// To [`ReplicaRequest::Prepare`].
+    Prepare {
+        /// Request id.
+        id: u64,
+        /// The answer.
+        result: PrepareResult,
+    },
+    /// To [`ReplicaRequest::Accept`].
+    Accept {
+        /// Request id.
+        id: u64,
+        /// The answer.
+        result: AcceptResult,
+    },
+    /// To [`ReplicaRequest::MarkVisible`].
+    MarkedVisible {
+        /// Request id.
+        id: u64,
+        /// Applied through here after the mark.
+        applied: Position,
+    },
+    /// To [`ReplicaRequest::LogState`].
+    LogState {
+        /// Request id.
+        id: u64,
+        /// The positions.
+        state: LogState,
+    },
+    /// To [`ReplicaRequest::ReadLog`].
+    Log {
+        /// Request id.
+        id: u64,
+        /// What is held at the position (`None`: nothing).
+        slot: Option<SlotRecord>,
+    },
+    /// To [`ReplicaRequest::Read`].
+    Data {
+        /// Request id.
+        id: u64,
+        /// The position whose state the rows show (`None` for a latest read).
+        at: Option<Position>,
+        /// The rows.
+        rows: Vec<Row>,
+    },
+    /// The request failed.
+    Error {
+        /// Request id.
+        id: u64,
+        /// Why.
+        error: ReplicaError,
+    },
+}
+
+impl ReplicaReply {
+    /// The id of the request it answers.
+    pub fn id(&self) -> u64 {
+        match self {
+            ReplicaReply::Prepare { id, .. }
+            | ReplicaReply::Accept { id, .. }
+            | ReplicaReply::MarkedVisible { id, .. }
+            | ReplicaReply::LogState { id, .. }
+            | ReplicaReply::Log { id, .. }
+            | ReplicaReply::Data { id, .. }
+            | ReplicaReply::Error { id, .. } => *id,
+        }
+    }
+}
+
+/// Any protocol message, as the network carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// To a replica.
+    ReplicaRequest(ReplicaRequest),
+    /// From a replica.
+    ReplicaReply(ReplicaReply),
+    /// To a coordinator.
+    CoordinatorRequest(CoordinatorRequest),
+    /// From a coordinator.
+    CoordinatorReply(CoordinatorReply),
+    /// To a lock node.
+    LockRequest(LockRequest),
+    /// From a lock node.
+    LockResponse(LockResponse),
+}

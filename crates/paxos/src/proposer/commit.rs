@@ -1,0 +1,213 @@
+//! Committing one transaction's log entry at a position (DESIGN.md §4 "Write"; paper
+//! §4.6.3, Figure 8).
+//!
+//! The entry was built from a current read at `position - 1`. If another value wins
+//! the position, the transaction conflicts — unless none of its reads were written by
+//! the winner, in which case it is proposed again at the next position (a rebase),
+//! which stays serializable: its reads are still current there.
+
+use std::collections::BTreeSet;
+
+use megastore_coordinator::CoordinatorReply;
+use megastore_lock::{LockError, LockReply};
+use megastore_types::{EgId, Position, ReplicaId, Time, TxnId};
+
+use super::Ctx;
+use super::settle::{Settle, SettleOutcome};
+use crate::entry::LogEntry;
+use crate::messages::ReplicaReply;
+
+/// Rebases before a commit reports a conflict (with no conflicting keys: a retry is
+/// safe).
+const REBASES_MAX: u32 = 4;
+
+/// How a commit ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommitResult {
+    /// Chosen at this position, and visible: every later current read sees it.
+    Committed {
+        /// The position (also the write's timestamp).
+        position: Position,
+    },
+    /// Another transaction won. `keys` are the rows this transaction read that were
+    /// written in between, de-duplicated and sorted; empty means a retry is safe.
+    Conflict {
+        /// The conflicting rows.
+        keys: Vec<Vec<u8>>,
+    },
+    /// The writer cannot tell whether it was chosen (it sent its value, then lost
+    /// contact). Settling `position` and looking for the transaction id resolves it.
+    Unknown {
+        /// The position it may hold.
+        position: Position,
+    },
+    /// Nothing was sent that could be chosen: not committed, retry is safe.
+    Aborted,
+}
+
+/// A commit in progress.
+#[derive(Debug)]
+pub(crate) struct Commit {
+    eg: EgId,
+    txn: TxnId,
+    entry: LogEntry,
+    read_keys: BTreeSet<Vec<u8>>,
+    settle: Settle,
+    rebases: u32,
+    sent_proposal: bool,
+    /// The result, once known (reported possibly before `settle` is done, with the
+    /// acknowledge-early bug).
+    result: Option<CommitResult>,
+    reported: bool,
+}
+
+impl Commit {
+    /// Proposes `entry` at `position` (the read position plus one), through `leader`'s
+    /// fast path if there is one.
+    pub(crate) fn start<K: Clone + Ord>(
+        ctx: &mut Ctx<'_, K>,
+        eg: EgId,
+        position: Position,
+        leader: Option<ReplicaId>,
+        entry: LogEntry,
+        read_keys: BTreeSet<Vec<u8>>,
+    ) -> Self {
+        let txn = entry.txn.expect("a commit carries a transaction");
+        let settle = Settle::start(ctx, eg.clone(), position, Some(entry.clone()), leader);
+        let mut commit = Commit {
+            eg,
+            txn,
+            entry,
+            read_keys,
+            settle,
+            rebases: 0,
+            sent_proposal: false,
+            result: None,
+            reported: false,
+        };
+        commit.advance(ctx);
+        commit
+    }
+
+    /// The transaction.
+    pub(crate) fn txn(&self) -> TxnId {
+        self.txn
+    }
+
+    /// The result, the first time it is known (then `None`).
+    pub(crate) fn take_result(&mut self) -> Option<CommitResult> {
+        if self.reported {
+            return None;
+        }
+        let result = self.result.clone()?;
+        self.reported = true;
+        Some(result)
+    }
+
+    /// Whether nothing is left to do (result reported and settling finished).
+    pub(crate) fn finished(&self) -> bool {
+        self.reported && self.settle.outcome().is_some()
+    }
+
+    pub(crate) fn deadline(&self) -> Option<Time> {
+        self.settle.deadline()
+    }
+
+    fn advance<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
+        self.sent_proposal |= self.settle.sent_proposal();
+        if self.result.is_some() {
+            return;
+        }
+        if ctx.config.bugs.ack_before_invalidate {
+            if let Some((_, chosen)) = self.settle.chosen() {
+                if chosen.txn == Some(self.txn) {
+                    self.result = Some(CommitResult::Committed {
+                        position: self.settle.position(),
+                    });
+                    return;
+                }
+            }
+        }
+        match self.settle.outcome().cloned() {
+            None => {}
+            Some(SettleOutcome::Failed) => {
+                let position = self.settle.position();
+                self.result = Some(if self.sent_proposal {
+                    CommitResult::Unknown { position }
+                } else {
+                    CommitResult::Aborted
+                });
+            }
+            Some(SettleOutcome::Settled { entry, .. }) => {
+                let position = self.settle.position();
+                if entry.txn == Some(self.txn) {
+                    self.result = Some(CommitResult::Committed { position });
+                    return;
+                }
+                let keys: BTreeSet<Vec<u8>> = entry
+                    .written_rows()
+                    .filter(|r| self.read_keys.contains(*r))
+                    .map(<[u8]>::to_vec)
+                    .collect();
+                if keys.is_empty() && self.rebases < REBASES_MAX {
+                    // None of our reads changed: the same entry is still right one
+                    // position later.
+                    self.rebases += 1;
+                    self.settle = Settle::start(
+                        ctx,
+                        self.eg.clone(),
+                        position.next(),
+                        Some(self.entry.clone()),
+                        entry.next_leader,
+                    );
+                    self.advance(ctx);
+                    return;
+                }
+                // An earlier position held our value only if it was chosen there; it
+                // was not, so nothing of ours is in the log.
+                self.result = Some(CommitResult::Conflict {
+                    keys: keys.into_iter().collect(),
+                });
+            }
+        }
+    }
+
+    pub(crate) fn on_replica_reply<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        from: ReplicaId,
+        reply: ReplicaReply,
+    ) {
+        if self.settle.owns(reply.id()) {
+            self.settle.on_replica_reply(ctx, from, reply);
+            self.advance(ctx);
+        }
+    }
+
+    pub(crate) fn on_coordinator_reply<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        from: ReplicaId,
+        reply: CoordinatorReply,
+    ) {
+        self.settle.on_coordinator_reply(ctx, from, reply);
+        self.advance(ctx);
+    }
+
+    pub(crate) fn on_lock_outcome<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        id: u64,
+        result: Result<LockReply, LockError>,
+    ) {
+        if self.settle.owns(id) {
+            self.settle.on_lock_outcome(ctx, id, result);
+            self.advance(ctx);
+        }
+    }
+
+    pub(crate) fn on_tick<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
+        self.settle.on_tick(ctx);
+        self.advance(ctx);
+    }
+}

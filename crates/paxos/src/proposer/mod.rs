@@ -1,0 +1,183 @@
+//! The proposer side of the protocol — what the client library runs, and what a
+//! replica runs to finish abandoned positions: settling a position (learn or Paxos),
+//! the invalidation step, visibility marks, current/snapshot/inconsistent reads, and
+//! commits.
+//!
+//! Operations are state machines fed replies and ticks through a [`Ctx`], which sends
+//! their requests and remembers which operation each request id belongs to; the host
+//! ([`ClientCore`](crate::ClientCore)) routes replies back by id.
+
+pub(crate) mod commit;
+pub(crate) mod read;
+pub(crate) mod settle;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use megastore_coordinator::CoordinatorRequest;
+use megastore_lock::{LockClient, LockCommand};
+use megastore_types::{LockNodeId, NodeId, ProposerId, ReplicaId, Time, Topology};
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+
+use crate::bugs::ProtocolBugs;
+use crate::messages::{Message, ReplicaRequest};
+
+/// How long a proposer waits for what.
+#[derive(Debug, Clone)]
+pub struct Timeouts {
+    /// One round of requests to replicas (prepare, accept, log reads, reads).
+    pub rpc: Duration,
+    /// The accept-leader step (write step 2): short, then two-phase Paxos.
+    pub leader: Duration,
+    /// Waiting for a coordinator to acknowledge an invalidate before asking the lock
+    /// service whether its lock lapsed (and between retries).
+    pub invalidate: Duration,
+    /// The randomised backoff after a lost Paxos round is up to this long.
+    pub backoff: Duration,
+    /// One lock service request try.
+    pub lock_attempt: Duration,
+    /// Paxos rounds before an operation gives up.
+    pub max_rounds: u32,
+    /// How long the invalidation step may stall (coordinator unreachable, lock still
+    /// held) before the operation gives up.
+    pub invalidate_patience: Duration,
+}
+
+/// Who proposes, and where.
+#[derive(Debug, Clone)]
+pub struct ProposerConfig {
+    /// The deployment.
+    pub topology: Topology,
+    /// This proposer's id (distinct from every other proposer's).
+    pub proposer: ProposerId,
+    /// The lock service's nodes.
+    pub lock_nodes: Vec<LockNodeId>,
+    /// Time limits.
+    pub timeouts: Timeouts,
+    /// Simulator-only mistakes.
+    pub bugs: ProtocolBugs,
+}
+
+/// Request ids, routes from request ids to the operation that sent them, the lock
+/// client, and the proposer's random numbers.
+pub(crate) struct Wiring<K> {
+    next_id: u64,
+    routes: BTreeMap<u64, K>,
+    lock: LockClient,
+    lock_routes: BTreeMap<u64, K>,
+    rng: ChaCha8Rng,
+}
+
+impl<K: Clone + Ord> Wiring<K> {
+    pub(crate) fn new(config: &ProposerConfig, seed: u64) -> Self {
+        Self {
+            next_id: 1,
+            routes: BTreeMap::new(),
+            lock: LockClient::new(config.lock_nodes.clone(), config.timeouts.lock_attempt),
+            lock_routes: BTreeMap::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+        }
+    }
+
+    /// The operation that sent request `id`.
+    pub(crate) fn route(&self, id: u64) -> Option<&K> {
+        self.routes.get(&id)
+    }
+
+    /// The operation that sent lock request `id`.
+    pub(crate) fn lock_route(&self, id: u64) -> Option<&K> {
+        self.lock_routes.get(&id)
+    }
+
+    /// Forgets every route of a finished operation.
+    pub(crate) fn forget(&mut self, key: &K) {
+        self.routes.retain(|_, k| k != key);
+        self.lock_routes.retain(|_, k| k != key);
+    }
+
+    pub(crate) fn lock_client(&mut self) -> &mut LockClient {
+        &mut self.lock
+    }
+
+    pub(crate) fn ctx<'a>(
+        &'a mut self,
+        now: Time,
+        config: &'a ProposerConfig,
+        key: K,
+        sends: &'a mut Vec<(NodeId, Message)>,
+    ) -> Ctx<'a, K> {
+        Ctx {
+            now,
+            config,
+            key,
+            wiring: self,
+            sends,
+        }
+    }
+}
+
+/// What an operation may do while handling an event.
+pub(crate) struct Ctx<'a, K> {
+    pub(crate) now: Time,
+    pub(crate) config: &'a ProposerConfig,
+    key: K,
+    wiring: &'a mut Wiring<K>,
+    sends: &'a mut Vec<(NodeId, Message)>,
+}
+
+impl<K: Clone + Ord> Ctx<'_, K> {
+    fn next_id(&mut self) -> u64 {
+        let id = self.wiring.next_id;
+        self.wiring.next_id += 1;
+        self.wiring.routes.insert(id, self.key.clone());
+        id
+    }
+
+    /// Sends a request to a replica; returns its id.
+    pub(crate) fn to_replica(
+        &mut self,
+        to: ReplicaId,
+        build: impl FnOnce(u64) -> ReplicaRequest,
+    ) -> u64 {
+        let id = self.next_id();
+        self.sends
+            .push((NodeId::Replica(to), Message::ReplicaRequest(build(id))));
+        id
+    }
+
+    /// Sends a request to a replica's coordinator; returns its id.
+    pub(crate) fn to_coordinator(
+        &mut self,
+        to: ReplicaId,
+        build: impl FnOnce(u64) -> CoordinatorRequest,
+    ) -> u64 {
+        let id = self.next_id();
+        self.sends.push((
+            NodeId::Coordinator(to),
+            Message::CoordinatorRequest(build(id)),
+        ));
+        id
+    }
+
+    /// Starts a lock service request; returns its lock request id.
+    pub(crate) fn to_lock(&mut self, command: LockCommand) -> u64 {
+        let (id, send) = self.wiring.lock.start(self.now, command);
+        self.wiring.lock_routes.insert(id, self.key.clone());
+        self.sends.push((
+            NodeId::LockNode(send.to),
+            Message::LockRequest(send.request),
+        ));
+        id
+    }
+
+    /// A random duration in `[0, max]`.
+    pub(crate) fn random_up_to(&mut self, max: Duration) -> Duration {
+        let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+        Duration::from_nanos(if nanos == 0 {
+            0
+        } else {
+            self.wiring.rng.next_u64() % (nanos + 1)
+        })
+    }
+}

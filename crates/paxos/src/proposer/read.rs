@@ -1,0 +1,655 @@
+//! Reads: current (DESIGN.md §4 "Reads"; paper §4.6.2, Figure 7), snapshot and
+//! inconsistent.
+//!
+//! ```text
+//!  current:  Query local coordinator ─ vouched ─► LocalState ─► CatchUp(local tail) ─► Read
+//!                                    └ not / timeout ─► Majority ─► CatchUp(R) ─► Read [─► Validate if R is local]
+//!  snapshot: Read at the replica's applied position     inconsistent: Read latest cells
+//! ```
+//!
+//! The local position is read only after the coordinator vouched: read earlier, it can
+//! predate the write whose reader's validate made the coordinator vouch.
+
+use std::collections::BTreeMap;
+
+use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
+use megastore_lock::{LockError, LockReply};
+use megastore_rowstore::Row;
+use megastore_types::{EgId, Epoch, Position, ReplicaId, ReplicaKind, Time};
+
+use super::Ctx;
+use super::settle::{Settle, SettleOutcome};
+use crate::messages::{DataQuery, LogState, ReadAt, ReplicaError, ReplicaReply, ReplicaRequest};
+
+/// How many times a read restarts (after a replica failed it) before giving up.
+const READ_ATTEMPTS_MAX: u32 = 4;
+
+/// Which kind of read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadMode {
+    /// Sees every write acknowledged before it began, and every write any earlier read
+    /// observed.
+    Current,
+    /// A consistent state as of a replica's applied position; no coordination.
+    Snapshot,
+    /// The newest cells, log ignored; may see part of an entry.
+    Inconsistent,
+}
+
+/// How a current read found its position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadPath {
+    /// The local coordinator vouched: served locally.
+    LocalVouched,
+    /// A majority read and catch-up of the replica that served it.
+    Majority,
+    /// A snapshot read.
+    Snapshot,
+    /// An inconsistent read.
+    Inconsistent,
+}
+
+/// What a read returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadResult {
+    /// The position whose state the rows show (`None` for an inconsistent read).
+    pub position: Option<Position>,
+    /// The rows.
+    pub rows: Vec<Row>,
+    /// The replica that served it.
+    pub replica: ReplicaId,
+    /// The position leader of the next position, from the visible entry at
+    /// `position` (current reads only).
+    pub next_leader: Option<ReplicaId>,
+    /// How the position was found.
+    pub path: ReadPath,
+}
+
+/// Why a read gave up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadError {
+    /// No replica could serve it in time.
+    Unavailable(String),
+}
+
+#[derive(Debug)]
+enum Phase {
+    Query {
+        query: u64,
+        early: Option<u64>,
+        early_state: Option<LogState>,
+        vouched: bool,
+        deadline: Time,
+    },
+    LocalState {
+        id: u64,
+        deadline: Time,
+    },
+    Majority {
+        ids: BTreeMap<u64, ReplicaId>,
+        replies: BTreeMap<ReplicaId, LogState>,
+        deadline: Time,
+    },
+    CatchUp {
+        replica: ReplicaId,
+        target: Position,
+        next: Position,
+        settle: Option<Settle>,
+        next_leader: Option<ReplicaId>,
+    },
+    Reading {
+        replica: ReplicaId,
+        target: Position,
+        id: u64,
+        next_leader: Option<ReplicaId>,
+        deadline: Time,
+    },
+    Done,
+}
+
+/// A current read of one group.
+#[derive(Debug)]
+pub(crate) struct CurrentRead {
+    eg: EgId,
+    query: DataQuery,
+    local: Option<ReplicaId>,
+    phase: Phase,
+    /// The epoch the local coordinator's first answer named.
+    epoch: Option<Epoch>,
+    /// The local coordinator vouched (no validate afterwards).
+    vouched: bool,
+    attempts: u32,
+    result: Option<Result<ReadResult, ReadError>>,
+}
+
+impl CurrentRead {
+    pub(crate) fn start<K: Clone + Ord>(
+        ctx: &mut Ctx<'_, K>,
+        eg: EgId,
+        query: DataQuery,
+        local: Option<ReplicaId>,
+    ) -> Self {
+        let mut read = CurrentRead {
+            eg,
+            query,
+            local,
+            phase: Phase::Done,
+            epoch: None,
+            vouched: false,
+            attempts: 0,
+            result: None,
+        };
+        match local {
+            None => read.majority(ctx),
+            Some(local) if ctx.config.bugs.read_local_unvouched => {
+                read.vouched = true;
+                read.local_state(ctx, local);
+            }
+            Some(local) => {
+                let eg = read.eg.clone();
+                let query = ctx.to_coordinator(local, |id| CoordinatorRequest::Query { id, eg });
+                let early = ctx.config.bugs.read_position_before_vouch.then(|| {
+                    let eg = read.eg.clone();
+                    ctx.to_replica(local, |id| ReplicaRequest::LogState { id, eg })
+                });
+                let deadline = ctx.now + ctx.config.timeouts.rpc;
+                read.phase = Phase::Query {
+                    query,
+                    early,
+                    early_state: None,
+                    vouched: false,
+                    deadline,
+                };
+            }
+        }
+        read
+    }
+
+    pub(crate) fn result(&self) -> Option<&Result<ReadResult, ReadError>> {
+        self.result.as_ref()
+    }
+
+    pub(crate) fn deadline(&self) -> Option<Time> {
+        match &self.phase {
+            Phase::Query { deadline, .. }
+            | Phase::LocalState { deadline, .. }
+            | Phase::Majority { deadline, .. }
+            | Phase::Reading { deadline, .. } => Some(*deadline),
+            Phase::CatchUp { settle, .. } => settle.as_ref().and_then(Settle::deadline),
+            Phase::Done => None,
+        }
+    }
+
+    fn local_state<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, local: ReplicaId) {
+        let eg = self.eg.clone();
+        let id = ctx.to_replica(local, |id| ReplicaRequest::LogState { id, eg });
+        self.phase = Phase::LocalState {
+            id,
+            deadline: ctx.now + ctx.config.timeouts.rpc,
+        };
+    }
+
+    fn majority<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
+        self.vouched = false;
+        let mut ids = BTreeMap::new();
+        for r in ctx.config.topology.voters().collect::<Vec<_>>() {
+            let eg = self.eg.clone();
+            ids.insert(
+                ctx.to_replica(r, |id| ReplicaRequest::LogState { id, eg }),
+                r,
+            );
+        }
+        self.phase = Phase::Majority {
+            ids,
+            replies: BTreeMap::new(),
+            deadline: ctx.now + ctx.config.timeouts.rpc,
+        };
+    }
+
+    fn retry<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, why: &str) {
+        self.attempts += 1;
+        if self.attempts >= READ_ATTEMPTS_MAX {
+            self.phase = Phase::Done;
+            self.result = Some(Err(ReadError::Unavailable(why.to_string())));
+        } else {
+            self.majority(ctx);
+        }
+    }
+
+    /// Settles positions `next..=target` at `replica`, then reads there.
+    fn catch_up<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        replica: ReplicaId,
+        next: Position,
+        target: Position,
+        next_leader: Option<ReplicaId>,
+    ) {
+        self.phase = Phase::CatchUp {
+            replica,
+            target,
+            next,
+            settle: None,
+            next_leader,
+        };
+        self.advance_catch_up(ctx);
+    }
+
+    fn advance_catch_up<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
+        loop {
+            let Phase::CatchUp {
+                replica,
+                target,
+                next,
+                settle,
+                next_leader,
+            } = &mut self.phase
+            else {
+                return;
+            };
+            match settle.as_ref().map(|s| s.outcome().cloned()) {
+                Some(None) => return,
+                Some(Some(SettleOutcome::Failed)) => {
+                    self.retry(ctx, "could not settle a position");
+                    return;
+                }
+                Some(Some(SettleOutcome::Settled { entry, .. })) => {
+                    *next_leader = entry.next_leader;
+                    *next = next.next();
+                    *settle = None;
+                    continue;
+                }
+                None => {}
+            }
+            if *next <= *target {
+                let started = Settle::start(ctx, self.eg.clone(), *next, None, None);
+                *settle = Some(started);
+                continue;
+            }
+            let (replica, target, next_leader) = (*replica, *target, *next_leader);
+            self.read_at(ctx, replica, target, next_leader);
+            return;
+        }
+    }
+
+    fn read_at<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        replica: ReplicaId,
+        target: Position,
+        next_leader: Option<ReplicaId>,
+    ) {
+        let (eg, query) = (self.eg.clone(), self.query.clone());
+        let id = ctx.to_replica(replica, |id| ReplicaRequest::Read {
+            id,
+            eg,
+            at: ReadAt::Position(target),
+            query,
+        });
+        self.phase = Phase::Reading {
+            replica,
+            target,
+            id,
+            next_leader,
+            deadline: ctx.now + ctx.config.timeouts.rpc,
+        };
+    }
+
+    pub(crate) fn on_coordinator_reply<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        from: ReplicaId,
+        reply: CoordinatorReply,
+    ) {
+        if let Phase::CatchUp {
+            settle: Some(s), ..
+        } = &mut self.phase
+        {
+            s.on_coordinator_reply(ctx, from, reply);
+            self.advance_catch_up(ctx);
+            return;
+        }
+        let Phase::Query {
+            query,
+            early,
+            early_state,
+            ..
+        } = &mut self.phase
+        else {
+            return;
+        };
+        let CoordinatorReply::Query { id, vouched, epoch } = reply else {
+            return;
+        };
+        if id != *query {
+            return;
+        }
+        self.epoch = epoch;
+        let local = self
+            .local
+            .expect("only a read with a local replica queries");
+        if !vouched {
+            self.majority(ctx);
+        } else if early.is_some() {
+            // The bug: use the position read in parallel with the query.
+            match early_state.take() {
+                Some(state) => self.vouched_state(ctx, local, state),
+                None => {
+                    if let Phase::Query { vouched, .. } = &mut self.phase {
+                        *vouched = true;
+                    }
+                }
+            }
+        } else {
+            self.vouched = true;
+            self.local_state(ctx, local);
+        }
+    }
+
+    fn vouched_state<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        local: ReplicaId,
+        state: LogState,
+    ) {
+        self.vouched = true;
+        let target = state.highest.max(state.visible);
+        self.catch_up(ctx, local, state.visible.next(), target, state.next_leader);
+    }
+
+    pub(crate) fn on_replica_reply<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        from: ReplicaId,
+        reply: ReplicaReply,
+    ) {
+        match &mut self.phase {
+            Phase::Query {
+                early,
+                early_state,
+                vouched,
+                ..
+            } => {
+                if let ReplicaReply::LogState { id, state } = reply {
+                    if Some(id) == *early {
+                        if *vouched {
+                            let local = self.local.expect("early reads go to the local replica");
+                            self.vouched_state(ctx, local, state);
+                        } else {
+                            *early_state = Some(state);
+                        }
+                    }
+                }
+            }
+            Phase::LocalState { id, .. } => match reply {
+                ReplicaReply::LogState {
+                    id: reply_id,
+                    state,
+                } if reply_id == *id => {
+                    self.vouched_state(ctx, from, state);
+                }
+                ReplicaReply::Error { id: reply_id, .. } if reply_id == *id => self.majority(ctx),
+                _ => {}
+            },
+            Phase::Majority { ids, replies, .. } => {
+                let ReplicaReply::LogState { id, state } = reply else {
+                    return;
+                };
+                if ids.remove(&id).is_none() {
+                    return;
+                }
+                replies.insert(from, state);
+                if replies.len() >= ctx.config.topology.majority() {
+                    self.majority_answered(ctx);
+                }
+            }
+            Phase::CatchUp {
+                settle: Some(s), ..
+            } => {
+                if s.owns(reply.id()) {
+                    s.on_replica_reply(ctx, from, reply);
+                    self.advance_catch_up(ctx);
+                }
+            }
+            Phase::Reading {
+                replica,
+                target,
+                id,
+                next_leader,
+                ..
+            } => {
+                if reply.id() != *id {
+                    return;
+                }
+                let (replica, target, next_leader) = (*replica, *target, *next_leader);
+                match reply {
+                    ReplicaReply::Data { rows, .. } => {
+                        self.finish(ctx, replica, target, next_leader, rows)
+                    }
+                    ReplicaReply::Error {
+                        error: ReplicaError::NotApplied { applied },
+                        ..
+                    } => {
+                        // Visibility marks still on their way (or lost): settle again
+                        // from what it applied, which re-sends them.
+                        self.attempts += 1;
+                        if self.attempts >= READ_ATTEMPTS_MAX {
+                            self.retry(ctx, "replica did not apply in time");
+                        } else {
+                            self.catch_up(ctx, replica, applied.next(), target, next_leader);
+                        }
+                    }
+                    _ => self.retry(ctx, "replica refused the read"),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A majority answered: the highest position any of them accepted is the highest
+    /// possibly chosen. Catch up the local full replica if it answered, else the most
+    /// up-to-date full replica that did.
+    fn majority_answered<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
+        let Phase::Majority { replies, .. } = &self.phase else {
+            return;
+        };
+        let target = replies
+            .values()
+            .map(|s| s.highest.max(s.visible))
+            .max()
+            .unwrap_or(Position::NONE);
+        let topology = &ctx.config.topology;
+        let full = |r: &ReplicaId| topology.kind(*r) == Some(ReplicaKind::Full);
+        let chosen = self.local.filter(|l| replies.contains_key(l)).or_else(|| {
+            replies
+                .iter()
+                .filter(|(r, _)| full(r))
+                .max_by_key(|(_, s)| (s.applied, s.visible))
+                .map(|(r, _)| *r)
+        });
+        match chosen {
+            Some(r) => {
+                let state = replies[&r];
+                let next_leader = if state.visible == target {
+                    state.next_leader
+                } else {
+                    None
+                };
+                self.catch_up(ctx, r, state.visible.next(), target, next_leader);
+            }
+            None => self.retry(ctx, "no full replica answered"),
+        }
+    }
+
+    fn finish<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        replica: ReplicaId,
+        target: Position,
+        next_leader: Option<ReplicaId>,
+        rows: Vec<Row>,
+    ) {
+        // Validate only when the replica caught up was the local one, with the epoch of
+        // the first query; never after a vouched read (nothing to validate).
+        let validate_remote = ctx.config.bugs.validate_after_remote_catchup;
+        if let (Some(local), Some(epoch), false) = (self.local, self.epoch, self.vouched) {
+            if replica == local || validate_remote {
+                let eg = self.eg.clone();
+                ctx.to_coordinator(local, |_| CoordinatorRequest::Validate {
+                    eg,
+                    position: target,
+                    epoch,
+                });
+            }
+        }
+        let path = if self.vouched {
+            ReadPath::LocalVouched
+        } else {
+            ReadPath::Majority
+        };
+        self.result = Some(Ok(ReadResult {
+            position: Some(target),
+            rows,
+            replica,
+            next_leader,
+            path,
+        }));
+        self.phase = Phase::Done;
+    }
+
+    pub(crate) fn on_lock_outcome<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        id: u64,
+        result: Result<LockReply, LockError>,
+    ) {
+        if let Phase::CatchUp {
+            settle: Some(s), ..
+        } = &mut self.phase
+        {
+            s.on_lock_outcome(ctx, id, result);
+            self.advance_catch_up(ctx);
+        }
+    }
+
+    pub(crate) fn on_tick<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
+        let now = ctx.now;
+        match &mut self.phase {
+            Phase::Query { deadline, .. } | Phase::LocalState { deadline, .. }
+                if now >= *deadline =>
+            {
+                self.majority(ctx)
+            }
+            Phase::Majority { deadline, .. } if now >= *deadline => {
+                self.retry(ctx, "no majority answered")
+            }
+            Phase::Reading { deadline, .. } if now >= *deadline => {
+                self.retry(ctx, "the read timed out")
+            }
+            Phase::CatchUp {
+                settle: Some(s), ..
+            } => {
+                s.on_tick(ctx);
+                self.advance_catch_up(ctx);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A snapshot or inconsistent read: one request, tried at each candidate replica.
+#[derive(Debug)]
+pub(crate) struct PointRead {
+    eg: EgId,
+    query: DataQuery,
+    mode: ReadMode,
+    candidates: Vec<ReplicaId>,
+    id: Option<(u64, ReplicaId, Time)>,
+    result: Option<Result<ReadResult, ReadError>>,
+}
+
+impl PointRead {
+    /// `candidates`: replicas able to serve, best first.
+    pub(crate) fn start<K: Clone + Ord>(
+        ctx: &mut Ctx<'_, K>,
+        eg: EgId,
+        query: DataQuery,
+        mode: ReadMode,
+        candidates: Vec<ReplicaId>,
+    ) -> Self {
+        let mut read = PointRead {
+            eg,
+            query,
+            mode,
+            candidates,
+            id: None,
+            result: None,
+        };
+        read.try_next(ctx);
+        read
+    }
+
+    fn try_next<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
+        if self.candidates.is_empty() {
+            self.result = Some(Err(ReadError::Unavailable(
+                "no replica served the read".into(),
+            )));
+            self.id = None;
+            return;
+        }
+        let replica = self.candidates.remove(0);
+        let at = if self.mode == ReadMode::Snapshot {
+            ReadAt::Applied
+        } else {
+            ReadAt::Latest
+        };
+        let (eg, query) = (self.eg.clone(), self.query.clone());
+        let id = ctx.to_replica(replica, |id| ReplicaRequest::Read { id, eg, at, query });
+        self.id = Some((id, replica, ctx.now + ctx.config.timeouts.rpc));
+    }
+
+    pub(crate) fn result(&self) -> Option<&Result<ReadResult, ReadError>> {
+        self.result.as_ref()
+    }
+
+    pub(crate) fn deadline(&self) -> Option<Time> {
+        self.id.map(|(_, _, deadline)| deadline)
+    }
+
+    pub(crate) fn on_replica_reply<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        reply: ReplicaReply,
+    ) {
+        let Some((id, replica, _)) = self.id else {
+            return;
+        };
+        if reply.id() != id {
+            return;
+        }
+        match reply {
+            ReplicaReply::Data { at, rows, .. } => {
+                let path = if self.mode == ReadMode::Snapshot {
+                    ReadPath::Snapshot
+                } else {
+                    ReadPath::Inconsistent
+                };
+                self.result = Some(Ok(ReadResult {
+                    position: at,
+                    rows,
+                    replica,
+                    next_leader: None,
+                    path,
+                }));
+                self.id = None;
+            }
+            _ => self.try_next(ctx),
+        }
+    }
+
+    pub(crate) fn on_tick<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
+        if self.id.is_some_and(|(_, _, deadline)| ctx.now >= deadline) {
+            self.try_next(ctx);
+        }
+    }
+}

@@ -1,0 +1,385 @@
+//! One entity group's acceptor state at one replica, and the handlers that change it.
+//! Every change is expressed as a root-row mutation the driver persists (synced)
+//! before any reply that depends on it leaves.
+
+use std::collections::BTreeMap;
+
+use megastore_rowstore::RowMutation;
+use megastore_types::{Ballot, EgId, Position, ReplicaId, ReplicaKind, TxnId};
+
+use super::Output;
+use crate::bugs::ProtocolBugs;
+use crate::cells::{APPLIED, RootRowWrite, SlotRecord, StoredGroup, TRUNCATED, VISIBLE};
+use crate::entry::{LogEntry, root_row};
+use crate::messages::{AcceptResult, GrantRefusal, LogState, PrepareResult};
+
+/// The acceptor state of one entity group at one replica: what its root row says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupLog {
+    eg: EgId,
+    root_row: Vec<u8>,
+    promises: BTreeMap<Position, Ballot>,
+    slots: BTreeMap<Position, SlotRecord>,
+    grants: BTreeMap<Position, TxnId>,
+    visible: Position,
+    applied: Position,
+    truncated: Position,
+}
+
+impl GroupLog {
+    /// The state read back from the root row. With `forget_promises` (a bug knob) the
+    /// promises are dropped, as a replica that never persisted them would.
+    pub fn load(eg: EgId, stored: StoredGroup, forget_promises: bool) -> Self {
+        let root_row = root_row(&eg);
+        let promises = if forget_promises {
+            BTreeMap::new()
+        } else {
+            stored.promises.into_iter().collect()
+        };
+        Self {
+            eg,
+            root_row,
+            promises,
+            slots: stored.slots.into_iter().collect(),
+            grants: stored.grants.into_iter().collect(),
+            visible: stored.visible,
+            applied: stored.applied,
+            truncated: stored.truncated,
+        }
+    }
+
+    /// The group.
+    pub fn eg(&self) -> &EgId {
+        &self.eg
+    }
+
+    /// What is held at `p`.
+    pub fn slot(&self, p: Position) -> Option<&SlotRecord> {
+        self.slots.get(&p)
+    }
+
+    /// Every held position.
+    pub fn slots(&self) -> impl Iterator<Item = (Position, &SlotRecord)> + '_ {
+        self.slots.iter().map(|(p, s)| (*p, s))
+    }
+
+    /// The ballot-0 grant recorded at `p`.
+    pub fn grant(&self, p: Position) -> Option<TxnId> {
+        self.grants.get(&p).copied()
+    }
+
+    /// The promise at `p`.
+    pub fn promise(&self, p: Position) -> Option<Ballot> {
+        self.promises.get(&p).copied()
+    }
+
+    /// Every position up to this one is visible here.
+    pub fn visible(&self) -> Position {
+        self.visible
+    }
+
+    /// Every position up to this one is applied here.
+    pub fn applied(&self) -> Position {
+        self.applied
+    }
+
+    /// Positions up to this one are truncated here.
+    pub fn truncated(&self) -> Position {
+        self.truncated
+    }
+
+    /// The replica's positions.
+    pub fn log_state(&self) -> LogState {
+        let highest = self
+            .slots
+            .keys()
+            .next_back()
+            .copied()
+            .unwrap_or(Position::NONE)
+            .max(self.visible);
+        let next_leader = self
+            .slots
+            .get(&self.visible)
+            .filter(|s| s.visible)
+            .and_then(|s| s.entry.next_leader);
+        LogState {
+            highest,
+            visible: self.visible,
+            applied: self.applied,
+            truncated: self.truncated,
+            next_leader,
+        }
+    }
+
+    fn write(&self) -> RootRowWrite {
+        RootRowWrite::new(self.root_row.clone())
+    }
+
+    /// Paxos phase 1.
+    pub fn prepare(&mut self, p: Position, ballot: Ballot, out: &mut Vec<Output>) -> PrepareResult {
+        if p <= self.truncated {
+            return PrepareResult::Truncated;
+        }
+        let slot = self.slots.get(&p);
+        if let Some(s) = slot.filter(|s| s.visible) {
+            return PrepareResult::Visible(s.ballot, s.entry.clone());
+        }
+        let bar = self.promises.get(&p).copied().max(slot.map(|s| s.ballot));
+        if ballot.is_zero() || bar.is_some_and(|bar| ballot <= bar) {
+            return PrepareResult::Rejected {
+                promised: bar.unwrap_or(Ballot::ZERO),
+            };
+        }
+        let accepted = slot.map(|s| (s.ballot, s.entry.clone()));
+        self.promises.insert(p, ballot);
+        out.push(Output::Persist {
+            mutation: self.write().promise(p, ballot).0,
+        });
+        PrepareResult::Promised(accepted)
+    }
+
+    /// Paxos phase 2, including the position leader's ballot-0 grant.
+    pub fn accept(
+        &mut self,
+        me: ReplicaId,
+        bugs: &ProtocolBugs,
+        p: Position,
+        ballot: Ballot,
+        entry: LogEntry,
+        grant: bool,
+        out: &mut Vec<Output>,
+    ) -> AcceptResult {
+        if p <= self.truncated {
+            return AcceptResult::Truncated;
+        }
+        if let Some(s) = self.slots.get(&p).filter(|s| s.visible) {
+            return if s.entry == entry {
+                AcceptResult::Accepted
+            } else {
+                AcceptResult::Visible(s.ballot, s.entry.clone())
+            };
+        }
+        if let Some(promised) = self
+            .promises
+            .get(&p)
+            .copied()
+            .filter(|promised| ballot < *promised)
+        {
+            return AcceptResult::Rejected { promised };
+        }
+        if !ballot.is_zero() {
+            let promise = self
+                .promises
+                .get(&p)
+                .copied()
+                .map_or(ballot, |old| old.max(ballot));
+            self.promises.insert(p, promise);
+            let slot = SlotRecord {
+                ballot,
+                entry,
+                visible: false,
+            };
+            out.push(Output::Persist {
+                mutation: self.write().promise(p, promise).slot(p, &slot).0,
+            });
+            self.slots.insert(p, slot);
+            return AcceptResult::Accepted;
+        }
+        // Ballot 0: one value per position, and only the leader's grant admits it.
+        if let Some(s) = self.slots.get(&p) {
+            if !s.ballot.is_zero() {
+                return AcceptResult::Rejected { promised: s.ballot };
+            }
+            let overwrite = grant && bugs.grant_ballot0_twice;
+            if s.entry != entry && !overwrite {
+                return match (grant, s.entry.txn) {
+                    (true, Some(txn)) => AcceptResult::GrantRefused(GrantRefusal::Taken(txn)),
+                    _ => AcceptResult::Rejected {
+                        promised: Ballot::ZERO,
+                    },
+                };
+            }
+            if s.entry == entry && (!grant || self.grants.get(&p) == entry.txn.as_ref()) {
+                return AcceptResult::Accepted;
+            }
+        }
+        let mut write = self.write();
+        if grant {
+            let Some(txn) = entry.txn else {
+                return AcceptResult::GrantRefused(GrantRefusal::NotLeader);
+            };
+            if !self.is_position_leader(me, bugs, p) {
+                return AcceptResult::GrantRefused(GrantRefusal::NotLeader);
+            }
+            if let Some(taken) = self
+                .grants
+                .get(&p)
+                .copied()
+                .filter(|t| *t != txn && !bugs.grant_ballot0_twice)
+            {
+                return AcceptResult::GrantRefused(GrantRefusal::Taken(taken));
+            }
+            self.grants.insert(p, txn);
+            write = write.grant(p, txn);
+        }
+        let slot = SlotRecord {
+            ballot: Ballot::ZERO,
+            entry,
+            visible: false,
+        };
+        out.push(Output::Persist {
+            mutation: write.slot(p, &slot).0,
+        });
+        self.slots.insert(p, slot);
+        AcceptResult::Accepted
+    }
+
+    /// `position_leader(p)`: the `next_leader` of the visible entry at `p - 1`; none at
+    /// `p = 1`, after a no-op, or when `p - 1` is truncated away.
+    fn is_position_leader(&self, me: ReplicaId, bugs: &ProtocolBugs, p: Position) -> bool {
+        if p.0 <= 1 {
+            return false;
+        }
+        self.slots
+            .get(&p.prev())
+            .filter(|s| s.visible || bugs.leader_from_unchosen_entry)
+            .is_some_and(|s| s.entry.next_leader == Some(me))
+    }
+
+    /// Records `entry` as the visible value at `p`, advances the visible watermark,
+    /// and applies what became applicable (not on witnesses).
+    pub fn mark_visible(
+        &mut self,
+        kind: ReplicaKind,
+        bugs: &ProtocolBugs,
+        p: Position,
+        ballot: Ballot,
+        entry: LogEntry,
+        out: &mut Vec<Output>,
+    ) -> Result<(), Position> {
+        if p <= self.truncated {
+            return Ok(());
+        }
+        if let Some(s) = self.slots.get(&p).filter(|s| s.visible) {
+            return if s.entry == entry { Ok(()) } else { Err(p) };
+        }
+        let slot = SlotRecord {
+            ballot,
+            entry,
+            visible: true,
+        };
+        let mut write = self.write().slot(p, &slot);
+        self.slots.insert(p, slot);
+        let before = self.visible;
+        while self
+            .slots
+            .get(&self.visible.next())
+            .is_some_and(|s| s.visible)
+        {
+            self.visible = self.visible.next();
+        }
+        if self.visible != before {
+            write = write.watermark(VISIBLE, self.visible);
+        }
+        out.push(Output::Persist { mutation: write.0 });
+        if kind != ReplicaKind::Witness {
+            self.apply_ready(bugs, Some(p), out);
+        }
+        Ok(())
+    }
+
+    /// Applies visible positions above `applied`, in log order, as one atomic batch
+    /// with the new `applied` marker. `just_marked`: the position a mark just made
+    /// visible (the out-of-order bug applies it even across a gap).
+    pub fn apply_ready(
+        &mut self,
+        bugs: &ProtocolBugs,
+        just_marked: Option<Position>,
+        out: &mut Vec<Output>,
+    ) {
+        let mut positions: Vec<Position> = (self.applied.0 + 1..=self.visible.0)
+            .map(Position)
+            .collect();
+        if bugs.apply_out_of_order {
+            if let Some(p) = just_marked.filter(|p| *p > self.applied && !positions.contains(p)) {
+                positions.push(p);
+            }
+        }
+        let Some(&last) = positions.last() else {
+            return;
+        };
+        let mut rows: Vec<RowMutation> = Vec::new();
+        for p in &positions {
+            let slot = self
+                .slots
+                .get(p)
+                .expect("positions up to `visible` (or the one just marked) have slots");
+            rows.extend(slot.entry.writes.iter().map(|w| w.at(p.0)));
+        }
+        self.applied = last;
+        rows.push(self.write().watermark(APPLIED, last).0);
+        out.push(Output::Apply {
+            eg: self.eg.clone(),
+            rows,
+        });
+    }
+
+    /// Drops the log below and at `through` (already applied everywhere it needs to
+    /// be); keeps the slot at `through` only as the truncation watermark.
+    pub fn truncate(&mut self, kind: ReplicaKind, through: Position, out: &mut Vec<Output>) {
+        let kept = if kind == ReplicaKind::Witness {
+            self.visible
+        } else {
+            self.applied.min(self.visible)
+        };
+        let through = through.min(kept);
+        if through <= self.truncated {
+            return;
+        }
+        let mut write = self.write();
+        for p in (self.truncated.0 + 1..=through.0).map(Position) {
+            self.slots.remove(&p);
+            self.promises.remove(&p);
+            self.grants.remove(&p);
+            write = write.forget(p);
+        }
+        self.truncated = through;
+        out.push(Output::Persist {
+            mutation: write.watermark(TRUNCATED, through).0,
+        });
+    }
+
+    /// Checks the group's own invariants (panics on a broken one).
+    pub fn check_invariants(&self, kind: ReplicaKind, bugs: &ProtocolBugs) {
+        assert!(
+            self.truncated <= self.visible,
+            "{}: truncated above visible",
+            self.eg
+        );
+        for p in (self.truncated.0 + 1..=self.visible.0).map(Position) {
+            assert!(
+                self.slots.get(&p).is_some_and(|s| s.visible),
+                "{}: {p} below the visible mark is not visible",
+                self.eg
+            );
+        }
+        if kind != ReplicaKind::Witness && !bugs.apply_out_of_order {
+            assert!(
+                self.applied <= self.visible,
+                "{}: applied {} above visible {}",
+                self.eg,
+                self.applied,
+                self.visible
+            );
+        }
+        for (p, slot) in &self.slots {
+            if let Some(promise) = self.promises.get(p) {
+                assert!(
+                    slot.visible || slot.ballot <= *promise,
+                    "{}: accepted above the promise at {p}",
+                    self.eg
+                );
+            }
+        }
+    }
+}

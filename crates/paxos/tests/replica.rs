@@ -1,0 +1,444 @@
+//! The replica's acceptor rules (DESIGN.md §4; paper §4.4.2, §4.6), request by request,
+//! through a minimal driver over the in-memory row store.
+
+use megastore_paxos::messages::DataQuery;
+use megastore_paxos::messages::{AcceptResult, GrantRefusal, PrepareResult, ReplicaError};
+use megastore_paxos::{
+    CellWrite, LogEntry, Message, ProtocolBugs, ReadAt, Replica, ReplicaConfig, ReplicaInput,
+    ReplicaOutput, ReplicaReply, ReplicaRequest, RowWrite, answer_read,
+};
+use megastore_rowstore::{Durability, KeyRange, LATEST, MemoryStore, RowRead, RowStore};
+use megastore_types::{
+    Ballot, ClientId, EgId, NodeId, Position, ProposerId, ReplicaId, ReplicaInfo, ReplicaKind,
+    SiteId, Time, Topology, TxnId,
+};
+
+const CLIENT: NodeId = NodeId::Client(ClientId(1));
+
+fn topology() -> Topology {
+    let r = |id, kind| ReplicaInfo {
+        id: ReplicaId(id),
+        kind,
+        site: SiteId(id),
+    };
+    Topology::new(vec![
+        r(1, ReplicaKind::Full),
+        r(2, ReplicaKind::Full),
+        r(3, ReplicaKind::Witness),
+        r(4, ReplicaKind::ReadOnly),
+    ])
+    .unwrap()
+}
+
+fn eg() -> EgId {
+    EgId(b"g1".to_vec())
+}
+
+/// A replica and its store, with every output carried out at once.
+struct Node {
+    id: ReplicaId,
+    bugs: ProtocolBugs,
+    replica: Replica,
+    store: MemoryStore,
+}
+
+impl Node {
+    fn new(id: u16) -> Self {
+        Self::with_bugs(id, ProtocolBugs::default())
+    }
+
+    fn with_bugs(id: u16, bugs: ProtocolBugs) -> Self {
+        let config = ReplicaConfig {
+            id: ReplicaId(id),
+            topology: topology(),
+            bugs,
+        };
+        Node {
+            id: ReplicaId(id),
+            bugs,
+            replica: Replica::new(config),
+            store: MemoryStore::new(),
+        }
+    }
+
+    /// Sends one request; returns the reply.
+    fn ask(&mut self, request: ReplicaRequest) -> ReplicaReply {
+        let mut pending = vec![ReplicaInput::Message {
+            from: CLIENT,
+            message: Message::ReplicaRequest(request),
+        }];
+        let mut replies = Vec::new();
+        while let Some(input) = pending.pop() {
+            for output in self.replica.step(Time::ZERO, input) {
+                match output {
+                    ReplicaOutput::Load { eg, root_row } => {
+                        let row = self
+                            .store
+                            .read_row(&root_row, &KeyRange::all(), LATEST)
+                            .unwrap();
+                        pending.push(ReplicaInput::Loaded { eg, row });
+                    }
+                    ReplicaOutput::Persist { mutation } => {
+                        self.store
+                            .mutate_row(&mutation, None, Durability::Synced)
+                            .unwrap();
+                    }
+                    ReplicaOutput::Apply { eg, rows } => {
+                        self.store
+                            .mutate_rows(
+                                &megastore_paxos::group_range(&eg),
+                                &rows,
+                                Durability::Buffered,
+                            )
+                            .unwrap();
+                    }
+                    ReplicaOutput::Send {
+                        message: Message::ReplicaReply(reply),
+                        ..
+                    } => replies.push(reply),
+                    ReplicaOutput::ReadData { id, at, query, .. } => {
+                        replies.push(answer_read(&self.store, id, at, &query))
+                    }
+                    other => panic!("unexpected output {other:?}"),
+                }
+            }
+        }
+        assert_eq!(replies.len(), 1, "{replies:?}");
+        replies.pop().unwrap()
+    }
+
+    /// A crash: unsynced writes are lost and the replica restarts from its store.
+    fn restart(&mut self) {
+        self.store.crash();
+        let config = ReplicaConfig {
+            id: self.id,
+            topology: topology(),
+            bugs: self.bugs,
+        };
+        self.replica = Replica::new(config);
+    }
+}
+
+fn write(txn: u64, next_leader: Option<u16>, value: &str) -> LogEntry {
+    let row = [eg().0, b"\x01k".to_vec()].concat();
+    let cells = vec![CellWrite::Set {
+        column: b"v".to_vec(),
+        value: value.as_bytes().to_vec(),
+    }];
+    LogEntry {
+        txn: Some(TxnId {
+            client: ClientId(1),
+            seq: txn,
+        }),
+        next_leader: next_leader.map(ReplicaId),
+        writes: vec![RowWrite { row, cells }],
+        ..LogEntry::noop()
+    }
+}
+
+fn ballot(round: u64) -> Ballot {
+    Ballot {
+        round,
+        proposer: ProposerId::client(ClientId(1)),
+    }
+}
+
+fn accept(p: u64, b: Ballot, entry: LogEntry, grant: bool) -> ReplicaRequest {
+    ReplicaRequest::Accept {
+        id: 1,
+        eg: eg(),
+        position: Position(p),
+        ballot: b,
+        entry,
+        grant,
+    }
+}
+
+fn mark(p: u64, b: Ballot, entry: LogEntry) -> ReplicaRequest {
+    ReplicaRequest::MarkVisible {
+        id: 2,
+        eg: eg(),
+        position: Position(p),
+        ballot: b,
+        entry,
+    }
+}
+
+fn accept_result(reply: ReplicaReply) -> AcceptResult {
+    match reply {
+        ReplicaReply::Accept { result, .. } => result,
+        other => panic!("not an accept reply: {other:?}"),
+    }
+}
+
+/// Position 1 chosen with `next_leader` = 1 and marked visible at `node`.
+fn with_visible_first_entry(node: &mut Node) {
+    let first = write(1, Some(1), "one");
+    assert_eq!(
+        accept_result(node.ask(accept(1, ballot(1), first.clone(), false))),
+        AcceptResult::Accepted
+    );
+    assert!(matches!(
+        node.ask(mark(1, ballot(1), first)),
+        ReplicaReply::MarkedVisible {
+            applied: Position(1),
+            ..
+        }
+    ));
+}
+
+#[test]
+fn ballot_zero_is_granted_once_by_the_position_leader_only_and_survives_a_restart() {
+    let mut leader = Node::new(1);
+    // No leader for position 1.
+    let refused = accept_result(leader.ask(accept(1, Ballot::ZERO, write(1, None, "x"), true)));
+    assert_eq!(refused, AcceptResult::GrantRefused(GrantRefusal::NotLeader));
+    with_visible_first_entry(&mut leader);
+    // Position 2: the visible entry at 1 names replica 1.
+    assert_eq!(
+        accept_result(leader.ask(accept(2, Ballot::ZERO, write(2, Some(1), "a"), true))),
+        AcceptResult::Accepted
+    );
+    assert_eq!(
+        accept_result(leader.ask(accept(2, Ballot::ZERO, write(2, Some(1), "a"), true))),
+        AcceptResult::Accepted,
+        "idempotent"
+    );
+    let second = accept_result(leader.ask(accept(2, Ballot::ZERO, write(3, Some(1), "b"), true)));
+    assert_eq!(
+        second,
+        AcceptResult::GrantRefused(GrantRefusal::Taken(TxnId {
+            client: ClientId(1),
+            seq: 2
+        }))
+    );
+    leader.restart();
+    let after_restart =
+        accept_result(leader.ask(accept(2, Ballot::ZERO, write(3, Some(1), "b"), true)));
+    assert_eq!(
+        after_restart,
+        AcceptResult::GrantRefused(GrantRefusal::Taken(TxnId {
+            client: ClientId(1),
+            seq: 2
+        }))
+    );
+    // Replica 2 is not named: it never grants.
+    let mut other = Node::new(2);
+    with_visible_first_entry(&mut other);
+    let not_leader =
+        accept_result(other.ask(accept(2, Ballot::ZERO, write(4, Some(1), "c"), true)));
+    assert_eq!(
+        not_leader,
+        AcceptResult::GrantRefused(GrantRefusal::NotLeader)
+    );
+}
+
+#[test]
+fn an_accepted_but_not_visible_entry_names_no_leader() {
+    let mut node = Node::new(1);
+    node.ask(accept(1, ballot(1), write(1, Some(1), "one"), false));
+    let refused = accept_result(node.ask(accept(2, Ballot::ZERO, write(2, Some(1), "a"), true)));
+    assert_eq!(refused, AcceptResult::GrantRefused(GrantRefusal::NotLeader));
+    let mut buggy = Node::with_bugs(
+        1,
+        ProtocolBugs {
+            leader_from_unchosen_entry: true,
+            ..ProtocolBugs::default()
+        },
+    );
+    buggy.ask(accept(1, ballot(1), write(1, Some(1), "one"), false));
+    assert_eq!(
+        accept_result(buggy.ask(accept(2, Ballot::ZERO, write(2, Some(1), "a"), true))),
+        AcceptResult::Accepted
+    );
+}
+
+#[test]
+fn promises_bar_lower_ballots_and_are_kept_across_restarts() {
+    let mut node = Node::new(2);
+    let prepare = |b| ReplicaRequest::Prepare {
+        id: 3,
+        eg: eg(),
+        position: Position(5),
+        ballot: b,
+    };
+    assert_eq!(
+        node.ask(prepare(ballot(2))),
+        ReplicaReply::Prepare {
+            id: 3,
+            result: PrepareResult::Promised(None)
+        }
+    );
+    node.restart();
+    assert_eq!(
+        accept_result(node.ask(accept(5, ballot(1), write(1, None, "old"), false))),
+        AcceptResult::Rejected {
+            promised: ballot(2)
+        }
+    );
+    assert_eq!(
+        node.ask(prepare(ballot(2))),
+        ReplicaReply::Prepare {
+            id: 3,
+            result: PrepareResult::Rejected {
+                promised: ballot(2)
+            }
+        }
+    );
+    assert_eq!(
+        accept_result(node.ask(accept(5, ballot(2), write(1, None, "new"), false))),
+        AcceptResult::Accepted
+    );
+    let promised = node.ask(prepare(ballot(3)));
+    assert_eq!(
+        promised,
+        ReplicaReply::Prepare {
+            id: 3,
+            result: PrepareResult::Promised(Some((ballot(2), write(1, None, "new"))))
+        }
+    );
+    // Ballot 0 never passes a promise.
+    assert_eq!(
+        accept_result(node.ask(accept(5, Ballot::ZERO, write(1, None, "z"), false))),
+        AcceptResult::Rejected {
+            promised: ballot(3)
+        }
+    );
+    // The forget-promise bug: after a restart the promise is gone.
+    let mut buggy = Node::with_bugs(
+        2,
+        ProtocolBugs {
+            forget_promise_on_restart: true,
+            ..ProtocolBugs::default()
+        },
+    );
+    buggy.ask(prepare(ballot(2)));
+    buggy.restart();
+    assert_eq!(
+        accept_result(buggy.ask(accept(5, ballot(1), write(1, None, "old"), false))),
+        AcceptResult::Accepted
+    );
+}
+
+#[test]
+fn visible_positions_apply_in_log_order_and_reads_wait_for_them() {
+    let mut node = Node::new(1);
+    let data = |n: &mut Node, at| {
+        n.ask(ReplicaRequest::Read {
+            id: 4,
+            eg: eg(),
+            at,
+            query: DataQuery::Scan {
+                range: megastore_paxos::data_range(&eg()),
+                limit: None,
+            },
+        })
+    };
+    node.ask(mark(2, ballot(1), write(2, None, "two")));
+    assert_eq!(
+        data(&mut node, ReadAt::Position(Position(2))),
+        ReplicaReply::Error {
+            id: 4,
+            error: ReplicaError::NotApplied {
+                applied: Position(0)
+            }
+        }
+    );
+    node.ask(mark(1, ballot(1), write(1, None, "one")));
+    match data(&mut node, ReadAt::Position(Position(2))) {
+        ReplicaReply::Data {
+            at: Some(Position(2)),
+            rows,
+            ..
+        } => assert_eq!(rows[0].value(b"v"), Some(&b"two"[..])),
+        other => panic!("{other:?}"),
+    }
+    match data(&mut node, ReadAt::Position(Position(1))) {
+        ReplicaReply::Data { rows, .. } => assert_eq!(rows[0].value(b"v"), Some(&b"one"[..])),
+        other => panic!("{other:?}"),
+    }
+    // A lost (unsynced) apply is redone when the group is loaded again.
+    node.restart();
+    match data(&mut node, ReadAt::Applied) {
+        ReplicaReply::Data {
+            at: Some(Position(2)),
+            rows,
+            ..
+        } => assert_eq!(rows[0].value(b"v"), Some(&b"two"[..])),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn witnesses_vote_but_serve_no_reads_and_read_only_replicas_never_vote() {
+    let mut witness = Node::new(3);
+    assert_eq!(
+        accept_result(witness.ask(accept(1, ballot(1), write(1, None, "a"), false))),
+        AcceptResult::Accepted
+    );
+    let read = ReplicaRequest::Read {
+        id: 5,
+        eg: eg(),
+        at: ReadAt::Latest,
+        query: DataQuery::Rows(vec![]),
+    };
+    assert_eq!(
+        witness.ask(read.clone()),
+        ReplicaReply::Error {
+            id: 5,
+            error: ReplicaError::NotServing
+        }
+    );
+    let mut read_only = Node::new(4);
+    assert_eq!(
+        read_only.ask(accept(1, ballot(1), write(1, None, "a"), false)),
+        ReplicaReply::Error {
+            id: 1,
+            error: ReplicaError::NotVoter
+        }
+    );
+    assert!(matches!(
+        read_only.ask(mark(1, ballot(1), write(1, None, "a"))),
+        ReplicaReply::MarkedVisible {
+            applied: Position(1),
+            ..
+        }
+    ));
+    assert!(matches!(read_only.ask(read), ReplicaReply::Data { .. }));
+}
+
+#[test]
+fn entries_and_queries_outside_the_group_are_refused() {
+    let mut node = Node::new(1);
+    let mut outside = write(1, None, "x");
+    outside.writes[0].row = b"other".to_vec();
+    assert!(matches!(
+        node.ask(accept(1, ballot(1), outside, false)),
+        ReplicaReply::Error {
+            error: ReplicaError::BadEntry(_),
+            ..
+        }
+    ));
+    let mut root = write(1, None, "x");
+    root.writes[0].row = megastore_paxos::root_row(&eg());
+    assert!(matches!(
+        node.ask(accept(1, ballot(1), root, false)),
+        ReplicaReply::Error {
+            error: ReplicaError::BadEntry(_),
+            ..
+        }
+    ));
+    let read = ReplicaRequest::Read {
+        id: 6,
+        eg: eg(),
+        at: ReadAt::Latest,
+        query: DataQuery::Rows(vec![megastore_paxos::root_row(&eg())]),
+    };
+    assert!(matches!(
+        node.ask(read),
+        ReplicaReply::Error {
+            error: ReplicaError::BadQuery(_),
+            ..
+        }
+    ));
+}
