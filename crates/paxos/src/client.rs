@@ -85,7 +85,7 @@ pub enum Output {
 enum Op {
     Current(CurrentRead),
     Point(PointRead),
-    Commit(Commit),
+    Commit(Box<Commit>),
 }
 
 /// A client of the database.
@@ -216,7 +216,7 @@ impl ClientCore {
         let mut sends = Vec::new();
         let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, &mut sends);
         let commit = Commit::start(&mut ctx, eg, read_position.next(), leader, entry, read_keys);
-        self.ops.insert(op, Op::Commit(commit));
+        self.ops.insert(op, Op::Commit(Box::new(commit)));
         (op, txn, self.finish_step(now, sends))
     }
 

@@ -118,15 +118,14 @@ impl Commit {
         if self.result.is_some() {
             return;
         }
-        if ctx.config.bugs.ack_before_invalidate {
-            if let Some((_, chosen)) = self.settle.chosen() {
-                if chosen.txn == Some(self.txn) {
-                    self.result = Some(CommitResult::Committed {
-                        position: self.settle.position(),
-                    });
-                    return;
-                }
-            }
+        if ctx.config.bugs.ack_before_invalidate
+            && let Some((_, chosen)) = self.settle.chosen()
+            && chosen.txn == Some(self.txn)
+        {
+            self.result = Some(CommitResult::Committed {
+                position: self.settle.position(),
+            });
+            return;
         }
         match self.settle.outcome().cloned() {
             None => {}

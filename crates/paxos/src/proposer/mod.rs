@@ -135,7 +135,7 @@ impl<K: Clone + Ord> Ctx<'_, K> {
     }
 
     /// Sends a request to a replica; returns its id.
-    pub(crate) fn to_replica(
+    pub(crate) fn send_replica(
         &mut self,
         to: ReplicaId,
         build: impl FnOnce(u64) -> ReplicaRequest,
@@ -147,7 +147,7 @@ impl<K: Clone + Ord> Ctx<'_, K> {
     }
 
     /// Sends a request to a replica's coordinator; returns its id.
-    pub(crate) fn to_coordinator(
+    pub(crate) fn send_coordinator(
         &mut self,
         to: ReplicaId,
         build: impl FnOnce(u64) -> CoordinatorRequest,
@@ -161,7 +161,7 @@ impl<K: Clone + Ord> Ctx<'_, K> {
     }
 
     /// Starts a lock service request; returns its lock request id.
-    pub(crate) fn to_lock(&mut self, command: LockCommand) -> u64 {
+    pub(crate) fn send_lock(&mut self, command: LockCommand) -> u64 {
         let (id, send) = self.wiring.lock.start(self.now, command);
         self.wiring.lock_routes.insert(id, self.key.clone());
         self.sends.push((

@@ -94,7 +94,7 @@ enum Phase {
         replica: ReplicaId,
         target: Position,
         next: Position,
-        settle: Option<Settle>,
+        settle: Option<Box<Settle>>,
         next_leader: Option<ReplicaId>,
     },
     Reading {
@@ -147,10 +147,10 @@ impl CurrentRead {
             }
             Some(local) => {
                 let eg = read.eg.clone();
-                let query = ctx.to_coordinator(local, |id| CoordinatorRequest::Query { id, eg });
+                let query = ctx.send_coordinator(local, |id| CoordinatorRequest::Query { id, eg });
                 let early = ctx.config.bugs.read_position_before_vouch.then(|| {
                     let eg = read.eg.clone();
-                    ctx.to_replica(local, |id| ReplicaRequest::LogState { id, eg })
+                    ctx.send_replica(local, |id| ReplicaRequest::LogState { id, eg })
                 });
                 let deadline = ctx.now + ctx.config.timeouts.rpc;
                 read.phase = Phase::Query {
@@ -175,14 +175,14 @@ impl CurrentRead {
             | Phase::LocalState { deadline, .. }
             | Phase::Majority { deadline, .. }
             | Phase::Reading { deadline, .. } => Some(*deadline),
-            Phase::CatchUp { settle, .. } => settle.as_ref().and_then(Settle::deadline),
+            Phase::CatchUp { settle, .. } => settle.as_ref().and_then(|s| s.deadline()),
             Phase::Done => None,
         }
     }
 
     fn local_state<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, local: ReplicaId) {
         let eg = self.eg.clone();
-        let id = ctx.to_replica(local, |id| ReplicaRequest::LogState { id, eg });
+        let id = ctx.send_replica(local, |id| ReplicaRequest::LogState { id, eg });
         self.phase = Phase::LocalState {
             id,
             deadline: ctx.now + ctx.config.timeouts.rpc,
@@ -195,7 +195,7 @@ impl CurrentRead {
         for r in ctx.config.topology.voters().collect::<Vec<_>>() {
             let eg = self.eg.clone();
             ids.insert(
-                ctx.to_replica(r, |id| ReplicaRequest::LogState { id, eg }),
+                ctx.send_replica(r, |id| ReplicaRequest::LogState { id, eg }),
                 r,
             );
         }
@@ -263,7 +263,7 @@ impl CurrentRead {
             }
             if *next <= *target {
                 let started = Settle::start(ctx, self.eg.clone(), *next, None, None);
-                *settle = Some(started);
+                *settle = Some(Box::new(started));
                 continue;
             }
             let (replica, target, next_leader) = (*replica, *target, *next_leader);
@@ -280,7 +280,7 @@ impl CurrentRead {
         next_leader: Option<ReplicaId>,
     ) {
         let (eg, query) = (self.eg.clone(), self.query.clone());
-        let id = ctx.to_replica(replica, |id| ReplicaRequest::Read {
+        let id = ctx.send_replica(replica, |id| ReplicaRequest::Read {
             id,
             eg,
             at: ReadAt::Position(target),
@@ -370,14 +370,14 @@ impl CurrentRead {
                 vouched,
                 ..
             } => {
-                if let ReplicaReply::LogState { id, state } = reply {
-                    if Some(id) == *early {
-                        if *vouched {
-                            let local = self.local.expect("early reads go to the local replica");
-                            self.vouched_state(ctx, local, state);
-                        } else {
-                            *early_state = Some(state);
-                        }
+                if let ReplicaReply::LogState { id, state } = reply
+                    && Some(id) == *early
+                {
+                    if *vouched {
+                        let local = self.local.expect("early reads go to the local replica");
+                        self.vouched_state(ctx, local, state);
+                    } else {
+                        *early_state = Some(state);
                     }
                 }
             }
@@ -405,11 +405,9 @@ impl CurrentRead {
             }
             Phase::CatchUp {
                 settle: Some(s), ..
-            } => {
-                if s.owns(reply.id()) {
-                    s.on_replica_reply(ctx, from, reply);
-                    self.advance_catch_up(ctx);
-                }
+            } if s.owns(reply.id()) => {
+                s.on_replica_reply(ctx, from, reply);
+                self.advance_catch_up(ctx);
             }
             Phase::Reading {
                 replica,
@@ -492,15 +490,15 @@ impl CurrentRead {
         // Validate only when the replica caught up was the local one, with the epoch of
         // the first query; never after a vouched read (nothing to validate).
         let validate_remote = ctx.config.bugs.validate_after_remote_catchup;
-        if let (Some(local), Some(epoch), false) = (self.local, self.epoch, self.vouched) {
-            if replica == local || validate_remote {
-                let eg = self.eg.clone();
-                ctx.to_coordinator(local, |_| CoordinatorRequest::Validate {
-                    eg,
-                    position: target,
-                    epoch,
-                });
-            }
+        if let (Some(local), Some(epoch), false) = (self.local, self.epoch, self.vouched)
+            && (replica == local || validate_remote)
+        {
+            let eg = self.eg.clone();
+            ctx.send_coordinator(local, |_| CoordinatorRequest::Validate {
+                eg,
+                position: target,
+                epoch,
+            });
         }
         let path = if self.vouched {
             ReadPath::LocalVouched
@@ -604,7 +602,7 @@ impl PointRead {
             ReadAt::Latest
         };
         let (eg, query) = (self.eg.clone(), self.query.clone());
-        let id = ctx.to_replica(replica, |id| ReplicaRequest::Read { id, eg, at, query });
+        let id = ctx.send_replica(replica, |id| ReplicaRequest::Read { id, eg, at, query });
         self.id = Some((id, replica, ctx.now + ctx.config.timeouts.rpc));
     }
 

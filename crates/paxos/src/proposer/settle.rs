@@ -217,7 +217,7 @@ impl Settle {
         build: impl FnOnce(u64, EgId) -> ReplicaRequest,
     ) {
         let eg = self.eg.clone();
-        let id = ctx.to_replica(to, |id| build(id, eg));
+        let id = ctx.send_replica(to, |id| build(id, eg));
         self.outstanding.insert(id, to);
         self.mine.insert(id);
     }
@@ -365,7 +365,7 @@ impl Settle {
 
     fn invalidate<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, r: ReplicaId) {
         let (eg, position) = (self.eg.clone(), self.position);
-        let id = ctx.to_coordinator(r, |id| CoordinatorRequest::Invalidate { id, eg, position });
+        let id = ctx.send_coordinator(r, |id| CoordinatorRequest::Invalidate { id, eg, position });
         self.outstanding.insert(id, r);
         self.mine.insert(id);
     }
@@ -435,14 +435,13 @@ impl Settle {
         let id = reply.id();
         // A late accept from the deciding round makes its sender a holder.
         if let Phase::Invalidate { .. } = self.phase {
-            if self.deciding.contains_key(&id) {
-                if let ReplicaReply::Accept {
+            if self.deciding.contains_key(&id)
+                && let ReplicaReply::Accept {
                     result: AcceptResult::Accepted,
                     ..
                 } = reply
-                {
-                    self.invalidated(ctx, from);
-                }
+            {
+                self.invalidated(ctx, from);
             }
             return;
         }
@@ -662,10 +661,10 @@ impl Settle {
         from: ReplicaId,
         reply: CoordinatorReply,
     ) {
-        if let CoordinatorReply::Invalidated { id } = reply {
-            if self.outstanding.remove(&id).is_some() {
-                self.invalidated(ctx, from);
-            }
+        if let CoordinatorReply::Invalidated { id } = reply
+            && self.outstanding.remove(&id).is_some()
+        {
+            self.invalidated(ctx, from);
         }
     }
 
@@ -729,13 +728,13 @@ impl Settle {
                 for r in due {
                     self.invalidate(ctx, r);
                     let lock = lock_name(r);
-                    let query = ctx.to_lock(LockCommand::Holder { lock });
+                    let query = ctx.send_lock(LockCommand::Holder { lock });
                     self.mine.insert(query);
-                    if let Phase::Invalidate { pending, .. } = &mut self.phase {
-                        if let Some(p) = pending.get_mut(&r) {
-                            p.retry_at = now + ctx.config.timeouts.invalidate;
-                            p.lock_query = Some(query);
-                        }
+                    if let Phase::Invalidate { pending, .. } = &mut self.phase
+                        && let Some(p) = pending.get_mut(&r)
+                    {
+                        p.retry_at = now + ctx.config.timeouts.invalidate;
+                        p.lock_query = Some(query);
                     }
                 }
             }

@@ -13,6 +13,20 @@ use crate::cells::{APPLIED, RootRowWrite, SlotRecord, StoredGroup, TRUNCATED, VI
 use crate::entry::{LogEntry, root_row};
 use crate::messages::{AcceptResult, GrantRefusal, LogState, PrepareResult};
 
+/// A phase-2 request: `entry` at `position` and `ballot`; with `grant`, a request for the
+/// position leader's ballot-0 grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proposal {
+    /// The position.
+    pub position: Position,
+    /// The ballot.
+    pub ballot: Ballot,
+    /// The value.
+    pub entry: LogEntry,
+    /// Ask for the ballot-0 grant.
+    pub grant: bool,
+}
+
 /// The acceptor state of one entity group at one replica: what its root row says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupLog {
@@ -143,12 +157,15 @@ impl GroupLog {
         &mut self,
         me: ReplicaId,
         bugs: &ProtocolBugs,
-        p: Position,
-        ballot: Ballot,
-        entry: LogEntry,
-        grant: bool,
+        proposal: Proposal,
         out: &mut Vec<Output>,
     ) -> AcceptResult {
+        let Proposal {
+            position: p,
+            ballot,
+            entry,
+            grant,
+        } = proposal;
         if p <= self.truncated {
             return AcceptResult::Truncated;
         }
@@ -300,10 +317,10 @@ impl GroupLog {
         let mut positions: Vec<Position> = (self.applied.0 + 1..=self.visible.0)
             .map(Position)
             .collect();
-        if bugs.apply_out_of_order {
-            if let Some(p) = just_marked.filter(|p| *p > self.applied && !positions.contains(p)) {
-                positions.push(p);
-            }
+        if bugs.apply_out_of_order
+            && let Some(p) = just_marked.filter(|p| *p > self.applied && !positions.contains(p))
+        {
+            positions.push(p);
         }
         let Some(&last) = positions.last() else {
             return;

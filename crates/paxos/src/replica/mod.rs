@@ -21,7 +21,7 @@ use megastore_types::{
     EgId, NodeId, Position, ReplicaId, ReplicaInfo, ReplicaKind, Time, Topology,
 };
 
-pub use group::GroupLog;
+pub use group::{GroupLog, Proposal};
 
 use crate::bugs::ProtocolBugs;
 use crate::cells::StoredGroup;
@@ -275,7 +275,17 @@ impl Replica {
                 },
                 Ok(()) => ReplicaReply::Accept {
                     id,
-                    result: group.accept(me, &bugs, position, ballot, entry, grant, out),
+                    result: group.accept(
+                        me,
+                        &bugs,
+                        Proposal {
+                            position,
+                            ballot,
+                            entry,
+                            grant,
+                        },
+                        out,
+                    ),
                 },
             },
             ReplicaRequest::MarkVisible {
