@@ -21,8 +21,10 @@ pub struct ProtocolBugs {
     pub ack_before_invalidate: bool,
     /// Catch-up takes a value accepted by one replica as chosen.
     pub learn_from_single_accept: bool,
-    /// A replica grants ballot 0 when the entry at the previous position names it, even
-    /// if that entry was never chosen.
+    /// The position leader is taken from an entry that was never chosen: a replica
+    /// grants ballot 0 when its entry at the previous position names it, visible or not,
+    /// and a writer that lost a position rebases through the leader its own (losing)
+    /// entry named.
     pub leader_from_unchosen_entry: bool,
     /// A restarted replica forgets its promises.
     pub forget_promise_on_restart: bool,

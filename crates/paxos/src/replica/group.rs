@@ -169,12 +169,10 @@ impl GroupLog {
         if p <= self.truncated {
             return AcceptResult::Truncated;
         }
+        // Already decided: tell the proposer what is visible (a late or repeated request
+        // must not restart anything, least of all the ballot-0 fast path).
         if let Some(s) = self.slots.get(&p).filter(|s| s.visible) {
-            return if s.entry == entry {
-                AcceptResult::Accepted
-            } else {
-                AcceptResult::Visible(s.ballot, s.entry.clone())
-            };
+            return AcceptResult::Visible(s.ballot, s.entry.clone());
         }
         if let Some(promised) = self
             .promises

@@ -1,0 +1,136 @@
+//! Everything about one run that the seed decides: topology, latencies, clocks, fault
+//! rates, workload shape (a "swarm": each seed tests a different mix).
+
+use std::time::Duration;
+
+use megastore_types::{ReplicaId, ReplicaInfo, ReplicaKind, SiteId, Topology};
+
+use crate::rng::Rng;
+
+/// The shape and fault mix of one simulated run.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// The replicas.
+    pub topology: Topology,
+    /// Number of sites.
+    pub sites: u16,
+    /// One-way latency between sites (ms), `latency[a][b]`.
+    pub latency_ms: Vec<Vec<u32>>,
+    /// Jitter as a fraction of the one-way latency.
+    pub jitter: f64,
+    /// Sites of the lock service's nodes.
+    pub lock_sites: Vec<SiteId>,
+    /// Clients and their sites.
+    pub client_sites: Vec<SiteId>,
+    /// Entity groups in the workload.
+    pub groups: u16,
+    /// Keys per entity group.
+    pub keys_per_group: u8,
+    /// How long faults are injected.
+    pub safety_phase: Duration,
+    /// How long the healed system must make progress.
+    pub liveness_phase: Duration,
+    /// Per-message probabilities.
+    pub drop: f64,
+    /// Probability of delivering a message twice.
+    pub duplicate: f64,
+    /// Extra random delay (reordering), up to this many ms.
+    pub reorder_ms: u32,
+    /// Probability that a message is held up for 0.3–2.5 s.
+    pub long_delay: f64,
+    /// Mean time between disruptive faults (partitions, crashes, leader changes).
+    pub fault_interval: Duration,
+    /// Clock rate error bound (ppm); each node draws its drift within it.
+    pub max_drift_ppm: u32,
+    /// Lock service session lease.
+    pub lock_lease: Duration,
+}
+
+fn pick<T: Clone>(rng: &mut Rng, options: &[T]) -> T {
+    options[rng.below(options.len() as u64) as usize].clone()
+}
+
+impl SimConfig {
+    /// The configuration a seed draws.
+    pub fn from_seed(rng: &mut Rng) -> Self {
+        // Topologies from the issue: 2 full + 1 witness, 3 full, 3 full + 2 witnesses,
+        // each with or without a read-only replica.
+        let shapes: [&[ReplicaKind]; 3] = [
+            &[ReplicaKind::Full, ReplicaKind::Full, ReplicaKind::Witness],
+            &[ReplicaKind::Full, ReplicaKind::Full, ReplicaKind::Full],
+            &[
+                ReplicaKind::Full,
+                ReplicaKind::Full,
+                ReplicaKind::Full,
+                ReplicaKind::Witness,
+                ReplicaKind::Witness,
+            ],
+        ];
+        let mut kinds = shapes[rng.below(3) as usize].to_vec();
+        if rng.chance(0.5) {
+            kinds.push(ReplicaKind::ReadOnly);
+        }
+        let sites = kinds.len() as u16;
+        let replicas = kinds
+            .iter()
+            .enumerate()
+            .map(|(i, kind)| ReplicaInfo {
+                id: ReplicaId(i as u16 + 1),
+                kind: *kind,
+                site: SiteId(i as u16),
+            })
+            .collect();
+        let topology = Topology::new(replicas).expect("generated topologies are valid");
+        // WAN-like: tens of milliseconds between sites, symmetric.
+        let n = sites as usize;
+        let mut between = std::collections::BTreeMap::new();
+        for a in 0..n {
+            for b in a + 1..n {
+                between.insert((a, b), 10 + rng.below(60) as u32);
+            }
+        }
+        let latency_ms = (0..n)
+            .map(|a| {
+                (0..n)
+                    .map(|b| {
+                        if a == b {
+                            1
+                        } else {
+                            between[&(a.min(b), a.max(b))]
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let lock_sites = (0..3.min(sites)).map(SiteId).collect();
+        let clients = 2 + rng.below(4) as usize;
+        let client_sites = (0..clients)
+            .map(|_| SiteId(rng.below(u64::from(sites)) as u16))
+            .collect();
+        SimConfig {
+            topology,
+            sites,
+            latency_ms,
+            jitter: pick(rng, &[0.0, 0.1, 0.3]),
+            lock_sites,
+            client_sites,
+            groups: 1 + rng.below(3) as u16,
+            keys_per_group: 2 + rng.below(3) as u8,
+            safety_phase: Duration::from_secs(20),
+            liveness_phase: Duration::from_secs(20),
+            drop: pick(rng, &[0.0, 0.0, 0.01, 0.05]),
+            duplicate: pick(rng, &[0.0, 0.01, 0.03]),
+            reorder_ms: pick(rng, &[0, 0, 5, 30]),
+            long_delay: pick(rng, &[0.0, 0.001, 0.005]),
+            fault_interval: Duration::from_millis(pick(rng, &[400, 1000, 2500, 6000])),
+            max_drift_ppm: pick(rng, &[0, 200, 1000]),
+            lock_lease: Duration::from_millis(pick(rng, &[1000, 2000, 3000])),
+        }
+    }
+
+    /// The largest one-way latency between any two sites.
+    pub fn max_latency(&self) -> Duration {
+        let ms = self.latency_ms.iter().flatten().max().copied().unwrap_or(1);
+        Duration::from_millis(u64::from(ms))
+    }
+}

@@ -1,0 +1,152 @@
+//! Fault injection, all drawn from the seed: partitions (a site, one way between two
+//! sites, a coordinator alone, the lock nodes), crashes and restarts (replicas — losing
+//! unsynced writes — coordinators, lock nodes) and lock leader changes.
+
+use std::time::Duration;
+
+use megastore_types::{LockNodeId, NodeId};
+
+use crate::world::World;
+
+fn millis(world: &mut World, low: u64, high: u64) -> Duration {
+    Duration::from_millis(low + world.rng().below(high - low))
+}
+
+/// Injects one fault.
+pub(crate) fn inject(world: &mut World) {
+    let nodes = world.all_nodes();
+    let dice = world.rng().below(100);
+    match dice {
+        0..28 => {
+            // A whole site is cut off, both ways.
+            let sites = u64::from(world.config.sites);
+            let site = world.rng().below(sites) as u16;
+            let inside: Vec<NodeId> = nodes
+                .iter()
+                .copied()
+                .filter(|n| world.node_site(*n).0 == site)
+                .collect();
+            let links = pairs(&inside, &nodes)
+                .into_iter()
+                .flat_map(|(a, b)| [(a, b), (b, a)])
+                .collect();
+            let d = millis(world, 300, 3000);
+            world.block_links(links, d);
+        }
+        28..38 => {
+            // One way between two sites.
+            let sites = u64::from(world.config.sites);
+            let a = world.rng().below(sites) as u16;
+            let b = world.rng().below(sites) as u16;
+            let from: Vec<NodeId> = nodes
+                .iter()
+                .copied()
+                .filter(|n| world.node_site(*n).0 == a)
+                .collect();
+            let to: Vec<NodeId> = nodes
+                .iter()
+                .copied()
+                .filter(|n| world.node_site(*n).0 == b)
+                .collect();
+            let links = pairs(&from, &to);
+            let d = millis(world, 300, 3000);
+            world.block_links(links, d);
+        }
+        38..48 => {
+            // A coordinator alone (the asymmetric partition of §4.7: it keeps its
+            // lock only if it still reaches the lock service; cut it from everything).
+            let coordinators: Vec<NodeId> = world
+                .coordinators
+                .keys()
+                .map(|r| NodeId::Coordinator(*r))
+                .collect();
+            if coordinators.is_empty() {
+                return;
+            }
+            let c = coordinators[world.rng().below(coordinators.len() as u64) as usize];
+            let keep_lock = world.rng().chance(0.5);
+            let links = nodes
+                .iter()
+                .filter(|n| **n != c && !(keep_lock && matches!(n, NodeId::LockNode(_))))
+                .flat_map(|n| [(c, *n), (*n, c)])
+                .collect();
+            let d = millis(world, 300, 3000);
+            world.block_links(links, d);
+        }
+        48..54 => {
+            // The lock nodes cut off from everyone else.
+            let lock: Vec<NodeId> = nodes
+                .iter()
+                .copied()
+                .filter(|n| matches!(n, NodeId::LockNode(_)))
+                .collect();
+            let others: Vec<NodeId> = nodes
+                .iter()
+                .copied()
+                .filter(|n| !matches!(n, NodeId::LockNode(_)))
+                .collect();
+            let links = pairs(&lock, &others)
+                .into_iter()
+                .flat_map(|(a, b)| [(a, b), (b, a)])
+                .collect();
+            let d = millis(world, 300, 2500);
+            world.block_links(links, d);
+        }
+        54..72 => {
+            // A replica crash: unsynced writes are lost; sometimes a quick restart, so
+            // that it rejoins in the middle of the rounds it was part of.
+            let replicas: Vec<NodeId> =
+                world.replicas.keys().map(|r| NodeId::Replica(*r)).collect();
+            let r = replicas[world.rng().below(replicas.len() as u64) as usize];
+            let d = if world.rng().chance(0.5) {
+                millis(world, 5, 200)
+            } else {
+                millis(world, 200, 3000)
+            };
+            world.crash(r, d);
+        }
+        72..84 => {
+            let coordinators: Vec<NodeId> = world
+                .coordinators
+                .keys()
+                .map(|r| NodeId::Coordinator(*r))
+                .collect();
+            if coordinators.is_empty() {
+                return;
+            }
+            let c = coordinators[world.rng().below(coordinators.len() as u64) as usize];
+            let d = millis(world, 200, 3000);
+            world.crash(c, d);
+        }
+        84..92 => {
+            // Lock leader change (a new Raft term): leases restart on the new leader.
+            let count = world.lock.nodes.len() as u16;
+            let next = LockNodeId(
+                (world.lock.leader.0 + 1 + world.rng().below(u64::from(count)) as u16) % count,
+            );
+            if world.lock.nodes[&next].1 {
+                world.stats.faults += 1;
+                world
+                    .trace
+                    .note(world.now, &format!("lock leader -> {}", next.0));
+                world.change_lock_leader(next);
+            }
+        }
+        _ => {
+            let count = world.lock.nodes.len() as u64;
+            let n = NodeId::LockNode(LockNodeId(world.rng().below(count) as u16));
+            let d = millis(world, 300, 3000);
+            world.crash(n, d);
+        }
+    }
+}
+
+fn pairs(a: &[NodeId], b: &[NodeId]) -> Vec<(NodeId, NodeId)> {
+    a.iter()
+        .flat_map(|x| {
+            b.iter()
+                .filter(move |y| !a.contains(y))
+                .map(move |y| (*x, *y))
+        })
+        .collect()
+}

@@ -1,0 +1,89 @@
+//! What clients did and saw: the input of the linearizability and snapshot checks.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use megastore_paxos::ReadPath;
+use megastore_types::{ClientId, EgId, Position, ReplicaId, TxnId};
+
+/// Which operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// A current read.
+    CurrentRead,
+    /// A snapshot read.
+    SnapshotRead,
+    /// An inconsistent read.
+    InconsistentRead,
+    /// A commit.
+    Commit,
+}
+
+/// How an operation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A read's answer: key → value (`None`: absent).
+    Read {
+        /// The state's position (`None` for inconsistent reads).
+        position: Option<Position>,
+        /// The values seen.
+        values: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+        /// How the position was found.
+        path: ReadPath,
+        /// Who served it.
+        replica: ReplicaId,
+    },
+    /// A write acknowledged at `position`.
+    Committed {
+        /// The transaction.
+        txn: TxnId,
+        /// Its position.
+        position: Position,
+        /// The position it read at.
+        read_position: Position,
+        /// The rows it read (and declared for conflicts).
+        read_keys: BTreeSet<Vec<u8>>,
+    },
+    /// A write that certainly did not commit.
+    NotCommitted,
+    /// A write whose outcome the client could not tell: it may be in the log.
+    Unknown,
+    /// A read that gave up.
+    Failed,
+}
+
+/// One finished operation.
+#[derive(Debug, Clone)]
+pub struct OpRecord {
+    /// Who.
+    pub client: ClientId,
+    /// Which group.
+    pub eg: EgId,
+    /// What.
+    pub kind: OpKind,
+    /// Real time it started (ns).
+    pub start: u64,
+    /// Real time it finished (ns).
+    pub end: u64,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+impl OpRecord {
+    /// The log position the operation is pinned to, if any: a current read's state or
+    /// an acknowledged write's position.
+    pub fn pinned_position(&self) -> Option<Position> {
+        match &self.outcome {
+            Outcome::Read { position, .. } if self.kind == OpKind::CurrentRead => *position,
+            Outcome::Committed { position, .. } => Some(*position),
+            _ => None,
+        }
+    }
+
+    /// Whether it succeeded (for the liveness check).
+    pub fn succeeded(&self) -> bool {
+        matches!(
+            self.outcome,
+            Outcome::Read { .. } | Outcome::Committed { .. }
+        )
+    }
+}

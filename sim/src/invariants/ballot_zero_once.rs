@@ -1,0 +1,72 @@
+//! Invariant 2, **ballot-zero-once**: ballot 0 at (group, p) is granted at most once, by
+//! `position_leader(p)` only, and the grant survives that replica's restart. Paper
+//! §4.4.2: "the leader ... arbitrates which value may use proposal number 0".
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use megastore_paxos::cells::grant_column;
+use megastore_paxos::{ReplicaRequest, root_row};
+use megastore_rowstore::{LATEST, RowRead};
+use megastore_types::{EgId, Position, ReplicaId, TxnId};
+
+use super::ChosenLog;
+use crate::world::World;
+
+/// Every grant seen.
+#[derive(Debug, Default)]
+pub(crate) struct Grants {
+    granted: BTreeMap<(EgId, Position), BTreeSet<TxnId>>,
+}
+
+impl Grants {
+    /// After a grant request was handled: what the replica durably granted at that
+    /// position (its `grant:<p>` cell), whatever it replied.
+    pub(crate) fn after_accept(
+        &mut self,
+        world: &World,
+        chosen: &ChosenLog,
+        r: ReplicaId,
+        request: &ReplicaRequest,
+        found: &mut Vec<(&'static str, String)>,
+    ) {
+        let ReplicaRequest::Accept {
+            eg,
+            position,
+            grant: true,
+            ..
+        } = request
+        else {
+            return;
+        };
+        let Some(txn) = stored_grant(world, r, eg, *position) else {
+            return;
+        };
+        let txns = self.granted.entry((eg.clone(), *position)).or_default();
+        if !txns.insert(txn) {
+            return; // seen before
+        }
+        if txns.len() > 1 {
+            found.push((
+                "ballot-zero-once",
+                format!("{eg} {position}: ballot 0 granted to {txns:?}"),
+            ));
+        }
+        let leader = chosen
+            .get(eg, position.prev())
+            .and_then(|prev| prev.next_leader);
+        if leader != Some(r) {
+            found.push((
+                "ballot-zero-once",
+                format!("{eg} {position}: replica {} granted ballot 0, but position_leader is {leader:?}", r.0),
+            ));
+        }
+    }
+}
+
+fn stored_grant(world: &World, r: ReplicaId, eg: &EgId, p: Position) -> Option<TxnId> {
+    let store = &world.replicas.get(&r)?.store;
+    let cell = store
+        .read_cell(&root_row(eg), &grant_column(p), LATEST)
+        .expect("memory store reads")?;
+    Some(postcard::from_bytes(&cell.value).expect("grants decode"))
+}

@@ -1,0 +1,158 @@
+//! Invariant 1, **single-value**: at most one value is chosen at each (group, position).
+//! Paper §4.6 (one Paxos instance per log position) and §4.4.2 (proposal 0 is safe only
+//! because the leader admits one value to it).
+//!
+//! A value is chosen when a majority of voters accepted it at the same ballot; a
+//! visible mark anywhere also claims the value is chosen. The first value seen chosen
+//! at a position is the ground truth every other checker uses.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use megastore_paxos::LogEntry;
+use megastore_types::{Ballot, EgId, Position, ReplicaId};
+
+use super::stored_slot;
+use crate::workload::COLUMN;
+use crate::world::World;
+
+/// Who accepted each (ballot, value) at one position.
+type Votes = BTreeMap<(Ballot, Vec<u8>), (LogEntry, BTreeSet<ReplicaId>)>;
+
+/// The chosen value of every position seen so far.
+#[derive(Debug, Default)]
+pub struct ChosenLog {
+    chosen: BTreeMap<(EgId, Position), LogEntry>,
+    max_visible: BTreeMap<EgId, Position>,
+    /// Every (ballot, value) each voter ever acknowledged accepting. "Chosen" is about
+    /// this history, not the current slots: a voter may have moved on to a higher
+    /// ballot since.
+    accepts: BTreeMap<(EgId, Position), Votes>,
+}
+
+impl ChosenLog {
+    /// The chosen value at `p`, if seen.
+    pub fn get(&self, eg: &EgId, p: Position) -> Option<&LogEntry> {
+        self.chosen.get(&(eg.clone(), p))
+    }
+
+    /// The highest position marked visible anywhere.
+    pub fn max_visible(&self, eg: &EgId) -> Position {
+        self.max_visible.get(eg).copied().unwrap_or(Position::NONE)
+    }
+
+    /// Groups with a visible position.
+    pub fn groups(&self) -> impl Iterator<Item = (&EgId, Position)> + '_ {
+        self.max_visible.iter().map(|(eg, p)| (eg, *p))
+    }
+
+    /// Every chosen position of a group, in order.
+    pub fn entries<'a>(
+        &'a self,
+        eg: &'a EgId,
+    ) -> impl Iterator<Item = (Position, &'a LogEntry)> + 'a {
+        self.chosen
+            .range((eg.clone(), Position::NONE)..)
+            .take_while(move |((g, _), _)| g == eg)
+            .map(|((_, p), e)| (*p, e))
+    }
+
+    /// The group's rows after applying positions `1..=p` (key → value), or `None`
+    /// if some position up to `p` was never seen chosen.
+    pub fn state_at(&self, eg: &EgId, p: Position) -> Option<BTreeMap<Vec<u8>, Option<Vec<u8>>>> {
+        let mut state = BTreeMap::new();
+        for q in 1..=p.0 {
+            let entry = self.get(eg, Position(q))?;
+            for write in &entry.writes {
+                for cell in &write.cells {
+                    match cell {
+                        megastore_paxos::CellWrite::Set { column, value } if column == COLUMN => {
+                            state.insert(write.row.clone(), Some(value.clone()));
+                        }
+                        megastore_paxos::CellWrite::Delete { column } if column == COLUMN => {
+                            state.insert(write.row.clone(), None);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Some(state)
+    }
+
+    /// Voter `r` acknowledged accepting `entry` at `ballot`: its persisted state held it
+    /// (replies leave only after the state they depend on is durable).
+    pub fn accepted(
+        &mut self,
+        world: &World,
+        r: ReplicaId,
+        (eg, p): (&EgId, Position),
+        (ballot, entry): (Ballot, &LogEntry),
+        found: &mut Vec<(&'static str, String)>,
+    ) {
+        let key = (ballot, megastore_paxos::cells::encode(entry));
+        let voters = self.accepts.entry((eg.clone(), p)).or_default();
+        let (value, who) = voters
+            .entry(key)
+            .or_insert_with(|| (entry.clone(), BTreeSet::new()));
+        who.insert(r);
+        if who.len() >= world.config.topology.majority() {
+            let (value, count) = (value.clone(), who.len());
+            self.claim(
+                eg,
+                p,
+                value,
+                &format!("accepted by {count} voters at {ballot}"),
+                found,
+            );
+        }
+    }
+
+    /// Looks at every replica's slot at `p`: a visible mark claims its value is chosen.
+    pub fn observe(
+        &mut self,
+        world: &World,
+        eg: &EgId,
+        p: Position,
+        found: &mut Vec<(&'static str, String)>,
+    ) {
+        for info in world.config.topology.replicas() {
+            let Some(slot) = stored_slot(world, info.id, eg, p) else {
+                continue;
+            };
+            if slot.visible {
+                let max = self.max_visible.entry(eg.clone()).or_default();
+                *max = (*max).max(p);
+                self.claim(
+                    eg,
+                    p,
+                    slot.entry,
+                    &format!("visible at replica {}", info.id.0),
+                    found,
+                );
+            }
+        }
+    }
+
+    fn claim(
+        &mut self,
+        eg: &EgId,
+        p: Position,
+        entry: LogEntry,
+        how: &str,
+        found: &mut Vec<(&'static str, String)>,
+    ) {
+        match self.chosen.get(&(eg.clone(), p)) {
+            None => {
+                self.chosen.insert((eg.clone(), p), entry);
+            }
+            Some(existing) if *existing != entry => found.push((
+                "single-value",
+                format!(
+                    "{eg} {p}: {:?} is chosen, but {:?} is {how}",
+                    existing.txn, entry.txn
+                ),
+            )),
+            Some(_) => {}
+        }
+    }
+}

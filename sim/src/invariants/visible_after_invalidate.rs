@@ -1,0 +1,45 @@
+//! Invariant 3, **visible-after-invalidate**: a position is returned to any client (write
+//! acknowledgement or read) only after every full replica has accepted it or no longer
+//! has a coordinator vouching for the group. Paper §4.6.3 ("before a write is committed
+//! and ready to apply, all full replicas must have accepted or had their coordinator
+//! invalidated") and §4.7.
+
+use megastore_types::{NodeId, ReplicaKind};
+
+use super::{ChosenLog, holds};
+use crate::history::OpRecord;
+use crate::world::World;
+
+/// Whether replica `r`'s coordinator vouches for the group right now.
+pub(crate) fn vouches(
+    world: &World,
+    r: megastore_types::ReplicaId,
+    eg: &megastore_types::EgId,
+) -> bool {
+    let Some(core) = world.coordinators.get(&r).and_then(|c| c.core.as_ref()) else {
+        return false;
+    };
+    core.vouches(world.local_now(NodeId::Coordinator(r)), eg)
+}
+
+pub(crate) fn on_op_done(
+    world: &World,
+    chosen: &ChosenLog,
+    record: &OpRecord,
+    found: &mut Vec<(&'static str, String)>,
+) {
+    let Some(p) = record.pinned_position().filter(|p| p.0 > 0) else {
+        return;
+    };
+    for r in world.config.topology.of_kind(ReplicaKind::Full) {
+        if !holds(world, chosen, r, &record.eg, p) && vouches(world, r, &record.eg) {
+            found.push((
+                "visible-after-invalidate",
+                format!(
+                    "{} {p} returned to client {} ({:?}) while replica {} lacks it and its coordinator vouches",
+                    record.eg, record.client.0, record.kind, r.0
+                ),
+            ));
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! Invariant 4, **vouched-is-current**: a replica whose coordinator vouches for a group
+//! holds every visible position of it. Paper §4.4.1 ("the coordinator ... tracks the set
+//! of entity groups for which its replica has observed all Paxos writes") and §4.7.2
+//! (the validate/invalidate races and epochs).
+
+use std::collections::BTreeMap;
+
+use megastore_types::{EgId, Position, ReplicaId, ReplicaKind};
+
+use super::visible_after_invalidate::vouches;
+use super::{ChosenLog, holds};
+use crate::world::World;
+
+/// How far each replica's log is known to hold the chosen values without a gap.
+#[derive(Debug, Default)]
+pub(crate) struct HeldPrefixes {
+    held: BTreeMap<(ReplicaId, EgId), Position>,
+}
+
+impl HeldPrefixes {
+    pub(crate) fn check(
+        &mut self,
+        world: &World,
+        chosen: &ChosenLog,
+        found: &mut Vec<(&'static str, String)>,
+    ) {
+        let full: Vec<ReplicaId> = world.config.topology.of_kind(ReplicaKind::Full).collect();
+        for (eg, visible) in chosen.groups() {
+            for &r in &full {
+                if !vouches(world, r, eg) {
+                    continue;
+                }
+                let held = self.held.entry((r, eg.clone())).or_default();
+                while *held < visible && holds(world, chosen, r, eg, held.next()) {
+                    *held = held.next();
+                }
+                if *held < visible {
+                    found.push((
+                        "vouched-is-current",
+                        format!("coordinator {} vouches for {eg}, but its replica lacks {} (visible through {visible})", r.0, held.next()),
+                    ));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! `megastore-sim`: runs seeds through the deterministic simulator.
+
+// A command-line tool talks to its terminal.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::hash::Hasher;
+use std::panic::AssertUnwindSafe;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Parser;
+use megastore_sim::{BUG_NAMES, Bugs, SeedReport, Stats, bug, run_seed};
+
+/// Deterministic simulation of megastore's protocol under faults.
+#[derive(Debug, Parser)]
+#[command(name = "megastore-sim", version, about)]
+struct Args {
+    /// How many seeds to run.
+    #[arg(long, default_value_t = 100)]
+    seeds: u64,
+    /// The first seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Re-introduce a known mistake (see --list-bugs).
+    #[arg(long)]
+    bug: Option<String>,
+    /// Run one seed and print its readable trace.
+    #[arg(long, value_name = "SEED")]
+    reproduce: Option<u64>,
+    /// Stop at the first violation.
+    #[arg(long)]
+    stop: bool,
+    /// List the bug knobs.
+    #[arg(long)]
+    list_bugs: bool,
+}
+
+/// Runs a seed, turning a panic (a broken assertion in a protocol core) into a
+/// violation report.
+fn run(seed: u64, bugs: Bugs, readable: bool) -> SeedReport {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| run_seed(seed, bugs, readable))) {
+        Ok(report) => report,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            SeedReport {
+                seed,
+                trace_hash: 0,
+                violations: vec![megastore_sim::Violation {
+                    invariant: "assertion",
+                    at: 0,
+                    detail: message,
+                }],
+                stats: Stats::default(),
+                trace: Vec::new(),
+            }
+        }
+    }
+}
+
+fn add(total: &mut Stats, s: &Stats) {
+    total.messages += s.messages;
+    total.faults += s.faults;
+    total.commits += s.commits;
+    total.conflicts += s.conflicts;
+    total.unknown += s.unknown;
+    total.reads_local += s.reads_local;
+    total.reads_majority += s.reads_majority;
+    total.reads_snapshot += s.reads_snapshot;
+    total.reads_inconsistent += s.reads_inconsistent;
+    total.failed += s.failed;
+}
+
+fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
+    format!(
+        "seeds {seeds}: commits {} (conflicts {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, failed {}, faults {}, messages {}, violations {violations}",
+        s.commits,
+        s.conflicts,
+        s.unknown,
+        s.reads_local,
+        s.reads_majority,
+        s.reads_snapshot,
+        s.reads_inconsistent,
+        s.failed,
+        s.faults,
+        s.messages
+    )
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if args.list_bugs {
+        BUG_NAMES.iter().for_each(|b| println!("{b}"));
+        return ExitCode::SUCCESS;
+    }
+    let bugs = match &args.bug {
+        None => Bugs::default(),
+        Some(name) => match bug(name) {
+            Some(bugs) => bugs,
+            None => {
+                eprintln!(
+                    "error: unknown bug {name:?}; known: {}",
+                    BUG_NAMES.join(", ")
+                );
+                return ExitCode::from(2);
+            }
+        },
+    };
+    if let Some(seed) = args.reproduce {
+        let report = run(seed, bugs, true);
+        report.trace.iter().for_each(|line| println!("{line}"));
+        println!("{}", summary(1, &report.stats, report.violations.len()));
+        for v in &report.violations {
+            println!(
+                "VIOLATION seed {seed} at {:.6}s: {}: {}",
+                v.at as f64 / 1e9,
+                v.invariant,
+                v.detail
+            );
+        }
+        println!("trace hash: {:016x}", report.trace_hash);
+        return if report.violations.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
+    let started = Instant::now();
+    let progress = indicatif::ProgressBar::new(args.seeds);
+    progress.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} seeds, {elapsed} ({eta} left) {msg}",
+        )
+        .expect("the template is valid"),
+    );
+    let mut total = Stats::default();
+    let mut combined = xxhash_rust::xxh3::Xxh3::new();
+    let mut failures = 0;
+    const BATCH: u64 = 1000;
+    for seed in args.seed..args.seed + args.seeds {
+        let report = run(seed, bugs, false);
+        combined.write_u64(report.trace_hash);
+        add(&mut total, &report.stats);
+        if !report.violations.is_empty() {
+            failures += 1;
+            progress.suspend(|| {
+                for v in report.violations.iter().take(3) {
+                    println!(
+                        "VIOLATION seed {seed} at {:.6}s: {}: {}",
+                        v.at as f64 / 1e9,
+                        v.invariant,
+                        v.detail
+                    );
+                }
+                println!(
+                    "  reproduce: megastore-sim --reproduce {seed}{}",
+                    args.bug
+                        .as_ref()
+                        .map(|b| format!(" --bug {b}"))
+                        .unwrap_or_default()
+                );
+            });
+            if args.stop {
+                break;
+            }
+        }
+        progress.inc(1);
+        let done = seed - args.seed + 1;
+        if done % BATCH == 0 {
+            progress.suspend(|| println!("{}", summary(done, &total, failures)));
+        }
+    }
+    progress.finish_and_clear();
+    println!("{}", summary(args.seeds, &total, failures));
+    println!("ran in {:.1}s", started.elapsed().as_secs_f64());
+    println!("trace hash: {:016x}", combined.finish());
+    if failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

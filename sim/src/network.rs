@@ -1,0 +1,92 @@
+//! Where nodes are, how long messages take, and which links are cut.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use megastore_types::{NodeId, SiteId};
+
+use crate::config::SimConfig;
+use crate::rng::Rng;
+
+/// The simulated network: latencies by site, per-message faults, and partitions.
+#[derive(Debug, Clone, Default)]
+pub struct Network {
+    /// Directed links that drop everything (`from`, `to`).
+    blocked: BTreeSet<(NodeId, NodeId)>,
+    /// Whether per-message faults (drop, duplicate, reorder) are on.
+    pub lossy: bool,
+}
+
+/// What happens to one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// Lost.
+    Dropped,
+    /// Arrives after each of these delays (twice when duplicated).
+    After(Vec<Duration>),
+}
+
+impl Network {
+    /// A network with no partitions and per-message faults on.
+    pub fn lossy() -> Self {
+        Self {
+            blocked: BTreeSet::new(),
+            lossy: true,
+        }
+    }
+
+    /// Cuts the link from `a` to `b` (one way).
+    pub fn block(&mut self, a: NodeId, b: NodeId) {
+        if a != b {
+            self.blocked.insert((a, b));
+        }
+    }
+
+    /// Heals every partition.
+    pub fn heal(&mut self) {
+        self.blocked.clear();
+    }
+
+    /// Whether `a` can send to `b`.
+    pub fn reachable(&self, a: NodeId, b: NodeId) -> bool {
+        !self.blocked.contains(&(a, b))
+    }
+
+    /// Whether any link is cut.
+    pub fn partitioned(&self) -> bool {
+        !self.blocked.is_empty()
+    }
+
+    /// Decides the fate of a message from `a` (at `site_a`) to `b` (at `site_b`).
+    pub fn deliver(
+        &self,
+        config: &SimConfig,
+        rng: &mut Rng,
+        (a, site_a): (NodeId, SiteId),
+        (b, site_b): (NodeId, SiteId),
+    ) -> Delivery {
+        if !self.reachable(a, b) || (self.lossy && rng.chance(config.drop)) {
+            return Delivery::Dropped;
+        }
+        let base = config.latency_ms[site_a.0 as usize][site_b.0 as usize];
+        let base_us = u64::from(base) * 1000;
+        let lossy = self.lossy;
+        let delay = |rng: &mut Rng| {
+            let jitter = (base_us as f64 * config.jitter) as u64;
+            let mut us = base_us + rng.below(jitter + 1);
+            if lossy && config.reorder_ms > 0 {
+                us += rng.below(u64::from(config.reorder_ms) * 1000);
+            }
+            // Now and then a message is held up for a long time (a retransmission stall).
+            if lossy && rng.chance(config.long_delay) {
+                us += 300_000 + rng.below(2_200_000);
+            }
+            Duration::from_micros(us.max(50))
+        };
+        let mut delays = vec![delay(rng)];
+        if lossy && rng.chance(config.duplicate) {
+            delays.push(delay(rng));
+        }
+        Delivery::After(delays)
+    }
+}

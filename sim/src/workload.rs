@@ -1,0 +1,276 @@
+//! The simulated clients' workload: read-modify-write transactions, blind writes, and
+//! reads in all three modes, over a few keys per group so that writers contend.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use megastore_paxos::{
+    CellWrite, ClientCore, ClientOutput, CommitResult, DataQuery, OpId, OpResult, ReadMode,
+    ReadResult, RowWrite,
+};
+use megastore_types::{ClientId, EgId, SiteId, Time};
+
+use crate::history::{OpKind, OpRecord, Outcome};
+use crate::rng::Rng;
+
+/// The column every simulated row uses.
+pub(crate) const COLUMN: &[u8] = b"v";
+
+/// The entity group number `g`.
+pub(crate) fn group(g: u16) -> EgId {
+    EgId(format!("g{g}").into_bytes())
+}
+
+/// Row `k` of a group.
+pub(crate) fn row(eg: &EgId, k: u8) -> Vec<u8> {
+    [eg.0.as_slice(), &[1, b'k', b'0' + k]].concat()
+}
+
+#[derive(Debug)]
+enum Plan {
+    /// Write new values to these keys, having read them.
+    ReadModifyWrite(Vec<Vec<u8>>),
+    /// Write these keys, depending on no read.
+    Blind(Vec<Vec<u8>>),
+}
+
+#[derive(Debug)]
+enum State {
+    Idle,
+    Reading {
+        op: OpId,
+        kind: OpKind,
+        eg: EgId,
+        start: u64,
+        plan: Option<Plan>,
+    },
+    Committing {
+        op: OpId,
+        eg: EgId,
+        start: u64,
+        read_position: megastore_types::Position,
+        read_keys: BTreeSet<Vec<u8>>,
+    },
+}
+
+/// One simulated client: its protocol core and what it is doing.
+pub struct ClientNode {
+    /// Its id.
+    pub id: ClientId,
+    /// Its site.
+    pub site: SiteId,
+    /// The protocol.
+    pub core: ClientCore,
+    state: State,
+    rng: Rng,
+    groups: u16,
+    keys: u8,
+    writes: u64,
+}
+
+impl ClientNode {
+    /// A client running `core`, choosing among `groups` groups of `keys` keys.
+    pub fn new(
+        id: ClientId,
+        site: SiteId,
+        core: ClientCore,
+        seed: u64,
+        groups: u16,
+        keys: u8,
+    ) -> Self {
+        Self {
+            id,
+            site,
+            core,
+            state: State::Idle,
+            rng: Rng::new(seed),
+            groups,
+            keys,
+            writes: 0,
+        }
+    }
+
+    /// Whether it waits for an operation.
+    pub fn busy(&self) -> bool {
+        !matches!(self.state, State::Idle)
+    }
+
+    fn all_rows(&self, eg: &EgId) -> Vec<Vec<u8>> {
+        (0..self.keys).map(|k| row(eg, k)).collect()
+    }
+
+    fn some_rows(&mut self, eg: &EgId) -> Vec<Vec<u8>> {
+        let first = self.rng.below(u64::from(self.keys)) as u8;
+        let mut rows = vec![row(eg, first)];
+        if self.rng.chance(0.4) {
+            let second = self.rng.below(u64::from(self.keys)) as u8;
+            if second != first {
+                rows.push(row(eg, second));
+            }
+        }
+        rows
+    }
+
+    /// Starts the next operation.
+    pub fn start_next(&mut self, real: u64, now: Time) -> Vec<ClientOutput> {
+        let eg = group(self.rng.below(u64::from(self.groups)) as u16);
+        let query = DataQuery::Rows(self.all_rows(&eg));
+        let dice = self.rng.below(100);
+        let (mode, kind, plan) = match dice {
+            0..45 => (
+                ReadMode::Current,
+                OpKind::CurrentRead,
+                Some(Plan::ReadModifyWrite(self.some_rows(&eg))),
+            ),
+            45..60 => (
+                ReadMode::Current,
+                OpKind::CurrentRead,
+                Some(Plan::Blind(self.some_rows(&eg))),
+            ),
+            60..80 => (ReadMode::Current, OpKind::CurrentRead, None),
+            80..92 => (ReadMode::Snapshot, OpKind::SnapshotRead, None),
+            _ => (ReadMode::Inconsistent, OpKind::InconsistentRead, None),
+        };
+        let (op, out) = self.core.read(now, eg.clone(), mode, query);
+        self.state = State::Reading {
+            op,
+            kind,
+            eg,
+            start: real,
+            plan,
+        };
+        out
+    }
+
+    /// An operation finished: the record of what it did, and the next step's outputs.
+    pub fn on_done(
+        &mut self,
+        real: u64,
+        now: Time,
+        op: OpId,
+        result: OpResult,
+    ) -> (Vec<OpRecord>, Vec<ClientOutput>) {
+        let mut records = Vec::new();
+        let mut out = Vec::new();
+        match std::mem::replace(&mut self.state, State::Idle) {
+            State::Reading {
+                op: expected,
+                kind,
+                eg,
+                start,
+                plan,
+            } if expected == op => {
+                let OpResult::Read(result) = result else {
+                    unreachable!("a read op returns a read result")
+                };
+                let outcome = match &result {
+                    Ok(read) => read_outcome(read),
+                    Err(_) => Outcome::Failed,
+                };
+                records.push(OpRecord {
+                    client: self.id,
+                    eg: eg.clone(),
+                    kind,
+                    start,
+                    end: real,
+                    outcome,
+                });
+                if let (Ok(read), Some(plan)) = (result, plan) {
+                    out = self.commit(real, now, eg, &read, plan);
+                }
+            }
+            State::Committing {
+                op: expected,
+                eg,
+                start,
+                read_position,
+                read_keys,
+            } if expected == op => {
+                let OpResult::Commit { txn, result } = result else {
+                    unreachable!("a commit op returns a commit result")
+                };
+                let outcome = match result {
+                    CommitResult::Committed { position } => Outcome::Committed {
+                        txn,
+                        position,
+                        read_position,
+                        read_keys,
+                    },
+                    CommitResult::Conflict { .. } | CommitResult::Aborted => Outcome::NotCommitted,
+                    CommitResult::Unknown { .. } => Outcome::Unknown,
+                };
+                records.push(OpRecord {
+                    client: self.id,
+                    eg,
+                    kind: OpKind::Commit,
+                    start,
+                    end: real,
+                    outcome,
+                });
+            }
+            other => self.state = other,
+        }
+        (records, out)
+    }
+
+    fn commit(
+        &mut self,
+        real: u64,
+        now: Time,
+        eg: EgId,
+        read: &ReadResult,
+        plan: Plan,
+    ) -> Vec<ClientOutput> {
+        let Some(position) = read.position else {
+            return Vec::new();
+        };
+        let (rows, read_keys) = match plan {
+            Plan::ReadModifyWrite(rows) => {
+                let read_keys: BTreeSet<Vec<u8>> = rows.iter().cloned().collect();
+                (rows, read_keys)
+            }
+            Plan::Blind(rows) => (rows, BTreeSet::new()),
+        };
+        self.writes += 1;
+        let tag = format!("c{}.{}", self.id.0, self.writes).into_bytes();
+        let writes = rows
+            .iter()
+            .map(|row| RowWrite {
+                row: row.clone(),
+                cells: vec![CellWrite::Set {
+                    column: COLUMN.to_vec(),
+                    value: tag.clone(),
+                }],
+            })
+            .collect();
+        let (op, _txn, out) = self.core.commit(
+            now,
+            eg.clone(),
+            position,
+            read.next_leader,
+            writes,
+            read_keys.clone(),
+        );
+        self.state = State::Committing {
+            op,
+            eg,
+            start: real,
+            read_position: position,
+            read_keys,
+        };
+        out
+    }
+}
+
+fn read_outcome(read: &ReadResult) -> Outcome {
+    let values: BTreeMap<Vec<u8>, Option<Vec<u8>>> = read
+        .rows
+        .iter()
+        .map(|r| (r.key.clone(), r.value(COLUMN).map(<[u8]>::to_vec)))
+        .collect();
+    Outcome::Read {
+        position: read.position,
+        values,
+        path: read.path,
+        replica: read.replica,
+    }
+}

@@ -1,0 +1,782 @@
+//! The simulated world: nodes, clocks, the network, and the event loop that feeds the
+//! protocol state machines. Drivers here only move messages, time and storage; every
+//! decision is made by `megastore-paxos`, `megastore-coordinator` and `megastore-lock`.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::time::Duration;
+
+use megastore_coordinator::{
+    Coordinator, CoordinatorBugs, CoordinatorConfig, Input as CoordinatorInput,
+    Output as CoordinatorOutput,
+};
+use megastore_lock::{LockCore, LockError, LockResponse};
+use megastore_paxos::{
+    ClientConfig, ClientCore, ClientInput, ClientOutput, Message, ProposerConfig, ProtocolBugs,
+    Replica, ReplicaConfig, ReplicaInput, ReplicaOutput, ReplicaReply, ReplicaRequest, Timeouts,
+    answer_read, group_range,
+};
+use megastore_rowstore::{Durability, KeyRange, LATEST, MemoryStore, RowRead, RowStore};
+use megastore_types::{
+    ClientId, LockNodeId, NodeId, ProposerId, ReplicaId, ReplicaKind, SiteId, Time,
+};
+
+use crate::clock::Clock;
+use crate::config::SimConfig;
+use crate::history::OpRecord;
+use crate::invariants::Checkers;
+use crate::network::{Delivery, Network};
+use crate::rng::Rng;
+use crate::trace::Trace;
+use crate::workload::ClientNode;
+
+/// The mistakes a run re-introduces.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Bugs {
+    /// In the replication protocol.
+    pub protocol: ProtocolBugs,
+    /// In the coordinator.
+    pub coordinator: CoordinatorBugs,
+}
+
+/// A replica server: its protocol core (absent while crashed) and its store.
+pub struct ReplicaNode {
+    /// The protocol state machine.
+    pub core: Option<Replica>,
+    /// Its storage; survives crashes except for unsynced writes.
+    pub store: MemoryStore,
+    /// Where it runs.
+    pub site: SiteId,
+}
+
+/// A coordinator process (absent while crashed: it keeps no state).
+pub struct CoordinatorNode {
+    /// The state machine.
+    pub core: Option<Coordinator>,
+    /// Where it runs.
+    pub site: SiteId,
+}
+
+/// The lock service: one replicated state machine, served by its leader node while
+/// that node can reach a majority of the lock nodes.
+pub struct LockModel {
+    /// The replicated state.
+    pub core: LockCore,
+    /// The current leader.
+    pub leader: LockNodeId,
+    /// Each node's site and whether it is up.
+    pub nodes: BTreeMap<LockNodeId, (SiteId, bool)>,
+}
+
+#[derive(Debug, Clone)]
+enum Event {
+    Deliver {
+        from: NodeId,
+        to: NodeId,
+        message: Message,
+    },
+    Wake(NodeId),
+    ClientNext(ClientId),
+    Fault,
+    Restart(NodeId),
+    HealLinks,
+    LockElection,
+    EndSafetyPhase,
+}
+
+/// Counters for the summary line.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stats {
+    /// Messages sent.
+    pub messages: u64,
+    /// Faults injected.
+    pub faults: u64,
+    /// Writes acknowledged.
+    pub commits: u64,
+    /// Writes that did not commit (conflict or aborted).
+    pub conflicts: u64,
+    /// Writes with unknown outcome.
+    pub unknown: u64,
+    /// Current reads served locally (vouched) / by majority read.
+    pub reads_local: u64,
+    /// Current reads served by a majority read.
+    pub reads_majority: u64,
+    /// Snapshot reads.
+    pub reads_snapshot: u64,
+    /// Inconsistent reads.
+    pub reads_inconsistent: u64,
+    /// Operations that failed.
+    pub failed: u64,
+}
+
+/// One simulated run.
+pub struct World {
+    /// What the seed decided.
+    pub config: SimConfig,
+    /// Re-introduced mistakes.
+    pub bugs: Bugs,
+    rng: Rng,
+    /// Real time (ns since the start).
+    pub now: u64,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(u64, u64)>>,
+    events: BTreeMap<u64, Event>,
+    clocks: BTreeMap<NodeId, Clock>,
+    /// Replica servers.
+    pub replicas: BTreeMap<ReplicaId, ReplicaNode>,
+    /// Coordinators, one beside each full replica.
+    pub coordinators: BTreeMap<ReplicaId, CoordinatorNode>,
+    /// The lock service.
+    pub lock: LockModel,
+    /// Clients.
+    pub clients: BTreeMap<ClientId, ClientNode>,
+    /// Links and message faults.
+    pub net: Network,
+    wakes: BTreeMap<NodeId, u64>,
+    /// Every finished client operation.
+    pub history: Vec<OpRecord>,
+    checks: Option<Checkers>,
+    /// The run's trace (hash and, when asked, readable lines).
+    pub trace: Trace,
+    /// Counters.
+    pub stats: Stats,
+    /// When the faults stop.
+    pub safety_end: u64,
+    faults_on: bool,
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl World {
+    /// Builds the world a seed describes, with `bugs`.
+    pub fn new(seed: u64, bugs: Bugs, trace: Trace) -> Self {
+        let mut rng = Rng::new(seed);
+        let config = SimConfig::from_seed(&mut rng);
+        let max_latency = config.max_latency();
+        let timeouts = Timeouts {
+            rpc: max_latency * 4 + Duration::from_millis(40),
+            leader: max_latency * 2 + Duration::from_millis(20),
+            invalidate: max_latency * 4 + Duration::from_millis(60),
+            backoff: Duration::from_millis(80),
+            lock_attempt: max_latency * 4 + Duration::from_millis(40),
+            max_rounds: 10,
+            invalidate_patience: config.lock_lease * 3,
+        };
+        let lock_nodes: Vec<LockNodeId> = (0..config.lock_sites.len() as u16)
+            .map(LockNodeId)
+            .collect();
+        let mut clocks = BTreeMap::new();
+        let mut clock = |rng: &mut Rng, node: NodeId| {
+            let drift = if config.max_drift_ppm == 0 {
+                0
+            } else {
+                rng.below(2 * u64::from(config.max_drift_ppm) + 1) as i64
+                    - i64::from(config.max_drift_ppm)
+            };
+            clocks.insert(node, Clock::new(rng.below(10_000_000_000), drift));
+        };
+        let mut replicas = BTreeMap::new();
+        let mut coordinators = BTreeMap::new();
+        for info in config.topology.replicas() {
+            clock(&mut rng, NodeId::Replica(info.id));
+            let replica_config = ReplicaConfig {
+                id: info.id,
+                topology: config.topology.clone(),
+                bugs: bugs.protocol,
+            };
+            replicas.insert(
+                info.id,
+                ReplicaNode {
+                    core: Some(Replica::new(replica_config)),
+                    store: MemoryStore::new(),
+                    site: info.site,
+                },
+            );
+            if info.kind == ReplicaKind::Full {
+                clock(&mut rng, NodeId::Coordinator(info.id));
+                coordinators.insert(
+                    info.id,
+                    CoordinatorNode {
+                        core: None,
+                        site: info.site,
+                    },
+                );
+            }
+        }
+        let mut lock_node_map = BTreeMap::new();
+        for (i, site) in config.lock_sites.iter().enumerate() {
+            clock(&mut rng, NodeId::LockNode(LockNodeId(i as u16)));
+            lock_node_map.insert(LockNodeId(i as u16), (*site, true));
+        }
+        let mut clients = BTreeMap::new();
+        for (i, site) in config.client_sites.iter().enumerate() {
+            let id = ClientId(i as u32 + 1);
+            clock(&mut rng, NodeId::Client(id));
+            let proposer = ProposerConfig {
+                topology: config.topology.clone(),
+                proposer: ProposerId::client(id),
+                lock_nodes: lock_nodes.clone(),
+                timeouts: timeouts.clone(),
+                bugs: bugs.protocol,
+            };
+            let core = ClientCore::new(ClientConfig {
+                id,
+                site: *site,
+                proposer,
+                seed: rng.next_u64(),
+            });
+            let node = ClientNode::new(
+                id,
+                *site,
+                core,
+                rng.next_u64(),
+                config.groups,
+                config.keys_per_group,
+            );
+            clients.insert(id, node);
+        }
+        let lock = LockModel {
+            core: LockCore::new(config.lock_lease),
+            leader: LockNodeId(0),
+            nodes: lock_node_map,
+        };
+        let safety_end = ns(config.safety_phase);
+        let mut world = World {
+            config,
+            bugs,
+            rng,
+            now: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            events: BTreeMap::new(),
+            clocks,
+            replicas,
+            coordinators,
+            lock,
+            clients,
+            net: Network::lossy(),
+            wakes: BTreeMap::new(),
+            history: Vec::new(),
+            checks: Some(Checkers::default()),
+            trace,
+            stats: Stats::default(),
+            safety_end,
+            faults_on: true,
+        };
+        let coordinator_ids: Vec<ReplicaId> = world.coordinators.keys().copied().collect();
+        for r in coordinator_ids {
+            world.start_coordinator(r);
+        }
+        let client_ids: Vec<ClientId> = world.clients.keys().copied().collect();
+        for c in client_ids {
+            let at = world.rng.below(50_000_000);
+            world.schedule(at, Event::ClientNext(c));
+        }
+        let first_fault = world.fault_delay();
+        world.schedule(first_fault, Event::Fault);
+        world.schedule(ns(Duration::from_millis(200)), Event::LockElection);
+        world.schedule(safety_end, Event::EndSafetyPhase);
+        world
+    }
+
+    fn coordinator_config(&self, r: ReplicaId) -> CoordinatorConfig {
+        let lease = self.config.lock_lease;
+        CoordinatorConfig {
+            replica: r,
+            lock_nodes: self.lock.nodes.keys().copied().collect(),
+            lock_attempt_timeout: self.config.max_latency() * 4 + Duration::from_millis(40),
+            keepalive_interval: lease / 4,
+            max_clock_drift_ppm: self.config.max_drift_ppm,
+            lease_margin: Duration::from_millis(5),
+            retry_delay: lease / 4,
+            bugs: self.bugs.coordinator,
+        }
+    }
+
+    fn start_coordinator(&mut self, r: ReplicaId) {
+        let core = Coordinator::new(self.coordinator_config(r));
+        if let Some(node) = self.coordinators.get_mut(&r) {
+            node.core = Some(core);
+        }
+        self.run_coordinator(r, CoordinatorInput::Start);
+    }
+
+    /// The node's clock reading now.
+    pub fn local_now(&self, node: NodeId) -> Time {
+        self.clocks[&node].local(self.now)
+    }
+
+    fn schedule(&mut self, at: u64, event: Event) {
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq)));
+        self.events.insert(self.seq, event);
+    }
+
+    fn fault_delay(&mut self) -> u64 {
+        let mean = ns(self.config.fault_interval);
+        mean / 2 + self.rng.below(mean)
+    }
+
+    /// Runs events until real time `end` (or until nothing is left).
+    pub fn run_until(&mut self, end: u64) {
+        while let Some(&Reverse((at, seq))) = self.queue.peek() {
+            if at > end {
+                break;
+            }
+            self.queue.pop();
+            let event = self
+                .events
+                .remove(&seq)
+                .expect("every queued event is stored");
+            self.now = at;
+            self.handle(event);
+            let mut checks = self
+                .checks
+                .take()
+                .expect("checkers are present between events");
+            checks.after_event(self);
+            self.checks = Some(checks);
+        }
+        self.now = self.now.max(end);
+    }
+
+    /// The checkers, after the run.
+    pub fn into_checkers(mut self) -> (Checkers, World) {
+        let checks = self.checks.take().expect("checkers are present");
+        (checks, self)
+    }
+
+    fn site_of(&self, node: NodeId) -> SiteId {
+        match node {
+            NodeId::Replica(r) => self.replicas[&r].site,
+            NodeId::Coordinator(r) => self.coordinators[&r].site,
+            NodeId::Client(c) => self.clients[&c].site,
+            NodeId::LockNode(n) => self.lock.nodes[&n].0,
+        }
+    }
+
+    fn send(&mut self, from: NodeId, to: NodeId, message: Message) {
+        self.stats.messages += 1;
+        let (from_site, to_site) = (self.site_of(from), self.site_of(to));
+        let delivery = self.net.deliver(
+            &self.config,
+            &mut self.rng,
+            (from, from_site),
+            (to, to_site),
+        );
+        if let Delivery::After(delays) = delivery {
+            for delay in delays {
+                let at = self.now + ns(delay);
+                self.schedule(
+                    at,
+                    Event::Deliver {
+                        from,
+                        to,
+                        message: message.clone(),
+                    },
+                );
+            }
+        }
+    }
+
+    fn wake_at(&mut self, node: NodeId, local: Time) {
+        let real = self.clocks[&node].real(local).max(self.now + 1);
+        if self
+            .wakes
+            .get(&node)
+            .is_some_and(|scheduled| *scheduled <= real && *scheduled > self.now)
+        {
+            return;
+        }
+        self.wakes.insert(node, real);
+        self.schedule(real, Event::Wake(node));
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Deliver { from, to, message } => {
+                self.trace.record(self.now, from, to, &message);
+                self.deliver(from, to, message);
+            }
+            Event::Wake(node) => {
+                if self.wakes.get(&node) == Some(&self.now) {
+                    self.wakes.remove(&node);
+                }
+                match node {
+                    NodeId::Replica(r) => self.run_replica(r, ReplicaInput::Tick, None),
+                    NodeId::Coordinator(r) => self.run_coordinator(r, CoordinatorInput::Tick),
+                    NodeId::Client(c) => self.run_client(c, ClientInput::Tick),
+                    NodeId::LockNode(_) => {}
+                }
+            }
+            Event::ClientNext(c) => {
+                let local = self.local_now(NodeId::Client(c));
+                let now = self.now;
+                let end = self.end_time();
+                let Some(client) = self.clients.get_mut(&c) else {
+                    return;
+                };
+                if client.busy() || now >= end {
+                    return;
+                }
+                let outputs = client.start_next(now, local);
+                self.client_outputs(c, outputs);
+            }
+            Event::Fault => {
+                if self.faults_on {
+                    crate::faults::inject(self);
+                    let next = self.now + self.fault_delay();
+                    self.schedule(next, Event::Fault);
+                }
+            }
+            Event::Restart(node) => self.restart(node),
+            Event::HealLinks => self.net.heal(),
+            Event::LockElection => {
+                self.elect_lock_leader();
+                let next = self.now + ns(Duration::from_millis(200));
+                self.schedule(next, Event::LockElection);
+            }
+            Event::EndSafetyPhase => self.heal_everything(),
+        }
+    }
+
+    /// When the run ends.
+    pub fn end_time(&self) -> u64 {
+        self.safety_end + ns(self.config.liveness_phase)
+    }
+
+    fn deliver(&mut self, from: NodeId, to: NodeId, message: Message) {
+        match to {
+            NodeId::Replica(r) => {
+                let handled = match &message {
+                    Message::ReplicaRequest(request) => Some(request.clone()),
+                    _ => None,
+                };
+                self.run_replica(r, ReplicaInput::Message { from, message }, handled);
+            }
+            NodeId::Coordinator(r) => {
+                let input = match (from, message) {
+                    (_, Message::CoordinatorRequest(request)) => {
+                        CoordinatorInput::Request { from, request }
+                    }
+                    (NodeId::LockNode(n), Message::LockResponse(response)) => {
+                        CoordinatorInput::Lock { from: n, response }
+                    }
+                    _ => return,
+                };
+                self.run_coordinator(r, input);
+            }
+            NodeId::Client(c) => self.run_client(c, ClientInput::Message { from, message }),
+            NodeId::LockNode(n) => {
+                if let Message::LockRequest(request) = message {
+                    self.serve_lock(n, from, request);
+                }
+            }
+        }
+    }
+
+    /// A lock node answers: only the leader serves, and only while it can reach a
+    /// majority of the lock nodes (as a Raft leader must).
+    fn serve_lock(&mut self, n: LockNodeId, from: NodeId, request: megastore_lock::LockRequest) {
+        if !self.lock.nodes[&n].1 {
+            return;
+        }
+        let result = if n != self.lock.leader {
+            Err(LockError::NotLeader)
+        } else if !self.lock_quorum(n) {
+            Err(LockError::Unavailable)
+        } else {
+            let now = self.local_now(NodeId::LockNode(n));
+            let result = self.lock.core.apply(now, &request.command);
+            self.lock.core.check_invariants();
+            result
+        };
+        let response = LockResponse {
+            id: request.id,
+            result,
+        };
+        self.send(NodeId::LockNode(n), from, Message::LockResponse(response));
+    }
+
+    fn lock_quorum(&self, n: LockNodeId) -> bool {
+        let me = NodeId::LockNode(n);
+        let reachable = self
+            .lock
+            .nodes
+            .iter()
+            .filter(|(m, (_, up))| {
+                let other = NodeId::LockNode(**m);
+                *up && (other == me
+                    || (self.net.reachable(me, other) && self.net.reachable(other, me)))
+            })
+            .count();
+        self.lock.nodes[&n].1 && reachable > self.lock.nodes.len() / 2
+    }
+
+    /// A leader that lost its majority is replaced by a node that has one; the new
+    /// leader restarts every lease on its own clock.
+    fn elect_lock_leader(&mut self) {
+        if self.lock_quorum(self.lock.leader) {
+            return;
+        }
+        let candidate = self
+            .lock
+            .nodes
+            .keys()
+            .copied()
+            .find(|n| self.lock_quorum(*n));
+        if let Some(n) = candidate {
+            self.change_lock_leader(n);
+        }
+    }
+
+    pub(crate) fn change_lock_leader(&mut self, n: LockNodeId) {
+        self.lock.leader = n;
+        let now = self.local_now(NodeId::LockNode(n));
+        self.lock.core.restart_leases(now);
+    }
+
+    fn run_replica(&mut self, r: ReplicaId, input: ReplicaInput, handled: Option<ReplicaRequest>) {
+        let local = self.local_now(NodeId::Replica(r));
+        let mut inputs = VecDeque::from([input]);
+        let mut replies = Vec::new();
+        let mut sends = Vec::new();
+        let mut wake = None;
+        {
+            let node = self.replicas.get_mut(&r).expect("replica exists");
+            let Some(core) = node.core.as_mut() else {
+                return;
+            };
+            while let Some(input) = inputs.pop_front() {
+                for output in core.step(local, input) {
+                    match output {
+                        ReplicaOutput::Load { eg, root_row } => {
+                            let row = node
+                                .store
+                                .read_row(&root_row, &KeyRange::all(), LATEST)
+                                .expect("memory store reads");
+                            inputs.push_back(ReplicaInput::Loaded { eg, row });
+                        }
+                        ReplicaOutput::Persist { mutation } => {
+                            node.store
+                                .mutate_row(&mutation, None, Durability::Synced)
+                                .expect("memory store writes");
+                        }
+                        ReplicaOutput::Apply { eg, rows } => {
+                            node.store
+                                .mutate_rows(&group_range(&eg), &rows, Durability::Buffered)
+                                .expect("apply stays in its group");
+                        }
+                        ReplicaOutput::Send { to, message } => {
+                            if let Message::ReplicaReply(reply) = &message {
+                                replies.push(reply.clone());
+                            }
+                            sends.push((to, message));
+                        }
+                        ReplicaOutput::ReadData {
+                            to, id, at, query, ..
+                        } => {
+                            let reply = answer_read(&node.store, id, at, &query);
+                            sends.push((to, Message::ReplicaReply(reply)));
+                        }
+                        ReplicaOutput::WakeAt(t) => wake = Some(t),
+                    }
+                }
+            }
+        }
+        let mut checks = self.checks.take().expect("checkers are present");
+        checks.after_replica_step(self, r, handled.as_ref(), &replies);
+        self.checks = Some(checks);
+        for (to, message) in sends {
+            self.send(NodeId::Replica(r), to, message);
+        }
+        if let Some(t) = wake {
+            self.wake_at(NodeId::Replica(r), t);
+        }
+    }
+
+    fn run_coordinator(&mut self, r: ReplicaId, input: CoordinatorInput) {
+        let local = self.local_now(NodeId::Coordinator(r));
+        let Some(core) = self.coordinators.get_mut(&r).and_then(|c| c.core.as_mut()) else {
+            return;
+        };
+        let outputs = core.step(local, input);
+        for output in outputs {
+            match output {
+                CoordinatorOutput::Reply { to, reply } => {
+                    self.send(NodeId::Coordinator(r), to, Message::CoordinatorReply(reply))
+                }
+                CoordinatorOutput::Lock(send) => {
+                    self.send(
+                        NodeId::Coordinator(r),
+                        NodeId::LockNode(send.to),
+                        Message::LockRequest(send.request),
+                    );
+                }
+                CoordinatorOutput::WakeAt(t) => self.wake_at(NodeId::Coordinator(r), t),
+            }
+        }
+    }
+
+    fn run_client(&mut self, c: ClientId, input: ClientInput) {
+        let local = self.local_now(NodeId::Client(c));
+        let Some(client) = self.clients.get_mut(&c) else {
+            return;
+        };
+        let outputs = client.core.step(local, input);
+        self.client_outputs(c, outputs);
+    }
+
+    fn client_outputs(&mut self, c: ClientId, outputs: Vec<ClientOutput>) {
+        let mut queue = VecDeque::from(outputs);
+        while let Some(output) = queue.pop_front() {
+            match output {
+                ClientOutput::Send { to, message } => self.send(NodeId::Client(c), to, message),
+                ClientOutput::WakeAt(t) => self.wake_at(NodeId::Client(c), t),
+                ClientOutput::Done { op, result } => {
+                    let local = self.local_now(NodeId::Client(c));
+                    let now = self.now;
+                    let client = self.clients.get_mut(&c).expect("client exists");
+                    let (records, more) = client.on_done(now, local, op, result);
+                    queue.extend(more);
+                    let idle = !client.busy();
+                    for record in records {
+                        self.op_done(record);
+                    }
+                    if idle {
+                        let think = self.rng.below(30_000_000);
+                        self.schedule(now + think, Event::ClientNext(c));
+                    }
+                }
+            }
+        }
+    }
+
+    fn op_done(&mut self, record: OpRecord) {
+        use crate::history::{OpKind, Outcome};
+        match (&record.kind, &record.outcome) {
+            (_, Outcome::Committed { .. }) => self.stats.commits += 1,
+            (_, Outcome::NotCommitted) => self.stats.conflicts += 1,
+            (_, Outcome::Unknown) => self.stats.unknown += 1,
+            (_, Outcome::Failed) => self.stats.failed += 1,
+            (OpKind::SnapshotRead, _) => self.stats.reads_snapshot += 1,
+            (OpKind::InconsistentRead, _) => self.stats.reads_inconsistent += 1,
+            (
+                _,
+                Outcome::Read {
+                    path: megastore_paxos::ReadPath::LocalVouched,
+                    ..
+                },
+            ) => self.stats.reads_local += 1,
+            (_, Outcome::Read { .. }) => self.stats.reads_majority += 1,
+        }
+        let mut checks = self.checks.take().expect("checkers are present");
+        checks.on_op_done(self, &record);
+        self.checks = Some(checks);
+        self.trace.note(self.now, &format!("done {:?}", record));
+        self.history.push(record);
+    }
+
+    /// Crashes a node; it restarts after `down`.
+    pub(crate) fn crash(&mut self, node: NodeId, down: Duration) {
+        self.stats.faults += 1;
+        self.trace.note(self.now, &format!("crash {node}"));
+        match node {
+            NodeId::Replica(r) => {
+                let n = self.replicas.get_mut(&r).expect("replica exists");
+                n.core = None;
+                n.store.crash();
+            }
+            NodeId::Coordinator(r) => {
+                if let Some(c) = self.coordinators.get_mut(&r) {
+                    c.core = None;
+                }
+            }
+            NodeId::LockNode(n) => {
+                if let Some(entry) = self.lock.nodes.get_mut(&n) {
+                    entry.1 = false;
+                }
+            }
+            NodeId::Client(_) => return,
+        }
+        self.wakes.remove(&node);
+        let at = self.now + ns(down);
+        self.schedule(at, Event::Restart(node));
+    }
+
+    fn restart(&mut self, node: NodeId) {
+        self.trace.note(self.now, &format!("restart {node}"));
+        match node {
+            NodeId::Replica(r) => {
+                let config = ReplicaConfig {
+                    id: r,
+                    topology: self.config.topology.clone(),
+                    bugs: self.bugs.protocol,
+                };
+                let n = self.replicas.get_mut(&r).expect("replica exists");
+                if n.core.is_none() {
+                    n.core = Some(Replica::new(config));
+                }
+            }
+            NodeId::Coordinator(r) => {
+                if self.coordinators.get(&r).is_some_and(|c| c.core.is_none()) {
+                    self.start_coordinator(r);
+                }
+            }
+            NodeId::LockNode(n) => {
+                if let Some(entry) = self.lock.nodes.get_mut(&n) {
+                    entry.1 = true;
+                }
+            }
+            NodeId::Client(_) => {}
+        }
+    }
+
+    pub(crate) fn block_links(&mut self, links: Vec<(NodeId, NodeId)>, duration: Duration) {
+        self.stats.faults += 1;
+        self.trace
+            .note(self.now, &format!("partition {} links", links.len()));
+        for (a, b) in links {
+            self.net.block(a, b);
+        }
+        let at = self.now + ns(duration);
+        self.schedule(at, Event::HealLinks);
+    }
+
+    /// Every node, by kind (for fault selection).
+    pub(crate) fn all_nodes(&self) -> Vec<NodeId> {
+        let mut nodes: Vec<NodeId> = self.replicas.keys().map(|r| NodeId::Replica(*r)).collect();
+        nodes.extend(self.coordinators.keys().map(|r| NodeId::Coordinator(*r)));
+        nodes.extend(self.lock.nodes.keys().map(|n| NodeId::LockNode(*n)));
+        nodes.extend(self.clients.keys().map(|c| NodeId::Client(*c)));
+        nodes
+    }
+
+    pub(crate) fn rng(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
+
+    pub(crate) fn node_site(&self, node: NodeId) -> SiteId {
+        self.site_of(node)
+    }
+
+    /// The liveness phase begins: every link heals, per-message faults stop, every
+    /// crashed node restarts, and a lock leader with a majority is in place.
+    fn heal_everything(&mut self) {
+        self.trace.note(self.now, "heal: liveness phase");
+        self.faults_on = false;
+        self.net.heal();
+        self.net.lossy = false;
+        for node in self.all_nodes() {
+            self.restart(node);
+        }
+        self.elect_lock_leader();
+    }
+
+    /// A reply a replica sent in this step (for checkers).
+    pub fn replica_reply_ok(reply: &ReplicaReply) -> bool {
+        !matches!(reply, ReplicaReply::Error { .. })
+    }
+}
