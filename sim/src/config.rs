@@ -36,8 +36,13 @@ pub struct SimConfig {
     pub duplicate: f64,
     /// Extra random delay (reordering), up to this many ms.
     pub reorder_ms: u32,
-    /// Probability that a message is held up for 0.3–2.5 s.
+    /// Probability that a message is held up for a long time (0.3 s up to
+    /// `long_delay_max`).
     pub long_delay: f64,
+    /// The longest such hold-up.
+    pub long_delay_max: Duration,
+    /// Replicas crash and restart quickly and often (in the middle of Paxos rounds).
+    pub restart_storm: bool,
     /// Mean time between disruptive faults (partitions, crashes, leader changes).
     pub fault_interval: Duration,
     /// Clock rate error bound (ppm); each node draws its drift within it.
@@ -121,7 +126,9 @@ impl SimConfig {
             drop: pick(rng, &[0.0, 0.0, 0.01, 0.05]),
             duplicate: pick(rng, &[0.0, 0.01, 0.03]),
             reorder_ms: pick(rng, &[0, 0, 5, 30]),
-            long_delay: pick(rng, &[0.0, 0.001, 0.005]),
+            long_delay: pick(rng, &[0.0, 0.001, 0.005, 0.02]),
+            long_delay_max: Duration::from_millis(pick(rng, &[2500, 6000])),
+            restart_storm: rng.chance(0.15),
             fault_interval: Duration::from_millis(pick(rng, &[400, 1000, 2500, 6000])),
             max_drift_ppm: pick(rng, &[0, 200, 1000]),
             lock_lease: Duration::from_millis(pick(rng, &[1000, 2000, 3000])),

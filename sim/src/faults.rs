@@ -15,6 +15,19 @@ fn millis(world: &mut World, low: u64, high: u64) -> Duration {
 /// Injects one fault.
 pub(crate) fn inject(world: &mut World) {
     let nodes = world.all_nodes();
+    if world.config.restart_storm && world.rng().chance(0.7) {
+        // A voter restarts almost at once: it rejoins the rounds it was part of.
+        let voters: Vec<NodeId> = world
+            .config
+            .topology
+            .voters()
+            .map(NodeId::Replica)
+            .collect();
+        let r = voters[world.rng().below(voters.len() as u64) as usize];
+        let d = millis(world, 2, 60);
+        world.crash(r, d);
+        return;
+    }
     let dice = world.rng().below(100);
     match dice {
         0..28 => {
@@ -73,7 +86,21 @@ pub(crate) fn inject(world: &mut World) {
             let d = millis(world, 300, 3000);
             world.block_links(links, d);
         }
-        48..54 => {
+        48..52 => {
+            // A slow inbound link: a replica keeps lagging behind the writes (and its
+            // coordinator keeps being invalidated and revalidated).
+            let replicas: Vec<NodeId> =
+                world.replicas.keys().map(|r| NodeId::Replica(*r)).collect();
+            let r = replicas[world.rng().below(replicas.len() as u64) as usize];
+            let extra = 50 + world.rng().below(350) as u32;
+            world.net.slow_down(r, extra);
+            world
+                .trace
+                .note(world.now, &format!("slow link into {r}: +{extra} ms"));
+            let d = millis(world, 1000, 5000);
+            world.block_links(Vec::new(), d);
+        }
+        52..56 => {
             // The lock nodes cut off from everyone else.
             let lock: Vec<NodeId> = nodes
                 .iter()
@@ -92,7 +119,7 @@ pub(crate) fn inject(world: &mut World) {
             let d = millis(world, 300, 2500);
             world.block_links(links, d);
         }
-        54..72 => {
+        56..72 => {
             // A replica crash: unsynced writes are lost; sometimes a quick restart, so
             // that it rejoins in the middle of the rounds it was part of.
             let replicas: Vec<NodeId> =

@@ -1,6 +1,6 @@
 //! Where nodes are, how long messages take, and which links are cut.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use megastore_types::{NodeId, SiteId};
@@ -13,6 +13,8 @@ use crate::rng::Rng;
 pub struct Network {
     /// Directed links that drop everything (`from`, `to`).
     blocked: BTreeSet<(NodeId, NodeId)>,
+    /// Nodes whose incoming messages from other sites crawl: extra delay (ms).
+    slow: BTreeMap<NodeId, u32>,
     /// Whether per-message faults (drop, duplicate, reorder) are on.
     pub lossy: bool,
 }
@@ -31,6 +33,7 @@ impl Network {
     pub fn lossy() -> Self {
         Self {
             blocked: BTreeSet::new(),
+            slow: BTreeMap::new(),
             lossy: true,
         }
     }
@@ -42,19 +45,20 @@ impl Network {
         }
     }
 
-    /// Heals every partition.
+    /// Slows every message reaching `node` from another site by `extra_ms`.
+    pub fn slow_down(&mut self, node: NodeId, extra_ms: u32) {
+        self.slow.insert(node, extra_ms);
+    }
+
+    /// Heals every partition and slow link.
     pub fn heal(&mut self) {
         self.blocked.clear();
+        self.slow.clear();
     }
 
     /// Whether `a` can send to `b`.
     pub fn reachable(&self, a: NodeId, b: NodeId) -> bool {
         !self.blocked.contains(&(a, b))
-    }
-
-    /// Whether any link is cut.
-    pub fn partitioned(&self) -> bool {
-        !self.blocked.is_empty()
     }
 
     /// Decides the fate of a message from `a` (at `site_a`) to `b` (at `site_b`).
@@ -68,7 +72,10 @@ impl Network {
         if !self.reachable(a, b) || (self.lossy && rng.chance(config.drop)) {
             return Delivery::Dropped;
         }
-        let base = config.latency_ms[site_a.0 as usize][site_b.0 as usize];
+        let mut base = config.latency_ms[site_a.0 as usize][site_b.0 as usize];
+        if site_a != site_b {
+            base += self.slow.get(&b).copied().unwrap_or(0);
+        }
         let base_us = u64::from(base) * 1000;
         let lossy = self.lossy;
         let delay = |rng: &mut Rng| {
@@ -79,7 +86,8 @@ impl Network {
             }
             // Now and then a message is held up for a long time (a retransmission stall).
             if lossy && rng.chance(config.long_delay) {
-                us += 300_000 + rng.below(2_200_000);
+                let max_us = u64::try_from(config.long_delay_max.as_micros()).unwrap_or(u64::MAX);
+                us += 300_000 + rng.below(max_us.saturating_sub(300_000));
             }
             Duration::from_micros(us.max(50))
         };

@@ -13,8 +13,8 @@ use megastore_coordinator::{
 use megastore_lock::{LockCore, LockError, LockResponse};
 use megastore_paxos::{
     ClientConfig, ClientCore, ClientInput, ClientOutput, Message, ProposerConfig, ProtocolBugs,
-    Replica, ReplicaConfig, ReplicaInput, ReplicaOutput, ReplicaReply, ReplicaRequest, Timeouts,
-    answer_read, group_range,
+    Replica, ReplicaConfig, ReplicaInput, ReplicaOutput, ReplicaReply, ReplicaRequest, SweepConfig,
+    Timeouts, answer_read, group_range,
 };
 use megastore_rowstore::{Durability, KeyRange, LATEST, MemoryStore, RowRead, RowStore};
 use megastore_types::{
@@ -143,6 +143,36 @@ pub struct World {
     /// When the faults stop.
     pub safety_end: u64,
     faults_on: bool,
+    timeouts: Timeouts,
+}
+
+/// A replica's configuration: its sweep proposes as `ProposerId::replica(id)`.
+fn replica_config(
+    config: &SimConfig,
+    bugs: Bugs,
+    timeouts: &Timeouts,
+    lock_nodes: &[LockNodeId],
+    id: ReplicaId,
+    seed: u64,
+) -> ReplicaConfig {
+    let proposer = ProposerConfig {
+        topology: config.topology.clone(),
+        proposer: ProposerId::replica(id),
+        lock_nodes: lock_nodes.to_vec(),
+        timeouts: timeouts.clone(),
+        bugs: bugs.protocol,
+    };
+    let sweep = SweepConfig {
+        interval: Duration::from_secs(1),
+        proposer,
+        seed,
+    };
+    ReplicaConfig {
+        id,
+        topology: config.topology.clone(),
+        bugs: bugs.protocol,
+        sweep: Some(sweep),
+    }
 }
 
 fn ns(d: Duration) -> u64 {
@@ -181,11 +211,14 @@ impl World {
         let mut coordinators = BTreeMap::new();
         for info in config.topology.replicas() {
             clock(&mut rng, NodeId::Replica(info.id));
-            let replica_config = ReplicaConfig {
-                id: info.id,
-                topology: config.topology.clone(),
-                bugs: bugs.protocol,
-            };
+            let replica_config = replica_config(
+                &config,
+                bugs,
+                &timeouts,
+                &lock_nodes,
+                info.id,
+                rng.next_u64(),
+            );
             replicas.insert(
                 info.id,
                 ReplicaNode {
@@ -264,7 +297,12 @@ impl World {
             stats: Stats::default(),
             safety_end,
             faults_on: true,
+            timeouts,
         };
+        let replica_ids: Vec<ReplicaId> = world.replicas.keys().copied().collect();
+        for r in replica_ids {
+            world.schedule(0, Event::Wake(NodeId::Replica(r)));
+        }
         let coordinator_ids: Vec<ReplicaId> = world.coordinators.keys().copied().collect();
         for r in coordinator_ids {
             world.start_coordinator(r);
@@ -315,7 +353,12 @@ impl World {
     }
 
     fn fault_delay(&mut self) -> u64 {
-        let mean = ns(self.config.fault_interval);
+        let interval = if self.config.restart_storm {
+            Duration::from_millis(150)
+        } else {
+            self.config.fault_interval
+        };
+        let mean = ns(interval);
         mean / 2 + self.rng.below(mean)
     }
 
@@ -710,14 +753,21 @@ impl World {
         self.trace.note(self.now, &format!("restart {node}"));
         match node {
             NodeId::Replica(r) => {
-                let config = ReplicaConfig {
-                    id: r,
-                    topology: self.config.topology.clone(),
-                    bugs: self.bugs.protocol,
-                };
+                let lock_nodes: Vec<LockNodeId> = self.lock.nodes.keys().copied().collect();
+                let seed = self.rng.next_u64();
+                let config = replica_config(
+                    &self.config,
+                    self.bugs,
+                    &self.timeouts,
+                    &lock_nodes,
+                    r,
+                    seed,
+                );
                 let n = self.replicas.get_mut(&r).expect("replica exists");
                 if n.core.is_none() {
                     n.core = Some(Replica::new(config));
+                    let now = self.now;
+                    self.schedule(now, Event::Wake(NodeId::Replica(r)));
                 }
             }
             NodeId::Coordinator(r) => {

@@ -1,3 +1,4 @@
 //! End-to-end tests of the `megastore` binary (see the crate docs for how it is found).
 
 mod schema_check;
+mod tidy;

@@ -39,5 +39,6 @@ pub use proposer::commit::CommitResult;
 pub use proposer::read::{ReadError, ReadMode, ReadPath, ReadResult};
 pub use proposer::{ProposerConfig, Timeouts};
 pub use replica::{
-    GroupLog, Input as ReplicaInput, Output as ReplicaOutput, Replica, ReplicaConfig, answer_read,
+    GroupLog, Input as ReplicaInput, Output as ReplicaOutput, Replica, ReplicaConfig, SweepConfig,
+    answer_read,
 };

@@ -52,6 +52,7 @@ impl Node {
             id: ReplicaId(id),
             topology: topology(),
             bugs,
+            sweep: None,
         };
         Node {
             id: ReplicaId(id),
@@ -114,6 +115,7 @@ impl Node {
             id: self.id,
             topology: topology(),
             bugs: self.bugs,
+            sweep: None,
         };
         self.replica = Replica::new(config);
     }

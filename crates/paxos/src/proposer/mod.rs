@@ -100,6 +100,11 @@ impl<K: Clone + Ord> Wiring<K> {
         &mut self.lock
     }
 
+    /// When the lock client next needs a tick.
+    pub(crate) fn lock_deadline(&self) -> Option<Time> {
+        self.lock.next_deadline()
+    }
+
     pub(crate) fn ctx<'a>(
         &'a mut self,
         now: Time,

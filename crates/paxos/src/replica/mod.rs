@@ -13,6 +13,7 @@
 //! holds back their sends until then.
 
 mod group;
+mod sweep;
 
 use std::collections::BTreeMap;
 
@@ -22,6 +23,9 @@ use megastore_types::{
 };
 
 pub use group::{GroupLog, Proposal};
+pub use sweep::SweepConfig;
+
+use sweep::Sweeper;
 
 use crate::bugs::ProtocolBugs;
 use crate::cells::StoredGroup;
@@ -37,6 +41,8 @@ pub struct ReplicaConfig {
     pub topology: Topology,
     /// Simulator-only mistakes.
     pub bugs: ProtocolBugs,
+    /// Finishing abandoned positions and catching up from peers (`None`: off).
+    pub sweep: Option<SweepConfig>,
 }
 
 /// An event for the replica.
@@ -120,6 +126,7 @@ pub struct Replica {
     config: ReplicaConfig,
     me: ReplicaInfo,
     groups: BTreeMap<EgId, GroupSlot>,
+    sweeper: Option<Sweeper>,
 }
 
 impl Replica {
@@ -130,10 +137,12 @@ impl Replica {
             .replica(config.id)
             .cloned()
             .expect("the replica is in its topology");
+        let sweeper = config.sweep.clone().map(Sweeper::new);
         Self {
             config,
             me,
             groups: BTreeMap::new(),
+            sweeper,
         }
     }
 
@@ -159,16 +168,70 @@ impl Replica {
     }
 
     /// Handles one event.
-    pub fn step(&mut self, _now: Time, input: Input) -> Vec<Output> {
+    pub fn step(&mut self, now: Time, input: Input) -> Vec<Output> {
         let mut out = Vec::new();
+        let mut sends = Vec::new();
         match input {
             Input::Message {
                 from,
                 message: Message::ReplicaRequest(request),
             } => self.handle(from, request, &mut out),
-            Input::Message { .. } => {} // nothing else is addressed to a replica yet
+            Input::Message {
+                from: NodeId::Replica(r),
+                message: Message::ReplicaReply(reply),
+            } => {
+                let Self {
+                    sweeper, groups, ..
+                } = self;
+                if let Some(sweeper) = sweeper {
+                    let visible = |eg: &EgId| match groups.get(eg) {
+                        Some(GroupSlot::Ready(g)) => g.visible(),
+                        _ => Position::NONE,
+                    };
+                    sweeper.on_replica_reply(now, r, reply, visible, &mut sends);
+                }
+            }
+            Input::Message {
+                from: NodeId::Coordinator(r),
+                message: Message::CoordinatorReply(reply),
+            } => {
+                if let Some(sweeper) = &mut self.sweeper {
+                    sweeper.on_coordinator_reply(now, r, reply, &mut sends);
+                }
+            }
+            Input::Message {
+                from: NodeId::LockNode(n),
+                message: Message::LockResponse(response),
+            } => {
+                if let Some(sweeper) = &mut self.sweeper {
+                    sweeper.on_lock_response(now, n, response, &mut sends);
+                }
+            }
+            Input::Message { .. } => {}
             Input::Loaded { eg, row } => self.loaded(eg, row.as_ref(), &mut out),
-            Input::Tick => {}
+            Input::Tick => {
+                let Self {
+                    sweeper,
+                    groups,
+                    me,
+                    ..
+                } = self;
+                if let Some(sweeper) = sweeper {
+                    let loaded = groups.values().filter_map(|g| match g {
+                        GroupSlot::Ready(g) => Some(g),
+                        _ => None,
+                    });
+                    sweeper.on_tick(now, me.id, loaded, &mut sends);
+                }
+            }
+        }
+        out.extend(
+            sends
+                .into_iter()
+                .map(|(to, message)| Output::Send { to, message }),
+        );
+        if let Some(sweeper) = &self.sweeper {
+            out.push(Output::WakeAt(sweeper.next_wake()));
         }
         if cfg!(debug_assertions) {
             self.check_invariants();
