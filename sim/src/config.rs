@@ -22,6 +22,8 @@ pub struct SimConfig {
     pub lock_sites: Vec<SiteId>,
     /// Clients and their sites.
     pub client_sites: Vec<SiteId>,
+    /// What each client mostly does.
+    pub client_roles: Vec<crate::workload::Role>,
     /// Entity groups in the workload.
     pub groups: u16,
     /// Keys per entity group.
@@ -43,6 +45,15 @@ pub struct SimConfig {
     pub long_delay_max: Duration,
     /// Replicas crash and restart quickly and often (in the middle of Paxos rounds).
     pub restart_storm: bool,
+    /// A full replica whose inbound link from other sites is slow through the whole
+    /// fault phase (extra ms): it keeps lagging behind acknowledged writes.
+    pub lagging: Option<(ReplicaId, u32)>,
+    /// No faults at all (measurements).
+    pub quiet: bool,
+    /// Clients only write (blind writes), for measuring commits.
+    pub writes_only: bool,
+    /// Each client waits up to this long (uniformly) between operations.
+    pub think_ms: u32,
     /// Mean time between disruptive faults (partitions, crashes, leader changes).
     pub fault_interval: Duration,
     /// Clock rate error bound (ppm); each node draws its drift within it.
@@ -108,9 +119,42 @@ impl SimConfig {
             })
             .collect();
         let lock_sites = (0..3.min(sites)).map(SiteId).collect();
-        let clients = 2 + rng.below(4) as usize;
+        let clients = 2 + rng.below(5) as usize;
+        let full_sites: Vec<(ReplicaId, SiteId)> = kinds
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| **k == ReplicaKind::Full)
+            .map(|(i, _)| (ReplicaId(i as u16 + 1), SiteId(i as u16)))
+            .collect();
+        // Spread over the sites, or crowded at one full replica's site, so that local
+        // readers race each other and the writers there.
+        let crowd = rng
+            .chance(0.4)
+            .then(|| full_sites[rng.below(full_sites.len() as u64) as usize].1);
+        let lagging = rng.chance(0.3).then(|| {
+            // The crowded site's replica, if clients crowd, else any full replica.
+            let r = match crowd {
+                Some(site) => full_sites
+                    .iter()
+                    .find(|(_, s)| *s == site)
+                    .map(|(r, _)| *r)
+                    .expect("crowds gather at full replicas"),
+                None => full_sites[rng.below(full_sites.len() as u64) as usize].0,
+            };
+            (r, 80 + rng.below(220) as u32)
+        });
+        let client_roles = (0..clients)
+            .map(|_| match rng.below(4) {
+                0 => crate::workload::Role::Reader,
+                1 => crate::workload::Role::Writer,
+                _ => crate::workload::Role::Mixed,
+            })
+            .collect();
         let client_sites = (0..clients)
-            .map(|_| SiteId(rng.below(u64::from(sites)) as u16))
+            .map(|_| match crowd {
+                Some(site) if !rng.chance(0.25) => site,
+                _ => SiteId(rng.below(u64::from(sites)) as u16),
+            })
             .collect();
         SimConfig {
             topology,
@@ -119,6 +163,7 @@ impl SimConfig {
             jitter: pick(rng, &[0.0, 0.1, 0.3]),
             lock_sites,
             client_sites,
+            client_roles,
             groups: 1 + rng.below(3) as u16,
             keys_per_group: 2 + rng.below(3) as u8,
             safety_phase: Duration::from_secs(20),
@@ -129,6 +174,10 @@ impl SimConfig {
             long_delay: pick(rng, &[0.0, 0.001, 0.005, 0.02]),
             long_delay_max: Duration::from_millis(pick(rng, &[2500, 6000])),
             restart_storm: rng.chance(0.15),
+            lagging,
+            quiet: false,
+            writes_only: false,
+            think_ms: 30,
             fault_interval: Duration::from_millis(pick(rng, &[400, 1000, 2500, 6000])),
             max_drift_ppm: pick(rng, &[0, 200, 1000]),
             lock_lease: Duration::from_millis(pick(rng, &[1000, 2000, 3000])),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use megastore_types::{LockNodeId, NodeId};
 
-use crate::world::World;
+use crate::world::{Hold, World};
 
 fn millis(world: &mut World, low: u64, high: u64) -> Duration {
     Duration::from_millis(low + world.rng().below(high - low))
@@ -65,7 +65,7 @@ pub(crate) fn inject(world: &mut World) {
             let d = millis(world, 300, 3000);
             world.block_links(links, d);
         }
-        38..48 => {
+        38..44 => {
             // A coordinator alone (the asymmetric partition of §4.7: it keeps its
             // lock only if it still reaches the lock service; cut it from everything).
             let coordinators: Vec<NodeId> = world
@@ -85,6 +85,38 @@ pub(crate) fn inject(world: &mut World) {
                 .collect();
             let d = millis(world, 300, 3000);
             world.block_links(links, d);
+        }
+        44..48 => {
+            // Hold and release: a node's inbox is held back, then delivered all at once
+            // in random order (a coordinator's most often: validates and invalidates
+            // then race, and may outlive its epoch).
+            let coordinators: Vec<NodeId> = world
+                .coordinators
+                .keys()
+                .map(|r| NodeId::Coordinator(*r))
+                .collect();
+            let node = if world.rng().chance(0.7) && !coordinators.is_empty() {
+                coordinators[world.rng().below(coordinators.len() as u64) as usize]
+            } else {
+                nodes[world.rng().below(nodes.len() as u64) as usize]
+            };
+            let d = millis(world, 100, 3000);
+            if let (true, NodeId::Coordinator(r)) = (world.rng().chance(0.6), node) {
+                // One stalled connection: a client at the coordinator's site to it.
+                let site = world.node_site(node);
+                let clients: Vec<NodeId> = world
+                    .clients
+                    .values()
+                    .filter(|c| c.site == site)
+                    .map(|c| NodeId::Client(c.id))
+                    .collect();
+                if !clients.is_empty() {
+                    let client = clients[world.rng().below(clients.len() as u64) as usize];
+                    world.hold(Hold::Link(client, NodeId::Coordinator(r)), d);
+                    return;
+                }
+            }
+            world.hold(Hold::Inbox(node), d);
         }
         48..52 => {
             // A slow inbound link: a replica keeps lagging behind the writes (and its

@@ -33,6 +33,9 @@ struct Args {
     /// List the bug knobs.
     #[arg(long)]
     list_bugs: bool,
+    /// Print the protocol measurements (quiet three-site topology) instead.
+    #[arg(long)]
+    measure: bool,
 }
 
 /// Runs a seed, turning a panic (a broken assertion in a protocol core) into a
@@ -92,6 +95,10 @@ fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.measure {
+        print!("{}", megastore_sim::measure::report(80));
+        return ExitCode::SUCCESS;
+    }
     if args.list_bugs {
         BUG_NAMES.iter().for_each(|b| println!("{b}"));
         return ExitCode::SUCCESS;

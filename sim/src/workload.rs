@@ -12,6 +12,17 @@ use megastore_types::{ClientId, EgId, SiteId, Time};
 use crate::history::{OpKind, OpRecord, Outcome};
 use crate::rng::Rng;
 
+/// What a client mostly does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Reads and writes.
+    Mixed,
+    /// Reads only (current, snapshot, inconsistent).
+    Reader,
+    /// Writes only (read-modify-write and blind).
+    Writer,
+}
+
 /// The column every simulated row uses.
 pub(crate) const COLUMN: &[u8] = b"v";
 
@@ -65,6 +76,10 @@ pub struct ClientNode {
     groups: u16,
     keys: u8,
     writes: u64,
+    /// Only blind writes (for measuring commits).
+    pub writes_only: bool,
+    /// What it mostly does.
+    pub role: Role,
 }
 
 impl ClientNode {
@@ -86,6 +101,8 @@ impl ClientNode {
             groups,
             keys,
             writes: 0,
+            writes_only: false,
+            role: Role::Mixed,
         }
     }
 
@@ -114,7 +131,12 @@ impl ClientNode {
     pub fn start_next(&mut self, real: u64, now: Time) -> Vec<ClientOutput> {
         let eg = group(self.rng.below(u64::from(self.groups)) as u16);
         let query = DataQuery::Rows(self.all_rows(&eg));
-        let dice = self.rng.below(100);
+        let dice = match (self.writes_only, self.role) {
+            (true, _) => 50,
+            (false, Role::Mixed) => self.rng.below(100),
+            (false, Role::Reader) => 60 + self.rng.below(40),
+            (false, Role::Writer) => self.rng.below(60),
+        };
         let (mode, kind, plan) = match dice {
             0..45 => (
                 ReadMode::Current,

@@ -68,6 +68,13 @@ pub struct LockModel {
     pub nodes: BTreeMap<LockNodeId, (SiteId, bool)>,
 }
 
+/// What a hold holds back: a node's whole inbox, or one directed link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Hold {
+    Inbox(NodeId),
+    Link(NodeId, NodeId),
+}
+
 #[derive(Debug, Clone)]
 enum Event {
     Deliver {
@@ -80,6 +87,7 @@ enum Event {
     Fault,
     Restart(NodeId),
     HealLinks,
+    Release(Hold),
     LockElection,
     EndSafetyPhase,
 }
@@ -144,6 +152,8 @@ pub struct World {
     pub safety_end: u64,
     faults_on: bool,
     timeouts: Timeouts,
+    /// Held-back inboxes and links, and the messages they hold.
+    held: BTreeMap<Hold, Vec<(NodeId, NodeId, Message)>>,
 }
 
 /// A replica's configuration: its sweep proposes as `ProposerId::replica(id)`.
@@ -184,7 +194,13 @@ impl World {
     pub fn new(seed: u64, bugs: Bugs, trace: Trace) -> Self {
         let mut rng = Rng::new(seed);
         let config = SimConfig::from_seed(&mut rng);
+        Self::from_config(config, rng, bugs, trace)
+    }
+
+    /// Builds a world from an explicit configuration (measurements use quiet ones).
+    pub fn from_config(config: SimConfig, mut rng: Rng, bugs: Bugs, trace: Trace) -> Self {
         let max_latency = config.max_latency();
+        let config_quiet = config.quiet;
         let timeouts = Timeouts {
             rpc: max_latency * 4 + Duration::from_millis(40),
             leader: max_latency * 2 + Duration::from_millis(20),
@@ -268,6 +284,13 @@ impl World {
                 config.groups,
                 config.keys_per_group,
             );
+            let mut node = node;
+            node.writes_only = config.writes_only;
+            node.role = config
+                .client_roles
+                .get(i)
+                .copied()
+                .unwrap_or(crate::workload::Role::Mixed);
             clients.insert(id, node);
         }
         let lock = LockModel {
@@ -289,16 +312,24 @@ impl World {
             coordinators,
             lock,
             clients,
-            net: Network::lossy(),
+            net: if config_quiet {
+                Network::default()
+            } else {
+                Network::lossy()
+            },
             wakes: BTreeMap::new(),
             history: Vec::new(),
             checks: Some(Checkers::default()),
             trace,
             stats: Stats::default(),
             safety_end,
-            faults_on: true,
+            faults_on: !config_quiet,
             timeouts,
+            held: BTreeMap::new(),
         };
+        if let Some((r, extra)) = world.config.lagging {
+            world.net.slow_down(NodeId::Replica(r), extra);
+        }
         let replica_ids: Vec<ReplicaId> = world.replicas.keys().copied().collect();
         for r in replica_ids {
             world.schedule(0, Event::Wake(NodeId::Replica(r)));
@@ -312,8 +343,10 @@ impl World {
             let at = world.rng.below(50_000_000);
             world.schedule(at, Event::ClientNext(c));
         }
-        let first_fault = world.fault_delay();
-        world.schedule(first_fault, Event::Fault);
+        if !config_quiet {
+            let first_fault = world.fault_delay();
+            world.schedule(first_fault, Event::Fault);
+        }
         world.schedule(ns(Duration::from_millis(200)), Event::LockElection);
         world.schedule(safety_end, Event::EndSafetyPhase);
         world
@@ -409,6 +442,15 @@ impl World {
             (from, from_site),
             (to, to_site),
         );
+        if let Delivery::After(_) = &delivery {
+            let hold = [Hold::Link(from, to), Hold::Inbox(to)]
+                .into_iter()
+                .find(|h| self.held.contains_key(h));
+            if let Some(held) = hold.and_then(|h| self.held.get_mut(&h)) {
+                held.push((from, to, message));
+                return;
+            }
+        }
         if let Delivery::After(delays) = delivery {
             for delay in delays {
                 let at = self.now + ns(delay);
@@ -475,7 +517,19 @@ impl World {
                 }
             }
             Event::Restart(node) => self.restart(node),
-            Event::HealLinks => self.net.heal(),
+            Event::Release(hold) => {
+                // Everything held is let go at once, in random order.
+                for (from, to, message) in self.held.remove(&hold).unwrap_or_default() {
+                    let at = self.now + self.rng.below(50_000_000);
+                    self.schedule(at, Event::Deliver { from, to, message });
+                }
+            }
+            Event::HealLinks => {
+                self.net.heal();
+                if let Some((r, extra)) = self.config.lagging.filter(|_| self.faults_on) {
+                    self.net.slow_down(NodeId::Replica(r), extra);
+                }
+            }
             Event::LockElection => {
                 self.elect_lock_leader();
                 let next = self.now + ns(Duration::from_millis(200));
@@ -689,7 +743,9 @@ impl World {
                         self.op_done(record);
                     }
                     if idle {
-                        let think = self.rng.below(30_000_000);
+                        let think = self
+                            .rng
+                            .below(u64::from(self.config.think_ms) * 1_000_000 + 1);
                         self.schedule(now + think, Event::ClientNext(c));
                     }
                 }
@@ -795,6 +851,18 @@ impl World {
         self.schedule(at, Event::HealLinks);
     }
 
+    /// Holds every message of `hold` for `duration`, then releases them together.
+    pub(crate) fn hold(&mut self, hold: Hold, duration: Duration) {
+        if self.held.contains_key(&hold) {
+            return;
+        }
+        self.stats.faults += 1;
+        self.trace.note(self.now, &format!("hold {hold:?}"));
+        self.held.insert(hold, Vec::new());
+        let at = self.now + ns(duration);
+        self.schedule(at, Event::Release(hold));
+    }
+
     /// Every node, by kind (for fault selection).
     pub(crate) fn all_nodes(&self) -> Vec<NodeId> {
         let mut nodes: Vec<NodeId> = self.replicas.keys().map(|r| NodeId::Replica(*r)).collect();
@@ -819,6 +887,10 @@ impl World {
         self.faults_on = false;
         self.net.heal();
         self.net.lossy = false;
+        for hold in self.held.keys().copied().collect::<Vec<_>>() {
+            let now = self.now;
+            self.schedule(now, Event::Release(hold));
+        }
         for node in self.all_nodes() {
             self.restart(node);
         }

@@ -1,7 +1,7 @@
 //! The simulator as CI runs it: determinism, a fixed batch of clean seeds, and every
 //! bug knob the checkers are trusted with caught within its stated number of seeds.
 
-use megastore_sim::{BUG_NAMES, Bugs, bug, run_seed};
+use megastore_sim::{BUG_NAMES, Bugs, bug, measure, run_seed};
 
 #[test]
 fn one_seed_gives_one_trace_hash() {
@@ -9,11 +9,19 @@ fn one_seed_gives_one_trace_hash() {
     let b = run_seed(7, Bugs::default(), false);
     assert_eq!(a.trace_hash, b.trace_hash, "same seed, same run");
     assert_ne!(a.trace_hash, run_seed(8, Bugs::default(), false).trace_hash);
-    assert!(
-        a.stats.commits > 0 && a.stats.reads_local > 0 && a.stats.faults > 0,
-        "{:?}",
-        a.stats
-    );
+}
+
+#[test]
+fn runs_exercise_commits_local_and_majority_reads_and_faults() {
+    let reports: Vec<_> = (7..11)
+        .map(|seed| run_seed(seed, Bugs::default(), false))
+        .collect();
+    let sum =
+        |f: fn(&megastore_sim::Stats) -> u64| reports.iter().map(|r| f(&r.stats)).sum::<u64>();
+    assert!(sum(|s| s.commits) > 0, "commits");
+    assert!(sum(|s| s.reads_local) > 0, "local reads");
+    assert!(sum(|s| s.reads_majority) > 0, "majority reads");
+    assert!(sum(|s| s.faults) > 0, "faults");
 }
 
 /// Runs `seeds` and fails on any violation, naming the seed to reproduce.
@@ -48,32 +56,44 @@ fn seeds_150_to_199_are_clean() {
     clean(150..200);
 }
 
-/// Each knob, the checker expected to catch it, and within how many seeds (from seed 0)
-/// it is caught. A checker counts as trusted only once it catches its knob.
-const CAUGHT: &[(&str, &str, u64)] = &[
-    ("skip-invalidate", "visible-after-invalidate", 5),
-    ("grant-ballot0-twice", "ballot-zero-once", 5),
-    ("validate-ignores-position", "vouched-is-current", 200),
-    ("validate-after-remote-catchup", "vouched-is-current", 10),
-    ("validate-without-lock", "vouched-is-current", 10),
+/// Each knob, the checkers built to catch it, and within how many seeds (from seed 0)
+/// one of them does. A checker counts as trusted only once it catches its knob.
+/// (`read-position-before-vouch` is caught by a scripted interleaving in the crate's
+/// unit tests; `validate-ignores-epoch` is not caught yet — see docs/protocol.md.)
+const CAUGHT: &[(&str, &[&str], u64)] = &[
     (
-        "invalidate-only-seen-lacking",
-        "visible-after-invalidate",
+        "skip-invalidate",
+        &["visible-after-invalidate", "vouched-is-current"],
         5,
     ),
-    ("read-local-unvouched", "linearizable-eg", 20),
-    ("ack-before-invalidate", "visible-after-invalidate", 5),
-    ("learn-from-single-accept", "single-value", 60),
-    ("apply-out-of-order", "prefix-snapshots", 10),
+    ("grant-ballot0-twice", &["ballot-zero-once"], 5),
+    ("validate-ignores-position", &["vouched-is-current"], 25),
+    ("validate-after-remote-catchup", &["vouched-is-current"], 25),
+    ("validate-without-lock", &["vouched-is-current"], 40),
+    (
+        "invalidate-only-seen-lacking",
+        &["visible-after-invalidate", "vouched-is-current"],
+        5,
+    ),
+    ("read-local-unvouched", &["linearizable-eg"], 20),
+    ("ack-before-invalidate", &["visible-after-invalidate"], 5),
+    ("learn-from-single-accept", &["single-value"], 25),
+    ("leader-from-unchosen-entry", &["ballot-zero-once"], 25),
+    ("forget-promise-on-restart", &["single-value"], 120),
+    (
+        "apply-out-of-order",
+        &["prefix-snapshots", "linearizable-eg"],
+        5,
+    ),
 ];
 
-fn first_catch(knob: &str, within: u64, checker: &str) -> Option<u64> {
+fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
     let bugs = bug(knob).expect("a known knob");
     (0..within).find(|seed| {
         run_seed(*seed, bugs, false)
             .violations
             .iter()
-            .any(|v| v.invariant == checker)
+            .any(|v| checkers.contains(&v.invariant))
     })
 }
 
@@ -81,9 +101,9 @@ macro_rules! knob_tests {
     ($($test:ident => $index:expr),* $(,)?) => {$(
         #[test]
         fn $test() {
-            let (knob, checker, within) = CAUGHT[$index];
-            let caught = first_catch(knob, within, checker);
-            assert!(caught.is_some(), "--bug {knob} was not caught by {checker} within {within} seeds");
+            let (knob, checkers, within) = CAUGHT[$index];
+            let caught = first_catch(knob, within, checkers);
+            assert!(caught.is_some(), "--bug {knob} was not caught by {checkers:?} within {within} seeds");
         }
     )*};
 }
@@ -98,7 +118,9 @@ knob_tests! {
     read_local_unvouched_is_caught => 6,
     ack_before_invalidate_is_caught => 7,
     learn_from_single_accept_is_caught => 8,
-    apply_out_of_order_is_caught => 9,
+    leader_from_unchosen_entry_is_caught => 9,
+    forget_promise_on_restart_is_caught => 10,
+    apply_out_of_order_is_caught => 11,
 }
 
 #[test]
@@ -108,4 +130,52 @@ fn every_knob_has_a_name_the_command_line_accepts() {
     }
     assert!(bug("no-such-bug").is_none());
     assert_eq!(BUG_NAMES.len(), 14);
+}
+
+/// DESIGN.md §4 and paper §4.6.3: an uncontended write at the leader's site costs one
+/// round trip to the farthest full replica — it waits for every full replica to accept
+/// or be invalidated. The witness is near, so a majority forms in 20 ms: a writer that
+/// skipped the invalidation step would answer in about 22 ms.
+#[test]
+fn an_uncontended_fast_path_commit_takes_one_round_trip_to_the_farthest_full_replica() {
+    let mut config = measure::three_sites_with_witness_at(80, 20, &[0]);
+    config.writes_only = true;
+    let m = measure::run(config, 1);
+    assert_eq!(m.violations, 0);
+    assert!(m.committed > 100, "{} commits", m.committed);
+    let median_us = m.commit_latency_us.value_at_quantile(0.5);
+    assert!(
+        median_us <= 88_000,
+        "median commit {median_us} µs is over 1.1 × the 80 ms round trip"
+    );
+    assert!(
+        median_us >= 80_000,
+        "median commit {median_us} µs is under a round trip to the far full replica"
+    );
+    assert!(
+        m.fast_path_ratio() > 0.95,
+        "fast path {:.2}",
+        m.fast_path_ratio()
+    );
+    // The same scenario without the invalidation step answers early: the bound above
+    // is what tells them apart.
+    let mut config = measure::three_sites_with_witness_at(80, 20, &[0]);
+    config.writes_only = true;
+    let skipping = measure::run_with_bugs(config, 1, bug("skip-invalidate").expect("a known knob"));
+    let skipping_us = skipping.commit_latency_us.value_at_quantile(0.5);
+    assert!(
+        skipping_us < 40_000,
+        "without step 5 the median commit is {skipping_us} µs"
+    );
+}
+
+#[test]
+fn most_current_reads_are_local_when_nothing_fails() {
+    let m = measure::run(measure::three_sites(80, &[0, 0, 1, 1]), 2);
+    assert_eq!(m.violations, 0);
+    assert!(
+        m.local_read_share() > 0.9,
+        "{:.2} of current reads were local",
+        m.local_read_share()
+    );
 }

@@ -22,6 +22,8 @@ type Votes = BTreeMap<(Ballot, Vec<u8>), (LogEntry, BTreeSet<ReplicaId>)>;
 #[derive(Debug, Default)]
 pub struct ChosenLog {
     chosen: BTreeMap<(EgId, Position), LogEntry>,
+    /// The ballot each position was first seen chosen at.
+    ballots: BTreeMap<(EgId, Position), Ballot>,
     max_visible: BTreeMap<EgId, Position>,
     /// Every (ballot, value) each voter ever acknowledged accepting. "Chosen" is about
     /// this history, not the current slots: a voter may have moved on to a higher
@@ -33,6 +35,22 @@ impl ChosenLog {
     /// The chosen value at `p`, if seen.
     pub fn get(&self, eg: &EgId, p: Position) -> Option<&LogEntry> {
         self.chosen.get(&(eg.clone(), p))
+    }
+
+    /// Chosen positions holding a transaction, and how many were chosen at ballot 0
+    /// (the fast path).
+    pub fn fast_path_counts(&self) -> (usize, usize) {
+        let writes: Vec<_> = self
+            .chosen
+            .iter()
+            .filter(|(_, e)| !e.is_noop())
+            .map(|(k, _)| k)
+            .collect();
+        let fast = writes
+            .iter()
+            .filter(|k| self.ballots.get(**k).is_some_and(|b| b.is_zero()))
+            .count();
+        (writes.len(), fast)
     }
 
     /// The highest position marked visible anywhere.
@@ -97,13 +115,8 @@ impl ChosenLog {
         who.insert(r);
         if who.len() >= world.config.topology.majority() {
             let (value, count) = (value.clone(), who.len());
-            self.claim(
-                eg,
-                p,
-                value,
-                &format!("accepted by {count} voters at {ballot}"),
-                found,
-            );
+            let how = format!("accepted by {count} voters at {ballot}");
+            self.claim(eg, p, (value, ballot), &how, found);
         }
     }
 
@@ -122,13 +135,8 @@ impl ChosenLog {
             if slot.visible {
                 let max = self.max_visible.entry(eg.clone()).or_default();
                 *max = (*max).max(p);
-                self.claim(
-                    eg,
-                    p,
-                    slot.entry,
-                    &format!("visible at replica {}", info.id.0),
-                    found,
-                );
+                let how = format!("visible at replica {}", info.id.0);
+                self.claim(eg, p, (slot.entry, slot.ballot), &how, found);
             }
         }
     }
@@ -137,13 +145,14 @@ impl ChosenLog {
         &mut self,
         eg: &EgId,
         p: Position,
-        entry: LogEntry,
+        (entry, ballot): (LogEntry, Ballot),
         how: &str,
         found: &mut Vec<(&'static str, String)>,
     ) {
         match self.chosen.get(&(eg.clone(), p)) {
             None => {
                 self.chosen.insert((eg.clone(), p), entry);
+                self.ballots.insert((eg.clone(), p), ballot);
             }
             Some(existing) if *existing != entry => found.push((
                 "single-value",

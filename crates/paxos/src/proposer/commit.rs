@@ -152,13 +152,16 @@ impl Commit {
                     // None of our reads changed: the same entry is still right one
                     // position later.
                     self.rebases += 1;
-                    self.settle = Settle::start(
-                        ctx,
-                        self.eg.clone(),
-                        position.next(),
-                        Some(self.entry.clone()),
-                        entry.next_leader,
-                    );
+                    // The next position's leader is named by the chosen entry — never
+                    // by our own, which lost (unless the knob says otherwise).
+                    let leader = if ctx.config.bugs.leader_from_unchosen_entry {
+                        self.entry.next_leader
+                    } else {
+                        entry.next_leader
+                    };
+                    let entry = Some(self.entry.clone());
+                    self.settle =
+                        Settle::start(ctx, self.eg.clone(), position.next(), entry, leader);
                     self.advance(ctx);
                     return;
                 }
