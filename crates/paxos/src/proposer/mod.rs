@@ -3,7 +3,7 @@
 //! the invalidation step, visibility marks, current/snapshot/inconsistent reads, and
 //! commits.
 //!
-//! Operations are state machines fed replies and ticks through a [`Ctx`], which sends
+//! Operations are state machines fed replies and ticks through a `Ctx`, which sends
 //! their requests and remembers which operation each request id belongs to; the host
 //! ([`ClientCore`](crate::ClientCore)) routes replies back by id.
 
