@@ -499,7 +499,7 @@ impl World {
             Event::ClientNext(c) => {
                 let local = self.local_now(NodeId::Client(c));
                 let now = self.now;
-                let end = self.end_time();
+                let end = self.ops_until();
                 let Some(client) = self.clients.get_mut(&c) else {
                     return;
                 };
@@ -542,6 +542,13 @@ impl World {
     /// When the run ends.
     pub fn end_time(&self) -> u64 {
         self.safety_end + ns(self.config.liveness_phase)
+    }
+
+    /// Clients start no operation after this: the last seconds let replicas converge.
+    pub fn ops_until(&self) -> u64 {
+        self.end_time()
+            .saturating_sub(ns(Duration::from_secs(10)))
+            .max(self.safety_end)
     }
 
     fn deliver(&mut self, from: NodeId, to: NodeId, message: Message) {

@@ -61,30 +61,18 @@ fn seeds_150_to_199_are_clean() {
 /// (`read-position-before-vouch` is caught by a scripted interleaving in the crate's
 /// unit tests; `validate-ignores-epoch` is not caught yet — see docs/protocol.md.)
 const CAUGHT: &[(&str, &[&str], u64)] = &[
-    (
-        "skip-invalidate",
-        &["visible-after-invalidate", "vouched-is-current"],
-        5,
-    ),
+    ("skip-invalidate", &["visible-after-invalidate", "vouched-is-current"], 5),
     ("grant-ballot0-twice", &["ballot-zero-once"], 5),
-    ("validate-ignores-position", &["vouched-is-current"], 25),
-    ("validate-after-remote-catchup", &["vouched-is-current"], 25),
-    ("validate-without-lock", &["vouched-is-current"], 40),
-    (
-        "invalidate-only-seen-lacking",
-        &["visible-after-invalidate", "vouched-is-current"],
-        5,
-    ),
-    ("read-local-unvouched", &["linearizable-eg"], 20),
+    ("validate-ignores-position", &["vouched-is-current", "visible-after-invalidate"], 25),
+    ("validate-after-remote-catchup", &["vouched-is-current", "visible-after-invalidate"], 25),
+    ("validate-without-lock", &["vouched-is-current", "visible-after-invalidate"], 40),
+    ("invalidate-only-seen-lacking", &["visible-after-invalidate", "vouched-is-current"], 5),
+    ("read-local-unvouched", &["linearizable-eg"], 10),
     ("ack-before-invalidate", &["visible-after-invalidate"], 5),
-    ("learn-from-single-accept", &["single-value"], 25),
-    ("leader-from-unchosen-entry", &["ballot-zero-once"], 25),
-    ("forget-promise-on-restart", &["single-value"], 120),
-    (
-        "apply-out-of-order",
-        &["prefix-snapshots", "linearizable-eg"],
-        5,
-    ),
+    ("learn-from-single-accept", &["single-value"], 30),
+    ("leader-from-unchosen-entry", &["ballot-zero-once"], 120),
+    ("forget-promise-on-restart", &["single-value"], 320),
+    ("apply-out-of-order", &["prefix-snapshots", "linearizable-eg"], 5),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {

@@ -3,6 +3,7 @@
 //! core believes about itself.
 
 mod ballot_zero_once;
+mod convergence;
 mod durable_ack;
 mod linearizable_eg;
 mod prefix_snapshots;
@@ -10,7 +11,7 @@ mod single_value;
 mod visible_after_invalidate;
 mod vouched_is_current;
 
-use megastore_paxos::cells::{SlotRecord, log_column};
+use megastore_paxos::cells::{SlotRecord, TRUNCATED, log_column};
 use megastore_paxos::messages::AcceptResult;
 use megastore_paxos::{ReplicaReply, ReplicaRequest, root_row};
 use megastore_rowstore::{LATEST, RowRead};
@@ -57,8 +58,8 @@ pub(crate) fn stored_slot(
     Some(postcard::from_bytes(&cell.value).expect("slots decode"))
 }
 
-/// Whether replica `r` holds the chosen value at `p` (its truncation point counts as
-/// holding everything below it).
+/// Whether replica `r` holds the chosen value at `p`: its slot has that value, or its
+/// log is truncated past `p` (which it did only after applying `p`).
 pub(crate) fn holds(
     world: &World,
     chosen: &ChosenLog,
@@ -70,6 +71,21 @@ pub(crate) fn holds(
         return false;
     };
     stored_slot(world, r, eg, p).is_some_and(|s| &s.entry == value)
+        || stored_truncated(world, r, eg) >= p
+}
+
+/// The truncation point in replica `r`'s store.
+pub(crate) fn stored_truncated(world: &World, r: ReplicaId, eg: &EgId) -> Position {
+    let Some(node) = world.replicas.get(&r) else {
+        return Position::NONE;
+    };
+    let cell = node
+        .store
+        .read_cell(&root_row(eg), TRUNCATED, LATEST)
+        .expect("memory store reads");
+    cell.map_or(Position::NONE, |c| {
+        postcard::from_bytes(&c.value).expect("watermarks decode")
+    })
 }
 
 impl Checkers {
@@ -145,6 +161,7 @@ impl Checkers {
     /// After the run: the whole-history checks.
     pub fn finish(&mut self, world: &World) {
         let mut found = Vec::new();
+        convergence::check(world, &self.chosen, &mut found);
         linearizable_eg::check_history(&self.chosen, &world.history, &mut found);
         for (invariant, detail) in found {
             self.violation(world, invariant, detail);

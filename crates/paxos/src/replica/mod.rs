@@ -25,7 +25,7 @@ use megastore_types::{
 pub use group::{GroupLog, Proposal};
 pub use sweep::SweepConfig;
 
-use sweep::Sweeper;
+use sweep::{SweepAction, Sweeper};
 
 use crate::bugs::ProtocolBugs;
 use crate::cells::StoredGroup;
@@ -137,7 +137,7 @@ impl Replica {
             .replica(config.id)
             .cloned()
             .expect("the replica is in its topology");
-        let sweeper = config.sweep.clone().map(Sweeper::new);
+        let sweeper = config.sweep.clone().map(|sweep| Sweeper::new(sweep, me.id));
         Self {
             config,
             me,
@@ -171,6 +171,7 @@ impl Replica {
     pub fn step(&mut self, now: Time, input: Input) -> Vec<Output> {
         let mut out = Vec::new();
         let mut sends = Vec::new();
+        let mut actions = Vec::new();
         match input {
             Input::Message {
                 from,
@@ -184,11 +185,11 @@ impl Replica {
                     sweeper, groups, ..
                 } = self;
                 if let Some(sweeper) = sweeper {
-                    let visible = |eg: &EgId| match groups.get(eg) {
-                        Some(GroupSlot::Ready(g)) => g.visible(),
-                        _ => Position::NONE,
+                    let here = |eg: &EgId| match groups.get(eg) {
+                        Some(GroupSlot::Ready(g)) => Some(g.log_state()),
+                        _ => None,
                     };
-                    sweeper.on_replica_reply(now, r, reply, visible, &mut sends);
+                    actions.extend(sweeper.on_replica_reply(now, r, reply, here, &mut sends));
                 }
             }
             Input::Message {
@@ -211,17 +212,23 @@ impl Replica {
             Input::Loaded { eg, row } => self.loaded(eg, row.as_ref(), &mut out),
             Input::Tick => {
                 let Self {
-                    sweeper,
-                    groups,
-                    me,
-                    ..
+                    sweeper, groups, ..
                 } = self;
                 if let Some(sweeper) = sweeper {
                     let loaded = groups.values().filter_map(|g| match g {
                         GroupSlot::Ready(g) => Some(g),
                         _ => None,
                     });
-                    sweeper.on_tick(now, me.id, loaded, &mut sends);
+                    actions.extend(sweeper.on_tick(now, loaded, &mut sends));
+                }
+            }
+        }
+        for action in actions {
+            match action {
+                SweepAction::Truncate(eg, through) => {
+                    if let Some(GroupSlot::Ready(group)) = self.groups.get_mut(&eg) {
+                        group.truncate(self.me.kind, through, &mut out);
+                    }
                 }
             }
         }

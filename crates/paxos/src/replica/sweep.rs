@@ -1,14 +1,17 @@
-//! The replica's sweep: finishing abandoned positions and catching up from peers.
+//! The replica's sweep: finishing abandoned positions, catching up from peers, and
+//! truncating the log.
 //!
 //! A writer that crashes (or loses contact) after its value was accepted leaves a
 //! position accepted but not visible; readers would settle it when they need it, but
 //! the sweep settles it anyway, so logs do not keep holes (paper §4.6.3: "replication
-//! servers periodically scan for incomplete writes and propose no-op values"). The sweep
-//! also asks a peer how far it is visible, and settles what this replica lacks — how a
-//! read-only replica, which no writer must wait for, catches up.
+//! servers periodically scan for incomplete writes and propose no-op values"). Each
+//! sweep also probes one group at every other replica: it settles what this replica
+//! lacks up to the furthest visible position seen (how a read-only replica, which no
+//! writer waits for, catches up), and, when every replica answered, truncates the log
+//! below what every full and read-only replica applied and every witness holds.
 //!
-//! Settling is the proposer's [`Settle`](crate::proposer::settle::Settle), with this
-//! replica as the proposer: the invalidation step is done for anything it exposes.
+//! Settling is the proposer's [`Settle`], with this replica as the proposer: the
+//! invalidation step is done for anything it exposes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -18,9 +21,9 @@ use megastore_lock::LockOutcome;
 use megastore_types::{EgId, NodeId, Position, ReplicaId, ReplicaKind, Time};
 
 use super::GroupLog;
-use crate::messages::{Message, ReplicaReply, ReplicaRequest};
+use crate::messages::{LogState, Message, ReplicaReply, ReplicaRequest};
 use crate::proposer::settle::{Settle, SettleOutcome};
-use crate::proposer::{ProposerConfig, Wiring};
+use crate::proposer::{Ctx, ProposerConfig, Wiring};
 
 /// How the sweep runs.
 #[derive(Debug, Clone)]
@@ -34,35 +37,51 @@ pub struct SweepConfig {
     pub seed: u64,
 }
 
+/// Something the sweep decided that changes this replica's own state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SweepAction {
+    /// Drop the group's log up to and including this position.
+    Truncate(EgId, Position),
+}
+
 #[derive(Debug)]
 enum Task {
-    /// Asked `peer` how far it is visible.
-    Probe { id: u64 },
-    /// Settling `next..=target`, one at a time.
+    /// Asked every other replica for its log state.
+    Probe {
+        asked: BTreeMap<u64, ReplicaId>,
+        states: BTreeMap<ReplicaId, LogState>,
+        deadline: Time,
+    },
+    /// Settling `next..=target`, up to [`CATCH_UP_IN_FLIGHT_MAX`] positions at once.
     CatchUp {
         next: Position,
         target: Position,
-        settle: Option<Box<Settle>>,
+        settles: BTreeMap<Position, Box<Settle>>,
     },
 }
+
+/// Positions a catch-up settles at once (each is its own Paxos instance).
+const CATCH_UP_IN_FLIGHT_MAX: usize = 32;
 
 /// The sweep's state.
 pub(crate) struct Sweeper {
     config: SweepConfig,
+    me: ReplicaId,
     wiring: Wiring<EgId>,
     tasks: BTreeMap<EgId, Task>,
     next_sweep: Time,
     /// Positions accepted but not visible at the last sweep.
     pending_last: BTreeSet<(EgId, Position)>,
-    /// Rotates which group is probed, and which peer.
+    /// Rotates which group is probed.
     cursor: usize,
 }
 
 impl Sweeper {
-    pub(crate) fn new(config: SweepConfig) -> Self {
+    pub(crate) fn new(config: SweepConfig, me: ReplicaId) -> Self {
         let wiring = Wiring::new(&config.proposer, config.seed);
         Self {
             config,
+            me,
             wiring,
             tasks: BTreeMap::new(),
             next_sweep: Time::ZERO,
@@ -74,10 +93,8 @@ impl Sweeper {
     /// When the sweep next wants a tick.
     pub(crate) fn next_wake(&self) -> Time {
         let tasks = self.tasks.values().filter_map(|t| match t {
-            Task::CatchUp {
-                settle: Some(s), ..
-            } => s.deadline(),
-            _ => None,
+            Task::CatchUp { settles, .. } => settles.values().filter_map(|s| s.deadline()).min(),
+            Task::Probe { deadline, .. } => Some(*deadline),
         });
         tasks
             .chain(self.wiring.lock_deadline())
@@ -86,14 +103,14 @@ impl Sweeper {
             .unwrap_or(self.next_sweep)
     }
 
-    /// A periodic look at every loaded group.
+    /// Time passed: drives the tasks, and every `interval` looks at every loaded group.
     pub(crate) fn on_tick<'a>(
         &mut self,
         now: Time,
-        me: ReplicaId,
         groups: impl Iterator<Item = &'a GroupLog>,
         sends: &mut Vec<(NodeId, Message)>,
-    ) {
+    ) -> Vec<SweepAction> {
+        let mut actions = Vec::new();
         let (failed, retries) = self.wiring.lock_client().on_tick(now);
         sends.extend(
             retries
@@ -103,22 +120,46 @@ impl Sweeper {
         for outcome in failed {
             self.on_lock_outcome(now, outcome, sends);
         }
-        let ticking: Vec<EgId> = self
+        let groups: Vec<&GroupLog> = groups.collect();
+        let state_here = |eg: &EgId| groups.iter().find(|g| g.eg() == eg).map(|g| g.log_state());
+        let expired: Vec<EgId> = self
             .tasks
             .iter()
-            .filter(|(_, t)| matches!(t, Task::CatchUp { settle: Some(s), .. } if s.deadline().is_some_and(|d| d <= now)))
+            .filter(|(_, t)| matches!(t, Task::Probe { deadline, .. } if *deadline <= now))
             .map(|(eg, _)| eg.clone())
             .collect();
-        for eg in ticking {
-            self.drive(now, &eg, sends, |settle, ctx| settle.on_tick(ctx));
+        for eg in expired {
+            actions.extend(self.probed(now, &eg, state_here(&eg), sends));
         }
-        if now < self.next_sweep {
-            return;
+        let due: Vec<EgId> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| {
+                matches!(t, Task::CatchUp { settles, .. } if settles.values().any(|s| s.deadline().is_some_and(|d| d <= now)))
+            })
+            .map(|(eg, _)| eg.clone())
+            .collect();
+        for eg in due {
+            self.drive(now, &eg, sends, |settles, ctx| {
+                let now = ctx.now;
+                for settle in settles
+                    .values_mut()
+                    .filter(|s| s.deadline().is_some_and(|d| d <= now))
+                {
+                    settle.on_tick(ctx);
+                }
+            });
         }
-        self.next_sweep = now + self.config.interval;
-        let groups: Vec<&GroupLog> = groups.collect();
+        if now >= self.next_sweep {
+            self.next_sweep = now + self.config.interval;
+            self.sweep(now, &groups, sends);
+        }
+        actions
+    }
+
+    fn sweep(&mut self, now: Time, groups: &[&GroupLog], sends: &mut Vec<(NodeId, Message)>) {
         let mut pending = BTreeSet::new();
-        for group in &groups {
+        for group in groups {
             let stuck: Vec<Position> = group
                 .slots()
                 .filter(|(p, s)| *p > group.visible() && !s.visible)
@@ -140,30 +181,89 @@ impl Sweeper {
             }
         }
         self.pending_last = pending;
-        // Probe one group at one peer per sweep, round robin.
-        let peers: Vec<ReplicaId> = self
-            .config
-            .proposer
-            .topology
-            .of_kind(ReplicaKind::Full)
-            .filter(|r| *r != me)
-            .collect();
+        // Probe one idle group per sweep, round robin, at every other replica.
         let idle: Vec<&&GroupLog> = groups
             .iter()
             .filter(|g| !self.tasks.contains_key(g.eg()))
             .collect();
-        if let (false, false) = (peers.is_empty(), idle.is_empty()) {
-            self.cursor += 1;
-            let group = idle[self.cursor % idle.len()];
-            let peer = peers[self.cursor % peers.len()];
-            let eg = group.eg().clone();
-            let mut ctx = self
-                .wiring
-                .ctx(now, &self.config.proposer, eg.clone(), sends);
-            let request_eg = eg.clone();
-            let id = ctx.send_replica(peer, |id| ReplicaRequest::LogState { id, eg: request_eg });
-            self.tasks.insert(eg, Task::Probe { id });
+        let others: Vec<ReplicaId> = self
+            .config
+            .proposer
+            .topology
+            .replicas()
+            .iter()
+            .map(|r| r.id)
+            .filter(|r| *r != self.me)
+            .collect();
+        if idle.is_empty() || others.is_empty() {
+            return;
         }
+        self.cursor += 1;
+        let eg = idle[self.cursor % idle.len()].eg().clone();
+        let mut ctx = self
+            .wiring
+            .ctx(now, &self.config.proposer, eg.clone(), sends);
+        let mut asked = BTreeMap::new();
+        for r in others {
+            let request_eg = eg.clone();
+            asked.insert(
+                ctx.send_replica(r, |id| ReplicaRequest::LogState { id, eg: request_eg }),
+                r,
+            );
+        }
+        let deadline = now + self.config.proposer.timeouts.rpc;
+        self.tasks.insert(
+            eg,
+            Task::Probe {
+                asked,
+                states: BTreeMap::new(),
+                deadline,
+            },
+        );
+    }
+
+    /// A probe is over (every replica answered, or time ran out): catch up to the
+    /// furthest visible position seen; and if every replica answered, truncate below
+    /// what every full and read-only replica applied and every witness holds — keeping
+    /// the last such slot, so the next position's leader stays known.
+    fn probed(
+        &mut self,
+        now: Time,
+        eg: &EgId,
+        here: Option<LogState>,
+        sends: &mut Vec<(NodeId, Message)>,
+    ) -> Option<SweepAction> {
+        let Some(Task::Probe { asked, states, .. }) = self.tasks.remove(eg) else {
+            return None;
+        };
+        self.wiring.forget(eg);
+        let here = here?;
+        let furthest = states
+            .values()
+            .map(|s| s.visible)
+            .max()
+            .unwrap_or(Position::NONE);
+        if furthest > here.visible {
+            self.catch_up(now, eg.clone(), here.visible.next(), furthest, sends);
+        }
+        if !asked.is_empty() {
+            return None;
+        }
+        let topology = &self.config.proposer.topology;
+        let kept = |r: ReplicaId, s: &LogState| {
+            if topology.kind(r) == Some(ReplicaKind::Witness) {
+                s.visible
+            } else {
+                s.applied
+            }
+        };
+        let floor = states
+            .iter()
+            .map(|(r, s)| kept(*r, s))
+            .chain(Some(kept(self.me, &here)))
+            .min()?;
+        let through = floor.prev();
+        (through > here.truncated).then(|| SweepAction::Truncate(eg.clone(), through))
     }
 
     fn catch_up(
@@ -179,53 +279,43 @@ impl Sweeper {
             Task::CatchUp {
                 next,
                 target,
-                settle: None,
+                settles: BTreeMap::new(),
             },
         );
         self.advance(now, &eg, sends);
     }
 
-    /// Starts the next settle of a catch-up, or ends it.
+    /// Drops finished settles, starts more up to the limit, and ends the catch-up when
+    /// every position is settled (or one could not be).
     fn advance(&mut self, now: Time, eg: &EgId, sends: &mut Vec<(NodeId, Message)>) {
-        loop {
-            let Some(Task::CatchUp { next, settle, .. }) = self.tasks.get_mut(eg) else {
-                return;
-            };
-            match settle.as_ref().map(|s| s.outcome().cloned()) {
-                Some(None) => return,
-                Some(Some(SettleOutcome::Failed)) => {
-                    self.finish(eg);
-                    return;
-                }
-                Some(Some(SettleOutcome::Settled { .. })) => {
-                    *next = next.next();
-                    *settle = None;
-                }
-                None => {}
+        let Some(Task::CatchUp {
+            next,
+            target,
+            settles,
+        }) = self.tasks.get_mut(eg)
+        else {
+            return;
+        };
+        let failed = settles
+            .values()
+            .any(|s| matches!(s.outcome(), Some(SettleOutcome::Failed)));
+        settles.retain(|_, s| s.outcome().is_none());
+        if failed {
+            self.finish(eg);
+            return;
+        }
+        let mut ctx = self
+            .wiring
+            .ctx(now, &self.config.proposer, eg.clone(), sends);
+        while *next <= *target && settles.len() < CATCH_UP_IN_FLIGHT_MAX {
+            let settle = Settle::start(&mut ctx, eg.clone(), *next, None, None);
+            if settle.outcome().is_none() {
+                settles.insert(*next, Box::new(settle));
             }
-            let Some(Task::CatchUp {
-                next,
-                target,
-                settle,
-            }) = self.tasks.get_mut(eg)
-            else {
-                return;
-            };
-            if *next > *target {
-                self.finish(eg);
-                return;
-            }
-            let position = *next;
-            let mut ctx = self
-                .wiring
-                .ctx(now, &self.config.proposer, eg.clone(), sends);
-            *settle = Some(Box::new(Settle::start(
-                &mut ctx,
-                eg.clone(),
-                position,
-                None,
-                None,
-            )));
+            *next = next.next();
+        }
+        if settles.is_empty() && *next > *target {
+            self.finish(eg);
         }
     }
 
@@ -239,57 +329,48 @@ impl Sweeper {
         now: Time,
         eg: &EgId,
         sends: &mut Vec<(NodeId, Message)>,
-        f: impl FnOnce(&mut Settle, &mut crate::proposer::Ctx<'_, EgId>),
+        f: impl FnOnce(&mut BTreeMap<Position, Box<Settle>>, &mut Ctx<'_, EgId>),
     ) {
-        if let Some(Task::CatchUp {
-            settle: Some(s), ..
-        }) = self.tasks.get_mut(eg)
-        {
+        if let Some(Task::CatchUp { settles, .. }) = self.tasks.get_mut(eg) {
             let mut ctx = self
                 .wiring
                 .ctx(now, &self.config.proposer, eg.clone(), sends);
-            f(s, &mut ctx);
+            f(settles, &mut ctx);
         }
         self.advance(now, eg, sends);
     }
 
-    /// A reply to one of the sweep's requests. Returns false if it is not the sweep's.
+    /// A reply to one of the sweep's requests; `here` is this replica's own state of a
+    /// group. Returns what a finished probe decided.
     pub(crate) fn on_replica_reply(
         &mut self,
         now: Time,
         from: ReplicaId,
         reply: ReplicaReply,
-        visible_here: impl Fn(&EgId) -> Position,
+        here: impl Fn(&EgId) -> Option<LogState>,
         sends: &mut Vec<(NodeId, Message)>,
-    ) {
-        let Some(eg) = self.wiring.route(reply.id()).cloned() else {
-            return;
-        };
-        match (self.tasks.get(&eg), &reply) {
-            (
-                Some(Task::Probe { id }),
-                ReplicaReply::LogState {
-                    id: reply_id,
-                    state,
-                },
-            ) if id == reply_id => {
-                let mine = visible_here(&eg);
-                if state.visible > mine {
-                    self.catch_up(now, eg, mine.next(), state.visible, sends);
-                } else {
-                    self.finish(&eg);
+    ) -> Option<SweepAction> {
+        let eg = self.wiring.route(reply.id()).cloned()?;
+        match self.tasks.get_mut(&eg) {
+            Some(Task::Probe { asked, states, .. }) => {
+                asked.remove(&reply.id());
+                if let ReplicaReply::LogState { state, .. } = reply {
+                    states.insert(from, state);
+                }
+                if asked.is_empty() {
+                    return self.probed(now, &eg, here(&eg), sends);
                 }
             }
-            (Some(Task::Probe { .. }), _) => self.finish(&eg),
-            (Some(Task::CatchUp { .. }), _) => {
-                self.drive(now, &eg, sends, |settle, ctx| {
-                    if settle.owns(reply.id()) {
+            Some(Task::CatchUp { .. }) => {
+                self.drive(now, &eg, sends, |settles, ctx| {
+                    if let Some(settle) = settles.values_mut().find(|s| s.owns(reply.id())) {
                         settle.on_replica_reply(ctx, from, reply);
                     }
                 });
             }
-            (None, _) => {}
+            None => {}
         }
+        None
     }
 
     /// A coordinator's acknowledgement of an invalidate the sweep sent.
@@ -306,8 +387,10 @@ impl Sweeper {
         let Some(eg) = self.wiring.route(id).cloned() else {
             return;
         };
-        self.drive(now, &eg, sends, |settle, ctx| {
-            settle.on_coordinator_reply(ctx, from, reply)
+        self.drive(now, &eg, sends, |settles, ctx| {
+            if let Some(settle) = settles.values_mut().find(|s| s.owns(id)) {
+                settle.on_coordinator_reply(ctx, from, reply);
+            }
         });
     }
 
@@ -338,8 +421,10 @@ impl Sweeper {
         let Some(eg) = self.wiring.lock_route(outcome.id).cloned() else {
             return;
         };
-        self.drive(now, &eg, sends, |settle, ctx| {
-            settle.on_lock_outcome(ctx, outcome.id, outcome.result)
+        self.drive(now, &eg, sends, |settles, ctx| {
+            if let Some(settle) = settles.values_mut().find(|s| s.owns(outcome.id)) {
+                settle.on_lock_outcome(ctx, outcome.id, outcome.result);
+            }
         });
     }
 }

@@ -1,0 +1,48 @@
+//! Liveness, **convergence**: once faults are healed and writes stop, every replica
+//! catches up — every full and read-only replica applies, and every witness holds,
+//! every position visible anywhere. (Conventions 11: the liveness phase requires
+//! convergence and service.) Catches a sweep that stalls, or a truncation that runs
+//! ahead of a replica that still needed the log.
+
+use megastore_paxos::cells::{APPLIED, VISIBLE};
+use megastore_paxos::root_row;
+use megastore_rowstore::{LATEST, RowRead};
+use megastore_types::{EgId, Position, ReplicaId, ReplicaKind};
+
+use super::ChosenLog;
+use crate::world::World;
+
+fn stored_watermark(world: &World, r: ReplicaId, eg: &EgId, column: &[u8]) -> Position {
+    let Some(node) = world.replicas.get(&r) else {
+        return Position::NONE;
+    };
+    let cell = node
+        .store
+        .read_cell(&root_row(eg), column, LATEST)
+        .expect("memory store reads");
+    cell.map_or(Position::NONE, |c| {
+        postcard::from_bytes(&c.value).expect("watermarks decode")
+    })
+}
+
+pub(crate) fn check(world: &World, chosen: &ChosenLog, found: &mut Vec<(&'static str, String)>) {
+    for (eg, visible) in chosen.groups() {
+        for info in world.config.topology.replicas() {
+            let (column, what) = if info.kind == ReplicaKind::Witness {
+                (VISIBLE, "holds")
+            } else {
+                (APPLIED, "applied")
+            };
+            let reached = stored_watermark(world, info.id, eg, column);
+            if reached < visible {
+                found.push((
+                    "convergence",
+                    format!(
+                        "replica {} {what} {eg} only through {reached}; {visible} is visible",
+                        info.id.0
+                    ),
+                ));
+            }
+        }
+    }
+}
