@@ -1,6 +1,7 @@
 //! Fault injection, all drawn from the seed: partitions (a site, one way between two
 //! sites, a coordinator alone, the lock nodes), crashes and restarts (replicas — losing
-//! unsynced writes — coordinators, lock nodes) and lock leader changes.
+//! unsynced writes, or once per run the whole store — coordinators, lock nodes) and
+//! lock leader changes.
 
 use std::time::Duration;
 
@@ -162,7 +163,13 @@ pub(crate) fn inject(world: &mut World) {
             } else {
                 millis(world, 200, 3000)
             };
-            world.crash(r, d);
+            match r {
+                // Sometimes the disk is lost too: the replica rejoins with nothing.
+                NodeId::Replica(id) if !world.wiped && world.rng().chance(0.25) => {
+                    world.wipe(id, d)
+                }
+                _ => world.crash(r, d),
+            }
         }
         72..84 => {
             let coordinators: Vec<NodeId> = world

@@ -50,6 +50,7 @@ pub const BUG_NAMES: &[&str] = &[
     "leader-from-unchosen-entry",
     "forget-promise-on-restart",
     "apply-out-of-order",
+    "rejoin-as-voter",
 ];
 
 /// The knob called `name`.
@@ -71,6 +72,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "leader-from-unchosen-entry" => p.leader_from_unchosen_entry = true,
         "forget-promise-on-restart" => p.forget_promise_on_restart = true,
         "apply-out-of-order" => p.apply_out_of_order = true,
+        "rejoin-as-voter" => p.rejoin_as_voter = true,
         _ => return None,
     }
     Some(Bugs {
@@ -133,6 +135,8 @@ mod scripted {
 
     use std::time::Duration;
 
+    use megastore_coordinator::CoordinatorRequest;
+    use megastore_paxos::Message;
     use megastore_types::{ClientId, NodeId, ReplicaId};
 
     use crate::measure::three_sites;
@@ -174,6 +178,68 @@ mod scripted {
         let (mut checks, world) = world.into_checkers();
         checks.finish(&world);
         (checks.violations, world.trace.lines().to_vec())
+    }
+
+    /// Replica 1 lags; a reader at its site, a writer at the other full site. Whenever
+    /// a validate from the reader is in flight to coordinator 1 (at most once every
+    /// 4 s), it is delayed 3 s; meanwhile replica 1's inbox and both clients' links to
+    /// the coordinator are held, and the coordinator restarts — so the validate, from
+    /// the old epoch, arrives after the coordinator re-acquired its lock, while its
+    /// replica lacks what the writer committed in between.
+    fn stale_validates(bugs: Bugs, seed: u64) -> Vec<crate::Violation> {
+        let mut config = three_sites(80, &[0, 1]);
+        config.client_roles = vec![Role::Reader, Role::Writer];
+        config.lagging = Some((ReplicaId(1), 200));
+        config.lock_lease = Duration::from_secs(1);
+        let mut world = World::from_config(config, Rng::new(seed), bugs, Trace::new(false));
+        world.net.slow_down(NodeId::Replica(ReplicaId(1)), 200);
+        let coordinator = NodeId::Coordinator(ReplicaId(1));
+        let (reader, writer) = (NodeId::Client(ClientId(1)), NodeId::Client(ClientId(2)));
+        let tick = 5_000_000u64;
+        let (mut now, mut next_episode) = (tick, 1_000_000_000u64);
+        while now < 26_000_000_000 {
+            world.run_until(now);
+            let validate = |from: NodeId, to: NodeId, message: &Message| {
+                from == reader
+                    && to == coordinator
+                    && matches!(
+                        message,
+                        Message::CoordinatorRequest(CoordinatorRequest::Validate { .. })
+                    )
+            };
+            if now >= next_episode && world.delay_in_flight(validate, Duration::from_secs(3)) > 0 {
+                next_episode = now + 4_000_000_000;
+                world.hold(Hold::Link(reader, coordinator), Duration::from_millis(3200));
+                world.hold(Hold::Link(writer, coordinator), Duration::from_millis(3200));
+                world.hold(
+                    Hold::Inbox(NodeId::Replica(ReplicaId(1))),
+                    Duration::from_millis(3500),
+                );
+                world.crash(coordinator, Duration::from_millis(50));
+            }
+            now += tick;
+        }
+        let end = world.end_time();
+        world.run_until(end);
+        let (mut checks, world) = world.into_checkers();
+        checks.finish(&world);
+        checks.violations
+    }
+
+    #[test]
+    fn a_validate_from_an_old_epoch_vouches_for_a_stale_replica() {
+        let bugs = crate::bug("validate-ignores-epoch").unwrap();
+        let found: Vec<_> = (0..10)
+            .flat_map(|seed| stale_validates(bugs, seed))
+            .collect();
+        let clean: Vec<_> = (0..10)
+            .flat_map(|seed| stale_validates(Bugs::default(), seed))
+            .collect();
+        assert!(clean.is_empty(), "{clean:#?}");
+        assert!(
+            found.iter().any(|v| v.invariant == "vouched-is-current"),
+            "the knob was not caught: {found:#?}"
+        );
     }
 
     #[test]

@@ -75,11 +75,13 @@ fn add(total: &mut Stats, s: &Stats) {
     total.reads_snapshot += s.reads_snapshot;
     total.reads_inconsistent += s.reads_inconsistent;
     total.failed += s.failed;
+    total.wipes += s.wipes;
+    total.installs += s.installs;
 }
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (conflicts {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, failed {}, faults {}, messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (conflicts {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, failed {}, faults {} (wipes {}, snapshot installs {}), messages {}, violations {violations}",
         s.commits,
         s.conflicts,
         s.unknown,
@@ -89,6 +91,8 @@ fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
         s.reads_inconsistent,
         s.failed,
         s.faults,
+        s.wipes,
+        s.installs,
         s.messages
     )
 }

@@ -14,7 +14,7 @@ use megastore_lock::{LockCore, LockError, LockResponse};
 use megastore_paxos::{
     ClientConfig, ClientCore, ClientInput, ClientOutput, Message, ProposerConfig, ProtocolBugs,
     Replica, ReplicaConfig, ReplicaInput, ReplicaOutput, ReplicaReply, ReplicaRequest, SweepConfig,
-    Timeouts, answer_read, group_range,
+    Timeouts, answer_read, answer_snapshot, group_range,
 };
 use megastore_rowstore::{Durability, KeyRange, LATEST, MemoryStore, RowRead, RowStore};
 use megastore_types::{
@@ -43,10 +43,12 @@ pub struct Bugs {
 pub struct ReplicaNode {
     /// The protocol state machine.
     pub core: Option<Replica>,
-    /// Its storage; survives crashes except for unsynced writes.
+    /// Its storage; survives crashes except for unsynced writes (and wipes).
     pub store: MemoryStore,
     /// Where it runs.
     pub site: SiteId,
+    /// Its store was wiped once: it restarts rejoining.
+    pub rejoining: bool,
 }
 
 /// A coordinator process (absent while crashed: it keeps no state).
@@ -115,6 +117,10 @@ pub struct Stats {
     pub reads_inconsistent: u64,
     /// Operations that failed.
     pub failed: u64,
+    /// Replica stores wiped.
+    pub wipes: u64,
+    /// Snapshots installed.
+    pub installs: u64,
 }
 
 /// One simulated run.
@@ -154,6 +160,9 @@ pub struct World {
     timeouts: Timeouts,
     /// Held-back inboxes and links, and the messages they hold.
     held: BTreeMap<Hold, Vec<(NodeId, NodeId, Message)>>,
+    /// A replica was wiped (at most one per run: two wiped voters out of three lose
+    /// data, and no protocol can rejoin them).
+    pub(crate) wiped: bool,
 }
 
 /// A replica's configuration: its sweep proposes as `ProposerId::replica(id)`.
@@ -164,6 +173,7 @@ fn replica_config(
     lock_nodes: &[LockNodeId],
     id: ReplicaId,
     seed: u64,
+    rejoining: bool,
 ) -> ReplicaConfig {
     let proposer = ProposerConfig {
         topology: config.topology.clone(),
@@ -182,6 +192,7 @@ fn replica_config(
         topology: config.topology.clone(),
         bugs: bugs.protocol,
         sweep: Some(sweep),
+        rejoining,
     }
 }
 
@@ -234,6 +245,7 @@ impl World {
                 &lock_nodes,
                 info.id,
                 rng.next_u64(),
+                false,
             );
             replicas.insert(
                 info.id,
@@ -241,6 +253,7 @@ impl World {
                     core: Some(Replica::new(replica_config)),
                     store: MemoryStore::new(),
                     site: info.site,
+                    rejoining: false,
                 },
             );
             if info.kind == ReplicaKind::Full {
@@ -326,6 +339,7 @@ impl World {
             faults_on: !config_quiet,
             timeouts,
             held: BTreeMap::new(),
+            wiped: false,
         };
         if let Some((r, extra)) = world.config.lagging {
             world.net.slow_down(NodeId::Replica(r), extra);
@@ -402,10 +416,10 @@ impl World {
                 break;
             }
             self.queue.pop();
-            let event = self
-                .events
-                .remove(&seq)
-                .expect("every queued event is stored");
+            // A message delayed in flight left its old slot empty.
+            let Some(event) = self.events.remove(&seq) else {
+                continue;
+            };
             self.now = at;
             self.handle(event);
             let mut checks = self
@@ -648,6 +662,7 @@ impl World {
         let mut replies = Vec::new();
         let mut sends = Vec::new();
         let mut wake = None;
+        let mut installs = 0;
         {
             let node = self.replicas.get_mut(&r).expect("replica exists");
             let Some(core) = node.core.as_mut() else {
@@ -673,6 +688,22 @@ impl World {
                                 .mutate_rows(&group_range(&eg), &rows, Durability::Buffered)
                                 .expect("apply stays in its group");
                         }
+                        ReplicaOutput::Install { eg, rows } => {
+                            installs += 1;
+                            node.store
+                                .mutate_rows(&group_range(&eg), &rows, Durability::Synced)
+                                .expect("an install stays in its group");
+                        }
+                        ReplicaOutput::ReadSnapshot {
+                            to,
+                            id,
+                            eg,
+                            at,
+                            slot,
+                        } => {
+                            let reply = answer_snapshot(&node.store, id, &eg, at, slot);
+                            sends.push((to, Message::ReplicaReply(reply)));
+                        }
                         ReplicaOutput::Send { to, message } => {
                             if let Message::ReplicaReply(reply) = &message {
                                 replies.push(reply.clone());
@@ -690,6 +721,7 @@ impl World {
                 }
             }
         }
+        self.stats.installs += installs;
         let mut checks = self.checks.take().expect("checkers are present");
         checks.after_replica_step(self, r, handled.as_ref(), &replies);
         self.checks = Some(checks);
@@ -812,12 +844,28 @@ impl World {
         self.schedule(at, Event::Restart(node));
     }
 
+    /// Wipes a replica's store, as a lost disk would: the replica and its coordinator
+    /// go down for `down`, and the replica comes back rejoining.
+    pub(crate) fn wipe(&mut self, r: ReplicaId, down: Duration) {
+        self.trace.note(self.now, &format!("wipe replica {}", r.0));
+        self.crash(NodeId::Replica(r), down);
+        if self.coordinators.contains_key(&r) {
+            self.crash(NodeId::Coordinator(r), down);
+        }
+        let n = self.replicas.get_mut(&r).expect("replica exists");
+        n.store = MemoryStore::new();
+        n.rejoining = true;
+        self.wiped = true;
+        self.stats.wipes += 1;
+    }
+
     fn restart(&mut self, node: NodeId) {
         self.trace.note(self.now, &format!("restart {node}"));
         match node {
             NodeId::Replica(r) => {
                 let lock_nodes: Vec<LockNodeId> = self.lock.nodes.keys().copied().collect();
                 let seed = self.rng.next_u64();
+                let rejoining = self.replicas.get(&r).is_some_and(|n| n.rejoining);
                 let config = replica_config(
                     &self.config,
                     self.bugs,
@@ -825,6 +873,7 @@ impl World {
                     &lock_nodes,
                     r,
                     seed,
+                    rejoining,
                 );
                 let n = self.replicas.get_mut(&r).expect("replica exists");
                 if n.core.is_none() {
@@ -856,6 +905,36 @@ impl World {
         }
         let at = self.now + ns(duration);
         self.schedule(at, Event::HealLinks);
+    }
+
+    #[cfg(test)]
+    /// Delays every message in flight that `pick` selects until `duration` from now
+    /// (as a congested or rerouted link might); returns how many.
+    pub(crate) fn delay_in_flight(
+        &mut self,
+        pick: impl Fn(NodeId, NodeId, &Message) -> bool,
+        duration: Duration,
+    ) -> usize {
+        let picked: Vec<u64> = self
+            .events
+            .iter()
+            .filter(|(_, e)| matches!(e, Event::Deliver { from, to, message } if pick(*from, *to, message)))
+            .map(|(seq, _)| *seq)
+            .collect();
+        let at = self.now + ns(duration);
+        for seq in &picked {
+            if let Some(event) = self.events.remove(seq) {
+                self.schedule(at, event);
+            }
+        }
+        if !picked.is_empty() {
+            self.stats.faults += 1;
+            self.trace.note(
+                self.now,
+                &format!("delay {} messages in flight", picked.len()),
+            );
+        }
+        picked.len()
     }
 
     /// Holds every message of `hold` for `duration`, then releases them together.

@@ -24,8 +24,10 @@ fn runs_exercise_commits_local_and_majority_reads_and_faults() {
     assert!(sum(|s| s.faults) > 0, "faults");
 }
 
-/// Runs `seeds` and fails on any violation, naming the seed to reproduce.
-fn clean(seeds: std::ops::Range<u64>) {
+/// Runs `seeds` and fails on any violation, naming the seed to reproduce. Returns how
+/// many (wipes, snapshot installs) the runs had.
+fn clean(seeds: std::ops::Range<u64>) -> (u64, u64) {
+    let mut rejoins = (0, 0);
     for seed in seeds {
         let report = run_seed(seed, Bugs::default(), false);
         assert!(
@@ -33,12 +35,17 @@ fn clean(seeds: std::ops::Range<u64>) {
             "seed {seed}: {:#?}\nreproduce: megastore-sim --reproduce {seed}",
             report.violations
         );
+        rejoins.0 += report.stats.wipes;
+        rejoins.1 += report.stats.installs;
     }
+    rejoins
 }
 
 #[test]
-fn seeds_0_to_49_are_clean() {
-    clean(0..50);
+fn seeds_0_to_49_are_clean_and_wiped_replicas_rejoin() {
+    let (wipes, installs) = clean(0..50);
+    assert!(wipes > 0, "no replica was wiped");
+    assert!(installs > 0, "no wiped replica installed a snapshot");
 }
 
 #[test]
@@ -58,21 +65,50 @@ fn seeds_150_to_199_are_clean() {
 
 /// Each knob, the checkers built to catch it, and within how many seeds (from seed 0)
 /// one of them does. A checker counts as trusted only once it catches its knob.
-/// (`read-position-before-vouch` is caught by a scripted interleaving in the crate's
-/// unit tests; `validate-ignores-epoch` is not caught yet — see docs/protocol.md.)
+/// (`read-position-before-vouch` and `validate-ignores-epoch` need interleavings random
+/// seeds almost never produce: scripted ones in the crate's unit tests catch them.)
 const CAUGHT: &[(&str, &[&str], u64)] = &[
-    ("skip-invalidate", &["visible-after-invalidate", "vouched-is-current"], 5),
+    (
+        "skip-invalidate",
+        &["visible-after-invalidate", "vouched-is-current"],
+        5,
+    ),
     ("grant-ballot0-twice", &["ballot-zero-once"], 5),
-    ("validate-ignores-position", &["vouched-is-current", "visible-after-invalidate"], 25),
-    ("validate-after-remote-catchup", &["vouched-is-current", "visible-after-invalidate"], 25),
-    ("validate-without-lock", &["vouched-is-current", "visible-after-invalidate"], 40),
-    ("invalidate-only-seen-lacking", &["visible-after-invalidate", "vouched-is-current"], 5),
-    ("read-local-unvouched", &["linearizable-eg"], 10),
+    (
+        "validate-ignores-position",
+        &["vouched-is-current", "visible-after-invalidate"],
+        120,
+    ),
+    (
+        "validate-after-remote-catchup",
+        &["vouched-is-current", "visible-after-invalidate"],
+        40,
+    ),
+    (
+        "validate-without-lock",
+        &["vouched-is-current", "visible-after-invalidate"],
+        40,
+    ),
+    (
+        "invalidate-only-seen-lacking",
+        &["visible-after-invalidate", "vouched-is-current"],
+        5,
+    ),
+    ("read-local-unvouched", &["linearizable-eg"], 30),
     ("ack-before-invalidate", &["visible-after-invalidate"], 5),
-    ("learn-from-single-accept", &["single-value"], 30),
+    ("learn-from-single-accept", &["single-value"], 40),
     ("leader-from-unchosen-entry", &["ballot-zero-once"], 120),
-    ("forget-promise-on-restart", &["single-value"], 320),
-    ("apply-out-of-order", &["prefix-snapshots", "linearizable-eg"], 5),
+    ("forget-promise-on-restart", &["single-value"], 100),
+    (
+        "apply-out-of-order",
+        &["prefix-snapshots", "linearizable-eg"],
+        5,
+    ),
+    (
+        "rejoin-as-voter",
+        &["single-value", "ballot-zero-once", "linearizable-eg"],
+        80,
+    ),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -109,6 +145,7 @@ knob_tests! {
     leader_from_unchosen_entry_is_caught => 9,
     forget_promise_on_restart_is_caught => 10,
     apply_out_of_order_is_caught => 11,
+    rejoin_as_voter_is_caught => 12,
 }
 
 #[test]
@@ -117,7 +154,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 14);
+    assert_eq!(BUG_NAMES.len(), 15);
 }
 
 /// DESIGN.md §4 and paper §4.6.3: an uncontended write at the leader's site costs one

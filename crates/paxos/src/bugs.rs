@@ -32,4 +32,6 @@ pub struct ProtocolBugs {
     pub apply_out_of_order: bool,
     /// Readers validate the local coordinator after catching up another replica.
     pub validate_after_remote_catchup: bool,
+    /// A replica that lost its store votes at once, as if it had never voted.
+    pub rejoin_as_voter: bool,
 }

@@ -8,6 +8,8 @@
 //! | `visible` | every position up to this one is visible here |
 //! | `applied` | every position up to this one is applied here |
 //! | `truncated` | positions up to this one are gone |
+//! | `installed` | the group was installed from a snapshot at this position: no history below it |
+//! | `rejoin_floor` | after a wipe: the highest position any voter held when this replica rejoined; it votes only above it |
 //!
 //! Every cell lives at timestamp 0 and is overwritten in place; values are postcard.
 //! Positions are big-endian so each family sorts by position.
@@ -30,6 +32,10 @@ pub const VISIBLE: &[u8] = b"visible";
 pub const APPLIED: &[u8] = b"applied";
 /// The truncation watermark column.
 pub const TRUNCATED: &[u8] = b"truncated";
+/// The snapshot-install column.
+pub const INSTALLED: &[u8] = b"installed";
+/// The rejoin floor column.
+pub const REJOIN_FLOOR: &[u8] = b"rejoin_floor";
 
 /// What an acceptor keeps for one position.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,6 +105,10 @@ pub struct StoredGroup {
     pub applied: Position,
     /// `truncated`.
     pub truncated: Position,
+    /// `installed`.
+    pub installed: Position,
+    /// `rejoin_floor`, if this replica rejoined after a wipe and cleared the group.
+    pub rejoin_floor: Option<Position>,
 }
 
 impl StoredGroup {
@@ -129,6 +139,10 @@ impl StoredGroup {
                 stored.applied = decode(name, value)?;
             } else if name == TRUNCATED {
                 stored.truncated = decode(name, value)?;
+            } else if name == INSTALLED {
+                stored.installed = decode(name, value)?;
+            } else if name == REJOIN_FLOOR {
+                stored.rejoin_floor = Some(decode(name, value)?);
             }
         }
         Ok(stored)

@@ -39,6 +39,6 @@ pub use proposer::commit::CommitResult;
 pub use proposer::read::{ReadError, ReadMode, ReadPath, ReadResult};
 pub use proposer::{ProposerConfig, Timeouts};
 pub use replica::{
-    GroupLog, Input as ReplicaInput, Output as ReplicaOutput, Replica, ReplicaConfig, SweepConfig,
-    answer_read,
+    GroupLog, Input as ReplicaInput, Output as ReplicaOutput, Rejoin, Replica, ReplicaConfig,
+    SweepConfig, answer_read, answer_snapshot,
 };

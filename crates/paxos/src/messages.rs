@@ -107,6 +107,14 @@ pub enum ReplicaRequest {
         /// What.
         query: DataQuery,
     },
+    /// The group's data as of the replica's applied position, with the visible entry
+    /// there: for a replica behind the others' truncation point.
+    Snapshot {
+        /// Request id.
+        id: u64,
+        /// Entity group.
+        eg: EgId,
+    },
 }
 
 impl ReplicaRequest {
@@ -118,7 +126,8 @@ impl ReplicaRequest {
             | ReplicaRequest::MarkVisible { eg, .. }
             | ReplicaRequest::LogState { eg, .. }
             | ReplicaRequest::ReadLog { eg, .. }
-            | ReplicaRequest::Read { eg, .. } => eg,
+            | ReplicaRequest::Read { eg, .. }
+            | ReplicaRequest::Snapshot { eg, .. } => eg,
         }
     }
 
@@ -130,7 +139,8 @@ impl ReplicaRequest {
             | ReplicaRequest::MarkVisible { id, .. }
             | ReplicaRequest::LogState { id, .. }
             | ReplicaRequest::ReadLog { id, .. }
-            | ReplicaRequest::Read { id, .. } => *id,
+            | ReplicaRequest::Read { id, .. }
+            | ReplicaRequest::Snapshot { id, .. } => *id,
         }
     }
 }
@@ -138,7 +148,8 @@ impl ReplicaRequest {
 /// A replica's log positions for one group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LogState {
-    /// The highest position with an accepted or visible value.
+    /// The highest position this replica promised, accepted, granted or saw visible
+    /// (after a wipe: at least its rejoin floor).
     pub highest: Position,
     /// Every position up to this one is visible here.
     pub visible: Position,
@@ -226,6 +237,19 @@ pub enum ReplicaError {
     /// A visible value was offered that differs from the one visible here.
     #[error("a different value is visible at {0}")]
     Conflict(Position),
+    /// The replica lost its state and is rejoining: it does not vote at this position
+    /// (nor report its log state) until it has learned how far the others got.
+    #[error("rejoining after losing its state; not voting here yet")]
+    Rejoining,
+    /// The group was installed here from a snapshot: no history below it.
+    #[error("history starts at {installed} here")]
+    HistoryFrom {
+        /// The snapshot's position.
+        installed: Position,
+    },
+    /// Nothing is applied here to take a snapshot of.
+    #[error("nothing applied to snapshot")]
+    NoSnapshot,
 }
 
 /// A replica's reply.
@@ -266,6 +290,18 @@ pub enum ReplicaReply {
         /// What is held at the position (`None`: nothing).
         slot: Option<SlotRecord>,
     },
+    /// To [`ReplicaRequest::Snapshot`].
+    Snapshot {
+        /// Request id.
+        id: u64,
+        /// The applied position the rows show.
+        at: Position,
+        /// The visible entry at `at` (its `next_leader` names the next position's
+        /// leader).
+        slot: SlotRecord,
+        /// The group's data rows, every cell at its newest version at or below `at`.
+        rows: Vec<Row>,
+    },
     /// To [`ReplicaRequest::Read`].
     Data {
         /// Request id.
@@ -294,6 +330,7 @@ impl ReplicaReply {
             | ReplicaReply::LogState { id, .. }
             | ReplicaReply::Log { id, .. }
             | ReplicaReply::Data { id, .. }
+            | ReplicaReply::Snapshot { id, .. }
             | ReplicaReply::Error { id, .. } => *id,
         }
     }

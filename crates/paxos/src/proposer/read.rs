@@ -458,7 +458,15 @@ impl CurrentRead {
             .unwrap_or(Position::NONE);
         let topology = &ctx.config.topology;
         let full = |r: &ReplicaId| topology.kind(*r) == Some(ReplicaKind::Full);
-        let chosen = self.local.filter(|l| replies.contains_key(l)).or_else(|| {
+        // A replica whose next position is truncated elsewhere cannot be caught up by
+        // settling (it waits for a snapshot install).
+        let gone = replies
+            .values()
+            .map(|s| s.truncated)
+            .max()
+            .unwrap_or(Position::NONE);
+        let catchable = |r: &ReplicaId| replies.get(r).is_some_and(|s| s.visible >= gone);
+        let chosen = self.local.filter(|l| catchable(l)).or_else(|| {
             replies
                 .iter()
                 .filter(|(r, _)| full(r))

@@ -445,6 +445,31 @@ impl Settle {
             }
             return;
         }
+        // A visible value is final whichever round asked: a slow replica's answer to
+        // an earlier round must not be lost to rounds that others keep refusing.
+        let visible = match &reply {
+            ReplicaReply::Prepare {
+                result: PrepareResult::Visible(b, e),
+                ..
+            }
+            | ReplicaReply::Accept {
+                result: AcceptResult::Visible(b, e),
+                ..
+            } => Some((*b, e.clone())),
+            ReplicaReply::Log { slot: Some(s), .. } if s.visible => {
+                Some((s.ballot, s.entry.clone()))
+            }
+            _ => None,
+        };
+        if let Some((ballot, entry)) = visible
+            && self.mine.contains(&id)
+            && self.chosen.is_none()
+            && self.outcome().is_none()
+        {
+            self.outstanding.remove(&id);
+            self.learned_visible(ctx, ballot, entry);
+            return;
+        }
         if self.outstanding.remove(&id).is_none() {
             return;
         }
@@ -457,6 +482,8 @@ impl Settle {
         }
     }
 
+    /// A replica could not serve the request (truncated, unreadable, or rejoining after
+    /// losing its state): it neither holds nor promises anything for this round.
     fn on_error<K: Clone + Ord>(
         &mut self,
         ctx: &mut Ctx<'_, K>,
@@ -466,11 +493,18 @@ impl Settle {
         match &mut self.phase {
             Phase::FastGrant { .. } => self.prepare(ctx),
             Phase::Learn { replies, .. } => {
-                // Truncated or unreadable there: that replica cannot help settle.
                 replies.insert(from, None);
                 self.seen_lacking.insert(from);
                 self.decide_learn(ctx);
             }
+            Phase::Prepare { rejects, .. } => {
+                rejects.insert(from);
+                let refused = rejects.len();
+                if refused > Self::voters(ctx).len() - Self::majority(ctx) {
+                    self.backoff(ctx);
+                }
+            }
+            Phase::FastAccept { .. } | Phase::Accept { .. } => self.accept_refused(ctx, from),
             _ => {}
         }
     }
@@ -585,7 +619,8 @@ impl Settle {
                     values.len() == 1
                         || bugs.grant_ballot0_twice
                         || bugs.forget_promise_on_restart
-                        || bugs.leader_from_unchosen_entry,
+                        || bugs.leader_from_unchosen_entry
+                        || bugs.rejoin_as_voter,
                     "two values accepted at ballot {b}: ballot-zero-once is broken"
                 );
             }
@@ -612,8 +647,6 @@ impl Settle {
         from: ReplicaId,
         result: AcceptResult,
     ) {
-        let majority = Self::majority(ctx);
-        let voters = Self::voters(ctx).len();
         match result {
             AcceptResult::Visible(ballot, entry) => self.learned_visible(ctx, ballot, entry),
             AcceptResult::Accepted => {
@@ -636,20 +669,27 @@ impl Settle {
                 if let AcceptResult::Rejected { promised } = result {
                     self.max_seen = self.max_seen.max(promised);
                 }
-                self.seen_lacking.insert(from);
-                if matches!(self.phase, Phase::FastGrant { .. }) {
-                    self.prepare(ctx);
-                    return;
-                }
-                let Some(round) = &mut self.round else { return };
-                round.rejects.insert(from);
-                if round.rejects.len() > voters - majority {
-                    if round.ballot.is_zero() {
-                        self.prepare(ctx);
-                    } else {
-                        self.backoff(ctx);
-                    }
-                }
+                self.accept_refused(ctx, from);
+            }
+        }
+    }
+
+    /// `from` did not accept the round's value.
+    fn accept_refused<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, from: ReplicaId) {
+        let majority = Self::majority(ctx);
+        let voters = Self::voters(ctx).len();
+        self.seen_lacking.insert(from);
+        if matches!(self.phase, Phase::FastGrant { .. }) {
+            self.prepare(ctx);
+            return;
+        }
+        let Some(round) = &mut self.round else { return };
+        round.rejects.insert(from);
+        if round.rejects.len() > voters - majority {
+            if round.ballot.is_zero() {
+                self.prepare(ctx);
+            } else {
+                self.backoff(ctx);
             }
         }
     }

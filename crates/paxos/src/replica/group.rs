@@ -4,12 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use megastore_rowstore::RowMutation;
+use megastore_rowstore::{Row, RowMutation};
 use megastore_types::{Ballot, EgId, Position, ReplicaId, ReplicaKind, TxnId};
 
 use super::Output;
 use crate::bugs::ProtocolBugs;
-use crate::cells::{APPLIED, RootRowWrite, SlotRecord, StoredGroup, TRUNCATED, VISIBLE};
+use crate::cells::{
+    APPLIED, INSTALLED, REJOIN_FLOOR, RootRowWrite, SlotRecord, StoredGroup, TRUNCATED, VISIBLE,
+};
 use crate::entry::{LogEntry, root_row};
 use crate::messages::{AcceptResult, GrantRefusal, LogState, PrepareResult};
 
@@ -27,6 +29,27 @@ pub struct Proposal {
     pub grant: bool,
 }
 
+/// Whether a replica may vote on a group: the **rejoin** rule (DESIGN.md §4). A replica
+/// that lost its store forgot its promises, accepts and grants; voting again where it
+/// may have voted before could choose a second value. Before its wipe it can have voted
+/// only at positions some other member of that quorum also holds, so once a majority of
+/// the other voters reported their highest position `H` it votes above `H` — and grants
+/// ballot 0 only above `H + 1`, the one position where a grant can precede every other
+/// replica's record of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejoin {
+    /// Never wiped: votes everywhere.
+    Member,
+    /// Wiped, and not yet told how far the voters got: votes nowhere and reports no log
+    /// state (a majority read must not count it).
+    Uncleared,
+    /// Wiped and cleared: votes only above `floor`.
+    Cleared {
+        /// The highest position a majority of the other voters held.
+        floor: Position,
+    },
+}
+
 /// The acceptor state of one entity group at one replica: what its root row says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupLog {
@@ -38,12 +61,15 @@ pub struct GroupLog {
     visible: Position,
     applied: Position,
     truncated: Position,
+    installed: Position,
+    rejoin: Rejoin,
 }
 
 impl GroupLog {
     /// The state read back from the root row. With `forget_promises` (a bug knob) the
-    /// promises are dropped, as a replica that never persisted them would.
-    pub fn load(eg: EgId, stored: StoredGroup, forget_promises: bool) -> Self {
+    /// promises are dropped, as a replica that never persisted them would. `rejoining`:
+    /// this replica lost its store, so a group it has not cleared yet gets no vote.
+    pub fn load(eg: EgId, stored: StoredGroup, forget_promises: bool, rejoining: bool) -> Self {
         let root_row = root_row(&eg);
         let promises = if forget_promises {
             BTreeMap::new()
@@ -59,7 +85,54 @@ impl GroupLog {
             visible: stored.visible,
             applied: stored.applied,
             truncated: stored.truncated,
+            installed: stored.installed,
+            rejoin: match (stored.rejoin_floor, rejoining) {
+                (Some(floor), _) => Rejoin::Cleared { floor },
+                (None, true) => Rejoin::Uncleared,
+                (None, false) => Rejoin::Member,
+            },
         }
+    }
+
+    /// Whether this replica votes on the group, and from where.
+    pub fn rejoin(&self) -> Rejoin {
+        self.rejoin
+    }
+
+    /// Whether this replica may promise or accept at `p`.
+    pub fn votes_at(&self, p: Position) -> bool {
+        match self.rejoin {
+            Rejoin::Member => true,
+            Rejoin::Uncleared => false,
+            Rejoin::Cleared { floor } => p > floor,
+        }
+    }
+
+    /// Whether this replica may grant ballot 0 at `p` (if it is the position leader).
+    fn grants_at(&self, p: Position) -> bool {
+        match self.rejoin {
+            Rejoin::Member => true,
+            Rejoin::Uncleared => false,
+            Rejoin::Cleared { floor } => p > floor.next(),
+        }
+    }
+
+    /// The group was installed from a snapshot at this position (reads below it are
+    /// refused); `Position::NONE` if never.
+    pub fn installed(&self) -> Position {
+        self.installed
+    }
+
+    /// A majority of the other voters held nothing above `floor`: vote above it from
+    /// now on. Only for an uncleared group.
+    pub fn clear(&mut self, floor: Position, out: &mut Vec<Output>) {
+        if self.rejoin != Rejoin::Uncleared {
+            return;
+        }
+        self.rejoin = Rejoin::Cleared { floor };
+        out.push(Output::Persist {
+            mutation: self.write().watermark(REJOIN_FLOOR, floor).0,
+        });
     }
 
     /// The group.
@@ -104,13 +177,16 @@ impl GroupLog {
 
     /// The replica's positions.
     pub fn log_state(&self) -> LogState {
-        let highest = self
-            .slots
-            .keys()
-            .next_back()
-            .copied()
-            .unwrap_or(Position::NONE)
-            .max(self.visible);
+        let last = |keys: Option<&Position>| keys.copied().unwrap_or(Position::NONE);
+        let floor = match self.rejoin {
+            Rejoin::Cleared { floor } => floor,
+            Rejoin::Member | Rejoin::Uncleared => Position::NONE,
+        };
+        let highest = last(self.slots.keys().next_back())
+            .max(last(self.promises.keys().next_back()))
+            .max(last(self.grants.keys().next_back()))
+            .max(self.visible)
+            .max(floor);
         let next_leader = self
             .slots
             .get(&self.visible)
@@ -223,7 +299,7 @@ impl GroupLog {
             let Some(txn) = entry.txn else {
                 return AcceptResult::GrantRefused(GrantRefusal::NotLeader);
             };
-            if !self.is_position_leader(me, bugs, p) {
+            if !self.grants_at(p) || !self.is_position_leader(me, bugs, p) {
                 return AcceptResult::GrantRefused(GrantRefusal::NotLeader);
             }
             if let Some(taken) = self
@@ -364,6 +440,77 @@ impl GroupLog {
         });
     }
 
+    /// Installs the group from another replica's snapshot at `at` (`slot` is the
+    /// visible entry there, `rows` the data as of `at`): the log below `at` is treated
+    /// as truncated, everything at or below `at` is visible and applied, and reads
+    /// below `at` are refused from now on. Only onto a group with nothing applied (a
+    /// wiped replica); returns whether it was installed.
+    pub fn install(
+        &mut self,
+        kind: ReplicaKind,
+        bugs: &ProtocolBugs,
+        at: Position,
+        slot: SlotRecord,
+        rows: Vec<Row>,
+        out: &mut Vec<Output>,
+    ) -> bool {
+        let nothing_applied = self.applied == Position::NONE || kind == ReplicaKind::Witness;
+        if at <= self.visible || !slot.visible || !nothing_applied {
+            return false;
+        }
+        let mut write = self.write();
+        let stale: std::collections::BTreeSet<Position> = self
+            .slots
+            .range(..=at)
+            .map(|(p, _)| *p)
+            .chain(self.promises.range(..=at).map(|(p, _)| *p))
+            .chain(self.grants.range(..=at).map(|(p, _)| *p))
+            .collect();
+        for p in stale {
+            self.slots.remove(&p);
+            self.promises.remove(&p);
+            self.grants.remove(&p);
+            write = write.forget(p);
+        }
+        write = write.slot(at, &slot);
+        self.slots.insert(at, slot);
+        self.truncated = at.prev();
+        self.installed = at;
+        self.visible = at;
+        while self
+            .slots
+            .get(&self.visible.next())
+            .is_some_and(|s| s.visible)
+        {
+            self.visible = self.visible.next();
+        }
+        write = write
+            .watermark(VISIBLE, self.visible)
+            .watermark(TRUNCATED, self.truncated)
+            .watermark(INSTALLED, at);
+        let mut batch = Vec::new();
+        if kind != ReplicaKind::Witness {
+            self.applied = at;
+            write = write.watermark(APPLIED, at);
+            batch.extend(rows.into_iter().map(|row| {
+                row.cells
+                    .into_iter()
+                    .fold(RowMutation::new(row.key), |m, (column, cell)| {
+                        m.set(column, cell.timestamp, cell.value)
+                    })
+            }));
+        }
+        batch.push(write.0);
+        out.push(Output::Install {
+            eg: self.eg.clone(),
+            rows: batch,
+        });
+        if kind != ReplicaKind::Witness {
+            self.apply_ready(bugs, None, out);
+        }
+        true
+    }
+
     /// Checks the group's own invariants (panics on a broken one).
     pub fn check_invariants(&self, kind: ReplicaKind, bugs: &ProtocolBugs) {
         assert!(
@@ -371,6 +518,12 @@ impl GroupLog {
             "{}: truncated above visible",
             self.eg
         );
+        assert!(
+            self.installed <= self.visible,
+            "{}: installed above visible",
+            self.eg
+        );
+
         for p in (self.truncated.0 + 1..=self.visible.0).map(Position) {
             assert!(
                 self.slots.get(&p).is_some_and(|s| s.visible),

@@ -22,13 +22,13 @@ use megastore_types::{
     EgId, NodeId, Position, ReplicaId, ReplicaInfo, ReplicaKind, Time, Topology,
 };
 
-pub use group::{GroupLog, Proposal};
+pub use group::{GroupLog, Proposal, Rejoin};
 pub use sweep::SweepConfig;
 
 use sweep::{SweepAction, Sweeper};
 
 use crate::bugs::ProtocolBugs;
-use crate::cells::StoredGroup;
+use crate::cells::{SlotRecord, StoredGroup};
 use crate::entry::{data_range, root_row};
 use crate::messages::{DataQuery, Message, ReadAt, ReplicaError, ReplicaReply, ReplicaRequest};
 
@@ -43,6 +43,12 @@ pub struct ReplicaConfig {
     pub bugs: ProtocolBugs,
     /// Finishing abandoned positions and catching up from peers (`None`: off).
     pub sweep: Option<SweepConfig>,
+    /// This replica lost its store (a wiped disk, a replacement machine): every group
+    /// it has not cleared since is treated as possibly voted on before and gets no vote
+    /// until the sweep learns how far the other voters got (the rejoin rule, see
+    /// [`Rejoin`]). A server sets it when its store lacks the marker written at
+    /// bootstrap; it needs the sweep.
+    pub rejoining: bool,
 }
 
 /// An event for the replica.
@@ -89,6 +95,27 @@ pub enum Output {
         /// The rows.
         rows: Vec<RowMutation>,
     },
+    /// Install a snapshot: one atomic batch within the group's range (data rows and
+    /// the root row's new watermarks), synced; sends after it wait until it is durable.
+    Install {
+        /// The group.
+        eg: EgId,
+        /// The rows.
+        rows: Vec<RowMutation>,
+    },
+    /// Read the group's data as of `at` and reply with [`answer_snapshot`].
+    ReadSnapshot {
+        /// Who asked.
+        to: NodeId,
+        /// Their request id.
+        id: u64,
+        /// The group.
+        eg: EgId,
+        /// The applied position to read at.
+        at: Position,
+        /// The visible entry at `at`.
+        slot: SlotRecord,
+    },
     /// Send a message.
     Send {
         /// To whom.
@@ -127,6 +154,8 @@ pub struct Replica {
     me: ReplicaInfo,
     groups: BTreeMap<EgId, GroupSlot>,
     sweeper: Option<Sweeper>,
+    /// Groups loaded uncleared since the last step: the sweep starts clearing them.
+    to_clear: Vec<EgId>,
 }
 
 impl Replica {
@@ -143,6 +172,7 @@ impl Replica {
             me,
             groups: BTreeMap::new(),
             sweeper,
+            to_clear: Vec::new(),
         }
     }
 
@@ -230,6 +260,22 @@ impl Replica {
                         group.truncate(self.me.kind, through, &mut out);
                     }
                 }
+                SweepAction::Clear(eg, floor) => {
+                    if let Some(GroupSlot::Ready(group)) = self.groups.get_mut(&eg) {
+                        group.clear(floor, &mut out);
+                    }
+                }
+                SweepAction::Install { eg, at, slot, rows } => {
+                    if let Some(GroupSlot::Ready(group)) = self.groups.get_mut(&eg) {
+                        let kind = self.me.kind;
+                        group.install(kind, &self.config.bugs, at, slot, rows, &mut out);
+                    }
+                }
+            }
+        }
+        if let Some(sweeper) = &mut self.sweeper {
+            for eg in std::mem::take(&mut self.to_clear) {
+                sweeper.clear(now, eg, &mut sends);
             }
         }
         out.extend(
@@ -252,11 +298,20 @@ impl Replica {
         };
         match StoredGroup::from_row(row) {
             Ok(stored) => {
+                let bugs = self.config.bugs;
+                // A read-only replica never voted: nothing to clear.
+                let rejoining = self.config.rejoining
+                    && self.me.kind != ReplicaKind::ReadOnly
+                    && !bugs.rejoin_as_voter;
                 let mut group = GroupLog::load(
                     eg.clone(),
                     stored,
-                    self.config.bugs.forget_promise_on_restart,
+                    bugs.forget_promise_on_restart,
+                    rejoining,
                 );
+                if group.rejoin() == Rejoin::Uncleared {
+                    self.to_clear.push(eg.clone());
+                }
                 // Visible positions whose apply was lost in a crash are applied again.
                 if self.me.kind != ReplicaKind::Witness {
                     group.apply_ready(&self.config.bugs, None, out);
@@ -322,6 +377,15 @@ impl Replica {
                     error: ReplicaError::NotVoter,
                 }
             }
+            ReplicaRequest::Prepare { id, position, .. }
+            | ReplicaRequest::Accept { id, position, .. }
+                if !group.votes_at(position) =>
+            {
+                ReplicaReply::Error {
+                    id,
+                    error: ReplicaError::Rejoining,
+                }
+            }
             ReplicaRequest::Prepare {
                 id,
                 position,
@@ -380,10 +444,35 @@ impl Replica {
                     },
                 },
             },
+            ReplicaRequest::LogState { id, .. } if group.rejoin() == Rejoin::Uncleared => {
+                ReplicaReply::Error {
+                    id,
+                    error: ReplicaError::Rejoining,
+                }
+            }
             ReplicaRequest::LogState { id, .. } => ReplicaReply::LogState {
                 id,
                 state: group.log_state(),
             },
+            ReplicaRequest::Snapshot { id, .. } => {
+                let at = group.applied();
+                match group.slot(at).filter(|s| s.visible) {
+                    Some(slot) if kind != ReplicaKind::Witness && at > Position::NONE => {
+                        out.push(Output::ReadSnapshot {
+                            to: from,
+                            id,
+                            eg,
+                            at,
+                            slot: slot.clone(),
+                        });
+                        return;
+                    }
+                    _ => ReplicaReply::Error {
+                        id,
+                        error: ReplicaError::NoSnapshot,
+                    },
+                }
+            }
             ReplicaRequest::ReadLog { id, position, .. } => {
                 if position <= group.truncated() {
                     ReplicaReply::Error {
@@ -415,6 +504,13 @@ impl Replica {
                         ReadAt::Position(p) if p > group.applied() => {
                             let error = ReplicaError::NotApplied {
                                 applied: group.applied(),
+                            };
+                            reply(out, from, ReplicaReply::Error { id, error });
+                            return;
+                        }
+                        ReadAt::Position(p) if p < group.installed() => {
+                            let error = ReplicaError::HistoryFrom {
+                                installed: group.installed(),
                             };
                             reply(out, from, ReplicaReply::Error { id, error });
                             return;
@@ -476,6 +572,23 @@ fn check_query(eg: &EgId, query: &DataQuery) -> Result<(), String> {
                 Err(format!("scan leaves the data rows of {eg}"))
             }
         }
+    }
+}
+
+/// Answers a [`Output::ReadSnapshot`]: the group's data rows as of `at`.
+pub fn answer_snapshot<S: RowRead>(
+    store: &S,
+    id: u64,
+    eg: &EgId,
+    at: Position,
+    slot: SlotRecord,
+) -> ReplicaReply {
+    match store.scan(&data_range(eg), at.0, &ScanOptions::default()) {
+        Ok(rows) => ReplicaReply::Snapshot { id, at, slot, rows },
+        Err(e) => ReplicaReply::Error {
+            id,
+            error: ReplicaError::Storage(e.to_string()),
+        },
     }
 }
 

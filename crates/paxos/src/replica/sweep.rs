@@ -10,6 +10,12 @@
 //! writer waits for, catches up), and, when every replica answered, truncates the log
 //! below what every full and read-only replica applied and every witness holds.
 //!
+//! It also brings a replica that lost its store back: it *clears* each group (asks
+//! every other replica for its log state and, once a majority of the other voters
+//! answered, records the highest position they held as the group's rejoin floor —
+//! see [`super::Rejoin`]), and installs a snapshot from a replica that applied more
+//! when the positions it lacks are truncated everywhere it asked.
+//!
 //! Settling is the proposer's [`Settle`], with this replica as the proposer: the
 //! invalidation step is done for anything it exposes.
 
@@ -20,7 +26,8 @@ use megastore_coordinator::CoordinatorReply;
 use megastore_lock::LockOutcome;
 use megastore_types::{EgId, NodeId, Position, ReplicaId, ReplicaKind, Time};
 
-use super::GroupLog;
+use super::{GroupLog, Rejoin};
+use crate::cells::SlotRecord;
 use crate::messages::{LogState, Message, ReplicaReply, ReplicaRequest};
 use crate::proposer::settle::{Settle, SettleOutcome};
 use crate::proposer::{Ctx, ProposerConfig, Wiring};
@@ -42,16 +49,29 @@ pub struct SweepConfig {
 pub(crate) enum SweepAction {
     /// Drop the group's log up to and including this position.
     Truncate(EgId, Position),
+    /// A majority of the other voters held nothing above this position: the group's
+    /// rejoin floor.
+    Clear(EgId, Position),
+    /// Install this snapshot.
+    Install {
+        eg: EgId,
+        at: Position,
+        slot: SlotRecord,
+        rows: Vec<megastore_rowstore::Row>,
+    },
 }
 
 #[derive(Debug)]
 enum Task {
-    /// Asked every other replica for its log state.
+    /// Asked every other replica for its log state (`clearing`: to clear the group).
     Probe {
         asked: BTreeMap<u64, ReplicaId>,
         states: BTreeMap<ReplicaId, LogState>,
         deadline: Time,
+        clearing: bool,
     },
+    /// Asked a replica for a snapshot.
+    Install { deadline: Time },
     /// Settling `next..=target`, up to [`CATCH_UP_IN_FLIGHT_MAX`] positions at once.
     CatchUp {
         next: Position,
@@ -94,7 +114,7 @@ impl Sweeper {
     pub(crate) fn next_wake(&self) -> Time {
         let tasks = self.tasks.values().filter_map(|t| match t {
             Task::CatchUp { settles, .. } => settles.values().filter_map(|s| s.deadline()).min(),
-            Task::Probe { deadline, .. } => Some(*deadline),
+            Task::Probe { deadline, .. } | Task::Install { deadline } => Some(*deadline),
         });
         tasks
             .chain(self.wiring.lock_deadline())
@@ -125,11 +145,15 @@ impl Sweeper {
         let expired: Vec<EgId> = self
             .tasks
             .iter()
-            .filter(|(_, t)| matches!(t, Task::Probe { deadline, .. } if *deadline <= now))
+            .filter(|(_, t)| matches!(t, Task::Probe { deadline, .. } | Task::Install { deadline } if *deadline <= now))
             .map(|(eg, _)| eg.clone())
             .collect();
         for eg in expired {
-            actions.extend(self.probed(now, &eg, state_here(&eg), sends));
+            if let Some(Task::Install { .. }) = self.tasks.get(&eg) {
+                self.finish(&eg);
+            } else {
+                actions.extend(self.probed(now, &eg, state_here(&eg), sends));
+            }
         }
         let due: Vec<EgId> = self
             .tasks
@@ -181,25 +205,48 @@ impl Sweeper {
             }
         }
         self.pending_last = pending;
+        for group in groups {
+            if group.rejoin() == Rejoin::Uncleared {
+                self.clear(now, group.eg().clone(), sends);
+            }
+        }
         // Probe one idle group per sweep, round robin, at every other replica.
         let idle: Vec<&&GroupLog> = groups
             .iter()
             .filter(|g| !self.tasks.contains_key(g.eg()))
             .collect();
-        let others: Vec<ReplicaId> = self
-            .config
+        if idle.is_empty() {
+            return;
+        }
+        self.cursor += 1;
+        let eg = idle[self.cursor % idle.len()].eg().clone();
+        self.probe(now, eg, false, sends);
+    }
+
+    /// Starts clearing an uncleared group (unless something else runs for it; the
+    /// next sweep tries again).
+    pub(crate) fn clear(&mut self, now: Time, eg: EgId, sends: &mut Vec<(NodeId, Message)>) {
+        if !self.tasks.contains_key(&eg) {
+            self.probe(now, eg, true, sends);
+        }
+    }
+
+    fn others(&self) -> Vec<ReplicaId> {
+        self.config
             .proposer
             .topology
             .replicas()
             .iter()
             .map(|r| r.id)
             .filter(|r| *r != self.me)
-            .collect();
-        if idle.is_empty() || others.is_empty() {
+            .collect()
+    }
+
+    fn probe(&mut self, now: Time, eg: EgId, clearing: bool, sends: &mut Vec<(NodeId, Message)>) {
+        let others = self.others();
+        if others.is_empty() {
             return;
         }
-        self.cursor += 1;
-        let eg = idle[self.cursor % idle.len()].eg().clone();
         let mut ctx = self
             .wiring
             .ctx(now, &self.config.proposer, eg.clone(), sends);
@@ -218,26 +265,57 @@ impl Sweeper {
                 asked,
                 states: BTreeMap::new(),
                 deadline,
+                clearing,
             },
         );
     }
 
-    /// A probe is over (every replica answered, or time ran out): catch up to the
-    /// furthest visible position seen; and if every replica answered, truncate below
-    /// what every full and read-only replica applied and every witness holds — keeping
-    /// the last such slot, so the next position's leader stays known.
+    /// A probe is over (every replica answered, or time ran out). Clearing: with a
+    /// majority of the other voters' states, the highest position among them is the
+    /// rejoin floor. Then: install a snapshot if what this replica lacks is truncated
+    /// somewhere, else catch up to the furthest visible position seen; and if every
+    /// replica reported its state, truncate below what every full and read-only replica
+    /// applied and every witness holds — keeping the last such slot, so the next
+    /// position's leader stays known.
     fn probed(
         &mut self,
         now: Time,
         eg: &EgId,
         here: Option<LogState>,
         sends: &mut Vec<(NodeId, Message)>,
-    ) -> Option<SweepAction> {
-        let Some(Task::Probe { asked, states, .. }) = self.tasks.remove(eg) else {
-            return None;
+    ) -> Vec<SweepAction> {
+        let Some(Task::Probe {
+            states, clearing, ..
+        }) = self.tasks.remove(eg)
+        else {
+            return Vec::new();
         };
         self.wiring.forget(eg);
-        let here = here?;
+        let Some(here) = here else {
+            return Vec::new();
+        };
+        let topology = &self.config.proposer.topology;
+        let mut actions = Vec::new();
+        if clearing {
+            let voters = states.keys().filter(|r| topology.is_voter(**r)).count();
+            if voters < topology.majority() {
+                return actions;
+            }
+            let floor = states.values().map(|s| s.highest).max();
+            actions.push(SweepAction::Clear(
+                eg.clone(),
+                floor.unwrap_or(Position::NONE),
+            ));
+        }
+        // Nothing applied (a wiped replica) or no data (a witness), and the positions
+        // it lacks are truncated somewhere: a snapshot beats replaying what is left.
+        let gone = states.values().map(|s| s.truncated).max();
+        let witness = topology.kind(self.me) == Some(ReplicaKind::Witness);
+        let empty = here.applied == Position::NONE || witness;
+        if empty && gone.is_some_and(|gone| gone > here.visible) {
+            self.request_snapshot(now, eg, &here, &states, sends);
+            return actions;
+        }
         let furthest = states
             .values()
             .map(|s| s.visible)
@@ -246,8 +324,8 @@ impl Sweeper {
         if furthest > here.visible {
             self.catch_up(now, eg.clone(), here.visible.next(), furthest, sends);
         }
-        if !asked.is_empty() {
-            return None;
+        if states.len() < self.others().len() {
+            return actions;
         }
         let topology = &self.config.proposer.topology;
         let kept = |r: ReplicaId, s: &LogState| {
@@ -261,9 +339,43 @@ impl Sweeper {
             .iter()
             .map(|(r, s)| kept(*r, s))
             .chain(Some(kept(self.me, &here)))
-            .min()?;
+            .min();
+        let Some(floor) = floor else {
+            return actions;
+        };
         let through = floor.prev();
-        (through > here.truncated).then(|| SweepAction::Truncate(eg.clone(), through))
+        if through > here.truncated {
+            actions.push(SweepAction::Truncate(eg.clone(), through));
+        }
+        actions
+    }
+
+    /// Asks the replica with data that applied the most for a snapshot, if that is
+    /// beyond what this replica holds.
+    fn request_snapshot(
+        &mut self,
+        now: Time,
+        eg: &EgId,
+        here: &LogState,
+        states: &BTreeMap<ReplicaId, LogState>,
+        sends: &mut Vec<(NodeId, Message)>,
+    ) {
+        let topology = &self.config.proposer.topology;
+        let source = states
+            .iter()
+            .filter(|(r, s)| {
+                topology.kind(**r) != Some(ReplicaKind::Witness) && s.applied > here.visible
+            })
+            .max_by_key(|(_, s)| s.applied)
+            .map(|(r, _)| *r);
+        let Some(source) = source else { return };
+        let mut ctx = self
+            .wiring
+            .ctx(now, &self.config.proposer, eg.clone(), sends);
+        let request_eg = eg.clone();
+        ctx.send_replica(source, |id| ReplicaRequest::Snapshot { id, eg: request_eg });
+        let deadline = now + self.config.proposer.timeouts.rpc;
+        self.tasks.insert(eg.clone(), Task::Install { deadline });
     }
 
     fn catch_up(
@@ -341,7 +453,7 @@ impl Sweeper {
     }
 
     /// A reply to one of the sweep's requests; `here` is this replica's own state of a
-    /// group. Returns what a finished probe decided.
+    /// group. Returns what a finished probe or snapshot request decided.
     pub(crate) fn on_replica_reply(
         &mut self,
         now: Time,
@@ -349,9 +461,17 @@ impl Sweeper {
         reply: ReplicaReply,
         here: impl Fn(&EgId) -> Option<LogState>,
         sends: &mut Vec<(NodeId, Message)>,
-    ) -> Option<SweepAction> {
-        let eg = self.wiring.route(reply.id()).cloned()?;
+    ) -> Vec<SweepAction> {
+        let Some(eg) = self.wiring.route(reply.id()).cloned() else {
+            return Vec::new();
+        };
         match self.tasks.get_mut(&eg) {
+            Some(Task::Install { .. }) => {
+                self.finish(&eg);
+                if let ReplicaReply::Snapshot { at, slot, rows, .. } = reply {
+                    return vec![SweepAction::Install { eg, at, slot, rows }];
+                }
+            }
             Some(Task::Probe { asked, states, .. }) => {
                 asked.remove(&reply.id());
                 if let ReplicaReply::LogState { state, .. } = reply {
@@ -370,7 +490,7 @@ impl Sweeper {
             }
             None => {}
         }
-        None
+        Vec::new()
     }
 
     /// A coordinator's acknowledgement of an invalidate the sweep sent.

@@ -1,0 +1,212 @@
+//! The test driver shared by the replica tests: a replica over an in-memory store
+//! with every output carried out at once, and builders for requests and entries.
+
+#![allow(dead_code)] // each test file uses its own subset
+
+use megastore_paxos::messages::AcceptResult;
+use megastore_paxos::{
+    CellWrite, LogEntry, Message, ProtocolBugs, Replica, ReplicaConfig, ReplicaInput,
+    ReplicaOutput, ReplicaReply, ReplicaRequest, RowWrite, answer_read, answer_snapshot,
+};
+use megastore_rowstore::{Durability, KeyRange, LATEST, MemoryStore, RowRead, RowStore};
+use megastore_types::{
+    Ballot, ClientId, EgId, NodeId, Position, ProposerId, ReplicaId, ReplicaInfo, ReplicaKind,
+    SiteId, Time, Topology, TxnId,
+};
+
+pub(crate) const CLIENT: NodeId = NodeId::Client(ClientId(1));
+
+pub(crate) fn topology() -> Topology {
+    let r = |id, kind| ReplicaInfo {
+        id: ReplicaId(id),
+        kind,
+        site: SiteId(id),
+    };
+    Topology::new(vec![
+        r(1, ReplicaKind::Full),
+        r(2, ReplicaKind::Full),
+        r(3, ReplicaKind::Witness),
+        r(4, ReplicaKind::ReadOnly),
+    ])
+    .unwrap()
+}
+
+pub(crate) fn eg() -> EgId {
+    EgId(b"g1".to_vec())
+}
+
+/// A replica and its store, with every output carried out at once.
+pub(crate) struct Node {
+    pub(crate) id: ReplicaId,
+    pub(crate) bugs: ProtocolBugs,
+    pub(crate) rejoining: bool,
+    pub(crate) replica: Replica,
+    pub(crate) store: MemoryStore,
+}
+
+impl Node {
+    pub(crate) fn new(id: u16) -> Self {
+        Self::with_bugs(id, ProtocolBugs::default())
+    }
+
+    pub(crate) fn with_bugs(id: u16, bugs: ProtocolBugs) -> Self {
+        Self::build(id, bugs, false)
+    }
+
+    /// A replica that lost its store (no sweep: it is never cleared by itself).
+    pub(crate) fn rejoining(id: u16) -> Self {
+        Self::build(id, ProtocolBugs::default(), true)
+    }
+
+    fn build(id: u16, bugs: ProtocolBugs, rejoining: bool) -> Self {
+        Node {
+            id: ReplicaId(id),
+            bugs,
+            rejoining,
+            replica: Replica::new(Self::config(ReplicaId(id), bugs, rejoining)),
+            store: MemoryStore::new(),
+        }
+    }
+
+    fn config(id: ReplicaId, bugs: ProtocolBugs, rejoining: bool) -> ReplicaConfig {
+        ReplicaConfig {
+            id,
+            topology: topology(),
+            bugs,
+            sweep: None,
+            rejoining,
+        }
+    }
+
+    /// Sends one request; returns the reply.
+    pub(crate) fn ask(&mut self, request: ReplicaRequest) -> ReplicaReply {
+        let mut pending = vec![ReplicaInput::Message {
+            from: CLIENT,
+            message: Message::ReplicaRequest(request),
+        }];
+        let mut replies = Vec::new();
+        while let Some(input) = pending.pop() {
+            for output in self.replica.step(Time::ZERO, input) {
+                match output {
+                    ReplicaOutput::Load { eg, root_row } => {
+                        let row = self
+                            .store
+                            .read_row(&root_row, &KeyRange::all(), LATEST)
+                            .unwrap();
+                        pending.push(ReplicaInput::Loaded { eg, row });
+                    }
+                    ReplicaOutput::Persist { mutation } => {
+                        self.store
+                            .mutate_row(&mutation, None, Durability::Synced)
+                            .unwrap();
+                    }
+                    ReplicaOutput::Apply { eg, rows } => {
+                        self.store
+                            .mutate_rows(
+                                &megastore_paxos::group_range(&eg),
+                                &rows,
+                                Durability::Buffered,
+                            )
+                            .unwrap();
+                    }
+                    ReplicaOutput::Send {
+                        message: Message::ReplicaReply(reply),
+                        ..
+                    } => replies.push(reply),
+                    ReplicaOutput::ReadData { id, at, query, .. } => {
+                        replies.push(answer_read(&self.store, id, at, &query))
+                    }
+                    ReplicaOutput::ReadSnapshot {
+                        id, eg, at, slot, ..
+                    } => replies.push(answer_snapshot(&self.store, id, &eg, at, slot)),
+                    ReplicaOutput::Install { eg, rows } => {
+                        self.store
+                            .mutate_rows(
+                                &megastore_paxos::group_range(&eg),
+                                &rows,
+                                Durability::Synced,
+                            )
+                            .unwrap();
+                    }
+                    other => panic!("unexpected output {other:?}"),
+                }
+            }
+        }
+        assert_eq!(replies.len(), 1, "{replies:?}");
+        replies.pop().unwrap()
+    }
+
+    /// A crash: unsynced writes are lost and the replica restarts from its store.
+    pub(crate) fn restart(&mut self) {
+        self.store.crash();
+        self.replica = Replica::new(Self::config(self.id, self.bugs, self.rejoining));
+    }
+}
+
+pub(crate) fn write(txn: u64, next_leader: Option<u16>, value: &str) -> LogEntry {
+    let row = [eg().0, b"\x01k".to_vec()].concat();
+    let cells = vec![CellWrite::Set {
+        column: b"v".to_vec(),
+        value: value.as_bytes().to_vec(),
+    }];
+    LogEntry {
+        txn: Some(TxnId {
+            client: ClientId(1),
+            seq: txn,
+        }),
+        next_leader: next_leader.map(ReplicaId),
+        writes: vec![RowWrite { row, cells }],
+        ..LogEntry::noop()
+    }
+}
+
+pub(crate) fn ballot(round: u64) -> Ballot {
+    Ballot {
+        round,
+        proposer: ProposerId::client(ClientId(1)),
+    }
+}
+
+pub(crate) fn accept(p: u64, b: Ballot, entry: LogEntry, grant: bool) -> ReplicaRequest {
+    ReplicaRequest::Accept {
+        id: 1,
+        eg: eg(),
+        position: Position(p),
+        ballot: b,
+        entry,
+        grant,
+    }
+}
+
+pub(crate) fn mark(p: u64, b: Ballot, entry: LogEntry) -> ReplicaRequest {
+    ReplicaRequest::MarkVisible {
+        id: 2,
+        eg: eg(),
+        position: Position(p),
+        ballot: b,
+        entry,
+    }
+}
+
+pub(crate) fn accept_result(reply: ReplicaReply) -> AcceptResult {
+    match reply {
+        ReplicaReply::Accept { result, .. } => result,
+        other => panic!("not an accept reply: {other:?}"),
+    }
+}
+
+/// Position 1 chosen with `next_leader` = 1 and marked visible at `node`.
+pub(crate) fn with_visible_first_entry(node: &mut Node) {
+    let first = write(1, Some(1), "one");
+    assert_eq!(
+        accept_result(node.ask(accept(1, ballot(1), first.clone(), false))),
+        AcceptResult::Accepted
+    );
+    assert!(matches!(
+        node.ask(mark(1, ballot(1), first)),
+        ReplicaReply::MarkedVisible {
+            applied: Position(1),
+            ..
+        }
+    ));
+}
