@@ -366,7 +366,7 @@ impl World {
         world
     }
 
-    fn coordinator_config(&self, r: ReplicaId) -> CoordinatorConfig {
+    fn coordinator_config(&mut self, r: ReplicaId) -> CoordinatorConfig {
         let lease = self.config.lock_lease;
         CoordinatorConfig {
             replica: r,
@@ -376,6 +376,7 @@ impl World {
             max_clock_drift_ppm: self.config.max_drift_ppm,
             lease_margin: Duration::from_millis(5),
             retry_delay: lease / 4,
+            first_request_id: self.rng.next_u64(),
             bugs: self.bugs.coordinator,
         }
     }

@@ -98,7 +98,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ("ack-before-invalidate", &["visible-after-invalidate"], 5),
     ("learn-from-single-accept", &["single-value"], 40),
     ("leader-from-unchosen-entry", &["ballot-zero-once"], 120),
-    ("forget-promise-on-restart", &["single-value"], 100),
+    ("forget-promise-on-restart", &["single-value"], 480),
     (
         "apply-out-of-order",
         &["prefix-snapshots", "linearizable-eg"],
@@ -107,7 +107,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     (
         "rejoin-as-voter",
         &["single-value", "ballot-zero-once", "linearizable-eg"],
-        80,
+        180,
     ),
 ];
 

@@ -37,6 +37,9 @@ pub struct CoordinatorConfig {
     pub lease_margin: Duration,
     /// Wait before trying again to open a session or take the lock.
     pub retry_delay: Duration,
+    /// Where this start numbers its lock requests: random on every start, so that a
+    /// reply to the previous process is never taken for an answer to this one.
+    pub first_request_id: u64,
     /// Simulator-only mistakes.
     pub bugs: CoordinatorBugs,
 }
@@ -147,7 +150,8 @@ pub struct Coordinator {
 impl Coordinator {
     /// A coordinator that has not started.
     pub fn new(config: CoordinatorConfig) -> Self {
-        let lock = LockClient::new(config.lock_nodes.clone(), config.lock_attempt_timeout);
+        let lock = LockClient::new(config.lock_nodes.clone(), config.lock_attempt_timeout)
+            .first_id(config.first_request_id);
         Self {
             config,
             lock,

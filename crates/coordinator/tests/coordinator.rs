@@ -21,6 +21,8 @@ fn config(bugs: CoordinatorBugs) -> CoordinatorConfig {
         max_clock_drift_ppm: 1_000,
         lease_margin: Duration::from_millis(100),
         retry_delay: Duration::from_secs(1),
+        // Request ids wrap around from here.
+        first_request_id: u64::MAX,
         bugs,
     }
 }

@@ -61,6 +61,14 @@ impl LockClient {
         }
     }
 
+    /// Numbers requests from `id` on. A process that restarts must not reuse the ids
+    /// of its previous life — a reply still in flight would be taken for the answer to
+    /// a new request — so each start passes a fresh random number.
+    pub fn first_id(mut self, id: u64) -> Self {
+        self.next_id = id;
+        self
+    }
+
     fn send(&self, id: u64, command: &LockCommand) -> LockSend {
         LockSend {
             to: self.nodes[self.leader_guess],
@@ -74,7 +82,7 @@ impl LockClient {
     /// Starts a request; returns its id and the first message to send.
     pub fn start(&mut self, now: Time, command: LockCommand) -> (u64, LockSend) {
         let id = self.next_id;
-        self.next_id += 1;
+        self.next_id = self.next_id.wrapping_add(1);
         let send = self.send(id, &command);
         self.pending.insert(
             id,

@@ -24,7 +24,9 @@ pub struct ClientConfig {
     pub site: SiteId,
     /// The proposer settings (its proposer id must be `ProposerId::client(id)`).
     pub proposer: ProposerConfig,
-    /// Seeds its random numbers (backoff).
+    /// Seeds its random numbers (backoff, and where request ids start): a fresh random
+    /// value on every process start, or a reply to the previous process could be taken
+    /// for the answer to a new request.
     pub seed: u64,
 }
 

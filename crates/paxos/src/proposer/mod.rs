@@ -71,12 +71,17 @@ pub(crate) struct Wiring<K> {
 
 impl<K: Clone + Ord> Wiring<K> {
     pub(crate) fn new(config: &ProposerConfig, seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        // Ids start at random: a restarted proposer must not take a reply meant for
+        // its previous life as the answer to a new request.
+        let (first_id, first_lock_id) = (rng.next_u64(), rng.next_u64());
         Self {
-            next_id: 1,
+            next_id: first_id,
             routes: BTreeMap::new(),
-            lock: LockClient::new(config.lock_nodes.clone(), config.timeouts.lock_attempt),
+            lock: LockClient::new(config.lock_nodes.clone(), config.timeouts.lock_attempt)
+                .first_id(first_lock_id),
             lock_routes: BTreeMap::new(),
-            rng: ChaCha8Rng::seed_from_u64(seed),
+            rng,
         }
     }
 
@@ -134,7 +139,7 @@ pub(crate) struct Ctx<'a, K> {
 impl<K: Clone + Ord> Ctx<'_, K> {
     fn next_id(&mut self) -> u64 {
         let id = self.wiring.next_id;
-        self.wiring.next_id += 1;
+        self.wiring.next_id = id.wrapping_add(1);
         self.wiring.routes.insert(id, self.key.clone());
         id
     }

@@ -40,7 +40,9 @@ pub struct SweepConfig {
     pub interval: Duration,
     /// The replica as a proposer (its id must be `ProposerId::replica(id)`).
     pub proposer: ProposerConfig,
-    /// Seeds its random numbers.
+    /// Seeds its random numbers (backoff, and where request ids start): a fresh random
+    /// value on every process start, or a reply to the previous process could be taken
+    /// for the answer to a new request.
     pub seed: u64,
 }
 
