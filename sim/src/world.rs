@@ -216,7 +216,7 @@ impl World {
             rpc: max_latency * 4 + Duration::from_millis(40),
             leader: max_latency * 2 + Duration::from_millis(20),
             invalidate: max_latency * 4 + Duration::from_millis(60),
-            backoff: Duration::from_millis(80),
+            backoff: max_latency * 2 + Duration::from_millis(20),
             lock_attempt: max_latency * 4 + Duration::from_millis(40),
             max_rounds: 10,
             invalidate_patience: config.lock_lease * 3,

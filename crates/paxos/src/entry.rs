@@ -21,6 +21,15 @@ pub enum CellWrite {
     },
 }
 
+impl CellWrite {
+    /// The column it changes.
+    pub fn column(&self) -> &[u8] {
+        match self {
+            CellWrite::Set { column, .. } | CellWrite::Delete { column } => column,
+        }
+    }
+}
+
 /// The cell changes of one row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RowWrite {

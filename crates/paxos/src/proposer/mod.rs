@@ -33,7 +33,8 @@ pub struct Timeouts {
     /// Waiting for a coordinator to acknowledge an invalidate before asking the lock
     /// service whether its lock lapsed (and between retries).
     pub invalidate: Duration,
-    /// The randomised backoff after a lost Paxos round is up to this long.
+    /// The randomised backoff after a first lost Paxos round is up to this long (about
+    /// one round trip); each further lost round of the same position doubles it.
     pub backoff: Duration,
     /// One lock service request try.
     pub lock_attempt: Duration,

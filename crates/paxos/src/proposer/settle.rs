@@ -20,6 +20,9 @@ use crate::cells::SlotRecord;
 use crate::entry::LogEntry;
 use crate::messages::{AcceptResult, PrepareResult, ReplicaError, ReplicaReply, ReplicaRequest};
 
+/// How many times a settle's backoff window may double.
+const BACKOFF_DOUBLINGS_MAX: u32 = 3;
+
 /// How settling ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum SettleOutcome {
@@ -108,6 +111,9 @@ pub(crate) struct Settle {
     seen_lacking: BTreeSet<ReplicaId>,
     /// An accept carrying `proposal` has been sent.
     sent_proposal: bool,
+    /// Voters that answered that the position is truncated there: chosen long ago,
+    /// and once a majority says so no round can learn or choose anything.
+    truncated_at: BTreeSet<ReplicaId>,
     /// The value chosen, as soon as it is (before the invalidation step).
     chosen: Option<(Ballot, LogEntry)>,
 }
@@ -135,6 +141,7 @@ impl Settle {
             rounds: 0,
             seen_lacking: BTreeSet::new(),
             sent_proposal: false,
+            truncated_at: BTreeSet::new(),
             chosen: None,
         };
         let leader = leader.filter(|l| ctx.config.topology.is_voter(*l));
@@ -273,9 +280,14 @@ impl Settle {
         };
     }
 
+    /// Waits a random time before the next round; the window doubles with every round
+    /// this settle lost (up to [`BACKOFF_DOUBLINGS_MAX`] times), so that proposers
+    /// duelling over one position spread out however many they are.
     fn backoff<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
         self.outstanding.clear();
-        let until = ctx.now + ctx.random_up_to(ctx.config.timeouts.backoff);
+        let doublings = self.rounds.saturating_sub(1).min(BACKOFF_DOUBLINGS_MAX);
+        let window = ctx.config.timeouts.backoff * (1 << doublings);
+        let until = ctx.now + ctx.random_up_to(window);
         self.phase = Phase::Backoff { until };
     }
 
@@ -580,6 +592,12 @@ impl Settle {
             self.learned_visible(ctx, ballot, entry);
             return;
         }
+        if !matches!(self.phase, Phase::Prepare { .. }) {
+            return;
+        }
+        if matches!(result, PrepareResult::Truncated) && self.truncated_everywhere(ctx, from) {
+            return;
+        }
         let majority = Self::majority(ctx);
         let voters = Self::voters(ctx).len();
         let bugs = ctx.config.bugs;
@@ -669,9 +687,25 @@ impl Settle {
                 if let AcceptResult::Rejected { promised } = result {
                     self.max_seen = self.max_seen.max(promised);
                 }
+                if matches!(result, AcceptResult::Truncated) && self.truncated_everywhere(ctx, from)
+                {
+                    return;
+                }
                 self.accept_refused(ctx, from);
             }
         }
+    }
+
+    /// `from` answered that the position is truncated there; with a majority saying so,
+    /// gives up at once (returns true) rather than backing off round after round.
+    fn truncated_everywhere<K>(&mut self, ctx: &Ctx<'_, K>, from: ReplicaId) -> bool {
+        self.truncated_at.insert(from);
+        if self.truncated_at.len() < Self::majority(ctx) {
+            return false;
+        }
+        self.outstanding.clear();
+        self.phase = Phase::Done(SettleOutcome::Failed);
+        true
     }
 
     /// `from` did not accept the round's value.

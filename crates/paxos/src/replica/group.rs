@@ -2,15 +2,17 @@
 //! Every change is expressed as a root-row mutation the driver persists (synced)
 //! before any reply that depends on it leaves.
 
+mod install;
+
 use std::collections::BTreeMap;
 
-use megastore_rowstore::{Row, RowMutation};
+use megastore_rowstore::RowMutation;
 use megastore_types::{Ballot, EgId, Position, ReplicaId, ReplicaKind, TxnId};
 
 use super::Output;
 use crate::bugs::ProtocolBugs;
 use crate::cells::{
-    APPLIED, INSTALLED, REJOIN_FLOOR, RootRowWrite, SlotRecord, StoredGroup, TRUNCATED, VISIBLE,
+    APPLIED, REJOIN_FLOOR, RootRowWrite, SlotRecord, StoredGroup, TRUNCATED, VISIBLE,
 };
 use crate::entry::{LogEntry, root_row};
 use crate::messages::{AcceptResult, GrantRefusal, LogState, PrepareResult};
@@ -438,77 +440,6 @@ impl GroupLog {
         out.push(Output::Persist {
             mutation: write.watermark(TRUNCATED, through).0,
         });
-    }
-
-    /// Installs the group from another replica's snapshot at `at` (`slot` is the
-    /// visible entry there, `rows` the data as of `at`): the log below `at` is treated
-    /// as truncated, everything at or below `at` is visible and applied, and reads
-    /// below `at` are refused from now on. Only onto a group with nothing applied (a
-    /// wiped replica); returns whether it was installed.
-    pub fn install(
-        &mut self,
-        kind: ReplicaKind,
-        bugs: &ProtocolBugs,
-        at: Position,
-        slot: SlotRecord,
-        rows: Vec<Row>,
-        out: &mut Vec<Output>,
-    ) -> bool {
-        let nothing_applied = self.applied == Position::NONE || kind == ReplicaKind::Witness;
-        if at <= self.visible || !slot.visible || !nothing_applied {
-            return false;
-        }
-        let mut write = self.write();
-        let stale: std::collections::BTreeSet<Position> = self
-            .slots
-            .range(..=at)
-            .map(|(p, _)| *p)
-            .chain(self.promises.range(..=at).map(|(p, _)| *p))
-            .chain(self.grants.range(..=at).map(|(p, _)| *p))
-            .collect();
-        for p in stale {
-            self.slots.remove(&p);
-            self.promises.remove(&p);
-            self.grants.remove(&p);
-            write = write.forget(p);
-        }
-        write = write.slot(at, &slot);
-        self.slots.insert(at, slot);
-        self.truncated = at.prev();
-        self.installed = at;
-        self.visible = at;
-        while self
-            .slots
-            .get(&self.visible.next())
-            .is_some_and(|s| s.visible)
-        {
-            self.visible = self.visible.next();
-        }
-        write = write
-            .watermark(VISIBLE, self.visible)
-            .watermark(TRUNCATED, self.truncated)
-            .watermark(INSTALLED, at);
-        let mut batch = Vec::new();
-        if kind != ReplicaKind::Witness {
-            self.applied = at;
-            write = write.watermark(APPLIED, at);
-            batch.extend(rows.into_iter().map(|row| {
-                row.cells
-                    .into_iter()
-                    .fold(RowMutation::new(row.key), |m, (column, cell)| {
-                        m.set(column, cell.timestamp, cell.value)
-                    })
-            }));
-        }
-        batch.push(write.0);
-        out.push(Output::Install {
-            eg: self.eg.clone(),
-            rows: batch,
-        });
-        if kind != ReplicaKind::Witness {
-            self.apply_ready(bugs, None, out);
-        }
-        true
     }
 
     /// Checks the group's own invariants (panics on a broken one).

@@ -309,12 +309,13 @@ impl Sweeper {
                 floor.unwrap_or(Position::NONE),
             ));
         }
-        // Nothing applied (a wiped replica) or no data (a witness), and the positions
-        // it lacks are truncated somewhere: a snapshot beats replaying what is left.
+        // The next position it lacks is truncated at every replica that answered: only
+        // a snapshot helps — if it can take one (its own log never truncated, as a wiped
+        // replica's, or a witness, which keeps no data; see `GroupLog::install`).
         let gone = states.values().map(|s| s.truncated).max();
         let witness = topology.kind(self.me) == Some(ReplicaKind::Witness);
-        let empty = here.applied == Position::NONE || witness;
-        if empty && gone.is_some_and(|gone| gone > here.visible) {
+        let can_install = here.truncated == Position::NONE || witness;
+        if can_install && gone.is_some_and(|gone| gone > here.visible) {
             self.request_snapshot(now, eg, &here, &states, sends);
             return actions;
         }

@@ -1,0 +1,128 @@
+//! Snapshot install: a replica whose missing positions are truncated everywhere takes
+//! another replica's data as of that replica's applied position.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use megastore_rowstore::{Mutation, Row, RowMutation};
+use megastore_types::{Position, ReplicaKind};
+
+use super::{GroupLog, Output};
+use crate::bugs::ProtocolBugs;
+use crate::cells::{APPLIED, INSTALLED, SlotRecord, TRUNCATED, VISIBLE};
+
+impl GroupLog {
+    /// Installs the group from another replica's snapshot at `at` (`slot` is the
+    /// visible entry there, `rows` the data as of `at`): the log below `at` counts as
+    /// truncated, everything through `at` as visible and applied, and reads below `at`
+    /// are refused from then on. Every cell is written at timestamp `at`, and every
+    /// column this replica applied itself gets a tombstone at `at` first, so what it
+    /// applied before and the snapshot does not hold is gone as of `at`. So it needs
+    /// every entry it ever applied still in its log: it installs only onto a log never
+    /// truncated (a wiped replica's), or onto a witness, which keeps no data. Returns
+    /// whether it installed.
+    pub fn install(
+        &mut self,
+        kind: ReplicaKind,
+        bugs: &ProtocolBugs,
+        at: Position,
+        slot: SlotRecord,
+        rows: Vec<Row>,
+        out: &mut Vec<Output>,
+    ) -> bool {
+        let witness = kind == ReplicaKind::Witness;
+        let knows_its_data = self.truncated == Position::NONE || witness;
+        if at <= self.visible || !slot.visible || !knows_its_data {
+            return false;
+        }
+        let data = if witness {
+            Vec::new()
+        } else {
+            self.data_as_of(at, rows)
+        };
+        let mut write = self.write();
+        let stale: BTreeSet<Position> = self
+            .slots
+            .range(..=at)
+            .map(|(p, _)| *p)
+            .chain(self.promises.range(..=at).map(|(p, _)| *p))
+            .chain(self.grants.range(..=at).map(|(p, _)| *p))
+            .collect();
+        for p in stale {
+            self.slots.remove(&p);
+            self.promises.remove(&p);
+            self.grants.remove(&p);
+            write = write.forget(p);
+        }
+        write = write.slot(at, &slot);
+        self.slots.insert(at, slot);
+        self.truncated = at.prev();
+        self.installed = at;
+        self.visible = at;
+        while self
+            .slots
+            .get(&self.visible.next())
+            .is_some_and(|s| s.visible)
+        {
+            self.visible = self.visible.next();
+        }
+        write = write
+            .watermark(VISIBLE, self.visible)
+            .watermark(TRUNCATED, self.truncated)
+            .watermark(INSTALLED, at);
+        if !witness {
+            self.applied = at;
+            write = write.watermark(APPLIED, at);
+        }
+        let mut batch = data;
+        batch.push(write.0);
+        out.push(Output::Install {
+            eg: self.eg.clone(),
+            rows: batch,
+        });
+        if !witness {
+            self.apply_ready(bugs, None, out);
+        }
+        true
+    }
+
+    /// The data mutations of an install at `at`: tombstones for every column this
+    /// replica applied, then the snapshot's cells, all at `at`, one mutation per row.
+    fn data_as_of(&self, at: Position, rows: Vec<Row>) -> Vec<RowMutation> {
+        let mut by_row: BTreeMap<Vec<u8>, RowMutation> = BTreeMap::new();
+        let applied_here = self
+            .slots
+            .range(..=self.applied)
+            .flat_map(|(_, s)| &s.entry.writes);
+        for write in applied_here {
+            let mutations = mutations_of(&mut by_row, &write.row);
+            mutations.extend(write.cells.iter().map(|cell| Mutation::DeleteColumn {
+                column: cell.column().to_vec(),
+                timestamp: at.0,
+            }));
+        }
+        for snapshot_row in rows {
+            let mutations = mutations_of(&mut by_row, &snapshot_row.key);
+            mutations.extend(
+                snapshot_row
+                    .cells
+                    .into_iter()
+                    .map(|(column, cell)| Mutation::Set {
+                        column,
+                        timestamp: at.0,
+                        value: cell.value,
+                    }),
+            );
+        }
+        by_row.into_values().collect()
+    }
+}
+
+fn mutations_of<'a>(
+    by_row: &'a mut BTreeMap<Vec<u8>, RowMutation>,
+    key: &[u8],
+) -> &'a mut Vec<Mutation> {
+    &mut by_row
+        .entry(key.to_vec())
+        .or_insert_with(|| RowMutation::new(key.to_vec()))
+        .mutations
+}
