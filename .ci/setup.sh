@@ -6,7 +6,8 @@ export CARGO_TERM_COLOR=never CARGO_INCREMENTAL=0 DEBIAN_FRONTEND=noninteractive
 # libclang-dev: bindgen (librocksdb-sys) needs it.
 # librocksdb-dev: RocksDB 7.8.3, linked instead of compiling RocksDB from source
 #                 (see docs/building.md; .cargo/config.toml points the build at it).
-packages=(libclang-dev librocksdb-dev)
+# protobuf-compiler: protoc, which crates/rpc's build script runs on proto/.
+packages=(libclang-dev librocksdb-dev protobuf-compiler)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,36 @@
+//! The wire: gRPC services and messages generated from `proto/` (tonic + prost), and
+//! the conversions between them and the pure protocol types.
+//!
+//! Responsibility: turning bytes from the network into `megastore-paxos` and
+//! `megastore-coordinator` values and back — nothing else. Conversions happen here and
+//! only here (the edge); no protocol decision is taken.
+//!
+//! Invariants:
+//! - every pure value survives `to wire → from wire` unchanged (tested for every
+//!   message kind);
+//! - a malformed message from a peer is a [`WireError`] naming the field, never a
+//!   panic.
+
+mod coordinator;
+mod error;
+mod replication;
+mod rows;
+
+pub use coordinator::{
+    reply_from_wire as coordinator_reply_from_wire, reply_to_wire as coordinator_reply_to_wire,
+};
+pub use error::WireError;
+pub use replication::{entry_from_wire, entry_to_wire};
+
+/// Generated code, one module per protobuf package.
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+pub mod pb {
+    /// `megastore.replication.v1`.
+    pub mod replication {
+        tonic::include_proto!("megastore.replication.v1");
+    }
+    /// `megastore.coordinator.v1`.
+    pub mod coordinator {
+        tonic::include_proto!("megastore.coordinator.v1");
+    }
+}

@@ -1,0 +1,549 @@
+//! The replication messages: [`ReplicaRequest`] and [`ReplicaReply`] on the wire.
+
+use megastore_paxos::cells::SlotRecord;
+use megastore_paxos::entry::{QueueMessage, TwoPhaseRecord};
+use megastore_paxos::messages::{
+    AcceptResult, GrantRefusal, LogState, PrepareResult, ReplicaError,
+};
+use megastore_paxos::{CellWrite, LogEntry, ReplicaReply, ReplicaRequest, RowWrite};
+use megastore_types::{Ballot, ClientId, EgId, Position, ProposerId, ReplicaId, TxnId};
+
+use crate::error::{WireError, narrow, required};
+use crate::pb::replication as pb;
+use crate::rows::{
+    query_from_wire, query_to_wire, read_at_from_wire, read_at_to_wire, row_from_wire, row_to_wire,
+};
+
+fn txn_to_wire(txn: TxnId) -> pb::TxnId {
+    pb::TxnId {
+        client: txn.client.0,
+        seq: txn.seq,
+    }
+}
+
+fn txn_from_wire(txn: pb::TxnId) -> TxnId {
+    TxnId {
+        client: ClientId(txn.client),
+        seq: txn.seq,
+    }
+}
+
+fn ballot_to_wire(ballot: Ballot) -> pb::Ballot {
+    pb::Ballot {
+        round: ballot.round,
+        proposer: ballot.proposer.0,
+    }
+}
+
+fn ballot_from_wire(ballot: Option<pb::Ballot>, field: &'static str) -> Result<Ballot, WireError> {
+    let ballot = required(ballot, field)?;
+    Ok(Ballot {
+        round: ballot.round,
+        proposer: ProposerId(ballot.proposer),
+    })
+}
+
+fn replica_from_wire(id: u32, field: &'static str) -> Result<ReplicaId, WireError> {
+    Ok(ReplicaId(narrow(u64::from(id), field)?))
+}
+
+/// A log entry on the wire.
+pub fn entry_to_wire(entry: LogEntry) -> pb::LogEntry {
+    pb::LogEntry {
+        txn: entry.txn.map(txn_to_wire),
+        schema: entry.schema,
+        next_leader: entry.next_leader.map(|r| u32::from(r.0)),
+        writes: entry
+            .writes
+            .into_iter()
+            .map(|w| pb::RowWrite {
+                row: w.row,
+                cells: w.cells.into_iter().map(cell_to_wire).collect(),
+            })
+            .collect(),
+        queue: entry
+            .queue
+            .into_iter()
+            .map(|m| pb::QueueMessage {
+                queue: m.queue,
+                to: m.to.0,
+                body: m.body,
+            })
+            .collect(),
+        two_phase: entry.two_phase.into_iter().map(two_phase_to_wire).collect(),
+    }
+}
+
+/// A log entry from the wire.
+pub fn entry_from_wire(entry: Option<pb::LogEntry>) -> Result<LogEntry, WireError> {
+    let entry = required(entry, "entry")?;
+    let writes = entry
+        .writes
+        .into_iter()
+        .map(|w| {
+            let cells = w
+                .cells
+                .into_iter()
+                .map(cell_from_wire)
+                .collect::<Result<_, _>>()?;
+            Ok(RowWrite { row: w.row, cells })
+        })
+        .collect::<Result<_, WireError>>()?;
+    Ok(LogEntry {
+        txn: entry.txn.map(txn_from_wire),
+        schema: entry.schema,
+        next_leader: entry
+            .next_leader
+            .map(|r| replica_from_wire(r, "entry.next_leader"))
+            .transpose()?,
+        writes,
+        queue: entry
+            .queue
+            .into_iter()
+            .map(|m| QueueMessage {
+                queue: m.queue,
+                to: EgId(m.to),
+                body: m.body,
+            })
+            .collect(),
+        two_phase: entry
+            .two_phase
+            .into_iter()
+            .map(two_phase_from_wire)
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+fn cell_to_wire(cell: CellWrite) -> pb::CellWrite {
+    match cell {
+        CellWrite::Set { column, value } => pb::CellWrite {
+            column,
+            change: Some(pb::cell_write::Change::Set(value)),
+        },
+        CellWrite::Delete { column } => pb::CellWrite {
+            column,
+            change: Some(pb::cell_write::Change::Delete(true)),
+        },
+    }
+}
+
+fn cell_from_wire(cell: pb::CellWrite) -> Result<CellWrite, WireError> {
+    Ok(match required(cell.change, "entry.writes.cells.change")? {
+        pb::cell_write::Change::Set(value) => CellWrite::Set {
+            column: cell.column,
+            value,
+        },
+        pb::cell_write::Change::Delete(_) => CellWrite::Delete {
+            column: cell.column,
+        },
+    })
+}
+
+fn two_phase_to_wire(record: TwoPhaseRecord) -> pb::TwoPhaseRecord {
+    use pb::two_phase_record::{Decided, Prepared, Record};
+    let record = match record {
+        TwoPhaseRecord::Prepared {
+            txn,
+            coordinator,
+            participants,
+        } => Record::Prepared(Prepared {
+            txn: Some(txn_to_wire(txn)),
+            coordinator: coordinator.0,
+            participants: participants.into_iter().map(|p| p.0).collect(),
+        }),
+        TwoPhaseRecord::Decided { txn, commit } => Record::Decided(Decided {
+            txn: Some(txn_to_wire(txn)),
+            commit,
+        }),
+    };
+    pb::TwoPhaseRecord {
+        record: Some(record),
+    }
+}
+
+fn two_phase_from_wire(record: pb::TwoPhaseRecord) -> Result<TwoPhaseRecord, WireError> {
+    use pb::two_phase_record::Record;
+    Ok(match required(record.record, "entry.two_phase.record")? {
+        Record::Prepared(p) => TwoPhaseRecord::Prepared {
+            txn: txn_from_wire(required(p.txn, "entry.two_phase.prepared.txn")?),
+            coordinator: EgId(p.coordinator),
+            participants: p.participants.into_iter().map(EgId).collect(),
+        },
+        Record::Decided(d) => TwoPhaseRecord::Decided {
+            txn: txn_from_wire(required(d.txn, "entry.two_phase.decided.txn")?),
+            commit: d.commit,
+        },
+    })
+}
+
+fn slot_to_wire(slot: SlotRecord) -> pb::SlotRecord {
+    pb::SlotRecord {
+        ballot: Some(ballot_to_wire(slot.ballot)),
+        entry: Some(entry_to_wire(slot.entry)),
+        visible: slot.visible,
+    }
+}
+
+fn slot_from_wire(slot: Option<pb::SlotRecord>) -> Result<SlotRecord, WireError> {
+    let slot = required(slot, "slot")?;
+    Ok(SlotRecord {
+        ballot: ballot_from_wire(slot.ballot, "slot.ballot")?,
+        entry: entry_from_wire(slot.entry)?,
+        visible: slot.visible,
+    })
+}
+
+fn value_to_wire((ballot, entry): (Ballot, LogEntry)) -> pb::AcceptedValue {
+    pb::AcceptedValue {
+        ballot: Some(ballot_to_wire(ballot)),
+        entry: Some(entry_to_wire(entry)),
+    }
+}
+
+fn value_from_wire(value: pb::AcceptedValue) -> Result<(Ballot, LogEntry), WireError> {
+    Ok((
+        ballot_from_wire(value.ballot, "value.ballot")?,
+        entry_from_wire(value.entry)?,
+    ))
+}
+
+impl From<ReplicaRequest> for pb::ReplicaRequest {
+    fn from(request: ReplicaRequest) -> Self {
+        use pb::replica_request as r;
+        let (id, eg, body) = match request {
+            ReplicaRequest::Prepare {
+                id,
+                eg,
+                position,
+                ballot,
+            } => (
+                id,
+                eg,
+                r::Request::Prepare(r::Prepare {
+                    position: position.0,
+                    ballot: Some(ballot_to_wire(ballot)),
+                }),
+            ),
+            ReplicaRequest::Accept {
+                id,
+                eg,
+                position,
+                ballot,
+                entry,
+                grant,
+            } => (
+                id,
+                eg,
+                r::Request::Accept(r::Accept {
+                    position: position.0,
+                    ballot: Some(ballot_to_wire(ballot)),
+                    entry: Some(entry_to_wire(entry)),
+                    grant,
+                }),
+            ),
+            ReplicaRequest::MarkVisible {
+                id,
+                eg,
+                position,
+                ballot,
+                entry,
+            } => (
+                id,
+                eg,
+                r::Request::MarkVisible(r::MarkVisible {
+                    position: position.0,
+                    ballot: Some(ballot_to_wire(ballot)),
+                    entry: Some(entry_to_wire(entry)),
+                }),
+            ),
+            ReplicaRequest::LogState { id, eg } => (id, eg, r::Request::LogState(r::LogState {})),
+            ReplicaRequest::ReadLog { id, eg, position } => (
+                id,
+                eg,
+                r::Request::ReadLog(r::ReadLog {
+                    position: position.0,
+                }),
+            ),
+            ReplicaRequest::Read { id, eg, at, query } => (
+                id,
+                eg,
+                r::Request::Read(r::Read {
+                    at: Some(read_at_to_wire(at)),
+                    query: Some(query_to_wire(query)),
+                }),
+            ),
+            ReplicaRequest::Snapshot { id, eg } => (id, eg, r::Request::Snapshot(r::Snapshot {})),
+        };
+        pb::ReplicaRequest {
+            id,
+            eg: eg.0,
+            request: Some(body),
+        }
+    }
+}
+
+impl TryFrom<pb::ReplicaRequest> for ReplicaRequest {
+    type Error = WireError;
+
+    fn try_from(request: pb::ReplicaRequest) -> Result<Self, WireError> {
+        use pb::replica_request as r;
+        let (id, eg) = (request.id, EgId(request.eg));
+        Ok(match required(request.request, "request")? {
+            r::Request::Prepare(p) => ReplicaRequest::Prepare {
+                id,
+                eg,
+                position: Position(p.position),
+                ballot: ballot_from_wire(p.ballot, "prepare.ballot")?,
+            },
+            r::Request::Accept(a) => ReplicaRequest::Accept {
+                id,
+                eg,
+                position: Position(a.position),
+                ballot: ballot_from_wire(a.ballot, "accept.ballot")?,
+                entry: entry_from_wire(a.entry)?,
+                grant: a.grant,
+            },
+            r::Request::MarkVisible(m) => ReplicaRequest::MarkVisible {
+                id,
+                eg,
+                position: Position(m.position),
+                ballot: ballot_from_wire(m.ballot, "mark_visible.ballot")?,
+                entry: entry_from_wire(m.entry)?,
+            },
+            r::Request::LogState(_) => ReplicaRequest::LogState { id, eg },
+            r::Request::ReadLog(l) => ReplicaRequest::ReadLog {
+                id,
+                eg,
+                position: Position(l.position),
+            },
+            r::Request::Read(read) => ReplicaRequest::Read {
+                id,
+                eg,
+                at: read_at_from_wire(read.at)?,
+                query: query_from_wire(read.query)?,
+            },
+            r::Request::Snapshot(_) => ReplicaRequest::Snapshot { id, eg },
+        })
+    }
+}
+
+fn prepare_to_wire(result: PrepareResult) -> pb::PrepareResult {
+    use pb::prepare_result::{Promised, Result as R};
+    let result = match result {
+        PrepareResult::Promised(accepted) => R::Promised(Promised {
+            accepted: accepted.map(value_to_wire),
+        }),
+        PrepareResult::Rejected { promised } => R::Rejected(ballot_to_wire(promised)),
+        PrepareResult::Visible(ballot, entry) => R::Visible(value_to_wire((ballot, entry))),
+        PrepareResult::Truncated => R::Truncated(true),
+    };
+    pb::PrepareResult {
+        result: Some(result),
+    }
+}
+
+fn prepare_from_wire(result: pb::PrepareResult) -> Result<PrepareResult, WireError> {
+    use pb::prepare_result::Result as R;
+    Ok(match required(result.result, "prepare.result")? {
+        R::Promised(p) => PrepareResult::Promised(p.accepted.map(value_from_wire).transpose()?),
+        R::Rejected(b) => PrepareResult::Rejected {
+            promised: ballot_from_wire(Some(b), "prepare.rejected")?,
+        },
+        R::Visible(v) => {
+            let (ballot, entry) = value_from_wire(v)?;
+            PrepareResult::Visible(ballot, entry)
+        }
+        R::Truncated(_) => PrepareResult::Truncated,
+    })
+}
+
+fn accept_to_wire(result: AcceptResult) -> pb::AcceptResult {
+    use pb::accept_result::Result as R;
+    let result = match result {
+        AcceptResult::Accepted => R::Accepted(true),
+        AcceptResult::Rejected { promised } => R::Rejected(ballot_to_wire(promised)),
+        AcceptResult::GrantRefused(GrantRefusal::NotLeader) => R::GrantRefusedNotLeader(true),
+        AcceptResult::GrantRefused(GrantRefusal::Taken(txn)) => {
+            R::GrantRefusedTaken(txn_to_wire(txn))
+        }
+        AcceptResult::Visible(ballot, entry) => R::Visible(value_to_wire((ballot, entry))),
+        AcceptResult::Truncated => R::Truncated(true),
+    };
+    pb::AcceptResult {
+        result: Some(result),
+    }
+}
+
+fn accept_from_wire(result: pb::AcceptResult) -> Result<AcceptResult, WireError> {
+    use pb::accept_result::Result as R;
+    Ok(match required(result.result, "accept.result")? {
+        R::Accepted(_) => AcceptResult::Accepted,
+        R::Rejected(b) => AcceptResult::Rejected {
+            promised: ballot_from_wire(Some(b), "accept.rejected")?,
+        },
+        R::GrantRefusedNotLeader(_) => AcceptResult::GrantRefused(GrantRefusal::NotLeader),
+        R::GrantRefusedTaken(txn) => {
+            AcceptResult::GrantRefused(GrantRefusal::Taken(txn_from_wire(txn)))
+        }
+        R::Visible(v) => {
+            let (ballot, entry) = value_from_wire(v)?;
+            AcceptResult::Visible(ballot, entry)
+        }
+        R::Truncated(_) => AcceptResult::Truncated,
+    })
+}
+
+fn error_to_wire(error: ReplicaError) -> pb::ReplicaError {
+    use pb::replica_error::Error as E;
+    let error = match error {
+        ReplicaError::NotVoter => E::NotVoter(true),
+        ReplicaError::NotServing => E::NotServing(true),
+        ReplicaError::NotApplied { applied } => E::NotApplied(applied.0),
+        ReplicaError::Truncated { truncated } => E::Truncated(truncated.0),
+        ReplicaError::BadEntry(e) => E::BadEntry(e),
+        ReplicaError::BadQuery(e) => E::BadQuery(e),
+        ReplicaError::Storage(e) => E::Storage(e),
+        ReplicaError::Conflict(p) => E::Conflict(p.0),
+        ReplicaError::Rejoining => E::Rejoining(true),
+        ReplicaError::HistoryFrom { installed } => E::HistoryFrom(installed.0),
+        ReplicaError::NoSnapshot => E::NoSnapshot(true),
+    };
+    pb::ReplicaError { error: Some(error) }
+}
+
+fn error_from_wire(error: pb::ReplicaError) -> Result<ReplicaError, WireError> {
+    use pb::replica_error::Error as E;
+    Ok(match required(error.error, "error")? {
+        E::NotVoter(_) => ReplicaError::NotVoter,
+        E::NotServing(_) => ReplicaError::NotServing,
+        E::NotApplied(p) => ReplicaError::NotApplied {
+            applied: Position(p),
+        },
+        E::Truncated(p) => ReplicaError::Truncated {
+            truncated: Position(p),
+        },
+        E::BadEntry(e) => ReplicaError::BadEntry(e),
+        E::BadQuery(e) => ReplicaError::BadQuery(e),
+        E::Storage(e) => ReplicaError::Storage(e),
+        E::Conflict(p) => ReplicaError::Conflict(Position(p)),
+        E::Rejoining(_) => ReplicaError::Rejoining,
+        E::HistoryFrom(p) => ReplicaError::HistoryFrom {
+            installed: Position(p),
+        },
+        E::NoSnapshot(_) => ReplicaError::NoSnapshot,
+    })
+}
+
+fn log_state_to_wire(state: LogState) -> pb::LogState {
+    pb::LogState {
+        highest: state.highest.0,
+        visible: state.visible.0,
+        applied: state.applied.0,
+        truncated: state.truncated.0,
+        next_leader: state.next_leader.map(|r| u32::from(r.0)),
+    }
+}
+
+fn log_state_from_wire(state: pb::LogState) -> Result<LogState, WireError> {
+    Ok(LogState {
+        highest: Position(state.highest),
+        visible: Position(state.visible),
+        applied: Position(state.applied),
+        truncated: Position(state.truncated),
+        next_leader: state
+            .next_leader
+            .map(|r| replica_from_wire(r, "log_state.next_leader"))
+            .transpose()?,
+    })
+}
+
+impl From<ReplicaReply> for pb::ReplicaReply {
+    fn from(reply: ReplicaReply) -> Self {
+        use pb::replica_reply as r;
+        let (id, body) = match reply {
+            ReplicaReply::Prepare { id, result } => {
+                (id, r::Reply::Prepare(prepare_to_wire(result)))
+            }
+            ReplicaReply::Accept { id, result } => (id, r::Reply::Accept(accept_to_wire(result))),
+            ReplicaReply::MarkedVisible { id, applied } => (
+                id,
+                r::Reply::MarkedVisible(r::MarkedVisible { applied: applied.0 }),
+            ),
+            ReplicaReply::LogState { id, state } => {
+                (id, r::Reply::LogState(log_state_to_wire(state)))
+            }
+            ReplicaReply::Log { id, slot } => (
+                id,
+                r::Reply::Log(r::Log {
+                    slot: slot.map(slot_to_wire),
+                }),
+            ),
+            ReplicaReply::Data { id, at, rows } => (
+                id,
+                r::Reply::Data(r::Data {
+                    at: at.map(|p| p.0),
+                    rows: rows.into_iter().map(row_to_wire).collect(),
+                }),
+            ),
+            ReplicaReply::Snapshot { id, at, slot, rows } => (
+                id,
+                r::Reply::Snapshot(r::Snapshot {
+                    at: at.0,
+                    slot: Some(slot_to_wire(slot)),
+                    rows: rows.into_iter().map(row_to_wire).collect(),
+                }),
+            ),
+            ReplicaReply::Error { id, error } => (id, r::Reply::Error(error_to_wire(error))),
+        };
+        pb::ReplicaReply {
+            id,
+            reply: Some(body),
+        }
+    }
+}
+
+impl TryFrom<pb::ReplicaReply> for ReplicaReply {
+    type Error = WireError;
+
+    fn try_from(reply: pb::ReplicaReply) -> Result<Self, WireError> {
+        use pb::replica_reply as r;
+        let id = reply.id;
+        Ok(match required(reply.reply, "reply")? {
+            r::Reply::Prepare(p) => ReplicaReply::Prepare {
+                id,
+                result: prepare_from_wire(p)?,
+            },
+            r::Reply::Accept(a) => ReplicaReply::Accept {
+                id,
+                result: accept_from_wire(a)?,
+            },
+            r::Reply::MarkedVisible(m) => ReplicaReply::MarkedVisible {
+                id,
+                applied: Position(m.applied),
+            },
+            r::Reply::LogState(s) => ReplicaReply::LogState {
+                id,
+                state: log_state_from_wire(s)?,
+            },
+            r::Reply::Log(l) => ReplicaReply::Log {
+                id,
+                slot: l.slot.map(|s| slot_from_wire(Some(s))).transpose()?,
+            },
+            r::Reply::Data(d) => ReplicaReply::Data {
+                id,
+                at: d.at.map(Position),
+                rows: d.rows.into_iter().map(row_from_wire).collect(),
+            },
+            r::Reply::Snapshot(s) => ReplicaReply::Snapshot {
+                id,
+                at: Position(s.at),
+                slot: slot_from_wire(s.slot)?,
+                rows: s.rows.into_iter().map(row_from_wire).collect(),
+            },
+            r::Reply::Error(e) => ReplicaReply::Error {
+                id,
+                error: error_from_wire(e)?,
+            },
+        })
+    }
+}

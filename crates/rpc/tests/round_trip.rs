@@ -1,0 +1,397 @@
+//! Every protocol value survives the wire unchanged, and malformed messages are
+//! errors naming the field.
+
+use std::collections::BTreeMap;
+
+use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
+use megastore_paxos::cells::SlotRecord;
+use megastore_paxos::entry::{QueueMessage, TwoPhaseRecord};
+use megastore_paxos::messages::{
+    AcceptResult, GrantRefusal, LogState, PrepareResult, ReplicaError,
+};
+use megastore_paxos::{
+    CellWrite, DataQuery, LogEntry, ReadAt, ReplicaReply, ReplicaRequest, RowWrite,
+};
+use megastore_rowstore::{Cell, KeyRange, Row};
+use megastore_rpc::pb::{coordinator as cpb, replication as pb};
+use megastore_rpc::{
+    WireError, coordinator_reply_from_wire, coordinator_reply_to_wire, entry_from_wire,
+    entry_to_wire,
+};
+use megastore_types::{Ballot, ClientId, EgId, Epoch, Position, ProposerId, ReplicaId, TxnId};
+use proptest::prelude::*;
+
+fn txn(seq: u64) -> TxnId {
+    TxnId {
+        client: ClientId(7),
+        seq,
+    }
+}
+
+fn eg() -> EgId {
+    EgId(b"\x00\x01user\x00".to_vec())
+}
+
+fn ballot() -> Ballot {
+    Ballot {
+        round: 3,
+        proposer: ProposerId(u64::MAX),
+    }
+}
+
+fn entry() -> LogEntry {
+    LogEntry {
+        txn: Some(txn(9)),
+        schema: 0xfeed,
+        next_leader: Some(ReplicaId(u16::MAX)),
+        writes: vec![RowWrite {
+            row: b"row\x00\xff".to_vec(),
+            cells: vec![
+                CellWrite::Set {
+                    column: b"T.p".to_vec(),
+                    value: Vec::new(),
+                },
+                CellWrite::Delete {
+                    column: b"T.q".to_vec(),
+                },
+            ],
+        }],
+        queue: vec![QueueMessage {
+            queue: "inbox".into(),
+            to: EgId(b"other".to_vec()),
+            body: b"hello".to_vec(),
+        }],
+        two_phase: vec![
+            TwoPhaseRecord::Prepared {
+                txn: txn(1),
+                coordinator: eg(),
+                participants: vec![eg(), EgId(b"b".to_vec())],
+            },
+            TwoPhaseRecord::Decided {
+                txn: txn(1),
+                commit: true,
+            },
+        ],
+    }
+}
+
+fn slot(visible: bool) -> SlotRecord {
+    SlotRecord {
+        ballot: ballot(),
+        entry: entry(),
+        visible,
+    }
+}
+
+fn rows() -> Vec<Row> {
+    vec![Row {
+        key: b"k".to_vec(),
+        cells: BTreeMap::from([(
+            b"c".to_vec(),
+            Cell {
+                timestamp: 12,
+                value: b"v".to_vec(),
+            },
+        )]),
+    }]
+}
+
+fn requests() -> Vec<ReplicaRequest> {
+    let (id, eg, position) = (u64::MAX, eg(), Position(41));
+    vec![
+        ReplicaRequest::Prepare {
+            id,
+            eg: eg.clone(),
+            position,
+            ballot: ballot(),
+        },
+        ReplicaRequest::Accept {
+            id,
+            eg: eg.clone(),
+            position,
+            ballot: Ballot::ZERO,
+            entry: entry(),
+            grant: true,
+        },
+        ReplicaRequest::Accept {
+            id,
+            eg: eg.clone(),
+            position,
+            ballot: ballot(),
+            entry: LogEntry::noop(),
+            grant: false,
+        },
+        ReplicaRequest::MarkVisible {
+            id,
+            eg: eg.clone(),
+            position,
+            ballot: ballot(),
+            entry: entry(),
+        },
+        ReplicaRequest::LogState { id, eg: eg.clone() },
+        ReplicaRequest::ReadLog {
+            id,
+            eg: eg.clone(),
+            position,
+        },
+        ReplicaRequest::Read {
+            id,
+            eg: eg.clone(),
+            at: ReadAt::Position(position),
+            query: DataQuery::Rows(vec![b"a".to_vec(), Vec::new()]),
+        },
+        ReplicaRequest::Read {
+            id,
+            eg: eg.clone(),
+            at: ReadAt::Applied,
+            query: DataQuery::Scan {
+                range: KeyRange::prefix(b"p".to_vec()),
+                limit: Some(10),
+            },
+        },
+        ReplicaRequest::Read {
+            id,
+            eg: eg.clone(),
+            at: ReadAt::Latest,
+            query: DataQuery::Scan {
+                range: KeyRange::all(),
+                limit: None,
+            },
+        },
+        ReplicaRequest::Snapshot { id, eg },
+    ]
+}
+
+fn replies() -> Vec<ReplicaReply> {
+    let id = 3;
+    let mut replies = vec![
+        ReplicaReply::MarkedVisible {
+            id,
+            applied: Position(5),
+        },
+        ReplicaReply::LogState {
+            id,
+            state: LogState {
+                highest: Position(9),
+                visible: Position(8),
+                applied: Position(7),
+                truncated: Position(2),
+                next_leader: Some(ReplicaId(2)),
+            },
+        },
+        ReplicaReply::LogState {
+            id,
+            state: LogState::default(),
+        },
+        ReplicaReply::Log {
+            id,
+            slot: Some(slot(true)),
+        },
+        ReplicaReply::Log { id, slot: None },
+        ReplicaReply::Data {
+            id,
+            at: Some(Position(4)),
+            rows: rows(),
+        },
+        ReplicaReply::Data {
+            id,
+            at: None,
+            rows: Vec::new(),
+        },
+        ReplicaReply::Snapshot {
+            id,
+            at: Position(4),
+            slot: slot(true),
+            rows: rows(),
+        },
+    ];
+    replies.extend(
+        [
+            PrepareResult::Promised(None),
+            PrepareResult::Promised(Some((ballot(), entry()))),
+            PrepareResult::Rejected { promised: ballot() },
+            PrepareResult::Visible(Ballot::ZERO, entry()),
+            PrepareResult::Truncated,
+        ]
+        .map(|result| ReplicaReply::Prepare { id, result }),
+    );
+    replies.extend(
+        [
+            AcceptResult::Accepted,
+            AcceptResult::Rejected { promised: ballot() },
+            AcceptResult::GrantRefused(GrantRefusal::NotLeader),
+            AcceptResult::GrantRefused(GrantRefusal::Taken(txn(2))),
+            AcceptResult::Visible(ballot(), LogEntry::noop()),
+            AcceptResult::Truncated,
+        ]
+        .map(|result| ReplicaReply::Accept { id, result }),
+    );
+    replies.extend(
+        [
+            ReplicaError::NotVoter,
+            ReplicaError::NotServing,
+            ReplicaError::NotApplied {
+                applied: Position(1),
+            },
+            ReplicaError::Truncated {
+                truncated: Position(2),
+            },
+            ReplicaError::BadEntry("e".into()),
+            ReplicaError::BadQuery("q".into()),
+            ReplicaError::Storage("s".into()),
+            ReplicaError::Conflict(Position(3)),
+            ReplicaError::Rejoining,
+            ReplicaError::HistoryFrom {
+                installed: Position(4),
+            },
+            ReplicaError::NoSnapshot,
+        ]
+        .map(|error| ReplicaReply::Error { id, error }),
+    );
+    replies
+}
+
+/// Through the protobuf encoding too, not only the generated structs.
+fn through_bytes<M: prost::Message + Default>(message: M) -> M {
+    M::decode(message.encode_to_vec().as_slice()).expect("decodes what it encoded")
+}
+
+#[test]
+fn every_replica_request_survives_the_wire() {
+    for request in requests() {
+        let wire = through_bytes(pb::ReplicaRequest::from(request.clone()));
+        assert_eq!(ReplicaRequest::try_from(wire), Ok(request));
+    }
+}
+
+#[test]
+fn every_replica_reply_survives_the_wire() {
+    for reply in replies() {
+        let wire = through_bytes(pb::ReplicaReply::from(reply.clone()));
+        assert_eq!(ReplicaReply::try_from(wire), Ok(reply));
+    }
+}
+
+#[test]
+fn every_coordinator_message_survives_the_wire() {
+    let requests = [
+        CoordinatorRequest::Query { id: 1, eg: eg() },
+        CoordinatorRequest::Validate {
+            eg: eg(),
+            position: Position(3),
+            epoch: Epoch(4),
+        },
+        CoordinatorRequest::Invalidate {
+            id: 2,
+            eg: eg(),
+            position: Position(5),
+        },
+    ];
+    for request in requests {
+        let wire = through_bytes(cpb::CoordinatorRequest::from(request.clone()));
+        assert_eq!(CoordinatorRequest::try_from(wire), Ok(request));
+    }
+    let replies = [
+        Some(CoordinatorReply::Query {
+            id: 1,
+            vouched: true,
+            epoch: Some(Epoch(7)),
+        }),
+        Some(CoordinatorReply::Query {
+            id: 1,
+            vouched: false,
+            epoch: None,
+        }),
+        Some(CoordinatorReply::Invalidated { id: 9 }),
+        None,
+    ];
+    for reply in replies {
+        let wire = through_bytes(coordinator_reply_to_wire(reply.clone()));
+        assert_eq!(coordinator_reply_from_wire(wire), Ok(reply));
+    }
+}
+
+#[test]
+fn malformed_messages_are_errors_naming_the_field() {
+    assert_eq!(
+        ReplicaRequest::try_from(pb::ReplicaRequest::default()),
+        Err(WireError::Missing("request"))
+    );
+    let mut accept = pb::ReplicaRequest::from(requests()[1].clone());
+    if let Some(pb::replica_request::Request::Accept(a)) = &mut accept.request {
+        a.entry.as_mut().unwrap().next_leader = Some(70_000);
+    }
+    assert_eq!(
+        ReplicaRequest::try_from(accept),
+        Err(WireError::OutOfRange {
+            field: "entry.next_leader",
+            value: 70_000
+        })
+    );
+    let mut prepare = pb::ReplicaRequest::from(requests()[0].clone());
+    if let Some(pb::replica_request::Request::Prepare(p)) = &mut prepare.request {
+        p.ballot = None;
+    }
+    assert_eq!(
+        ReplicaRequest::try_from(prepare),
+        Err(WireError::Missing("prepare.ballot"))
+    );
+    assert_eq!(
+        ReplicaReply::try_from(pb::ReplicaReply {
+            id: 1,
+            reply: Some(pb::replica_reply::Reply::Error(pb::ReplicaError {
+                error: None
+            })),
+        }),
+        Err(WireError::Missing("error"))
+    );
+    assert_eq!(
+        CoordinatorRequest::try_from(cpb::CoordinatorRequest::default()),
+        Err(WireError::Missing("request"))
+    );
+    // Garbage bytes are a decode error, not a panic.
+    assert!(<pb::ReplicaRequest as prost::Message>::decode(&b"\xff\xff\xff"[..]).is_err());
+}
+
+fn arb_bytes() -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(any::<u8>(), 0..8)
+}
+
+fn arb_cell() -> impl Strategy<Value = CellWrite> {
+    prop_oneof![
+        (arb_bytes(), arb_bytes()).prop_map(|(column, value)| CellWrite::Set { column, value }),
+        arb_bytes().prop_map(|column| CellWrite::Delete { column }),
+    ]
+}
+
+fn arb_entry() -> impl Strategy<Value = LogEntry> {
+    let writes = proptest::collection::vec(
+        (arb_bytes(), proptest::collection::vec(arb_cell(), 0..4))
+            .prop_map(|(row, cells)| RowWrite { row, cells }),
+        0..4,
+    );
+    (
+        proptest::option::of((any::<u32>(), any::<u64>())),
+        any::<u64>(),
+        proptest::option::of(any::<u16>()),
+        writes,
+    )
+        .prop_map(|(txn, schema, next_leader, writes)| LogEntry {
+            txn: txn.map(|(client, seq)| TxnId {
+                client: ClientId(client),
+                seq,
+            }),
+            schema,
+            next_leader: next_leader.map(ReplicaId),
+            writes,
+            ..LogEntry::noop()
+        })
+}
+
+proptest! {
+    #[test]
+    fn any_log_entry_survives_the_wire(entry in arb_entry()) {
+        let wire = through_bytes(entry_to_wire(entry.clone()));
+        prop_assert_eq!(entry_from_wire(Some(wire)), Ok(entry));
+    }
+}
