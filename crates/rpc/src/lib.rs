@@ -2,7 +2,7 @@
 //! the conversions between them and the pure protocol types.
 //!
 //! Responsibility: turning bytes from the network into `megastore-paxos` and
-//! `megastore-coordinator` values and back — nothing else. Conversions happen here and
+//! `megastore-coordinator` and `megastore-lock` values and back — nothing else. Conversions happen here and
 //! only here (the edge); no protocol decision is taken.
 //!
 //! Invariants:
@@ -13,6 +13,7 @@
 
 mod coordinator;
 mod error;
+mod lock;
 mod replication;
 mod rows;
 
@@ -32,5 +33,9 @@ pub mod pb {
     /// `megastore.coordinator.v1`.
     pub mod coordinator {
         tonic::include_proto!("megastore.coordinator.v1");
+    }
+    /// `megastore.lock.v1`.
+    pub mod lock {
+        tonic::include_proto!("megastore.lock.v1");
     }
 }

@@ -395,3 +395,89 @@ proptest! {
         prop_assert_eq!(entry_from_wire(Some(wire)), Ok(entry));
     }
 }
+
+#[test]
+fn every_lock_message_survives_the_wire() {
+    use megastore_lock::{
+        LockCommand, LockError, LockFile, LockHolder, LockReply, LockRequest, LockResponse,
+        Sequencer, SessionId,
+    };
+    use megastore_rpc::pb::lock as lpb;
+    use std::time::Duration;
+
+    let session = SessionId(u64::MAX);
+    let commands = [
+        LockCommand::OpenSession {
+            owner: "coordinator/1".into(),
+        },
+        LockCommand::KeepAlive { session },
+        LockCommand::CloseSession { session },
+        LockCommand::Acquire {
+            session,
+            lock: "l".into(),
+        },
+        LockCommand::Release {
+            session,
+            lock: "l".into(),
+        },
+        LockCommand::Holder { lock: "l".into() },
+        LockCommand::RevokeHolder { lock: "l".into() },
+        LockCommand::ReadFile { name: "f".into() },
+        LockCommand::WriteFile {
+            name: "f".into(),
+            expected: 3,
+            contents: b"x".to_vec(),
+        },
+    ];
+    for command in commands {
+        let request = LockRequest { id: 5, command };
+        let wire = through_bytes(lpb::LockRequest::from(request.clone()));
+        assert_eq!(LockRequest::try_from(wire), Ok(request));
+    }
+    let holder = LockHolder {
+        session,
+        owner: "o".into(),
+        sequencer: Sequencer(9),
+    };
+    let results = [
+        Ok(LockReply::Session {
+            session,
+            lease: Duration::from_millis(2500),
+        }),
+        Ok(LockReply::Renewed {
+            lease: Duration::from_secs(3),
+        }),
+        Ok(LockReply::Acquired {
+            sequencer: Sequencer(4),
+        }),
+        Ok(LockReply::Holder(Some(holder.clone()))),
+        Ok(LockReply::Holder(None)),
+        Ok(LockReply::Revoked(true)),
+        Ok(LockReply::File(Some(LockFile {
+            version: 2,
+            contents: Vec::new(),
+        }))),
+        Ok(LockReply::File(None)),
+        Ok(LockReply::Written { version: 7 }),
+        Ok(LockReply::Done),
+        Err(LockError::SessionExpired(session)),
+        Err(LockError::SessionRevoked(session)),
+        Err(LockError::Held(holder)),
+        Err(LockError::NotHolder),
+        Err(LockError::VersionMismatch {
+            expected: 1,
+            current: 2,
+        }),
+        Err(LockError::NotLeader),
+        Err(LockError::Unavailable),
+    ];
+    for result in results {
+        let response = LockResponse { id: 6, result };
+        let wire = through_bytes(lpb::LockResponse::from(response.clone()));
+        assert_eq!(LockResponse::try_from(wire), Ok(response));
+    }
+    assert_eq!(
+        LockRequest::try_from(lpb::LockRequest::default()),
+        Err(WireError::Missing("command"))
+    );
+}
