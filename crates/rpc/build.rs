@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "megastore/replication/v1/replication.proto",
         "megastore/coordinator/v1/coordinator.proto",
         "megastore/lock/v1/lock.proto",
+        "megastore/lock/v1/raft.proto",
     ];
     for file in files {
         println!("cargo:rerun-if-changed={root}/{file}");

@@ -1,4 +1,5 @@
 //! End-to-end tests of the `megastore` binary (see the crate docs for how it is found).
 
+mod processes;
 mod schema_check;
 mod tidy;

@@ -85,3 +85,94 @@ pub fn run_megastore(args: &[&str], dir: &Path, limit: Duration) -> Finished {
         stderr: stderr.join().expect("stderr reader"),
     }
 }
+
+/// A `megastore` server process (a lockd node, a replica, …) that is killed when
+/// dropped, so a failing test leaves nothing running. Its stderr goes to a log file,
+/// printed when the test fails.
+pub struct Process {
+    child: std::process::Child,
+    name: String,
+    log: PathBuf,
+}
+
+impl Process {
+    /// Starts `megastore args…` in `dir`, logging to `dir/<name>.log`.
+    pub fn start(name: &str, args: &[&str], dir: &Path) -> Self {
+        let log = dir.join(format!("{name}.log"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("create the process log");
+        let child = Command::new(megastore_bin())
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("log handle"))
+            .stderr(file)
+            .spawn()
+            .expect("start megastore");
+        Self {
+            child,
+            name: name.to_string(),
+            log,
+        }
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL: the process gets no chance to clean up.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits up to `limit` for a clean exit; whether it exited cleanly.
+    pub fn terminate(&mut self, limit: Duration) -> bool {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        match self.child.wait_timeout(limit) {
+            Ok(Some(status)) => status.success(),
+            _ => {
+                self.kill();
+                false
+            }
+        }
+    }
+
+    /// Whether it is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// What it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Process {
+    // A failing test shows what its servers said.
+    #[allow(clippy::print_stderr)]
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("---- {} log ----\n{}", self.name, self.log());
+        }
+    }
+}
+
+/// Distinct free loopback ports (all listeners are held until every port is chosen).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("bound").port())
+        .collect()
+}

@@ -6,7 +6,10 @@
 // A command-line tool talks to its terminal.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod lockd_cmd;
+mod logging;
 mod schema_cmd;
+mod signals;
 
 use std::process::ExitCode;
 
@@ -25,12 +28,15 @@ enum Command {
     /// Work with schema files (*.msdl).
     #[command(subcommand)]
     Schema(schema_cmd::SchemaCommand),
+    /// Run one node of the lock service.
+    Lockd(lockd_cmd::LockdArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Schema(command) => schema_cmd::run(command),
+        Command::Lockd(args) => lockd_cmd::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,11 @@
+//! Structured logs on stderr; `RUST_LOG` chooses what (default: info, openraft warn).
+
+/// Installs the log subscriber (once; later calls do nothing).
+pub(crate) fn init() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,0 +1,288 @@
+//! `cluster.toml`: what a deployment is made of — sites, replicas (kind, addresses,
+//! data directory), lock service nodes and timeouts — parsed and validated.
+//!
+//! Responsibility: turn a file into a [`ClusterConfig`] every process can trust, or an
+//! error that names the field at fault (`replicas[2].site: …`). Every process of a
+//! cluster reads the same file.
+//!
+//! Invariants of a validated config: names and numeric ids are unique per kind of
+//! process; every site a process names is declared; every address parses; there is at
+//! least one full replica and at least one lockd node; full replicas have a coordinator
+//! address; timeouts are positive and the lock lease outlasts the election timeout.
+//!
+//! ```toml
+//! [cluster]
+//! name = "dev"
+//! sites = ["A", "B", "C", "D"]
+//!
+//! [[replicas]]
+//! name = "a"
+//! id = 1
+//! site = "A"
+//! kind = "full"
+//! address = "127.0.0.1:7101"
+//! coordinator_address = "127.0.0.1:7201"
+//! data_dir = "data/a"
+//!
+//! [[lockd]]
+//! name = "lock-a"
+//! id = 1
+//! site = "A"
+//! address = "127.0.0.1:7301"
+//! data_dir = "data/lock-a"
+//! ```
+
+mod validate;
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use megastore_types::{
+    LockNodeId, ReplicaId, ReplicaInfo, ReplicaKind, SiteId, Topology, TopologyError,
+};
+
+/// Why a config cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The text is not valid TOML of the expected shape.
+    #[error("{origin}: {message}")]
+    Syntax {
+        /// The file (or `<text>`).
+        origin: String,
+        /// The parser's message, with the line and field.
+        message: String,
+    },
+    /// A field has a value that cannot work.
+    #[error("{origin}: {field}: {message}")]
+    Invalid {
+        /// The file (or `<text>`).
+        origin: String,
+        /// The field, as a path: `replicas[1].site`.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+/// A whole deployment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// The cluster itself.
+    pub cluster: ClusterSection,
+    /// Timeouts (defaults suit a WAN deployment; tests shorten them).
+    #[serde(default)]
+    pub timeouts: Timeouts,
+    /// The replicas.
+    #[serde(default)]
+    pub replicas: Vec<ReplicaConfig>,
+    /// The lock service nodes.
+    #[serde(default)]
+    pub lockd: Vec<LockdConfig>,
+}
+
+/// `[cluster]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    /// The cluster's name: data directories are stamped with it.
+    pub name: String,
+    /// The sites, by name; processes name the site they run at.
+    pub sites: Vec<String>,
+}
+
+/// `[[replicas]]`: one replica server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaConfig {
+    /// What `--id` names it by.
+    pub name: String,
+    /// Its protocol id: never reuse one for a different replica.
+    pub id: u16,
+    /// Its site.
+    pub site: String,
+    /// Full, witness or read-only.
+    pub kind: ReplicaKind,
+    /// Where it serves replication and the public API.
+    pub address: String,
+    /// Where its coordinator serves (full replicas only).
+    #[serde(default)]
+    pub coordinator_address: Option<String>,
+    /// Its RocksDB directory (relative paths are relative to the config file).
+    pub data_dir: PathBuf,
+}
+
+/// `[[lockd]]`: one lock service node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockdConfig {
+    /// What `--id` names it by.
+    pub name: String,
+    /// Its Raft node id: never reuse one for a different node.
+    pub id: u16,
+    /// Its site.
+    pub site: String,
+    /// Where it serves the lock service and Raft.
+    pub address: String,
+    /// Its RocksDB directory (relative paths are relative to the config file).
+    pub data_dir: PathBuf,
+}
+
+/// `[timeouts]`, in milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    /// How long a lock service session lives without a keep-alive.
+    pub lock_lease_ms: u64,
+    /// Raft election timeout of the lock service (the upper bound is twice this).
+    pub election_timeout_ms: u64,
+    /// Raft heartbeat interval of the lock service.
+    pub heartbeat_ms: u64,
+    /// How long one RPC may take before it is retried elsewhere or given up.
+    pub rpc_ms: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            lock_lease_ms: 10_000,
+            election_timeout_ms: 1_500,
+            heartbeat_ms: 300,
+            rpc_ms: 2_000,
+        }
+    }
+}
+
+impl Timeouts {
+    /// The lock lease.
+    pub fn lock_lease(&self) -> Duration {
+        Duration::from_millis(self.lock_lease_ms)
+    }
+
+    /// The RPC timeout.
+    pub fn rpc(&self) -> Duration {
+        Duration::from_millis(self.rpc_ms)
+    }
+}
+
+impl ClusterConfig {
+    /// Reads and validates a config file; relative data directories are resolved
+    /// against the file's directory.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut config = Self::parse(&text, &path.display().to_string())?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        for r in &mut config.replicas {
+            r.data_dir = base.join(&r.data_dir);
+        }
+        for l in &mut config.lockd {
+            l.data_dir = base.join(&l.data_dir);
+        }
+        Ok(config)
+    }
+
+    /// Parses and validates config text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let config: ClusterConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            origin: origin.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        validate::check(&config).map_err(|(field, message)| ConfigError::Invalid {
+            origin: origin.to_string(),
+            field,
+            message,
+        })?;
+        Ok(config)
+    }
+
+    /// The id of a site.
+    pub fn site_id(&self, name: &str) -> Option<SiteId> {
+        self.cluster
+            .sites
+            .iter()
+            .position(|s| s == name)
+            .and_then(|i| u16::try_from(i).ok())
+            .map(SiteId)
+    }
+
+    /// The protocol's view of the replicas.
+    pub fn topology(&self) -> Result<Topology, TopologyError> {
+        Topology::new(
+            self.replicas
+                .iter()
+                .map(|r| ReplicaInfo {
+                    id: ReplicaId(r.id),
+                    kind: r.kind,
+                    site: self.site_id(&r.site).unwrap_or(SiteId(u16::MAX)),
+                })
+                .collect(),
+        )
+    }
+
+    /// The replica called `name`.
+    pub fn replica(&self, name: &str) -> Option<&ReplicaConfig> {
+        self.replicas.iter().find(|r| r.name == name)
+    }
+
+    /// The replica with protocol id `id`.
+    pub fn replica_by_id(&self, id: ReplicaId) -> Option<&ReplicaConfig> {
+        self.replicas.iter().find(|r| r.id == id.0)
+    }
+
+    /// The lockd node called `name`.
+    pub fn lockd_node(&self, name: &str) -> Option<&LockdConfig> {
+        self.lockd.iter().find(|l| l.name == name)
+    }
+
+    /// The lockd node with id `id`.
+    pub fn lockd_by_id(&self, id: LockNodeId) -> Option<&LockdConfig> {
+        self.lockd.iter().find(|l| l.id == id.0)
+    }
+
+    /// Every lockd node id, in config order.
+    pub fn lockd_ids(&self) -> Vec<LockNodeId> {
+        self.lockd.iter().map(|l| LockNodeId(l.id)).collect()
+    }
+
+    /// Names of every process of a kind, for "no such name" errors.
+    pub fn names<'a>(names: impl Iterator<Item = &'a str>) -> String {
+        let names: BTreeSet<&str> = names.collect();
+        names.into_iter().collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// Checks an address field: `host:port`, where host is an IP literal or a DNS name
+/// (compose gives containers names).
+pub fn check_address(text: &str) -> Result<(), String> {
+    let shape = || format!("{text:?} is not an address like 127.0.0.1:7101");
+    let (host, port) = text.rsplit_once(':').ok_or_else(shape)?;
+    if host.is_empty() || host.contains(char::is_whitespace) || host.contains('/') {
+        return Err(shape());
+    }
+    port.parse::<u16>().map_err(|_| shape())?;
+    Ok(())
+}
+
+/// Resolves an address to listen on or connect to.
+pub fn resolve_address(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    text.to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {text:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{text:?} resolves to no address"))
+}

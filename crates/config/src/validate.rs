@@ -1,0 +1,177 @@
+//! The checks behind [`crate::ClusterConfig::parse`]: each failure names its field.
+
+use std::collections::BTreeMap;
+
+use megastore_types::ReplicaKind;
+
+use crate::{ClusterConfig, check_address};
+
+type Failure = (String, String);
+
+fn fail(field: impl Into<String>, message: impl Into<String>) -> Result<(), Failure> {
+    Err((field.into(), message.into()))
+}
+
+pub(crate) fn check(config: &ClusterConfig) -> Result<(), Failure> {
+    let cluster = &config.cluster;
+    if cluster.name.trim().is_empty() {
+        return fail("cluster.name", "must not be empty");
+    }
+    if cluster.sites.is_empty() {
+        return fail("cluster.sites", "name at least one site");
+    }
+    let mut sites = BTreeMap::new();
+    for (i, site) in cluster.sites.iter().enumerate() {
+        if site.trim().is_empty() {
+            return fail(format!("cluster.sites[{i}]"), "must not be empty");
+        }
+        if let Some(first) = sites.insert(site.as_str(), i) {
+            return fail(
+                format!("cluster.sites[{i}]"),
+                format!("site {site:?} is already cluster.sites[{first}]"),
+            );
+        }
+    }
+    let known_site = |field: String, site: &str| {
+        if sites.contains_key(site) {
+            Ok(())
+        } else {
+            fail(
+                field,
+                format!(
+                    "unknown site {site:?} (cluster.sites has {})",
+                    ClusterConfig::names(cluster.sites.iter().map(String::as_str))
+                ),
+            )
+        }
+    };
+    check_timeouts(config)?;
+
+    if config.replicas.is_empty() {
+        return fail("replicas", "declare at least one [[replicas]]");
+    }
+    let mut names = BTreeMap::new();
+    let mut ids = BTreeMap::new();
+    let mut addresses = BTreeMap::new();
+    for (i, r) in config.replicas.iter().enumerate() {
+        let at = |field: &str| format!("replicas[{i}].{field}");
+        unique(&mut names, r.name.as_str(), i, "replicas", "name")?;
+        if r.name.trim().is_empty() {
+            return fail(at("name"), "must not be empty");
+        }
+        unique(&mut ids, r.id, i, "replicas", "id")?;
+        known_site(at("site"), &r.site)?;
+        check_address(&r.address).or_else(|e| fail(at("address"), e))?;
+        unique_address(&mut addresses, &r.address, at("address"))?;
+        match (&r.coordinator_address, r.kind) {
+            (Some(a), ReplicaKind::Full) => {
+                check_address(a).or_else(|e| fail(at("coordinator_address"), e))?;
+                unique_address(&mut addresses, a, at("coordinator_address"))?;
+            }
+            (None, ReplicaKind::Full) => {
+                return fail(
+                    at("coordinator_address"),
+                    "a full replica needs the address of its coordinator",
+                );
+            }
+            (Some(_), kind) => {
+                return fail(
+                    at("coordinator_address"),
+                    format!("only full replicas have a coordinator (this one is {kind:?})"),
+                );
+            }
+            (None, _) => {}
+        }
+        if r.data_dir.as_os_str().is_empty() {
+            return fail(at("data_dir"), "must not be empty");
+        }
+    }
+    if !config.replicas.iter().any(|r| r.kind == ReplicaKind::Full) {
+        return fail("replicas", "at least one replica must be kind = \"full\"");
+    }
+
+    if config.lockd.is_empty() {
+        return fail("lockd", "declare at least one [[lockd]] node");
+    }
+    let mut names = BTreeMap::new();
+    let mut ids = BTreeMap::new();
+    for (i, l) in config.lockd.iter().enumerate() {
+        let at = |field: &str| format!("lockd[{i}].{field}");
+        if l.name.trim().is_empty() {
+            return fail(at("name"), "must not be empty");
+        }
+        unique(&mut names, l.name.as_str(), i, "lockd", "name")?;
+        unique(&mut ids, l.id, i, "lockd", "id")?;
+        if l.id == 0 {
+            return fail(at("id"), "lockd ids start at 1");
+        }
+        known_site(at("site"), &l.site)?;
+        check_address(&l.address).or_else(|e| fail(at("address"), e))?;
+        unique_address(&mut addresses, &l.address, at("address"))?;
+        if l.data_dir.as_os_str().is_empty() {
+            return fail(at("data_dir"), "must not be empty");
+        }
+    }
+    Ok(())
+}
+
+fn check_timeouts(config: &ClusterConfig) -> Result<(), Failure> {
+    let t = &config.timeouts;
+    for (field, value) in [
+        ("lock_lease_ms", t.lock_lease_ms),
+        ("election_timeout_ms", t.election_timeout_ms),
+        ("heartbeat_ms", t.heartbeat_ms),
+        ("rpc_ms", t.rpc_ms),
+    ] {
+        if value == 0 {
+            return fail(format!("timeouts.{field}"), "must be positive");
+        }
+    }
+    if t.heartbeat_ms >= t.election_timeout_ms {
+        return fail(
+            "timeouts.heartbeat_ms",
+            format!(
+                "must be below timeouts.election_timeout_ms ({}), or followers call elections while the leader is healthy",
+                t.election_timeout_ms
+            ),
+        );
+    }
+    if t.lock_lease_ms <= 2 * t.election_timeout_ms {
+        return fail(
+            "timeouts.lock_lease_ms",
+            format!(
+                "must exceed twice timeouts.election_timeout_ms ({}), or every lockd election ends every session",
+                t.election_timeout_ms
+            ),
+        );
+    }
+    Ok(())
+}
+
+fn unique<K: Ord + std::fmt::Debug>(
+    seen: &mut BTreeMap<K, usize>,
+    key: K,
+    i: usize,
+    list: &str,
+    field: &str,
+) -> Result<(), Failure> {
+    let shown = format!("{key:?}");
+    match seen.insert(key, i) {
+        Some(first) => fail(
+            format!("{list}[{i}].{field}"),
+            format!("{shown} is already used by {list}[{first}]"),
+        ),
+        None => Ok(()),
+    }
+}
+
+fn unique_address(
+    seen: &mut BTreeMap<String, String>,
+    address: &str,
+    field: String,
+) -> Result<(), Failure> {
+    match seen.insert(address.to_string(), field.clone()) {
+        Some(first) => fail(field, format!("{address:?} is already {first}")),
+        None => Ok(()),
+    }
+}

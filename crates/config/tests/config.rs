@@ -1,0 +1,141 @@
+//! cluster.toml: the example parses into the default topology; every mistake is an
+//! error naming its field.
+
+use megastore_config::{ClusterConfig, ConfigError};
+use megastore_types::{ReplicaId, ReplicaKind};
+
+const EXAMPLE: &str = include_str!("../cluster.example.toml");
+
+#[test]
+fn the_example_is_the_default_topology() {
+    let config = ClusterConfig::parse(EXAMPLE, "example").unwrap();
+    let topology = config.topology().unwrap();
+    assert_eq!(topology.voters().count(), 3);
+    assert_eq!(topology.majority(), 2);
+    assert_eq!(topology.kind(ReplicaId(3)), Some(ReplicaKind::Witness));
+    assert_eq!(topology.kind(ReplicaId(4)), Some(ReplicaKind::ReadOnly));
+    assert_eq!(config.lockd_ids().len(), 3);
+    assert_eq!(config.replica("b").unwrap().id, 2);
+    assert_eq!(config.site_id("C").unwrap().0, 2);
+}
+
+#[test]
+fn loading_resolves_data_dirs_against_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cluster.toml");
+    std::fs::write(&path, EXAMPLE).unwrap();
+    let config = ClusterConfig::load(&path).unwrap();
+    assert_eq!(config.replicas[0].data_dir, dir.path().join("data/a"));
+    assert_eq!(config.lockd[2].data_dir, dir.path().join("data/lock-c"));
+    let missing = ClusterConfig::load(&dir.path().join("nope.toml")).unwrap_err();
+    assert!(missing.to_string().contains("nope.toml"), "{missing}");
+}
+
+/// The example with `from` replaced by `to` (exactly once).
+fn edited(from: &str, to: &str) -> String {
+    assert_eq!(EXAMPLE.matches(from).count(), 1, "{from:?} is not unique");
+    EXAMPLE.replace(from, to)
+}
+
+fn invalid(text: &str) -> (String, String) {
+    match ClusterConfig::parse(text, "t.toml") {
+        Err(ConfigError::Invalid { field, message, .. }) => (field, message),
+        other => panic!("expected an invalid field, got {other:?}"),
+    }
+}
+
+#[test]
+fn mistakes_name_their_field() {
+    let cases = [
+        (
+            edited("site = \"B\"\nkind", "site = \"E\"\nkind"),
+            "replicas[1].site",
+            "unknown site \"E\"",
+        ),
+        (
+            edited("id = 2\nsite = \"B\"\nkind", "id = 1\nsite = \"B\"\nkind"),
+            "replicas[1].id",
+            "already used by replicas[0]",
+        ),
+        (
+            edited("name = \"b\"", "name = \"a\""),
+            "replicas[1].name",
+            "already used",
+        ),
+        (
+            edited("address = \"127.0.0.1:7103\"", "address = \"127.0.0.1\""),
+            "replicas[2].address",
+            "not an address",
+        ),
+        (
+            edited(
+                "address = \"127.0.0.1:7302\"",
+                "address = \"127.0.0.1:7101\"",
+            ),
+            "lockd[1].address",
+            "already replicas[0].address",
+        ),
+        (
+            edited("coordinator_address = \"127.0.0.1:7202\"\n", ""),
+            "replicas[1].coordinator_address",
+            "needs the address",
+        ),
+        (
+            edited(
+                "kind = \"witness\"\n",
+                "kind = \"witness\"\ncoordinator_address = \"127.0.0.1:7999\"\n",
+            ),
+            "replicas[2].coordinator_address",
+            "only full replicas",
+        ),
+        (
+            edited("lock_lease_ms = 10000", "lock_lease_ms = 2000"),
+            "timeouts.lock_lease_ms",
+            "twice",
+        ),
+        (
+            edited("heartbeat_ms = 300", "heartbeat_ms = 0"),
+            "timeouts.heartbeat_ms",
+            "positive",
+        ),
+        (
+            edited(
+                "sites = [\"A\", \"B\", \"C\", \"D\"]",
+                "sites = [\"A\", \"B\", \"C\", \"D\", \"A\"]",
+            ),
+            "cluster.sites[4]",
+            "already",
+        ),
+        (
+            edited(
+                "id = 3\nsite = \"C\"\naddress = \"127.0.0.1:7303\"",
+                "id = 0\nsite = \"C\"\naddress = \"127.0.0.1:7303\"",
+            ),
+            "lockd[2].id",
+            "start at 1",
+        ),
+    ];
+    for (text, field, message) in cases {
+        let (got_field, got_message) = invalid(&text);
+        assert_eq!(got_field, field, "{got_message}");
+        assert!(got_message.contains(message), "{field}: {got_message}");
+    }
+}
+
+#[test]
+fn syntax_and_shape_errors_say_where() {
+    let unknown = edited("rpc_ms = 2000", "rpc_ms = 2000\nrcp_ms = 1");
+    let e = ClusterConfig::parse(&unknown, "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("t.toml") && e.contains("rcp_ms"), "{e}");
+    let wrong_kind = edited("kind = \"witness\"", "kind = \"observer\"");
+    let e = ClusterConfig::parse(&wrong_kind, "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("observer") && e.contains("line"), "{e}");
+    let e = ClusterConfig::parse("[cluster\n", "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("t.toml:"), "{e}");
+}

@@ -1,0 +1,164 @@
+//! Talking to lockd from a process: find the leader, send a command, get its result.
+//!
+//! Commands whose repetition changes nothing (keep-alive, acquire, holder and file
+//! reads, revoke, open-session — a duplicate session just lapses) are sent again after
+//! any failure. The others (`WriteFile`, `Release`, `CloseSession`) are sent again only
+//! where they cannot have been applied — a node that answered `NotLeader` or refused
+//! the connection; after a timeout or a broken connection they may have been, so the
+//! call reports [`LockError::Unavailable`] rather than a false "version mismatch".
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use megastore_config::ClusterConfig;
+use megastore_lock::{LockCommand, LockError, LockReply, LockRequest, LockResponse, LockService};
+use megastore_rpc::pb::lock as pb;
+use megastore_rpc::pb::lock::lock_client::LockClient as GrpcLockClient;
+use megastore_types::LockNodeId;
+use tonic::transport::{Channel, Endpoint};
+
+/// A client of a lockd cluster.
+pub struct LockdClient {
+    nodes: Vec<(LockNodeId, GrpcLockClient<Channel>)>,
+    /// Where the last leader was found.
+    leader: AtomicUsize,
+    next_id: AtomicU64,
+    rpc_timeout: Duration,
+    /// How long to keep looking for a leader (an election takes up to two election
+    /// timeouts).
+    patience: Duration,
+}
+
+impl LockdClient {
+    /// A client of the lockd nodes of `config` (connections are made lazily; call it
+    /// inside a tokio runtime).
+    pub fn new(config: &ClusterConfig) -> Result<Self, String> {
+        let rpc_timeout = config.timeouts.rpc();
+        let nodes = config
+            .lockd
+            .iter()
+            .map(|l| {
+                let endpoint = Endpoint::from_shared(format!("http://{}", l.address))
+                    .map_err(|e| {
+                        format!("lockd node {}: bad address {:?}: {e}", l.name, l.address)
+                    })?
+                    .connect_timeout(rpc_timeout);
+                Ok((
+                    LockNodeId(l.id),
+                    GrpcLockClient::new(endpoint.connect_lazy()),
+                ))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let patience = Duration::from_millis(config.timeouts.election_timeout_ms * 4) + rpc_timeout;
+        Ok(Self {
+            nodes,
+            leader: AtomicUsize::new(0),
+            next_id: AtomicU64::new(rand_start()),
+            rpc_timeout,
+            patience,
+        })
+    }
+
+    /// Sends one request to one node (for drivers of [`megastore_lock::LockClient`],
+    /// which pick nodes themselves). `None`: the node is not there.
+    pub async fn send(&self, node: LockNodeId, request: LockRequest) -> Option<LockResponse> {
+        let (_, client) = self.nodes.iter().find(|(id, _)| *id == node)?;
+        let mut call = tonic::Request::new(pb::LockRequest::from(request));
+        call.set_timeout(self.rpc_timeout);
+        let response = client.clone().call(call).await.ok()?;
+        LockResponse::try_from(response.into_inner()).ok()
+    }
+
+    /// Executes a command at the leader, looking for it as long as an election takes.
+    pub async fn execute(&self, command: LockCommand) -> Result<LockReply, LockError> {
+        let started = tokio::time::Instant::now();
+        let mut at = self.leader.load(Ordering::Relaxed) % self.nodes.len().max(1);
+        let mut misses = 0usize;
+        loop {
+            let (_, client) = &self.nodes[at];
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let request = LockRequest {
+                id,
+                command: command.clone(),
+            };
+            let mut call = tonic::Request::new(pb::LockRequest::from(request));
+            call.set_timeout(self.rpc_timeout);
+            let retry_elsewhere = match client.clone().call(call).await {
+                Ok(response) => match LockResponse::try_from(response.into_inner()) {
+                    Ok(response) if response.id == id => match response.result {
+                        Err(LockError::NotLeader) => true,
+                        Err(LockError::Unavailable) => true,
+                        result => {
+                            self.leader.store(at, Ordering::Relaxed);
+                            return result;
+                        }
+                    },
+                    _ => return Err(LockError::Unavailable),
+                },
+                // Refused or unreachable: nothing was applied there.
+                Err(status) if status.code() == tonic::Code::Unavailable => true,
+                Err(_) if resend_is_harmless(&command) => true,
+                Err(_) => return Err(LockError::Unavailable),
+            };
+            debug_assert!(retry_elsewhere);
+            if started.elapsed() >= self.patience {
+                return Err(LockError::Unavailable);
+            }
+            at = (at + 1) % self.nodes.len();
+            misses += 1;
+            if misses.is_multiple_of(self.nodes.len()) {
+                // A whole round without a leader: an election is under way.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Whether applying `command` twice answers and changes the same as applying it once
+/// (or, for `OpenSession`, leaves only a session that lapses unused).
+fn resend_is_harmless(command: &LockCommand) -> bool {
+    match command {
+        LockCommand::OpenSession { .. }
+        | LockCommand::KeepAlive { .. }
+        | LockCommand::Acquire { .. }
+        | LockCommand::Holder { .. }
+        | LockCommand::RevokeHolder { .. }
+        | LockCommand::ReadFile { .. } => true,
+        LockCommand::CloseSession { .. }
+        | LockCommand::Release { .. }
+        | LockCommand::WriteFile { .. } => false,
+    }
+}
+
+/// Request ids start at a random point on every start, so a late reply to an earlier
+/// process is never taken for an answer to this one.
+fn rand_start() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish() >> 16
+}
+
+/// The synchronous [`LockService`] over a [`LockdClient`], for tools and the
+/// conformance suite; it blocks on `runtime`.
+pub struct BlockingLockdClient {
+    client: LockdClient,
+    runtime: tokio::runtime::Handle,
+}
+
+impl BlockingLockdClient {
+    /// Wraps `client`; calls run on `runtime` and must not be made from inside it.
+    pub fn new(client: LockdClient, runtime: tokio::runtime::Handle) -> Self {
+        Self { client, runtime }
+    }
+}
+
+impl LockService for BlockingLockdClient {
+    fn execute(&self, command: LockCommand) -> Result<LockReply, LockError> {
+        self.runtime.block_on(self.client.execute(command))
+    }
+}

@@ -1,0 +1,253 @@
+//! One lockd node: its Raft instance on its RocksDB directory, serving the lock
+//! service and Raft over gRPC on one address.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use megastore_config::{ClusterConfig, resolve_address};
+use megastore_lock::{LockCommand, LockError, LockRequest, LockResponse};
+use megastore_rowstore_rocksdb::RocksStore;
+use megastore_rpc::pb::lock as pb;
+use megastore_rpc::pb::lock::lock_server::{Lock, LockServer};
+use megastore_rpc::pb::lock::raft_server::RaftServer;
+use megastore_types::Time;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, Raft, ServerState};
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tonic::{Request, Response, Status};
+
+use crate::LockdError;
+use crate::network::{Network, RaftService};
+use crate::state_machine::StateMachine;
+use crate::storage::{Cells, LogStore, OpenStore};
+use crate::types::{LockEntry, RaftNodeId, TypeConfig};
+
+const STAMP: &[u8] = b"lockd/stamp";
+
+/// What a data directory belongs to; a node refuses a directory stamped for another.
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Stamp {
+    cluster: String,
+    node: u16,
+}
+
+/// A running lockd node.
+pub struct LockdNode {
+    raft: Raft<TypeConfig>,
+    id: RaftNodeId,
+    stop_serving: Option<oneshot::Sender<()>>,
+    served: Option<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>>,
+    /// Fires once the store has closed.
+    store_closed: Option<oneshot::Receiver<()>>,
+}
+
+impl LockdNode {
+    /// Starts the node called `name` in `config`: opens (or creates) its data
+    /// directory, binds its address, and on a fresh directory proposes the initial
+    /// membership (every lockd node of the config; proposing the same membership from
+    /// several nodes is safe).
+    pub async fn start(config: &ClusterConfig, name: &str) -> Result<Self, LockdError> {
+        let me = config
+            .lockd_node(name)
+            .ok_or_else(|| LockdError::UnknownNode {
+                name: name.to_string(),
+                known: ClusterConfig::names(config.lockd.iter().map(|l| l.name.as_str())),
+            })?;
+        let store =
+            RocksStore::open(&me.data_dir).map_err(|e| LockdError::Storage(e.to_string()))?;
+        let (store, store_closed) = OpenStore::new(store);
+        let cells = Cells::new(store);
+        let stamp = Stamp {
+            cluster: config.cluster.name.clone(),
+            node: me.id,
+        };
+        match cells.get::<Stamp>(STAMP).map_err(LockdError::Storage)? {
+            None => cells.put(STAMP, &stamp).map_err(LockdError::Storage)?,
+            Some(found) if found == stamp => {}
+            Some(found) => {
+                return Err(LockdError::WrongDataDir {
+                    dir: me.data_dir.display().to_string(),
+                    found: format!("cluster {:?}, lockd id {}", found.cluster, found.node),
+                    expected: format!("cluster {:?}, lockd id {}", stamp.cluster, stamp.node),
+                });
+            }
+        }
+
+        let timeouts = &config.timeouts;
+        let raft_config = openraft::Config {
+            cluster_name: config.cluster.name.clone(),
+            election_timeout_min: timeouts.election_timeout_ms,
+            election_timeout_max: timeouts.election_timeout_ms * 2,
+            heartbeat_interval: timeouts.heartbeat_ms,
+            install_snapshot_timeout: timeouts.rpc_ms.max(timeouts.heartbeat_ms * 2),
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| LockdError::Config(e.to_string()))?;
+        let log = LogStore::new(cells.clone());
+        let state_machine =
+            StateMachine::open(cells, timeouts.lock_lease()).map_err(LockdError::Storage)?;
+        let id = RaftNodeId::from(me.id);
+        let raft = Raft::new(
+            id,
+            Arc::new(raft_config),
+            Network::new(timeouts.rpc()),
+            log,
+            state_machine.clone(),
+        )
+        .await
+        .map_err(|e| LockdError::Raft(e.to_string()))?;
+
+        let address = resolve_address(&me.address).map_err(LockdError::Config)?;
+        let listener = TcpListener::bind(address)
+            .await
+            .map_err(|e| LockdError::Bind(me.address.clone(), e.to_string()))?;
+        let (stop_serving, stopped) = oneshot::channel::<()>();
+        let lock_service = LockService {
+            raft: raft.clone(),
+            leases_term: state_machine.leases_term(),
+            id,
+            clock: Instant::now(),
+        };
+        let server = tonic::transport::Server::builder()
+            .add_service(LockServer::new(lock_service))
+            .add_service(RaftServer::new(RaftService { raft: raft.clone() }))
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                async {
+                    let _ = stopped.await;
+                },
+            );
+        let served = tokio::spawn(server);
+
+        if !raft
+            .is_initialized()
+            .await
+            .map_err(|e| LockdError::Raft(e.to_string()))?
+        {
+            let members: BTreeMap<RaftNodeId, BasicNode> = config
+                .lockd
+                .iter()
+                .map(|l| (RaftNodeId::from(l.id), BasicNode::new(&l.address)))
+                .collect();
+            // NotAllowed means another node's proposal arrived first: the goal is met.
+            if let Err(e) = raft.initialize(members).await {
+                tracing::debug!("initialize: {e}");
+            }
+        }
+        Ok(Self {
+            raft,
+            id,
+            stop_serving: Some(stop_serving),
+            served: Some(served),
+            store_closed: Some(store_closed),
+        })
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The Raft handle (metrics, leadership).
+    pub fn raft(&self) -> &Raft<TypeConfig> {
+        &self.raft
+    }
+
+    /// Whether this node leads now.
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().state == ServerState::Leader
+    }
+
+    /// Stops serving and stops Raft.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop_serving.take() {
+            let _ = stop.send(());
+        }
+        if let Some(served) = self.served.take() {
+            let _ = served.await;
+        }
+        let _ = self.raft.shutdown().await;
+        drop(self.raft);
+        // Connections still open finish on their own; the directory is free (and may be
+        // opened again, as a restart in the same process does) once they have.
+        if let Some(closed) = self.store_closed.take() {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), closed).await;
+        }
+    }
+}
+
+/// The lock service of one node: commands go through the Raft log; only the leader
+/// takes them.
+struct LockService {
+    raft: Raft<TypeConfig>,
+    leases_term: Arc<AtomicU64>,
+    id: RaftNodeId,
+    clock: Instant,
+}
+
+impl LockService {
+    fn now(&self) -> Time {
+        Time::from_nanos(u64::try_from(self.clock.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    async fn write(&self, entry: LockEntry) -> Result<megastore_lock::LockReply, LockError> {
+        match self.raft.client_write(entry).await {
+            Ok(response) => response.data,
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+                Err(LockError::NotLeader)
+            }
+            Err(e) => {
+                tracing::warn!("lock command not applied: {e}");
+                Err(LockError::Unavailable)
+            }
+        }
+    }
+
+    async fn execute(&self, command: LockCommand) -> Result<megastore_lock::LockReply, LockError> {
+        let (leader, term) = {
+            let metrics = self.raft.metrics();
+            let m = metrics.borrow();
+            (m.current_leader, m.current_term)
+        };
+        if leader != Some(self.id) {
+            return Err(LockError::NotLeader);
+        }
+        let restarted = self.leases_term.load(Ordering::SeqCst);
+        if restarted < term {
+            self.write(LockEntry::RestartLeases {
+                at: self.now(),
+                term,
+            })
+            .await?;
+        }
+        self.write(LockEntry::Command {
+            at: self.now(),
+            command,
+        })
+        .await
+    }
+}
+
+#[tonic::async_trait]
+impl Lock for LockService {
+    async fn call(
+        &self,
+        request: Request<pb::LockRequest>,
+    ) -> Result<Response<pb::LockResponse>, Status> {
+        let request = LockRequest::try_from(request.into_inner())
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let result = self.execute(request.command).await;
+        Ok(Response::new(
+            LockResponse {
+                id: request.id,
+                result,
+            }
+            .into(),
+        ))
+    }
+}

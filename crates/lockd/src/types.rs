@@ -1,0 +1,42 @@
+//! What lockd's Raft log carries and returns.
+
+use std::io::Cursor;
+
+use megastore_lock::{LockCommand, LockError, LockReply};
+use megastore_types::Time;
+use serde::{Deserialize, Serialize};
+
+/// One entry of lockd's Raft log. Entries carry the leader's clock reading so every
+/// node applies them to the same result: the state machine never reads a clock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockEntry {
+    /// A client's command, timed by the leader that proposed it.
+    Command {
+        /// The leader's clock when it proposed the command.
+        at: Time,
+        /// The command.
+        command: LockCommand,
+    },
+    /// A new leader restarts every session's lease on its own clock before serving:
+    /// lease deadlines set by the previous leader are readings of another clock.
+    RestartLeases {
+        /// The new leader's clock.
+        at: Time,
+        /// Its term: commands wait until the leader's own restart is applied.
+        term: u64,
+    },
+}
+
+/// What applying an entry returned.
+pub type LockResult = Result<LockReply, LockError>;
+
+openraft::declare_raft_types!(
+    /// openraft's types for lockd: node ids are the config's lockd ids; nodes are
+    /// addressed by `host:port`.
+    pub TypeConfig:
+        D = LockEntry,
+        R = LockResult,
+);
+
+/// A lockd node id as openraft sees it.
+pub(crate) type RaftNodeId = u64;
