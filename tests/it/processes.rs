@@ -4,10 +4,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use megastore_config::ClusterConfig;
-use megastore_e2e::{Process, free_ports};
+use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
+use megastore_e2e::{Process, free_ports, run_megastore};
 use megastore_lock::{LockCommand, LockError, LockReply, LockRequest};
 use megastore_lockd::LockdClient;
-use megastore_types::LockNodeId;
+use megastore_rpc::pb::coordinator::coordinator_client::CoordinatorClient;
+use megastore_rpc::{coordinator_reply_from_wire, pb};
+use megastore_types::{EgId, Epoch, LockNodeId, Position};
 
 /// A three-node lockd config with short timeouts, in `dir`.
 fn lockd_config(dir: &Path) -> std::path::PathBuf {
@@ -49,22 +52,26 @@ async fn find_leader(client: &LockdClient, config: &ClusterConfig) -> Option<usi
     None
 }
 
+fn start_lockd(config_arg: &str, dir: &Path) -> Vec<Process> {
+    (0..3)
+        .map(|i| {
+            let name = format!("lock-{i}");
+            Process::start(
+                &name,
+                &["lockd", "--config", config_arg, "--id", &name],
+                dir,
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn lockd_survives_sigkill_of_its_leader_process() {
     let dir = tempfile::tempdir().unwrap();
     let config_path = lockd_config(dir.path());
     let config_arg = config_path.to_str().unwrap();
     let config = ClusterConfig::load(&config_path).unwrap();
-    let mut nodes: Vec<Process> = (0..3)
-        .map(|i| {
-            let name = format!("lock-{i}");
-            Process::start(
-                &name,
-                &["lockd", "--config", config_arg, "--id", &name],
-                dir.path(),
-            )
-        })
-        .collect();
+    let mut nodes = start_lockd(config_arg, dir.path());
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
@@ -175,4 +182,201 @@ fn lockd_survives_sigkill_of_its_leader_process() {
     for node in &mut nodes {
         assert!(node.terminate(Duration::from_secs(10)), "{}", node.log());
     }
+}
+
+/// One coordinator call over gRPC.
+async fn ask(
+    client: &mut CoordinatorClient<tonic::transport::Channel>,
+    request: CoordinatorRequest,
+) -> Option<CoordinatorReply> {
+    let reply = client
+        .call(pb::coordinator::CoordinatorRequest::from(request))
+        .await
+        .expect("the coordinator answers");
+    coordinator_reply_from_wire(reply.into_inner()).expect("a well-formed reply")
+}
+
+async fn query(
+    client: &mut CoordinatorClient<tonic::transport::Channel>,
+    eg: &EgId,
+) -> (bool, Option<Epoch>) {
+    match ask(
+        client,
+        CoordinatorRequest::Query {
+            id: 1,
+            eg: eg.clone(),
+        },
+    )
+    .await
+    {
+        Some(CoordinatorReply::Query { vouched, epoch, .. }) => (vouched, epoch),
+        other => panic!("a query got {other:?}"),
+    }
+}
+
+/// Polls until the coordinator serves in an epoch other than `not`.
+async fn wait_for_epoch(
+    client: &mut CoordinatorClient<tonic::transport::Channel>,
+    not: Option<Epoch>,
+    limit: Duration,
+) -> Epoch {
+    let started = Instant::now();
+    loop {
+        if let (_, Some(epoch)) = query(client, &EgId(b"probe".to_vec())).await
+            && Some(epoch) != not
+        {
+            return epoch;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "no new coordinator epoch within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn connect(address: &str) -> CoordinatorClient<tonic::transport::Channel> {
+    let started = Instant::now();
+    loop {
+        match CoordinatorClient::connect(format!("http://{address}")).await {
+            Ok(client) => return client,
+            Err(e) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "cannot reach {address}: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+#[test]
+fn coordinator_process_vouches_per_epoch_and_can_be_disabled() {
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = lockd_config(dir.path());
+    let config_arg = config_path.to_str().unwrap();
+    let config = ClusterConfig::load(&config_path).unwrap();
+    let _lockd = start_lockd(config_arg, dir.path());
+    let address = config.replicas[0].coordinator_address.clone().unwrap();
+    let start_coordinator = || {
+        Process::start(
+            "coordinator-a",
+            &["coordinator", "--config", config_arg, "--id", "a"],
+            dir.path(),
+        )
+    };
+    let mut coordinator = start_coordinator();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let eg = EgId(b"user/1".to_vec());
+    let first = runtime.block_on(async {
+        let mut c = connect(&address).await;
+        let epoch = wait_for_epoch(&mut c, None, Duration::from_secs(10)).await;
+        assert_eq!(
+            query(&mut c, &eg).await,
+            (false, Some(epoch)),
+            "nothing validated yet"
+        );
+        let validate = |position: u64, epoch: Epoch| CoordinatorRequest::Validate {
+            eg: eg.clone(),
+            position: Position(position),
+            epoch,
+        };
+        assert_eq!(ask(&mut c, validate(5, Epoch(epoch.0 + 1))).await, None);
+        assert!(
+            !query(&mut c, &eg).await.0,
+            "a validate from another epoch counts"
+        );
+        ask(&mut c, validate(5, epoch)).await;
+        assert_eq!(query(&mut c, &eg).await, (true, Some(epoch)));
+        let invalidated = ask(
+            &mut c,
+            CoordinatorRequest::Invalidate {
+                id: 9,
+                eg: eg.clone(),
+                position: Position(6),
+            },
+        )
+        .await;
+        assert_eq!(invalidated, Some(CoordinatorReply::Invalidated { id: 9 }));
+        assert!(!query(&mut c, &eg).await.0);
+        ask(&mut c, validate(5, epoch)).await;
+        assert!(
+            !query(&mut c, &eg).await.0,
+            "a validate below an invalidate counts"
+        );
+        ask(&mut c, validate(6, epoch)).await;
+        assert!(query(&mut c, &eg).await.0);
+        epoch
+    });
+
+    // SIGKILL: a new process gets the lock only once the old lease lapsed, in a later
+    // epoch, knowing nothing.
+    coordinator.kill();
+    let killed = Instant::now();
+    coordinator = start_coordinator();
+    let second = runtime.block_on(async {
+        let mut c = connect(&address).await;
+        let epoch = wait_for_epoch(&mut c, Some(first), Duration::from_secs(15)).await;
+        assert!(epoch > first);
+        assert_eq!(query(&mut c, &eg).await, (false, Some(epoch)));
+        epoch
+    });
+    assert!(
+        killed.elapsed() >= config.timeouts.lock_lease() / 2,
+        "the lock moved after {:?}, before the old lease could lapse",
+        killed.elapsed()
+    );
+
+    // `coordinator disable`: the coordinator stops vouching once its next keep-alive is
+    // refused, and never vouches again.
+    runtime.block_on(async {
+        let mut c = connect(&address).await;
+        ask(
+            &mut c,
+            CoordinatorRequest::Validate {
+                eg: eg.clone(),
+                position: Position(6),
+                epoch: second,
+            },
+        )
+        .await;
+        assert_eq!(query(&mut c, &eg).await, (true, Some(second)));
+    });
+    let out = run_megastore(
+        &["coordinator", "disable", "a", "--config", config_arg],
+        dir.path(),
+        Duration::from_secs(20),
+    );
+    assert!(
+        out.status.success() && out.stdout.contains("session revoked"),
+        "{out:?}"
+    );
+    runtime.block_on(async {
+        let mut c = connect(&address).await;
+        let started = Instant::now();
+        while query(&mut c, &eg).await.0 {
+            assert!(
+                started.elapsed() < config.timeouts.lock_lease(),
+                "still vouching after a lease"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(config.timeouts.lock_lease()).await;
+        assert_eq!(
+            query(&mut c, &eg).await,
+            (false, None),
+            "a disabled coordinator came back"
+        );
+    });
+    assert!(coordinator.running());
+    let unknown = run_megastore(
+        &["coordinator", "--config", config_arg, "--id", "zz"],
+        dir.path(),
+        Duration::from_secs(20),
+    );
+    assert!(
+        !unknown.status.success() && unknown.stderr.contains("no full replica is called \"zz\""),
+        "{unknown:?}"
+    );
 }

@@ -6,6 +6,7 @@
 // A command-line tool talks to its terminal.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod coordinator_cmd;
 mod lockd_cmd;
 mod logging;
 mod schema_cmd;
@@ -30,6 +31,8 @@ enum Command {
     Schema(schema_cmd::SchemaCommand),
     /// Run one node of the lock service.
     Lockd(lockd_cmd::LockdArgs),
+    /// Run (or disable) the coordinator of a full replica.
+    Coordinator(coordinator_cmd::CoordinatorArgs),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +40,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Schema(command) => schema_cmd::run(command),
         Command::Lockd(args) => lockd_cmd::run(args),
+        Command::Coordinator(args) => coordinator_cmd::run(args),
     };
     match result {
         Ok(code) => code,

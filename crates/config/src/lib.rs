@@ -152,6 +152,9 @@ pub struct Timeouts {
     pub heartbeat_ms: u64,
     /// How long one RPC may take before it is retried elsewhere or given up.
     pub rpc_ms: u64,
+    /// Bound on the rate error between any two processes' clocks, in parts per
+    /// million: coordinators shorten their leases by it.
+    pub max_clock_drift_ppm: u32,
 }
 
 impl Default for Timeouts {
@@ -161,6 +164,7 @@ impl Default for Timeouts {
             election_timeout_ms: 1_500,
             heartbeat_ms: 300,
             rpc_ms: 2_000,
+            max_clock_drift_ppm: 200,
         }
     }
 }

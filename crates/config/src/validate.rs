@@ -127,6 +127,12 @@ fn check_timeouts(config: &ClusterConfig) -> Result<(), Failure> {
             return fail(format!("timeouts.{field}"), "must be positive");
         }
     }
+    if t.max_clock_drift_ppm >= 100_000 {
+        return fail(
+            "timeouts.max_clock_drift_ppm",
+            "must be below 100000 (10%): real clocks drift by tens of ppm",
+        );
+    }
     if t.heartbeat_ms >= t.election_timeout_ms {
         return fail(
             "timeouts.heartbeat_ms",

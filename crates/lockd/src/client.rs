@@ -53,7 +53,9 @@ impl LockdClient {
         Ok(Self {
             nodes,
             leader: AtomicUsize::new(0),
-            next_id: AtomicU64::new(rand_start()),
+            // Request ids start at a random point on every start, so a late reply to an
+            // earlier process is never taken for an answer to this one.
+            next_id: AtomicU64::new(rand::random::<u64>() >> 1),
             rpc_timeout,
             patience,
         })
@@ -128,19 +130,6 @@ fn resend_is_harmless(command: &LockCommand) -> bool {
         | LockCommand::Release { .. }
         | LockCommand::WriteFile { .. } => false,
     }
-}
-
-/// Request ids start at a random point on every start, so a late reply to an earlier
-/// process is never taken for an answer to this one.
-fn rand_start() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish() >> 16
 }
 
 /// The synchronous [`LockService`] over a [`LockdClient`], for tools and the

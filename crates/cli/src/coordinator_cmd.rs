@@ -1,0 +1,70 @@
+//! `megastore coordinator`: run the coordinator of one full replica, or disable one.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use megastore_config::ClusterConfig;
+use megastore_replica::{CoordinatorProcess, disable_coordinator};
+
+/// Run the coordinator of a full replica (`--config FILE --id NAME`), or `disable` one.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(crate) struct CoordinatorArgs {
+    #[command(subcommand)]
+    action: Option<CoordinatorAction>,
+    /// The cluster description.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Which full replica's coordinator this is (the replica's `name`).
+    #[arg(long, value_name = "NAME")]
+    id: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum CoordinatorAction {
+    /// Revoke a coordinator's lock session: it stops vouching once it learns of it,
+    /// and its lock lapses at the end of its lease (for an asymmetric partition).
+    Disable {
+        /// The full replica whose coordinator to disable.
+        name: String,
+        /// The cluster description.
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+    },
+}
+
+pub(crate) fn run(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    match args.action {
+        Some(CoordinatorAction::Disable { name, config }) => {
+            let config = ClusterConfig::load(&config)?;
+            let found = runtime.block_on(disable_coordinator(&config, &name))?;
+            if found {
+                println!(
+                    "coordinator of {name}: session revoked; its lock lapses at the end of its lease"
+                );
+            } else {
+                println!("coordinator of {name}: holds no lock (nothing to revoke)");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        None => {
+            let config_path = args.config.context("--config FILE is required")?;
+            let name = args.id.context("--id NAME is required")?;
+            let config = ClusterConfig::load(&config_path)?;
+            crate::logging::init();
+            runtime.block_on(async {
+                let process = CoordinatorProcess::start(&config, &name)
+                    .await
+                    .with_context(|| format!("starting the coordinator of {name:?}"))?;
+                tracing::info!(replica = %name, "coordinator serving");
+                crate::signals::until_interrupted().await?;
+                tracing::info!(replica = %name, "coordinator shutting down");
+                process.shutdown().await;
+                Ok(ExitCode::SUCCESS)
+            })
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! `megastore coordinator`: the coordinator of one full replica as its own process.
+//!
+//! ```text
+//!   gRPC Coordinator.Call ──► events ──► Coordinator::step ──► replies (to the waiting call)
+//!   lockd responses ───────►                              ──► lock requests (to lockd nodes)
+//!   timer ─────────────────►                              ──► next wake-up
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use megastore_config::{ClusterConfig, resolve_address};
+use megastore_coordinator::{
+    Coordinator, CoordinatorBugs, CoordinatorConfig, CoordinatorReply, CoordinatorRequest, Input,
+    Output, lock_name,
+};
+use megastore_lock::{LockCommand, LockReply, LockResponse};
+use megastore_lockd::LockdClient;
+use megastore_rpc::coordinator_reply_to_wire;
+use megastore_rpc::pb::coordinator as pb;
+use megastore_rpc::pb::coordinator::coordinator_server::{
+    Coordinator as CoordinatorRpc, CoordinatorServer,
+};
+use megastore_types::{ClientId, Epoch, LockNodeId, NodeId, ReplicaId, ReplicaKind, Time};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, watch};
+use tonic::{Request, Response, Status};
+
+use crate::ProcessError;
+use crate::clock::Clock;
+
+/// The coordinator settings for full replica `replica` of `config`.
+pub fn coordinator_config(config: &ClusterConfig, replica: ReplicaId) -> CoordinatorConfig {
+    let t = &config.timeouts;
+    let lease = t.lock_lease();
+    CoordinatorConfig {
+        replica,
+        lock_nodes: config.lockd_ids(),
+        lock_attempt_timeout: t.rpc(),
+        keepalive_interval: lease / 4,
+        max_clock_drift_ppm: t.max_clock_drift_ppm,
+        lease_margin: Duration::from_millis(t.heartbeat_ms),
+        retry_delay: Duration::from_millis(t.election_timeout_ms),
+        first_request_id: rand::random::<u64>() >> 1,
+        bugs: CoordinatorBugs::default(),
+    }
+}
+
+enum Event {
+    Request {
+        request: CoordinatorRequest,
+        reply: oneshot::Sender<Option<CoordinatorReply>>,
+    },
+    Lock {
+        from: LockNodeId,
+        response: LockResponse,
+    },
+}
+
+/// A running coordinator process.
+pub struct CoordinatorProcess {
+    epoch: watch::Receiver<Option<Epoch>>,
+    stop: Option<oneshot::Sender<()>>,
+    served: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl CoordinatorProcess {
+    /// Starts the coordinator of the full replica called `name`: it serves at the
+    /// replica's `coordinator_address` and takes its lock in lockd.
+    pub async fn start(config: &ClusterConfig, name: &str) -> Result<Self, ProcessError> {
+        let replica = config
+            .replica(name)
+            .filter(|r| r.kind == ReplicaKind::Full)
+            .ok_or_else(|| {
+                ProcessError::UnknownName(format!(
+                    "no full replica is called {name:?} in the config (full replicas: {})",
+                    ClusterConfig::names(
+                        config
+                            .replicas
+                            .iter()
+                            .filter(|r| r.kind == ReplicaKind::Full)
+                            .map(|r| r.name.as_str())
+                    )
+                ))
+            })?;
+        let address = replica.coordinator_address.clone().ok_or_else(|| {
+            ProcessError::Config(format!("replica {name} has no coordinator_address"))
+        })?;
+        let listener = TcpListener::bind(resolve_address(&address).map_err(ProcessError::Config)?)
+            .await
+            .map_err(|e| ProcessError::Bind(address.clone(), e.to_string()))?;
+        let lockd = Arc::new(LockdClient::new(config).map_err(ProcessError::Config)?);
+        let core = Coordinator::new(coordinator_config(config, ReplicaId(replica.id)));
+
+        let (events_tx, events) = mpsc::channel(1024);
+        let (epoch_tx, epoch) = watch::channel(None);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let driver = Driver {
+            core,
+            clock: Clock::start(),
+            lockd,
+            events_tx: events_tx.clone(),
+            epoch: epoch_tx,
+            wake: None,
+        };
+        let service = CoordinatorServer::new(Service { events: events_tx });
+        let served = tokio::spawn(async move {
+            let server = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    async {
+                        let _ = stopped.await;
+                    },
+                );
+            tokio::select! {
+                result = server => {
+                    if let Err(e) = result {
+                        tracing::error!("coordinator server failed: {e}");
+                    }
+                }
+                () = driver.run(events) => {}
+            }
+        });
+        Ok(Self {
+            epoch,
+            stop: Some(stop),
+            served: Some(served),
+        })
+    }
+
+    /// The epoch it serves in now (`None`: it does not hold its lock).
+    pub fn epoch(&self) -> Option<Epoch> {
+        *self.epoch.borrow()
+    }
+
+    /// Waits until it holds its lock, up to `limit`.
+    pub async fn serving(&mut self, limit: Duration) -> Option<Epoch> {
+        let _ = tokio::time::timeout(limit, self.epoch.wait_for(Option::is_some)).await;
+        self.epoch()
+    }
+
+    /// Stops serving. Its lock lapses at the end of its lease (the session is not
+    /// closed: a process that stops uncleanly cannot close it either, and the rest of
+    /// the system must not depend on it).
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(served) = self.served.take() {
+            let _ = served.await;
+        }
+    }
+}
+
+/// Owns the state machine; the only place it is stepped.
+struct Driver {
+    core: Coordinator,
+    clock: Clock,
+    lockd: Arc<LockdClient>,
+    events_tx: mpsc::Sender<Event>,
+    epoch: watch::Sender<Option<Epoch>>,
+    wake: Option<Time>,
+}
+
+impl Driver {
+    async fn run(mut self, mut events: mpsc::Receiver<Event>) {
+        let start = self.core.step(self.clock.now(), Input::Start);
+        self.carry_out(start, None);
+        loop {
+            let wake = self.wake.map(|t| self.clock.instant(t));
+            let event = tokio::select! {
+                event = events.recv() => match event {
+                    Some(event) => Some(event),
+                    None => return,
+                },
+                () = sleep_until(wake) => None,
+            };
+            let now = self.clock.now();
+            match event {
+                None => {
+                    self.wake = None;
+                    let out = self.core.step(now, Input::Tick);
+                    self.carry_out(out, None);
+                }
+                Some(Event::Lock { from, response }) => {
+                    let out = self.core.step(now, Input::Lock { from, response });
+                    self.carry_out(out, None);
+                }
+                Some(Event::Request { request, reply }) => {
+                    // The caller is known by its call, not by an address: a request is
+                    // answered within its own step, and the answer goes back on the
+                    // call's channel, so the sender id is not needed to route it.
+                    let caller = NodeId::Client(ClientId(0));
+                    let out = self.core.step(
+                        now,
+                        Input::Request {
+                            from: caller,
+                            request,
+                        },
+                    );
+                    self.carry_out(out, Some(reply));
+                }
+            }
+            let _ = self.epoch.send_if_modified(|e| {
+                let now_epoch = self.core.epoch();
+                let changed = *e != now_epoch;
+                *e = now_epoch;
+                changed
+            });
+        }
+    }
+
+    fn carry_out(
+        &mut self,
+        outputs: Vec<Output>,
+        mut reply: Option<oneshot::Sender<Option<CoordinatorReply>>>,
+    ) {
+        for output in outputs {
+            match output {
+                Output::Reply { reply: answer, .. } => {
+                    if let Some(reply) = reply.take() {
+                        let _ = reply.send(Some(answer));
+                    }
+                }
+                Output::Lock(send) => {
+                    let lockd = Arc::clone(&self.lockd);
+                    let events = self.events_tx.clone();
+                    tokio::spawn(async move {
+                        // A lost request is retried by the state machine's own timer.
+                        if let Some(response) = lockd.send(send.to, send.request).await {
+                            let _ = events
+                                .send(Event::Lock {
+                                    from: send.to,
+                                    response,
+                                })
+                                .await;
+                        }
+                    });
+                }
+                Output::WakeAt(at) => {
+                    self.wake = Some(self.wake.map_or(at, |w| w.min(at)));
+                }
+            }
+        }
+        // A validate has no answer: the call ends with nothing to say.
+        if let Some(reply) = reply {
+            let _ = reply.send(None);
+        }
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+struct Service {
+    events: mpsc::Sender<Event>,
+}
+
+#[tonic::async_trait]
+impl CoordinatorRpc for Service {
+    async fn call(
+        &self,
+        request: Request<pb::CoordinatorRequest>,
+    ) -> Result<Response<pb::CoordinatorReply>, Status> {
+        let request = CoordinatorRequest::try_from(request.into_inner())
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let (reply, answer) = oneshot::channel();
+        self.events
+            .send(Event::Request { request, reply })
+            .await
+            .map_err(|_| Status::unavailable("coordinator stopping"))?;
+        let answer = answer
+            .await
+            .map_err(|_| Status::unavailable("coordinator stopping"))?;
+        Ok(Response::new(coordinator_reply_to_wire(answer)))
+    }
+}
+
+/// `megastore coordinator disable NAME`: revokes the session of the coordinator of
+/// full replica `name`, so it stops vouching at once and its lock lapses at the end of
+/// its lease (for an asymmetric partition: writers can then proceed without it).
+/// Whether a holder was found.
+pub async fn disable_coordinator(config: &ClusterConfig, name: &str) -> Result<bool, ProcessError> {
+    let replica = config
+        .replica(name)
+        .filter(|r| r.kind == ReplicaKind::Full)
+        .ok_or_else(|| ProcessError::UnknownName(format!("no full replica is called {name:?}")))?;
+    let lockd = LockdClient::new(config).map_err(ProcessError::Config)?;
+    let lock = lock_name(ReplicaId(replica.id));
+    match lockd.execute(LockCommand::RevokeHolder { lock }).await {
+        Ok(LockReply::Revoked(found)) => Ok(found),
+        Ok(other) => Err(ProcessError::Lock(format!("unexpected reply {other:?}"))),
+        Err(e) => Err(ProcessError::Lock(e.to_string())),
+    }
+}

@@ -1,0 +1,37 @@
+//! The server processes of a replica site: the coordinator (and, next, the replica
+//! server) as thin drivers of the pure state machines.
+//!
+//! Responsibility: move messages, time and storage for `megastore-coordinator` (and
+//! `megastore-paxos`); never decide anything about the protocol. Each process owns its
+//! state machine in one task, feeds it gRPC requests, lock service responses and timer
+//! ticks, and carries out what it outputs.
+//!
+//! Invariants:
+//! - time given to a state machine is a monotonic clock of this process (never the
+//!   wall clock), so it never runs backwards;
+//! - request ids towards other processes start at a random point on every start;
+//! - a reply leaves only after the step that produced it (and, for the replica, after
+//!   the storage writes it depends on are durable).
+
+mod clock;
+mod coordinator;
+
+pub use clock::Clock;
+pub use coordinator::{CoordinatorProcess, coordinator_config, disable_coordinator};
+
+/// Why a process cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// `--id` names nothing suitable in the config.
+    #[error("{0}")]
+    UnknownName(String),
+    /// A setting is unusable.
+    #[error("config: {0}")]
+    Config(String),
+    /// The address could not be bound.
+    #[error("cannot listen on {0}: {1}")]
+    Bind(String, String),
+    /// The lock service could not be reached or refused.
+    #[error("lock service: {0}")]
+    Lock(String),
+}
