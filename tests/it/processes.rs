@@ -115,7 +115,7 @@ fn lockd_survives_sigkill_of_its_leader_process() {
             "{renewed:?}"
         );
         assert!(
-            killed_at.elapsed() < Duration::from_secs(2),
+            killed_at.elapsed() < Duration::from_secs(5),
             "failover took {:?}",
             killed_at.elapsed()
         );

@@ -176,3 +176,103 @@ pub fn free_ports(n: usize) -> Vec<u16> {
         .map(|l| l.local_addr().expect("bound").port())
         .collect()
 }
+
+/// The default topology (DESIGN.md §1) on free loopback ports with short timeouts, as
+/// a config file in `dir`: full replicas `a` (site A) and `b` (site B) with
+/// coordinators, witness `c` (C), read-only `d` (D), lockd nodes `lock-0..2` at A, B, C.
+pub fn write_cluster_config(dir: &Path) -> PathBuf {
+    let ports = free_ports(9);
+    let mut text = String::from(
+        "[cluster]\nname = \"e2e\"\nsites = [\"A\", \"B\", \"C\", \"D\"]\n\n\
+         [timeouts]\nlock_lease_ms = 2000\nelection_timeout_ms = 300\nheartbeat_ms = 75\n\
+         rpc_ms = 500\nsweep_ms = 300\n",
+    );
+    let replicas = [
+        ("a", "A", "full"),
+        ("b", "B", "full"),
+        ("c", "C", "witness"),
+        ("d", "D", "read-only"),
+    ];
+    let mut port = ports.into_iter();
+    for (i, (name, site, kind)) in replicas.iter().enumerate() {
+        text += &format!(
+            "\n[[replicas]]\nname = \"{name}\"\nid = {}\nsite = \"{site}\"\nkind = \"{kind}\"\n\
+             address = \"127.0.0.1:{}\"\ndata_dir = \"data/{name}\"\n",
+            i + 1,
+            port.next().expect("enough ports")
+        );
+        if *kind == "full" {
+            text += &format!(
+                "coordinator_address = \"127.0.0.1:{}\"\n",
+                port.next().expect("enough ports")
+            );
+        }
+    }
+    for (i, site) in ["A", "B", "C"].iter().enumerate() {
+        text += &format!(
+            "\n[[lockd]]\nname = \"lock-{i}\"\nid = {}\nsite = \"{site}\"\n\
+             address = \"127.0.0.1:{}\"\ndata_dir = \"data/lock-{i}\"\n",
+            i + 1,
+            port.next().expect("enough ports")
+        );
+    }
+    let path = dir.join("cluster.toml");
+    std::fs::write(&path, text).expect("write the cluster config");
+    path
+}
+
+/// Every process of a [`write_cluster_config`] cluster, started as separate
+/// `megastore` processes; all killed when dropped.
+pub struct LocalCluster {
+    /// The config file.
+    pub config_path: PathBuf,
+    dir: PathBuf,
+    /// The processes by name: `lock-0..2`, `replica-a..d`, `coordinator-a`, `-b`.
+    pub processes: std::collections::BTreeMap<String, Process>,
+}
+
+impl LocalCluster {
+    /// Starts lockd, then the replicas and coordinators.
+    pub fn start(dir: &Path) -> Self {
+        let config_path = write_cluster_config(dir);
+        let mut cluster = Self {
+            config_path,
+            dir: dir.to_path_buf(),
+            processes: std::collections::BTreeMap::new(),
+        };
+        for i in 0..3 {
+            cluster.start_process(&format!("lock-{i}"));
+        }
+        for name in ["a", "b", "c", "d"] {
+            cluster.start_process(&format!("replica-{name}"));
+        }
+        for name in ["a", "b"] {
+            cluster.start_process(&format!("coordinator-{name}"));
+        }
+        cluster
+    }
+
+    /// Starts (or restarts) one process by name.
+    pub fn start_process(&mut self, process: &str) {
+        let config = self.config_path.to_str().expect("a UTF-8 path").to_string();
+        let (command, id) = match process.split_once('-') {
+            Some(("lock", _)) => ("lockd", process),
+            Some(("replica", name)) => ("replica", name),
+            Some(("coordinator", name)) => ("coordinator", name),
+            _ => panic!("no process kind in {process:?}"),
+        };
+        let started = Process::start(
+            process,
+            &[command, "--config", &config, "--id", id],
+            &self.dir,
+        );
+        self.processes.insert(process.to_string(), started);
+    }
+
+    /// The process called `name`.
+    pub fn process(&mut self, name: &str) -> &mut Process {
+        self.processes
+            .get_mut(name)
+            .unwrap_or_else(|| panic!("no process {name}"))
+    }
+}

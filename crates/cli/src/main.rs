@@ -9,6 +9,7 @@
 mod coordinator_cmd;
 mod lockd_cmd;
 mod logging;
+mod replica_cmd;
 mod schema_cmd;
 mod signals;
 
@@ -31,6 +32,8 @@ enum Command {
     Schema(schema_cmd::SchemaCommand),
     /// Run one node of the lock service.
     Lockd(lockd_cmd::LockdArgs),
+    /// Run one replica server.
+    Replica(replica_cmd::ReplicaArgs),
     /// Run (or disable) the coordinator of a full replica.
     Coordinator(coordinator_cmd::CoordinatorArgs),
 }
@@ -40,6 +43,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Schema(command) => schema_cmd::run(command),
         Command::Lockd(args) => lockd_cmd::run(args),
+        Command::Replica(args) => replica_cmd::run(args),
         Command::Coordinator(args) => coordinator_cmd::run(args),
     };
     match result {

@@ -155,6 +155,9 @@ pub struct Timeouts {
     /// Bound on the rate error between any two processes' clocks, in parts per
     /// million: coordinators shorten their leases by it.
     pub max_clock_drift_ppm: u32,
+    /// Time between a replica's sweeps (finishing abandoned positions, catching up,
+    /// truncating the log).
+    pub sweep_ms: u64,
 }
 
 impl Default for Timeouts {
@@ -165,6 +168,7 @@ impl Default for Timeouts {
             heartbeat_ms: 300,
             rpc_ms: 2_000,
             max_clock_drift_ppm: 200,
+            sweep_ms: 1_000,
         }
     }
 }

@@ -122,6 +122,7 @@ fn check_timeouts(config: &ClusterConfig) -> Result<(), Failure> {
         ("election_timeout_ms", t.election_timeout_ms),
         ("heartbeat_ms", t.heartbeat_ms),
         ("rpc_ms", t.rpc_ms),
+        ("sweep_ms", t.sweep_ms),
     ] {
         if value == 0 {
             return fail(format!("timeouts.{field}"), "must be positive");

@@ -24,8 +24,7 @@ pub struct LockdClient {
     leader: AtomicUsize,
     next_id: AtomicU64,
     rpc_timeout: Duration,
-    /// How long to keep looking for a leader (an election takes up to two election
-    /// timeouts).
+    /// How long to keep looking for a leader.
     patience: Duration,
 }
 
@@ -49,7 +48,9 @@ impl LockdClient {
                 ))
             })
             .collect::<Result<Vec<_>, String>>()?;
-        let patience = Duration::from_millis(config.timeouts.election_timeout_ms * 4) + rpc_timeout;
+        // Elections take one to two election timeouts, more when votes split.
+        let patience =
+            Duration::from_millis(config.timeouts.election_timeout_ms * 10) + rpc_timeout;
         Ok(Self {
             nodes,
             leader: AtomicUsize::new(0),

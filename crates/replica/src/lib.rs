@@ -15,9 +15,14 @@
 
 mod clock;
 mod coordinator;
+mod replica_server;
+mod settings;
+mod stamp;
 
 pub use clock::Clock;
 pub use coordinator::{CoordinatorProcess, coordinator_config, disable_coordinator};
+pub use replica_server::ReplicaProcess;
+pub use settings::sweep_config;
 
 /// Why a process cannot run.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,331 @@
+//! [`Client`]: one connection to a cluster, and the task that drives its state machine.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use megastore_config::ClusterConfig;
+use megastore_lock::{LockCommand, LockError, LockReply};
+use megastore_paxos::{
+    ClientConfig, ClientCore, ClientInput, ClientOutput, CommitResult, DataQuery, Message, OpId,
+    OpResult, ProposerConfig, ReadError, ReadMode, ReadResult, RowWrite,
+};
+use megastore_types::{ClientId, EgId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::peers::Peers;
+use crate::settings::proposer_timeouts;
+
+/// Why an operation could not be done.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// The config does not describe a usable cluster, or names no such site.
+    #[error("config: {0}")]
+    Config(String),
+    /// The lock service could not give this client an id.
+    #[error("lock service: {0}")]
+    Lock(String),
+    /// No replica could serve the read in time.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// The transaction kept conflicting and ran out of retries.
+    #[error("gave up after {attempts} conflicting attempts (last conflicting rows: {keys:?})")]
+    TooManyConflicts {
+        /// How many times it ran.
+        attempts: u32,
+        /// The rows the last conflict named.
+        keys: Vec<Vec<u8>>,
+    },
+    /// The commit may or may not have happened.
+    #[error("outcome of transaction {txn:?} unknown (it may hold position {position})")]
+    Unknown {
+        /// The transaction.
+        txn: TxnId,
+        /// Where it may be.
+        position: Position,
+    },
+    /// The client was closed.
+    #[error("client closed")]
+    Closed,
+}
+
+/// A commit's outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// The transaction's id.
+    pub txn: TxnId,
+    /// What happened.
+    pub result: CommitResult,
+}
+
+enum Event {
+    Read {
+        eg: EgId,
+        mode: ReadMode,
+        query: DataQuery,
+        done: oneshot::Sender<Result<ReadResult, ReadError>>,
+    },
+    Commit {
+        eg: EgId,
+        read_position: Position,
+        leader: Option<ReplicaId>,
+        writes: Vec<RowWrite>,
+        read_keys: BTreeSet<Vec<u8>>,
+        done: oneshot::Sender<Committed>,
+    },
+    Answer {
+        from: NodeId,
+        message: Message,
+    },
+}
+
+enum Waiting {
+    Read(oneshot::Sender<Result<ReadResult, ReadError>>),
+    Commit(oneshot::Sender<Committed>),
+}
+
+/// A client of one cluster, at one site (its local replica serves its current reads
+/// when its coordinator vouches). Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct Client {
+    events: mpsc::UnboundedSender<Event>,
+    id: ClientId,
+}
+
+/// The lockd file whose version hands out client ids.
+const CLIENT_IDS: &str = "clients/next-id";
+
+/// A client id no other client of the cluster has had: the version of a lockd file
+/// that every client bumps once.
+async fn allocate_id(peers: &Peers) -> Result<ClientId, ClientError> {
+    for _ in 0..100 {
+        let current = match peers
+            .lockd()
+            .execute(LockCommand::ReadFile {
+                name: CLIENT_IDS.into(),
+            })
+            .await
+        {
+            Ok(LockReply::File(file)) => file.map_or(0, |f| f.version),
+            Ok(other) => return Err(ClientError::Lock(format!("unexpected reply {other:?}"))),
+            Err(e) => return Err(ClientError::Lock(e.to_string())),
+        };
+        let write = LockCommand::WriteFile {
+            name: CLIENT_IDS.into(),
+            expected: current,
+            contents: Vec::new(),
+        };
+        match peers.lockd().execute(write).await {
+            Ok(LockReply::Written { version }) => {
+                return u32::try_from(version)
+                    .map(ClientId)
+                    .map_err(|_| ClientError::Lock("client ids exhausted".into()));
+            }
+            // Another client took that one, or the outcome is unknown: try the next.
+            Err(LockError::VersionMismatch { .. } | LockError::Unavailable) => continue,
+            Ok(other) => return Err(ClientError::Lock(format!("unexpected reply {other:?}"))),
+            Err(e) => return Err(ClientError::Lock(e.to_string())),
+        }
+    }
+    Err(ClientError::Lock("could not allocate a client id".into()))
+}
+
+impl Client {
+    /// Connects to the cluster of `config` as a client at site `site` (call inside a
+    /// tokio runtime).
+    pub async fn connect(config: &ClusterConfig, site: &str) -> Result<Self, ClientError> {
+        let site_id = config.site_id(site).ok_or_else(|| {
+            ClientError::Config(format!(
+                "unknown site {site:?} (cluster.sites has {})",
+                ClusterConfig::names(config.cluster.sites.iter().map(String::as_str))
+            ))
+        })?;
+        let topology = config
+            .topology()
+            .map_err(|e| ClientError::Config(e.to_string()))?;
+        let peers = Peers::new(config).map_err(ClientError::Config)?;
+        let id = allocate_id(&peers).await?;
+        let core = ClientCore::new(ClientConfig {
+            id,
+            site: site_id,
+            proposer: ProposerConfig {
+                topology,
+                proposer: ProposerId::client(id),
+                lock_nodes: config.lockd_ids(),
+                timeouts: proposer_timeouts(config),
+                bugs: megastore_paxos::ProtocolBugs::default(),
+            },
+            seed: rand::random(),
+        });
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let driver = Driver {
+            core,
+            clock: std::time::Instant::now(),
+            peers,
+            events: events_tx.clone(),
+            waiting: BTreeMap::new(),
+            wake: None,
+        };
+        tokio::spawn(driver.run(events));
+        Ok(Self {
+            events: events_tx,
+            id,
+        })
+    }
+
+    /// This client's id (also its proposer id's low half).
+    pub fn id(&self) -> ClientId {
+        self.id
+    }
+
+    /// Reads rows of one entity group in `mode`.
+    pub async fn read(
+        &self,
+        eg: &EgId,
+        mode: ReadMode,
+        query: DataQuery,
+    ) -> Result<ReadResult, ClientError> {
+        let (done, result) = oneshot::channel();
+        self.events
+            .send(Event::Read {
+                eg: eg.clone(),
+                mode,
+                query,
+                done,
+            })
+            .map_err(|_| ClientError::Closed)?;
+        match result.await.map_err(|_| ClientError::Closed)? {
+            Ok(read) => Ok(read),
+            Err(ReadError::Unavailable(why)) => Err(ClientError::Unavailable(why)),
+        }
+    }
+
+    /// Commits `writes` as one log entry after a current read at `read_position`
+    /// (whose entry named `leader` as the next position's leader). `read_keys` are the
+    /// rows the transaction read: a conflict names those written in between.
+    pub async fn commit(
+        &self,
+        eg: &EgId,
+        read_position: Position,
+        leader: Option<ReplicaId>,
+        writes: Vec<RowWrite>,
+        read_keys: BTreeSet<Vec<u8>>,
+    ) -> Result<Committed, ClientError> {
+        let (done, result) = oneshot::channel();
+        self.events
+            .send(Event::Commit {
+                eg: eg.clone(),
+                read_position,
+                leader,
+                writes,
+                read_keys,
+                done,
+            })
+            .map_err(|_| ClientError::Closed)?;
+        result.await.map_err(|_| ClientError::Closed)
+    }
+}
+
+/// Owns the state machine.
+struct Driver {
+    core: ClientCore,
+    clock: std::time::Instant,
+    peers: Arc<Peers>,
+    events: mpsc::UnboundedSender<Event>,
+    waiting: BTreeMap<OpId, Waiting>,
+    wake: Option<Time>,
+}
+
+impl Driver {
+    fn now(&self) -> Time {
+        Time::from_nanos(u64::try_from(self.clock.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>) {
+        loop {
+            let wake = self.wake.map(|w| {
+                tokio::time::Instant::from_std(
+                    self.clock + std::time::Duration::from_nanos(w.as_nanos()),
+                )
+            });
+            let event = tokio::select! {
+                event = events.recv() => match event {
+                    Some(event) => Some(event),
+                    // Every handle is gone: nobody waits for anything.
+                    None => return,
+                },
+                () = sleep_until(wake) => None,
+            };
+            let now = self.now();
+            let outputs = match event {
+                None => {
+                    self.wake = None;
+                    self.core.step(now, ClientInput::Tick)
+                }
+                Some(Event::Answer { from, message }) => {
+                    self.core.step(now, ClientInput::Message { from, message })
+                }
+                Some(Event::Read {
+                    eg,
+                    mode,
+                    query,
+                    done,
+                }) => {
+                    let (op, out) = self.core.read(now, eg, mode, query);
+                    self.waiting.insert(op, Waiting::Read(done));
+                    out
+                }
+                Some(Event::Commit {
+                    eg,
+                    read_position,
+                    leader,
+                    writes,
+                    read_keys,
+                    done,
+                }) => {
+                    let (op, _txn, out) =
+                        self.core
+                            .commit(now, eg, read_position, leader, writes, read_keys);
+                    self.waiting.insert(op, Waiting::Commit(done));
+                    out
+                }
+            };
+            self.carry_out(outputs);
+        }
+    }
+
+    fn carry_out(&mut self, outputs: Vec<ClientOutput>) {
+        for output in outputs {
+            match output {
+                ClientOutput::Send { to, message } => {
+                    let peers = Arc::clone(&self.peers);
+                    let events = self.events.clone();
+                    tokio::spawn(async move {
+                        if let Some(answer) = peers.request(to, message).await {
+                            let _ = events.send(Event::Answer {
+                                from: to,
+                                message: answer,
+                            });
+                        }
+                    });
+                }
+                ClientOutput::Done { op, result } => match (self.waiting.remove(&op), result) {
+                    (Some(Waiting::Read(done)), OpResult::Read(result)) => {
+                        let _ = done.send(result);
+                    }
+                    (Some(Waiting::Commit(done)), OpResult::Commit { txn, result }) => {
+                        let _ = done.send(Committed { txn, result });
+                    }
+                    _ => {}
+                },
+                ClientOutput::WakeAt(at) => self.wake = Some(at),
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,29 @@
+//! The megastore client library: transactions and reads against a cluster.
+//!
+//! Responsibility: drive `megastore-paxos`'s [`ClientCore`](megastore_paxos::ClientCore)
+//! over gRPC — carry its messages to replicas, coordinators and lockd, feed their
+//! answers and timer ticks back, and hand each operation's result to the caller. No
+//! protocol decision is taken here.
+//!
+//! ```text
+//!   Client::read / commit ──► driver task ──► ClientCore::step ──► Send ──► Peers (gRPC)
+//!           ▲                      ▲                          └──► Done ──► caller
+//!           └── result ────────────┴──── answers come back as messages from their peer
+//! ```
+//!
+//! Invariants:
+//! - every client has a proposer id no other client of the cluster has (allocated in
+//!   lockd), so two clients never propose the same ballot;
+//! - request ids start at a random point on every start;
+//! - a transaction's reads all come from one log position; it commits at the next one
+//!   or reports a conflict naming the keys written in between.
+
+mod client;
+mod peers;
+mod settings;
+mod txn;
+
+pub use client::{Client, ClientError, Committed};
+pub use peers::Peers;
+pub use settings::proposer_timeouts;
+pub use txn::Transaction;

@@ -1,0 +1,100 @@
+//! Sending protocol messages to other processes over gRPC.
+//!
+//! Every service has one `Call` RPC: a request goes out, its reply comes back as the
+//! call's response, and is handed to the sender's state machine as a message *from*
+//! the process it was sent to — exactly as the simulator delivers it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use megastore_config::ClusterConfig;
+use megastore_lockd::LockdClient;
+use megastore_paxos::Message;
+use megastore_rpc::pb::coordinator::coordinator_client::CoordinatorClient;
+use megastore_rpc::pb::replication::replication_client::ReplicationClient;
+use megastore_rpc::{coordinator_reply_from_wire, pb};
+use megastore_types::{NodeId, ReplicaId};
+use tonic::transport::{Channel, Endpoint};
+
+/// Connections to every replica, coordinator and lockd node of a cluster.
+pub struct Peers {
+    replicas: BTreeMap<ReplicaId, ReplicationClient<Channel>>,
+    coordinators: BTreeMap<ReplicaId, CoordinatorClient<Channel>>,
+    lockd: LockdClient,
+    rpc_timeout: Duration,
+}
+
+fn channel(address: &str, timeout: Duration) -> Result<Channel, String> {
+    Ok(Endpoint::from_shared(format!("http://{address}"))
+        .map_err(|e| format!("bad address {address:?}: {e}"))?
+        .connect_timeout(timeout)
+        .connect_lazy())
+}
+
+impl Peers {
+    /// Lazy connections to everything in `config` (call inside a tokio runtime).
+    pub fn new(config: &ClusterConfig) -> Result<Arc<Self>, String> {
+        let rpc_timeout = config.timeouts.rpc();
+        let mut replicas = BTreeMap::new();
+        let mut coordinators = BTreeMap::new();
+        for r in &config.replicas {
+            let id = ReplicaId(r.id);
+            replicas.insert(
+                id,
+                ReplicationClient::new(channel(&r.address, rpc_timeout)?),
+            );
+            if let Some(address) = &r.coordinator_address {
+                coordinators.insert(id, CoordinatorClient::new(channel(address, rpc_timeout)?));
+            }
+        }
+        Ok(Arc::new(Self {
+            replicas,
+            coordinators,
+            lockd: LockdClient::new(config)?,
+            rpc_timeout,
+        }))
+    }
+
+    /// The lock service client.
+    pub fn lockd(&self) -> &LockdClient {
+        &self.lockd
+    }
+
+    /// Sends a request and returns the answer as a message from `to`, or `None` if
+    /// there is none (unreachable, timed out, malformed, or nothing to say). Protocol
+    /// timers decide what a missing answer means.
+    pub async fn request(&self, to: NodeId, message: Message) -> Option<Message> {
+        match (to, message) {
+            (NodeId::Replica(r), Message::ReplicaRequest(request)) => {
+                let mut client = self.replicas.get(&r)?.clone();
+                let mut call = tonic::Request::new(pb::replication::ReplicaRequest::from(request));
+                call.set_timeout(self.rpc_timeout);
+                let reply = client.call(call).await.ok()?.into_inner();
+                megastore_paxos::ReplicaReply::try_from(reply)
+                    .map(Message::ReplicaReply)
+                    .map_err(|e| tracing::warn!("malformed reply from replica {}: {e}", r.0))
+                    .ok()
+            }
+            (NodeId::Coordinator(r), Message::CoordinatorRequest(request)) => {
+                let mut client = self.coordinators.get(&r)?.clone();
+                let mut call =
+                    tonic::Request::new(pb::coordinator::CoordinatorRequest::from(request));
+                call.set_timeout(self.rpc_timeout);
+                let reply = client.call(call).await.ok()?.into_inner();
+                coordinator_reply_from_wire(reply)
+                    .map_err(|e| tracing::warn!("malformed reply from coordinator {}: {e}", r.0))
+                    .ok()
+                    .flatten()
+                    .map(Message::CoordinatorReply)
+            }
+            (NodeId::LockNode(n), Message::LockRequest(request)) => {
+                self.lockd.send(n, request).await.map(Message::LockResponse)
+            }
+            (to, message) => {
+                debug_assert!(false, "no way to send {message:?} to {to}");
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,356 @@
+//! `megastore replica`: one replica on its RocksDB directory, serving `Replication.Call`.
+//!
+//! ```text
+//!   gRPC calls ─┐                        ┌─► RocksDB (persists buffered; one WAL sync per batch)
+//!   replies  ───┼─► events ─► driver ────┼─► replies to waiting calls (after the sync)
+//!   timer ──────┘   (batch)   thread     └─► requests to peers (tokio tasks; answers come back as events)
+//! ```
+//!
+//! The driver thread owns the `Replica` state machine and the store: it takes every
+//! event that is waiting (a batch), steps the machine on each, writes what they persist
+//! without syncing, syncs the WAL once, and only then lets their replies and requests
+//! leave — group commit, with "reply only after the state it depends on is durable"
+//! kept for every reply in the batch.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use megastore_config::{ClusterConfig, resolve_address};
+use megastore_paxos::{
+    Message, Replica, ReplicaConfig, ReplicaInput, ReplicaOutput, ReplicaReply, ReplicaRequest,
+    answer_read, answer_snapshot, group_range,
+};
+use megastore_rowstore::{Durability, KeyRange, LATEST, RowRead, RowStore};
+use megastore_rowstore_rocksdb::RocksStore;
+use megastore_rpc::pb::replication as pb;
+use megastore_rpc::pb::replication::replication_server::{Replication, ReplicationServer};
+use megastore_types::{ClientId, NodeId, ReplicaId, Time};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tonic::{Request, Response, Status};
+
+use crate::ProcessError;
+use crate::clock::Clock;
+use crate::settings::sweep_config;
+use crate::stamp::check_or_stamp;
+use megastore_client::Peers;
+
+/// The most events one batch takes (and so shares one WAL sync).
+const BATCH_MAX: usize = 256;
+
+enum Event {
+    /// A request from a client or another replica's sweep.
+    Call {
+        request: ReplicaRequest,
+        reply: oneshot::Sender<ReplicaReply>,
+    },
+    /// The answer to a request this replica sent.
+    Answer {
+        from: NodeId,
+        message: Message,
+    },
+    Stop,
+}
+
+/// A running replica process.
+pub struct ReplicaProcess {
+    events: mpsc::Sender<Event>,
+    driver: Option<std::thread::JoinHandle<()>>,
+    stop_serving: Option<oneshot::Sender<()>>,
+    served: Option<tokio::task::JoinHandle<()>>,
+    rejoining: bool,
+}
+
+impl ReplicaProcess {
+    /// Starts the replica called `name`: checks its directory's stamp (rejoining when
+    /// it lost its store), opens the store, and serves at its address.
+    pub async fn start(config: &ClusterConfig, name: &str) -> Result<Self, ProcessError> {
+        let me = config.replica(name).ok_or_else(|| {
+            ProcessError::UnknownName(format!(
+                "no replica is called {name:?} in the config (replicas: {})",
+                ClusterConfig::names(config.replicas.iter().map(|r| r.name.as_str()))
+            ))
+        })?;
+        let id = ReplicaId(me.id);
+        let topology = config
+            .topology()
+            .map_err(|e| ProcessError::Config(e.to_string()))?;
+        let address = resolve_address(&me.address).map_err(ProcessError::Config)?;
+        let listener = TcpListener::bind(address)
+            .await
+            .map_err(|e| ProcessError::Bind(me.address.clone(), e.to_string()))?;
+        let store = RocksStore::open(&me.data_dir)
+            .map_err(|e| ProcessError::Config(format!("replica {name}: {e}")))?;
+        let peers = Peers::new(config).map_err(ProcessError::Config)?;
+        let rejoining = check_or_stamp(config, id, &me.data_dir, peers.lockd()).await?;
+        if rejoining {
+            tracing::warn!(replica = %name, "store lost since this replica last served: rejoining (no vote per group until caught up)");
+        }
+        let core = Replica::new(ReplicaConfig {
+            id,
+            topology: topology.clone(),
+            bugs: megastore_paxos::ProtocolBugs::default(),
+            sweep: Some(sweep_config(config, id, topology)),
+            rejoining,
+        });
+
+        let (events_tx, events) = mpsc::channel();
+        let driver = Driver {
+            core,
+            store,
+            clock: Clock::start(),
+            peers,
+            runtime: tokio::runtime::Handle::current(),
+            events: events_tx.clone(),
+            waiting: BTreeMap::new(),
+            next_caller: 0,
+            wake: None,
+        };
+        let driver = std::thread::Builder::new()
+            .name(format!("replica-{name}"))
+            .spawn(move || driver.run(&events))
+            .map_err(|e| ProcessError::Config(format!("cannot start the replica thread: {e}")))?;
+
+        let (stop_serving, stopped) = oneshot::channel::<()>();
+        let service = ReplicationServer::new(Service {
+            events: events_tx.clone(),
+        })
+        .max_decoding_message_size(64 << 20);
+        let served = tokio::spawn(async move {
+            let result = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    async {
+                        let _ = stopped.await;
+                    },
+                )
+                .await;
+            if let Err(e) = result {
+                tracing::error!("replica server failed: {e}");
+            }
+        });
+        Ok(Self {
+            events: events_tx,
+            driver: Some(driver),
+            stop_serving: Some(stop_serving),
+            served: Some(served),
+            rejoining,
+        })
+    }
+
+    /// Whether it started as a rejoining replica (its store was lost).
+    pub fn rejoining(&self) -> bool {
+        self.rejoining
+    }
+
+    /// Stops serving, then stops the driver (closing the store).
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop_serving.take() {
+            let _ = stop.send(());
+        }
+        if let Some(served) = self.served.take() {
+            let _ = served.await;
+        }
+        let _ = self.events.send(Event::Stop);
+        if let Some(driver) = self.driver.take() {
+            let _ = tokio::task::spawn_blocking(move || driver.join()).await;
+        }
+    }
+}
+
+/// Owns the state machine and the store.
+struct Driver {
+    core: Replica,
+    store: RocksStore,
+    clock: Clock,
+    peers: Arc<Peers>,
+    runtime: tokio::runtime::Handle,
+    events: mpsc::Sender<Event>,
+    /// Calls waiting for their reply, by the caller id they were given.
+    waiting: BTreeMap<u32, oneshot::Sender<ReplicaReply>>,
+    next_caller: u32,
+    wake: Option<Time>,
+}
+
+/// What one batch produced, released after its sync.
+#[derive(Default)]
+struct Batch {
+    dirty: bool,
+    sends: Vec<(NodeId, Message)>,
+}
+
+impl Driver {
+    fn run(mut self, events: &mpsc::Receiver<Event>) {
+        let mut batch = Batch::default();
+        self.step(ReplicaInput::Tick, &mut batch);
+        self.release(batch);
+        loop {
+            let timeout = self
+                .wake
+                .map_or(Duration::from_secs(1), |w| w.since(self.clock.now()));
+            let first = match events.recv_timeout(timeout) {
+                Ok(event) => Some(event),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            };
+            let mut batch = Batch::default();
+            let mut stop = false;
+            for event in first.into_iter().chain(events.try_iter().take(BATCH_MAX)) {
+                match event {
+                    Event::Stop => stop = true,
+                    Event::Call { request, reply } => {
+                        let caller = self.next_caller;
+                        self.next_caller = self.next_caller.wrapping_add(1);
+                        self.waiting.insert(caller, reply);
+                        let from = NodeId::Client(ClientId(caller));
+                        let message = Message::ReplicaRequest(request);
+                        self.step(ReplicaInput::Message { from, message }, &mut batch);
+                    }
+                    Event::Answer { from, message } => {
+                        self.step(ReplicaInput::Message { from, message }, &mut batch);
+                    }
+                }
+            }
+            if self.wake.is_some_and(|w| w <= self.clock.now()) {
+                self.wake = None;
+                self.step(ReplicaInput::Tick, &mut batch);
+            }
+            self.release(batch);
+            if stop {
+                return;
+            }
+            // Callers that gave up leave nothing behind.
+            self.waiting.retain(|_, reply| !reply.is_closed());
+        }
+    }
+
+    /// Steps the machine on one input, and on what reading its asks for produces.
+    fn step(&mut self, input: ReplicaInput, batch: &mut Batch) {
+        let mut inputs = vec![input];
+        while let Some(input) = inputs.pop() {
+            let now = self.clock.now();
+            for output in self.core.step(now, input) {
+                if let Some(next) = self.carry_out(output, batch) {
+                    inputs.push(next);
+                }
+            }
+        }
+    }
+
+    fn carry_out(&mut self, output: ReplicaOutput, batch: &mut Batch) -> Option<ReplicaInput> {
+        let fail = |what: &str, e: &dyn std::fmt::Display| -> ! {
+            // A store that cannot write cannot keep the protocol's promises: stop
+            // rather than answer from state that is not durable.
+            tracing::error!("{what} failed: {e}; stopping the replica");
+            std::process::exit(70)
+        };
+        match output {
+            ReplicaOutput::Load { eg, root_row } => {
+                let row = match self.store.read_row(&root_row, &KeyRange::all(), LATEST) {
+                    Ok(row) => row,
+                    Err(e) => fail("reading a root row", &e),
+                };
+                return Some(ReplicaInput::Loaded { eg, row });
+            }
+            ReplicaOutput::Persist { mutation } => {
+                if let Err(e) = self.store.mutate_row(&mutation, None, Durability::Buffered) {
+                    fail("persisting", &e);
+                }
+                batch.dirty = true;
+            }
+            ReplicaOutput::Apply { eg, rows } => {
+                if let Err(e) =
+                    self.store
+                        .mutate_rows(&group_range(&eg), &rows, Durability::Buffered)
+                {
+                    fail("applying", &e);
+                }
+            }
+            ReplicaOutput::Install { eg, rows } => {
+                if let Err(e) =
+                    self.store
+                        .mutate_rows(&group_range(&eg), &rows, Durability::Buffered)
+                {
+                    fail("installing a snapshot", &e);
+                }
+                batch.dirty = true;
+            }
+            ReplicaOutput::ReadSnapshot {
+                to,
+                id,
+                eg,
+                at,
+                slot,
+            } => {
+                let reply = answer_snapshot(&self.store, id, &eg, at, slot);
+                batch.sends.push((to, Message::ReplicaReply(reply)));
+            }
+            ReplicaOutput::ReadData {
+                to, id, at, query, ..
+            } => {
+                let reply = answer_read(&self.store, id, at, &query);
+                batch.sends.push((to, Message::ReplicaReply(reply)));
+            }
+            ReplicaOutput::Send { to, message } => batch.sends.push((to, message)),
+            ReplicaOutput::WakeAt(at) => self.wake = Some(at),
+        }
+        None
+    }
+
+    /// One WAL sync for everything the batch persisted, then its messages leave.
+    fn release(&mut self, batch: Batch) {
+        if batch.dirty
+            && let Err(e) = self.store.sync()
+        {
+            tracing::error!("syncing the WAL failed: {e}; stopping the replica");
+            std::process::exit(70);
+        }
+        for (to, message) in batch.sends {
+            match (to, message) {
+                (NodeId::Client(ClientId(caller)), Message::ReplicaReply(reply)) => {
+                    if let Some(waiting) = self.waiting.remove(&caller) {
+                        let _ = waiting.send(reply);
+                    }
+                }
+                (to, message) => {
+                    let peers = Arc::clone(&self.peers);
+                    let events = self.events.clone();
+                    self.runtime.spawn(async move {
+                        if let Some(answer) = peers.request(to, message).await {
+                            let _ = events.send(Event::Answer {
+                                from: to,
+                                message: answer,
+                            });
+                        }
+                    });
+                }
+            }
+        }
+    }
+}
+
+struct Service {
+    events: mpsc::Sender<Event>,
+}
+
+#[tonic::async_trait]
+impl Replication for Service {
+    async fn call(
+        &self,
+        request: Request<pb::ReplicaRequest>,
+    ) -> Result<Response<pb::ReplicaReply>, Status> {
+        let request = ReplicaRequest::try_from(request.into_inner())
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let (reply, answer) = oneshot::channel();
+        self.events
+            .send(Event::Call { request, reply })
+            .map_err(|_| Status::unavailable("replica stopping"))?;
+        let answer = answer
+            .await
+            .map_err(|_| Status::unavailable("replica stopping"))?;
+        Ok(Response::new(answer.into()))
+    }
+}
