@@ -2,10 +2,12 @@
 
 use std::time::{Duration, Instant};
 
-use megastore_client::{Client, ClientError};
+use megastore_client::{
+    Assert, Client, ClientError, Entry, Mutation, Outcome, TxnResult, VERSION_MISSING,
+};
 use megastore_config::ClusterConfig;
 use megastore_e2e::LocalCluster;
-use megastore_paxos::{CommitResult, DataQuery, ReadMode, ReadPath, ReadResult};
+use megastore_paxos::{DataQuery, ReadMode, ReadPath, ReadResult};
 use megastore_types::{EgId, ReplicaId};
 
 fn eg(n: u32) -> EgId {
@@ -89,7 +91,7 @@ fn transactions_from_two_sites_and_reads_in_every_mode() {
                 }
             }
         };
-        let CommitResult::Committed { position } = committed.result else {
+        let Outcome::Committed { position, .. } = committed else {
             panic!("{committed:?}");
         };
 
@@ -300,4 +302,183 @@ fn killed_replica_and_coordinator_processes_lose_no_acknowledged_write() {
         let process = cluster.process(name);
         assert!(process.running(), "{name} died:\n{}", process.log());
     }
+}
+
+/// Seed 000's `ConcurrentTxn`: racers assert one version at once; exactly one
+/// commits, the version moves by exactly one, and any infrastructure error fails the
+/// check instead of counting as a loser.
+async fn concurrent_txn(clients: &[Client], group: &EgId, key: &[u8]) {
+    let before = clients[0].snapshot(group, &[key.to_vec()]).await.unwrap();
+    let version = before[0].version;
+    let mut races = tokio::task::JoinSet::new();
+    for (i, client) in clients.iter().enumerate() {
+        let (client, group, key) = (client.clone(), group.clone(), key.to_vec());
+        races.spawn(async move {
+            let assert = Assert::Version {
+                key: key.clone(),
+                version,
+            };
+            let put = Mutation::Put {
+                key,
+                value: format!("racer {i}").into_bytes(),
+            };
+            client.versioned_txn(&group, &[assert], &[put]).await
+        });
+    }
+    let results = races.join_all().await;
+    let mut winners = 0;
+    for result in results {
+        match result.expect("an infrastructure error is an error, not a loser") {
+            TxnResult::Applied { versions } => {
+                winners += 1;
+                assert_eq!(versions[key], version + 1);
+            }
+            TxnResult::AssertFailed { keys } => assert_eq!(keys, vec![key.to_vec()]),
+        }
+    }
+    assert_eq!(winners, 1, "exactly one racer commits");
+    let after = clients[0].snapshot(group, &[key.to_vec()]).await.unwrap();
+    assert_eq!(
+        after[0].version,
+        version + 1,
+        "the version moved by exactly one"
+    );
+}
+
+#[test]
+fn versioned_primitives_hold_the_concurrent_txn_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(dir.path());
+    let config = ClusterConfig::load(&cluster.config_path).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut clients = Vec::new();
+        for site in ["A", "A", "A", "B", "B", "B"] {
+            clients.push(connect(&config, site).await);
+        }
+        let group = eg(3);
+        first_commit(&clients[0], &group).await;
+
+        // Absent keys have version 0; writes move versions by one; a delete keeps it.
+        let key = b"tasks/1".to_vec();
+        let fresh = clients[0]
+            .snapshot(&group, &[key.clone(), key.clone()])
+            .await
+            .unwrap();
+        assert_eq!(
+            fresh,
+            vec![Entry {
+                key: key.clone(),
+                version: VERSION_MISSING,
+                value: None
+            }]
+        );
+        let put = |value: &str| Mutation::Put {
+            key: key.clone(),
+            value: value.as_bytes().to_vec(),
+        };
+        let created = clients[3]
+            .versioned_txn(
+                &group,
+                &[Assert::Absent { key: key.clone() }],
+                &[put("open")],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            created,
+            TxnResult::Applied {
+                versions: [(key.clone(), 1)].into()
+            }
+        );
+        let again = clients[0]
+            .versioned_txn(
+                &group,
+                &[Assert::Absent { key: key.clone() }],
+                &[put("open")],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            again,
+            TxnResult::AssertFailed {
+                keys: vec![key.clone()]
+            }
+        );
+        let deleted = clients[0]
+            .versioned_txn(
+                &group,
+                &[Assert::Version {
+                    key: key.clone(),
+                    version: 1,
+                }],
+                &[Mutation::Delete { key: key.clone() }],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            deleted,
+            TxnResult::Applied {
+                versions: [(key.clone(), 2)].into()
+            }
+        );
+        let tombstone = clients[4]
+            .snapshot(&group, std::slice::from_ref(&key))
+            .await
+            .unwrap();
+        assert_eq!(
+            tombstone[0].version, 2,
+            "a delete keeps the version counter"
+        );
+        assert_eq!(tombstone[0].value, None);
+        // An assert from before the delete and re-create does not pass (no ABA).
+        clients[0]
+            .versioned_txn(&group, &[], &[put("open")])
+            .await
+            .unwrap();
+        let stale = clients[1]
+            .versioned_txn(
+                &group,
+                &[Assert::Version {
+                    key: key.clone(),
+                    version: 1,
+                }],
+                &[put("stolen")],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            stale,
+            TxnResult::AssertFailed {
+                keys: vec![key.clone()]
+            }
+        );
+
+        // keys(prefix) lists only keys with values, in order.
+        for name in ["tasks/2", "tasks/10", "other/1"] {
+            let m = Mutation::Put {
+                key: name.as_bytes().to_vec(),
+                value: b"x".to_vec(),
+            };
+            clients[2].versioned_txn(&group, &[], &[m]).await.unwrap();
+        }
+        clients[2]
+            .versioned_txn(
+                &group,
+                &[],
+                &[Mutation::Delete {
+                    key: b"tasks/2".to_vec(),
+                }],
+            )
+            .await
+            .unwrap();
+        let listed = clients[5].keys(&group, b"tasks/").await.unwrap();
+        assert_eq!(listed, vec![b"tasks/1".to_vec(), b"tasks/10".to_vec()]);
+
+        // The atomicity check, several rounds, racers at two sites.
+        for _ in 0..3 {
+            concurrent_txn(&clients, &group, b"contended").await;
+        }
+    });
+    drop(cluster);
 }

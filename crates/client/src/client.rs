@@ -43,6 +43,9 @@ pub enum ClientError {
         /// Where it may be.
         position: Position,
     },
+    /// Stored data is not what this library writes.
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
     /// The client was closed.
     #[error("client closed")]
     Closed,

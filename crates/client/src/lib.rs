@@ -22,8 +22,10 @@ mod client;
 mod peers;
 mod settings;
 mod txn;
+mod versioned;
 
 pub use client::{Client, ClientError, Committed};
 pub use peers::Peers;
 pub use settings::proposer_timeouts;
-pub use txn::Transaction;
+pub use txn::{Attempt, Outcome, Transaction};
+pub use versioned::{Assert, Entry, Mutation, TxnResult, VERSION_MISSING};

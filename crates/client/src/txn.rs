@@ -4,12 +4,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use megastore_paxos::{CellWrite, CommitResult, DataQuery, ReadMode, RowWrite};
 use megastore_rowstore::Row;
-use megastore_types::{EgId, Position, ReplicaId};
+use megastore_types::{EgId, Position, ReplicaId, TxnId};
 
-use crate::client::{Client, ClientError, Committed};
+use crate::client::{Client, ClientError};
 
 /// Attempts of one [`Client::transaction`] before it gives up on conflicts.
-const ATTEMPTS_MAX: u32 = 8;
+pub(crate) const ATTEMPTS_MAX: u32 = 8;
 
 /// One attempt of a transaction on one entity group. Reads are current reads that
 /// must all come from one log position (a read that finds a later one ends the attempt
@@ -112,7 +112,116 @@ fn own_writes(key: &[u8], row: Option<Row>, cells: &[CellWrite]) -> Option<Row> 
     (!row.cells.is_empty()).then_some(row)
 }
 
+/// The object id (in the schema's long form) of a group's commit markers: one row per
+/// write transaction, named by a random nonce, so a commit whose outcome was unknown is
+/// resolved by reading its marker — never by guessing, never by applying it twice.
+const MARKER_OBJECT: [u8; 5] = [0xF8, 0xFF, 0xFF, 0xFF, 0xFE];
+const MARKER_COLUMN: &[u8] = b"committed";
+/// Current reads a resolution may take before it reports the outcome as unknown.
+const RESOLVE_READS_MAX: u32 = 20;
+
+fn marker_row(eg: &EgId, nonce: u128) -> Vec<u8> {
+    let mut row = eg.0.clone();
+    row.extend_from_slice(&MARKER_OBJECT);
+    row.extend_from_slice(&nonce.to_be_bytes());
+    row
+}
+
+/// How a transaction run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Its writes were committed at this position.
+    Committed {
+        /// The transaction's id.
+        txn: TxnId,
+        /// Its log position.
+        position: Position,
+    },
+    /// It wrote nothing, so nothing was committed (its reads were all from one
+    /// position, which is what a read-only transaction needs).
+    ReadOnly,
+}
+
+/// What one attempt of a transaction came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
+    /// Done: committed, or nothing to commit.
+    Done(Outcome),
+    /// Not committed, and running it again is safe: it conflicted (these rows it read
+    /// were written in between; empty when the conflict was elsewhere), its reads came
+    /// from different positions, or its commit was settled without it.
+    Retry {
+        /// The conflicting rows.
+        keys: Vec<Vec<u8>>,
+    },
+}
+
+impl Transaction {
+    /// Commits the attempt's writes at the position after its reads (nothing, for a
+    /// read-only attempt). A commit whose outcome cannot be known at first is resolved
+    /// before this returns: the attempt's marker row is looked for once its position is
+    /// settled; [`ClientError::Unknown`] only when even that could not be decided.
+    pub async fn commit(self) -> Result<Attempt, ClientError> {
+        if self.moved {
+            return Ok(Attempt::Retry { keys: Vec::new() });
+        }
+        if self.writes.is_empty() {
+            return Ok(Attempt::Done(Outcome::ReadOnly));
+        }
+        let client = self.client;
+        let eg = self.eg;
+        let (position, leader) = match self.position {
+            Some(p) => p,
+            // Blind writes: read the group's position first.
+            None => {
+                let read = client
+                    .read(&eg, ReadMode::Current, DataQuery::Rows(Vec::new()))
+                    .await?;
+                (read.position.unwrap_or(Position::NONE), read.next_leader)
+            }
+        };
+        let marker = marker_row(&eg, rand::random());
+        let mut writes: Vec<RowWrite> = self
+            .writes
+            .into_iter()
+            .map(|(row, cells)| RowWrite { row, cells })
+            .collect();
+        writes.push(RowWrite {
+            row: marker.clone(),
+            cells: vec![CellWrite::Set {
+                column: MARKER_COLUMN.to_vec(),
+                value: Vec::new(),
+            }],
+        });
+        let committed = client
+            .commit(&eg, position, leader, writes, self.read_keys)
+            .await?;
+        let txn = committed.txn;
+        Ok(match committed.result {
+            CommitResult::Committed { position } => {
+                Attempt::Done(Outcome::Committed { txn, position })
+            }
+            CommitResult::Conflict { keys } => Attempt::Retry { keys },
+            CommitResult::Aborted => Attempt::Retry { keys: Vec::new() },
+            CommitResult::Unknown { position } => {
+                match client.resolve(&eg, &marker, position).await {
+                    Some(Some(at)) => Attempt::Done(Outcome::Committed { txn, position: at }),
+                    // Settled without it: not committed, so running again is safe.
+                    Some(None) => Attempt::Retry { keys: Vec::new() },
+                    None => return Err(ClientError::Unknown { txn, position }),
+                }
+            }
+        })
+    }
+}
+
 impl Client {
+    /// Starts one attempt of a transaction on `eg` (see [`Client::transaction`] for
+    /// the loop that retries it).
+    pub fn begin(&self, eg: &EgId) -> Transaction {
+        Transaction::new(self.clone(), eg.clone())
+    }
+
     /// Runs `body` as a serializable transaction on `eg`, again on conflict (up to a
     /// bound). `body` gets a fresh [`Transaction`] on every attempt and must do all its
     /// reads through it; what it returns is returned once its writes committed.
@@ -120,51 +229,47 @@ impl Client {
         &self,
         eg: &EgId,
         mut body: F,
-    ) -> Result<(T, Committed), ClientError>
+    ) -> Result<(T, Outcome), ClientError>
     where
         F: AsyncFnMut(&mut Transaction) -> Result<T, ClientError>,
     {
         let mut last_keys = Vec::new();
         for _ in 0..ATTEMPTS_MAX {
-            let mut txn = Transaction::new(self.clone(), eg.clone());
+            let mut txn = self.begin(eg);
             let value = body(&mut txn).await?;
-            if txn.moved {
-                last_keys = Vec::new();
-                continue;
-            }
-            let (position, leader) = match txn.position {
-                Some(p) => p,
-                // Blind writes: read the group's position first.
-                None => {
-                    let read = self
-                        .read(eg, ReadMode::Current, DataQuery::Rows(Vec::new()))
-                        .await?;
-                    (read.position.unwrap_or(Position::NONE), read.next_leader)
-                }
-            };
-            let writes = txn
-                .writes
-                .into_iter()
-                .map(|(row, cells)| RowWrite { row, cells })
-                .collect();
-            let committed = self
-                .commit(eg, position, leader, writes, txn.read_keys)
-                .await?;
-            match &committed.result {
-                CommitResult::Committed { .. } => return Ok((value, committed)),
-                CommitResult::Conflict { keys } => last_keys = keys.clone(),
-                CommitResult::Aborted => last_keys = Vec::new(),
-                CommitResult::Unknown { position } => {
-                    return Err(ClientError::Unknown {
-                        txn: committed.txn,
-                        position: *position,
-                    });
-                }
+            match txn.commit().await? {
+                Attempt::Done(outcome) => return Ok((value, outcome)),
+                Attempt::Retry { keys } => last_keys = keys,
             }
         }
         Err(ClientError::TooManyConflicts {
             attempts: ATTEMPTS_MAX,
             keys: last_keys,
         })
+    }
+
+    /// Whether the transaction with this marker committed: `Some(Some(p))` yes, at `p`;
+    /// `Some(None)` no (a current read at or past `position` lacks the marker); `None`
+    /// undecided.
+    async fn resolve(
+        &self,
+        eg: &EgId,
+        marker: &[u8],
+        position: Position,
+    ) -> Option<Option<Position>> {
+        for _ in 0..RESOLVE_READS_MAX {
+            let query = DataQuery::Rows(vec![marker.to_vec()]);
+            if let Ok(read) = self.read(eg, ReadMode::Current, query).await {
+                if let Some(row) = read.rows.iter().find(|r| r.key == marker) {
+                    let at = row.cells.get(MARKER_COLUMN).map(|c| Position(c.timestamp));
+                    return Some(at.or(Some(position)));
+                }
+                if read.position.is_some_and(|p| p >= position) {
+                    return Some(None);
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        None
     }
 }

@@ -1,0 +1,258 @@
+//! The versioned primitives (seed `000`), scoped to one entity group: a consistent
+//! multi-key snapshot, a transaction whose asserts compare per-key versions, and
+//! listing keys by prefix.
+//!
+//! Every key has a version that grows by exactly one with every write of it and is
+//! never reused: deleting a key keeps its row with the version (a versioned
+//! tombstone), so no later clean-up can reset the counter and let an old assert pass
+//! again (the ABA case). A key never written has version 0.
+//!
+//! Rows: `group prefix ‖ 0xF8 FFFFFFFF ‖ escape(key)` (an object id the schema never
+//! hands out), columns `version` (8 bytes big-endian) and `value` (absent when deleted).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use megastore_paxos::{DataQuery, ReadMode};
+use megastore_rowstore::ordered::{escape, unescape};
+use megastore_rowstore::{KeyRange, Row, prefix_successor};
+use megastore_types::EgId;
+
+use crate::client::{Client, ClientError};
+use crate::txn::{ATTEMPTS_MAX, Attempt, Transaction};
+
+const KEYS_OBJECT: [u8; 5] = [0xF8, 0xFF, 0xFF, 0xFF, 0xFF];
+const VERSION: &[u8] = b"version";
+const VALUE: &[u8] = b"value";
+
+/// The version of a key never written.
+pub const VERSION_MISSING: u64 = 0;
+
+/// One key as a snapshot saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The key.
+    pub key: Vec<u8>,
+    /// Its version ([`VERSION_MISSING`] if never written; a deleted key keeps its
+    /// version).
+    pub version: u64,
+    /// Its value (`None`: absent — never written or deleted).
+    pub value: Option<Vec<u8>>,
+}
+
+/// A condition of [`Client::versioned_txn`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Assert {
+    /// The key's version equals this.
+    Version {
+        /// The key.
+        key: Vec<u8>,
+        /// The version it must have.
+        version: u64,
+    },
+    /// The key has no value (never written, or deleted).
+    Absent {
+        /// The key.
+        key: Vec<u8>,
+    },
+}
+
+impl Assert {
+    fn key(&self) -> &[u8] {
+        match self {
+            Assert::Version { key, .. } | Assert::Absent { key } => key,
+        }
+    }
+}
+
+/// A write of [`Client::versioned_txn`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mutation {
+    /// Set the key's value.
+    Put {
+        /// The key.
+        key: Vec<u8>,
+        /// Its new value.
+        value: Vec<u8>,
+    },
+    /// Remove the key's value (its version still moves on).
+    Delete {
+        /// The key.
+        key: Vec<u8>,
+    },
+}
+
+impl Mutation {
+    fn key(&self) -> &[u8] {
+        match self {
+            Mutation::Put { key, .. } | Mutation::Delete { key } => key,
+        }
+    }
+}
+
+/// How a versioned transaction ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnResult {
+    /// Every assert held and every mutation was committed; the new versions.
+    Applied {
+        /// Key → its version after the transaction.
+        versions: BTreeMap<Vec<u8>, u64>,
+    },
+    /// These asserts did not hold (in key order); nothing was written.
+    AssertFailed {
+        /// The keys whose asserts failed.
+        keys: Vec<Vec<u8>>,
+    },
+}
+
+fn group_keys_prefix(eg: &EgId) -> Vec<u8> {
+    let mut row = eg.0.clone();
+    row.extend_from_slice(&KEYS_OBJECT);
+    row
+}
+
+fn key_row(eg: &EgId, key: &[u8]) -> Vec<u8> {
+    let mut row = group_keys_prefix(eg);
+    row.extend_from_slice(&escape(key));
+    row
+}
+
+fn entry_of(key: &[u8], row: Option<&Row>) -> Result<Entry, ClientError> {
+    let Some(row) = row else {
+        return Ok(Entry {
+            key: key.to_vec(),
+            version: VERSION_MISSING,
+            value: None,
+        });
+    };
+    let version = match row.value(VERSION) {
+        Some(bytes) => u64::from_be_bytes(bytes.try_into().map_err(|_| {
+            ClientError::Corrupt(format!(
+                "key {} has a malformed version cell",
+                String::from_utf8_lossy(key)
+            ))
+        })?),
+        None => VERSION_MISSING,
+    };
+    Ok(Entry {
+        key: key.to_vec(),
+        version,
+        value: row.value(VALUE).map(<[u8]>::to_vec),
+    })
+}
+
+/// One attempt: check the asserts at the transaction's position, then stage the
+/// writes (none when an assert failed).
+async fn attempt(
+    txn: &mut Transaction,
+    eg: &EgId,
+    asserts: &[Assert],
+    mutations: &[Mutation],
+) -> Result<TxnResult, ClientError> {
+    let mut failed = BTreeSet::new();
+    for assert in asserts {
+        let entry = read_entry(txn, eg, assert.key()).await?;
+        let holds = match assert {
+            Assert::Version { version, .. } => entry.version == *version,
+            Assert::Absent { .. } => entry.value.is_none(),
+        };
+        if !holds {
+            failed.insert(assert.key().to_vec());
+        }
+    }
+    if !failed.is_empty() {
+        return Ok(TxnResult::AssertFailed {
+            keys: failed.into_iter().collect(),
+        });
+    }
+    let mut versions = BTreeMap::new();
+    for mutation in mutations {
+        let key = mutation.key();
+        let version = match versions.get(key) {
+            Some(v) => *v,
+            None => read_entry(txn, eg, key).await?.version,
+        };
+        let next = version + 1;
+        let row = key_row(eg, key);
+        txn.set(&row, VERSION, &next.to_be_bytes());
+        match mutation {
+            Mutation::Put { value, .. } => txn.set(&row, VALUE, value),
+            Mutation::Delete { .. } => txn.delete(&row, VALUE),
+        }
+        versions.insert(key.to_vec(), next);
+    }
+    Ok(TxnResult::Applied { versions })
+}
+
+async fn read_entry(txn: &mut Transaction, eg: &EgId, key: &[u8]) -> Result<Entry, ClientError> {
+    let row = txn.get(&key_row(eg, key)).await?;
+    entry_of(key, row.as_ref())
+}
+
+impl Client {
+    /// The keys' current values and versions, all from one log position (duplicates
+    /// are read once; the answer is in key order).
+    pub async fn snapshot(&self, eg: &EgId, keys: &[Vec<u8>]) -> Result<Vec<Entry>, ClientError> {
+        let keys: BTreeSet<&Vec<u8>> = keys.iter().collect();
+        let rows: Vec<Vec<u8>> = keys.iter().map(|k| key_row(eg, k)).collect();
+        let read = self
+            .read(eg, ReadMode::Current, DataQuery::Rows(rows.clone()))
+            .await?;
+        keys.iter()
+            .zip(&rows)
+            .map(|(key, row)| entry_of(key, read.rows.iter().find(|r| &r.key == row)))
+            .collect()
+    }
+
+    /// Commits every mutation if every assert holds, else nothing: one serializable
+    /// transaction of the group. Each written key's version moves by exactly one.
+    pub async fn versioned_txn(
+        &self,
+        eg: &EgId,
+        asserts: &[Assert],
+        mutations: &[Mutation],
+    ) -> Result<TxnResult, ClientError> {
+        let mut last_keys = Vec::new();
+        for _ in 0..ATTEMPTS_MAX {
+            let mut txn = self.begin(eg);
+            let result = attempt(&mut txn, eg, asserts, mutations).await?;
+            match txn.commit().await? {
+                Attempt::Done(_) => return Ok(result),
+                Attempt::Retry { keys } => last_keys = keys,
+            }
+        }
+        Err(ClientError::TooManyConflicts {
+            attempts: ATTEMPTS_MAX,
+            keys: last_keys,
+        })
+    }
+
+    /// Every key of the group starting with `prefix` that has a value, in key order,
+    /// from one log position.
+    pub async fn keys(&self, eg: &EgId, prefix: &[u8]) -> Result<Vec<Vec<u8>>, ClientError> {
+        let mut start = group_keys_prefix(eg);
+        let mut escaped = escape(prefix);
+        escaped.truncate(escaped.len() - 2); // without the terminator: a prefix of every longer key
+        start.extend_from_slice(&escaped);
+        let end = prefix_successor(&start);
+        let range = KeyRange { start, end };
+        let read = self
+            .read(
+                eg,
+                ReadMode::Current,
+                DataQuery::Scan { range, limit: None },
+            )
+            .await?;
+        let skip = group_keys_prefix(eg).len();
+        let mut keys = Vec::new();
+        for row in &read.rows {
+            if row.value(VALUE).is_none() {
+                continue;
+            }
+            let mut encoded = &row.key[skip..];
+            let key = unescape(&mut encoded, false)
+                .map_err(|e| ClientError::Corrupt(format!("a key row does not decode: {e}")))?;
+            keys.push(key);
+        }
+        Ok(keys)
+    }
+}
