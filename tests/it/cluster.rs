@@ -482,3 +482,73 @@ fn versioned_primitives_hold_the_concurrent_txn_contract() {
     });
     drop(cluster);
 }
+
+#[test]
+fn cluster_up_starts_a_working_cluster_and_down_stops_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = megastore_e2e::write_cluster_config(dir.path());
+    let config_arg = config_path.to_str().unwrap();
+    let limit = Duration::from_secs(60);
+    let up = megastore_e2e::run_megastore(
+        &["cluster", "up", "--config", config_arg],
+        dir.path(),
+        limit,
+    );
+    // Whatever happens next, stop what was started.
+    struct Down<'a>(&'a str, &'a std::path::Path);
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            megastore_e2e::run_megastore(
+                &["cluster", "down", "--config", self.0],
+                self.1,
+                Duration::from_secs(60),
+            );
+        }
+    }
+    let _down = Down(config_arg, dir.path());
+    assert!(up.status.success(), "{up:?}");
+    assert!(up.stdout.contains("[9/9] coordinator-b"), "{}", up.stdout);
+    assert!(up.stdout.contains("is up"), "{}", up.stdout);
+
+    let again = megastore_e2e::run_megastore(
+        &["cluster", "up", "--config", config_arg],
+        dir.path(),
+        limit,
+    );
+    assert!(
+        !again.status.success() && again.stderr.contains("already running"),
+        "{again:?}"
+    );
+
+    let config = ClusterConfig::load(&config_path).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = connect(&config, "B").await;
+        first_commit(&client, &eg(9)).await;
+    });
+
+    let pids: Vec<serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("cluster.toml.pids")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(pids.len(), 9);
+    let down = megastore_e2e::run_megastore(
+        &["cluster", "down", "--config", config_arg],
+        dir.path(),
+        limit,
+    );
+    assert!(
+        down.status.success() && down.stdout.contains("stopped 9 process(es)"),
+        "{down:?}"
+    );
+    for p in pids {
+        let pid = p["pid"].as_i64().unwrap();
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z ")),
+            "process {pid} still runs after down"
+        );
+    }
+    assert!(dir.path().join("logs/replica-a.log").is_file());
+}

@@ -6,6 +6,7 @@
 // A command-line tool talks to its terminal.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod cluster_cmd;
 mod coordinator_cmd;
 mod lockd_cmd;
 mod logging;
@@ -30,6 +31,9 @@ enum Command {
     /// Work with schema files (*.msdl).
     #[command(subcommand)]
     Schema(schema_cmd::SchemaCommand),
+    /// Start or stop a whole cluster as local processes.
+    #[command(subcommand)]
+    Cluster(cluster_cmd::ClusterCommand),
     /// Run one node of the lock service.
     Lockd(lockd_cmd::LockdArgs),
     /// Run one replica server.
@@ -42,6 +46,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Schema(command) => schema_cmd::run(command),
+        Command::Cluster(command) => cluster_cmd::run(command),
         Command::Lockd(args) => lockd_cmd::run(args),
         Command::Replica(args) => replica_cmd::run(args),
         Command::Coordinator(args) => coordinator_cmd::run(args),
