@@ -8,6 +8,7 @@
 
 mod cluster_cmd;
 mod coordinator_cmd;
+mod demo_cmd;
 mod lockd_cmd;
 mod logging;
 mod replica_cmd;
@@ -34,6 +35,8 @@ enum Command {
     /// Start or stop a whole cluster as local processes.
     #[command(subcommand)]
     Cluster(cluster_cmd::ClusterCommand),
+    /// Run a short demonstration against a running cluster.
+    Demo(demo_cmd::DemoArgs),
     /// Run one node of the lock service.
     Lockd(lockd_cmd::LockdArgs),
     /// Run one replica server.
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Schema(command) => schema_cmd::run(command),
         Command::Cluster(command) => cluster_cmd::run(command),
+        Command::Demo(args) => demo_cmd::run(args),
         Command::Lockd(args) => lockd_cmd::run(args),
         Command::Replica(args) => replica_cmd::run(args),
         Command::Coordinator(args) => coordinator_cmd::run(args),
