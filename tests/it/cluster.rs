@@ -61,6 +61,7 @@ async fn increment(client: &Client, eg: &EgId, name: &str) -> Result<u64, Client
 
 #[test]
 fn transactions_from_two_sites_and_reads_in_every_mode() {
+    let _alone = megastore_e2e::one_cluster_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let cluster = LocalCluster::start(dir.path());
     let config = ClusterConfig::load(&cluster.config_path).unwrap();
@@ -227,6 +228,7 @@ async fn first_commit(client: &Client, group: &EgId) {
 
 #[test]
 fn killed_replica_and_coordinator_processes_lose_no_acknowledged_write() {
+    let _alone = megastore_e2e::one_cluster_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let mut cluster = LocalCluster::start(dir.path());
     let config = ClusterConfig::load(&cluster.config_path).unwrap();
@@ -347,6 +349,7 @@ async fn concurrent_txn(clients: &[Client], group: &EgId, key: &[u8]) {
 
 #[test]
 fn versioned_primitives_hold_the_concurrent_txn_contract() {
+    let _alone = megastore_e2e::one_cluster_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let cluster = LocalCluster::start(dir.path());
     let config = ClusterConfig::load(&cluster.config_path).unwrap();
@@ -485,6 +488,7 @@ fn versioned_primitives_hold_the_concurrent_txn_contract() {
 
 #[test]
 fn cluster_up_starts_a_working_cluster_and_down_stops_it() {
+    let _alone = megastore_e2e::one_cluster_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let config_path = megastore_e2e::write_cluster_config(dir.path());
     let config_arg = config_path.to_str().unwrap();

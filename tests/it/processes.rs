@@ -67,6 +67,7 @@ fn start_lockd(config_arg: &str, dir: &Path) -> Vec<Process> {
 
 #[test]
 fn lockd_survives_sigkill_of_its_leader_process() {
+    let _alone = megastore_e2e::one_cluster_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let config_path = lockd_config(dir.path());
     let config_arg = config_path.to_str().unwrap();
@@ -253,6 +254,7 @@ async fn connect(address: &str) -> CoordinatorClient<tonic::transport::Channel> 
 
 #[test]
 fn coordinator_process_vouches_per_epoch_and_can_be_disabled() {
+    let _alone = megastore_e2e::one_cluster_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let config_path = lockd_config(dir.path());
     let config_arg = config_path.to_str().unwrap();

@@ -276,3 +276,10 @@ impl LocalCluster {
             .unwrap_or_else(|| panic!("no process {name}"))
     }
 }
+
+/// Held by every test that starts servers, so they run one at a time also under plain
+/// `cargo test` (nextest's `cluster` test group does the same for `.ci/run`).
+pub fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}

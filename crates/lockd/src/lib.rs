@@ -15,8 +15,10 @@
 //!   restart of every node;
 //! - applying is deterministic: an entry carries the proposing leader's clock, never
 //!   the applying node's;
-//! - a leader serves no command of its term before its own `RestartLeases` entry is
-//!   applied, so no session lapses early because leadership moved to another clock;
+//! - a leader serves no command before its own `RestartLeases` entry (naming its term
+//!   and process incarnation) is applied, so no session lapses early — or lives on a
+//!   stale deadline — because leadership moved to another clock, or a restarted node
+//!   leads again with its clock starting from zero;
 //! - only the leader takes commands (`NotLeader` elsewhere), so every answer —
 //!   including holder queries — is linearizable;
 //! - a data directory is stamped with its cluster and node id; another node refuses it.
@@ -30,7 +32,7 @@ mod types;
 
 pub use client::{BlockingLockdClient, LockdClient};
 pub use server::LockdNode;
-pub use types::{LockEntry, LockResult, TypeConfig};
+pub use types::{LeaseClock, LockEntry, LockResult, TypeConfig};
 
 /// Why a lockd node cannot run.
 #[derive(Debug, thiserror::Error)]

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use megastore_config::{ClusterConfig, resolve_address};
@@ -24,7 +23,7 @@ use crate::LockdError;
 use crate::network::{Network, RaftService};
 use crate::state_machine::StateMachine;
 use crate::storage::{Cells, LogStore, OpenStore};
-use crate::types::{LockEntry, RaftNodeId, TypeConfig};
+use crate::types::{LeaseClock, LockEntry, RaftNodeId, TypeConfig};
 
 const STAMP: &[u8] = b"lockd/stamp";
 
@@ -47,9 +46,8 @@ pub struct LockdNode {
 
 impl LockdNode {
     /// Starts the node called `name` in `config`: opens (or creates) its data
-    /// directory, binds its address, and on a fresh directory proposes the initial
-    /// membership (every lockd node of the config; proposing the same membership from
-    /// several nodes is safe).
+    /// directory and binds its address; the node with the lowest id, on a fresh
+    /// directory, proposes the initial membership (every lockd node of the config).
     pub async fn start(config: &ClusterConfig, name: &str) -> Result<Self, LockdError> {
         let me = config
             .lockd_node(name)
@@ -109,7 +107,8 @@ impl LockdNode {
         let (stop_serving, stopped) = oneshot::channel::<()>();
         let lock_service = LockService {
             raft: raft.clone(),
-            leases_term: state_machine.leases_term(),
+            lease_clock: state_machine.lease_clock(),
+            incarnation: rand::random(),
             id,
             clock: Instant::now(),
         };
@@ -124,17 +123,22 @@ impl LockdNode {
             );
         let served = tokio::spawn(server);
 
-        if !raft
+        // Only the node with the lowest id proposes the initial membership: a proposal
+        // makes its node a candidate at once, so proposals from several nodes would
+        // depose the first leader right after it is elected. The others wait to hear
+        // from it (a cluster forms once that node is up).
+        let founder = config.lockd.iter().map(|l| l.id).min() == Some(me.id);
+        let initialized = raft
             .is_initialized()
             .await
-            .map_err(|e| LockdError::Raft(e.to_string()))?
-        {
+            .map_err(|e| LockdError::Raft(e.to_string()))?;
+        if founder && !initialized {
             let members: BTreeMap<RaftNodeId, BasicNode> = config
                 .lockd
                 .iter()
                 .map(|l| (RaftNodeId::from(l.id), BasicNode::new(&l.address)))
                 .collect();
-            // NotAllowed means another node's proposal arrived first: the goal is met.
+            // NotAllowed means it already has a log: the goal is met.
             if let Err(e) = raft.initialize(members).await {
                 tracing::debug!("initialize: {e}");
             }
@@ -185,7 +189,10 @@ impl LockdNode {
 /// takes them.
 struct LockService {
     raft: Raft<TypeConfig>,
-    leases_term: Arc<AtomicU64>,
+    lease_clock: Arc<std::sync::Mutex<LeaseClock>>,
+    /// Drawn at start: tells this process's clock from the one it had before a
+    /// restart.
+    incarnation: u64,
     id: RaftNodeId,
     clock: Instant,
 }
@@ -217,11 +224,15 @@ impl LockService {
         if leader != Some(self.id) {
             return Err(LockError::NotLeader);
         }
-        let restarted = self.leases_term.load(Ordering::SeqCst);
-        if restarted < term {
+        let mine = LeaseClock {
+            term,
+            incarnation: self.incarnation,
+        };
+        let current = *self.lease_clock.lock().unwrap_or_else(|p| p.into_inner());
+        if current != mine {
             self.write(LockEntry::RestartLeases {
                 at: self.now(),
-                term,
+                clock: mine,
             })
             .await?;
         }

@@ -8,7 +8,6 @@
 #![allow(clippy::result_large_err)]
 
 use std::io::Cursor;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -21,7 +20,7 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 
 use crate::storage::{Cells, SNAPSHOT};
-use crate::types::{LockEntry, LockResult, RaftNodeId, TypeConfig};
+use crate::types::{LeaseClock, LockEntry, LockResult, RaftNodeId, TypeConfig};
 
 type StorageResult<T> = Result<T, StorageError<RaftNodeId>>;
 
@@ -31,8 +30,8 @@ pub(crate) struct LockState {
     pub(crate) core: LockCore,
     pub(crate) last_applied: Option<LogId<RaftNodeId>>,
     pub(crate) membership: StoredMembership<RaftNodeId, BasicNode>,
-    /// The term whose leader last restarted the leases.
-    pub(crate) leases_term: u64,
+    /// Whose clock the leases are counted on.
+    pub(crate) lease_clock: LeaseClock,
 }
 
 impl LockState {
@@ -41,7 +40,7 @@ impl LockState {
             core: LockCore::new(lease),
             last_applied: None,
             membership: StoredMembership::default(),
-            leases_term: 0,
+            lease_clock: LeaseClock::default(),
         }
     }
 }
@@ -68,9 +67,9 @@ fn sm_error(verb: ErrorVerb, e: impl ToString) -> StorageError<RaftNodeId> {
 #[derive(Clone)]
 pub(crate) struct StateMachine {
     state: Arc<Mutex<LockState>>,
-    /// The term whose leader last restarted the leases, for the server (which must not
-    /// hold the store open through the state machine).
-    leases_term: Arc<AtomicU64>,
+    /// Whose clock the leases are counted on, for the server (which must not hold the
+    /// store open through the state machine).
+    lease_clock: Arc<Mutex<LeaseClock>>,
     cells: Cells,
     snapshots_built: Arc<Mutex<u64>>,
 }
@@ -81,16 +80,20 @@ impl StateMachine {
         let stored: Option<StoredSnapshot> = cells.get(SNAPSHOT)?;
         let state = stored.map_or_else(|| LockState::new(lease), |s| s.state);
         Ok(Self {
-            leases_term: Arc::new(AtomicU64::new(state.leases_term)),
+            lease_clock: Arc::new(Mutex::new(state.lease_clock)),
             state: Arc::new(Mutex::new(state)),
             cells,
             snapshots_built: Arc::new(Mutex::new(0)),
         })
     }
 
-    /// The term whose leader last restarted the leases, kept current by applying.
-    pub(crate) fn leases_term(&self) -> Arc<AtomicU64> {
-        Arc::clone(&self.leases_term)
+    /// Whose clock the leases are counted on, kept current by applying.
+    pub(crate) fn lease_clock(&self) -> Arc<Mutex<LeaseClock>> {
+        Arc::clone(&self.lease_clock)
+    }
+
+    fn publish_lease_clock(&self, clock: LeaseClock) {
+        *self.lease_clock.lock().unwrap_or_else(|p| p.into_inner()) = clock;
     }
 
     fn state(&self) -> MutexGuard<'_, LockState> {
@@ -119,9 +122,9 @@ fn apply_one(state: &mut LockState, entry: Entry<TypeConfig>) -> LockResult {
             state.core.check_invariants();
             result
         }
-        EntryPayload::Normal(LockEntry::RestartLeases { at, term }) => {
+        EntryPayload::Normal(LockEntry::RestartLeases { at, clock }) => {
             state.core.restart_leases(at);
-            state.leases_term = state.leases_term.max(term);
+            state.lease_clock = clock;
             Ok(LockReply::Done)
         }
     }
@@ -182,7 +185,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .into_iter()
             .map(|e| apply_one(&mut state, e))
             .collect();
-        self.leases_term.store(state.leases_term, Ordering::SeqCst);
+        self.publish_lease_clock(state.lease_clock);
         Ok(results)
     }
 
@@ -205,7 +208,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             meta: meta.clone(),
             state: state.clone(),
         })?;
-        self.leases_term.store(state.leases_term, Ordering::SeqCst);
+        self.publish_lease_clock(state.lease_clock);
         *self.state() = state;
         Ok(())
     }

@@ -17,14 +17,26 @@ pub enum LockEntry {
         /// The command.
         command: LockCommand,
     },
-    /// A new leader restarts every session's lease on its own clock before serving:
-    /// lease deadlines set by the previous leader are readings of another clock.
+    /// A leader restarts every session's lease on its own clock before serving:
+    /// lease deadlines set earlier are readings of another clock — another node's, or
+    /// this node's before it restarted (a restarted node may lead again in the same
+    /// term, its clock starting again from zero).
     RestartLeases {
-        /// The new leader's clock.
+        /// The leader's clock.
         at: Time,
-        /// Its term: commands wait until the leader's own restart is applied.
-        term: u64,
+        /// Which leader: its term and the incarnation of its process.
+        clock: LeaseClock,
     },
+}
+
+/// Whose clock the leases are counted on: a leader's term and the random incarnation
+/// id its process drew at start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseClock {
+    /// The Raft term.
+    pub term: u64,
+    /// The leader process's incarnation.
+    pub incarnation: u64,
 }
 
 /// What applying an entry returned.

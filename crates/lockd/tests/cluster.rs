@@ -23,6 +23,9 @@ struct TestCluster {
     nodes: Vec<Option<LockdNode>>,
     service: BlockingLockdClient,
     _dir: tempfile::TempDir,
+    /// One cluster at a time, also under plain `cargo test` (which runs a binary's
+    /// tests in parallel): two cores cannot host several without stretching timeouts.
+    _alone: std::sync::MutexGuard<'static, ()>,
 }
 
 /// Distinct free loopback ports (the listeners are held until all are chosen, so no
@@ -43,7 +46,7 @@ fn config_text(dir: &Path) -> String {
     let mut free_port = move || free.next().unwrap();
     let mut text = format!(
         "[cluster]\nname = \"lockd-test\"\nsites = [\"A\", \"B\", \"C\"]\n\n\
-         [timeouts]\nlock_lease_ms = 1500\nelection_timeout_ms = 400\nheartbeat_ms = 80\nrpc_ms = 500\n\n\
+         [timeouts]\nlock_lease_ms = 2000\nelection_timeout_ms = 700\nheartbeat_ms = 100\nrpc_ms = 500\n\n\
          [[replicas]]\nname = \"a\"\nid = 1\nsite = \"A\"\nkind = \"full\"\n\
          address = \"127.0.0.1:{}\"\ncoordinator_address = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\n",
         free_port(),
@@ -63,6 +66,8 @@ fn config_text(dir: &Path) -> String {
 
 impl TestCluster {
     fn start() -> Self {
+        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let dir = tempfile::tempdir().unwrap();
         let config = ClusterConfig::parse(&config_text(dir.path()), "test").unwrap();
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -76,6 +81,7 @@ impl TestCluster {
         };
         let service = BlockingLockdClient::new(client, runtime.handle().clone());
         let mut cluster = Self {
+            _alone: alone,
             runtime,
             config,
             nodes: vec![None, None, None],
@@ -177,6 +183,29 @@ fn the_service_survives_the_loss_of_its_leader() {
     ));
 }
 
+/// Writes a file as a careful user does: a write whose outcome is unknown
+/// (`Unavailable`: it may have been applied, say across an election) is resolved by
+/// reading the file back before it is tried again.
+fn write_file_resolving(s: &BlockingLockdClient, name: &str, expected: u64, contents: &[u8]) {
+    for _ in 0..20 {
+        match s.write_file(name, expected, contents) {
+            Ok(version) => {
+                assert_eq!(version, expected + 1);
+                return;
+            }
+            Err(LockError::Unavailable) => match s.read_file(name) {
+                Ok(Some(file)) if file.version == expected + 1 => {
+                    assert_eq!(file.contents, contents);
+                    return;
+                }
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            },
+            Err(e) => panic!("writing {name} at version {expected}: {e}"),
+        }
+    }
+    panic!("could not write {name} at version {expected}");
+}
+
 #[test]
 fn everything_acknowledged_survives_a_restart_of_every_node() {
     let mut cluster = TestCluster::start();
@@ -185,8 +214,7 @@ fn everything_acknowledged_survives_a_restart_of_every_node() {
     let (idle, _) = s.open_session("idle").unwrap();
     let sequencer = s.acquire(session, "coordinator/1").unwrap();
     for v in 0..20u64 {
-        s.write_file("catalog", v, format!("v{}", v + 1).as_bytes())
-            .unwrap();
+        write_file_resolving(s, "catalog", v, format!("v{}", v + 1).as_bytes());
     }
     for i in 0..3 {
         cluster.stop_node(i);
