@@ -12,12 +12,24 @@ missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# python3 with venv: the end-to-end test that drives the public API from Python.
+if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then missing+=(python3 python3-venv); fi
 if ((${#missing[@]})); then
     echo "==> installing ${missing[*]}"
     sudo_cmd=()
     if [ "$(id -u)" != 0 ]; then sudo_cmd=(sudo); fi
     "${sudo_cmd[@]}" apt-get update -qq
     "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# grpcio for that test, in a virtualenv of our own (pinned; PyPI wheels, about 10 s).
+export MEGASTORE_PYTHON="${MEGASTORE_PYTHON:-$HOME/.cache/megastore/venv/bin/python}"
+if ! "$MEGASTORE_PYTHON" -c 'import grpc, grpc_tools' 2>/dev/null; then
+    venv="$HOME/.cache/megastore/venv"
+    echo "==> installing grpcio and grpcio-tools into $venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check "grpcio==1.85.3" "grpcio-tools==1.85.1"
+    MEGASTORE_PYTHON="$venv/bin/python"
 fi
 
 # A target directory outside the clone: fresh clones on the same machine reuse the

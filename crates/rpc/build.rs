@@ -8,6 +8,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "megastore/coordinator/v1/coordinator.proto",
         "megastore/lock/v1/lock.proto",
         "megastore/lock/v1/raft.proto",
+        "megastore/client/v1/client.proto",
     ];
     for file in files {
         println!("cargo:rerun-if-changed={root}/{file}");

@@ -2,5 +2,6 @@
 
 mod cluster;
 mod processes;
+mod python_api;
 mod schema_check;
 mod tidy;

@@ -283,3 +283,21 @@ pub fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// The Python interpreter with grpcio for the public-API test: `MEGASTORE_PYTHON`
+/// (which `.ci/setup.sh` sets up), else `python3`. A missing module fails the test
+/// with instructions; it never skips.
+pub fn python_with_grpc() -> PathBuf {
+    let python = std::env::var_os("MEGASTORE_PYTHON")
+        .map_or_else(|| PathBuf::from("python3"), PathBuf::from);
+    let ok = Command::new(&python)
+        .args(["-c", "import grpc, grpc_tools"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "{} cannot import grpc and grpc_tools: run `source .ci/setup.sh` (it makes a virtualenv and sets MEGASTORE_PYTHON)",
+        python.display()
+    );
+    python
+}

@@ -15,6 +15,7 @@
 
 mod clock;
 mod coordinator;
+mod gateway;
 mod replica_server;
 mod settings;
 mod stamp;

@@ -33,9 +33,11 @@ use tonic::{Request, Response, Status};
 
 use crate::ProcessError;
 use crate::clock::Clock;
+use crate::gateway::Gateway;
 use crate::settings::sweep_config;
 use crate::stamp::check_or_stamp;
-use megastore_client::Peers;
+use megastore_client::{Client, Peers};
+use megastore_rpc::pb::client::megastore_server::MegastoreServer;
 
 /// The most events one batch takes (and so shares one WAL sync).
 const BATCH_MAX: usize = 256;
@@ -113,6 +115,13 @@ impl ReplicaProcess {
             .spawn(move || driver.run(&events))
             .map_err(|e| ProcessError::Config(format!("cannot start the replica thread: {e}")))?;
 
+        // The public API: a client library at this replica's site, on behalf of
+        // callers in any language.
+        let gateway = Client::connect(config, &me.site)
+            .await
+            .map_err(|e| ProcessError::Lock(format!("starting the public API: {e}")))?;
+        let gateway = MegastoreServer::new(Gateway::new(gateway));
+
         let (stop_serving, stopped) = oneshot::channel::<()>();
         let service = ReplicationServer::new(Service {
             events: events_tx.clone(),
@@ -121,6 +130,7 @@ impl ReplicaProcess {
         let served = tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
                 .add_service(service)
+                .add_service(gateway)
                 .serve_with_incoming_shutdown(
                     tokio_stream::wrappers::TcpListenerStream::new(listener),
                     async {

@@ -38,4 +38,8 @@ pub mod pb {
     pub mod lock {
         tonic::include_proto!("megastore.lock.v1");
     }
+    /// `megastore.client.v1`: the public API.
+    pub mod client {
+        tonic::include_proto!("megastore.client.v1");
+    }
 }

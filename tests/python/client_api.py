@@ -1,0 +1,133 @@
+"""Drives megastore's public gRPC API from Python, as any non-Rust client would.
+
+Usage: client_api.py REPO_ROOT REPLICA_ADDRESS
+Generates the stubs from proto/megastore/client/v1/client.proto with grpc_tools,
+runs transactions, reads in every mode, the versioned primitives and malformed
+requests against the replica, and prints one JSON object with what it saw.
+"""
+
+import json
+import os
+import sys
+import tempfile
+import time
+
+import grpc
+from grpc_tools import protoc
+
+
+def load_stubs(repo_root):
+    out = tempfile.mkdtemp(prefix="megastore-py-")
+    proto_root = os.path.join(repo_root, "proto")
+    status = protoc.main([
+        "protoc",
+        f"-I{proto_root}",
+        f"--python_out={out}",
+        f"--grpc_python_out={out}",
+        os.path.join(proto_root, "megastore/client/v1/client.proto"),
+    ])
+    if status != 0:
+        sys.exit(f"protoc failed with {status}")
+    sys.path.insert(0, out)
+    from megastore.client.v1 import client_pb2, client_pb2_grpc  # noqa: E402
+    return client_pb2, client_pb2_grpc
+
+
+def main():
+    repo_root, address = sys.argv[1], sys.argv[2]
+    pb, rpc = load_stubs(repo_root)
+    stub = rpc.MegastoreStub(grpc.insecure_channel(address))
+    eg = b"py-group-0001"
+    name_key = eg + b"\x01profile"
+    counter_key = eg + b"\x01counter"
+    seen = {}
+
+    # 1. A transaction, retried while the cluster finishes starting.
+    deadline = time.time() + 30
+    while True:
+        try:
+            txn = stub.Begin(pb.BeginRequest(eg=eg)).txn
+            before = stub.TxnRead(pb.TxnReadRequest(txn=txn, keys=[name_key])).rows
+            stub.Write(pb.WriteRequest(txn=txn, rows=[pb.RowWrite(
+                key=name_key, cells=[pb.CellWrite(column=b"name", set=b"Ada")])]))
+            committed = stub.Commit(pb.CommitRequest(txn=txn))
+            break
+        except grpc.RpcError as e:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
+    seen["read_before_write"] = len(before)
+    seen["commit"] = committed.WhichOneof("outcome")
+    seen["position"] = committed.committed.position
+
+    # 2. Reads in every mode (snapshot and inconsistent reads may lag a little).
+    for mode_name, mode in [("current", pb.READ_MODE_CURRENT),
+                            ("snapshot", pb.READ_MODE_SNAPSHOT),
+                            ("inconsistent", pb.READ_MODE_INCONSISTENT)]:
+        for _ in range(50):
+            read = stub.Read(pb.ReadRequest(eg=eg, mode=mode, query=pb.RowQuery(
+                keys=pb.RowQuery.Keys(keys=[name_key]))))
+            values = [c.value for r in read.rows for c in r.cells if c.column == b"name"]
+            if values == [b"Ada"]:
+                break
+            time.sleep(0.1)
+        seen[f"read_{mode_name}"] = [v.decode() for v in values]
+        seen[f"path_{mode_name}"] = read.path
+    scan = stub.Read(pb.ReadRequest(eg=eg, mode=pb.READ_MODE_CURRENT, query=pb.RowQuery(
+        range=pb.RowQuery.Range())))
+    seen["scan_keys"] = [r.key.hex() for r in scan.rows]
+
+    # 3. A conflict names the row both transactions read.
+    first = stub.Begin(pb.BeginRequest(eg=eg)).txn
+    second = stub.Begin(pb.BeginRequest(eg=eg)).txn
+    for txn in (first, second):
+        stub.TxnRead(pb.TxnReadRequest(txn=txn, keys=[counter_key]))
+        stub.Write(pb.WriteRequest(txn=txn, rows=[pb.RowWrite(
+            key=counter_key, cells=[pb.CellWrite(column=b"n", set=str(txn).encode())])]))
+    seen["first_commit"] = stub.Commit(pb.CommitRequest(txn=first)).WhichOneof("outcome")
+    lost = stub.Commit(pb.CommitRequest(txn=second))
+    seen["second_commit"] = lost.WhichOneof("outcome")
+    seen["conflict_keys"] = [k.hex() for k in lost.conflict.keys]
+
+    # 4. The versioned primitives.
+    key = b"jobs/1"
+    claim = pb.VersionedTxnRequest(eg=eg, asserts=[pb.Assert(key=key, absent=True)],
+                                   mutations=[pb.Mutation(key=key, put=b"python")])
+    first_claim = stub.VersionedTxn(claim)
+    seen["claim"] = first_claim.WhichOneof("outcome")
+    seen["claim_version"] = first_claim.applied.written[0].version
+    seen["claim_again"] = stub.VersionedTxn(claim).WhichOneof("outcome")
+    snap = stub.Snapshot(pb.SnapshotRequest(eg=eg, keys=[key, b"jobs/none"]))
+    seen["snapshot"] = [[e.key.decode(), e.version, e.value.decode() if e.HasField("value") else None]
+                        for e in snap.entries]
+    seen["keys"] = [k.decode() for k in stub.Keys(pb.KeysRequest(eg=eg, prefix=b"jobs/")).keys]
+
+    # 5. Malformed requests: clear errors, naming the field.
+    errors = {}
+    def expect_error(name, call):
+        try:
+            call()
+            errors[name] = "no error"
+        except grpc.RpcError as e:
+            errors[name] = [e.code().name, e.details()]
+    expect_error("no_mode", lambda: stub.Read(pb.ReadRequest(eg=eg, query=pb.RowQuery(
+        keys=pb.RowQuery.Keys(keys=[name_key])))))
+    expect_error("no_eg", lambda: stub.Begin(pb.BeginRequest()))
+    txn = stub.Begin(pb.BeginRequest(eg=eg)).txn
+    expect_error("foreign_key", lambda: stub.Write(pb.WriteRequest(txn=txn, rows=[pb.RowWrite(
+        key=b"another-group\x01x", cells=[pb.CellWrite(column=b"c", set=b"v")])])))
+    expect_error("reserved_key", lambda: stub.Write(pb.WriteRequest(txn=txn, rows=[pb.RowWrite(
+        key=eg + b"\xf8\xff", cells=[pb.CellWrite(column=b"c", set=b"v")])])))
+    stub.Abort(pb.AbortRequest(txn=txn))
+    expect_error("unknown_txn", lambda: stub.Commit(pb.CommitRequest(txn=txn)))
+    seen["errors"] = errors
+
+    # 6. Still serving, and the first write is still there.
+    read = stub.Read(pb.ReadRequest(eg=eg, mode=pb.READ_MODE_CURRENT, query=pb.RowQuery(
+        keys=pb.RowQuery.Keys(keys=[name_key]))))
+    seen["after_errors"] = [c.value.decode() for r in read.rows for c in r.cells if c.column == b"name"]
+    print(json.dumps(seen, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
