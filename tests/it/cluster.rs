@@ -556,3 +556,78 @@ fn cluster_up_starts_a_working_cluster_and_down_stops_it() {
     }
     assert!(dir.path().join("logs/replica-a.log").is_file());
 }
+
+#[test]
+fn a_frozen_site_stalls_writes_at_most_a_lease_and_never_serves_stale_reads() {
+    let _alone = megastore_e2e::one_cluster_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = LocalCluster::start(dir.path());
+    let config = ClusterConfig::load(&cluster.config_path).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let group = eg(11);
+    let counter = row(&group, "counter");
+    let (at_a, at_b) = runtime.block_on(async {
+        let at_a = connect(&config, "A").await;
+        let at_b = connect(&config, "B").await;
+        first_commit(&at_a, &group).await;
+        // B's coordinator vouches for b before the freeze.
+        current_read_until(&at_b, &group, &counter, |r| {
+            r.path == ReadPath::LocalVouched
+        })
+        .await;
+        (at_a, at_b)
+    });
+
+    // Freeze site B: its replica misses the next writes, and its coordinator can
+    // neither be invalidated nor renew its lease.
+    cluster.process("replica-b").signal("STOP");
+    cluster.process("coordinator-b").signal("STOP");
+    let lease = config.timeouts.lock_lease();
+    let stalled = runtime.block_on(async {
+        let started = Instant::now();
+        increment(&at_a, &group, "counter").await.unwrap();
+        let stalled = started.elapsed();
+        // Once b's coordinator lost its lock, later writes need not wait for it.
+        let started = Instant::now();
+        for _ in 0..3 {
+            increment(&at_a, &group, "counter").await.unwrap();
+        }
+        assert!(
+            started.elapsed() < lease,
+            "writes kept stalling: {:?}",
+            started.elapsed()
+        );
+        stalled
+    });
+    assert!(
+        stalled < lease * 2 + config.timeouts.rpc() * 2,
+        "the first write stalled {stalled:?}, more than a lease (plus the RPCs to find out)"
+    );
+
+    // Thaw it: b is behind and its coordinator's lease ran out, so a current read at
+    // B must not be served from b's stale state.
+    cluster.process("coordinator-b").signal("CONT");
+    cluster.process("replica-b").signal("CONT");
+    runtime.block_on(async {
+        let read = at_b
+            .read(
+                &group,
+                ReadMode::Current,
+                DataQuery::Rows(vec![counter.clone()]),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            counter_value(read.rows.into_iter().next()),
+            5,
+            "a stale current read at B: {:?}",
+            read.path
+        );
+        // And b comes back into service.
+        let read = current_read_until(&at_b, &group, &counter, |r| {
+            r.path == ReadPath::LocalVouched && r.replica == ReplicaId(2)
+        })
+        .await;
+        assert_eq!(counter_value(read.rows.into_iter().next()), 5);
+    });
+}

@@ -3,5 +3,6 @@
 mod cluster;
 mod processes;
 mod python_api;
+mod roles;
 mod schema_check;
 mod tidy;

@@ -144,6 +144,15 @@ impl Process {
         }
     }
 
+    /// Sends a signal by name (`STOP`, `CONT`, …).
+    pub fn signal(&self, name: &str) {
+        let sent = Command::new("kill")
+            .args([format!("-{name}"), self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(sent, "could not send SIG{name} to {}", self.name);
+    }
+
     /// Whether it is still running.
     pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
