@@ -1,13 +1,13 @@
 //! [`Client`]: one connection to a cluster, and the task that drives its state machine.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use megastore_config::ClusterConfig;
 use megastore_lock::{LockCommand, LockError, LockReply};
 use megastore_paxos::{
     ClientConfig, ClientCore, ClientInput, ClientOutput, CommitResult, DataQuery, Message, OpId,
-    OpResult, ProposerConfig, ReadError, ReadMode, ReadResult, RowWrite,
+    OpResult, ProposerConfig, ReadError, ReadMode, ReadResult, ReadSet, RowWrite,
 };
 use megastore_types::{ClientId, EgId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
 use tokio::sync::{mpsc, oneshot};
@@ -43,6 +43,9 @@ pub enum ClientError {
         /// Where it may be.
         position: Position,
     },
+    /// An entity, key or query does not fit the schema.
+    #[error("schema: {0}")]
+    Schema(String),
     /// Stored data is not what this library writes.
     #[error("corrupt data: {0}")]
     Corrupt(String),
@@ -72,7 +75,7 @@ enum Event {
         read_position: Position,
         leader: Option<ReplicaId>,
         writes: Vec<RowWrite>,
-        read_keys: BTreeSet<Vec<u8>>,
+        reads: ReadSet,
         done: oneshot::Sender<Committed>,
     },
     Answer {
@@ -203,15 +206,16 @@ impl Client {
     }
 
     /// Commits `writes` as one log entry after a current read at `read_position`
-    /// (whose entry named `leader` as the next position's leader). `read_keys` are the
-    /// rows the transaction read: a conflict names those written in between.
+    /// (whose entry named `leader` as the next position's leader). `reads` are the rows
+    /// and ranges the transaction read: a conflict names the rows written in between
+    /// that they cover.
     pub async fn commit(
         &self,
         eg: &EgId,
         read_position: Position,
         leader: Option<ReplicaId>,
         writes: Vec<RowWrite>,
-        read_keys: BTreeSet<Vec<u8>>,
+        reads: ReadSet,
     ) -> Result<Committed, ClientError> {
         let (done, result) = oneshot::channel();
         self.events
@@ -220,7 +224,7 @@ impl Client {
                 read_position,
                 leader,
                 writes,
-                read_keys,
+                reads,
                 done,
             })
             .map_err(|_| ClientError::Closed)?;
@@ -282,12 +286,12 @@ impl Driver {
                     read_position,
                     leader,
                     writes,
-                    read_keys,
+                    reads,
                     done,
                 }) => {
                     let (op, _txn, out) =
                         self.core
-                            .commit(now, eg, read_position, leader, writes, read_keys);
+                            .commit(now, eg, read_position, leader, writes, reads);
                     self.waiting.insert(op, Waiting::Commit(done));
                     out
                 }

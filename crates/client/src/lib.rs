@@ -19,12 +19,14 @@
 //!   or reports a conflict naming the keys written in between.
 
 mod client;
+mod entities;
 mod peers;
 mod settings;
 mod txn;
 mod versioned;
 
 pub use client::{Client, ClientError, Committed};
+pub use entities::entity_group;
 pub use peers::Peers;
 pub use settings::proposer_timeouts;
 pub use txn::{Attempt, Outcome, Transaction};

@@ -1,9 +1,9 @@
 //! Row-level transactions: reads from one position, writes committed at the next.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use megastore_paxos::{CellWrite, CommitResult, DataQuery, ReadMode, RowWrite};
-use megastore_rowstore::Row;
+use megastore_paxos::{CellWrite, CommitResult, DataQuery, ReadMode, ReadSet, RowWrite};
+use megastore_rowstore::{KeyRange, Row};
 use megastore_types::{EgId, Position, ReplicaId, TxnId};
 
 use crate::client::{Client, ClientError};
@@ -19,7 +19,7 @@ pub struct Transaction {
     client: Client,
     eg: EgId,
     position: Option<(Position, Option<ReplicaId>)>,
-    read_keys: BTreeSet<Vec<u8>>,
+    reads: ReadSet,
     writes: BTreeMap<Vec<u8>, Vec<CellWrite>>,
     moved: bool,
 }
@@ -30,7 +30,7 @@ impl Transaction {
             client,
             eg,
             position: None,
-            read_keys: BTreeSet::new(),
+            reads: ReadSet::default(),
             writes: BTreeMap::new(),
             moved: false,
         }
@@ -43,26 +43,57 @@ impl Transaction {
 
     /// Reads a row as of the transaction's position, with its own writes applied.
     pub async fn get(&mut self, row: &[u8]) -> Result<Option<Row>, ClientError> {
-        self.read_keys.insert(row.to_vec());
-        let read = self
-            .client
-            .read(
-                &self.eg,
-                ReadMode::Current,
-                DataQuery::Rows(vec![row.to_vec()]),
-            )
+        self.reads.rows.insert(row.to_vec());
+        let rows = self
+            .read_at_position(DataQuery::Rows(vec![row.to_vec()]))
             .await?;
+        let mut found = rows.into_iter().find(|r| r.key == row);
+        if let Some(cells) = self.writes.get(row) {
+            found = own_writes(row, found, cells);
+        }
+        Ok(found)
+    }
+
+    /// Reads the rows of a key range of the group as of the transaction's position,
+    /// with its own writes applied, in key order (at most `limit`). A later write to
+    /// any row of the range — also a new one — conflicts with this transaction.
+    pub async fn scan(
+        &mut self,
+        range: KeyRange,
+        limit: Option<usize>,
+    ) -> Result<Vec<Row>, ClientError> {
+        self.reads.ranges.push(range.clone());
+        // Own writes may remove rows from the answer: ask for enough to fill `limit`.
+        let asked = limit.map(|l| l + self.writes.len());
+        let query = DataQuery::Scan {
+            range: range.clone(),
+            limit: asked,
+        };
+        let rows = self.read_at_position(query).await?;
+        let mut merged: BTreeMap<Vec<u8>, Option<Row>> =
+            rows.into_iter().map(|r| (r.key.clone(), Some(r))).collect();
+        for (key, cells) in self.writes.iter().filter(|(k, _)| range.contains(k)) {
+            let before = merged.remove(key).flatten();
+            merged.insert(key.clone(), own_writes(key, before, cells));
+        }
+        let mut rows: Vec<Row> = merged.into_values().flatten().collect();
+        if let Some(limit) = limit {
+            rows.truncate(limit);
+        }
+        Ok(rows)
+    }
+
+    /// A current read, which must come from the transaction's position (the first
+    /// read fixes it; a read that finds a later one ends the attempt as a conflict).
+    async fn read_at_position(&mut self, query: DataQuery) -> Result<Vec<Row>, ClientError> {
+        let read = self.client.read(&self.eg, ReadMode::Current, query).await?;
         let position = read.position.unwrap_or(Position::NONE);
         match self.position {
             None => self.position = Some((position, read.next_leader)),
             Some((first, _)) if first != position => self.moved = true,
             Some(_) => {}
         }
-        let mut found = read.rows.into_iter().find(|r| r.key == row);
-        if let Some(cells) = self.writes.get(row) {
-            found = own_writes(row, found, cells);
-        }
-        Ok(found)
+        Ok(read.rows)
     }
 
     /// Sets a column of a row.
@@ -194,7 +225,7 @@ impl Transaction {
             }],
         });
         let committed = client
-            .commit(&eg, position, leader, writes, self.read_keys)
+            .commit(&eg, position, leader, writes, self.reads)
             .await?;
         let txn = committed.txn;
         Ok(match committed.result {

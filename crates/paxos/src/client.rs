@@ -2,7 +2,7 @@
 //! the simulator's clients) drive. It hosts reads and commits, routes replies to them
 //! by request id, and reports each operation's result.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use megastore_coordinator::CoordinatorReply;
 use megastore_types::{
@@ -11,7 +11,7 @@ use megastore_types::{
 
 use crate::entry::{LogEntry, RowWrite};
 use crate::messages::{DataQuery, Message};
-use crate::proposer::commit::{Commit, CommitResult};
+use crate::proposer::commit::{Commit, CommitResult, ReadSet};
 use crate::proposer::read::{CurrentRead, PointRead, ReadError, ReadMode, ReadResult};
 use crate::proposer::{Ctx, ProposerConfig, Wiring};
 
@@ -193,7 +193,8 @@ impl ClientCore {
 
     /// Commits a transaction that read the group at `read_position` (whose visible
     /// entry named `leader` as the next position's leader): `writes` become one log
-    /// entry at `read_position + 1`. `read_keys` are the rows it read, for conflicts.
+    /// entry at `read_position + 1`. `reads` are the rows (and ranges) it read, for
+    /// conflicts.
     pub fn commit(
         &mut self,
         now: Time,
@@ -201,7 +202,7 @@ impl ClientCore {
         read_position: Position,
         leader: Option<ReplicaId>,
         writes: Vec<RowWrite>,
-        read_keys: BTreeSet<Vec<u8>>,
+        reads: impl Into<ReadSet>,
     ) -> (OpId, TxnId, Vec<Output>) {
         let op = self.new_op();
         let txn = TxnId {
@@ -217,7 +218,14 @@ impl ClientCore {
         };
         let mut sends = Vec::new();
         let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, &mut sends);
-        let commit = Commit::start(&mut ctx, eg, read_position.next(), leader, entry, read_keys);
+        let commit = Commit::start(
+            &mut ctx,
+            eg,
+            read_position.next(),
+            leader,
+            entry,
+            reads.into(),
+        );
         self.ops.insert(op, Op::Commit(Box::new(commit)));
         (op, txn, self.finish_step(now, sends))
     }

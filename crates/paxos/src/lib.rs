@@ -35,7 +35,7 @@ pub use client::{
 };
 pub use entry::{CellWrite, LogEntry, RowWrite, data_range, group_range, root_row};
 pub use messages::{DataQuery, LogState, Message, ReadAt, ReplicaReply, ReplicaRequest};
-pub use proposer::commit::CommitResult;
+pub use proposer::commit::{CommitResult, ReadSet};
 pub use proposer::read::{ReadError, ReadMode, ReadPath, ReadResult};
 pub use proposer::{ProposerConfig, Timeouts};
 pub use replica::{

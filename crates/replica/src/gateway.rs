@@ -71,6 +71,7 @@ fn status(e: ClientError) -> Status {
         ClientError::Closed => Status::unavailable("replica stopping"),
         ClientError::Unknown { .. } => Status::unknown(e.to_string()),
         ClientError::TooManyConflicts { .. } => Status::aborted(e.to_string()),
+        ClientError::Schema(_) => Status::invalid_argument(e.to_string()),
         ClientError::Config(_) | ClientError::Lock(_) | ClientError::Corrupt(_) => {
             Status::internal(e.to_string())
         }

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 
 use megastore_coordinator::CoordinatorReply;
 use megastore_lock::{LockError, LockReply};
+use megastore_rowstore::KeyRange;
 use megastore_types::{EgId, Position, ReplicaId, Time, TxnId};
 
 use super::Ctx;
@@ -20,6 +21,33 @@ use crate::messages::ReplicaReply;
 /// Rebases before a commit reports a conflict (with no conflicting keys: a retry is
 /// safe).
 const REBASES_MAX: u32 = 4;
+
+/// What a transaction read, for conflicts: rows by key, and key ranges it scanned (a
+/// write anywhere in a scanned range conflicts, also to a row that did not exist when
+/// it was scanned: no phantoms).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadSet {
+    /// Rows read by key.
+    pub rows: BTreeSet<Vec<u8>>,
+    /// Ranges scanned.
+    pub ranges: Vec<KeyRange>,
+}
+
+impl ReadSet {
+    /// Whether a write of `row` changes something this transaction read.
+    pub fn covers(&self, row: &[u8]) -> bool {
+        self.rows.contains(row) || self.ranges.iter().any(|r| r.contains(row))
+    }
+}
+
+impl From<BTreeSet<Vec<u8>>> for ReadSet {
+    fn from(rows: BTreeSet<Vec<u8>>) -> Self {
+        Self {
+            rows,
+            ranges: Vec::new(),
+        }
+    }
+}
 
 /// How a commit ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +79,7 @@ pub(crate) struct Commit {
     eg: EgId,
     txn: TxnId,
     entry: LogEntry,
-    read_keys: BTreeSet<Vec<u8>>,
+    reads: ReadSet,
     settle: Settle,
     rebases: u32,
     sent_proposal: bool,
@@ -70,7 +98,7 @@ impl Commit {
         position: Position,
         leader: Option<ReplicaId>,
         entry: LogEntry,
-        read_keys: BTreeSet<Vec<u8>>,
+        reads: ReadSet,
     ) -> Self {
         let txn = entry.txn.expect("a commit carries a transaction");
         let settle = Settle::start(ctx, eg.clone(), position, Some(entry.clone()), leader);
@@ -78,7 +106,7 @@ impl Commit {
             eg,
             txn,
             entry,
-            read_keys,
+            reads,
             settle,
             rebases: 0,
             sent_proposal: false,
@@ -145,7 +173,7 @@ impl Commit {
                 }
                 let keys: BTreeSet<Vec<u8>> = entry
                     .written_rows()
-                    .filter(|r| self.read_keys.contains(*r))
+                    .filter(|r| self.reads.covers(r))
                     .map(<[u8]>::to_vec)
                     .collect();
                 if keys.is_empty() && self.rebases < REBASES_MAX {
@@ -211,5 +239,26 @@ impl Commit {
     pub(crate) fn on_tick<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
         self.settle.on_tick(ctx);
         self.advance(ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_set_covers_its_rows_and_every_row_of_its_ranges() {
+        let reads = ReadSet {
+            rows: [b"g\x01a".to_vec()].into(),
+            ranges: vec![KeyRange::prefix(b"g\x02".to_vec())],
+        };
+        assert!(reads.covers(b"g\x01a"));
+        assert!(!reads.covers(b"g\x01b"));
+        assert!(
+            reads.covers(b"g\x02new-row"),
+            "a row inserted into a scanned range"
+        );
+        assert!(!reads.covers(b"g\x03"));
+        assert!(!ReadSet::default().covers(b"g\x01a"));
     }
 }

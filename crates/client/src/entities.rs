@@ -1,0 +1,168 @@
+//! Typed access to the entities of a schema inside a transaction: get, put and delete
+//! by primary key, scans of a table or a local index within the group. The schema
+//! crate decides where an entity and its index entries live (DESIGN.md §3); this
+//! module only reads and stages those rows in the transaction.
+//!
+//! Global indexes are not maintained yet: their entries live outside every entity
+//! group and would need a write of their own after the commit (paper §3.3.2).
+
+use megastore_paxos::{CellWrite, RowWrite};
+use megastore_schema::{Catalog, Entity, EntityError, IndexEntry, IndexKind, Value};
+use megastore_types::EgId;
+
+use crate::client::ClientError;
+use crate::txn::Transaction;
+
+fn schema(e: EntityError) -> ClientError {
+    ClientError::Schema(e.to_string())
+}
+
+/// The entity group that holds the entities of `table` under root key `root_key`.
+pub fn entity_group(
+    catalog: &Catalog,
+    table: &str,
+    root_key: &[Value],
+) -> Result<EgId, ClientError> {
+    let table = catalog.require_table(table).map_err(schema)?;
+    catalog
+        .group_prefix(table, root_key)
+        .map(EgId)
+        .map_err(schema)
+}
+
+impl Transaction {
+    fn check_group(
+        &self,
+        catalog: &Catalog,
+        table: &str,
+        key: &[Value],
+    ) -> Result<(), ClientError> {
+        let t = catalog.require_table(table).map_err(schema)?;
+        let group_key = key.get(..catalog.group_key_len(t)).ok_or_else(|| {
+            ClientError::Schema(format!(
+                "{table}: a primary key needs at least the group key"
+            ))
+        })?;
+        let eg = entity_group(catalog, table, group_key)?;
+        if &eg != self.eg() {
+            return Err(ClientError::Schema(format!(
+                "{table} {key:?} lives in group {eg}, not in this transaction's group {}",
+                self.eg()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The entity of `table` with primary key `key`, as of the transaction.
+    pub async fn get_entity(
+        &mut self,
+        catalog: &Catalog,
+        table: &str,
+        key: &[Value],
+    ) -> Result<Option<Entity>, ClientError> {
+        self.check_group(catalog, table, key)?;
+        let t = catalog.require_table(table).map_err(schema)?;
+        let row_key = catalog.entity_row_key(t, key).map_err(schema)?;
+        match self.get(&row_key).await? {
+            Some(row) => catalog.entity_from_row(&row).map_err(schema),
+            None => Ok(None),
+        }
+    }
+
+    /// Writes `entity` (creating or replacing it) with its local and inline index
+    /// entries.
+    pub async fn put_entity(
+        &mut self,
+        catalog: &Catalog,
+        entity: &Entity,
+    ) -> Result<(), ClientError> {
+        catalog.validate_entity(entity).map_err(schema)?;
+        let key = catalog.primary_key_of(entity).map_err(schema)?;
+        let old = self.get_entity(catalog, &entity.table, &key).await?;
+        let mutations = catalog
+            .put_mutations(old.as_ref(), entity, 0)
+            .map_err(schema)?;
+        for m in &mutations.group {
+            self.stage(RowWrite::from_mutation(m));
+        }
+        Ok(())
+    }
+
+    /// Deletes the entity of `table` with primary key `key` (its columns and index
+    /// entries); whether there was one.
+    pub async fn delete_entity(
+        &mut self,
+        catalog: &Catalog,
+        table: &str,
+        key: &[Value],
+    ) -> Result<bool, ClientError> {
+        let Some(old) = self.get_entity(catalog, table, key).await? else {
+            return Ok(false);
+        };
+        let mutations = catalog.delete_mutations(&old, 0).map_err(schema)?;
+        for m in &mutations.group {
+            self.stage(RowWrite::from_mutation(m));
+        }
+        Ok(true)
+    }
+
+    /// The entities of `table` in this group, in primary key order (at most `limit`).
+    pub async fn scan_table(
+        &mut self,
+        catalog: &Catalog,
+        table: &str,
+        root_key: &[Value],
+        limit: Option<usize>,
+    ) -> Result<Vec<Entity>, ClientError> {
+        self.check_group(catalog, table, root_key)?;
+        let t = catalog.require_table(table).map_err(schema)?;
+        let range = catalog.table_range(t, root_key).map_err(schema)?;
+        let rows = self.scan(range, limit).await?;
+        let mut entities = Vec::new();
+        for row in &rows {
+            if let Some(entity) = catalog.entity_from_row(row).map_err(schema)? {
+                entities.push(entity);
+            }
+        }
+        Ok(entities)
+    }
+
+    /// The entries of a local (or inline) index whose leading values are `leading`
+    /// (at least the group key), in index order (at most `limit`).
+    pub async fn scan_index(
+        &mut self,
+        catalog: &Catalog,
+        index: &str,
+        leading: &[Value],
+        limit: Option<usize>,
+    ) -> Result<Vec<IndexEntry>, ClientError> {
+        let i = catalog.require_index(index).map_err(schema)?;
+        if i.kind == IndexKind::Global {
+            return Err(ClientError::Schema(format!(
+                "{index} is a global index: it is outside every entity group and not maintained yet"
+            )));
+        }
+        let table = catalog
+            .table_by_id(i.table)
+            .ok_or_else(|| ClientError::Schema(format!("{index}: its table is missing")))?;
+        self.check_group(catalog, &table.name, leading)?;
+        let range = catalog.index_range(i, leading).map_err(schema)?;
+        let rows = self.scan(range, limit).await?;
+        let mut entries = Vec::new();
+        for row in &rows {
+            if let Some(entry) = catalog.index_entry_from_row(row).map_err(schema)? {
+                entries.push(entry);
+            }
+        }
+        Ok(entries)
+    }
+
+    fn stage(&mut self, write: RowWrite) {
+        for cell in write.cells {
+            match cell {
+                CellWrite::Set { column, value } => self.set(&write.row, &column, &value),
+                CellWrite::Delete { column } => self.delete(&write.row, &column),
+            }
+        }
+    }
+}
