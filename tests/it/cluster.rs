@@ -631,3 +631,58 @@ fn a_frozen_site_stalls_writes_at_most_a_lease_and_never_serves_stale_reads() {
         assert_eq!(counter_value(read.rows.into_iter().next()), 5);
     });
 }
+
+#[test]
+fn a_wiped_replica_rejoins_and_catches_up_without_losing_writes() {
+    let _alone = megastore_e2e::one_cluster_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = LocalCluster::start(dir.path());
+    let config = ClusterConfig::load(&cluster.config_path).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let group = eg(21);
+    let counter = row(&group, "counter");
+    let (at_a, at_b) = runtime.block_on(async {
+        let at_a = connect(&config, "A").await;
+        let at_b = connect(&config, "B").await;
+        first_commit(&at_a, &group).await;
+        for _ in 0..4 {
+            increment(&at_b, &group, "counter").await.unwrap();
+        }
+        (at_a, at_b)
+    });
+
+    // Replica b loses its disk: killed, its directory removed, started again.
+    cluster.process("replica-b").kill();
+    let data = config.replica("b").unwrap().data_dir.clone();
+    std::fs::remove_dir_all(&data).unwrap();
+    cluster.start_process("replica-b");
+    runtime.block_on(async {
+        // Writes go on (a and the witness are a majority while b rejoins).
+        for _ in 0..3 {
+            increment(&at_a, &group, "counter").await.unwrap();
+        }
+        // b comes back into service with everything: its coordinator vouches for it
+        // again once it caught up.
+        let read = current_read_until(&at_b, &group, &counter, |r| {
+            r.path == ReadPath::LocalVouched && r.replica == ReplicaId(2)
+        })
+        .await;
+        assert_eq!(counter_value(read.rows.into_iter().next()), 8);
+    });
+    let log = cluster.process("replica-b").log();
+    assert!(
+        log.contains("rejoining"),
+        "the wiped replica did not rejoin:\n{log}"
+    );
+    let stamp = std::fs::read_to_string(data.join("MEGASTORE_STAMP")).unwrap();
+    assert!(stamp.contains("\"rejoining\": true"), "{stamp}");
+
+    // With the witness stopped, writes need b's vote: it votes again, once cleared.
+    cluster.process("replica-c").signal("STOP");
+    runtime.block_on(async {
+        let started = Instant::now();
+        increment(&at_a, &group, "counter").await.unwrap();
+        assert!(started.elapsed() < Duration::from_secs(10));
+    });
+    cluster.process("replica-c").signal("CONT");
+}
