@@ -16,6 +16,48 @@ fn python_grpc_client_runs_transactions_reads_and_versioned_txns() {
     let mut cluster = LocalCluster::start(dir.path());
     let config = ClusterConfig::load(&cluster.config_path).unwrap();
     let address = config.replica("a").unwrap().address.clone();
+    // The photo schema, for the typed half of the API; an incompatible change is refused.
+    let config_arg = cluster.config_path.to_str().unwrap().to_string();
+    let apply = |file: &std::path::Path| {
+        megastore_e2e::run_megastore(
+            &[
+                "schema",
+                "apply",
+                file.to_str().unwrap(),
+                "--config",
+                &config_arg,
+            ],
+            dir.path(),
+            Duration::from_secs(60),
+        )
+    };
+    let photos = repo_root().join("schema/photos.msdl");
+    let applied = apply(&photos);
+    assert!(
+        applied.status.success() && applied.stdout.contains("catalog version 1"),
+        "{applied:?}"
+    );
+    let changed = dir.path().join("photos-changed.msdl");
+    let text = std::fs::read_to_string(&photos).unwrap();
+    std::fs::write(
+        &changed,
+        text.replace("required int64 time;", "required string time;"),
+    )
+    .unwrap();
+    let refused = apply(&changed);
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(
+        refused
+            .stderr
+            .contains("Photo.time: its type or cardinality changed"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        apply(&photos).stdout.contains("catalog version 2"),
+        "re-applying the same schema is fine"
+    );
+
     let script = repo_root().join("tests/python/client_api.py");
     let mut child = Command::new(python)
         .arg(&script)
@@ -73,6 +115,26 @@ fn python_grpc_client_runs_transactions_reads_and_versioned_txns() {
         );
     }
     assert_eq!(seen["after_errors"], serde_json::json!(["Ada"]));
+    assert_eq!(seen["typed_commit"], "committed");
+    assert_eq!(seen["typed_photos"], serde_json::json!([1, 2]));
+    assert_eq!(
+        seen["typed_by_time"],
+        serde_json::json!([2, 1]),
+        "PhotosByTime orders by time"
+    );
+    assert_eq!(seen["typed_user"], "grace");
+    assert_eq!(seen["typed_missing"], false);
+    for case in [
+        "typed_missing_required",
+        "typed_unknown_table",
+        "typed_other_group",
+    ] {
+        assert_eq!(errors[case][0], "INVALID_ARGUMENT", "{case}: {errors}");
+        assert!(
+            errors[case][1].as_str().unwrap().starts_with("schema:"),
+            "{case}: {errors}"
+        );
+    }
     for name in ["replica-a", "replica-b", "replica-c", "replica-d"] {
         let process = cluster.process(name);
         assert!(process.running(), "{name} died:\n{}", process.log());

@@ -122,7 +122,48 @@ def main():
     expect_error("unknown_txn", lambda: stub.Commit(pb.CommitRequest(txn=txn)))
     seen["errors"] = errors
 
-    # 6. Still serving, and the first write is still there.
+    # 6. Typed entities of the applied schema (schema/photos.msdl).
+    def v64(n):
+        return pb.Value(int64=n)
+    def field(value):
+        return pb.FieldValue(single=value)
+    root = pb.GroupRoot(table="User", key=[v64(5)])
+    deadline = time.time() + 30
+    while True:
+        try:
+            txn = stub.Begin(pb.BeginRequest(root=root)).txn
+            stub.PutEntity(pb.PutEntityRequest(txn=txn, entity=pb.Entity(table="User", fields={
+                "user_id": field(v64(5)), "name": field(pb.Value(string="grace"))})))
+            for photo_id, when in [(1, 300), (2, 100)]:
+                stub.PutEntity(pb.PutEntityRequest(txn=txn, entity=pb.Entity(table="Photo", fields={
+                    "user_id": field(v64(5)), "photo_id": field(pb.Value(int32=photo_id)),
+                    "time": field(v64(when)), "full_url": field(pb.Value(string=f"u/{photo_id}")),
+                    "tag": pb.FieldValue(repeated=pb.Values(values=[pb.Value(string="sea")]))})))
+            typed_commit = stub.Commit(pb.CommitRequest(txn=txn)).WhichOneof("outcome")
+            break
+        except grpc.RpcError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
+    seen["typed_commit"] = typed_commit
+    txn = stub.Begin(pb.BeginRequest(root=root)).txn
+    photos = stub.ScanTable(pb.ScanTableRequest(txn=txn, table="Photo", root_key=[v64(5)])).entities
+    seen["typed_photos"] = [p.fields["photo_id"].single.int32 for p in photos]
+    by_time = stub.ScanIndex(pb.ScanIndexRequest(txn=txn, index="PhotosByTime", leading=[v64(5)])).entries
+    seen["typed_by_time"] = [e.primary_key[1].int32 for e in by_time]
+    user = stub.GetEntity(pb.GetEntityRequest(txn=txn, table="User", key=[v64(5)]))
+    seen["typed_user"] = user.entity.fields["name"].single.string if user.HasField("entity") else None
+    missing = stub.GetEntity(pb.GetEntityRequest(txn=txn, table="Photo", key=[v64(5), pb.Value(int32=99)]))
+    seen["typed_missing"] = missing.HasField("entity")
+    expect_error("typed_other_group", lambda: stub.GetEntity(pb.GetEntityRequest(
+        txn=txn, table="User", key=[v64(6)])))
+    expect_error("typed_missing_required", lambda: stub.PutEntity(pb.PutEntityRequest(
+        txn=txn, entity=pb.Entity(table="Photo", fields={"user_id": field(v64(5))}))))
+    expect_error("typed_unknown_table", lambda: stub.GetEntity(pb.GetEntityRequest(
+        txn=txn, table="Nope", key=[v64(5)])))
+    stub.Abort(pb.AbortRequest(txn=txn))
+
+    # 7. Still serving, and the first write is still there.
     read = stub.Read(pb.ReadRequest(eg=eg, mode=pb.READ_MODE_CURRENT, query=pb.RowQuery(
         keys=pb.RowQuery.Keys(keys=[name_key]))))
     seen["after_errors"] = [c.value.decode() for r in read.rows for c in r.cells if c.column == b"name"]

@@ -21,6 +21,7 @@
 mod client;
 mod entities;
 mod peers;
+pub mod schema_store;
 mod settings;
 mod txn;
 mod versioned;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use megastore_client::{
     Assert, Attempt, Client, ClientError, Entry, Mutation, Outcome, Transaction, TxnResult,
+    entity_group,
 };
 use megastore_paxos::{DataQuery, ReadMode, ReadPath};
 use megastore_rowstore::{KeyRange, Row};
@@ -17,6 +18,10 @@ use megastore_rpc::pb::client::megastore_server::Megastore;
 use megastore_types::EgId;
 use tokio::sync::Mutex;
 use tonic::{Request, Response, Status};
+
+use crate::gateway_typed::{
+    Catalogs, entity_from_wire, entity_to_wire, index_entry_to_wire, values_from_wire,
+};
 
 /// Transactions unused this long are dropped.
 const SESSION_IDLE_MAX: Duration = Duration::from_secs(60);
@@ -37,13 +42,22 @@ struct Session {
 pub(crate) struct Gateway {
     client: Client,
     sessions: std::sync::Mutex<HashMap<u64, Session>>,
+    catalogs: Catalogs,
+}
+
+/// The open transaction behind a locked session (a commit in progress took it).
+fn open(guard: &mut Option<Transaction>) -> Result<&mut Transaction, Status> {
+    guard
+        .as_mut()
+        .ok_or_else(|| Status::failed_precondition("txn: already committing"))
 }
 
 impl Gateway {
-    pub(crate) fn new(client: Client) -> Self {
+    pub(crate) fn new(client: Client, lockd: megastore_lockd::LockdClient) -> Self {
         Self {
             client,
             sessions: std::sync::Mutex::new(HashMap::new()),
+            catalogs: Catalogs::new(lockd),
         }
     }
 
@@ -216,7 +230,22 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::BeginRequest>,
     ) -> Result<Response<pb::BeginResponse>, Status> {
-        let eg = group(request.into_inner().eg)?;
+        let request = request.into_inner();
+        let eg = match (request.eg.is_empty(), request.root) {
+            (false, None) => group(request.eg)?,
+            (true, Some(root)) => {
+                let key = values_from_wire("root.key", root.key)?;
+                let catalog = self.catalogs.current().await?;
+                entity_group(&catalog, &root.table, &key).map_err(|e| invalid("root", e))?
+            }
+            (false, Some(_)) => return Err(invalid("eg", "give eg or root, not both")),
+            (true, None) => {
+                return Err(invalid(
+                    "eg",
+                    "name an entity group: its key prefix (eg) or its root entity (root)",
+                ));
+            }
+        };
         let mut sessions = self.sessions();
         sessions.retain(|_, s| s.last_used.elapsed() < SESSION_IDLE_MAX);
         if sessions.len() >= SESSIONS_MAX {
@@ -430,5 +459,92 @@ impl Megastore for Gateway {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::KeysResponse { keys }))
+    }
+    async fn get_entity(
+        &self,
+        request: Request<pb::GetEntityRequest>,
+    ) -> Result<Response<pb::GetEntityResponse>, Status> {
+        let request = request.into_inner();
+        let key = values_from_wire("key", request.key)?;
+        let catalog = self.catalogs.current().await?;
+        let session = self.session(request.txn)?;
+        let mut guard = session.lock().await;
+        let entity = open(&mut guard)?
+            .get_entity(&catalog, &request.table, &key)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::GetEntityResponse {
+            entity: entity.map(entity_to_wire),
+        }))
+    }
+
+    async fn put_entity(
+        &self,
+        request: Request<pb::PutEntityRequest>,
+    ) -> Result<Response<pb::PutEntityResponse>, Status> {
+        let request = request.into_inner();
+        let entity = entity_from_wire("entity", request.entity)?;
+        let catalog = self.catalogs.current().await?;
+        let session = self.session(request.txn)?;
+        let mut guard = session.lock().await;
+        open(&mut guard)?
+            .put_entity(&catalog, &entity)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::PutEntityResponse {}))
+    }
+
+    async fn delete_entity(
+        &self,
+        request: Request<pb::DeleteEntityRequest>,
+    ) -> Result<Response<pb::DeleteEntityResponse>, Status> {
+        let request = request.into_inner();
+        let key = values_from_wire("key", request.key)?;
+        let catalog = self.catalogs.current().await?;
+        let session = self.session(request.txn)?;
+        let mut guard = session.lock().await;
+        let existed = open(&mut guard)?
+            .delete_entity(&catalog, &request.table, &key)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::DeleteEntityResponse { existed }))
+    }
+
+    async fn scan_table(
+        &self,
+        request: Request<pb::ScanTableRequest>,
+    ) -> Result<Response<pb::ScanTableResponse>, Status> {
+        let request = request.into_inner();
+        let root_key = values_from_wire("root_key", request.root_key)?;
+        let limit = (request.limit > 0).then_some(request.limit as usize);
+        let catalog = self.catalogs.current().await?;
+        let session = self.session(request.txn)?;
+        let mut guard = session.lock().await;
+        let entities = open(&mut guard)?
+            .scan_table(&catalog, &request.table, &root_key, limit)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ScanTableResponse {
+            entities: entities.into_iter().map(entity_to_wire).collect(),
+        }))
+    }
+
+    async fn scan_index(
+        &self,
+        request: Request<pb::ScanIndexRequest>,
+    ) -> Result<Response<pb::ScanIndexResponse>, Status> {
+        let request = request.into_inner();
+        let leading = values_from_wire("leading", request.leading)?;
+        let limit = (request.limit > 0).then_some(request.limit as usize);
+        let catalog = self.catalogs.current().await?;
+        let session = self.session(request.txn)?;
+        let mut guard = session.lock().await;
+        let entries = open(&mut guard)?
+            .scan_index(&catalog, &request.index, &leading, limit)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ScanIndexResponse {
+            entries: entries.into_iter().map(index_entry_to_wire).collect(),
+        }))
     }
 }

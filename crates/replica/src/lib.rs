@@ -16,6 +16,7 @@
 mod clock;
 mod coordinator;
 mod gateway;
+mod gateway_typed;
 mod replica_server;
 mod settings;
 mod stamp;

@@ -120,7 +120,8 @@ impl ReplicaProcess {
         let gateway = Client::connect(config, &me.site)
             .await
             .map_err(|e| ProcessError::Lock(format!("starting the public API: {e}")))?;
-        let gateway = MegastoreServer::new(Gateway::new(gateway));
+        let lockd = megastore_lockd::LockdClient::new(config).map_err(ProcessError::Config)?;
+        let gateway = MegastoreServer::new(Gateway::new(gateway, lockd));
 
         let (stop_serving, stopped) = oneshot::channel::<()>();
         let service = ReplicationServer::new(Service {

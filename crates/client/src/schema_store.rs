@@ -1,0 +1,121 @@
+//! The cluster's schema catalog, kept in lockd's small file `schema/catalog` (JSON):
+//! applying a new version of a schema file, and reading the current one.
+//!
+//! A new version keeps every table's and index's id (the schema compiler matches them
+//! by name), so rows written before stay readable. A change that would make them
+//! unreadable is refused, naming the table and property: a different primary key, a
+//! root becoming a child or the other way, or a property changing its type or
+//! cardinality.
+
+use megastore_lock::{LockCommand, LockError, LockReply};
+use megastore_lockd::LockdClient;
+use megastore_schema::{Catalog, Label, TableKind, compile};
+
+use crate::client::ClientError;
+
+/// The lockd file holding the catalog.
+pub const CATALOG_FILE: &str = "schema/catalog";
+
+/// The current catalog and its file version (`None`: no schema applied yet).
+pub async fn load_catalog(lockd: &LockdClient) -> Result<Option<(Catalog, u64)>, ClientError> {
+    let reply = lockd
+        .execute(LockCommand::ReadFile {
+            name: CATALOG_FILE.into(),
+        })
+        .await
+        .map_err(|e| ClientError::Lock(e.to_string()))?;
+    let LockReply::File(file) = reply else {
+        return Err(ClientError::Lock(format!("unexpected reply {reply:?}")));
+    };
+    let Some(file) = file else {
+        return Ok(None);
+    };
+    let text = String::from_utf8(file.contents)
+        .map_err(|_| ClientError::Corrupt(format!("{CATALOG_FILE} is not UTF-8")))?;
+    let catalog = Catalog::from_json(&text)
+        .map_err(|e| ClientError::Corrupt(format!("{CATALOG_FILE}: {e}")))?;
+    Ok(Some((catalog, file.version)))
+}
+
+/// Compiles `text` (from `file`) as the next version of the cluster's schema and
+/// stores it; returns the new catalog and its version.
+pub async fn apply_schema(
+    lockd: &LockdClient,
+    file: &str,
+    text: &str,
+) -> Result<(Catalog, u64), ClientError> {
+    let current = load_catalog(lockd).await?;
+    let previous = current.as_ref().map(|(c, _)| c);
+    let catalog = compile(file, text, previous).map_err(|e| ClientError::Schema(e.to_string()))?;
+    if let Some(previous) = previous {
+        check_compatible(previous, &catalog)?;
+    }
+    let expected = current.as_ref().map_or(0, |(_, v)| *v);
+    let write = LockCommand::WriteFile {
+        name: CATALOG_FILE.into(),
+        expected,
+        contents: catalog.to_json().into_bytes(),
+    };
+    match lockd.execute(write).await {
+        Ok(LockReply::Written { version }) => Ok((catalog, version)),
+        Ok(other) => Err(ClientError::Lock(format!("unexpected reply {other:?}"))),
+        Err(LockError::VersionMismatch { .. }) => Err(ClientError::Schema(
+            "the schema changed while this one was compiled; apply again".into(),
+        )),
+        Err(e) => Err(ClientError::Lock(e.to_string())),
+    }
+}
+
+fn check_compatible(old: &Catalog, new: &Catalog) -> Result<(), ClientError> {
+    let refuse = |m: String| Err(ClientError::Schema(format!("incompatible change: {m}")));
+    if old.name != new.name {
+        return refuse(format!("the schema is {:?}, not {:?}", old.name, new.name));
+    }
+    for before in &old.tables {
+        let Some(after) = new.table(&before.name) else {
+            continue;
+        };
+        let key = |t: &megastore_schema::Table| {
+            t.primary_key
+                .iter()
+                .map(|k| {
+                    (
+                        t.column_by_id(k.column).name.clone(),
+                        t.column_by_id(k.column).ty,
+                        k.direction,
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        if key(before) != key(after) {
+            return refuse(format!("table {}: its primary key changed", before.name));
+        }
+        let group = |t: &megastore_schema::Table, c: &Catalog| match t.kind {
+            TableKind::Root { scatter } => format!("root (scatter: {scatter})"),
+            TableKind::Child { root, .. } => format!(
+                "child of {}",
+                c.table_by_id(root).map_or("?", |r| r.name.as_str())
+            ),
+        };
+        if group(before, old) != group(after, new) {
+            return refuse(format!(
+                "table {}: it was a {}, now a {}",
+                before.name,
+                group(before, old),
+                group(after, new)
+            ));
+        }
+        for column in &before.columns {
+            if let Some(now) = after.column(&column.name) {
+                let repeated = |l: Label| l == Label::Repeated;
+                if now.ty != column.ty || repeated(now.label) != repeated(column.label) {
+                    return refuse(format!(
+                        "{}.{}: its type or cardinality changed",
+                        before.name, column.name
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
