@@ -116,6 +116,21 @@ fn photo_schema_entities_indexes_and_scans_without_phantoms() {
         let times: Vec<Value> = by_time.iter().map(|e| e.values[1].clone()).collect();
         assert_eq!(times, vec![Value::Int64(50), Value::Int64(100)]);
 
+        // Outside transactions: a snapshot read of a photo at the read-only replica.
+        let at_d = connect(&config, "D").await;
+        let started = Instant::now();
+        loop {
+            let read = at_d
+                .read_entity(&catalog, megastore_paxos::ReadMode::Snapshot, "Photo", &[7i64.into(), 1i32.into()])
+                .await
+                .unwrap();
+            if read.as_ref().and_then(|p| p.value("time")) == Some(&Value::Int64(50)) {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(10), "never saw the moved photo: {read:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
         // No phantoms: a transaction that counted the photos conflicts with one that
         // added a photo meanwhile, naming the new row.
         let mut counting = at_a.begin(&eg);

@@ -92,6 +92,8 @@ fn python_grpc_client_runs_transactions_reads_and_versioned_txns() {
     assert_eq!(seen["second_commit"], "conflict");
     let counter_key = hex(b"py-group-0001\x01counter");
     assert_eq!(seen["conflict_keys"], serde_json::json!([counter_key]));
+    // profile and counter; then also the staged row, last in key order.
+    assert_eq!(seen["txn_scan"], serde_json::json!([2, 3, "zz-new"]));
     assert_eq!(seen["claim"], "applied");
     assert_eq!(seen["claim_version"], 1);
     assert_eq!(seen["claim_again"], "assert_failed");

@@ -182,6 +182,32 @@ fn witnesses_serve_no_reads_read_only_replicas_never_vote_and_bad_input_is_refus
         let process = cluster.process(name);
         assert!(process.running(), "{name} died:\n{}", process.log());
     }
+
+    // A data directory stamped for another replica is refused.
+    cluster.process("replica-c").kill();
+    cluster.process("replica-d").kill();
+    let swapped = dir.path().join("swapped.toml");
+    let text = std::fs::read_to_string(&cluster.config_path)
+        .unwrap()
+        .replacen("data_dir = \"data/c\"", "data_dir = \"data/d\"", 1);
+    std::fs::write(&swapped, text).unwrap();
+    let out = run_megastore(
+        &[
+            "replica",
+            "--config",
+            swapped.to_str().unwrap(),
+            "--id",
+            "c",
+        ],
+        dir.path(),
+        Duration::from_secs(20),
+    );
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        out.stderr.contains("belongs to replica 4"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]

@@ -89,6 +89,15 @@ def main():
     seen["second_commit"] = lost.WhichOneof("outcome")
     seen["conflict_keys"] = [k.hex() for k in lost.conflict.keys]
 
+    # A scan inside a transaction sees the transaction's own writes.
+    txn = stub.Begin(pb.BeginRequest(eg=eg)).txn
+    before = stub.TxnScan(pb.TxnScanRequest(txn=txn, range=pb.RowQuery.Range())).rows
+    stub.Write(pb.WriteRequest(txn=txn, rows=[pb.RowWrite(
+        key=eg + b"\x01zz-new", cells=[pb.CellWrite(column=b"c", set=b"v")])]))
+    after = stub.TxnScan(pb.TxnScanRequest(txn=txn, range=pb.RowQuery.Range())).rows
+    stub.Abort(pb.AbortRequest(txn=txn))
+    seen["txn_scan"] = [len(before), len(after), after[-1].key.decode(errors="replace")[-6:]]
+
     # 4. The versioned primitives.
     key = b"jobs/1"
     claim = pb.VersionedTxnRequest(eg=eg, asserts=[pb.Assert(key=key, absent=True)],

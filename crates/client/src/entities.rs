@@ -6,11 +6,11 @@
 //! Global indexes are not maintained yet: their entries live outside every entity
 //! group and would need a write of their own after the commit (paper §3.3.2).
 
-use megastore_paxos::{CellWrite, RowWrite};
+use megastore_paxos::{CellWrite, DataQuery, ReadMode, RowWrite};
 use megastore_schema::{Catalog, Entity, EntityError, IndexEntry, IndexKind, Value};
 use megastore_types::EgId;
 
-use crate::client::ClientError;
+use crate::client::{Client, ClientError};
 use crate::txn::Transaction;
 
 fn schema(e: EntityError) -> ClientError {
@@ -28,6 +28,34 @@ pub fn entity_group(
         .group_prefix(table, root_key)
         .map(EgId)
         .map_err(schema)
+}
+
+impl Client {
+    /// Reads one entity outside any transaction, in `mode` (a snapshot read at a
+    /// read-only replica, say); `None` if it does not exist at the position read.
+    pub async fn read_entity(
+        &self,
+        catalog: &Catalog,
+        mode: ReadMode,
+        table: &str,
+        key: &[Value],
+    ) -> Result<Option<Entity>, ClientError> {
+        let t = catalog.require_table(table).map_err(schema)?;
+        let group_key = key.get(..catalog.group_key_len(t)).ok_or_else(|| {
+            ClientError::Schema(format!(
+                "{table}: a primary key needs at least the group key"
+            ))
+        })?;
+        let eg = entity_group(catalog, table, group_key)?;
+        let row_key = catalog.entity_row_key(t, key).map_err(schema)?;
+        let read = self
+            .read(&eg, mode, DataQuery::Rows(vec![row_key.clone()]))
+            .await?;
+        match read.rows.iter().find(|r| r.key == row_key) {
+            Some(row) => catalog.entity_from_row(row).map_err(schema),
+            None => Ok(None),
+        }
+    }
 }
 
 impl Transaction {

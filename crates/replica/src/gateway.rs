@@ -145,37 +145,46 @@ fn query(eg: &EgId, query: Option<pb::RowQuery>) -> Result<DataQuery, Status> {
             Ok(DataQuery::Rows(keys.keys))
         }
         Some(Query::Range(range)) => {
-            let mut start = range.start;
-            if start.is_empty() {
-                start = eg.0.clone();
-                start.push(1);
-            }
-            data_key(eg, "query.range.start", &start)?;
-            let end = if range.end.is_empty() {
-                let mut end = eg.0.clone();
-                end.push(RESERVED);
-                end
-            } else {
-                let mut last = eg.0.clone();
-                last.push(RESERVED);
-                if range.end != last {
-                    data_key(eg, "query.range.end", &range.end)?;
-                }
-                range.end
-            };
-            if end < start {
-                return Err(invalid("query.range", "end is before start"));
-            }
-            let limit = (range.limit > 0).then_some(range.limit as usize);
-            Ok(DataQuery::Scan {
-                range: KeyRange {
-                    start,
-                    end: Some(end),
-                },
-                limit,
-            })
+            let (range, limit) = key_range(eg, "query.range", range)?;
+            Ok(DataQuery::Scan { range, limit })
         }
     }
+}
+
+/// A client's key range inside group `eg` (empty bounds: the group's first and last
+/// data rows), and its limit.
+fn key_range(
+    eg: &EgId,
+    field: &str,
+    range: pb::row_query::Range,
+) -> Result<(KeyRange, Option<usize>), Status> {
+    let mut start = range.start;
+    if start.is_empty() {
+        start = eg.0.clone();
+        start.push(1);
+    }
+    data_key(eg, &format!("{field}.start"), &start)?;
+    let mut last = eg.0.clone();
+    last.push(RESERVED);
+    let end = if range.end.is_empty() {
+        last
+    } else {
+        if range.end != last {
+            data_key(eg, &format!("{field}.end"), &range.end)?;
+        }
+        range.end
+    };
+    if end < start {
+        return Err(invalid(field, "end is before start"));
+    }
+    let limit = (range.limit > 0).then_some(range.limit as usize);
+    Ok((
+        KeyRange {
+            start,
+            end: Some(end),
+        },
+        limit,
+    ))
 }
 
 fn row_to_wire(row: Row) -> pb::Row {
@@ -288,6 +297,25 @@ impl Megastore for Gateway {
             }
         }
         Ok(Response::new(pb::TxnReadResponse { rows }))
+    }
+
+    async fn txn_scan(
+        &self,
+        request: Request<pb::TxnScanRequest>,
+    ) -> Result<Response<pb::TxnReadResponse>, Status> {
+        let request = request.into_inner();
+        let session = self.session(request.txn)?;
+        let mut guard = session.lock().await;
+        let txn = open(&mut guard)?;
+        let eg = txn.eg().clone();
+        let range = request
+            .range
+            .ok_or_else(|| invalid("range", "give the range (empty bounds: the whole group)"))?;
+        let (range, limit) = key_range(&eg, "range", range)?;
+        let rows = txn.scan(range, limit).await.map_err(status)?;
+        Ok(Response::new(pb::TxnReadResponse {
+            rows: rows.into_iter().map(row_to_wire).collect(),
+        }))
     }
 
     async fn write(
