@@ -686,3 +686,51 @@ fn a_wiped_replica_rejoins_and_catches_up_without_losing_writes() {
     });
     cluster.process("replica-c").signal("CONT");
 }
+
+#[test]
+fn after_every_replica_restarts_sweeps_catch_up_groups_nobody_reads() {
+    use megastore_rowstore::{KeyRange, RowRead};
+    let _alone = megastore_e2e::one_cluster_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = LocalCluster::start(dir.path());
+    let config = ClusterConfig::load(&cluster.config_path).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let group = eg(31);
+    let counter = row(&group, "counter");
+    let at_a = runtime.block_on(async {
+        let at_a = connect(&config, "A").await;
+        first_commit(&at_a, &group).await;
+        at_a
+    });
+    cluster.process("replica-b").kill();
+    runtime.block_on(async {
+        for _ in 0..5 {
+            increment(&at_a, &group, "counter").await.unwrap();
+        }
+    });
+    // Every replica restarts (so none has the group loaded from before) and nobody
+    // touches the group: the sweeps alone must catch b up.
+    for name in ["replica-a", "replica-c", "replica-d"] {
+        cluster.process(name).kill();
+    }
+    for name in ["replica-a", "replica-b", "replica-c", "replica-d"] {
+        cluster.start_process(name);
+    }
+    std::thread::sleep(Duration::from_millis(config.timeouts.sweep_ms * 10));
+    assert!(
+        cluster
+            .process("replica-b")
+            .terminate(Duration::from_secs(10))
+    );
+    let store =
+        megastore_rowstore_rocksdb::RocksStore::open(&config.replica("b").unwrap().data_dir)
+            .unwrap();
+    let stored = store
+        .read_row(&counter, &KeyRange::all(), megastore_rowstore::LATEST)
+        .unwrap();
+    assert_eq!(
+        counter_value(stored),
+        6,
+        "replica b did not catch up the idle group"
+    );
+}

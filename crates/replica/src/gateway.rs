@@ -96,6 +96,12 @@ fn group(eg: Vec<u8>) -> Result<EgId, Status> {
     if eg.is_empty() {
         return Err(invalid("eg", "name an entity group (its key prefix)"));
     }
+    if eg[0] == crate::registry::SYSTEM_BYTE {
+        return Err(invalid(
+            "eg",
+            "group names starting with byte 0xFF are reserved",
+        ));
+    }
     if eg.len() > EG_BYTES_MAX {
         return Err(invalid(
             "eg",

@@ -17,6 +17,7 @@ mod clock;
 mod coordinator;
 mod gateway;
 mod gateway_typed;
+mod registry;
 mod replica_server;
 mod settings;
 mod stamp;

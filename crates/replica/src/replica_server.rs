@@ -12,7 +12,7 @@
 //! leave — group commit, with "reply only after the state it depends on is durable"
 //! kept for every reply in the batch.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -26,7 +26,7 @@ use megastore_rowstore::{Durability, KeyRange, LATEST, RowRead, RowStore};
 use megastore_rowstore_rocksdb::RocksStore;
 use megastore_rpc::pb::replication as pb;
 use megastore_rpc::pb::replication::replication_server::{Replication, ReplicationServer};
-use megastore_types::{ClientId, NodeId, ReplicaId, Time};
+use megastore_types::{ClientId, EgId, NodeId, ReplicaId, Time};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tonic::{Request, Response, Status};
@@ -34,6 +34,7 @@ use tonic::{Request, Response, Status};
 use crate::ProcessError;
 use crate::clock::Clock;
 use crate::gateway::Gateway;
+use crate::registry;
 use crate::settings::sweep_config;
 use crate::stamp::check_or_stamp;
 use megastore_client::{Client, Peers};
@@ -90,6 +91,9 @@ impl ReplicaProcess {
         if rejoining {
             tracing::warn!(replica = %name, "store lost since this replica last served: rejoining (no vote per group until caught up)");
         }
+        let registered = registry::load(&store).map_err(|e| {
+            ProcessError::Config(format!("replica {name}: reading its group registry: {e}"))
+        })?;
         let core = Replica::new(ReplicaConfig {
             id,
             topology: topology.clone(),
@@ -109,6 +113,7 @@ impl ReplicaProcess {
             waiting: BTreeMap::new(),
             next_caller: 0,
             wake: None,
+            registered,
         };
         let driver = std::thread::Builder::new()
             .name(format!("replica-{name}"))
@@ -184,7 +189,12 @@ struct Driver {
     waiting: BTreeMap<u32, oneshot::Sender<ReplicaReply>>,
     next_caller: u32,
     wake: Option<Time>,
+    /// Groups recorded in the store's registry.
+    registered: BTreeSet<EgId>,
 }
+
+/// The caller id of the driver's own requests (their replies are dropped).
+const DRIVER: u32 = u32::MAX;
 
 /// What one batch produced, released after its sync.
 #[derive(Default)]
@@ -196,6 +206,13 @@ struct Batch {
 impl Driver {
     fn run(mut self, events: &mpsc::Receiver<Event>) {
         let mut batch = Batch::default();
+        // Load every group this replica holds, so the sweep looks after idle ones too.
+        for eg in self.registered.clone() {
+            let request = ReplicaRequest::LogState { id: 0, eg };
+            let from = NodeId::Client(ClientId(DRIVER));
+            let message = Message::ReplicaRequest(request);
+            self.step(ReplicaInput::Message { from, message }, &mut batch);
+        }
         self.step(ReplicaInput::Tick, &mut batch);
         self.release(batch);
         loop {
@@ -214,7 +231,7 @@ impl Driver {
                     Event::Stop => stop = true,
                     Event::Call { request, reply } => {
                         let caller = self.next_caller;
-                        self.next_caller = self.next_caller.wrapping_add(1);
+                        self.next_caller = (self.next_caller + 1) % DRIVER;
                         self.waiting.insert(caller, reply);
                         let from = NodeId::Client(ClientId(caller));
                         let message = Message::ReplicaRequest(request);
@@ -267,6 +284,15 @@ impl Driver {
                 return Some(ReplicaInput::Loaded { eg, row });
             }
             ReplicaOutput::Persist { mutation } => {
+                if let Some(eg) = registry::group_of_root_row(&mutation.row)
+                    && !self.registered.contains(&eg)
+                {
+                    let register = registry::register(&eg);
+                    if let Err(e) = self.store.mutate_row(&register, None, Durability::Buffered) {
+                        fail("registering a group", &e);
+                    }
+                    self.registered.insert(eg);
+                }
                 if let Err(e) = self.store.mutate_row(&mutation, None, Durability::Buffered) {
                     fail("persisting", &e);
                 }
