@@ -1,11 +1,9 @@
 //! Talking to lockd from a process: find the leader, send a command, get its result.
 //!
-//! Commands whose repetition changes nothing (keep-alive, acquire, holder and file
-//! reads, revoke, open-session — a duplicate session just lapses) are sent again after
-//! any failure. The others (`WriteFile`, `Release`, `CloseSession`) are sent again only
-//! where they cannot have been applied — a node that answered `NotLeader` or refused
-//! the connection; after a timeout or a broken connection they may have been, so the
-//! call reports [`LockError::Unavailable`] rather than a false "version mismatch".
+//! A command keeps one request id across its resends, and lockd applies a request id at
+//! most once (it remembers recent results), so a command is sent again after any
+//! failure — a node that is not the leader, a refused connection, a timeout, a broken
+//! connection — until it is answered or the client's patience runs out.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -77,33 +75,28 @@ impl LockdClient {
         let started = tokio::time::Instant::now();
         let mut at = self.leader.load(Ordering::Relaxed) % self.nodes.len().max(1);
         let mut misses = 0usize;
+        // One id for every resend: lockd answers a resend from its first application.
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         loop {
             let (_, client) = &self.nodes[at];
-            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let request = LockRequest {
                 id,
                 command: command.clone(),
             };
             let mut call = tonic::Request::new(pb::LockRequest::from(request));
             call.set_timeout(self.rpc_timeout);
-            let retry_elsewhere = match client.clone().call(call).await {
-                Ok(response) => match LockResponse::try_from(response.into_inner()) {
-                    Ok(response) if response.id == id => match response.result {
-                        Err(LockError::NotLeader) => true,
-                        Err(LockError::Unavailable) => true,
-                        result => {
-                            self.leader.store(at, Ordering::Relaxed);
-                            return result;
-                        }
-                    },
-                    _ => return Err(LockError::Unavailable),
-                },
-                // Refused or unreachable: nothing was applied there.
-                Err(status) if status.code() == tonic::Code::Unavailable => true,
-                Err(_) if resend_is_harmless(&command) => true,
-                Err(_) => return Err(LockError::Unavailable),
-            };
-            debug_assert!(retry_elsewhere);
+            if let Ok(response) = client.clone().call(call).await
+                && let Ok(response) = LockResponse::try_from(response.into_inner())
+                && response.id == id
+            {
+                match response.result {
+                    Err(LockError::NotLeader | LockError::Unavailable) => {}
+                    result => {
+                        self.leader.store(at, Ordering::Relaxed);
+                        return result;
+                    }
+                }
+            }
             if started.elapsed() >= self.patience {
                 return Err(LockError::Unavailable);
             }
@@ -114,22 +107,6 @@ impl LockdClient {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
-    }
-}
-
-/// Whether applying `command` twice answers and changes the same as applying it once
-/// (or, for `OpenSession`, leaves only a session that lapses unused).
-fn resend_is_harmless(command: &LockCommand) -> bool {
-    match command {
-        LockCommand::OpenSession { .. }
-        | LockCommand::KeepAlive { .. }
-        | LockCommand::Acquire { .. }
-        | LockCommand::Holder { .. }
-        | LockCommand::RevokeHolder { .. }
-        | LockCommand::ReadFile { .. } => true,
-        LockCommand::CloseSession { .. }
-        | LockCommand::Release { .. }
-        | LockCommand::WriteFile { .. } => false,
     }
 }
 

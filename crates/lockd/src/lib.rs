@@ -21,9 +21,12 @@
 //!   leads again with its clock starting from zero;
 //! - only the leader takes commands (`NotLeader` elsewhere), so every answer —
 //!   including holder queries — is linearizable;
+//! - a command is applied at most once: a resend with the same request id gets the
+//!   first application's result (`dedup`), so clients may resend after any failure;
 //! - a data directory is stamped with its cluster and node id; another node refuses it.
 
 mod client;
+mod dedup;
 mod network;
 mod server;
 mod state_machine;

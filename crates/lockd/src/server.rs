@@ -215,7 +215,11 @@ impl LockService {
         }
     }
 
-    async fn execute(&self, command: LockCommand) -> Result<megastore_lock::LockReply, LockError> {
+    async fn execute(
+        &self,
+        request: u64,
+        command: LockCommand,
+    ) -> Result<megastore_lock::LockReply, LockError> {
         let (leader, term) = {
             let metrics = self.raft.metrics();
             let m = metrics.borrow();
@@ -239,6 +243,7 @@ impl LockService {
         self.write(LockEntry::Command {
             at: self.now(),
             command,
+            request: Some(request),
         })
         .await
     }
@@ -252,7 +257,7 @@ impl Lock for LockService {
     ) -> Result<Response<pb::LockResponse>, Status> {
         let request = LockRequest::try_from(request.into_inner())
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let result = self.execute(request.command).await;
+        let result = self.execute(request.id, request.command).await;
         Ok(Response::new(
             LockResponse {
                 id: request.id,

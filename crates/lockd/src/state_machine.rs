@@ -19,6 +19,7 @@ use openraft::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::dedup::Applied;
 use crate::storage::{Cells, SNAPSHOT};
 use crate::types::{LeaseClock, LockEntry, LockResult, RaftNodeId, TypeConfig};
 
@@ -32,6 +33,9 @@ pub(crate) struct LockState {
     pub(crate) membership: StoredMembership<RaftNodeId, BasicNode>,
     /// Whose clock the leases are counted on.
     pub(crate) lease_clock: LeaseClock,
+    /// Recent results by request id, so resends are not applied twice.
+    #[serde(default)]
+    pub(crate) applied: Applied,
 }
 
 impl LockState {
@@ -41,6 +45,7 @@ impl LockState {
             last_applied: None,
             membership: StoredMembership::default(),
             lease_clock: LeaseClock::default(),
+            applied: Applied::default(),
         }
     }
 }
@@ -117,9 +122,19 @@ fn apply_one(state: &mut LockState, entry: Entry<TypeConfig>) -> LockResult {
             state.membership = StoredMembership::new(Some(entry.log_id), membership);
             Ok(LockReply::Done)
         }
-        EntryPayload::Normal(LockEntry::Command { at, command }) => {
+        EntryPayload::Normal(LockEntry::Command {
+            at,
+            command,
+            request,
+        }) => {
+            if let Some(first) = request.and_then(|id| state.applied.get(id)) {
+                return first.clone();
+            }
             let result = state.core.apply(at, &command);
             state.core.check_invariants();
+            if let Some(id) = request {
+                state.applied.remember(id, result.clone());
+            }
             result
         }
         EntryPayload::Normal(LockEntry::RestartLeases { at, clock }) => {

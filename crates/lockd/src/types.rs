@@ -16,6 +16,10 @@ pub enum LockEntry {
         at: Time,
         /// The command.
         command: LockCommand,
+        /// The client's request id: a resend with the same id is answered from the
+        /// first application instead of applied again.
+        #[serde(default)]
+        request: Option<u64>,
     },
     /// A leader restarts every session's lease on its own clock before serving:
     /// lease deadlines set earlier are readings of another clock — another node's, or

@@ -261,3 +261,60 @@ fn a_data_directory_stamped_for_another_node_is_refused() {
         .block_on(LockdNode::start(&config, "lock-9"));
     assert!(matches!(unknown, Err(LockdError::UnknownNode { .. })));
 }
+
+#[test]
+fn a_resent_command_is_applied_once() {
+    use megastore_lock::{LockCommand, LockReply, LockRequest};
+    let cluster = TestCluster::start();
+    let client = {
+        let _inside = cluster.runtime.enter();
+        LockdClient::new(&cluster.config).unwrap()
+    };
+    let write = |id: u64, expected: u64| LockRequest {
+        id,
+        command: LockCommand::WriteFile {
+            name: "catalog".into(),
+            expected,
+            contents: b"v1".to_vec(),
+        },
+    };
+    let at_leader = |request: LockRequest| {
+        cluster.runtime.block_on(async {
+            for node in cluster.config.lockd_ids() {
+                if let Some(response) = client.send(node, request.clone()).await
+                    && response.result != Err(LockError::NotLeader)
+                {
+                    return response.result;
+                }
+            }
+            panic!("no leader answered");
+        })
+    };
+    assert_eq!(
+        at_leader(write(41, 0)),
+        Ok(LockReply::Written { version: 1 })
+    );
+    // The same request again (a resend after a lost answer): the first result, and
+    // the file is not written twice.
+    assert_eq!(
+        at_leader(write(41, 0)),
+        Ok(LockReply::Written { version: 1 })
+    );
+    // A new request with the same content is a new write, refused by its version.
+    assert_eq!(
+        at_leader(write(42, 0)),
+        Err(LockError::VersionMismatch {
+            expected: 0,
+            current: 1
+        })
+    );
+    assert_eq!(
+        cluster
+            .service
+            .read_file("catalog")
+            .unwrap()
+            .unwrap()
+            .version,
+        1
+    );
+}
