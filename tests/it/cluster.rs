@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use megastore_client::{
-    Assert, Client, ClientError, Entry, Mutation, Outcome, TxnResult, VERSION_MISSING,
+    Assert, Attempt, Client, ClientError, Entry, Mutation, Outcome, TxnResult, VERSION_MISSING,
 };
 use megastore_config::ClusterConfig;
 use megastore_e2e::LocalCluster;
@@ -733,4 +733,81 @@ fn after_every_replica_restarts_sweeps_catch_up_groups_nobody_reads() {
         6,
         "replica b did not catch up the idle group"
     );
+}
+
+#[test]
+fn a_commit_of_unknown_outcome_is_resolved_by_its_marker_and_applied_once() {
+    let _alone = megastore_e2e::one_cluster_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = LocalCluster::start(dir.path());
+    let config = ClusterConfig::load(&cluster.config_path).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let group = eg(41);
+    let counter = row(&group, "counter");
+    let at_a = runtime.block_on(async {
+        let at_a = connect(&config, "A").await;
+        first_commit(&at_a, &group).await;
+        // The transaction's read below must be local: no majority will answer.
+        current_read_until(&at_a, &group, &counter, |r| {
+            r.path == ReadPath::LocalVouched
+        })
+        .await;
+        at_a
+    });
+    // Only replica a can vote: the commit reaches a and nothing else, so its writer
+    // cannot know whether it will be chosen.
+    cluster.process("replica-b").signal("STOP");
+    cluster.process("replica-c").signal("STOP");
+    let started = Instant::now();
+    let committing = runtime.spawn({
+        let (at_a, group, counter) = (at_a.clone(), group.clone(), counter.clone());
+        async move {
+            let mut txn = at_a.begin(&group);
+            let n = counter_value(txn.get(&counter).await?);
+            txn.set(&counter, b"n", (n + 1).to_string().as_bytes());
+            let attempt = txn.commit().await;
+            Ok::<_, ClientError>((attempt?, started.elapsed()))
+        }
+    });
+    // Long enough for the writer to give up on the position (ten Paxos rounds take
+    // about 9 s with these timeouts), well within its resolve patience after that.
+    std::thread::sleep(Duration::from_secs(15));
+    cluster.process("replica-b").signal("CONT");
+    cluster.process("replica-c").signal("CONT");
+    let (attempt, took) = runtime.block_on(committing).unwrap().unwrap();
+    // Either end is right — the value accepted only at a may or may not be chosen once
+    // a majority is back (a sweep that prepares at b and c alone finishes the position
+    // with a no-op) — but the writer must have found out which, by the marker.
+    let expected = match attempt {
+        Attempt::Done(Outcome::Committed { resolved, .. }) => {
+            assert!(
+                resolved,
+                "committed without passing through 'unknown' (after {took:?})"
+            );
+            2
+        }
+        Attempt::Retry { resolved, keys } => {
+            assert!(
+                resolved && keys.is_empty(),
+                "after {took:?}: a retry without resolution ({keys:?})"
+            );
+            1
+        }
+        other => panic!("after {took:?}: {other:?}"),
+    };
+    runtime.block_on(async {
+        let read = at_a
+            .read(
+                &group,
+                ReadMode::Current,
+                DataQuery::Rows(vec![counter.clone()]),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            counter_value(read.rows.into_iter().next()),
+            expected,
+            "applied exactly when the writer was told so"
+        );
+    });
 }

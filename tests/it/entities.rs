@@ -141,7 +141,7 @@ fn photo_schema_entities_indexes_and_scans_without_phantoms() {
             .await
             .unwrap();
         match counting.commit().await.unwrap() {
-            Attempt::Retry { keys } => {
+            Attempt::Retry { keys, .. } => {
                 let t = catalog.table("Photo").unwrap();
                 let new_row = catalog.entity_row_key(t, &[7i64.into(), 9i32.into()]).unwrap();
                 assert!(keys.contains(&new_row), "the conflict names the new photo: {keys:?}");

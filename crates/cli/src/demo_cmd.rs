@@ -119,7 +119,7 @@ pub(crate) fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
                 Err(e) => return Err(e).context("the first transaction"),
             }
         };
-        if let Outcome::Committed { position, txn } = outcome {
+        if let Outcome::Committed { position, txn, .. } = outcome {
             println!("   committed at log position {} (transaction {}:{})", position.0, txn.client.0, txn.seq);
         }
 

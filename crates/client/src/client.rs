@@ -95,6 +95,8 @@ enum Waiting {
 pub struct Client {
     events: mpsc::UnboundedSender<Event>,
     id: ClientId,
+    /// How long an unknown commit outcome is looked for before it is reported.
+    resolve_patience: std::time::Duration,
 }
 
 /// The lockd file whose version hands out client ids.
@@ -175,7 +177,15 @@ impl Client {
         Ok(Self {
             events: events_tx,
             id,
+            // Several leases: long enough for a sweep to finish the position once a
+            // majority is reachable again.
+            resolve_patience: config.timeouts.lock_lease() * 5,
         })
+    }
+
+    /// How long an unknown commit outcome is looked for before it is reported.
+    pub(crate) fn resolve_patience(&self) -> std::time::Duration {
+        self.resolve_patience
     }
 
     /// This client's id (also its proposer id's low half).

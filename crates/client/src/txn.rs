@@ -148,8 +148,8 @@ fn own_writes(key: &[u8], row: Option<Row>, cells: &[CellWrite]) -> Option<Row> 
 /// resolved by reading its marker — never by guessing, never by applying it twice.
 const MARKER_OBJECT: [u8; 5] = [0xF8, 0xFF, 0xFF, 0xFF, 0xFE];
 const MARKER_COLUMN: &[u8] = b"committed";
-/// Current reads a resolution may take before it reports the outcome as unknown.
-const RESOLVE_READS_MAX: u32 = 20;
+/// Pause between a resolution's reads.
+const RESOLVE_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
 fn marker_row(eg: &EgId, nonce: u128) -> Vec<u8> {
     let mut row = eg.0.clone();
@@ -167,6 +167,9 @@ pub enum Outcome {
         txn: TxnId,
         /// Its log position.
         position: Position,
+        /// The commit first ended without knowing whether it was chosen (its writer
+        /// lost contact); the outcome was then found by the attempt's marker row.
+        resolved: bool,
     },
     /// It wrote nothing, so nothing was committed (its reads were all from one
     /// position, which is what a read-only transaction needs).
@@ -184,6 +187,9 @@ pub enum Attempt {
     Retry {
         /// The conflicting rows.
         keys: Vec<Vec<u8>>,
+        /// The commit's outcome was first unknown; its position was then settled
+        /// without it.
+        resolved: bool,
     },
 }
 
@@ -194,7 +200,10 @@ impl Transaction {
     /// settled; [`ClientError::Unknown`] only when even that could not be decided.
     pub async fn commit(self) -> Result<Attempt, ClientError> {
         if self.moved {
-            return Ok(Attempt::Retry { keys: Vec::new() });
+            return Ok(Attempt::Retry {
+                keys: Vec::new(),
+                resolved: false,
+            });
         }
         if self.writes.is_empty() {
             return Ok(Attempt::Done(Outcome::ReadOnly));
@@ -229,16 +238,31 @@ impl Transaction {
             .await?;
         let txn = committed.txn;
         Ok(match committed.result {
-            CommitResult::Committed { position } => {
-                Attempt::Done(Outcome::Committed { txn, position })
-            }
-            CommitResult::Conflict { keys } => Attempt::Retry { keys },
-            CommitResult::Aborted => Attempt::Retry { keys: Vec::new() },
+            CommitResult::Committed { position } => Attempt::Done(Outcome::Committed {
+                txn,
+                position,
+                resolved: false,
+            }),
+            CommitResult::Conflict { keys } => Attempt::Retry {
+                keys,
+                resolved: false,
+            },
+            CommitResult::Aborted => Attempt::Retry {
+                keys: Vec::new(),
+                resolved: false,
+            },
             CommitResult::Unknown { position } => {
                 match client.resolve(&eg, &marker, position).await {
-                    Some(Some(at)) => Attempt::Done(Outcome::Committed { txn, position: at }),
+                    Some(Some(at)) => Attempt::Done(Outcome::Committed {
+                        txn,
+                        position: at,
+                        resolved: true,
+                    }),
                     // Settled without it: not committed, so running again is safe.
-                    Some(None) => Attempt::Retry { keys: Vec::new() },
+                    Some(None) => Attempt::Retry {
+                        keys: Vec::new(),
+                        resolved: true,
+                    },
                     None => return Err(ClientError::Unknown { txn, position }),
                 }
             }
@@ -270,7 +294,7 @@ impl Client {
             let value = body(&mut txn).await?;
             match txn.commit().await? {
                 Attempt::Done(outcome) => return Ok((value, outcome)),
-                Attempt::Retry { keys } => last_keys = keys,
+                Attempt::Retry { keys, .. } => last_keys = keys,
             }
         }
         Err(ClientError::TooManyConflicts {
@@ -281,14 +305,17 @@ impl Client {
 
     /// Whether the transaction with this marker committed: `Some(Some(p))` yes, at `p`;
     /// `Some(None)` no (a current read at or past `position` lacks the marker); `None`
-    /// undecided.
+    /// undecided within the client's resolve patience (the position stays unsettled:
+    /// no majority, or nobody finished it yet — replicas' sweeps finish it once they
+    /// can reach a majority).
     async fn resolve(
         &self,
         eg: &EgId,
         marker: &[u8],
         position: Position,
     ) -> Option<Option<Position>> {
-        for _ in 0..RESOLVE_READS_MAX {
+        let deadline = tokio::time::Instant::now() + self.resolve_patience();
+        while tokio::time::Instant::now() < deadline {
             let query = DataQuery::Rows(vec![marker.to_vec()]);
             if let Ok(read) = self.read(eg, ReadMode::Current, query).await {
                 if let Some(row) = read.rows.iter().find(|r| r.key == marker) {
@@ -299,7 +326,7 @@ impl Client {
                     return Some(None);
                 }
             }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            tokio::time::sleep(RESOLVE_PAUSE).await;
         }
         None
     }

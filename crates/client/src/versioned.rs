@@ -217,7 +217,7 @@ impl Client {
             let result = attempt(&mut txn, eg, asserts, mutations).await?;
             match txn.commit().await? {
                 Attempt::Done(_) => return Ok(result),
-                Attempt::Retry { keys } => last_keys = keys,
+                Attempt::Retry { keys, .. } => last_keys = keys,
             }
         }
         Err(ClientError::TooManyConflicts {

@@ -390,7 +390,7 @@ impl Megastore for Gateway {
                 position: position.0,
             }),
             Attempt::Done(Outcome::ReadOnly) => Wire::Committed(Committed { position: 0 }),
-            Attempt::Retry { keys } => Wire::Conflict(Conflict { keys }),
+            Attempt::Retry { keys, .. } => Wire::Conflict(Conflict { keys }),
         };
         Ok(Response::new(pb::CommitResponse {
             outcome: Some(outcome),
