@@ -811,3 +811,59 @@ fn a_commit_of_unknown_outcome_is_resolved_by_its_marker_and_applied_once() {
         );
     });
 }
+
+#[test]
+fn logs_are_truncated_and_a_wiped_replica_installs_a_snapshot() {
+    use megastore_rowstore::{KeyRange, RowRead};
+    let _alone = megastore_e2e::one_cluster_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = LocalCluster::start(dir.path());
+    let config = ClusterConfig::load(&cluster.config_path).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let group = eg(51);
+    let counter = row(&group, "counter");
+    let at_a = runtime.block_on(async {
+        let at_a = connect(&config, "A").await;
+        first_commit(&at_a, &group).await;
+        for _ in 0..19 {
+            increment(&at_a, &group, "counter").await.unwrap();
+        }
+        at_a
+    });
+    // Sweeps see every replica holding the log and truncate it.
+    std::thread::sleep(Duration::from_millis(config.timeouts.sweep_ms * 10));
+    cluster.process("replica-b").kill();
+    let b_dir = config.replica("b").unwrap().data_dir.clone();
+    std::fs::remove_dir_all(&b_dir).unwrap();
+    cluster.start_process("replica-b");
+    runtime.block_on(async {
+        increment(&at_a, &group, "counter").await.unwrap();
+        let at_b = connect(&config, "B").await;
+        let read = current_read_until(&at_b, &group, &counter, |r| {
+            r.path == ReadPath::LocalVouched && r.replica == ReplicaId(2)
+        })
+        .await;
+        assert_eq!(counter_value(read.rows.into_iter().next()), 21);
+    });
+    // The positions b lost were truncated away elsewhere: it got them as a snapshot.
+    assert!(
+        cluster
+            .process("replica-b")
+            .terminate(Duration::from_secs(10))
+    );
+    let store = megastore_rowstore_rocksdb::RocksStore::open(&b_dir).unwrap();
+    let mut root = group.0.clone();
+    root.push(0);
+    let root = store
+        .read_row(&root, &KeyRange::all(), megastore_rowstore::LATEST)
+        .unwrap()
+        .expect("b holds the group's root row");
+    assert!(
+        root.value(b"installed").is_some(),
+        "no snapshot was installed: {:?}",
+        root.cells
+            .keys()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect::<Vec<_>>()
+    );
+}
