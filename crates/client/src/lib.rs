@@ -28,7 +28,7 @@ mod versioned;
 
 pub use client::{Client, ClientError, Committed};
 pub use entities::entity_group;
-pub use peers::Peers;
+pub use peers::{MESSAGE_BYTES_MAX, Peers};
 pub use settings::proposer_timeouts;
 pub use txn::{Attempt, Outcome, Transaction};
 pub use versioned::{Assert, Entry, Mutation, TxnResult, VERSION_MISSING};

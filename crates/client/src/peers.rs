@@ -17,6 +17,9 @@ use megastore_rpc::{coordinator_reply_from_wire, pb};
 use megastore_types::{NodeId, ReplicaId};
 use tonic::transport::{Channel, Endpoint};
 
+/// The largest replication message (a snapshot of one group) sent or accepted.
+pub const MESSAGE_BYTES_MAX: usize = 64 << 20;
+
 /// Connections to every replica, coordinator and lockd node of a cluster.
 pub struct Peers {
     replicas: BTreeMap<ReplicaId, ReplicationClient<Channel>>,
@@ -40,10 +43,12 @@ impl Peers {
         let mut coordinators = BTreeMap::new();
         for r in &config.replicas {
             let id = ReplicaId(r.id);
-            replicas.insert(
-                id,
-                ReplicationClient::new(channel(&r.address, rpc_timeout)?),
-            );
+            // Snapshot replies carry a whole group: allow more than gRPC's 4 MiB
+            // default (the replica server accepts as much).
+            let client = ReplicationClient::new(channel(&r.address, rpc_timeout)?)
+                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX);
+            replicas.insert(id, client);
             if let Some(address) = &r.coordinator_address {
                 coordinators.insert(id, CoordinatorClient::new(channel(address, rpc_timeout)?));
             }

@@ -132,7 +132,8 @@ impl ReplicaProcess {
         let service = ReplicationServer::new(Service {
             events: events_tx.clone(),
         })
-        .max_decoding_message_size(64 << 20);
+        .max_decoding_message_size(megastore_client::MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(megastore_client::MESSAGE_BYTES_MAX);
         let served = tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
                 .add_service(service)
