@@ -867,3 +867,47 @@ fn logs_are_truncated_and_a_wiped_replica_installs_a_snapshot() {
             .collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn megastore_dev_runs_the_default_topology_with_a_demo_and_stops_cleanly() {
+    let _alone = megastore_e2e::one_cluster_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("dev");
+    let mut dev = megastore_e2e::Process::start(
+        "dev",
+        &["dev", "--data-dir", data.to_str().unwrap()],
+        dir.path(),
+    );
+    let started = Instant::now();
+    while !dev.log().contains("runs until Ctrl-C") {
+        assert!(dev.running(), "megastore dev stopped:\n{}", dev.log());
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "megastore dev did not come up:\n{}",
+            dev.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = dev.log();
+    for expected in [
+        "schema      PhotoApp",
+        "committed at log position",
+        "snapshot     at site D",
+        "task/1 = ",
+    ] {
+        assert!(log.contains(expected), "missing {expected:?} in:\n{log}");
+    }
+    // Its config lets other commands and clients in.
+    let config = ClusterConfig::load(&data.join("cluster.toml")).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = connect(&config, "B").await;
+        first_commit(&client, &eg(61)).await;
+    });
+    assert!(
+        dev.terminate(Duration::from_secs(30)),
+        "no clean stop:\n{}",
+        dev.log()
+    );
+    assert!(dev.log().contains("stopping"));
+}

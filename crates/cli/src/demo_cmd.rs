@@ -72,6 +72,13 @@ async fn connect(config: &ClusterConfig, site: &str) -> anyhow::Result<Client> {
 
 pub(crate) fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let config = ClusterConfig::load(&args.config)?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(demo(&config, &args.config))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The demonstration itself, against the cluster of `config` (read from `path`).
+pub(crate) async fn demo(config: &ClusterConfig, path: &std::path::Path) -> anyhow::Result<()> {
     let full_sites: Vec<String> = config
         .replicas
         .iter()
@@ -87,10 +94,9 @@ pub(crate) fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .find(|r| r.kind == ReplicaKind::ReadOnly)
         .map(|r| r.site.clone());
-    let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(async {
-        let at_home = connect(&config, &home).await?;
-        let at_away = connect(&config, &away).await?;
+    {
+        let at_home = connect(config, &home).await?;
+        let at_away = connect(config, &away).await?;
         let group = EgId(b"demo-user-alice".to_vec());
         let profile = row(&group, "profile");
 
@@ -120,7 +126,10 @@ pub(crate) fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             }
         };
         if let Outcome::Committed { position, txn, .. } = outcome {
-            println!("   committed at log position {} (transaction {}:{})", position.0, txn.client.0, txn.seq);
+            println!(
+                "   committed at log position {} (transaction {}:{})",
+                position.0, txn.client.0, txn.seq
+            );
         }
 
         println!("\n2. Reads of it in every mode:");
@@ -130,21 +139,33 @@ pub(crate) fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         for (site, client) in [(&home, &at_home), (&away, &at_away)] {
             for _ in 0..2 {
                 let read = client
-                    .read(&group, ReadMode::Current, DataQuery::Rows(vec![profile.clone()]))
+                    .read(
+                        &group,
+                        ReadMode::Current,
+                        DataQuery::Rows(vec![profile.clone()]),
+                    )
                     .await?;
-                show(&config, site, "current", &read, b"name");
+                show(config, site, "current", &read, b"name");
             }
         }
         let read = at_away
-            .read(&group, ReadMode::Inconsistent, DataQuery::Rows(vec![profile.clone()]))
+            .read(
+                &group,
+                ReadMode::Inconsistent,
+                DataQuery::Rows(vec![profile.clone()]),
+            )
             .await?;
-        show(&config, &away, "inconsistent", &read, b"name");
+        show(config, &away, "inconsistent", &read, b"name");
         if let Some(far) = far {
-            let at_far = connect(&config, &far).await?;
+            let at_far = connect(config, &far).await?;
             let read = at_far
-                .read(&group, ReadMode::Snapshot, DataQuery::Rows(vec![profile.clone()]))
+                .read(
+                    &group,
+                    ReadMode::Snapshot,
+                    DataQuery::Rows(vec![profile.clone()]),
+                )
                 .await?;
-            show(&config, &far, "snapshot", &read, b"name");
+            show(config, &far, "snapshot", &read, b"name");
         }
 
         println!("\n3. Versioned keys: two sites race to claim task/1 (assert: absent).");
@@ -152,7 +173,10 @@ pub(crate) fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         let claim = |who: &str| {
             (
                 vec![Assert::Absent { key: key.clone() }],
-                vec![Mutation::Put { key: key.clone(), value: who.as_bytes().to_vec() }],
+                vec![Mutation::Put {
+                    key: key.clone(),
+                    value: who.as_bytes().to_vec(),
+                }],
             )
         };
         let (home_claim, away_claim) = (claim(&home), claim(&away));
@@ -162,19 +186,26 @@ pub(crate) fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         );
         for (site, result) in [(&home, a?), (&away, b?)] {
             match result {
-                TxnResult::Applied { versions } => println!("   site {site}: claimed it (version {})", versions[&key]),
-                TxnResult::AssertFailed { .. } => println!("   site {site}: lost (the key was no longer absent)"),
+                TxnResult::Applied { versions } => {
+                    println!("   site {site}: claimed it (version {})", versions[&key])
+                }
+                TxnResult::AssertFailed { .. } => {
+                    println!("   site {site}: lost (the key was no longer absent)")
+                }
             }
         }
         let entry = at_home.snapshot(&group, std::slice::from_ref(&key)).await?;
-        let owner = entry[0].value.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
+        let owner = entry[0]
+            .value
+            .as_deref()
+            .map(String::from_utf8_lossy)
+            .unwrap_or_default();
         println!("   task/1 = {owner:?} at version {}", entry[0].version);
 
         println!(
             "\nConnect from Rust with megastore_client::Client::connect(&ClusterConfig::load(\"{}\")?, \"{home}\").",
-            args.config.display()
+            path.display()
         );
-        Ok::<(), anyhow::Error>(())
-    })?;
-    Ok(ExitCode::SUCCESS)
+        Ok(())
+    }
 }

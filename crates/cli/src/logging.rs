@@ -9,3 +9,14 @@ pub(crate) fn init() {
         .with_writer(std::io::stderr)
         .try_init();
 }
+
+/// Installs a log subscriber that shows only warnings and errors (unless `RUST_LOG`
+/// says otherwise), for commands whose own output is the point.
+pub(crate) fn init_quiet() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,openraft=off"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

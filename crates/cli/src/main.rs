@@ -9,6 +9,7 @@
 mod cluster_cmd;
 mod coordinator_cmd;
 mod demo_cmd;
+mod dev_cmd;
 mod lockd_cmd;
 mod logging;
 mod replica_cmd;
@@ -37,6 +38,8 @@ enum Command {
     Cluster(cluster_cmd::ClusterCommand),
     /// Run a short demonstration against a running cluster.
     Demo(demo_cmd::DemoArgs),
+    /// Run the default topology in one process, with a demo, until interrupted.
+    Dev(dev_cmd::DevArgs),
     /// Run one node of the lock service.
     Lockd(lockd_cmd::LockdArgs),
     /// Run one replica server.
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
         Command::Schema(command) => schema_cmd::run(command),
         Command::Cluster(command) => cluster_cmd::run(command),
         Command::Demo(args) => demo_cmd::run(args),
+        Command::Dev(args) => dev_cmd::run(args),
         Command::Lockd(args) => lockd_cmd::run(args),
         Command::Replica(args) => replica_cmd::run(args),
         Command::Coordinator(args) => coordinator_cmd::run(args),

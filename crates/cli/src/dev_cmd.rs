@@ -1,0 +1,130 @@
+//! `megastore dev`: the default topology (DESIGN.md §1) in one process — three lockd
+//! nodes, four replicas, two coordinators — with the photo schema applied and a short
+//! demo; then it serves until interrupted. Its `cluster.toml` (in the data directory)
+//! lets every other command and client connect.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use megastore_config::ClusterConfig;
+use megastore_lockd::{LockdClient, LockdNode};
+use megastore_replica::{CoordinatorProcess, ReplicaProcess};
+use megastore_types::ReplicaKind;
+
+/// The example topology, with data directories relative to the data directory.
+const TOPOLOGY: &str = include_str!("../../config/cluster.example.toml");
+/// The paper's photo schema.
+const PHOTOS: &str = include_str!("../../../schema/photos.msdl");
+
+/// Run the default topology in one process, with a demo, until interrupted.
+#[derive(Debug, Args)]
+pub(crate) struct DevArgs {
+    /// Keep the cluster's data here (default: a fresh temporary directory, removed on
+    /// exit).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Skip the demo.
+    #[arg(long)]
+    no_demo: bool,
+}
+
+pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
+    let temporary;
+    let dir = match args.data_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            dir
+        }
+        None => {
+            temporary = tempfile::tempdir().context("creating a temporary data directory")?;
+            temporary.path().to_path_buf()
+        }
+    };
+    let config_path = dir.join("cluster.toml");
+    if !config_path.exists() {
+        std::fs::write(&config_path, TOPOLOGY)
+            .with_context(|| format!("writing {}", config_path.display()))?;
+    }
+    let config = ClusterConfig::load(&config_path)?;
+    crate::logging::init_quiet();
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        println!("megastore dev: data in {}", dir.display());
+        let mut lockd = Vec::new();
+        for node in &config.lockd {
+            lockd.push(
+                LockdNode::start(&config, &node.name)
+                    .await
+                    .with_context(|| format!("lockd {}", node.name))?,
+            );
+            println!(
+                "  lockd       {:<8} site {}  {}",
+                node.name, node.site, node.address
+            );
+        }
+        let mut replicas = Vec::new();
+        for r in &config.replicas {
+            replicas.push(
+                ReplicaProcess::start(&config, &r.name)
+                    .await
+                    .with_context(|| format!("replica {}", r.name))?,
+            );
+            println!(
+                "  replica     {:<8} site {}  {}  ({:?})",
+                r.name, r.site, r.address, r.kind
+            );
+        }
+        let mut coordinators = Vec::new();
+        for r in config
+            .replicas
+            .iter()
+            .filter(|r| r.kind == ReplicaKind::Full)
+        {
+            coordinators.push(
+                CoordinatorProcess::start(&config, &r.name)
+                    .await
+                    .with_context(|| format!("coordinator {}", r.name))?,
+            );
+            let address = r.coordinator_address.as_deref().unwrap_or_default();
+            println!("  coordinator {:<8} site {}  {}", r.name, r.site, address);
+        }
+        let lockd_client = LockdClient::new(&config).map_err(anyhow::Error::msg)?;
+        let applied = megastore_client::schema_store::apply_schema(
+            &lockd_client,
+            "schema/photos.msdl",
+            PHOTOS,
+        )
+        .await;
+        match applied {
+            Ok((catalog, version)) => {
+                println!("  schema      {} (catalog version {version})", catalog.name)
+            }
+            Err(e) => println!("  schema      not applied: {e}"),
+        }
+        if !args.no_demo {
+            println!();
+            crate::demo_cmd::demo(&config, &config_path).await?;
+        }
+        println!(
+            "\nThe cluster runs until Ctrl-C. Other commands take --config {}; the public gRPC API \
+             (proto/megastore/client/v1) is served by every replica, e.g. {}.",
+            config_path.display(),
+            config.replicas[0].address
+        );
+        crate::signals::until_interrupted().await?;
+        println!("stopping");
+        for c in coordinators {
+            c.shutdown().await;
+        }
+        for r in replicas {
+            r.shutdown().await;
+        }
+        for l in lockd {
+            l.shutdown().await;
+        }
+        Ok::<(), anyhow::Error>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
