@@ -293,12 +293,17 @@ pub fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The Python interpreter with grpcio for the public-API test: `MEGASTORE_PYTHON`
-/// (which `.ci/setup.sh` sets up), else `python3`. A missing module fails the test
-/// with instructions; it never skips.
+/// The Python interpreter with grpcio for the public-API test: `MEGASTORE_PYTHON`, else
+/// the virtualenv `.ci/setup.sh` makes (`~/.cache/megastore/venv`), else `python3`. A
+/// missing module fails the test with instructions; it never skips.
 pub fn python_with_grpc() -> PathBuf {
+    let setup_venv = std::env::var_os("HOME")
+        .map(|home| PathBuf::from(home).join(".cache/megastore/venv/bin/python"))
+        .filter(|p| p.is_file());
     let python = std::env::var_os("MEGASTORE_PYTHON")
-        .map_or_else(|| PathBuf::from("python3"), PathBuf::from);
+        .map(PathBuf::from)
+        .or(setup_venv)
+        .unwrap_or_else(|| PathBuf::from("python3"));
     let ok = Command::new(&python)
         .args(["-c", "import grpc, grpc_tools"])
         .status()
