@@ -911,3 +911,102 @@ fn megastore_dev_runs_the_default_topology_with_a_demo_and_stops_cleanly() {
     );
     assert!(dev.log().contains("stopping"));
 }
+
+#[test]
+fn disabling_an_unreachable_coordinator_ends_the_write_stall_within_a_lease() {
+    let _alone = megastore_e2e::one_cluster_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = LocalCluster::start(dir.path());
+    let config = ClusterConfig::load(&cluster.config_path).unwrap();
+    // The writer's view of the cluster: coordinator b's address leads nowhere (an
+    // asymmetric partition — b still reaches lockd and keeps its lock).
+    let mut cut_off = config.clone();
+    let nowhere = megastore_e2e::free_ports(1)[0];
+    cut_off
+        .replicas
+        .iter_mut()
+        .find(|r| r.name == "b")
+        .unwrap()
+        .coordinator_address = Some(format!("127.0.0.1:{nowhere}"));
+    // Every proposer (the writer, and the sweeps of the other replicas) sees that view.
+    let cut_off_path = dir.path().join("cut-off.toml");
+    let text = std::fs::read_to_string(&cluster.config_path).unwrap();
+    let real = config
+        .replica("b")
+        .unwrap()
+        .coordinator_address
+        .clone()
+        .unwrap();
+    std::fs::write(
+        &cut_off_path,
+        text.replace(&real, &format!("127.0.0.1:{nowhere}")),
+    )
+    .unwrap();
+    for name in ["replica-a", "replica-c", "replica-d"] {
+        cluster.process(name).kill();
+        cluster.start_process_with(name, &cut_off_path);
+    }
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let group = eg(71);
+    let writer = runtime.block_on(async {
+        let writer = connect(&cut_off, "A").await;
+        first_commit(&writer, &group).await;
+        // Coordinator b holds its lock and vouches for b (seen from B, which reaches it).
+        let at_b = connect(&config, "B").await;
+        let counter = row(&group, "counter");
+        current_read_until(&at_b, &group, &counter, |r| {
+            r.path == ReadPath::LocalVouched
+        })
+        .await;
+        writer
+    });
+    // Replica b misses the next write, so the writer must invalidate b's coordinator.
+    cluster.process("replica-b").signal("STOP");
+    let lease = config.timeouts.lock_lease();
+    let write = runtime.spawn({
+        let (writer, group) = (writer.clone(), group.clone());
+        async move {
+            // begin/commit rather than `transaction`: its future is Send, so it can
+            // be spawned.
+            let started = Instant::now();
+            let key = row(&group, "counter");
+            let result = async {
+                let mut txn = writer.begin(&group);
+                let n = counter_value(txn.get(&key).await?);
+                txn.set(&key, b"n", (n + 1).to_string().as_bytes());
+                txn.commit().await
+            }
+            .await;
+            (result, started.elapsed())
+        }
+    });
+    std::thread::sleep(lease);
+    assert!(
+        !write.is_finished(),
+        "the write did not wait for the unreachable coordinator"
+    );
+    let disabled_at = Instant::now();
+    let out = megastore_e2e::run_megastore(
+        &[
+            "coordinator",
+            "disable",
+            "b",
+            "--config",
+            cluster.config_path.to_str().unwrap(),
+        ],
+        dir.path(),
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let (result, took) = runtime.block_on(write).unwrap();
+    let after_disable = disabled_at.elapsed();
+    assert!(
+        result.is_ok(),
+        "the write failed after {took:?}: {result:?}"
+    );
+    assert!(
+        after_disable < lease * 2,
+        "the write went on {after_disable:?} after the disable (lease {lease:?})"
+    );
+    cluster.process("replica-b").signal("CONT");
+}

@@ -263,7 +263,14 @@ impl LocalCluster {
 
     /// Starts (or restarts) one process by name.
     pub fn start_process(&mut self, process: &str) {
-        let config = self.config_path.to_str().expect("a UTF-8 path").to_string();
+        let config = self.config_path.clone();
+        self.start_process_with(process, &config);
+    }
+
+    /// Starts (or restarts) one process by name with another view of the cluster (the
+    /// same processes, say, with an address that leads nowhere).
+    pub fn start_process_with(&mut self, process: &str, config: &Path) {
+        let config = config.to_str().expect("a UTF-8 path").to_string();
         let (command, id) = match process.split_once('-') {
             Some(("lock", _)) => ("lockd", process),
             Some(("replica", name)) => ("replica", name),
