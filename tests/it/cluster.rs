@@ -7,57 +7,12 @@ use megastore_client::{
 };
 use megastore_config::ClusterConfig;
 use megastore_e2e::LocalCluster;
-use megastore_paxos::{DataQuery, ReadMode, ReadPath, ReadResult};
+use megastore_paxos::{DataQuery, ReadMode, ReadPath};
 use megastore_types::{EgId, ReplicaId};
 
-fn eg(n: u32) -> EgId {
-    EgId(format!("eg-{n:04}").into_bytes())
-}
-
-/// A data row of `eg`.
-fn row(eg: &EgId, name: &str) -> Vec<u8> {
-    let mut row = eg.0.clone();
-    row.push(1);
-    row.extend_from_slice(name.as_bytes());
-    row
-}
-
-fn counter_value(row: Option<megastore_rowstore::Row>) -> u64 {
-    row.and_then(|r| {
-        r.value(b"n")
-            .map(|v| String::from_utf8_lossy(v).parse().unwrap())
-    })
-    .unwrap_or(0)
-}
-
-/// Connects, retrying while the cluster is still starting.
-async fn connect(config: &ClusterConfig, site: &str) -> Client {
-    let started = Instant::now();
-    loop {
-        match Client::connect(config, site).await {
-            Ok(client) => return client,
-            Err(e) => {
-                assert!(
-                    started.elapsed() < Duration::from_secs(20),
-                    "cannot connect: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
-}
-
-async fn increment(client: &Client, eg: &EgId, name: &str) -> Result<u64, ClientError> {
-    let key = row(eg, name);
-    let (value, _) = client
-        .transaction(eg, async |txn| {
-            let next = counter_value(txn.get(&key).await?) + 1;
-            txn.set(&key, b"n", next.to_string().as_bytes());
-            Ok(next)
-        })
-        .await?;
-    Ok(value)
-}
+use crate::support::{
+    connect, counter_value, current_read_until, eg, first_commit, increment, row,
+};
 
 #[test]
 fn transactions_from_two_sites_and_reads_in_every_mode() {
@@ -185,45 +140,6 @@ fn transactions_from_two_sites_and_reads_in_every_mode() {
         }
     });
     drop(cluster);
-}
-
-/// Current reads of `key` until one satisfies `done` (bounded).
-async fn current_read_until(
-    client: &Client,
-    group: &EgId,
-    key: &[u8],
-    done: impl Fn(&ReadResult) -> bool,
-) -> ReadResult {
-    let started = Instant::now();
-    loop {
-        if let Ok(read) = client
-            .read(
-                group,
-                ReadMode::Current,
-                DataQuery::Rows(vec![key.to_vec()]),
-            )
-            .await
-            && done(&read)
-        {
-            return read;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "no such current read within 15 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn first_commit(client: &Client, group: &EgId) {
-    let started = Instant::now();
-    while let Err(e) = increment(client, group, "counter").await {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "no first commit: {e}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[test]

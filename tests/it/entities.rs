@@ -4,10 +4,12 @@
 
 use std::time::{Duration, Instant};
 
-use megastore_client::{Attempt, Client, ClientError, entity_group};
+use megastore_client::{Attempt, ClientError, entity_group};
 use megastore_config::ClusterConfig;
 use megastore_e2e::{LocalCluster, repo_root};
 use megastore_schema::{Catalog, Entity, Value};
+
+use crate::support::connect;
 
 fn photo(user: i64, id: i32, time: i64) -> Entity {
     Entity::new("Photo")
@@ -19,22 +21,6 @@ fn photo(user: i64, id: i32, time: i64) -> Entity {
             format!("https://photos.example/{user}/{id}.jpg"),
         )
         .set_repeated("tag", ["beach"])
-}
-
-async fn connect(config: &ClusterConfig, site: &str) -> Client {
-    let started = Instant::now();
-    loop {
-        match Client::connect(config, site).await {
-            Ok(client) => return client,
-            Err(e) => {
-                assert!(
-                    started.elapsed() < Duration::from_secs(20),
-                    "cannot connect: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
 }
 
 fn photo_ids(photos: &[Entity]) -> Vec<i32> {

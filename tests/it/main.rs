@@ -6,4 +6,5 @@ mod processes;
 mod python_api;
 mod roles;
 mod schema_check;
+mod support;
 mod tidy;

@@ -6,11 +6,13 @@ use std::time::{Duration, Instant};
 use megastore_config::ClusterConfig;
 use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
 use megastore_e2e::{Process, free_ports, run_megastore};
-use megastore_lock::{LockCommand, LockError, LockReply, LockRequest};
+use megastore_lock::{LockCommand, LockError, LockReply};
 use megastore_lockd::LockdClient;
 use megastore_rpc::pb::coordinator::coordinator_client::CoordinatorClient;
 use megastore_rpc::{coordinator_reply_from_wire, pb};
 use megastore_types::{EgId, Epoch, LockNodeId, Position};
+
+use crate::support::find_leader;
 
 /// A three-node lockd config with short timeouts, in `dir`.
 fn lockd_config(dir: &Path) -> std::path::PathBuf {
@@ -32,24 +34,6 @@ fn lockd_config(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("cluster.toml");
     std::fs::write(&path, text).unwrap();
     path
-}
-
-/// Which node leads: the one that answers a holder query instead of `NotLeader`.
-async fn find_leader(client: &LockdClient, config: &ClusterConfig) -> Option<usize> {
-    for (i, id) in config.lockd_ids().into_iter().enumerate() {
-        let request = LockRequest {
-            id: 7,
-            command: LockCommand::Holder {
-                lock: "probe".into(),
-            },
-        };
-        if let Some(response) = client.send(id, request).await
-            && matches!(response.result, Ok(LockReply::Holder(_)))
-        {
-            return Some(i);
-        }
-    }
-    None
 }
 
 fn start_lockd(config_arg: &str, dir: &Path) -> Vec<Process> {

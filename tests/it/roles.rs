@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 use megastore_client::Client;
 use megastore_config::ClusterConfig;
 use megastore_e2e::{LocalCluster, run_megastore};
-use megastore_lock::{LockCommand, LockReply, LockRequest};
 use megastore_lockd::LockdClient;
 use megastore_paxos::{
     DataQuery, LogEntry, ReadAt, ReadMode, ReadPath, ReplicaReply, ReplicaRequest,
@@ -15,21 +14,7 @@ use megastore_rpc::pb;
 use megastore_rpc::pb::replication::replication_client::ReplicationClient;
 use megastore_types::{Ballot, EgId, Position};
 
-async fn connect(config: &ClusterConfig, site: &str) -> Client {
-    let started = Instant::now();
-    loop {
-        match Client::connect(config, site).await {
-            Ok(client) => return client,
-            Err(e) => {
-                assert!(
-                    started.elapsed() < Duration::from_secs(20),
-                    "cannot connect: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
-}
+use crate::support::{connect, current_read_until, find_leader};
 
 /// Commits one write to `group`, retrying while the cluster starts; returns the row.
 async fn write_once(client: &Client, group: &EgId) -> Vec<u8> {
@@ -222,38 +207,9 @@ fn the_cluster_keeps_working_when_the_lockd_leader_is_killed() {
         let client = connect(&config, "A").await;
         let key = write_once(&client, &group).await;
         // Reads at A are vouched locally: coordinator a holds its lock.
-        let started = Instant::now();
-        loop {
-            let read = client
-                .read(
-                    &group,
-                    ReadMode::Current,
-                    DataQuery::Rows(vec![key.clone()]),
-                )
-                .await
-                .unwrap();
-            if read.path == ReadPath::LocalVouched {
-                break;
-            }
-            assert!(started.elapsed() < Duration::from_secs(15), "never vouched");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        current_read_until(&client, &group, &key, |r| r.path == ReadPath::LocalVouched).await;
         let lockd = LockdClient::new(&config).unwrap();
-        let mut leader = None;
-        for (i, id) in config.lockd_ids().into_iter().enumerate() {
-            let probe = LockRequest {
-                id: 1,
-                command: LockCommand::Holder {
-                    lock: "probe".into(),
-                },
-            };
-            if let Some(r) = lockd.send(id, probe).await
-                && matches!(r.result, Ok(LockReply::Holder(_)))
-            {
-                leader = Some(i);
-            }
-        }
-        leader.expect("a lockd leader")
+        find_leader(&lockd, &config).await.expect("a lockd leader")
     });
     cluster.process(&format!("lock-{leader}")).kill();
     runtime.block_on(async {
@@ -265,25 +221,7 @@ fn the_cluster_keeps_working_when_the_lockd_leader_is_killed() {
         }
         tokio::time::sleep(config.timeouts.lock_lease() * 2).await;
         let key = [&group.0[..], b"\x01row"].concat();
-        let started = Instant::now();
-        loop {
-            let read = client
-                .read(
-                    &group,
-                    ReadMode::Current,
-                    DataQuery::Rows(vec![key.clone()]),
-                )
-                .await
-                .unwrap();
-            if read.path == ReadPath::LocalVouched {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(15),
-                "coordinator a stopped vouching for good"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        current_read_until(&client, &group, &key, |r| r.path == ReadPath::LocalVouched).await;
     });
     for name in ["coordinator-a", "coordinator-b", "replica-a"] {
         let process = cluster.process(name);

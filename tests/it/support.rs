@@ -1,0 +1,116 @@
+//! Helpers shared by the tests that drive a cluster through the client library.
+
+use std::time::{Duration, Instant};
+
+use megastore_client::{Client, ClientError};
+use megastore_config::ClusterConfig;
+use megastore_lock::{LockCommand, LockReply, LockRequest};
+use megastore_lockd::LockdClient;
+use megastore_paxos::{DataQuery, ReadMode, ReadResult};
+use megastore_types::EgId;
+
+pub(crate) fn eg(n: u32) -> EgId {
+    EgId(format!("eg-{n:04}").into_bytes())
+}
+
+/// A data row of `eg`.
+pub(crate) fn row(eg: &EgId, name: &str) -> Vec<u8> {
+    let mut row = eg.0.clone();
+    row.push(1);
+    row.extend_from_slice(name.as_bytes());
+    row
+}
+
+pub(crate) fn counter_value(row: Option<megastore_rowstore::Row>) -> u64 {
+    row.and_then(|r| {
+        r.value(b"n")
+            .map(|v| String::from_utf8_lossy(v).parse().unwrap())
+    })
+    .unwrap_or(0)
+}
+
+/// Connects, retrying while the cluster is still starting.
+pub(crate) async fn connect(config: &ClusterConfig, site: &str) -> Client {
+    let started = Instant::now();
+    loop {
+        match Client::connect(config, site).await {
+            Ok(client) => return client,
+            Err(e) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "cannot connect: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+pub(crate) async fn increment(client: &Client, eg: &EgId, name: &str) -> Result<u64, ClientError> {
+    let key = row(eg, name);
+    let (value, _) = client
+        .transaction(eg, async |txn| {
+            let next = counter_value(txn.get(&key).await?) + 1;
+            txn.set(&key, b"n", next.to_string().as_bytes());
+            Ok(next)
+        })
+        .await?;
+    Ok(value)
+}
+
+/// Current reads of `key` until one satisfies `done` (bounded).
+pub(crate) async fn current_read_until(
+    client: &Client,
+    group: &EgId,
+    key: &[u8],
+    done: impl Fn(&ReadResult) -> bool,
+) -> ReadResult {
+    let started = Instant::now();
+    loop {
+        if let Ok(read) = client
+            .read(
+                group,
+                ReadMode::Current,
+                DataQuery::Rows(vec![key.to_vec()]),
+            )
+            .await
+            && done(&read)
+        {
+            return read;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "no such current read within 15 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub(crate) async fn first_commit(client: &Client, group: &EgId) {
+    let started = Instant::now();
+    while let Err(e) = increment(client, group, "counter").await {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no first commit: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Which node leads: the one that answers a holder query instead of `NotLeader`.
+pub(crate) async fn find_leader(client: &LockdClient, config: &ClusterConfig) -> Option<usize> {
+    for (i, id) in config.lockd_ids().into_iter().enumerate() {
+        let request = LockRequest {
+            id: 7,
+            command: LockCommand::Holder {
+                lock: "probe".into(),
+            },
+        };
+        if let Some(response) = client.send(id, request).await
+            && matches!(response.result, Ok(LockReply::Holder(_)))
+        {
+            return Some(i);
+        }
+    }
+    None
+}
