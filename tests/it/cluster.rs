@@ -108,6 +108,23 @@ fn transactions_from_two_sites_and_reads_in_every_mode() {
             .unwrap();
         assert_eq!(counter_value(read.rows.into_iter().next()), 2 * per_client);
 
+        // Commit markers do not pile up: each client's next commit deletes its last
+        // one, so at most one per client stays live (21 write transactions ran).
+        let mut markers = group.0.clone();
+        markers.extend_from_slice(&[0xF8, 0xFF, 0xFF, 0xFF, 0xFE]);
+        let range = megastore_rowstore::KeyRange::prefix(markers);
+        let live = at_a
+            .read(
+                &group,
+                ReadMode::Current,
+                DataQuery::Scan { range, limit: None },
+            )
+            .await
+            .unwrap()
+            .rows
+            .len();
+        assert!(live <= 2, "{live} live commit markers");
+
         // Site B's current reads become local once its coordinator vouches.
         let local = current_read_until(&at_b, &group, &counter, |r| {
             r.path == ReadPath::LocalVouched

@@ -97,6 +97,9 @@ pub struct Client {
     id: ClientId,
     /// How long an unknown commit outcome is looked for before it is reported.
     resolve_patience: std::time::Duration,
+    /// Commit markers of this client's past commits, per group, waiting to be deleted
+    /// by its next commit there.
+    spent_markers: Arc<std::sync::Mutex<BTreeMap<EgId, Vec<Vec<u8>>>>>,
 }
 
 /// The lockd file whose version hands out client ids.
@@ -180,7 +183,23 @@ impl Client {
             // Several leases: long enough for a sweep to finish the position once a
             // majority is reachable again.
             resolve_patience: config.timeouts.lock_lease() * 5,
+            spent_markers: Arc::default(),
         })
+    }
+
+    /// Takes the group's spent markers, for the next commit to delete.
+    pub(crate) fn take_spent_markers(&self, eg: &EgId) -> Vec<Vec<u8>> {
+        let mut spent = self.spent_markers.lock().unwrap_or_else(|p| p.into_inner());
+        spent.remove(eg).unwrap_or_default()
+    }
+
+    /// Gives back markers still to delete (a commit that did not land, or new ones).
+    pub(crate) fn return_spent_markers(&self, eg: &EgId, markers: Vec<Vec<u8>>) {
+        if markers.is_empty() {
+            return;
+        }
+        let mut spent = self.spent_markers.lock().unwrap_or_else(|p| p.into_inner());
+        spent.entry(eg.clone()).or_default().extend(markers);
     }
 
     /// How long an unknown commit outcome is looked for before it is reported.

@@ -233,11 +233,51 @@ impl Transaction {
                 value: Vec::new(),
             }],
         });
-        let committed = client
+        // Markers of this client's earlier commits in the group are no longer needed:
+        // this entry deletes them, so each client keeps at most one live marker per
+        // group.
+        let spent = client.take_spent_markers(&eg);
+        writes.extend(spent.iter().map(|row| RowWrite {
+            row: row.clone(),
+            cells: vec![CellWrite::Delete {
+                column: MARKER_COLUMN.to_vec(),
+            }],
+        }));
+        let committed = match client
             .commit(&eg, position, leader, writes, self.reads)
-            .await?;
+            .await
+        {
+            Ok(committed) => committed,
+            Err(e) => {
+                client.return_spent_markers(&eg, spent);
+                return Err(e);
+            }
+        };
         let txn = committed.txn;
-        Ok(match committed.result {
+        let attempt = Self::outcome(&client, &eg, &marker, txn, committed.result).await;
+        match &attempt {
+            // The marker (and the deletions) are in the log: it is spent from now on.
+            Ok(Attempt::Done(_)) => client.return_spent_markers(&eg, vec![marker]),
+            // Nothing of this entry is in the log: the old markers are still live.
+            Ok(Attempt::Retry { .. }) => client.return_spent_markers(&eg, spent),
+            // It may be in the log: delete its marker, and the old ones, later.
+            Err(_) => {
+                let mut again = spent;
+                again.push(marker);
+                client.return_spent_markers(&eg, again);
+            }
+        }
+        attempt
+    }
+
+    async fn outcome(
+        client: &Client,
+        eg: &EgId,
+        marker: &[u8],
+        txn: TxnId,
+        result: CommitResult,
+    ) -> Result<Attempt, ClientError> {
+        Ok(match result {
             CommitResult::Committed { position } => Attempt::Done(Outcome::Committed {
                 txn,
                 position,
@@ -252,7 +292,7 @@ impl Transaction {
                 resolved: false,
             },
             CommitResult::Unknown { position } => {
-                match client.resolve(&eg, &marker, position).await {
+                match client.resolve(eg, marker, position).await {
                     Some(Some(at)) => Attempt::Done(Outcome::Committed {
                         txn,
                         position: at,
