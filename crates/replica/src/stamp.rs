@@ -4,8 +4,8 @@
 //! before. If its store is lost (a wiped disk, a new machine), it cannot know which
 //! positions those were, so it rejoins (DESIGN.md §4): per group, no vote until the
 //! sweep learned how far the other voters got. To tell "lost its store" from "never
-//! ran", a replica records in lockd that it joined *before* it first serves, and stamps
-//! its directory after. On start:
+//! ran", a replica stamps its directory, then records in lockd that it joined — on
+//! every start, before it serves. On start:
 //!
 //! | directory stamp | lockd `replicas/<id>/joined` | meaning |
 //! |---|---|---|
@@ -13,7 +13,9 @@
 //! | absent | absent | it never served: a member from the start |
 //! | absent | present | it served before and lost its store: rejoining |
 //!
-//! A rejoining stamp stays rejoining: groups it has not touched since still need
+//! A process killed between the two finds its stamp and records `joined` then; one that
+//! never got to stamp comes back as new (it had not served). A rejoining stamp stays
+//! rejoining: groups it has not touched since still need
 //! clearing after any later restart (cleared groups keep their floor in the store).
 
 use std::path::{Path, PathBuf};
@@ -86,50 +88,62 @@ pub(crate) async fn check_or_stamp(
     dir: &Path,
     lockd: &LockdClient,
 ) -> Result<bool, ProcessError> {
-    let expected = |rejoining| Stamp {
-        cluster: config.cluster.name.clone(),
-        replica: id.0,
-        rejoining,
-    };
-    if let Some(found) = read_stamp(dir)? {
-        if found.cluster != config.cluster.name || found.replica != id.0 {
-            return Err(ProcessError::Config(format!(
-                "data directory {} belongs to replica {} of cluster {:?}, not replica {} of {:?}; point data_dir elsewhere",
-                dir.display(),
-                found.replica,
-                found.cluster,
-                id.0,
-                config.cluster.name
-            )));
-        }
-        return Ok(found.rejoining);
-    }
-    let name = joined_file(id);
-    let joined = match lockd_call(lockd, LockCommand::ReadFile { name: name.clone() }).await? {
-        LockReply::File(file) => file.is_some(),
-        other => return Err(ProcessError::Lock(format!("unexpected reply {other:?}"))),
-    };
-    if !joined {
-        // Recorded before the first vote; a concurrent start of the same replica loses
-        // the race here and fails rather than both serving.
-        match lockd
-            .execute(LockCommand::WriteFile {
-                name,
-                expected: 0,
-                contents: config.cluster.name.as_bytes().to_vec(),
-            })
-            .await
-        {
-            Ok(_) => {}
-            Err(LockError::VersionMismatch { .. }) => {
-                return Err(ProcessError::Lock(
-                    "another process started this replica at the same time".into(),
-                ));
+    let rejoining = match read_stamp(dir)? {
+        Some(found) => {
+            if found.cluster != config.cluster.name || found.replica != id.0 {
+                return Err(ProcessError::Config(format!(
+                    "data directory {} belongs to replica {} of cluster {:?}, not replica {} of {:?}; point data_dir elsewhere",
+                    dir.display(),
+                    found.replica,
+                    found.cluster,
+                    id.0,
+                    config.cluster.name
+                )));
             }
+            found.rejoining
+        }
+        None => {
+            // The stamp first: a process killed before it records `joined` below comes
+            // back to its own (stamped) store, not as a replica that lost it.
+            let rejoining = joined(lockd, id).await?;
+            write_stamp(
+                dir,
+                &Stamp {
+                    cluster: config.cluster.name.clone(),
+                    replica: id.0,
+                    rejoining,
+                },
+            )?;
+            rejoining
+        }
+    };
+    // Recorded before this process serves (so before any vote), on every start.
+    if !joined(lockd, id).await? {
+        let write = LockCommand::WriteFile {
+            name: joined_file(id),
+            expected: 0,
+            contents: config.cluster.name.as_bytes().to_vec(),
+        };
+        match lockd.execute(write).await {
+            // Someone recorded it meanwhile: the goal is met.
+            Ok(_) | Err(LockError::VersionMismatch { .. }) => {}
             Err(e) => return Err(ProcessError::Lock(e.to_string())),
         }
     }
-    let rejoining = joined;
-    write_stamp(dir, &expected(rejoining))?;
     Ok(rejoining)
+}
+
+/// Whether lockd records that replica `id` has served.
+async fn joined(lockd: &LockdClient, id: ReplicaId) -> Result<bool, ProcessError> {
+    match lockd_call(
+        lockd,
+        LockCommand::ReadFile {
+            name: joined_file(id),
+        },
+    )
+    .await?
+    {
+        LockReply::File(file) => Ok(file.is_some()),
+        other => Err(ProcessError::Lock(format!("unexpected reply {other:?}"))),
+    }
 }
