@@ -1,9 +1,11 @@
-//! The server processes of a replica site: the coordinator (and, next, the replica
-//! server) as thin drivers of the pure state machines.
+//! The server processes of a replica site — the replica server ([`ReplicaProcess`],
+//! which also serves the public API through an embedded client library) and the
+//! coordinator ([`CoordinatorProcess`]) — as thin drivers of the pure state machines.
 //!
-//! Responsibility: move messages, time and storage for `megastore-coordinator` (and
-//! `megastore-paxos`); never decide anything about the protocol. Each process owns its
-//! state machine in one task, feeds it gRPC requests, lock service responses and timer
+//! Responsibility: move messages, time and storage for `megastore-paxos` and
+//! `megastore-coordinator`; never decide anything about the protocol. Each process owns
+//! its state machine in one place (the replica: a driver thread; the coordinator: a
+//! task), feeds it gRPC requests, peers' answers, lock service responses and timer
 //! ticks, and carries out what it outputs.
 //!
 //! Invariants:
@@ -11,7 +13,9 @@
 //!   wall clock), so it never runs backwards;
 //! - request ids towards other processes start at a random point on every start;
 //! - a reply leaves only after the step that produced it (and, for the replica, after
-//!   the storage writes it depends on are durable).
+//!   the storage writes it depends on are durable: one WAL sync per batch);
+//! - a data directory serves only the replica and cluster it is stamped for, and a
+//!   replica that lost its store rejoins (see `stamp`).
 
 mod clock;
 mod coordinator;
