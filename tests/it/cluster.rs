@@ -11,16 +11,12 @@ use megastore_paxos::{DataQuery, ReadMode, ReadPath};
 use megastore_types::{EgId, ReplicaId};
 
 use crate::support::{
-    connect, counter_value, current_read_until, eg, first_commit, increment, row,
+    connect, counter_value, current_read_until, eg, first_commit, increment, row, start_cluster,
 };
 
 #[test]
 fn transactions_from_two_sites_and_reads_in_every_mode() {
-    let _alone = megastore_e2e::one_cluster_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let cluster = LocalCluster::start(dir.path());
-    let config = ClusterConfig::load(&cluster.config_path).unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (_alone, _dir, cluster, config, runtime) = start_cluster();
     runtime.block_on(async {
         let at_a = connect(&config, "A").await;
         let at_b = connect(&config, "B").await;
@@ -161,11 +157,7 @@ fn transactions_from_two_sites_and_reads_in_every_mode() {
 
 #[test]
 fn killed_replica_and_coordinator_processes_lose_no_acknowledged_write() {
-    let _alone = megastore_e2e::one_cluster_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let mut cluster = LocalCluster::start(dir.path());
-    let config = ClusterConfig::load(&cluster.config_path).unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
     let group = eg(7);
     let counter = row(&group, "counter");
     let (at_a, at_b) = runtime.block_on(async {
@@ -282,11 +274,7 @@ async fn concurrent_txn(clients: &[Client], group: &EgId, key: &[u8]) {
 
 #[test]
 fn versioned_primitives_hold_the_concurrent_txn_contract() {
-    let _alone = megastore_e2e::one_cluster_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let cluster = LocalCluster::start(dir.path());
-    let config = ClusterConfig::load(&cluster.config_path).unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (_alone, _dir, cluster, config, runtime) = start_cluster();
     runtime.block_on(async {
         let mut clients = Vec::new();
         for site in ["A", "A", "A", "B", "B", "B"] {
@@ -492,11 +480,7 @@ fn cluster_up_starts_a_working_cluster_and_down_stops_it() {
 
 #[test]
 fn a_frozen_site_stalls_writes_at_most_a_lease_and_never_serves_stale_reads() {
-    let _alone = megastore_e2e::one_cluster_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let mut cluster = LocalCluster::start(dir.path());
-    let config = ClusterConfig::load(&cluster.config_path).unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
     let group = eg(11);
     let counter = row(&group, "counter");
     let (at_a, at_b) = runtime.block_on(async {
@@ -567,11 +551,7 @@ fn a_frozen_site_stalls_writes_at_most_a_lease_and_never_serves_stale_reads() {
 
 #[test]
 fn a_wiped_replica_rejoins_and_catches_up_without_losing_writes() {
-    let _alone = megastore_e2e::one_cluster_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let mut cluster = LocalCluster::start(dir.path());
-    let config = ClusterConfig::load(&cluster.config_path).unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
     let group = eg(21);
     let counter = row(&group, "counter");
     let (at_a, at_b) = runtime.block_on(async {
@@ -623,11 +603,7 @@ fn a_wiped_replica_rejoins_and_catches_up_without_losing_writes() {
 #[test]
 fn after_every_replica_restarts_sweeps_catch_up_groups_nobody_reads() {
     use megastore_rowstore::{KeyRange, RowRead};
-    let _alone = megastore_e2e::one_cluster_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let mut cluster = LocalCluster::start(dir.path());
-    let config = ClusterConfig::load(&cluster.config_path).unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
     let group = eg(31);
     let counter = row(&group, "counter");
     let at_a = runtime.block_on(async {
@@ -670,11 +646,7 @@ fn after_every_replica_restarts_sweeps_catch_up_groups_nobody_reads() {
 
 #[test]
 fn a_commit_of_unknown_outcome_is_resolved_by_its_marker_and_applied_once() {
-    let _alone = megastore_e2e::one_cluster_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let mut cluster = LocalCluster::start(dir.path());
-    let config = ClusterConfig::load(&cluster.config_path).unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
     let group = eg(41);
     let counter = row(&group, "counter");
     let at_a = runtime.block_on(async {
@@ -748,11 +720,7 @@ fn a_commit_of_unknown_outcome_is_resolved_by_its_marker_and_applied_once() {
 #[test]
 fn logs_are_truncated_and_a_wiped_replica_installs_a_snapshot() {
     use megastore_rowstore::{KeyRange, RowRead};
-    let _alone = megastore_e2e::one_cluster_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let mut cluster = LocalCluster::start(dir.path());
-    let config = ClusterConfig::load(&cluster.config_path).unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
     let group = eg(51);
     let counter = row(&group, "counter");
     let at_a = runtime.block_on(async {

@@ -3,8 +3,7 @@
 use std::time::{Duration, Instant};
 
 use megastore_client::Client;
-use megastore_config::ClusterConfig;
-use megastore_e2e::{LocalCluster, run_megastore};
+use megastore_e2e::run_megastore;
 use megastore_lockd::LockdClient;
 use megastore_paxos::{
     DataQuery, LogEntry, ReadAt, ReadMode, ReadPath, ReplicaReply, ReplicaRequest,
@@ -14,7 +13,7 @@ use megastore_rpc::pb;
 use megastore_rpc::pb::replication::replication_client::ReplicationClient;
 use megastore_types::{Ballot, EgId, Position};
 
-use crate::support::{connect, current_read_until, find_leader};
+use crate::support::{connect, current_read_until, find_leader, start_cluster};
 
 /// Commits one write to `group`, retrying while the cluster starts; returns the row.
 async fn write_once(client: &Client, group: &EgId) -> Vec<u8> {
@@ -53,11 +52,7 @@ async fn ask(address: &str, request: ReplicaRequest) -> ReplicaReply {
 
 #[test]
 fn witnesses_serve_no_reads_read_only_replicas_never_vote_and_bad_input_is_refused() {
-    let _alone = megastore_e2e::one_cluster_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let mut cluster = LocalCluster::start(dir.path());
-    let config = ClusterConfig::load(&cluster.config_path).unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (_alone, dir, mut cluster, config, runtime) = start_cluster();
     let group = EgId(b"roles-0001".to_vec());
     runtime.block_on(async {
         let client = connect(&config, "C").await;
@@ -197,11 +192,7 @@ fn witnesses_serve_no_reads_read_only_replicas_never_vote_and_bad_input_is_refus
 
 #[test]
 fn the_cluster_keeps_working_when_the_lockd_leader_is_killed() {
-    let _alone = megastore_e2e::one_cluster_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let mut cluster = LocalCluster::start(dir.path());
-    let config = ClusterConfig::load(&cluster.config_path).unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
     let group = EgId(b"lockd-0001".to_vec());
     let leader = runtime.block_on(async {
         let client = connect(&config, "A").await;

@@ -114,3 +114,20 @@ pub(crate) async fn find_leader(client: &LockdClient, config: &ClusterConfig) ->
     }
     None
 }
+
+/// What every cluster test starts with: its turn (one cluster at a time), a directory,
+/// the default topology running as processes, its config, and a runtime for clients.
+pub(crate) fn start_cluster() -> (
+    std::sync::MutexGuard<'static, ()>,
+    tempfile::TempDir,
+    megastore_e2e::LocalCluster,
+    ClusterConfig,
+    tokio::runtime::Runtime,
+) {
+    let alone = megastore_e2e::one_cluster_at_a_time();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let cluster = megastore_e2e::LocalCluster::start(dir.path());
+    let config = ClusterConfig::load(&cluster.config_path).expect("the cluster's config");
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    (alone, dir, cluster, config, runtime)
+}
