@@ -131,8 +131,9 @@ async fn allocate_id(peers: &Peers) -> Result<ClientId, ClientError> {
                     .map(ClientId)
                     .map_err(|_| ClientError::Lock("client ids exhausted".into()));
             }
-            // Another client took that one, or the outcome is unknown: try the next.
-            Err(LockError::VersionMismatch { .. } | LockError::Unavailable) => continue,
+            // Another client took that one: try the next. (Resends are applied at most
+            // once, so `Unavailable` means lockd could not be reached at all.)
+            Err(LockError::VersionMismatch { .. }) => continue,
             Ok(other) => return Err(ClientError::Lock(format!("unexpected reply {other:?}"))),
             Err(e) => return Err(ClientError::Lock(e.to_string())),
         }
