@@ -209,6 +209,15 @@ pub fn root_row(eg: &EgId) -> Vec<u8> {
     row
 }
 
+/// The key prefix (the `EgId` bytes) of the group whose root row is `row`, if `row` is
+/// a root row: the inverse of [`root_row`], without copying.
+pub fn group_of_root_row(row: &[u8]) -> Option<&[u8]> {
+    match row.split_last() {
+        Some((0, eg)) if !eg.is_empty() => Some(eg),
+        _ => None,
+    }
+}
+
 /// The group's data rows: everything in its range after the root row.
 pub fn data_range(eg: &EgId) -> KeyRange {
     let mut start = root_row(eg);
@@ -216,5 +225,18 @@ pub fn data_range(eg: &EgId) -> KeyRange {
     KeyRange {
         start,
         end: group_range(eg).end,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_root_row_names_its_group() {
+        let eg = EgId(b"user-1".to_vec());
+        assert_eq!(group_of_root_row(&root_row(&eg)), Some(&eg.0[..]));
+        assert_eq!(group_of_root_row(b"user-1"), None);
+        assert_eq!(group_of_root_row(b"\x00"), None);
     }
 }

@@ -33,7 +33,9 @@ pub use bugs::ProtocolBugs;
 pub use client::{
     ClientConfig, ClientCore, Input as ClientInput, OpId, OpResult, Output as ClientOutput,
 };
-pub use entry::{CellWrite, LogEntry, RowWrite, data_range, group_range, root_row};
+pub use entry::{
+    CellWrite, LogEntry, RowWrite, data_range, group_of_root_row, group_range, root_row,
+};
 pub use messages::{DataQuery, LogState, Message, ReadAt, ReplicaReply, ReplicaRequest};
 pub use proposer::commit::{CommitResult, ReadSet};
 pub use proposer::read::{ReadError, ReadMode, ReadPath, ReadResult};

@@ -16,7 +16,7 @@ use megastore_rowstore::{KeyRange, Row};
 use megastore_rpc::pb::client as pb;
 use megastore_rpc::pb::client::megastore_server::Megastore;
 use megastore_types::EgId;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, OwnedMutexGuard};
 use tonic::{Request, Response, Status};
 
 use crate::gateway_typed::{
@@ -63,6 +63,11 @@ impl Gateway {
 
     fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Session>> {
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The open transaction `txn`, locked for one call.
+    async fn locked(&self, txn: u64) -> Result<OwnedMutexGuard<Option<Transaction>>, Status> {
+        Ok(self.session(txn)?.lock_owned().await)
     }
 
     fn session(&self, txn: u64) -> Result<Arc<Mutex<Option<Transaction>>>, Status> {
@@ -287,8 +292,7 @@ impl Megastore for Gateway {
         request: Request<pb::TxnReadRequest>,
     ) -> Result<Response<pb::TxnReadResponse>, Status> {
         let request = request.into_inner();
-        let session = self.session(request.txn)?;
-        let mut guard = session.lock().await;
+        let mut guard = self.locked(request.txn).await?;
         let txn = guard
             .as_mut()
             .ok_or_else(|| Status::failed_precondition("txn: already committing"))?;
@@ -310,8 +314,7 @@ impl Megastore for Gateway {
         request: Request<pb::TxnScanRequest>,
     ) -> Result<Response<pb::TxnReadResponse>, Status> {
         let request = request.into_inner();
-        let session = self.session(request.txn)?;
-        let mut guard = session.lock().await;
+        let mut guard = self.locked(request.txn).await?;
         let txn = open(&mut guard)?;
         let eg = txn.eg().clone();
         let range = request
@@ -330,8 +333,7 @@ impl Megastore for Gateway {
     ) -> Result<Response<pb::WriteResponse>, Status> {
         use pb::cell_write::Change;
         let request = request.into_inner();
-        let session = self.session(request.txn)?;
-        let mut guard = session.lock().await;
+        let mut guard = self.locked(request.txn).await?;
         let txn = guard
             .as_mut()
             .ok_or_else(|| Status::failed_precondition("txn: already committing"))?;
@@ -501,8 +503,7 @@ impl Megastore for Gateway {
         let request = request.into_inner();
         let key = values_from_wire("key", request.key)?;
         let catalog = self.catalogs.current().await?;
-        let session = self.session(request.txn)?;
-        let mut guard = session.lock().await;
+        let mut guard = self.locked(request.txn).await?;
         let entity = open(&mut guard)?
             .get_entity(&catalog, &request.table, &key)
             .await
@@ -519,8 +520,7 @@ impl Megastore for Gateway {
         let request = request.into_inner();
         let entity = entity_from_wire("entity", request.entity)?;
         let catalog = self.catalogs.current().await?;
-        let session = self.session(request.txn)?;
-        let mut guard = session.lock().await;
+        let mut guard = self.locked(request.txn).await?;
         open(&mut guard)?
             .put_entity(&catalog, &entity)
             .await
@@ -535,8 +535,7 @@ impl Megastore for Gateway {
         let request = request.into_inner();
         let key = values_from_wire("key", request.key)?;
         let catalog = self.catalogs.current().await?;
-        let session = self.session(request.txn)?;
-        let mut guard = session.lock().await;
+        let mut guard = self.locked(request.txn).await?;
         let existed = open(&mut guard)?
             .delete_entity(&catalog, &request.table, &key)
             .await
@@ -552,8 +551,7 @@ impl Megastore for Gateway {
         let root_key = values_from_wire("root_key", request.root_key)?;
         let limit = (request.limit > 0).then_some(request.limit as usize);
         let catalog = self.catalogs.current().await?;
-        let session = self.session(request.txn)?;
-        let mut guard = session.lock().await;
+        let mut guard = self.locked(request.txn).await?;
         let entities = open(&mut guard)?
             .scan_table(&catalog, &request.table, &root_key, limit)
             .await
@@ -571,8 +569,7 @@ impl Megastore for Gateway {
         let leading = values_from_wire("leading", request.leading)?;
         let limit = (request.limit > 0).then_some(request.limit as usize);
         let catalog = self.catalogs.current().await?;
-        let session = self.session(request.txn)?;
-        let mut guard = session.lock().await;
+        let mut guard = self.locked(request.txn).await?;
         let entries = open(&mut guard)?
             .scan_index(&catalog, &request.index, &leading, limit)
             .await

@@ -6,7 +6,6 @@
 use std::collections::BTreeSet;
 
 use megastore_rowstore::{KeyRange, LATEST, RowMutation, RowRead, RowStoreError, ScanOptions};
-use megastore_types::EgId;
 
 /// Rows `0xFF 0xFF ‖ "megastore/groups/" ‖ eg`: no schema prefix starts with 0xFF, and
 /// the public API refuses groups that do.
@@ -16,27 +15,19 @@ const COLUMN: &[u8] = b"g";
 /// The first byte no entity group may start with.
 pub(crate) const SYSTEM_BYTE: u8 = 0xFF;
 
-fn row(eg: &EgId) -> Vec<u8> {
+fn row(eg: &[u8]) -> Vec<u8> {
     let mut row = PREFIX.to_vec();
-    row.extend_from_slice(&eg.0);
+    row.extend_from_slice(eg);
     row
 }
 
-/// The group whose root row is `root_row` (`eg ‖ 0x00`).
-pub(crate) fn group_of_root_row(root_row: &[u8]) -> Option<EgId> {
-    match root_row.split_last() {
-        Some((0, eg)) if !eg.is_empty() => Some(EgId(eg.to_vec())),
-        _ => None,
-    }
-}
-
-/// The mutation that registers `eg`.
-pub(crate) fn register(eg: &EgId) -> RowMutation {
+/// The mutation that registers the group with key prefix `eg`.
+pub(crate) fn register(eg: &[u8]) -> RowMutation {
     RowMutation::new(row(eg)).set(COLUMN.to_vec(), 0, Vec::new())
 }
 
-/// Every registered group.
-pub(crate) fn load<S: RowRead>(store: &S) -> Result<BTreeSet<EgId>, RowStoreError> {
+/// Every registered group's key prefix.
+pub(crate) fn load<S: RowRead>(store: &S) -> Result<BTreeSet<Vec<u8>>, RowStoreError> {
     let rows = store.scan(
         &KeyRange::prefix(PREFIX.to_vec()),
         LATEST,
@@ -44,7 +35,7 @@ pub(crate) fn load<S: RowRead>(store: &S) -> Result<BTreeSet<EgId>, RowStoreErro
     )?;
     Ok(rows
         .into_iter()
-        .map(|r| EgId(r.key[PREFIX.len()..].to_vec()))
+        .map(|r| r.key[PREFIX.len()..].to_vec())
         .collect())
 }
 
@@ -59,19 +50,10 @@ mod tests {
         let store = MemoryStore::new();
         for eg in [b"a".to_vec(), b"b\x00c".to_vec()] {
             store
-                .mutate_row(&register(&EgId(eg)), None, Durability::Synced)
+                .mutate_row(&register(&eg), None, Durability::Synced)
                 .unwrap();
         }
         let found = load(&store).unwrap();
-        assert_eq!(
-            found,
-            [EgId(b"a".to_vec()), EgId(b"b\x00c".to_vec())].into()
-        );
-        assert_eq!(
-            group_of_root_row(b"user-1\x00"),
-            Some(EgId(b"user-1".to_vec()))
-        );
-        assert_eq!(group_of_root_row(b"user-1"), None);
-        assert_eq!(group_of_root_row(b"\x00"), None);
+        assert_eq!(found, [b"a".to_vec(), b"b\x00c".to_vec()].into());
     }
 }

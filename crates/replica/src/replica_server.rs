@@ -191,7 +191,7 @@ struct Driver {
     next_caller: u32,
     wake: Option<Time>,
     /// Groups recorded in the store's registry.
-    registered: BTreeSet<EgId>,
+    registered: BTreeSet<Vec<u8>>,
 }
 
 /// The caller id of the driver's own requests (their replies are dropped).
@@ -209,7 +209,10 @@ impl Driver {
         let mut batch = Batch::default();
         // Load every group this replica holds, so the sweep looks after idle ones too.
         for eg in self.registered.clone() {
-            let request = ReplicaRequest::LogState { id: 0, eg };
+            let request = ReplicaRequest::LogState {
+                id: 0,
+                eg: EgId(eg),
+            };
             let from = NodeId::Client(ClientId(DRIVER));
             let message = Message::ReplicaRequest(request);
             self.step(ReplicaInput::Message { from, message }, &mut batch);
@@ -285,14 +288,14 @@ impl Driver {
                 return Some(ReplicaInput::Loaded { eg, row });
             }
             ReplicaOutput::Persist { mutation } => {
-                if let Some(eg) = registry::group_of_root_row(&mutation.row)
-                    && !self.registered.contains(&eg)
+                if let Some(eg) = megastore_paxos::group_of_root_row(&mutation.row)
+                    && !self.registered.contains(eg)
                 {
-                    let register = registry::register(&eg);
+                    let register = registry::register(eg);
                     if let Err(e) = self.store.mutate_row(&register, None, Durability::Buffered) {
                         fail("registering a group", &e);
                     }
-                    self.registered.insert(eg);
+                    self.registered.insert(eg.to_vec());
                 }
                 if let Err(e) = self.store.mutate_row(&mutation, None, Durability::Buffered) {
                     fail("persisting", &e);

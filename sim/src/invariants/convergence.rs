@@ -5,25 +5,10 @@
 //! ahead of a replica that still needed the log.
 
 use megastore_paxos::cells::{APPLIED, VISIBLE};
-use megastore_paxos::root_row;
-use megastore_rowstore::{LATEST, RowRead};
-use megastore_types::{EgId, Position, ReplicaId, ReplicaKind};
+use megastore_types::ReplicaKind;
 
-use super::ChosenLog;
+use super::{ChosenLog, stored_watermark};
 use crate::world::World;
-
-fn stored_watermark(world: &World, r: ReplicaId, eg: &EgId, column: &[u8]) -> Position {
-    let Some(node) = world.replicas.get(&r) else {
-        return Position::NONE;
-    };
-    let cell = node
-        .store
-        .read_cell(&root_row(eg), column, LATEST)
-        .expect("memory store reads");
-    cell.map_or(Position::NONE, |c| {
-        postcard::from_bytes(&c.value).expect("watermarks decode")
-    })
-}
 
 pub(crate) fn check(world: &World, chosen: &ChosenLog, found: &mut Vec<(&'static str, String)>) {
     for (eg, visible) in chosen.groups() {

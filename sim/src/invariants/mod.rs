@@ -74,18 +74,23 @@ pub(crate) fn holds(
         || stored_truncated(world, r, eg) >= p
 }
 
-/// The truncation point in replica `r`'s store.
-pub(crate) fn stored_truncated(world: &World, r: ReplicaId, eg: &EgId) -> Position {
+/// A watermark cell (`truncated`, `applied`, `visible`) in replica `r`'s store.
+pub(crate) fn stored_watermark(world: &World, r: ReplicaId, eg: &EgId, column: &[u8]) -> Position {
     let Some(node) = world.replicas.get(&r) else {
         return Position::NONE;
     };
     let cell = node
         .store
-        .read_cell(&root_row(eg), TRUNCATED, LATEST)
+        .read_cell(&root_row(eg), column, LATEST)
         .expect("memory store reads");
     cell.map_or(Position::NONE, |c| {
         postcard::from_bytes(&c.value).expect("watermarks decode")
     })
+}
+
+/// The truncation point in replica `r`'s store.
+pub(crate) fn stored_truncated(world: &World, r: ReplicaId, eg: &EgId) -> Position {
+    stored_watermark(world, r, eg, TRUNCATED)
 }
 
 impl Checkers {
