@@ -8,6 +8,15 @@ use megastore_types::{EgId, Position, ReplicaId, TxnId};
 
 use crate::client::{Client, ClientError};
 
+/// Waits before attempt `attempt + 1` of a transaction that conflicted: a random
+/// pause whose range doubles with every attempt (10 ms, 20 ms, … up to 640 ms), so
+/// racers for the same rows stop meeting and none of them starves.
+pub(crate) async fn retry_pause(attempt: u32) {
+    let range_ms = 10u64 << attempt.min(6);
+    let pause = rand::random::<u64>() % range_ms;
+    tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+}
+
 /// Attempts of one [`Client::transaction`] before it gives up on conflicts.
 pub(crate) const ATTEMPTS_MAX: u32 = 8;
 
@@ -329,12 +338,15 @@ impl Client {
         F: AsyncFnMut(&mut Transaction) -> Result<T, ClientError>,
     {
         let mut last_keys = Vec::new();
-        for _ in 0..ATTEMPTS_MAX {
+        for attempt in 0..ATTEMPTS_MAX {
             let mut txn = self.begin(eg);
             let value = body(&mut txn).await?;
             match txn.commit().await? {
                 Attempt::Done(outcome) => return Ok((value, outcome)),
-                Attempt::Retry { keys, .. } => last_keys = keys,
+                Attempt::Retry { keys, .. } => {
+                    last_keys = keys;
+                    retry_pause(attempt).await;
+                }
             }
         }
         Err(ClientError::TooManyConflicts {

@@ -18,7 +18,7 @@ use megastore_rowstore::{KeyRange, Row, prefix_successor};
 use megastore_types::EgId;
 
 use crate::client::{Client, ClientError};
-use crate::txn::{ATTEMPTS_MAX, Attempt, Transaction};
+use crate::txn::{ATTEMPTS_MAX, Attempt, Transaction, retry_pause};
 
 const KEYS_OBJECT: [u8; 5] = [0xF8, 0xFF, 0xFF, 0xFF, 0xFF];
 const VERSION: &[u8] = b"version";
@@ -212,12 +212,15 @@ impl Client {
         mutations: &[Mutation],
     ) -> Result<TxnResult, ClientError> {
         let mut last_keys = Vec::new();
-        for _ in 0..ATTEMPTS_MAX {
+        for round in 0..ATTEMPTS_MAX {
             let mut txn = self.begin(eg);
             let result = attempt(&mut txn, eg, asserts, mutations).await?;
             match txn.commit().await? {
                 Attempt::Done(_) => return Ok(result),
-                Attempt::Retry { keys, .. } => last_keys = keys,
+                Attempt::Retry { keys, .. } => {
+                    last_keys = keys;
+                    retry_pause(round).await;
+                }
             }
         }
         Err(ClientError::TooManyConflicts {
