@@ -8,3 +8,4 @@ mod roles;
 mod schema_check;
 mod support;
 mod tidy;
+mod tools;

@@ -57,14 +57,32 @@ pub struct Finished {
 
 /// Runs `megastore args…` in `dir`, killing it (and failing) after `limit`.
 pub fn run_megastore(args: &[&str], dir: &Path, limit: Duration) -> Finished {
+    run_megastore_with_input(args, "", dir, limit)
+}
+
+/// Runs `megastore args…` in `dir` with `input` on its stdin, killing it (and failing)
+/// after `limit`.
+pub fn run_megastore_with_input(
+    args: &[&str],
+    input: &str,
+    dir: &Path,
+    limit: Duration,
+) -> Finished {
     let mut child = Command::new(megastore_bin())
         .args(args)
         .current_dir(dir)
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start megastore");
+    let mut stdin = child.stdin.take().expect("piped");
+    let input = input.to_string();
+    // A writer of its own: a child that does not read cannot block the test.
+    std::thread::spawn(move || {
+        use std::io::Write;
+        let _ = stdin.write_all(input.as_bytes());
+    });
     let drain = |mut pipe: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
             let mut text = String::new();

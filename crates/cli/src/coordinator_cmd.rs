@@ -8,6 +8,8 @@ use clap::{Args, Subcommand};
 use megastore_config::ClusterConfig;
 use megastore_replica::{CoordinatorProcess, disable_coordinator};
 
+use crate::cluster_arg::ClusterArg;
+
 /// Run the coordinator of a full replica (`--config FILE --id NAME`), or `disable` one.
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -29,17 +31,16 @@ enum CoordinatorAction {
     Disable {
         /// The full replica whose coordinator to disable.
         name: String,
-        /// The cluster description.
-        #[arg(long, value_name = "FILE")]
-        config: PathBuf,
+        #[command(flatten)]
+        cluster: ClusterArg,
     },
 }
 
 pub(crate) fn run(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     match args.action {
-        Some(CoordinatorAction::Disable { name, config }) => {
-            let config = ClusterConfig::load(&config)?;
+        Some(CoordinatorAction::Disable { name, cluster }) => {
+            let config = cluster.load()?;
             let found = runtime.block_on(disable_coordinator(&config, &name))?;
             if found {
                 println!(

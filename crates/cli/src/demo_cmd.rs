@@ -2,7 +2,6 @@
 //! mode from different sites (with who served them and why), and the versioned
 //! primitives racing.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -13,12 +12,13 @@ use megastore_config::ClusterConfig;
 use megastore_paxos::{DataQuery, ReadMode, ReadPath, ReadResult};
 use megastore_types::{EgId, ReplicaKind};
 
+use crate::cluster_arg::ClusterArg;
+
 /// Run a short demonstration workload against a running cluster.
 #[derive(Debug, Args)]
 pub(crate) struct DemoArgs {
-    /// The cluster description.
-    #[arg(long, value_name = "FILE")]
-    config: PathBuf,
+    #[command(flatten)]
+    cluster: ClusterArg,
 }
 
 fn row(eg: &EgId, name: &str) -> Vec<u8> {
@@ -71,14 +71,15 @@ async fn connect(config: &ClusterConfig, site: &str) -> anyhow::Result<Client> {
 }
 
 pub(crate) fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    let config = ClusterConfig::load(&args.config)?;
+    let config = args.cluster.load()?;
     let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(demo(&config, &args.config))?;
+    runtime.block_on(demo(&config, &args.cluster.flag()))?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// The demonstration itself, against the cluster of `config` (read from `path`).
-pub(crate) async fn demo(config: &ClusterConfig, path: &std::path::Path) -> anyhow::Result<()> {
+/// The demonstration itself, against the cluster of `config` (which other commands
+/// reach with `flag`, e.g. ` --config FILE`).
+pub(crate) async fn demo(config: &ClusterConfig, flag: &str) -> anyhow::Result<()> {
     let full_sites: Vec<String> = config
         .replicas
         .iter()
@@ -203,8 +204,8 @@ pub(crate) async fn demo(config: &ClusterConfig, path: &std::path::Path) -> anyh
         println!("   task/1 = {owner:?} at version {}", entry[0].version);
 
         println!(
-            "\nConnect from Rust with megastore_client::Client::connect(&ClusterConfig::load(\"{}\")?, \"{home}\").",
-            path.display()
+            "\nLook around with `megastore shell{flag}` and `megastore status{flag}`; \
+             measure with `megastore bench{flag}`."
         );
         Ok(())
     }

@@ -13,8 +13,6 @@ use megastore_lockd::{LockdClient, LockdNode};
 use megastore_replica::{CoordinatorProcess, ReplicaProcess};
 use megastore_types::ReplicaKind;
 
-/// The example topology, with data directories relative to the data directory.
-const TOPOLOGY: &str = include_str!("../../config/cluster.example.toml");
 /// The paper's photo schema.
 const PHOTOS: &str = include_str!("../../../schema/photos.msdl");
 
@@ -44,7 +42,7 @@ pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     };
     let config_path = dir.join("cluster.toml");
     if !config_path.exists() {
-        std::fs::write(&config_path, TOPOLOGY)
+        std::fs::write(&config_path, crate::cluster_arg::DEV_TOPOLOGY)
             .with_context(|| format!("writing {}", config_path.display()))?;
     }
     let config = ClusterConfig::load(&config_path)?;
@@ -72,7 +70,7 @@ pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
                     .with_context(|| format!("replica {}", r.name))?,
             );
             println!(
-                "  replica     {:<8} site {}  {}  ({:?})",
+                "  replica     {:<8} site {}  {}  ({})",
                 r.name, r.site, r.address, r.kind
             );
         }
@@ -105,10 +103,11 @@ pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         }
         if !args.no_demo {
             println!();
-            crate::demo_cmd::demo(&config, &config_path).await?;
+            crate::demo_cmd::demo(&config, "").await?;
         }
         println!(
-            "\nThe cluster runs until Ctrl-C. Other commands take --config {}; the public gRPC API \
+            "\nThe cluster runs until Ctrl-C. Other commands (shell, status, bench, demo, schema \
+             apply) reach it without --config; its description is {}. The public gRPC API \
              (proto/megastore/client/v1) is served by every replica, e.g. {}.",
             config_path.display(),
             config.replicas[0].address

@@ -6,6 +6,8 @@
 // A command-line tool talks to its terminal.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod bytes_arg;
+mod cluster_arg;
 mod cluster_cmd;
 mod coordinator_cmd;
 mod demo_cmd;
@@ -14,7 +16,10 @@ mod lockd_cmd;
 mod logging;
 mod replica_cmd;
 mod schema_cmd;
+mod shell_cmd;
+mod shell_parse;
 mod signals;
+mod status_cmd;
 
 use std::process::ExitCode;
 
@@ -46,6 +51,10 @@ enum Command {
     Replica(replica_cmd::ReplicaArgs),
     /// Run (or disable) the coordinator of a full replica.
     Coordinator(coordinator_cmd::CoordinatorArgs),
+    /// Show how every process of a cluster stands (and one group's log positions).
+    Status(status_cmd::StatusArgs),
+    /// An interactive client: choose a group, read, write, run transactions.
+    Shell(shell_cmd::ShellArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +67,8 @@ fn main() -> ExitCode {
         Command::Lockd(args) => lockd_cmd::run(args),
         Command::Replica(args) => replica_cmd::run(args),
         Command::Coordinator(args) => coordinator_cmd::run(args),
+        Command::Status(args) => status_cmd::run(args),
+        Command::Shell(args) => shell_cmd::run(args),
     };
     match result {
         Ok(code) => code,

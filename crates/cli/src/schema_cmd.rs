@@ -7,6 +7,8 @@ use anyhow::Context;
 use clap::Subcommand;
 use megastore_schema::{Catalog, compile, summary};
 
+use crate::cluster_arg::ClusterArg;
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum SchemaCommand {
     /// Check schema files: print a summary of each, or every error with file:line:col.
@@ -24,16 +26,15 @@ pub(crate) enum SchemaCommand {
         /// The schema file.
         #[arg(value_name = "FILE")]
         file: PathBuf,
-        /// The cluster description.
-        #[arg(long, value_name = "FILE")]
-        config: PathBuf,
+        #[command(flatten)]
+        cluster: ClusterArg,
     },
 }
 
 pub(crate) fn run(command: SchemaCommand) -> anyhow::Result<ExitCode> {
     match command {
         SchemaCommand::Check { files, json } => check(&files, json),
-        SchemaCommand::Apply { file, config } => apply(&file, &config),
+        SchemaCommand::Apply { file, cluster } => apply(&file, &cluster),
     }
 }
 
@@ -62,11 +63,11 @@ fn check(files: &[PathBuf], json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn apply(file: &Path, config: &Path) -> anyhow::Result<ExitCode> {
+fn apply(file: &Path, cluster: &ClusterArg) -> anyhow::Result<ExitCode> {
     // Checked locally first: errors point at the file with line and column.
     load(file)?;
     let text = std::fs::read_to_string(file)?;
-    let config = megastore_config::ClusterConfig::load(config)?;
+    let config = cluster.load()?;
     let runtime = tokio::runtime::Runtime::new()?;
     let (catalog, version) = runtime.block_on(async {
         let lockd = megastore_lockd::LockdClient::new(&config).map_err(anyhow::Error::msg)?;

@@ -23,6 +23,7 @@ mod entities;
 mod peers;
 pub mod schema_store;
 mod settings;
+pub mod status;
 mod txn;
 mod versioned;
 

@@ -15,6 +15,25 @@ use megastore_rpc::pb::lock::lock_client::LockClient as GrpcLockClient;
 use megastore_types::LockNodeId;
 use tonic::transport::{Channel, Endpoint};
 
+/// How one lockd node sees the Raft cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// "leader", "follower", "candidate", "learner" or "shutdown".
+    pub state: String,
+    /// The Raft term it is in.
+    pub term: u64,
+    /// The leader it knows of.
+    pub leader: Option<u64>,
+    /// The voting members.
+    pub voters: Vec<u64>,
+    /// Members that replicate but do not vote.
+    pub learners: Vec<u64>,
+    /// Its last log index.
+    pub last_log_index: Option<u64>,
+    /// The last index applied to its state machine.
+    pub applied_index: Option<u64>,
+}
+
 /// A client of a lockd cluster.
 pub struct LockdClient {
     nodes: Vec<(LockNodeId, GrpcLockClient<Channel>)>,
@@ -68,6 +87,23 @@ impl LockdClient {
         call.set_timeout(self.rpc_timeout);
         let response = client.clone().call(call).await.ok()?;
         LockResponse::try_from(response.into_inner()).ok()
+    }
+
+    /// How `node` sees the Raft cluster; `None`: it did not answer.
+    pub async fn node_status(&self, node: LockNodeId) -> Option<NodeStatus> {
+        let (_, client) = self.nodes.iter().find(|(id, _)| *id == node)?;
+        let mut call = tonic::Request::new(pb::NodeStatusRequest {});
+        call.set_timeout(self.rpc_timeout);
+        let status = client.clone().status(call).await.ok()?.into_inner();
+        Some(NodeStatus {
+            state: status.state,
+            term: status.term,
+            leader: status.leader,
+            voters: status.voters,
+            learners: status.learners,
+            last_log_index: status.last_log_index,
+            applied_index: status.applied_index,
+        })
     }
 
     /// Executes a command at the leader, looking for it as long as an election takes.

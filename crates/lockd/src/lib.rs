@@ -33,7 +33,7 @@ mod state_machine;
 mod storage;
 mod types;
 
-pub use client::{BlockingLockdClient, LockdClient};
+pub use client::{BlockingLockdClient, LockdClient, NodeStatus};
 pub use server::LockdNode;
 pub use types::{LeaseClock, LockEntry, LockResult, TypeConfig};
 

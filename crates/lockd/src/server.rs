@@ -266,4 +266,29 @@ impl Lock for LockService {
             .into(),
         ))
     }
+
+    async fn status(
+        &self,
+        _request: Request<pb::NodeStatusRequest>,
+    ) -> Result<Response<pb::NodeStatus>, Status> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let membership = metrics.membership_config.membership();
+        let state = match metrics.state {
+            ServerState::Leader => "leader",
+            ServerState::Follower => "follower",
+            ServerState::Candidate => "candidate",
+            ServerState::Learner => "learner",
+            ServerState::Shutdown => "shutdown",
+        };
+        Ok(Response::new(pb::NodeStatus {
+            id: self.id,
+            state: state.to_string(),
+            term: metrics.current_term,
+            leader: metrics.current_leader,
+            voters: membership.voter_ids().collect(),
+            learners: membership.learner_ids().collect(),
+            last_log_index: metrics.last_log_index,
+            applied_index: metrics.last_applied.map(|log_id| log_id.index),
+        }))
+    }
 }

@@ -36,7 +36,9 @@ pub use client::{
 pub use entry::{
     CellWrite, LogEntry, RowWrite, data_range, group_of_root_row, group_range, root_row,
 };
-pub use messages::{DataQuery, LogState, Message, ReadAt, ReplicaReply, ReplicaRequest};
+pub use messages::{
+    DataQuery, LogState, Message, ReadAt, ReplicaError, ReplicaReply, ReplicaRequest,
+};
 pub use proposer::commit::{CommitResult, ReadSet};
 pub use proposer::read::{ReadError, ReadMode, ReadPath, ReadResult};
 pub use proposer::{ProposerConfig, Timeouts};

@@ -16,6 +16,17 @@ pub enum ReplicaKind {
     ReadOnly,
 }
 
+impl std::fmt::Display for ReplicaKind {
+    /// As a config file spells it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReplicaKind::Full => "full",
+            ReplicaKind::Witness => "witness",
+            ReplicaKind::ReadOnly => "read-only",
+        })
+    }
+}
+
 /// One replica of the deployment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaInfo {

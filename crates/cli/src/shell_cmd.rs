@@ -1,0 +1,407 @@
+//! `megastore shell`: an interactive client — choose an entity group, read in any mode,
+//! write, run transactions — with line editing and history at a terminal, or commands
+//! from a pipe (each echoed, so a transcript reads like a session; any failed command
+//! makes the exit status 1).
+//!
+//! Rows the shell names live in the group's row space for untyped rows: the row called
+//! `ROW` of group `G` is the key `G ‖ 0x01 ‖ ROW` (as in the demo and the client API
+//! docs).
+
+use std::io::{BufRead, IsTerminal};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use comfy_table::Table;
+use megastore_client::{Attempt, Client, Outcome, Transaction};
+use megastore_config::ClusterConfig;
+use megastore_paxos::{DataQuery, ReadMode, ReadPath, ReadResult};
+use megastore_rowstore::{KeyRange, Row};
+use megastore_types::{EgId, ReplicaKind};
+
+use crate::bytes_arg::show_bytes;
+use crate::cluster_arg::ClusterArg;
+use crate::shell_parse::{HELP, ShellCommand, parse_line};
+
+/// The byte between a group's key and the name of one of its untyped rows.
+const ROW_SPACE: u8 = 1;
+
+/// An interactive client of a cluster.
+#[derive(Debug, Args)]
+pub(crate) struct ShellArgs {
+    #[command(flatten)]
+    cluster: ClusterArg,
+    /// The site to act from (default: the first full replica's).
+    #[arg(long, value_name = "SITE")]
+    site: Option<String>,
+    /// Start on this entity group.
+    #[arg(long, value_name = "GROUP")]
+    group: Option<String>,
+}
+
+struct Session {
+    config: ClusterConfig,
+    runtime: tokio::runtime::Runtime,
+    client: Client,
+    site: String,
+    group: Option<EgId>,
+    mode: ReadMode,
+    transaction: Option<Transaction>,
+}
+
+fn mode_name(mode: ReadMode) -> &'static str {
+    match mode {
+        ReadMode::Current => "current",
+        ReadMode::Snapshot => "snapshot",
+        ReadMode::Inconsistent => "inconsistent",
+    }
+}
+
+fn path_name(path: ReadPath) -> &'static str {
+    match path {
+        ReadPath::LocalVouched => "local, vouched by its coordinator",
+        ReadPath::Majority => "after asking a majority",
+        ReadPath::Snapshot => "snapshot: its last applied position",
+        ReadPath::Inconsistent => "inconsistent: whatever it has",
+    }
+}
+
+impl Session {
+    fn group(&self) -> anyhow::Result<&EgId> {
+        self.group
+            .as_ref()
+            .context("no entity group chosen: `use GROUP` first")
+    }
+
+    fn row_key(&self, row: &[u8]) -> anyhow::Result<Vec<u8>> {
+        let mut key = self.group()?.0.clone();
+        key.push(ROW_SPACE);
+        key.extend_from_slice(row);
+        Ok(key)
+    }
+
+    /// A row's name within the group (its key without the group's prefix).
+    fn row_name<'a>(&self, key: &'a [u8]) -> &'a [u8] {
+        let prefix = self.group.as_ref().map_or(0, |g| g.0.len() + 1);
+        key.get(prefix..).unwrap_or(key)
+    }
+
+    fn rows_table(&self, rows: &[Row]) -> String {
+        if rows.is_empty() {
+            return "(no rows)".to_string();
+        }
+        let mut table = Table::new();
+        table.load_style(comfy_table::presets::ASCII_MARKDOWN);
+        table.set_header(["row", "column", "value"]);
+        for row in rows {
+            for (column, cell) in &row.cells {
+                table.add_row([
+                    show_bytes(self.row_name(&row.key)),
+                    show_bytes(column),
+                    show_bytes(&cell.value),
+                ]);
+            }
+        }
+        table.to_string()
+    }
+
+    fn describe_read(&self, read: &ReadResult) -> String {
+        let replica = self
+            .config
+            .replica_by_id(read.replica)
+            .map_or_else(|| format!("#{}", read.replica.0), |r| r.name.clone());
+        let position = read.position.map_or_else(
+            || "no position".to_string(),
+            |p| format!("position {}", p.0),
+        );
+        format!(
+            "{} read at {position} from replica {replica} ({})",
+            mode_name(self.mode),
+            path_name(read.path)
+        )
+    }
+
+    fn read(&mut self, query: DataQuery) -> anyhow::Result<String> {
+        if let Some(txn) = self.transaction.as_mut() {
+            let rows = match query {
+                DataQuery::Rows(rows) => self
+                    .runtime
+                    .block_on(txn.get(&rows[0]))?
+                    .into_iter()
+                    .collect(),
+                DataQuery::Scan { range, limit } => {
+                    self.runtime.block_on(txn.scan(range, limit))?
+                }
+            };
+            return Ok(format!("{}\n(in the transaction)", self.rows_table(&rows)));
+        }
+        let group = self.group()?.clone();
+        let read = self
+            .runtime
+            .block_on(self.client.read(&group, self.mode, query))?;
+        Ok(format!(
+            "{}\n{}",
+            self.rows_table(&read.rows),
+            self.describe_read(&read)
+        ))
+    }
+
+    fn write(&mut self, row: &[u8], column: &[u8], value: Option<&[u8]>) -> anyhow::Result<String> {
+        let key = self.row_key(row)?;
+        if let Some(txn) = self.transaction.as_mut() {
+            match value {
+                Some(value) => txn.set(&key, column, value),
+                None => txn.delete(&key, column),
+            }
+            return Ok("staged (commit to apply)".to_string());
+        }
+        let group = self.group()?.clone();
+        let (_, outcome) = self
+            .runtime
+            .block_on(self.client.transaction(&group, async |txn| {
+                match value {
+                    Some(value) => txn.set(&key, column, value),
+                    None => txn.delete(&key, column),
+                }
+                Ok(())
+            }))?;
+        Ok(describe_outcome(&outcome))
+    }
+
+    fn execute(&mut self, command: ShellCommand) -> anyhow::Result<String> {
+        Ok(match command {
+            ShellCommand::Help => HELP.trim_end().to_string(),
+            ShellCommand::Quit => String::new(),
+            ShellCommand::Show => format!(
+                "group {}, {} reads, site {}, {}",
+                self.group
+                    .as_ref()
+                    .map_or_else(|| "(none)".to_string(), |g| show_bytes(&g.0)),
+                mode_name(self.mode),
+                self.site,
+                if self.transaction.is_some() {
+                    "a transaction is open"
+                } else {
+                    "no transaction"
+                }
+            ),
+            ShellCommand::Use(group) => {
+                anyhow::ensure!(
+                    self.transaction.is_none(),
+                    "a transaction is open on this group: commit or abort it first"
+                );
+                anyhow::ensure!(!group.is_empty(), "an entity group needs a non-empty key");
+                let shown = show_bytes(&group);
+                self.group = Some(EgId(group));
+                format!("using entity group {shown}")
+            }
+            ShellCommand::Site(site) => {
+                anyhow::ensure!(
+                    self.transaction.is_none(),
+                    "a transaction is open: commit or abort it first"
+                );
+                self.client = self
+                    .runtime
+                    .block_on(Client::connect(&self.config, &site))?;
+                self.site = site;
+                format!("acting from site {}", self.site)
+            }
+            ShellCommand::Mode(mode) => {
+                self.mode = mode;
+                let note = if self.transaction.is_some() {
+                    " (the open transaction reads current data regardless)"
+                } else {
+                    ""
+                };
+                format!("reads are {}{note}", mode_name(mode))
+            }
+            ShellCommand::Get(row) => {
+                let key = self.row_key(&row)?;
+                self.read(DataQuery::Rows(vec![key]))?
+            }
+            ShellCommand::Scan { prefix, limit } => {
+                let start = self.row_key(&prefix)?;
+                let range = KeyRange::prefix(start);
+                self.read(DataQuery::Scan {
+                    range,
+                    limit: Some(limit),
+                })?
+            }
+            ShellCommand::Put { row, column, value } => self.write(&row, &column, Some(&value))?,
+            ShellCommand::Delete { row, column } => self.write(&row, &column, None)?,
+            ShellCommand::Begin => {
+                anyhow::ensure!(self.transaction.is_none(), "a transaction is already open");
+                let group = self.group()?.clone();
+                self.transaction = Some(self.client.begin(&group));
+                format!("transaction begun on {}", show_bytes(&group.0))
+            }
+            ShellCommand::Commit => {
+                let txn = self.transaction.take().context("no transaction is open")?;
+                match self.runtime.block_on(txn.commit())? {
+                    Attempt::Done(outcome) => describe_outcome(&outcome),
+                    Attempt::Retry { keys, .. } if keys.is_empty() => {
+                        "not committed: another write came first; nothing was applied, begin again"
+                            .to_string()
+                    }
+                    Attempt::Retry { keys, .. } => {
+                        let names: Vec<String> =
+                            keys.iter().map(|k| show_bytes(self.row_name(k))).collect();
+                        format!(
+                            "not committed: conflict on {} (written since this transaction read them); \
+                             nothing was applied, begin again",
+                            names.join(", ")
+                        )
+                    }
+                }
+            }
+            ShellCommand::Abort => {
+                self.transaction.take().context("no transaction is open")?;
+                "transaction dropped; nothing was written".to_string()
+            }
+        })
+    }
+}
+
+fn describe_outcome(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Committed { position, txn, .. } => format!(
+            "committed at log position {} (transaction {}:{})",
+            position.0, txn.client.0, txn.seq
+        ),
+        Outcome::ReadOnly => "nothing to commit (the transaction only read)".to_string(),
+    }
+}
+
+/// Where input comes from: a line editor at a terminal, plain lines otherwise.
+enum Input {
+    Terminal(Box<rustyline::DefaultEditor>, Option<std::path::PathBuf>),
+    Piped(std::io::StdinLock<'static>),
+}
+
+impl Input {
+    fn open() -> anyhow::Result<Self> {
+        if !std::io::stdin().is_terminal() {
+            return Ok(Input::Piped(std::io::stdin().lock()));
+        }
+        let mut editor = rustyline::DefaultEditor::new().context("starting the line editor")?;
+        let history = std::env::var_os("HOME")
+            .map(|home| std::path::PathBuf::from(home).join(".megastore_history"));
+        if let Some(path) = &history {
+            let _ = editor.load_history(path);
+        }
+        Ok(Input::Terminal(Box::new(editor), history))
+    }
+
+    /// The next line; `None` at the end of input.
+    fn line(&mut self, prompt: &str) -> anyhow::Result<Option<String>> {
+        match self {
+            Input::Terminal(editor, _) => match editor.readline(prompt) {
+                Ok(line) => {
+                    let _ = editor.add_history_entry(line.as_str());
+                    Ok(Some(line))
+                }
+                // Ctrl-C drops the line being typed, as in other shells.
+                Err(rustyline::error::ReadlineError::Interrupted) => Ok(Some(String::new())),
+                Err(rustyline::error::ReadlineError::Eof) => Ok(None),
+                Err(e) => Err(e).context("reading a command"),
+            },
+            Input::Piped(stdin) => {
+                let mut line = String::new();
+                if stdin.read_line(&mut line).context("reading a command")? == 0 {
+                    return Ok(None);
+                }
+                let line = line.trim_end_matches(['\n', '\r']).to_string();
+                println!("{prompt}{line}");
+                Ok(Some(line))
+            }
+        }
+    }
+
+    fn close(self) {
+        if let Input::Terminal(mut editor, Some(path)) = self {
+            let _ = editor.save_history(&path);
+        }
+    }
+}
+
+pub(crate) fn run(args: ShellArgs) -> anyhow::Result<ExitCode> {
+    let config = args.cluster.load()?;
+    let site = match args.site {
+        Some(site) => site,
+        None => config
+            .replicas
+            .iter()
+            .find(|r| r.kind == ReplicaKind::Full)
+            .map(|r| r.site.clone())
+            .context("the config has no full replica")?,
+    };
+    let group = args
+        .group
+        .as_deref()
+        .map(crate::bytes_arg::parse_bytes)
+        .transpose()
+        .map_err(anyhow::Error::msg)
+        .context("--group")?
+        .map(EgId);
+    crate::logging::init_quiet();
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let client = runtime
+        .block_on(Client::connect(&config, &site))
+        .with_context(|| format!("connecting at site {site} (is the cluster up?)"))?;
+    let mut session = Session {
+        config,
+        runtime,
+        client,
+        site,
+        group,
+        mode: ReadMode::Current,
+        transaction: None,
+    };
+    let mut input = Input::open()?;
+    let piped = matches!(input, Input::Piped(_));
+    if !piped {
+        println!(
+            "megastore shell on cluster {:?}, site {}; `help` lists the commands",
+            session.config.cluster.name, session.site
+        );
+    }
+    let mut failed = 0usize;
+    loop {
+        let prompt = match (&session.group, &session.transaction) {
+            (Some(g), Some(_)) => format!("{} (txn)> ", show_bytes(&g.0)),
+            (Some(g), None) => format!("{}> ", show_bytes(&g.0)),
+            (None, _) => "megastore> ".to_string(),
+        };
+        let Some(line) = input.line(&prompt)? else {
+            break;
+        };
+        let command = match parse_line(&line) {
+            Ok(Some(command)) => command,
+            Ok(None) => continue,
+            Err(e) => {
+                failed += 1;
+                println!("error: {e}");
+                continue;
+            }
+        };
+        if command == ShellCommand::Quit {
+            break;
+        }
+        match session.execute(command) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                failed += 1;
+                println!("error: {e:#}");
+            }
+        }
+    }
+    if session.transaction.is_some() {
+        println!("the open transaction was dropped; nothing of it was written");
+    }
+    input.close();
+    Ok(if piped && failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,271 @@
+//! The shell's command language: one command per line, words split at whitespace
+//! (quotes keep spaces), keys and values as text with `\xHH` escapes.
+
+use megastore_paxos::ReadMode;
+
+use crate::bytes_arg::parse_bytes;
+
+/// One command typed at the shell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ShellCommand {
+    /// List the commands.
+    Help,
+    /// Leave the shell.
+    Quit,
+    /// Work on this entity group.
+    Use(Vec<u8>),
+    /// Act as a client at this site.
+    Site(String),
+    /// Read outside transactions in this mode.
+    Mode(ReadMode),
+    /// Show where the shell stands.
+    Show,
+    /// Read one row.
+    Get(Vec<u8>),
+    /// Read the rows whose names start with a prefix.
+    Scan { prefix: Vec<u8>, limit: usize },
+    /// Set one cell.
+    Put {
+        row: Vec<u8>,
+        column: Vec<u8>,
+        value: Vec<u8>,
+    },
+    /// Delete one cell.
+    Delete { row: Vec<u8>, column: Vec<u8> },
+    /// Start a transaction on the current group.
+    Begin,
+    /// Commit the open transaction.
+    Commit,
+    /// Drop the open transaction.
+    Abort,
+}
+
+/// Rows a scan shows when it is given no limit.
+pub(crate) const SCAN_LIMIT_DEFAULT: usize = 100;
+
+/// What `help` prints.
+pub(crate) const HELP: &str = "\
+commands (keys and values are text; \\xHH for any byte; quote words with spaces):
+  use GROUP                  work on entity group GROUP
+  get ROW                    read a row (in a transaction: at its position)
+  scan [PREFIX] [LIMIT]      read the rows whose names start with PREFIX (default limit 100)
+  put ROW COLUMN VALUE       set a cell (outside a transaction: committed at once)
+  delete ROW COLUMN          delete a cell (outside a transaction: committed at once)
+  begin                      start a transaction on the group: reads from one position,
+                             writes buffered until commit
+  commit                     commit it (a conflict names the rows written in between)
+  abort                      drop it
+  mode current|snapshot|inconsistent
+                             how reads outside a transaction are served
+  site SITE                  act as a client at another site
+  show                       the group, mode, site and open transaction
+  help                       this list
+  quit                       leave (also Ctrl-D)
+";
+
+fn bytes(word: &str, what: &str) -> Result<Vec<u8>, String> {
+    parse_bytes(word).map_err(|e| format!("{what}: {e}"))
+}
+
+fn arity(
+    command: &str,
+    words: &[String],
+    usage: &str,
+    min: usize,
+    max: usize,
+) -> Result<(), String> {
+    let given = words.len() - 1;
+    if given < min || given > max {
+        return Err(format!("{command} takes {usage}"));
+    }
+    Ok(())
+}
+
+/// Splits a line into words at whitespace; single or double quotes keep spaces in a
+/// word. Unlike a POSIX shell, a backslash stays in the word (with the character after
+/// it, so `\"` does not end a quote): escapes are the byte syntax's, read later.
+fn split_words(line: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut quote: Option<char> = None;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (_, '\\') => {
+                let word = word.get_or_insert_with(String::new);
+                word.push('\\');
+                if let Some(next) = chars.next() {
+                    word.push(next);
+                }
+            }
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.get_or_insert_with(String::new).push(c),
+            (None, '"' | '\'') => {
+                quote = Some(c);
+                word.get_or_insert_with(String::new);
+            }
+            (None, c) if c.is_whitespace() => words.extend(word.take()),
+            (None, c) => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    if let Some(q) = quote {
+        return Err(format!("unbalanced quotes: a {q} is never closed"));
+    }
+    words.extend(word);
+    Ok(words)
+}
+
+/// Parses one line; `Ok(None)` for a blank line or a comment (`#`).
+pub(crate) fn parse_line(line: &str) -> Result<Option<ShellCommand>, String> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return Ok(None);
+    }
+    let words = split_words(line)?;
+    let Some(first) = words.first() else {
+        return Ok(None);
+    };
+    let command = first.to_ascii_lowercase();
+    let check = |usage: &str, min, max| arity(&command, &words, usage, min, max);
+    let parsed = match command.as_str() {
+        "help" | "?" => ShellCommand::Help,
+        "quit" | "exit" => ShellCommand::Quit,
+        "show" => ShellCommand::Show,
+        "begin" => ShellCommand::Begin,
+        "commit" => ShellCommand::Commit,
+        "abort" | "rollback" => ShellCommand::Abort,
+        "use" => {
+            check("one entity group", 1, 1)?;
+            ShellCommand::Use(bytes(&words[1], "the group")?)
+        }
+        "site" => {
+            check("one site name", 1, 1)?;
+            ShellCommand::Site(words[1].clone())
+        }
+        "mode" => {
+            check("current, snapshot or inconsistent", 1, 1)?;
+            ShellCommand::Mode(match words[1].to_ascii_lowercase().as_str() {
+                "current" => ReadMode::Current,
+                "snapshot" => ReadMode::Snapshot,
+                "inconsistent" => ReadMode::Inconsistent,
+                other => {
+                    return Err(format!(
+                        "unknown read mode {other:?}: current, snapshot or inconsistent"
+                    ));
+                }
+            })
+        }
+        "get" => {
+            check("one row", 1, 1)?;
+            ShellCommand::Get(bytes(&words[1], "the row")?)
+        }
+        "scan" => {
+            check("[PREFIX] [LIMIT]", 0, 2)?;
+            let prefix = words
+                .get(1)
+                .map_or(Ok(Vec::new()), |w| bytes(w, "the prefix"))?;
+            let limit = match words.get(2) {
+                None => SCAN_LIMIT_DEFAULT,
+                Some(w) => w
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|l| *l > 0)
+                    .ok_or_else(|| format!("the limit {w:?} is not a positive number"))?,
+            };
+            ShellCommand::Scan { prefix, limit }
+        }
+        "put" | "set" => {
+            check("ROW COLUMN VALUE", 3, 3)?;
+            ShellCommand::Put {
+                row: bytes(&words[1], "the row")?,
+                column: bytes(&words[2], "the column")?,
+                value: bytes(&words[3], "the value")?,
+            }
+        }
+        "delete" | "del" => {
+            check("ROW COLUMN", 2, 2)?;
+            ShellCommand::Delete {
+                row: bytes(&words[1], "the row")?,
+                column: bytes(&words[2], "the column")?,
+            }
+        }
+        other => return Err(format!("unknown command {other:?} (type help)")),
+    };
+    if matches!(
+        parsed,
+        ShellCommand::Help
+            | ShellCommand::Quit
+            | ShellCommand::Show
+            | ShellCommand::Begin
+            | ShellCommand::Commit
+            | ShellCommand::Abort
+    ) && words.len() > 1
+    {
+        return Err(format!("{command} takes no arguments"));
+    }
+    Ok(Some(parsed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_parse() {
+        assert_eq!(parse_line("  "), Ok(None));
+        assert_eq!(parse_line("# a comment"), Ok(None));
+        assert_eq!(parse_line("HELP"), Ok(Some(ShellCommand::Help)));
+        assert_eq!(
+            parse_line(r#"put alice name "Alice Liddell""#),
+            Ok(Some(ShellCommand::Put {
+                row: b"alice".to_vec(),
+                column: b"name".to_vec(),
+                value: b"Alice Liddell".to_vec(),
+            }))
+        );
+        assert_eq!(
+            parse_line(r"use user\x00\xff"),
+            Ok(Some(ShellCommand::Use(b"user\x00\xff".to_vec())))
+        );
+        assert_eq!(
+            parse_line(r#"put "a \" b" '' x"#),
+            Ok(Some(ShellCommand::Put {
+                row: b"a \" b".to_vec(),
+                column: Vec::new(),
+                value: b"x".to_vec(),
+            }))
+        );
+        assert_eq!(
+            parse_line("scan"),
+            Ok(Some(ShellCommand::Scan {
+                prefix: Vec::new(),
+                limit: SCAN_LIMIT_DEFAULT
+            }))
+        );
+        assert_eq!(
+            parse_line("scan p 5"),
+            Ok(Some(ShellCommand::Scan {
+                prefix: b"p".to_vec(),
+                limit: 5
+            }))
+        );
+        assert_eq!(
+            parse_line("mode Snapshot"),
+            Ok(Some(ShellCommand::Mode(ReadMode::Snapshot)))
+        );
+    }
+
+    #[test]
+    fn mistakes_get_a_clear_error() {
+        let error = |line: &str| parse_line(line).unwrap_err();
+        assert!(error("frobnicate").contains("unknown command"));
+        assert!(error("put a b").contains("ROW COLUMN VALUE"));
+        assert!(error("get").contains("one row"));
+        assert!(error("scan p 0").contains("positive"));
+        assert!(error("mode fast").contains("unknown read mode"));
+        assert!(error("commit now").contains("no arguments"));
+        assert!(error("put 'a b").contains("quotes"));
+        assert!(error(r"get a\xZZ").contains("the row"));
+        assert!(error("get 'a").contains("never closed"));
+    }
+}

@@ -1,0 +1,205 @@
+//! `megastore status`: replicas by site and kind with their health, coordinators with
+//! their epochs and lock holders, lockd's leader and members, and — for a named entity
+//! group — every replica's log positions.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use comfy_table::Table;
+use megastore_client::Peers;
+use megastore_client::status::{ClusterStatus, Health, cluster_status};
+use megastore_types::EgId;
+
+use crate::bytes_arg::{parse_bytes, show_bytes};
+use crate::cluster_arg::ClusterArg;
+
+/// Show how every process of a cluster stands.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    #[command(flatten)]
+    cluster: ClusterArg,
+    /// Also show every replica's log positions for this entity group (its key as text,
+    /// `\xHH` for other bytes).
+    #[arg(long, value_name = "GROUP")]
+    group: Option<String>,
+}
+
+pub(crate) fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let config = args.cluster.load()?;
+    let group = args
+        .group
+        .as_deref()
+        .map(parse_bytes)
+        .transpose()
+        .map_err(anyhow::Error::msg)
+        .context("--group")?
+        .map(EgId);
+    crate::logging::init_quiet();
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let status = runtime.block_on(async {
+        let peers = Peers::new(&config).map_err(anyhow::Error::msg)?;
+        anyhow::Ok(cluster_status(&config, &peers, group.as_ref()).await)
+    })?;
+    print!("{}", render(&status));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn table(header: &[&str]) -> Table {
+    let mut table = Table::new();
+    table
+        .load_style(comfy_table::presets::NOTHING)
+        .set_header(header.iter().map(|h| h.to_string()));
+    table
+}
+
+fn health(health: &Health) -> String {
+    match health {
+        Health::Serving => "serving".into(),
+        Health::Rejoining => "rejoining (non-voter, catching up)".into(),
+        Health::Failing(why) => format!("failing: {why}"),
+        Health::Unreachable => "UNREACHABLE".into(),
+    }
+}
+
+/// The status as text: three tables (four with a group).
+pub(crate) fn render(status: &ClusterStatus) -> String {
+    let name_of = |id: u64| {
+        status
+            .lockd
+            .iter()
+            .find(|l| u64::from(l.id) == id)
+            .map_or_else(|| format!("#{id}"), |l| l.name.clone())
+    };
+    let mut out = format!("cluster {:?}\n\n", status.cluster);
+    match status.lockd_leader() {
+        Some(leader) => out.push_str(&format!("lock service: leader {}\n", name_of(leader))),
+        None => out.push_str("lock service: NO LEADER (coordinators cannot renew their locks)\n"),
+    }
+    let mut lockd = table(&[
+        "LOCKD", "SITE", "ADDRESS", "STATE", "TERM", "LEADER", "VOTERS", "LEARNERS", "LOG",
+        "APPLIED",
+    ]);
+    for l in &status.lockd {
+        let list = |ids: &[u64]| {
+            ids.iter()
+                .map(|id| name_of(*id))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let number = |n: Option<u64>| n.map_or_else(|| "-".into(), |n| n.to_string());
+        match &l.raft {
+            Some(raft) => lockd.add_row(vec![
+                l.name.clone(),
+                l.site.clone(),
+                l.address.clone(),
+                raft.state.clone(),
+                raft.term.to_string(),
+                raft.leader.map_or_else(|| "-".into(), name_of),
+                list(&raft.voters),
+                list(&raft.learners),
+                number(raft.last_log_index),
+                number(raft.applied_index),
+            ]),
+            None => lockd.add_row(vec![
+                l.name.clone(),
+                l.site.clone(),
+                l.address.clone(),
+                "UNREACHABLE".into(),
+            ]),
+        };
+    }
+    out.push_str(&format!("{lockd}\n\n"));
+
+    let mut replicas = table(&[
+        "REPLICA",
+        "SITE",
+        "KIND",
+        "ADDRESS",
+        "HEALTH",
+        "COORDINATOR",
+        "EPOCH",
+        "LOCK HOLDER",
+    ]);
+    for r in &status.replicas {
+        let (coordinator, epoch, holder) = match &r.coordinator {
+            None => ("-".into(), "-".into(), "-".into()),
+            Some(c) => (
+                format!(
+                    "{} {}",
+                    c.address,
+                    if c.answering {
+                        "answering"
+                    } else {
+                        "UNREACHABLE"
+                    }
+                ),
+                c.epoch
+                    .map_or_else(|| "none (holds no lock)".into(), |e| e.0.to_string()),
+                c.holder.as_ref().map_or_else(
+                    || "nobody".into(),
+                    |h| {
+                        format!(
+                            "session {} ({}) sequencer {}",
+                            h.session.0, h.owner, h.sequencer.0
+                        )
+                    },
+                ),
+            ),
+        };
+        replicas.add_row(vec![
+            r.name.clone(),
+            r.site.clone(),
+            r.kind.to_string(),
+            r.address.clone(),
+            health(&r.health),
+            coordinator,
+            epoch,
+            holder,
+        ]);
+    }
+    out.push_str(&format!("{replicas}\n"));
+
+    if let Some(group) = &status.group {
+        out.push_str(&format!("\nentity group {}\n", show_bytes(&group.0)));
+        let mut log = table(&[
+            "REPLICA",
+            "HIGHEST",
+            "VISIBLE",
+            "APPLIED",
+            "TRUNCATED",
+            "NEXT LEADER",
+            "VOUCHED",
+        ]);
+        for r in &status.replicas {
+            let vouched = r
+                .coordinator
+                .as_ref()
+                .and_then(|c| c.vouched)
+                .map_or("-", |v| if v { "yes" } else { "no" });
+            match &r.log {
+                Some(state) => log.add_row(vec![
+                    r.name.clone(),
+                    state.highest.0.to_string(),
+                    state.visible.0.to_string(),
+                    state.applied.0.to_string(),
+                    state.truncated.0.to_string(),
+                    state.next_leader.map_or_else(
+                        || "-".into(),
+                        |leader| {
+                            status
+                                .replicas
+                                .iter()
+                                .find(|r| r.id == leader)
+                                .map_or_else(|| format!("#{}", leader.0), |r| r.name.clone())
+                        },
+                    ),
+                    vouched.into(),
+                ]),
+                None => log.add_row(vec![r.name.clone(), health(&r.health)]),
+            };
+        }
+        out.push_str(&format!("{log}\n"));
+    }
+    out
+}

@@ -1,0 +1,232 @@
+//! What a cluster looks like from outside, for `megastore status`: which processes
+//! answer, who holds the coordinator locks, how lockd's Raft cluster stands, and how far
+//! each replica's log of one entity group goes.
+//!
+//! Everything here is a read: a replica's `LogState`, a coordinator `Query`, lockd's
+//! `Status` and `Holder` — none of them changes what they are asked about.
+
+use megastore_config::ClusterConfig;
+use megastore_coordinator::{CoordinatorReply, CoordinatorRequest, lock_name};
+use megastore_lock::{LockCommand, LockHolder, LockReply};
+use megastore_lockd::NodeStatus;
+use megastore_paxos::{LogState, Message, ReplicaError, ReplicaReply, ReplicaRequest};
+use megastore_types::{EgId, Epoch, LockNodeId, NodeId, ReplicaId, ReplicaKind};
+
+use crate::Peers;
+
+/// The group a health probe asks about when no group is named (any group will do: a
+/// `LogState` of a group the replica never saw is all zeros).
+const PROBE_GROUP: &[u8] = b"megastore-status-probe";
+
+/// How a replica answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Health {
+    /// It answered a log-state request.
+    Serving,
+    /// It answered that it lost its state and is catching up as a non-voter.
+    Rejoining,
+    /// It answered with an error.
+    Failing(String),
+    /// It did not answer within the RPC timeout.
+    Unreachable,
+}
+
+/// One replica.
+#[derive(Debug, Clone)]
+pub struct ReplicaStatus {
+    /// Its id.
+    pub id: ReplicaId,
+    /// Its name in the config.
+    pub name: String,
+    /// Its site.
+    pub site: String,
+    /// Full, witness or read-only.
+    pub kind: ReplicaKind,
+    /// Where it serves.
+    pub address: String,
+    /// How it answered.
+    pub health: Health,
+    /// Its log of the named group (when a group was named and it answered).
+    pub log: Option<LogState>,
+    /// Its coordinator, for a full replica.
+    pub coordinator: Option<CoordinatorStatus>,
+}
+
+/// The coordinator of one full replica.
+#[derive(Debug, Clone)]
+pub struct CoordinatorStatus {
+    /// Where it serves.
+    pub address: String,
+    /// Whether it answered a query.
+    pub answering: bool,
+    /// The epoch it serves in (it holds its lock), as it says.
+    pub epoch: Option<Epoch>,
+    /// Whether it vouches for the named group.
+    pub vouched: Option<bool>,
+    /// Who holds its lock, as lockd says (`None`: nobody, or lockd did not answer).
+    pub holder: Option<LockHolder>,
+}
+
+/// One lockd node.
+#[derive(Debug, Clone)]
+pub struct LockdStatus {
+    /// Its name in the config.
+    pub name: String,
+    /// Its site.
+    pub site: String,
+    /// Where it serves.
+    pub address: String,
+    /// Its config id (its Raft node id).
+    pub id: u16,
+    /// How it sees Raft (`None`: it did not answer).
+    pub raft: Option<NodeStatus>,
+}
+
+/// The whole cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterStatus {
+    /// The cluster's name.
+    pub cluster: String,
+    /// Every replica, in config order.
+    pub replicas: Vec<ReplicaStatus>,
+    /// Every lockd node, in config order.
+    pub lockd: Vec<LockdStatus>,
+    /// The group whose log positions were asked for.
+    pub group: Option<EgId>,
+}
+
+impl ClusterStatus {
+    /// The lockd leader, if a node that answered names one that a majority of answering
+    /// nodes agree on.
+    pub fn lockd_leader(&self) -> Option<u64> {
+        let leaders: Vec<u64> = self
+            .lockd
+            .iter()
+            .filter_map(|l| l.raft.as_ref()?.leader)
+            .collect();
+        leaders.iter().copied().find(|candidate| {
+            leaders.iter().filter(|l| *l == candidate).count() * 2 > leaders.len()
+        })
+    }
+}
+
+async fn replica_log(peers: &Peers, replica: ReplicaId, eg: &EgId) -> (Health, Option<LogState>) {
+    let request = ReplicaRequest::LogState {
+        id: 0,
+        eg: eg.clone(),
+    };
+    match peers
+        .request(NodeId::Replica(replica), Message::ReplicaRequest(request))
+        .await
+    {
+        Some(Message::ReplicaReply(ReplicaReply::LogState { state, .. })) => {
+            (Health::Serving, Some(state))
+        }
+        Some(Message::ReplicaReply(ReplicaReply::Error {
+            error: ReplicaError::Rejoining,
+            ..
+        })) => (Health::Rejoining, None),
+        Some(Message::ReplicaReply(ReplicaReply::Error { error, .. })) => {
+            (Health::Failing(error.to_string()), None)
+        }
+        Some(other) => (
+            Health::Failing(format!("unexpected answer {other:?}")),
+            None,
+        ),
+        None => (Health::Unreachable, None),
+    }
+}
+
+async fn coordinator_query(
+    peers: &Peers,
+    replica: ReplicaId,
+    eg: &EgId,
+) -> Option<(bool, Option<Epoch>)> {
+    let request = CoordinatorRequest::Query {
+        id: 0,
+        eg: eg.clone(),
+    };
+    match peers
+        .request(
+            NodeId::Coordinator(replica),
+            Message::CoordinatorRequest(request),
+        )
+        .await?
+    {
+        Message::CoordinatorReply(CoordinatorReply::Query { vouched, epoch, .. }) => {
+            Some((vouched, epoch))
+        }
+        _ => None,
+    }
+}
+
+/// Asks every process of `config` how it stands; `group` names an entity group whose
+/// log positions (and coordinator vouching) to report.
+pub async fn cluster_status(
+    config: &ClusterConfig,
+    peers: &Peers,
+    group: Option<&EgId>,
+) -> ClusterStatus {
+    let mut lockd = Vec::new();
+    for node in &config.lockd {
+        lockd.push(LockdStatus {
+            name: node.name.clone(),
+            site: node.site.clone(),
+            address: node.address.clone(),
+            id: node.id,
+            raft: peers.lockd().node_status(LockNodeId(node.id)).await,
+        });
+    }
+    let probe = EgId(PROBE_GROUP.to_vec());
+    let eg = group.unwrap_or(&probe);
+    let mut status = ClusterStatus {
+        cluster: config.cluster.name.clone(),
+        replicas: Vec::new(),
+        lockd,
+        group: group.cloned(),
+    };
+    // Without a lockd leader a holder query would wait out an election's patience.
+    let lockd_serving = status.lockd_leader().is_some();
+    for r in &config.replicas {
+        let id = ReplicaId(r.id);
+        let (health, log) = replica_log(peers, id, eg).await;
+        let coordinator = match &r.coordinator_address {
+            Some(address) if r.kind == ReplicaKind::Full => {
+                let answer = coordinator_query(peers, id, eg).await;
+                let holder = if lockd_serving {
+                    match peers
+                        .lockd()
+                        .execute(LockCommand::Holder {
+                            lock: lock_name(id),
+                        })
+                        .await
+                    {
+                        Ok(LockReply::Holder(holder)) => holder,
+                        _ => None,
+                    }
+                } else {
+                    None
+                };
+                Some(CoordinatorStatus {
+                    address: address.clone(),
+                    answering: answer.is_some(),
+                    epoch: answer.and_then(|(_, epoch)| epoch),
+                    vouched: group.and(answer.map(|(vouched, _)| vouched)),
+                    holder,
+                })
+            }
+            _ => None,
+        };
+        status.replicas.push(ReplicaStatus {
+            id,
+            name: r.name.clone(),
+            site: r.site.clone(),
+            kind: r.kind,
+            address: r.address.clone(),
+            health,
+            log: group.and(log),
+            coordinator,
+        });
+    }
+    status
+}

@@ -1,0 +1,174 @@
+//! The user's tools against a real cluster: `megastore shell` driven through a pipe,
+//! `megastore status` before and after a replica dies.
+
+use std::time::{Duration, Instant};
+
+use megastore_e2e::{run_megastore, run_megastore_with_input};
+
+use crate::support::{connect, eg, first_commit, start_cluster};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[test]
+fn the_shell_reads_writes_and_runs_transactions() {
+    let (_alone, dir, cluster, config, runtime) = start_cluster();
+    let config_arg = cluster.config_path.to_str().expect("UTF-8 path");
+    // Wait until the cluster takes writes, so the script's first write is not the one
+    // that waits for coordinators to take their locks.
+    runtime.block_on(async {
+        let client = connect(&config, "A").await;
+        first_commit(&client, &eg(1)).await;
+    });
+    let script = "\
+use shell-group
+put alice name \"Alice Liddell\"
+get alice
+begin
+get alice
+put alice name Alice2
+put bob name Bob
+scan
+commit
+mode inconsistent
+site B
+scan '' 1
+frobnicate
+put onlytwo words
+";
+    let out = run_megastore_with_input(
+        &["shell", "--config", config_arg],
+        script,
+        dir.path(),
+        LIMIT,
+    );
+    let text = &out.stdout;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "two bad commands: exit 1\n{text}\n{}",
+        out.stderr
+    );
+    assert!(text.contains("using entity group shell-group"), "{text}");
+    assert!(
+        text.contains("| alice | name   | Alice Liddell |"),
+        "{text}"
+    );
+    assert!(text.contains("current read at position"), "{text}");
+    assert!(text.contains("(in the transaction)"), "{text}");
+    // Inside the transaction the scan sees its own staged writes.
+    let in_txn = text.split("> scan\n").nth(1).expect("the scan ran");
+    assert!(in_txn.contains("| bob   | name   | Bob"), "{text}");
+    assert!(text.contains("committed at log position"), "{text}");
+    assert!(text.contains("acting from site B"), "{text}");
+    assert!(text.contains("from replica b (inconsistent"), "{text}");
+    assert!(
+        text.contains("error: unknown command \"frobnicate\""),
+        "{text}"
+    );
+    assert!(text.contains("error: put takes ROW COLUMN VALUE"), "{text}");
+
+    // What the shell committed is there for everyone.
+    let again = run_megastore_with_input(
+        &[
+            "shell",
+            "--config",
+            config_arg,
+            "--group",
+            "shell-group",
+            "--site",
+            "B",
+        ],
+        "get alice\nget bob\n",
+        dir.path(),
+        LIMIT,
+    );
+    assert!(again.status.success(), "{again:?}");
+    assert!(
+        again.stdout.contains("| alice | name   | Alice2 |"),
+        "{}",
+        again.stdout
+    );
+    assert!(
+        again.stdout.contains("| bob | name   | Bob   |"),
+        "{}",
+        again.stdout
+    );
+}
+
+#[test]
+fn status_shows_every_process_and_a_groups_log() {
+    let (_alone, dir, mut cluster, config, runtime) = start_cluster();
+    let config_arg = cluster
+        .config_path
+        .to_str()
+        .expect("UTF-8 path")
+        .to_string();
+    runtime.block_on(async {
+        let client = connect(&config, "A").await;
+        first_commit(&client, &eg(7)).await;
+    });
+    // Coordinators take their locks a lease after they start; status shows them then.
+    let started = Instant::now();
+    let out = loop {
+        let out = run_megastore(
+            &["status", "--config", &config_arg, "--group", "eg-0007"],
+            dir.path(),
+            LIMIT,
+        );
+        assert!(out.status.success(), "{out:?}");
+        let locked = ["(coordinator/1) sequencer", "(coordinator/2) sequencer"]
+            .iter()
+            .all(|holder| out.stdout.contains(holder));
+        if locked || started.elapsed() > Duration::from_secs(20) {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let text = &out.stdout;
+    assert!(text.contains("lock service: leader lock-"), "{text}");
+    for lock in ["lock-0", "lock-1", "lock-2"] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(lock))
+            .expect(lock);
+        assert!(line.contains("lock-0,lock-1,lock-2"), "{line}");
+    }
+    for (replica, kind) in [
+        ("a", "full"),
+        ("b", "full"),
+        ("c", "witness"),
+        ("d", "read-only"),
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{replica} ")) && l.contains(kind))
+            .unwrap_or_else(|| panic!("no line for replica {replica}:\n{text}"));
+        assert!(line.contains("serving"), "{line}");
+    }
+    assert!(text.contains("(coordinator/1) sequencer"), "{text}");
+    assert!(text.contains("(coordinator/2) sequencer"), "{text}");
+    // The group's log: the first commit is at position 1 on both full replicas.
+    let log = text
+        .split("entity group eg-0007")
+        .nth(1)
+        .expect("the group's table");
+    let a = log
+        .lines()
+        .find(|l| l.trim_start().starts_with("a "))
+        .expect("a's log");
+    let numbers: Vec<&str> = a.split_whitespace().collect();
+    assert_eq!(
+        numbers[1..4],
+        ["1", "1", "1"],
+        "highest, visible, applied of a: {a}"
+    );
+
+    cluster.process("replica-c").kill();
+    let out = run_megastore(&["status", "--config", &config_arg], dir.path(), LIMIT);
+    let c = out
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("c ") && l.contains("witness"))
+        .unwrap_or_else(|| panic!("no line for c:\n{}", out.stdout));
+    assert!(c.contains("UNREACHABLE"), "{c}");
+}
