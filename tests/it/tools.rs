@@ -116,10 +116,13 @@ fn status_shows_every_process_and_a_groups_log() {
             LIMIT,
         );
         assert!(out.status.success(), "{out:?}");
-        let locked = ["(coordinator/1) sequencer", "(coordinator/2) sequencer"]
+        // Followers learn the membership, and replicas apply, a moment after the fact.
+        let settled = ["(coordinator/1) sequencer", "(coordinator/2) sequencer"]
             .iter()
-            .all(|holder| out.stdout.contains(holder));
-        if locked || started.elapsed() > Duration::from_secs(20) {
+            .all(|holder| out.stdout.contains(holder))
+            && out.stdout.matches("lock-0,lock-1,lock-2").count() == 3
+            && log_of(&out.stdout, "a").is_some_and(|l| l[1..4] == ["1", "1", "1"]);
+        if settled || started.elapsed() > Duration::from_secs(20) {
             break out;
         }
         std::thread::sleep(Duration::from_millis(250));
@@ -148,20 +151,17 @@ fn status_shows_every_process_and_a_groups_log() {
     assert!(text.contains("(coordinator/1) sequencer"), "{text}");
     assert!(text.contains("(coordinator/2) sequencer"), "{text}");
     // The group's log: the first commit is at position 1 on both full replicas.
-    let log = text
-        .split("entity group eg-0007")
-        .nth(1)
-        .expect("the group's table");
-    let a = log
-        .lines()
-        .find(|l| l.trim_start().starts_with("a "))
-        .expect("a's log");
-    let numbers: Vec<&str> = a.split_whitespace().collect();
-    assert_eq!(
-        numbers[1..4],
-        ["1", "1", "1"],
-        "highest, visible, applied of a: {a}"
-    );
+    for replica in ["a", "b"] {
+        let numbers =
+            log_of(text, replica).unwrap_or_else(|| panic!("no log of {replica}:\n{text}"));
+        assert_eq!(
+            numbers[1..3],
+            ["1", "1"],
+            "highest, visible of {replica}: {numbers:?}"
+        );
+    }
+    let a = log_of(text, "a").expect("a's log");
+    assert_eq!(a[3], "1", "a applied what it wrote: {a:?}");
 
     cluster.process("replica-c").kill();
     let out = run_megastore(&["status", "--config", &config_arg], dir.path(), LIMIT);
@@ -171,4 +171,13 @@ fn status_shows_every_process_and_a_groups_log() {
         .find(|l| l.trim_start().starts_with("c ") && l.contains("witness"))
         .unwrap_or_else(|| panic!("no line for c:\n{}", out.stdout));
     assert!(c.contains("UNREACHABLE"), "{c}");
+}
+
+/// The words of `replica`'s line in the group table of a status output.
+fn log_of(text: &str, replica: &str) -> Option<Vec<String>> {
+    let table = text.split("\nentity group ").nth(1)?;
+    let line = table
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{replica} ")))?;
+    Some(line.split_whitespace().map(str::to_string).collect())
 }
