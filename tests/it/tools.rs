@@ -181,3 +181,83 @@ fn log_of(text: &str, replica: &str) -> Option<Vec<String>> {
         .find(|l| l.trim_start().starts_with(&format!("{replica} ")))?;
     Some(line.split_whitespace().map(str::to_string).collect())
 }
+
+#[test]
+fn bench_runs_a_bounded_workload_and_reports_percentiles() {
+    let (_alone, dir, cluster, config, runtime) = start_cluster();
+    let config_arg = cluster.config_path.to_str().expect("UTF-8 path");
+    runtime.block_on(async {
+        let client = connect(&config, "A").await;
+        first_commit(&client, &eg(3)).await;
+    });
+    let out = run_megastore(
+        &[
+            "bench",
+            "--config",
+            config_arg,
+            "--operations",
+            "200",
+            "--duration",
+            "60",
+            "--clients",
+            "4",
+            "--groups",
+            "10",
+            "--reads",
+            "0.5",
+        ],
+        dir.path(),
+        LIMIT,
+    );
+    assert!(out.status.success(), "{out:?}");
+    let json_line = out.stdout.lines().last().expect("a JSON line");
+    let report: serde_json::Value = serde_json::from_str(json_line).expect("the last line is JSON");
+    let kinds = report["kinds"].as_array().expect("kinds");
+    let count = |k: &serde_json::Value| k["count"].as_u64().expect("count");
+    let errors: u64 = kinds
+        .iter()
+        .map(|k| k["errors"].as_u64().expect("errors"))
+        .sum();
+    let conflicts = report["conflicts"].as_u64().expect("conflicts");
+    assert_eq!(
+        kinds.iter().map(count).sum::<u64>() + errors + conflicts,
+        200,
+        "every operation is accounted for: {json_line}"
+    );
+    assert_eq!(errors, 0, "{json_line}");
+    for k in kinds {
+        assert!(count(k) > 0, "both kinds ran: {json_line}");
+        let (p50, p99, max) = (
+            k["p50_us"].as_u64(),
+            k["p99_us"].as_u64(),
+            k["max_us"].as_u64(),
+        );
+        assert!(p50 > Some(0) && p50 <= p99 && p99 <= max, "{json_line}");
+    }
+    assert!(out.stdout.contains("P99.9 ms"), "{}", out.stdout);
+
+    let bad = run_megastore(
+        &["bench", "--config", config_arg, "--reads", "2"],
+        dir.path(),
+        LIMIT,
+    );
+    assert!(!bad.status.success());
+    assert!(
+        bad.stderr.contains("--reads must be between 0 and 1"),
+        "{bad:?}"
+    );
+    let bad = run_megastore(
+        &[
+            "bench",
+            "--config",
+            config_arg,
+            "--site",
+            "Z",
+            "--operations",
+            "1",
+        ],
+        dir.path(),
+        LIMIT,
+    );
+    assert!(bad.stderr.contains("\"Z\" is not a site"), "{bad:?}");
+}

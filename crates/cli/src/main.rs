@@ -6,6 +6,7 @@
 // A command-line tool talks to its terminal.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod bench_cmd;
 mod bytes_arg;
 mod cluster_arg;
 mod cluster_cmd;
@@ -55,6 +56,8 @@ enum Command {
     Status(status_cmd::StatusArgs),
     /// An interactive client: choose a group, read, write, run transactions.
     Shell(shell_cmd::ShellArgs),
+    /// Run a closed-loop workload and report throughput and latency percentiles.
+    Bench(bench_cmd::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
         Command::Coordinator(args) => coordinator_cmd::run(args),
         Command::Status(args) => status_cmd::run(args),
         Command::Shell(args) => shell_cmd::run(args),
+        Command::Bench(args) => bench_cmd::run(args),
     };
     match result {
         Ok(code) => code,

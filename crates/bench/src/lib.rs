@@ -1,0 +1,18 @@
+//! `megastore bench`'s workload: closed-loop clients against a running cluster.
+//!
+//! Responsibility: run a bounded mix of reads and writes over a set of entity groups
+//! with a number of concurrent clients, and measure each operation's latency into an
+//! hdrhistogram per operation kind.
+//!
+//! Invariants:
+//! - every run is bounded: it stops at its operation count or its duration, whichever
+//!   comes first, and no operation is started after the deadline;
+//! - only operations that completed are timed; a failed operation is counted as an
+//!   error of its kind (with the first few messages kept), never as a latency sample,
+//!   and a write that gave up on conflicts is counted as a conflict, not an error.
+
+mod report;
+mod workload;
+
+pub use report::{KindReport, Report};
+pub use workload::{Spec, SpecError, run};

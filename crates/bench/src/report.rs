@@ -1,0 +1,224 @@
+//! Latency histograms per operation kind, and the report made of them.
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use megastore_paxos::ReadMode;
+use serde::Serialize;
+
+use crate::Spec;
+
+/// Error messages kept per kind (the count goes on).
+const ERRORS_KEPT: usize = 5;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Read,
+    Write,
+}
+
+fn histogram() -> Histogram<u64> {
+    // Microseconds, from 1 µs to an hour, 3 significant digits.
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+}
+
+/// One client's (or all clients') measurements.
+pub(crate) struct Recorder {
+    reads: Histogram<u64>,
+    writes: Histogram<u64>,
+    read_errors: u64,
+    write_errors: u64,
+    conflicts: u64,
+    messages: Vec<String>,
+}
+
+impl Recorder {
+    pub(crate) fn new() -> Self {
+        Self {
+            reads: histogram(),
+            writes: histogram(),
+            read_errors: 0,
+            write_errors: 0,
+            conflicts: 0,
+            messages: Vec::new(),
+        }
+    }
+
+    pub(crate) fn record(&mut self, kind: Kind, latency: Duration) {
+        let micros = u64::try_from(latency.as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let histogram = match kind {
+            Kind::Read => &mut self.reads,
+            Kind::Write => &mut self.writes,
+        };
+        histogram.saturating_record(micros);
+    }
+
+    pub(crate) fn error(&mut self, kind: Kind, message: String) {
+        match kind {
+            Kind::Read => self.read_errors += 1,
+            Kind::Write => self.write_errors += 1,
+        }
+        if self.messages.len() < ERRORS_KEPT {
+            self.messages.push(message);
+        }
+    }
+
+    pub(crate) fn conflict(&mut self) {
+        self.conflicts += 1;
+    }
+
+    pub(crate) fn merge(&mut self, other: Recorder) {
+        // Same bounds on both sides: adding cannot fail.
+        let _ = self.reads.add(&other.reads);
+        let _ = self.writes.add(&other.writes);
+        self.read_errors += other.read_errors;
+        self.write_errors += other.write_errors;
+        self.conflicts += other.conflicts;
+        for m in other.messages {
+            if self.messages.len() < ERRORS_KEPT {
+                self.messages.push(m);
+            }
+        }
+    }
+
+    pub(crate) fn report(self, spec: &Spec, elapsed: Duration) -> Report {
+        let kind = |name: &str, h: &Histogram<u64>, errors: u64| KindReport {
+            kind: name.to_string(),
+            count: h.len(),
+            errors,
+            per_second: h.len() as f64 / elapsed.as_secs_f64().max(1e-9),
+            p50_us: h.value_at_quantile(0.5),
+            p90_us: h.value_at_quantile(0.9),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+            mean_us: h.mean(),
+        };
+        Report {
+            groups: spec.groups,
+            clients: spec.clients,
+            read_fraction: spec.read_fraction,
+            read_mode: match spec.read_mode {
+                ReadMode::Current => "current",
+                ReadMode::Snapshot => "snapshot",
+                ReadMode::Inconsistent => "inconsistent",
+            }
+            .to_string(),
+            value_size: spec.value_size,
+            elapsed_s: elapsed.as_secs_f64(),
+            kinds: vec![
+                kind("read", &self.reads, self.read_errors),
+                kind("write", &self.writes, self.write_errors),
+            ],
+            conflicts: self.conflicts,
+            error_messages: self.messages,
+        }
+    }
+}
+
+/// One operation kind's results (latencies in microseconds).
+#[derive(Debug, Clone, Serialize)]
+pub struct KindReport {
+    /// "read" or "write".
+    pub kind: String,
+    /// Completed operations.
+    pub count: u64,
+    /// Failed operations.
+    pub errors: u64,
+    /// Completed operations per second.
+    pub per_second: f64,
+    /// Median latency.
+    pub p50_us: u64,
+    /// 90th percentile.
+    pub p90_us: u64,
+    /// 99th percentile.
+    pub p99_us: u64,
+    /// 99.9th percentile.
+    pub p999_us: u64,
+    /// Slowest.
+    pub max_us: u64,
+    /// Mean.
+    pub mean_us: f64,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Entity groups used.
+    pub groups: u32,
+    /// Concurrent clients.
+    pub clients: u32,
+    /// Share of reads asked for.
+    pub read_fraction: f64,
+    /// How reads were served.
+    pub read_mode: String,
+    /// Bytes per written value.
+    pub value_size: usize,
+    /// How long the run took.
+    pub elapsed_s: f64,
+    /// Per operation kind.
+    pub kinds: Vec<KindReport>,
+    /// Writes that gave up after their attempts all conflicted.
+    pub conflicts: u64,
+    /// The first few error messages.
+    pub error_messages: Vec<String>,
+}
+
+impl Report {
+    /// Completed operations of every kind.
+    pub fn operations(&self) -> u64 {
+        self.kinds.iter().map(|k| k.count).sum()
+    }
+
+    /// The report as one JSON line, for scripts.
+    pub fn json_line(&self) -> String {
+        serde_json::to_string(self).expect("a report serializes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_come_from_the_recorded_latencies() {
+        let mut a = Recorder::new();
+        let mut b = Recorder::new();
+        for ms in 1..=100u64 {
+            let r = if ms % 2 == 0 { &mut a } else { &mut b };
+            r.record(Kind::Write, Duration::from_millis(ms));
+        }
+        a.record(Kind::Read, Duration::from_micros(250));
+        b.error(Kind::Read, "boom".into());
+        b.conflict();
+        a.merge(b);
+        let report = a.report(&Spec::default(), Duration::from_secs(2));
+        let write = &report.kinds[1];
+        assert_eq!(write.count, 100);
+        assert!((write.per_second - 50.0).abs() < 1e-9);
+        // Three significant digits: within 0.1% of the true value.
+        assert!(
+            (49_950..=50_050).contains(&write.p50_us),
+            "{}",
+            write.p50_us
+        );
+        assert!(
+            (98_900..=99_100).contains(&write.p99_us),
+            "{}",
+            write.p99_us
+        );
+        assert!(
+            (99_900..=100_100).contains(&write.max_us),
+            "{}",
+            write.max_us
+        );
+        let read = &report.kinds[0];
+        assert_eq!((read.count, read.errors), (1, 1));
+        assert_eq!(report.conflicts, 1);
+        assert_eq!(report.error_messages, vec!["boom".to_string()]);
+        let json: serde_json::Value = serde_json::from_str(&report.json_line()).unwrap();
+        assert_eq!(json["kinds"][1]["count"], 100);
+    }
+}

@@ -1,0 +1,217 @@
+//! The closed loop: each client picks a group, reads or writes, records, repeats.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use megastore_client::{Attempt, Client, ClientError};
+use megastore_config::ClusterConfig;
+use megastore_paxos::{DataQuery, ReadMode};
+use megastore_types::{EgId, ReplicaKind};
+use rand::Rng;
+
+use crate::report::{Kind, Recorder, Report};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// Entity groups the operations spread over (uniformly).
+    pub groups: u32,
+    /// Concurrent clients, each with one operation outstanding.
+    pub clients: u32,
+    /// The share of operations that are reads (0.0–1.0).
+    pub read_fraction: f64,
+    /// How reads are served.
+    pub read_mode: ReadMode,
+    /// Bytes per written value.
+    pub value_size: usize,
+    /// Stop after this long.
+    pub duration: Duration,
+    /// Stop after this many operations (all clients together).
+    pub operations: Option<u64>,
+    /// Sites the clients act from, in turn (default: every full replica's site).
+    pub sites: Vec<String>,
+    /// Prefix of the groups' keys (so runs can use fresh groups).
+    pub group_prefix: String,
+    /// Attempts of one write before it counts as a conflict.
+    pub write_attempts: u32,
+}
+
+impl Default for Spec {
+    fn default() -> Self {
+        Self {
+            groups: 100,
+            clients: 8,
+            read_fraction: 0.5,
+            read_mode: ReadMode::Current,
+            value_size: 100,
+            duration: Duration::from_secs(10),
+            operations: None,
+            sites: Vec::new(),
+            group_prefix: "bench".into(),
+            write_attempts: 8,
+        }
+    }
+}
+
+/// Why a run cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// A setting is out of range.
+    #[error("{0}")]
+    Invalid(String),
+    /// A client could not connect.
+    #[error("connecting a client at site {site}: {error}")]
+    Connect {
+        /// The site.
+        site: String,
+        /// Why.
+        error: ClientError,
+    },
+}
+
+impl Spec {
+    fn check(&self, config: &ClusterConfig) -> Result<Vec<String>, SpecError> {
+        let invalid = |m: String| Err(SpecError::Invalid(m));
+        if self.groups == 0 {
+            return invalid("--groups must be at least 1".into());
+        }
+        if self.clients == 0 {
+            return invalid("--clients must be at least 1".into());
+        }
+        if !(0.0..=1.0).contains(&self.read_fraction) {
+            return invalid(format!(
+                "--reads must be between 0 and 1, not {}",
+                self.read_fraction
+            ));
+        }
+        if self.operations == Some(0) || self.duration.is_zero() {
+            return invalid("--operations and --duration must be more than zero".into());
+        }
+        let sites = if self.sites.is_empty() {
+            config
+                .replicas
+                .iter()
+                .filter(|r| r.kind == ReplicaKind::Full)
+                .map(|r| r.site.clone())
+                .collect()
+        } else {
+            self.sites.clone()
+        };
+        for site in &sites {
+            if config.site_id(site).is_none() {
+                return invalid(format!(
+                    "--site {site:?} is not a site of the cluster (sites: {})",
+                    config.cluster.sites.join(", ")
+                ));
+            }
+        }
+        if sites.is_empty() {
+            return invalid("the cluster has no full replica to act from".into());
+        }
+        Ok(sites)
+    }
+}
+
+fn group(spec: &Spec, n: u32) -> EgId {
+    EgId(format!("{}-{n:06}", spec.group_prefix).into_bytes())
+}
+
+fn row_of(eg: &EgId) -> Vec<u8> {
+    let mut row = eg.0.clone();
+    row.extend_from_slice(b"\x01bench");
+    row
+}
+
+async fn write(
+    client: &Client,
+    eg: &EgId,
+    value: &[u8],
+    attempts: u32,
+) -> Result<bool, ClientError> {
+    let row = row_of(eg);
+    for _ in 0..attempts {
+        let mut txn = client.begin(eg);
+        txn.set(&row, b"v", value);
+        match txn.commit().await? {
+            Attempt::Done(_) => return Ok(true),
+            Attempt::Retry { .. } => continue,
+        }
+    }
+    Ok(false)
+}
+
+/// Runs `spec` against the cluster of `config`; `progress` is called with the number of
+/// operations done so far (often; keep it cheap).
+pub async fn run(
+    config: &ClusterConfig,
+    spec: &Spec,
+    progress: impl Fn(u64) + Send + Sync + 'static,
+) -> Result<Report, SpecError> {
+    let sites = spec.check(config)?;
+    let mut clients = Vec::new();
+    for i in 0..spec.clients {
+        let site = &sites[i as usize % sites.len()];
+        let client = Client::connect(config, site)
+            .await
+            .map_err(|error| SpecError::Connect {
+                site: site.clone(),
+                error,
+            })?;
+        clients.push(client);
+    }
+    let started = Instant::now();
+    let deadline = started + spec.duration;
+    let issued = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let progress = Arc::new(progress);
+    let mut tasks = Vec::new();
+    for client in clients {
+        let spec = spec.clone();
+        let (issued, done, progress) = (issued.clone(), done.clone(), progress.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut recorder = Recorder::new();
+            let value = vec![b'x'; spec.value_size];
+            loop {
+                if Instant::now() >= deadline {
+                    break;
+                }
+                let n = issued.fetch_add(1, Ordering::Relaxed);
+                if spec.operations.is_some_and(|limit| n >= limit) {
+                    break;
+                }
+                let (eg, is_read) = {
+                    let mut rng = rand::rng();
+                    (
+                        group(&spec, rng.random_range(0..spec.groups)),
+                        rng.random_bool(spec.read_fraction),
+                    )
+                };
+                let began = Instant::now();
+                if is_read {
+                    let query = DataQuery::Rows(vec![row_of(&eg)]);
+                    match client.read(&eg, spec.read_mode, query).await {
+                        Ok(_) => recorder.record(Kind::Read, began.elapsed()),
+                        Err(e) => recorder.error(Kind::Read, e.to_string()),
+                    }
+                } else {
+                    match write(&client, &eg, &value, spec.write_attempts).await {
+                        Ok(true) => recorder.record(Kind::Write, began.elapsed()),
+                        Ok(false) => recorder.conflict(),
+                        Err(e) => recorder.error(Kind::Write, e.to_string()),
+                    }
+                }
+                progress(done.fetch_add(1, Ordering::Relaxed) + 1);
+            }
+            recorder
+        }));
+    }
+    let mut recorder = Recorder::new();
+    for task in tasks {
+        match task.await {
+            Ok(r) => recorder.merge(r),
+            Err(e) => recorder.error(Kind::Write, format!("a client task failed: {e}")),
+        }
+    }
+    Ok(recorder.report(spec, started.elapsed()))
+}

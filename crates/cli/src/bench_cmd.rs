@@ -1,0 +1,149 @@
+//! `megastore bench`: a closed-loop workload against any cluster, with a progress bar,
+//! then throughput and latency percentiles per operation kind, and one JSON line.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use comfy_table::Table;
+use indicatif::{ProgressBar, ProgressStyle};
+use megastore_bench::{Report, Spec};
+use megastore_paxos::ReadMode;
+
+use crate::cluster_arg::ClusterArg;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Mode {
+    Current,
+    Snapshot,
+    Inconsistent,
+}
+
+/// Run a closed-loop workload and report latency percentiles.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    #[command(flatten)]
+    cluster: ClusterArg,
+    /// Entity groups the operations spread over.
+    #[arg(long, default_value_t = 100)]
+    groups: u32,
+    /// Concurrent clients, each with one operation outstanding.
+    #[arg(long, default_value_t = 8)]
+    clients: u32,
+    /// Share of operations that are reads (0 to 1).
+    #[arg(long, default_value_t = 0.5)]
+    reads: f64,
+    /// How reads are served.
+    #[arg(long, value_enum, default_value_t = Mode::Current)]
+    read_mode: Mode,
+    /// Bytes per written value.
+    #[arg(long, default_value_t = 100)]
+    value_size: usize,
+    /// Stop after this many seconds.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Stop after this many operations (whichever comes first).
+    #[arg(long)]
+    operations: Option<u64>,
+    /// A site the clients act from (repeat for several; default: every full replica's).
+    #[arg(long = "site", value_name = "SITE")]
+    sites: Vec<String>,
+    /// Prefix of the groups' keys.
+    #[arg(long, default_value = "bench")]
+    group_prefix: String,
+}
+
+fn millis(micros: u64) -> String {
+    format!("{:.2}", micros as f64 / 1000.0)
+}
+
+fn render(report: &Report) -> String {
+    let mut table = Table::new();
+    table.load_style(comfy_table::presets::NOTHING).set_header([
+        "OP", "COUNT", "OPS/S", "P50 ms", "P90 ms", "P99 ms", "P99.9 ms", "MAX ms", "ERRORS",
+    ]);
+    for k in report.kinds.iter().filter(|k| k.count + k.errors > 0) {
+        table.add_row([
+            k.kind.clone(),
+            k.count.to_string(),
+            format!("{:.1}", k.per_second),
+            millis(k.p50_us),
+            millis(k.p90_us),
+            millis(k.p99_us),
+            millis(k.p999_us),
+            millis(k.max_us),
+            k.errors.to_string(),
+        ]);
+    }
+    let mut text = format!(
+        "{} operations in {:.1} s ({:.1}/s); {} clients, {} groups, {:.0}% {} reads, {}-byte values\n{table}\n",
+        report.operations(),
+        report.elapsed_s,
+        report.operations() as f64 / report.elapsed_s.max(1e-9),
+        report.clients,
+        report.groups,
+        report.read_fraction * 100.0,
+        report.read_mode,
+        report.value_size,
+    );
+    if report.conflicts > 0 {
+        text.push_str(&format!(
+            "{} write(s) gave up after repeated conflicts\n",
+            report.conflicts
+        ));
+    }
+    for m in &report.error_messages {
+        text.push_str(&format!("error: {m}\n"));
+    }
+    text
+}
+
+pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let config = args.cluster.load()?;
+    anyhow::ensure!(
+        args.duration.is_finite() && args.duration > 0.0 && args.duration <= 86_400.0,
+        "--duration must be between 0 and 86400 seconds, not {}",
+        args.duration
+    );
+    let spec = Spec {
+        groups: args.groups,
+        clients: args.clients,
+        read_fraction: args.reads,
+        read_mode: match args.read_mode {
+            Mode::Current => ReadMode::Current,
+            Mode::Snapshot => ReadMode::Snapshot,
+            Mode::Inconsistent => ReadMode::Inconsistent,
+        },
+        value_size: args.value_size,
+        duration: Duration::from_secs_f64(args.duration),
+        operations: args.operations,
+        sites: args.sites,
+        group_prefix: args.group_prefix,
+        ..Spec::default()
+    };
+    crate::logging::init_quiet();
+    let bar = match spec.operations {
+        Some(n) => ProgressBar::new(n),
+        None => ProgressBar::new_spinner(),
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:40} {pos} ops ({per_sec})",
+        )
+        .context("the progress bar template")?,
+    );
+    let ticker = bar.clone();
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let report = runtime.block_on(megastore_bench::run(&config, &spec, move |done| {
+        ticker.set_position(done)
+    }))?;
+    bar.finish_and_clear();
+    print!("{}", render(&report));
+    println!("{}", report.json_line());
+    Ok(if report.operations() == 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
