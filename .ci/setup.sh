@@ -7,7 +7,9 @@ export CARGO_TERM_COLOR=never CARGO_INCREMENTAL=0 DEBIAN_FRONTEND=noninteractive
 # librocksdb-dev: RocksDB 7.8.3, linked instead of compiling RocksDB from source
 #                 (see docs/building.md; .cargo/config.toml points the build at it).
 # protobuf-compiler: protoc, which crates/rpc's build script runs on proto/.
-packages=(libclang-dev librocksdb-dev protobuf-compiler)
+# docker-compose: `docker-compose config` validates docker-compose.yml (no engine needed;
+#                 tests/it/compose.rs reads its output with the python3-yaml it brings).
+packages=(libclang-dev librocksdb-dev protobuf-compiler docker-compose)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `megastore` binary (see the crate docs for how it is found).
 
 mod cluster;
+mod compose;
 mod entities;
 mod processes;
 mod python_api;

@@ -1,4 +1,4 @@
-//! `megastore cluster up|down`: a whole cluster as local processes, for users without
+//! `megastore cluster up|down|plan`: a whole cluster as local processes, for users without
 //! Docker and for the end-to-end tests.
 //!
 //! `up` starts every process of the config (lockd nodes first, then replicas and
@@ -39,6 +39,28 @@ pub(crate) enum ClusterCommand {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
     },
+    /// Print the processes `up` would start (what a deployment must run), without
+    /// starting anything.
+    Plan {
+        /// The cluster description.
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// One process of a cluster, as `plan` prints it.
+#[derive(Debug, Serialize)]
+struct Planned {
+    name: String,
+    /// It runs as `megastore <subcommand> --config FILE --id <id>`.
+    subcommand: &'static str,
+    id: String,
+    address: String,
+    /// Where it keeps its data (`None`: a coordinator keeps none).
+    data_dir: Option<PathBuf>,
 }
 
 /// One started process, as recorded for `down`.
@@ -99,7 +121,44 @@ pub(crate) fn run(command: ClusterCommand) -> anyhow::Result<ExitCode> {
     match command {
         ClusterCommand::Up { config } => up(&config),
         ClusterCommand::Down { config } => down(&config),
+        ClusterCommand::Plan { config, json } => plan(&config, json),
     }
+}
+
+fn plan(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let config = ClusterConfig::load(config_path)?;
+    for (name, subcommand, id, address) in processes(&config) {
+        let data_dir = match subcommand {
+            "lockd" => config.lockd_node(&id).map(|l| l.data_dir.clone()),
+            "replica" => config.replica(&id).map(|r| r.data_dir.clone()),
+            _ => None,
+        };
+        let planned = Planned {
+            name,
+            subcommand,
+            id,
+            address,
+            data_dir,
+        };
+        if json {
+            println!("{}", serde_json::to_string(&planned)?);
+        } else {
+            println!(
+                "{:<16} megastore {:<12} --config {} --id {:<8} listens on {}{}",
+                planned.name,
+                planned.subcommand,
+                config_path.display(),
+                planned.id,
+                planned.address,
+                planned
+                    .data_dir
+                    .as_ref()
+                    .map(|d| format!(", data in {}", d.display()))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn up(config_path: &Path) -> anyhow::Result<ExitCode> {
