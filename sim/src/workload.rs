@@ -211,7 +211,7 @@ impl ClientNode {
                     unreachable!("a commit op returns a commit result")
                 };
                 let outcome = match result {
-                    CommitResult::Committed { position } => Outcome::Committed {
+                    CommitResult::Committed { position, .. } => Outcome::Committed {
                         txn,
                         position,
                         read_position,

@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use megastore_e2e::{run_megastore, run_megastore_with_input};
+use megastore_e2e::{metric_value, run_megastore, run_megastore_with_input, scrape_metrics};
 
-use crate::support::{connect, eg, first_commit, start_cluster};
+use crate::support::{connect, eg, first_commit, increment, start_cluster};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -260,4 +260,115 @@ fn bench_runs_a_bounded_workload_and_reports_percentiles() {
         LIMIT,
     );
     assert!(bad.stderr.contains("\"Z\" is not a site"), "{bad:?}");
+}
+
+#[test]
+fn every_process_serves_prometheus_metrics() {
+    let (_alone, _dir, _cluster, config, runtime) = start_cluster();
+    let client = runtime.block_on(async {
+        let client = connect(&config, "A").await;
+        first_commit(&client, &eg(5)).await;
+        for _ in 0..5 {
+            increment(&client, &eg(5), "counter")
+                .await
+                .expect("a commit");
+        }
+        client
+    });
+    // The client library's own counters: every commit, by path.
+    let mut registry = megastore_metrics::Registry::default();
+    client.metrics().register(&mut registry);
+    let text = megastore_metrics::encode(&registry);
+    let fast = metric_value(&text, "megastore_client_commits_total{path=\"fast\"}").unwrap_or(0.0);
+    let slow = metric_value(&text, "megastore_client_commits_total{path=\"slow\"}").unwrap_or(0.0);
+    assert!(fast + slow >= 6.0, "{text}");
+    assert!(
+        fast >= 1.0,
+        "later commits from the leader's site take the fast path:\n{text}"
+    );
+    assert!(
+        metric_value(&text, "megastore_client_reads_total{path=\"local\"}").is_some()
+            || metric_value(&text, "megastore_client_reads_total{path=\"majority\"}").is_some(),
+        "{text}"
+    );
+
+    let replica = |name: &str| config.replica(name).expect("replica");
+    let a = scrape_metrics(
+        replica("a")
+            .metrics_address
+            .as_deref()
+            .expect("metrics address"),
+    );
+    for sample in [
+        "megastore_replica_requests_total{kind=\"accept\"}",
+        "megastore_replica_wal_sync_seconds_count",
+        "megastore_replica_applied_total",
+    ] {
+        assert!(
+            metric_value(&a, sample).unwrap_or(0.0) >= 1.0,
+            "{sample}:\n{a}"
+        );
+    }
+    assert!(
+        a.contains("# HELP megastore_client_conflicts_total"),
+        "the gateway's client metrics:\n{a}"
+    );
+    let witness = scrape_metrics(
+        replica("c")
+            .metrics_address
+            .as_deref()
+            .expect("metrics address"),
+    );
+    assert!(
+        metric_value(
+            &witness,
+            "megastore_replica_requests_total{kind=\"accept\"}"
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "the witness votes:\n{witness}"
+    );
+    assert_eq!(
+        metric_value(&witness, "megastore_replica_applied_total"),
+        Some(0.0),
+        "{witness}"
+    );
+
+    let coordinator = replica("a")
+        .coordinator_metrics_address
+        .clone()
+        .expect("metrics address");
+    let started = Instant::now();
+    let text = loop {
+        let text = scrape_metrics(&coordinator);
+        if metric_value(&text, "megastore_coordinator_lock_held") == Some(1.0)
+            || started.elapsed() > Duration::from_secs(20)
+        {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        metric_value(&text, "megastore_coordinator_lock_held"),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(
+        metric_value(&text, "megastore_coordinator_epoch").unwrap_or(0.0) >= 1.0,
+        "{text}"
+    );
+
+    let leaders: f64 = config
+        .lockd
+        .iter()
+        .map(|l| {
+            let text = scrape_metrics(l.metrics_address.as_deref().expect("metrics address"));
+            assert!(
+                metric_value(&text, "megastore_lockd_term").unwrap_or(0.0) >= 1.0,
+                "{text}"
+            );
+            metric_value(&text, "megastore_lockd_is_leader").expect("is_leader")
+        })
+        .sum();
+    assert_eq!(leaders, 1.0, "exactly one lockd node leads");
 }

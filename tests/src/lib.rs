@@ -206,9 +206,10 @@ pub fn free_ports(n: usize) -> Vec<u16> {
 
 /// The default topology (DESIGN.md §1) on free loopback ports with short timeouts, as
 /// a config file in `dir`: full replicas `a` (site A) and `b` (site B) with
-/// coordinators, witness `c` (C), read-only `d` (D), lockd nodes `lock-0..2` at A, B, C.
+/// coordinators, witness `c` (C), read-only `d` (D), lockd nodes `lock-0..2` at A, B, C;
+/// every process serves metrics too.
 pub fn write_cluster_config(dir: &Path) -> PathBuf {
-    let ports = free_ports(9);
+    let ports = free_ports(18);
     let mut text = String::from(
         "[cluster]\nname = \"e2e\"\nsites = [\"A\", \"B\", \"C\", \"D\"]\n\n\
          [timeouts]\nlock_lease_ms = 2000\nelection_timeout_ms = 300\nheartbeat_ms = 75\n\
@@ -224,13 +225,17 @@ pub fn write_cluster_config(dir: &Path) -> PathBuf {
     for (i, (name, site, kind)) in replicas.iter().enumerate() {
         text += &format!(
             "\n[[replicas]]\nname = \"{name}\"\nid = {}\nsite = \"{site}\"\nkind = \"{kind}\"\n\
-             address = \"127.0.0.1:{}\"\ndata_dir = \"data/{name}\"\n",
+             address = \"127.0.0.1:{}\"\ndata_dir = \"data/{name}\"\n\
+             metrics_address = \"127.0.0.1:{}\"\n",
             i + 1,
+            port.next().expect("enough ports"),
             port.next().expect("enough ports")
         );
         if *kind == "full" {
             text += &format!(
-                "coordinator_address = \"127.0.0.1:{}\"\n",
+                "coordinator_address = \"127.0.0.1:{}\"\n\
+                 coordinator_metrics_address = \"127.0.0.1:{}\"\n",
+                port.next().expect("enough ports"),
                 port.next().expect("enough ports")
             );
         }
@@ -238,8 +243,10 @@ pub fn write_cluster_config(dir: &Path) -> PathBuf {
     for (i, site) in ["A", "B", "C"].iter().enumerate() {
         text += &format!(
             "\n[[lockd]]\nname = \"lock-{i}\"\nid = {}\nsite = \"{site}\"\n\
-             address = \"127.0.0.1:{}\"\ndata_dir = \"data/lock-{i}\"\n",
+             address = \"127.0.0.1:{}\"\ndata_dir = \"data/lock-{i}\"\n\
+             metrics_address = \"127.0.0.1:{}\"\n",
             i + 1,
+            port.next().expect("enough ports"),
             port.next().expect("enough ports")
         );
     }
@@ -339,4 +346,32 @@ pub fn python_with_grpc() -> PathBuf {
         python.display()
     );
     python
+}
+
+/// The Prometheus text a process serves at `GET /metrics` on `address`.
+pub fn scrape_metrics(address: &str) -> String {
+    use std::io::Write;
+    let mut stream =
+        std::net::TcpStream::connect(address).expect("connect to the metrics endpoint");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("a read timeout");
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send the request");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .expect("read the response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
+
+/// The value of one sample (`name{labels}` exactly as printed) in Prometheus text.
+pub fn metric_value(text: &str, sample: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
 }

@@ -4,10 +4,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use megastore_config::ClusterConfig;
+use megastore_coordinator::CoordinatorRequest;
 use megastore_lock::{LockCommand, LockError, LockReply};
+use megastore_metrics::{ClientMetrics, ReadPathLabel};
 use megastore_paxos::{
     ClientConfig, ClientCore, ClientInput, ClientOutput, CommitResult, DataQuery, Message, OpId,
-    OpResult, ProposerConfig, ReadError, ReadMode, ReadResult, ReadSet, RowWrite,
+    OpResult, ProposerConfig, ReadError, ReadMode, ReadPath, ReadResult, ReadSet, RowWrite,
 };
 use megastore_types::{ClientId, EgId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
 use tokio::sync::{mpsc, oneshot};
@@ -86,7 +88,7 @@ enum Event {
 
 enum Waiting {
     Read(oneshot::Sender<Result<ReadResult, ReadError>>),
-    Commit(oneshot::Sender<Committed>),
+    Commit(oneshot::Sender<Committed>, std::time::Instant),
 }
 
 /// A client of one cluster, at one site (its local replica serves its current reads
@@ -100,6 +102,7 @@ pub struct Client {
     /// Commit markers of this client's past commits, per group, waiting to be deleted
     /// by its next commit there.
     spent_markers: Arc<std::sync::Mutex<BTreeMap<EgId, Vec<Vec<u8>>>>>,
+    metrics: ClientMetrics,
 }
 
 /// The lockd file whose version hands out client ids.
@@ -169,6 +172,7 @@ impl Client {
             seed: rand::random(),
         });
         let (events_tx, events) = mpsc::unbounded_channel();
+        let metrics = ClientMetrics::default();
         let driver = Driver {
             core,
             clock: std::time::Instant::now(),
@@ -176,6 +180,7 @@ impl Client {
             events: events_tx.clone(),
             waiting: BTreeMap::new(),
             wake: None,
+            metrics: metrics.clone(),
         };
         tokio::spawn(driver.run(events));
         Ok(Self {
@@ -185,7 +190,14 @@ impl Client {
             // majority is reachable again.
             resolve_patience: config.timeouts.lock_lease() * 5,
             spent_markers: Arc::default(),
+            metrics,
         })
+    }
+
+    /// What this client (and its clones) did: commits by path, conflicts, reads by how
+    /// they were served, invalidations (register them to serve them).
+    pub fn metrics(&self) -> &ClientMetrics {
+        &self.metrics
     }
 
     /// Takes the group's spent markers, for the next commit to delete.
@@ -214,6 +226,7 @@ impl Client {
     }
 
     /// Reads rows of one entity group in `mode`.
+    #[tracing::instrument(level = "debug", name = "read", skip(self, query), fields(client = self.id.0, eg = %eg))]
     pub async fn read(
         &self,
         eg: &EgId,
@@ -239,6 +252,12 @@ impl Client {
     /// (whose entry named `leader` as the next position's leader). `reads` are the rows
     /// and ranges the transaction read: a conflict names the rows written in between
     /// that they cover.
+    #[tracing::instrument(
+        level = "debug",
+        name = "commit",
+        skip(self, writes, reads),
+        fields(client = self.id.0, eg = %eg, read_position = read_position.0)
+    )]
     pub async fn commit(
         &self,
         eg: &EgId,
@@ -270,6 +289,7 @@ struct Driver {
     events: mpsc::UnboundedSender<Event>,
     waiting: BTreeMap<OpId, Waiting>,
     wake: Option<Time>,
+    metrics: ClientMetrics,
 }
 
 impl Driver {
@@ -322,7 +342,8 @@ impl Driver {
                     let (op, _txn, out) =
                         self.core
                             .commit(now, eg, read_position, leader, writes, reads);
-                    self.waiting.insert(op, Waiting::Commit(done));
+                    self.waiting
+                        .insert(op, Waiting::Commit(done, std::time::Instant::now()));
                     out
                 }
             };
@@ -334,6 +355,12 @@ impl Driver {
         for output in outputs {
             match output {
                 ClientOutput::Send { to, message } => {
+                    if matches!(
+                        message,
+                        Message::CoordinatorRequest(CoordinatorRequest::Invalidate { .. })
+                    ) {
+                        self.metrics.invalidation_sent();
+                    }
                     let peers = Arc::clone(&self.peers);
                     let events = self.events.clone();
                     tokio::spawn(async move {
@@ -347,9 +374,26 @@ impl Driver {
                 }
                 ClientOutput::Done { op, result } => match (self.waiting.remove(&op), result) {
                     (Some(Waiting::Read(done)), OpResult::Read(result)) => {
+                        match &result {
+                            Ok(read) => self.metrics.read(match read.path {
+                                ReadPath::LocalVouched => ReadPathLabel::Local,
+                                ReadPath::Majority => ReadPathLabel::Majority,
+                                ReadPath::Snapshot => ReadPathLabel::Snapshot,
+                                ReadPath::Inconsistent => ReadPathLabel::Inconsistent,
+                            }),
+                            Err(_) => self.metrics.read_failed(),
+                        }
                         let _ = done.send(result);
                     }
-                    (Some(Waiting::Commit(done)), OpResult::Commit { txn, result }) => {
+                    (Some(Waiting::Commit(done, started)), OpResult::Commit { txn, result }) => {
+                        match &result {
+                            CommitResult::Committed { fast, .. } => self
+                                .metrics
+                                .committed(*fast, started.elapsed().as_secs_f64()),
+                            CommitResult::Conflict { .. } => self.metrics.conflicted(),
+                            CommitResult::Unknown { .. } => self.metrics.outcome_unknown(),
+                            CommitResult::Aborted => self.metrics.aborted(),
+                        }
                         let _ = done.send(Committed { txn, result });
                     }
                     _ => {}

@@ -287,7 +287,7 @@ impl Transaction {
         result: CommitResult,
     ) -> Result<Attempt, ClientError> {
         Ok(match result {
-            CommitResult::Committed { position } => Attempt::Done(Outcome::Committed {
+            CommitResult::Committed { position, .. } => Attempt::Done(Outcome::Committed {
                 txn,
                 position,
                 resolved: false,

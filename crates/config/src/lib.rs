@@ -122,6 +122,12 @@ pub struct ReplicaConfig {
     pub coordinator_address: Option<String>,
     /// Its RocksDB directory (relative paths are relative to the config file).
     pub data_dir: PathBuf,
+    /// Where it serves Prometheus metrics (`GET /metrics`); none if absent.
+    #[serde(default)]
+    pub metrics_address: Option<String>,
+    /// Where its coordinator serves Prometheus metrics (full replicas only).
+    #[serde(default)]
+    pub coordinator_metrics_address: Option<String>,
 }
 
 /// `[[lockd]]`: one lock service node.
@@ -138,6 +144,9 @@ pub struct LockdConfig {
     pub address: String,
     /// Its RocksDB directory (relative paths are relative to the config file).
     pub data_dir: PathBuf,
+    /// Where it serves Prometheus metrics (`GET /metrics`); none if absent.
+    #[serde(default)]
+    pub metrics_address: Option<String>,
 }
 
 /// `[timeouts]`, in milliseconds.

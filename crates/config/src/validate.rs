@@ -85,6 +85,21 @@ pub(crate) fn check(config: &ClusterConfig) -> Result<(), Failure> {
         if r.data_dir.as_os_str().is_empty() {
             return fail(at("data_dir"), "must not be empty");
         }
+        optional_address(&mut addresses, &r.metrics_address, at("metrics_address"))?;
+        if r.coordinator_metrics_address.is_some() && r.kind != ReplicaKind::Full {
+            return fail(
+                at("coordinator_metrics_address"),
+                format!(
+                    "only full replicas have a coordinator (this one is {})",
+                    r.kind
+                ),
+            );
+        }
+        optional_address(
+            &mut addresses,
+            &r.coordinator_metrics_address,
+            at("coordinator_metrics_address"),
+        )?;
     }
     if !config.replicas.iter().any(|r| r.kind == ReplicaKind::Full) {
         return fail("replicas", "at least one replica must be kind = \"full\"");
@@ -111,6 +126,19 @@ pub(crate) fn check(config: &ClusterConfig) -> Result<(), Failure> {
         if l.data_dir.as_os_str().is_empty() {
             return fail(at("data_dir"), "must not be empty");
         }
+        optional_address(&mut addresses, &l.metrics_address, at("metrics_address"))?;
+    }
+    Ok(())
+}
+
+fn optional_address(
+    addresses: &mut BTreeMap<String, String>,
+    address: &Option<String>,
+    field: String,
+) -> Result<(), Failure> {
+    if let Some(address) = address {
+        check_address(address).or_else(|e| fail(field.clone(), e))?;
+        unique_address(addresses, address, field)?;
     }
     Ok(())
 }

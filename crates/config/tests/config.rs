@@ -114,6 +114,30 @@ fn mistakes_name_their_field() {
             "lockd[2].id",
             "start at 1",
         ),
+        (
+            edited(
+                "metrics_address = \"127.0.0.1:7403\"",
+                "metrics_address = \"127.0.0.1:7403\"\ncoordinator_metrics_address = \"127.0.0.1:7999\"",
+            ),
+            "replicas[2].coordinator_metrics_address",
+            "only full replicas",
+        ),
+        (
+            edited(
+                "metrics_address = \"127.0.0.1:7602\"",
+                "metrics_address = \"127.0.0.1:7401\"",
+            ),
+            "lockd[1].metrics_address",
+            "already replicas[0].metrics_address",
+        ),
+        (
+            edited(
+                "metrics_address = \"127.0.0.1:7404\"",
+                "metrics_address = \"localhost\"",
+            ),
+            "replicas[3].metrics_address",
+            "not an address",
+        ),
     ];
     for (text, field, message) in cases {
         let (got_field, got_message) = invalid(&text);

@@ -19,6 +19,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tonic::{Request, Response, Status};
 
+use megastore_metrics::{LockdMetrics, MetricsServer, Registry};
+
 use crate::LockdError;
 use crate::network::{Network, RaftService};
 use crate::state_machine::StateMachine;
@@ -40,6 +42,7 @@ pub struct LockdNode {
     id: RaftNodeId,
     stop_serving: Option<oneshot::Sender<()>>,
     served: Option<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>>,
+    metrics_server: Option<MetricsServer>,
     /// Fires once the store has closed.
     store_closed: Option<oneshot::Receiver<()>>,
 }
@@ -104,8 +107,32 @@ impl LockdNode {
         let listener = TcpListener::bind(address)
             .await
             .map_err(|e| LockdError::Bind(me.address.clone(), e.to_string()))?;
+        let metrics = LockdMetrics::default();
+        let metrics_server = match &me.metrics_address {
+            Some(address) => {
+                let mut registry = Registry::default();
+                metrics.register(&mut registry);
+                let (raft, metrics) = (raft.clone(), metrics.clone());
+                let refresh = move || {
+                    let m = raft.metrics().borrow().clone();
+                    metrics.raft(
+                        m.state == ServerState::Leader,
+                        m.current_term,
+                        m.last_log_index.unwrap_or(0),
+                        m.last_applied.map_or(0, |l| l.index),
+                    );
+                };
+                Some(
+                    MetricsServer::start(address, registry, Some(Arc::new(refresh)))
+                        .await
+                        .map_err(|e| LockdError::Config(e.to_string()))?,
+                )
+            }
+            None => None,
+        };
         let (stop_serving, stopped) = oneshot::channel::<()>();
         let lock_service = LockService {
+            metrics,
             raft: raft.clone(),
             lease_clock: state_machine.lease_clock(),
             incarnation: rand::random(),
@@ -148,6 +175,7 @@ impl LockdNode {
             id,
             stop_serving: Some(stop_serving),
             served: Some(served),
+            metrics_server,
             store_closed: Some(store_closed),
         })
     }
@@ -175,6 +203,9 @@ impl LockdNode {
         if let Some(served) = self.served.take() {
             let _ = served.await;
         }
+        if let Some(metrics) = self.metrics_server.take() {
+            metrics.shutdown().await;
+        }
         let _ = self.raft.shutdown().await;
         drop(self.raft);
         // Connections still open finish on their own; the directory is free (and may be
@@ -188,6 +219,7 @@ impl LockdNode {
 /// The lock service of one node: commands go through the Raft log; only the leader
 /// takes them.
 struct LockService {
+    metrics: LockdMetrics,
     raft: Raft<TypeConfig>,
     lease_clock: Arc<std::sync::Mutex<LeaseClock>>,
     /// Drawn at start: tells this process's clock from the one it had before a
@@ -258,6 +290,12 @@ impl Lock for LockService {
         let request = LockRequest::try_from(request.into_inner())
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let result = self.execute(request.id, request.command).await;
+        self.metrics.command(match &result {
+            Ok(_) => "ok",
+            Err(LockError::NotLeader) => "not_leader",
+            Err(LockError::Unavailable) => "unavailable",
+            Err(_) => "refused",
+        });
         Ok(Response::new(
             LockResponse {
                 id: request.id,

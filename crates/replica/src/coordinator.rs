@@ -26,6 +26,8 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tonic::{Request, Response, Status};
 
+use megastore_metrics::{CoordinatorMetrics, MetricsServer, Registry};
+
 use crate::ProcessError;
 use crate::clock::Clock;
 
@@ -62,6 +64,7 @@ pub struct CoordinatorProcess {
     epoch: watch::Receiver<Option<Epoch>>,
     stop: Option<oneshot::Sender<()>>,
     served: Option<tokio::task::JoinHandle<()>>,
+    metrics_server: Option<MetricsServer>,
 }
 
 impl CoordinatorProcess {
@@ -92,10 +95,24 @@ impl CoordinatorProcess {
         let lockd = Arc::new(LockdClient::new(config).map_err(ProcessError::Config)?);
         let core = Coordinator::new(coordinator_config(config, ReplicaId(replica.id)));
 
+        let metrics = CoordinatorMetrics::default();
+        let metrics_server = match &replica.coordinator_metrics_address {
+            Some(address) => {
+                let mut registry = Registry::default();
+                metrics.register(&mut registry);
+                Some(
+                    MetricsServer::start(address, registry, None)
+                        .await
+                        .map_err(|e| ProcessError::Config(e.to_string()))?,
+                )
+            }
+            None => None,
+        };
         let (events_tx, events) = mpsc::channel(1024);
         let (epoch_tx, epoch) = watch::channel(None);
         let (stop, stopped) = oneshot::channel::<()>();
         let driver = Driver {
+            metrics,
             core,
             clock: Clock::start(),
             lockd,
@@ -126,6 +143,7 @@ impl CoordinatorProcess {
             epoch,
             stop: Some(stop),
             served: Some(served),
+            metrics_server,
         })
     }
 
@@ -150,11 +168,15 @@ impl CoordinatorProcess {
         if let Some(served) = self.served.take() {
             let _ = served.await;
         }
+        if let Some(metrics) = self.metrics_server.take() {
+            metrics.shutdown().await;
+        }
     }
 }
 
 /// Owns the state machine; the only place it is stepped.
 struct Driver {
+    metrics: CoordinatorMetrics,
     core: Coordinator,
     clock: Clock,
     lockd: Arc<LockdClient>,
@@ -188,6 +210,11 @@ impl Driver {
                     self.carry_out(out, None);
                 }
                 Some(Event::Request { request, reply }) => {
+                    self.metrics.request(match request {
+                        CoordinatorRequest::Query { .. } => "query",
+                        CoordinatorRequest::Validate { .. } => "validate",
+                        CoordinatorRequest::Invalidate { .. } => "invalidate",
+                    });
                     // The caller is known by its call, not by an address: a request is
                     // answered within its own step, and the answer goes back on the
                     // call's channel, so the sender id is not needed to route it.
@@ -202,6 +229,7 @@ impl Driver {
                     self.carry_out(out, Some(reply));
                 }
             }
+            self.metrics.lock(self.core.epoch().map(|e| e.0));
             let _ = self.epoch.send_if_modified(|e| {
                 let now_epoch = self.core.epoch();
                 let changed = *e != now_epoch;
@@ -219,6 +247,9 @@ impl Driver {
         for output in outputs {
             match output {
                 Output::Reply { reply: answer, .. } => {
+                    if let CoordinatorReply::Query { vouched, .. } = answer {
+                        self.metrics.query(vouched);
+                    }
                     if let Some(reply) = reply.take() {
                         let _ = reply.send(Some(answer));
                     }

@@ -38,6 +38,7 @@ use crate::registry;
 use crate::settings::sweep_config;
 use crate::stamp::check_or_stamp;
 use megastore_client::{Client, Peers};
+use megastore_metrics::{MetricsServer, Registry, ReplicaMetrics};
 use megastore_rpc::pb::client::megastore_server::MegastoreServer;
 
 /// The most events one batch takes (and so shares one WAL sync).
@@ -63,6 +64,7 @@ pub struct ReplicaProcess {
     driver: Option<std::thread::JoinHandle<()>>,
     stop_serving: Option<oneshot::Sender<()>>,
     served: Option<tokio::task::JoinHandle<()>>,
+    metrics_server: Option<MetricsServer>,
     rejoining: bool,
 }
 
@@ -102,8 +104,12 @@ impl ReplicaProcess {
             rejoining,
         });
 
+        let metrics = ReplicaMetrics::default();
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
         let (events_tx, events) = mpsc::channel();
         let driver = Driver {
+            metrics,
             core,
             store,
             clock: Clock::start(),
@@ -125,6 +131,15 @@ impl ReplicaProcess {
         let gateway = Client::connect(config, &me.site)
             .await
             .map_err(|e| ProcessError::Lock(format!("starting the public API: {e}")))?;
+        gateway.metrics().register(&mut registry);
+        let metrics_server = match &me.metrics_address {
+            Some(address) => Some(
+                MetricsServer::start(address, registry, None)
+                    .await
+                    .map_err(|e| ProcessError::Config(e.to_string()))?,
+            ),
+            None => None,
+        };
         let lockd = megastore_lockd::LockdClient::new(config).map_err(ProcessError::Config)?;
         let gateway = MegastoreServer::new(Gateway::new(gateway, lockd));
 
@@ -154,6 +169,7 @@ impl ReplicaProcess {
             driver: Some(driver),
             stop_serving: Some(stop_serving),
             served: Some(served),
+            metrics_server,
             rejoining,
         })
     }
@@ -171,6 +187,9 @@ impl ReplicaProcess {
         if let Some(served) = self.served.take() {
             let _ = served.await;
         }
+        if let Some(metrics) = self.metrics_server.take() {
+            metrics.shutdown().await;
+        }
         let _ = self.events.send(Event::Stop);
         if let Some(driver) = self.driver.take() {
             let _ = tokio::task::spawn_blocking(move || driver.join()).await;
@@ -180,6 +199,7 @@ impl ReplicaProcess {
 
 /// Owns the state machine and the store.
 struct Driver {
+    metrics: ReplicaMetrics,
     core: Replica,
     store: RocksStore,
     clock: Clock,
@@ -230,10 +250,13 @@ impl Driver {
             };
             let mut batch = Batch::default();
             let mut stop = false;
+            let mut handled = 0;
             for event in first.into_iter().chain(events.try_iter().take(BATCH_MAX)) {
+                handled += 1;
                 match event {
                     Event::Stop => stop = true,
                     Event::Call { request, reply } => {
+                        self.count(&request);
                         let caller = self.next_caller;
                         self.next_caller = (self.next_caller + 1) % DRIVER;
                         self.waiting.insert(caller, reply);
@@ -250,6 +273,9 @@ impl Driver {
                 self.wake = None;
                 self.step(ReplicaInput::Tick, &mut batch);
             }
+            if handled > 0 {
+                self.metrics.batch(handled);
+            }
             self.release(batch);
             if stop {
                 return;
@@ -257,6 +283,22 @@ impl Driver {
             // Callers that gave up leave nothing behind.
             self.waiting.retain(|_, reply| !reply.is_closed());
         }
+    }
+
+    fn count(&self, request: &ReplicaRequest) {
+        let kind = match request {
+            ReplicaRequest::Prepare { .. } => "prepare",
+            ReplicaRequest::Accept { ballot, .. } => {
+                self.metrics.accept(ballot.is_zero());
+                "accept"
+            }
+            ReplicaRequest::MarkVisible { .. } => "mark_visible",
+            ReplicaRequest::LogState { .. } => "log_state",
+            ReplicaRequest::ReadLog { .. } => "read_log",
+            ReplicaRequest::Read { .. } => "read",
+            ReplicaRequest::Snapshot { .. } => "snapshot",
+        };
+        self.metrics.request(kind);
     }
 
     /// Steps the machine on one input, and on what reading its asks for produces.
@@ -303,6 +345,7 @@ impl Driver {
                 batch.dirty = true;
             }
             ReplicaOutput::Apply { eg, rows } => {
+                self.metrics.applied();
                 if let Err(e) =
                     self.store
                         .mutate_rows(&group_range(&eg), &rows, Durability::Buffered)
@@ -311,6 +354,7 @@ impl Driver {
                 }
             }
             ReplicaOutput::Install { eg, rows } => {
+                self.metrics.snapshot_installed();
                 if let Err(e) =
                     self.store
                         .mutate_rows(&group_range(&eg), &rows, Durability::Buffered)
@@ -335,7 +379,17 @@ impl Driver {
                 let reply = answer_read(&self.store, id, at, &query);
                 batch.sends.push((to, Message::ReplicaReply(reply)));
             }
-            ReplicaOutput::Send { to, message } => batch.sends.push((to, message)),
+            ReplicaOutput::Send { to, message } => {
+                if matches!(
+                    message,
+                    Message::ReplicaRequest(
+                        ReplicaRequest::ReadLog { .. } | ReplicaRequest::Snapshot { .. }
+                    )
+                ) {
+                    self.metrics.catchup_requested();
+                }
+                batch.sends.push((to, message));
+            }
             ReplicaOutput::WakeAt(at) => self.wake = Some(at),
         }
         None
@@ -343,11 +397,13 @@ impl Driver {
 
     /// One WAL sync for everything the batch persisted, then its messages leave.
     fn release(&mut self, batch: Batch) {
-        if batch.dirty
-            && let Err(e) = self.store.sync()
-        {
-            tracing::error!("syncing the WAL failed: {e}; stopping the replica");
-            std::process::exit(70);
+        if batch.dirty {
+            let started = std::time::Instant::now();
+            if let Err(e) = self.store.sync() {
+                tracing::error!("syncing the WAL failed: {e}; stopping the replica");
+                std::process::exit(70);
+            }
+            self.metrics.wal_synced(started.elapsed().as_secs_f64());
         }
         for (to, message) in batch.sends {
             match (to, message) {
@@ -385,6 +441,8 @@ impl Replication for Service {
     ) -> Result<Response<pb::ReplicaReply>, Status> {
         let request = ReplicaRequest::try_from(request.into_inner())
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let span = tracing::debug_span!("replica_call", eg = %request.eg(), id = request.id());
+        span.in_scope(|| tracing::debug!(?request, "received"));
         let (reply, answer) = oneshot::channel();
         self.events
             .send(Event::Call { request, reply })
@@ -392,6 +450,7 @@ impl Replication for Service {
         let answer = answer
             .await
             .map_err(|_| Status::unavailable("replica stopping"))?;
+        span.in_scope(|| tracing::debug!(reply = ?answer, "answered"));
         Ok(Response::new(answer.into()))
     }
 }

@@ -56,6 +56,9 @@ pub enum CommitResult {
     Committed {
         /// The position (also the write's timestamp).
         position: Position,
+        /// Chosen on the fast path: accepted at ballot 0 through the position's leader,
+        /// with no prepare round and no move to a later position.
+        fast: bool,
     },
     /// Another transaction won. `keys` are the rows this transaction read that were
     /// written in between, de-duplicated and sorted; empty means a retry is safe.
@@ -117,6 +120,11 @@ impl Commit {
         commit
     }
 
+    /// Whether the commit has stayed on the fast path so far.
+    fn on_fast_path(&self) -> bool {
+        self.rebases == 0 && self.settle.later_rounds() == 0
+    }
+
     /// The transaction.
     pub(crate) fn txn(&self) -> TxnId {
         self.txn
@@ -152,6 +160,7 @@ impl Commit {
         {
             self.result = Some(CommitResult::Committed {
                 position: self.settle.position(),
+                fast: self.on_fast_path(),
             });
             return;
         }
@@ -168,7 +177,10 @@ impl Commit {
             Some(SettleOutcome::Settled { entry, .. }) => {
                 let position = self.settle.position();
                 if entry.txn == Some(self.txn) {
-                    self.result = Some(CommitResult::Committed { position });
+                    self.result = Some(CommitResult::Committed {
+                        position,
+                        fast: self.on_fast_path(),
+                    });
                     return;
                 }
                 let keys: BTreeSet<Vec<u8>> = entry

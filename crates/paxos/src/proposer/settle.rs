@@ -253,6 +253,12 @@ impl Settle {
         };
     }
 
+    /// Rounds started after the first attempt — prepares, or learns again — (none on
+    /// the fast path).
+    pub(crate) fn later_rounds(&self) -> u32 {
+        self.rounds
+    }
+
     fn prepare<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
         self.rounds += 1;
         if self.rounds > ctx.config.timeouts.max_rounds {

@@ -1,0 +1,406 @@
+//! The metric families of each kind of process.
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// One label, as `(name, value)`.
+type Label = [(&'static str, &'static str); 1];
+
+/// Latency buckets in seconds: 100 µs to about 26 s.
+fn latency_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.0, 19))
+}
+
+/// How a read was served, as a label value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadPathLabel {
+    /// At the local replica, vouched by its coordinator.
+    Local,
+    /// After asking a majority.
+    Majority,
+    /// A snapshot read.
+    Snapshot,
+    /// An inconsistent read.
+    Inconsistent,
+}
+
+impl ReadPathLabel {
+    fn name(self) -> &'static str {
+        match self {
+            ReadPathLabel::Local => "local",
+            ReadPathLabel::Majority => "majority",
+            ReadPathLabel::Snapshot => "snapshot",
+            ReadPathLabel::Inconsistent => "inconsistent",
+        }
+    }
+}
+
+/// What a client library (a program's, or a replica's public-API gateway) did.
+#[derive(Debug, Clone)]
+pub struct ClientMetrics {
+    commits: Family<Label, Counter>,
+    conflicts: Counter,
+    unknown: Counter,
+    aborted: Counter,
+    reads: Family<Label, Counter>,
+    read_failures: Counter,
+    invalidations: Counter,
+    commit_seconds: Family<Label, Histogram, fn() -> Histogram>,
+}
+
+impl Default for ClientMetrics {
+    fn default() -> Self {
+        Self {
+            commits: Family::default(),
+            conflicts: Counter::default(),
+            unknown: Counter::default(),
+            aborted: Counter::default(),
+            reads: Family::default(),
+            read_failures: Counter::default(),
+            invalidations: Counter::default(),
+            commit_seconds: Family::new_with_constructor(latency_buckets),
+        }
+    }
+}
+
+impl ClientMetrics {
+    /// Registers every family in `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("megastore_client");
+        r.register(
+            "commits",
+            "Transactions committed, by path: fast (ballot 0 at the leader, one round trip) or slow",
+            self.commits.clone(),
+        );
+        r.register(
+            "conflicts",
+            "Commits that lost their position to another writer",
+            self.conflicts.clone(),
+        );
+        r.register(
+            "unknown_outcomes",
+            "Commits whose outcome the proposer could not learn",
+            self.unknown.clone(),
+        );
+        r.register(
+            "aborted",
+            "Commits that sent nothing that could be chosen",
+            self.aborted.clone(),
+        );
+        r.register(
+            "reads",
+            "Reads, by how they were served (local, majority, snapshot, inconsistent)",
+            self.reads.clone(),
+        );
+        r.register(
+            "read_failures",
+            "Reads that gave up",
+            self.read_failures.clone(),
+        );
+        r.register(
+            "invalidations",
+            "Invalidations sent to coordinators of replicas that missed a write",
+            self.invalidations.clone(),
+        );
+        r.register(
+            "commit_seconds",
+            "Time from commit request to outcome, by path",
+            self.commit_seconds.clone(),
+        );
+    }
+
+    /// A transaction committed (on the fast path or not) after `seconds`.
+    pub fn committed(&self, fast: bool, seconds: f64) {
+        let path = [("path", if fast { "fast" } else { "slow" })];
+        self.commits.get_or_create(&path).inc();
+        self.commit_seconds.get_or_create(&path).observe(seconds);
+    }
+
+    /// A commit lost its position.
+    pub fn conflicted(&self) {
+        self.conflicts.inc();
+    }
+
+    /// A commit's outcome was unknown.
+    pub fn outcome_unknown(&self) {
+        self.unknown.inc();
+    }
+
+    /// A commit sent nothing that could be chosen.
+    pub fn aborted(&self) {
+        self.aborted.inc();
+    }
+
+    /// A read was served.
+    pub fn read(&self, path: ReadPathLabel) {
+        self.reads.get_or_create(&[("path", path.name())]).inc();
+    }
+
+    /// A read gave up.
+    pub fn read_failed(&self) {
+        self.read_failures.inc();
+    }
+
+    /// An invalidation was sent.
+    pub fn invalidation_sent(&self) {
+        self.invalidations.inc();
+    }
+}
+
+/// What a replica server did.
+#[derive(Debug, Clone)]
+pub struct ReplicaMetrics {
+    requests: Family<Label, Counter>,
+    accepts: Family<Label, Counter>,
+    wal_syncs: Histogram,
+    batch_events: Histogram,
+    applied: Counter,
+    snapshot_installs: Counter,
+    catchup_requests: Counter,
+}
+
+impl Default for ReplicaMetrics {
+    fn default() -> Self {
+        Self {
+            requests: Family::default(),
+            accepts: Family::default(),
+            wal_syncs: latency_buckets(),
+            batch_events: Histogram::new(exponential_buckets(1.0, 2.0, 10)),
+            applied: Counter::default(),
+            snapshot_installs: Counter::default(),
+            catchup_requests: Counter::default(),
+        }
+    }
+}
+
+impl ReplicaMetrics {
+    /// Registers every family in `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("megastore_replica");
+        r.register(
+            "requests",
+            "Replication requests received, by kind",
+            self.requests.clone(),
+        );
+        r.register(
+            "accepts",
+            "Accept requests received, by ballot: zero (the fast path) or higher",
+            self.accepts.clone(),
+        );
+        r.register(
+            "wal_sync_seconds",
+            "RocksDB WAL syncs (one per batch of requests) and their latency",
+            self.wal_syncs.clone(),
+        );
+        r.register(
+            "batch_events",
+            "Events handled per batch (that share one WAL sync)",
+            self.batch_events.clone(),
+        );
+        r.register("applied", "Log entries applied", self.applied.clone());
+        r.register(
+            "snapshot_installs",
+            "Snapshots installed (catching up past a peer's truncation)",
+            self.snapshot_installs.clone(),
+        );
+        r.register(
+            "catchup_requests",
+            "Log reads and snapshot requests this replica sent to catch up",
+            self.catchup_requests.clone(),
+        );
+    }
+
+    /// A request of `kind` arrived.
+    pub fn request(&self, kind: &'static str) {
+        self.requests.get_or_create(&[("kind", kind)]).inc();
+    }
+
+    /// An accept arrived, at ballot zero or not.
+    pub fn accept(&self, ballot_zero: bool) {
+        let ballot = if ballot_zero { "zero" } else { "higher" };
+        self.accepts.get_or_create(&[("ballot", ballot)]).inc();
+    }
+
+    /// The WAL was synced in `seconds`.
+    pub fn wal_synced(&self, seconds: f64) {
+        self.wal_syncs.observe(seconds);
+    }
+
+    /// A batch of `events` was handled.
+    pub fn batch(&self, events: usize) {
+        self.batch_events.observe(events as f64);
+    }
+
+    /// An entry was applied.
+    pub fn applied(&self) {
+        self.applied.inc();
+    }
+
+    /// A snapshot was installed.
+    pub fn snapshot_installed(&self) {
+        self.snapshot_installs.inc();
+    }
+
+    /// A catch-up request was sent.
+    pub fn catchup_requested(&self) {
+        self.catchup_requests.inc();
+    }
+}
+
+/// What a coordinator did.
+#[derive(Debug, Clone, Default)]
+pub struct CoordinatorMetrics {
+    requests: Family<Label, Counter>,
+    queries: Family<Label, Counter>,
+    lock_held: Gauge,
+    epoch: Gauge,
+}
+
+impl CoordinatorMetrics {
+    /// Registers every family in `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("megastore_coordinator");
+        r.register(
+            "requests",
+            "Requests received, by kind (query, validate, invalidate)",
+            self.requests.clone(),
+        );
+        r.register(
+            "queries",
+            "Queries answered, by whether the coordinator vouched",
+            self.queries.clone(),
+        );
+        r.register(
+            "lock_held",
+            "1 while the coordinator holds its lock (and so serves), else 0",
+            self.lock_held.clone(),
+        );
+        r.register(
+            "epoch",
+            "The epoch (lock sequencer) it serves in; 0 when it holds no lock",
+            self.epoch.clone(),
+        );
+    }
+
+    /// A request of `kind` arrived.
+    pub fn request(&self, kind: &'static str) {
+        self.requests.get_or_create(&[("kind", kind)]).inc();
+    }
+
+    /// A query was answered.
+    pub fn query(&self, vouched: bool) {
+        let vouched = if vouched { "true" } else { "false" };
+        self.queries.get_or_create(&[("vouched", vouched)]).inc();
+    }
+
+    /// The lock is held in `epoch` (or not, `None`).
+    pub fn lock(&self, epoch: Option<u64>) {
+        self.lock_held.set(i64::from(epoch.is_some()));
+        self.epoch
+            .set(epoch.map_or(0, |e| i64::try_from(e).unwrap_or(i64::MAX)));
+    }
+}
+
+/// What a lockd node did, and how it sees Raft.
+#[derive(Debug, Clone, Default)]
+pub struct LockdMetrics {
+    commands: Family<Label, Counter>,
+    is_leader: Gauge,
+    term: Gauge,
+    last_log_index: Gauge,
+    applied_index: Gauge,
+}
+
+fn gauge_value(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl LockdMetrics {
+    /// Registers every family in `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("megastore_lockd");
+        r.register(
+            "commands",
+            "Lock commands answered, by result (ok, refused, not_leader, unavailable)",
+            self.commands.clone(),
+        );
+        r.register(
+            "is_leader",
+            "1 while this node leads",
+            self.is_leader.clone(),
+        );
+        r.register("term", "The Raft term", self.term.clone());
+        r.register(
+            "last_log_index",
+            "The last Raft log index",
+            self.last_log_index.clone(),
+        );
+        r.register(
+            "applied_index",
+            "The last Raft log index applied to the lock service",
+            self.applied_index.clone(),
+        );
+    }
+
+    /// A command was answered with `result`.
+    pub fn command(&self, result: &'static str) {
+        self.commands.get_or_create(&[("result", result)]).inc();
+    }
+
+    /// How this node sees Raft now.
+    pub fn raft(&self, leader: bool, term: u64, last_log_index: u64, applied_index: u64) {
+        self.is_leader.set(i64::from(leader));
+        self.term.set(gauge_value(term));
+        self.last_log_index.set(gauge_value(last_log_index));
+        self.applied_index.set(gauge_value(applied_index));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encode;
+
+    #[test]
+    fn recorded_values_appear_in_the_text() {
+        let mut registry = Registry::default();
+        let client = ClientMetrics::default();
+        let replica = ReplicaMetrics::default();
+        client.register(&mut registry);
+        replica.register(&mut registry);
+        client.committed(true, 0.002);
+        client.committed(true, 0.003);
+        client.committed(false, 0.2);
+        client.read(ReadPathLabel::Local);
+        replica.wal_synced(0.001);
+        replica.accept(true);
+        let text = encode(&registry);
+        assert!(
+            text.contains("megastore_client_commits_total{path=\"fast\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("megastore_client_commits_total{path=\"slow\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("megastore_client_reads_total{path=\"local\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("megastore_replica_wal_sync_seconds_count 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("megastore_replica_accepts_total{ballot=\"zero\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP megastore_client_conflicts_total"),
+            "{text}"
+        );
+    }
+}
