@@ -9,4 +9,5 @@ mod roles;
 mod schema_check;
 mod support;
 mod tidy;
+mod tls;
 mod tools;

@@ -268,7 +268,14 @@ pub struct LocalCluster {
 impl LocalCluster {
     /// Starts lockd, then the replicas and coordinators.
     pub fn start(dir: &Path) -> Self {
+        Self::start_configured(dir, |_| {})
+    }
+
+    /// Like [`LocalCluster::start`], with `configure` run on the config file first
+    /// (to add a `[tls]` section, say).
+    pub fn start_configured(dir: &Path, configure: impl FnOnce(&Path)) -> Self {
         let config_path = write_cluster_config(dir);
+        configure(&config_path);
         let mut cluster = Self {
             config_path,
             dir: dir.to_path_buf(),

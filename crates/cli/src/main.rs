@@ -8,6 +8,7 @@
 
 mod bench_cmd;
 mod bytes_arg;
+mod certs_cmd;
 mod cluster_arg;
 mod cluster_cmd;
 mod coordinator_cmd;
@@ -58,6 +59,8 @@ enum Command {
     Shell(shell_cmd::ShellArgs),
     /// Run a closed-loop workload and report throughput and latency percentiles.
     Bench(bench_cmd::BenchArgs),
+    /// Make a CA and a certificate for every host of a config (for mutual TLS).
+    Certs(certs_cmd::CertsArgs),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
         Command::Status(args) => status_cmd::run(args),
         Command::Shell(args) => shell_cmd::run(args),
         Command::Bench(args) => bench_cmd::run(args),
+        Command::Certs(args) => certs_cmd::run(args),
     };
     match result {
         Ok(code) => code,

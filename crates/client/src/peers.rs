@@ -11,11 +11,12 @@ use std::time::Duration;
 use megastore_config::ClusterConfig;
 use megastore_lockd::LockdClient;
 use megastore_paxos::Message;
+use megastore_rpc::Transport;
 use megastore_rpc::pb::coordinator::coordinator_client::CoordinatorClient;
 use megastore_rpc::pb::replication::replication_client::ReplicationClient;
 use megastore_rpc::{coordinator_reply_from_wire, pb};
 use megastore_types::{NodeId, ReplicaId};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// The largest replication message (a snapshot of one group) sent or accepted.
 pub const MESSAGE_BYTES_MAX: usize = 64 << 20;
@@ -28,17 +29,16 @@ pub struct Peers {
     rpc_timeout: Duration,
 }
 
-fn channel(address: &str, timeout: Duration) -> Result<Channel, String> {
-    Ok(Endpoint::from_shared(format!("http://{address}"))
-        .map_err(|e| format!("bad address {address:?}: {e}"))?
-        .connect_timeout(timeout)
-        .connect_lazy())
-}
-
 impl Peers {
     /// Lazy connections to everything in `config` (call inside a tokio runtime).
     pub fn new(config: &ClusterConfig) -> Result<Arc<Self>, String> {
         let rpc_timeout = config.timeouts.rpc();
+        let transport = Transport::from_config(config).map_err(|e| e.to_string())?;
+        let channel = |address: &str, timeout| {
+            transport
+                .channel(address, timeout)
+                .map_err(|e| e.to_string())
+        };
         let mut replicas = BTreeMap::new();
         let mut coordinators = BTreeMap::new();
         for r in &config.replicas {

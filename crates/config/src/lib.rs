@@ -91,6 +91,24 @@ pub struct ClusterConfig {
     /// The lock service nodes.
     #[serde(default)]
     pub lockd: Vec<LockdConfig>,
+    /// Mutual TLS on every gRPC endpoint (absent: plaintext).
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+}
+
+/// `[tls]`: every process serves gRPC over TLS and demands a client certificate signed
+/// by `ca_file`; every process and client presents `cert_file` (relative paths are
+/// relative to the config file). `megastore certs` makes a CA and a certificate for
+/// every host of a config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The certificate authority (PEM) that signs every certificate of the cluster.
+    pub ca_file: PathBuf,
+    /// This process's certificate chain (PEM), valid for every host it is reached at.
+    pub cert_file: PathBuf,
+    /// Its private key (PEM).
+    pub key_file: PathBuf,
 }
 
 /// `[cluster]`.
@@ -209,6 +227,11 @@ impl ClusterConfig {
         }
         for l in &mut config.lockd {
             l.data_dir = base.join(&l.data_dir);
+        }
+        if let Some(tls) = &mut config.tls {
+            for file in [&mut tls.ca_file, &mut tls.cert_file, &mut tls.key_file] {
+                *file = base.join(&*file);
+            }
         }
         Ok(config)
     }

@@ -128,6 +128,17 @@ pub(crate) fn check(config: &ClusterConfig) -> Result<(), Failure> {
         }
         optional_address(&mut addresses, &l.metrics_address, at("metrics_address"))?;
     }
+    if let Some(tls) = &config.tls {
+        for (field, path) in [
+            ("tls.ca_file", &tls.ca_file),
+            ("tls.cert_file", &tls.cert_file),
+            ("tls.key_file", &tls.key_file),
+        ] {
+            if path.as_os_str().is_empty() {
+                return fail(field, "must name a PEM file");
+            }
+        }
+    }
     Ok(())
 }
 

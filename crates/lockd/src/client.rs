@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use megastore_config::ClusterConfig;
 use megastore_lock::{LockCommand, LockError, LockReply, LockRequest, LockResponse, LockService};
+use megastore_rpc::Transport;
 use megastore_rpc::pb::lock as pb;
 use megastore_rpc::pb::lock::lock_client::LockClient as GrpcLockClient;
 use megastore_types::LockNodeId;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// How one lockd node sees the Raft cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,19 +51,15 @@ impl LockdClient {
     /// inside a tokio runtime).
     pub fn new(config: &ClusterConfig) -> Result<Self, String> {
         let rpc_timeout = config.timeouts.rpc();
+        let transport = Transport::from_config(config).map_err(|e| e.to_string())?;
         let nodes = config
             .lockd
             .iter()
             .map(|l| {
-                let endpoint = Endpoint::from_shared(format!("http://{}", l.address))
-                    .map_err(|e| {
-                        format!("lockd node {}: bad address {:?}: {e}", l.name, l.address)
-                    })?
-                    .connect_timeout(rpc_timeout);
-                Ok((
-                    LockNodeId(l.id),
-                    GrpcLockClient::new(endpoint.connect_lazy()),
-                ))
+                let channel = transport
+                    .channel(&l.address, rpc_timeout)
+                    .map_err(|e| format!("lockd node {}: {e}", l.name))?;
+                Ok((LockNodeId(l.id), GrpcLockClient::new(channel)))
             })
             .collect::<Result<Vec<_>, String>>()?;
         // Elections take one to two election timeouts, more when votes split.

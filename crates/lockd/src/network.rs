@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use megastore_rpc::Transport;
 use megastore_rpc::pb::lock::RaftPayload;
 use megastore_rpc::pb::lock::raft_client::RaftClient;
 use megastore_rpc::pb::lock::raft_server::Raft as RaftRpc;
@@ -17,7 +18,7 @@ use openraft::raft::{
 use openraft::{BasicNode, Raft, RaftNetwork, RaftNetworkFactory};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::types::{RaftNodeId, TypeConfig};
@@ -25,11 +26,15 @@ use crate::types::{RaftNodeId, TypeConfig};
 /// Connects to peers by the address in their membership entry.
 pub(crate) struct Network {
     connect_timeout: Duration,
+    transport: Transport,
 }
 
 impl Network {
-    pub(crate) fn new(connect_timeout: Duration) -> Self {
-        Self { connect_timeout }
+    pub(crate) fn new(connect_timeout: Duration, transport: Transport) -> Self {
+        Self {
+            connect_timeout,
+            transport,
+        }
     }
 }
 
@@ -45,9 +50,10 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 
     async fn new_client(&mut self, target: RaftNodeId, node: &BasicNode) -> Peer {
         // Lazy: a peer that is down is found out by the first call, not here.
-        let client = Endpoint::from_shared(format!("http://{}", node.addr))
+        let client = self
+            .transport
+            .channel(&node.addr, self.connect_timeout)
             .ok()
-            .map(|e| e.connect_timeout(self.connect_timeout).connect_lazy())
             .map(RaftClient::new);
         Peer {
             target,

@@ -8,6 +8,7 @@ use std::time::Instant;
 use megastore_config::{ClusterConfig, resolve_address};
 use megastore_lock::{LockCommand, LockError, LockRequest, LockResponse};
 use megastore_rowstore_rocksdb::RocksStore;
+use megastore_rpc::Transport;
 use megastore_rpc::pb::lock as pb;
 use megastore_rpc::pb::lock::lock_server::{Lock, LockServer};
 use megastore_rpc::pb::lock::raft_server::RaftServer;
@@ -78,6 +79,8 @@ impl LockdNode {
             }
         }
 
+        let transport =
+            Transport::from_config(config).map_err(|e| LockdError::Config(e.to_string()))?;
         let timeouts = &config.timeouts;
         let raft_config = openraft::Config {
             cluster_name: config.cluster.name.clone(),
@@ -96,7 +99,7 @@ impl LockdNode {
         let raft = Raft::new(
             id,
             Arc::new(raft_config),
-            Network::new(timeouts.rpc()),
+            Network::new(timeouts.rpc(), transport.clone()),
             log,
             state_machine.clone(),
         )
@@ -139,7 +142,9 @@ impl LockdNode {
             id,
             clock: Instant::now(),
         };
-        let server = tonic::transport::Server::builder()
+        let server = transport
+            .server()
+            .map_err(|e| LockdError::Config(e.to_string()))?
             .add_service(LockServer::new(lock_service))
             .add_service(RaftServer::new(RaftService { raft: raft.clone() }))
             .serve_with_incoming_shutdown(

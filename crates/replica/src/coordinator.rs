@@ -16,11 +16,11 @@ use megastore_coordinator::{
 };
 use megastore_lock::{LockCommand, LockReply, LockResponse};
 use megastore_lockd::LockdClient;
-use megastore_rpc::coordinator_reply_to_wire;
 use megastore_rpc::pb::coordinator as pb;
 use megastore_rpc::pb::coordinator::coordinator_server::{
     Coordinator as CoordinatorRpc, CoordinatorServer,
 };
+use megastore_rpc::{Transport, coordinator_reply_to_wire};
 use megastore_types::{ClientId, Epoch, LockNodeId, NodeId, ReplicaId, ReplicaKind, Time};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -121,15 +121,16 @@ impl CoordinatorProcess {
             wake: None,
         };
         let service = CoordinatorServer::new(Service { events: events_tx });
+        let mut server = Transport::from_config(config)
+            .and_then(|t| t.server())
+            .map_err(|e| ProcessError::Config(e.to_string()))?;
         let served = tokio::spawn(async move {
-            let server = tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::TcpListenerStream::new(listener),
-                    async {
-                        let _ = stopped.await;
-                    },
-                );
+            let server = server.add_service(service).serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                async {
+                    let _ = stopped.await;
+                },
+            );
             tokio::select! {
                 result = server => {
                     if let Err(e) = result {

@@ -24,6 +24,7 @@ use megastore_paxos::{
 };
 use megastore_rowstore::{Durability, KeyRange, LATEST, RowRead, RowStore};
 use megastore_rowstore_rocksdb::RocksStore;
+use megastore_rpc::Transport;
 use megastore_rpc::pb::replication as pb;
 use megastore_rpc::pb::replication::replication_server::{Replication, ReplicationServer};
 use megastore_types::{ClientId, EgId, NodeId, ReplicaId, Time};
@@ -149,8 +150,11 @@ impl ReplicaProcess {
         })
         .max_decoding_message_size(megastore_client::MESSAGE_BYTES_MAX)
         .max_encoding_message_size(megastore_client::MESSAGE_BYTES_MAX);
+        let mut server = Transport::from_config(config)
+            .and_then(|t| t.server())
+            .map_err(|e| ProcessError::Config(e.to_string()))?;
         let served = tokio::spawn(async move {
-            let result = tonic::transport::Server::builder()
+            let result = server
                 .add_service(service)
                 .add_service(gateway)
                 .serve_with_incoming_shutdown(

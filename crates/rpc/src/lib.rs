@@ -16,12 +16,14 @@ mod error;
 mod lock;
 mod replication;
 mod rows;
+mod transport;
 
 pub use coordinator::{
     reply_from_wire as coordinator_reply_from_wire, reply_to_wire as coordinator_reply_to_wire,
 };
 pub use error::WireError;
 pub use replication::{entry_from_wire, entry_to_wire};
+pub use transport::{Transport, TransportError};
 
 /// Generated code, one module per protobuf package.
 #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]

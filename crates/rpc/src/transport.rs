@@ -1,0 +1,150 @@
+//! How a process speaks gRPC: plaintext, or mutual TLS (rustls) when the config has a
+//! `[tls]` section — one place that makes every server and every channel, so no
+//! endpoint is left out.
+
+use std::time::Duration;
+
+use megastore_config::{ClusterConfig, TlsConfig};
+use tonic::transport::{
+    Certificate, Channel, ClientTlsConfig, Endpoint, Identity, Server, ServerTlsConfig,
+};
+
+/// Why TLS cannot be set up, naming the file or address.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransportError {
+    /// A certificate or key file cannot be read.
+    #[error("tls: cannot read {path}: {message}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        message: String,
+    },
+    /// A PEM file holds no PEM block.
+    #[error("tls: {path} is not a PEM file (no -----BEGIN line)")]
+    NotPem {
+        /// The file.
+        path: String,
+    },
+    /// rustls refused the settings.
+    #[error("tls: {0}")]
+    Tls(String),
+    /// An address is not usable as an endpoint.
+    #[error("bad address {address:?}: {message}")]
+    Address {
+        /// The address.
+        address: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// The TLS material of one process.
+#[derive(Debug, Clone)]
+struct Material {
+    ca: Certificate,
+    identity: Identity,
+}
+
+/// Plaintext, or mutual TLS with one CA.
+#[derive(Debug, Clone, Default)]
+pub struct Transport {
+    tls: Option<Material>,
+}
+
+fn read_pem(path: &std::path::Path) -> Result<Vec<u8>, TransportError> {
+    let bytes = std::fs::read(path).map_err(|e| TransportError::Read {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+        return Err(TransportError::NotPem {
+            path: path.display().to_string(),
+        });
+    }
+    Ok(bytes)
+}
+
+impl Transport {
+    /// Plaintext gRPC.
+    pub fn plain() -> Self {
+        Self::default()
+    }
+
+    /// As `config` says: mutual TLS if it has a `[tls]` section (reading its files now).
+    pub fn from_config(config: &ClusterConfig) -> Result<Self, TransportError> {
+        config
+            .tls
+            .as_ref()
+            .map_or(Ok(Self::plain()), Self::mutual_tls)
+    }
+
+    /// Mutual TLS with the files of `tls`.
+    pub fn mutual_tls(tls: &TlsConfig) -> Result<Self, TransportError> {
+        let ca = Certificate::from_pem(read_pem(&tls.ca_file)?);
+        let identity = Identity::from_pem(read_pem(&tls.cert_file)?, read_pem(&tls.key_file)?);
+        Ok(Self {
+            tls: Some(Material { ca, identity }),
+        })
+    }
+
+    /// Whether TLS is on.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// An endpoint for `address` (`host:port`): `https` with this process's certificate
+    /// and the cluster CA, checking that the server's certificate is valid for `host`.
+    pub fn endpoint(&self, address: &str) -> Result<Endpoint, TransportError> {
+        let bad = |message: String| TransportError::Address {
+            address: address.to_string(),
+            message,
+        };
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))
+            .map_err(|e| bad(e.to_string()))?;
+        let Some(tls) = &self.tls else {
+            return Ok(endpoint);
+        };
+        let host = address
+            .rsplit_once(':')
+            .map_or(address, |(host, _)| host)
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        endpoint
+            .tls_config(
+                ClientTlsConfig::new()
+                    .ca_certificate(tls.ca.clone())
+                    .identity(tls.identity.clone())
+                    .domain_name(host),
+            )
+            .map_err(|e| bad(e.to_string()))
+    }
+
+    /// A lazily connected channel to `address`.
+    pub fn channel(
+        &self,
+        address: &str,
+        connect_timeout: Duration,
+    ) -> Result<Channel, TransportError> {
+        Ok(self
+            .endpoint(address)?
+            .connect_timeout(connect_timeout)
+            .connect_lazy())
+    }
+
+    /// A server builder that, with TLS, serves only clients presenting a certificate
+    /// signed by the cluster CA.
+    pub fn server(&self) -> Result<Server, TransportError> {
+        let Some(tls) = &self.tls else {
+            return Ok(Server::builder());
+        };
+        Server::builder()
+            .tls_config(
+                ServerTlsConfig::new()
+                    .identity(tls.identity.clone())
+                    .client_ca_root(tls.ca.clone()),
+            )
+            .map_err(|e| TransportError::Tls(e.to_string()))
+    }
+}
