@@ -805,6 +805,35 @@ fn megastore_dev_runs_the_default_topology_with_a_demo_and_stops_cleanly() {
         let client = connect(&config, "B").await;
         first_commit(&client, &eg(61)).await;
     });
+    // Without --config, the tools find it on its default ports.
+    let status = megastore_e2e::run_megastore(
+        &["status", "--group", "demo-user-alice"],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert!(status.status.success(), "{status:?}");
+    assert!(
+        status.stdout.contains("cluster \"dev\""),
+        "{}",
+        status.stdout
+    );
+    assert!(
+        status.stdout.contains("entity group demo-user-alice"),
+        "{}",
+        status.stdout
+    );
+    let shell = megastore_e2e::run_megastore_with_input(
+        &["shell"],
+        "use demo-user-alice\nget profile\n",
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert!(shell.status.success(), "{shell:?}");
+    assert!(
+        shell.stdout.contains("| profile | name   | Alice |"),
+        "{}",
+        shell.stdout
+    );
     assert!(
         dev.terminate(Duration::from_secs(30)),
         "no clean stop:\n{}",

@@ -73,13 +73,13 @@ async fn connect(config: &ClusterConfig, site: &str) -> anyhow::Result<Client> {
 pub(crate) fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let config = args.cluster.load()?;
     let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(demo(&config, &args.cluster.flag()))?;
+    runtime.block_on(demo(&config, Some(&args.cluster.flag())))?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// The demonstration itself, against the cluster of `config` (which other commands
-/// reach with `flag`, e.g. ` --config FILE`).
-pub(crate) async fn demo(config: &ClusterConfig, flag: &str) -> anyhow::Result<()> {
+/// The demonstration itself, against the cluster of `config`; with `flag` (how other
+/// commands reach it, e.g. ` --config FILE`), it ends by saying what to try next.
+pub(crate) async fn demo(config: &ClusterConfig, flag: Option<&str>) -> anyhow::Result<()> {
     let full_sites: Vec<String> = config
         .replicas
         .iter()
@@ -203,10 +203,12 @@ pub(crate) async fn demo(config: &ClusterConfig, flag: &str) -> anyhow::Result<(
             .unwrap_or_default();
         println!("   task/1 = {owner:?} at version {}", entry[0].version);
 
-        println!(
-            "\nLook around with `megastore shell{flag}` and `megastore status{flag}`; \
-             measure with `megastore bench{flag}`."
-        );
+        if let Some(flag) = flag {
+            println!(
+                "\nLook around with `megastore shell{flag}` and `megastore status{flag}`; \
+                 measure with `megastore bench{flag}`."
+            );
+        }
         Ok(())
     }
 }

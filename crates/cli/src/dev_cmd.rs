@@ -26,6 +26,9 @@ pub(crate) struct DevArgs {
     /// Skip the demo.
     #[arg(long)]
     no_demo: bool,
+    /// Stop cleanly after the demo instead of serving until interrupted (for scripts).
+    #[arg(long, conflicts_with = "no_demo")]
+    exit_after_demo: bool,
 }
 
 pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
@@ -103,16 +106,31 @@ pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         }
         if !args.no_demo {
             println!();
-            crate::demo_cmd::demo(&config, "").await?;
+            crate::demo_cmd::demo(&config, None).await?;
         }
+        let lifetime = if args.exit_after_demo {
+            "The cluster stops now (--exit-after-demo)."
+        } else {
+            "The cluster runs until Ctrl-C."
+        };
+        let metrics = config.replicas[0]
+            .metrics_address
+            .as_deref()
+            .map(|a| format!("\n  metrics:  http://{a}/metrics (every process has one; see cluster.toml)"))
+            .unwrap_or_default();
         println!(
-            "\nThe cluster runs until Ctrl-C. Other commands (shell, status, bench, demo, schema \
-             apply) reach it without --config; its description is {}. The public gRPC API \
-             (proto/megastore/client/v1) is served by every replica, e.g. {}.",
+            "\n{lifetime} How to connect (no --config needed for the default ports):\n  \
+             megastore shell                          # interactive: use demo-user-alice, get profile\n  \
+             megastore status --group demo-user-alice\n  \
+             megastore bench --duration 10\n  \
+             Rust:     megastore_client::Client::connect(&ClusterConfig::load(\"{}\")?, \"A\")\n  \
+             gRPC:     proto/megastore/client/v1 at any replica, e.g. {}{metrics}",
             config_path.display(),
             config.replicas[0].address
         );
-        crate::signals::until_interrupted().await?;
+        if !args.exit_after_demo {
+            crate::signals::until_interrupted().await?;
+        }
         println!("stopping");
         for c in coordinators {
             c.shutdown().await;
