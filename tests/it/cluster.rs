@@ -584,7 +584,7 @@ fn a_wiped_replica_rejoins_and_catches_up_without_losing_writes() {
     });
     let log = cluster.process("replica-b").log();
     assert!(
-        log.contains("rejoining"),
+        log.contains("rejoining=true"),
         "the wiped replica did not rejoin:\n{log}"
     );
     let stamp = std::fs::read_to_string(data.join("MEGASTORE_STAMP")).unwrap();

@@ -3,6 +3,7 @@
 mod cluster;
 mod compose;
 mod entities;
+mod operations;
 mod processes;
 mod python_api;
 mod roles;

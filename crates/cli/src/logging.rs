@@ -1,5 +1,7 @@
 //! Structured logs on stderr; `RUST_LOG` chooses what (default: info, openraft warn).
 
+use std::io::IsTerminal;
+
 /// Installs the log subscriber (once; later calls do nothing).
 pub(crate) fn init() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -7,6 +9,8 @@ pub(crate) fn init() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour codes only for a terminal: log files stay plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
 
@@ -18,5 +22,7 @@ pub(crate) fn init_quiet() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour codes only for a terminal: log files stay plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }

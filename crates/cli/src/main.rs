@@ -6,6 +6,7 @@
 // A command-line tool talks to its terminal.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod backup_cmd;
 mod bench_cmd;
 mod bytes_arg;
 mod certs_cmd;
@@ -61,6 +62,8 @@ enum Command {
     Bench(bench_cmd::BenchArgs),
     /// Make a CA and a certificate for every host of a config (for mutual TLS).
     Certs(certs_cmd::CertsArgs),
+    /// Back up a stopped replica's store (restored, it rejoins until caught up).
+    Backup(backup_cmd::BackupArgs),
 }
 
 fn main() -> ExitCode {
@@ -77,6 +80,7 @@ fn main() -> ExitCode {
         Command::Shell(args) => shell_cmd::run(args),
         Command::Bench(args) => bench_cmd::run(args),
         Command::Certs(args) => certs_cmd::run(args),
+        Command::Backup(args) => backup_cmd::run(args),
     };
     match result {
         Ok(code) => code,

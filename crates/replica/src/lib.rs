@@ -15,8 +15,10 @@
 //! - a reply leaves only after the step that produced it (and, for the replica, after
 //!   the storage writes it depends on are durable: one WAL sync per batch);
 //! - a data directory serves only the replica and cluster it is stamped for, and a
-//!   replica that lost its store rejoins (see `stamp`).
+//!   replica that lost its store — or runs on a restored copy — rejoins (see `stamp`,
+//!   `backup`).
 
+mod backup;
 mod clock;
 mod coordinator;
 mod gateway;
@@ -26,6 +28,7 @@ mod replica_server;
 mod settings;
 mod stamp;
 
+pub use backup::backup_replica;
 pub use clock::Clock;
 pub use coordinator::{CoordinatorProcess, coordinator_config, disable_coordinator};
 pub use replica_server::ReplicaProcess;

@@ -9,14 +9,16 @@
 //!
 //! | directory stamp | lockd `replicas/<id>/joined` | meaning |
 //! |---|---|---|
-//! | present | — | its own store: trust it (rejoining if the stamp says so) |
+//! | generation ≥ lockd's | — | its own store: trust it (rejoining if the stamp says so) |
+//! | generation < lockd's | newer start recorded | a restored copy: rejoining |
 //! | absent | absent | it never served: a member from the start |
-//! | absent | present | it served before and lost its store: rejoining |
+//! | absent | present | it served before and lost its store (or is a backup, which has no stamp): rejoining |
 //!
-//! A process killed between the two finds its stamp and records `joined` then; one that
+//! Every start writes generation `max(stamp, lockd) + 1` to the stamp, then to lockd. A
+//! process killed between the two finds its stamp ahead of lockd and goes on; one that
 //! never got to stamp comes back as new (it had not served). A rejoining stamp stays
-//! rejoining: groups it has not touched since still need
-//! clearing after any later restart (cleared groups keep their floor in the store).
+//! rejoining: groups it has not touched since still need clearing after any later
+//! restart (cleared groups keep their floor in the store).
 
 use std::path::{Path, PathBuf};
 
@@ -37,6 +39,10 @@ pub(crate) struct Stamp {
     pub(crate) replica: u16,
     /// Lost its store at some point: rejoin groups it has not cleared.
     pub(crate) rejoining: bool,
+    /// Counts this directory's starts; lockd records the last one, so a directory
+    /// older than that record is a restored copy.
+    #[serde(default)]
+    pub(crate) generation: u64,
 }
 
 fn joined_file(id: ReplicaId) -> String {
@@ -81,14 +87,30 @@ async fn lockd_call(lockd: &LockdClient, command: LockCommand) -> Result<LockRep
         .map_err(|e| ProcessError::Lock(format!("{e} (the replica needs lockd to start)")))
 }
 
-/// Checks or creates the stamp of replica `id`'s directory; returns whether it rejoins.
+/// What lockd records of a replica's starts: the version of its file (for the next
+/// compare-and-set) and the generation of its last start.
+struct Recorded {
+    version: u64,
+    generation: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct JoinedRecord {
+    cluster: String,
+    generation: u64,
+}
+
+/// Checks or creates the stamp of replica `id`'s directory, and records this start's
+/// generation in the stamp, then in lockd; returns whether it rejoins.
 pub(crate) async fn check_or_stamp(
     config: &ClusterConfig,
     id: ReplicaId,
     dir: &Path,
     lockd: &LockdClient,
 ) -> Result<bool, ProcessError> {
-    let rejoining = match read_stamp(dir)? {
+    let recorded = joined(lockd, id).await?;
+    let last_generation = recorded.as_ref().map_or(0, |r| r.generation);
+    let (rejoining, dir_generation) = match read_stamp(dir)? {
         Some(found) => {
             if found.cluster != config.cluster.name || found.replica != id.0 {
                 return Err(ProcessError::Config(format!(
@@ -100,41 +122,57 @@ pub(crate) async fn check_or_stamp(
                     config.cluster.name
                 )));
             }
-            found.rejoining
+            // Started since this directory was: it is a copy from before (a restored
+            // backup), and may lack votes its replica cast since.
+            let restored = found.generation < last_generation;
+            if restored {
+                tracing::warn!(
+                    "data directory {} is from generation {} but replica {} last started in generation {last_generation}: a restored copy; rejoining",
+                    dir.display(),
+                    found.generation,
+                    id.0
+                );
+            }
+            (found.rejoining || restored, found.generation)
         }
-        None => {
-            // The stamp first: a process killed before it records `joined` below comes
-            // back to its own (stamped) store, not as a replica that lost it.
-            let rejoining = joined(lockd, id).await?;
-            write_stamp(
-                dir,
-                &Stamp {
-                    cluster: config.cluster.name.clone(),
-                    replica: id.0,
-                    rejoining,
-                },
-            )?;
-            rejoining
-        }
+        // No stamp: never served, or served and lost its store (or a backup, which
+        // carries no stamp).
+        None => (recorded.is_some(), 0),
     };
+    let generation = dir_generation.max(last_generation) + 1;
+    // The stamp first: a process killed before lockd records this start comes back to
+    // a directory at least as new as lockd's record, which is its own.
+    write_stamp(
+        dir,
+        &Stamp {
+            cluster: config.cluster.name.clone(),
+            replica: id.0,
+            rejoining,
+            generation,
+        },
+    )?;
     // Recorded before this process serves (so before any vote), on every start.
-    if !joined(lockd, id).await? {
-        let write = LockCommand::WriteFile {
-            name: joined_file(id),
-            expected: 0,
-            contents: config.cluster.name.as_bytes().to_vec(),
-        };
-        match lockd.execute(write).await {
-            // Someone recorded it meanwhile: the goal is met.
-            Ok(_) | Err(LockError::VersionMismatch { .. }) => {}
-            Err(e) => return Err(ProcessError::Lock(e.to_string())),
-        }
+    let record = JoinedRecord {
+        cluster: config.cluster.name.clone(),
+        generation,
+    };
+    let write = LockCommand::WriteFile {
+        name: joined_file(id),
+        expected: recorded.map_or(0, |r| r.version),
+        contents: serde_json::to_vec(&record).map_err(|e| ProcessError::Config(e.to_string()))?,
+    };
+    match lockd.execute(write).await {
+        Ok(_) => Ok(rejoining),
+        Err(LockError::VersionMismatch { .. }) => Err(ProcessError::Lock(format!(
+            "another process started as replica {} meanwhile; run one process per replica",
+            id.0
+        ))),
+        Err(e) => Err(ProcessError::Lock(e.to_string())),
     }
-    Ok(rejoining)
 }
 
-/// Whether lockd records that replica `id` has served.
-async fn joined(lockd: &LockdClient, id: ReplicaId) -> Result<bool, ProcessError> {
+/// What lockd records of replica `id`'s starts (`None`: it never served).
+async fn joined(lockd: &LockdClient, id: ReplicaId) -> Result<Option<Recorded>, ProcessError> {
     match lockd_call(
         lockd,
         LockCommand::ReadFile {
@@ -143,7 +181,12 @@ async fn joined(lockd: &LockdClient, id: ReplicaId) -> Result<bool, ProcessError
     )
     .await?
     {
-        LockReply::File(file) => Ok(file.is_some()),
+        LockReply::File(file) => Ok(file.map(|f| Recorded {
+            version: f.version,
+            // Records from before generations hold the cluster name: generation 0.
+            generation: serde_json::from_slice::<JoinedRecord>(&f.contents)
+                .map_or(0, |r| r.generation),
+        })),
         other => Err(ProcessError::Lock(format!("unexpected reply {other:?}"))),
     }
 }

@@ -90,6 +90,17 @@ impl RocksStore {
         &self.path
     }
 
+    /// Writes a consistent copy of the store to `into` (which must not exist): a
+    /// RocksDB checkpoint — hard links to the immutable files where the file system
+    /// allows, copies otherwise — openable as a store of its own.
+    pub fn checkpoint(&self, into: &Path) -> Result<(), RowStoreError> {
+        let checkpoint = rocksdb::checkpoint::Checkpoint::new(&self.db)
+            .map_err(|e| engine_error(&self.path, e))?;
+        checkpoint
+            .create_checkpoint(into)
+            .map_err(|e| engine_error(into, e))
+    }
+
     fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), RowStoreError> {
         let mut write_options = WriteOptions::default();
         // With sync, RocksDB's write group commits concurrent writers with one fsync.

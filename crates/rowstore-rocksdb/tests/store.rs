@@ -39,7 +39,7 @@ mod conformance {
 }
 
 mod directory_errors {
-    use megastore_rowstore::{Durability, RowMutation, RowStore, RowStoreError};
+    use megastore_rowstore::{Durability, RowMutation, RowRead, RowStore, RowStoreError};
     use megastore_rowstore_rocksdb::RocksStore;
 
     #[test]
@@ -54,6 +54,46 @@ mod directory_errors {
             "{message}"
         );
         assert!(message.contains("locked"), "{message}");
+    }
+
+    #[test]
+    fn a_checkpoint_is_a_store_with_the_data_as_of_its_making() {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join("copy");
+        let store = RocksStore::open(dir.path().join("live")).unwrap();
+        let set = |value: &[u8]| RowMutation::new(&b"r"[..]).set(b"c".to_vec(), 1, value.to_vec());
+        store
+            .mutate_row(&set(b"before"), None, Durability::Synced)
+            .unwrap();
+        store.checkpoint(&copy).unwrap();
+        store
+            .mutate_row(
+                &RowMutation::new(&b"r2"[..]).set(b"c".to_vec(), 1, b"after".to_vec()),
+                None,
+                Durability::Synced,
+            )
+            .unwrap();
+        let err = store.checkpoint(&copy).unwrap_err();
+        assert!(
+            err.to_string().contains("copy"),
+            "an existing target is refused: {err}"
+        );
+        drop(store);
+        let restored = RocksStore::open(&copy).unwrap();
+        let read = |row: &[u8]| {
+            restored
+                .read_row(
+                    row,
+                    &megastore_rowstore::KeyRange::all(),
+                    megastore_rowstore::LATEST,
+                )
+                .unwrap()
+        };
+        assert_eq!(read(b"r").unwrap().value(b"c"), Some(&b"before"[..]));
+        assert!(
+            read(b"r2").is_none(),
+            "a write after the checkpoint is not in it"
+        );
     }
 
     #[test]

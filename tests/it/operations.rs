@@ -1,0 +1,159 @@
+//! Procedures of docs/operations.md against real processes: backing up a replica and
+//! restoring it (it rejoins, losing nothing acknowledged), whether the copy comes from
+//! `megastore backup` or from copying the stopped directory by hand.
+
+use std::path::Path;
+use std::time::Duration;
+
+use megastore_e2e::run_megastore;
+use megastore_paxos::ReadPath;
+use megastore_types::ReplicaId;
+
+use crate::support::{
+    connect, counter_value, current_read_until, eg, first_commit, increment, row, start_cluster,
+};
+
+fn copy_dir(from: &Path, to: &Path) {
+    let status = std::process::Command::new("cp")
+        .args(["-a"])
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("cp");
+    assert!(status.success());
+}
+
+/// Restores `backup` as replica b's store, restarts b, writes more, and checks that b
+/// rejoined and serves everything acknowledged.
+fn restore_and_check(
+    cluster: &mut megastore_e2e::LocalCluster,
+    config: &megastore_config::ClusterConfig,
+    runtime: &tokio::runtime::Runtime,
+    backup: &Path,
+    group_number: u32,
+    acknowledged: u64,
+) {
+    let group = eg(group_number);
+    let counter = row(&group, "counter");
+    assert!(
+        cluster
+            .process("replica-b")
+            .terminate(Duration::from_secs(10))
+    );
+    let data = config.replica("b").unwrap().data_dir.clone();
+    std::fs::remove_dir_all(&data).unwrap();
+    copy_dir(backup, &data);
+    cluster.start_process("replica-b");
+    runtime.block_on(async {
+        let at_a = connect(config, "A").await;
+        increment(&at_a, &group, "counter").await.unwrap();
+        let at_b = connect(config, "B").await;
+        let read = current_read_until(&at_b, &group, &counter, |r| {
+            r.path == ReadPath::LocalVouched && r.replica == ReplicaId(2)
+        })
+        .await;
+        assert_eq!(
+            counter_value(read.rows.into_iter().next()),
+            acknowledged + 1
+        );
+    });
+    let log = cluster.process("replica-b").log();
+    assert!(
+        log.contains("rejoining=true"),
+        "the restored replica did not rejoin:\n{log}"
+    );
+    let stamp = std::fs::read_to_string(data.join("MEGASTORE_STAMP")).unwrap();
+    assert!(stamp.contains("\"rejoining\": true"), "{stamp}");
+}
+
+#[test]
+fn a_restored_backup_rejoins_and_loses_nothing_acknowledged() {
+    let (_alone, dir, mut cluster, config, runtime) = start_cluster();
+    let config_arg = cluster.config_path.to_str().unwrap().to_string();
+    let group = eg(31);
+    runtime.block_on(async {
+        let at_b = connect(&config, "B").await;
+        first_commit(&at_b, &group).await;
+        for _ in 0..2 {
+            increment(&at_b, &group, "counter").await.unwrap();
+        }
+    });
+    // A running replica's store cannot be backed up (its directory is in use).
+    let backup = dir.path().join("backup-b");
+    let refused = run_megastore(
+        &[
+            "backup",
+            "--config",
+            &config_arg,
+            "--id",
+            "b",
+            "--out",
+            backup.to_str().unwrap(),
+        ],
+        dir.path(),
+        Duration::from_secs(30),
+    );
+    assert!(!refused.status.success());
+    assert!(refused.stderr.contains("stop it first"), "{refused:?}");
+
+    assert!(
+        cluster
+            .process("replica-b")
+            .terminate(Duration::from_secs(10))
+    );
+    let made = run_megastore(
+        &[
+            "backup",
+            "--config",
+            &config_arg,
+            "--id",
+            "b",
+            "--out",
+            backup.to_str().unwrap(),
+        ],
+        dir.path(),
+        Duration::from_secs(30),
+    );
+    assert!(made.status.success(), "{made:?}");
+    assert!(
+        !backup.join("MEGASTORE_STAMP").exists(),
+        "a backup carries no stamp"
+    );
+    cluster.start_process("replica-b");
+    // b votes on these after the backup: the backup lacks those votes.
+    runtime.block_on(async {
+        let at_b = connect(&config, "B").await;
+        for _ in 0..3 {
+            increment(&at_b, &group, "counter").await.unwrap();
+        }
+    });
+    restore_and_check(&mut cluster, &config, &runtime, &backup, 31, 6);
+}
+
+#[test]
+fn a_stopped_directory_copied_by_hand_is_recognised_when_restored() {
+    let (_alone, dir, mut cluster, config, runtime) = start_cluster();
+    let group = eg(32);
+    runtime.block_on(async {
+        let at_b = connect(&config, "B").await;
+        first_commit(&at_b, &group).await;
+    });
+    // Copied with its stamp, while stopped; b then starts again (a later generation)
+    // and votes on more writes.
+    assert!(
+        cluster
+            .process("replica-b")
+            .terminate(Duration::from_secs(10))
+    );
+    let copy = dir.path().join("copy-b");
+    copy_dir(&config.replica("b").unwrap().data_dir, &copy);
+    assert!(copy.join("MEGASTORE_STAMP").exists());
+    cluster.start_process("replica-b");
+    runtime.block_on(async {
+        let at_b = connect(&config, "B").await;
+        for _ in 0..3 {
+            increment(&at_b, &group, "counter").await.unwrap();
+        }
+    });
+    restore_and_check(&mut cluster, &config, &runtime, &copy, 32, 4);
+}
