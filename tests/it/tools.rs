@@ -372,3 +372,60 @@ fn every_process_serves_prometheus_metrics() {
         .sum();
     assert_eq!(leaders, 1.0, "exactly one lockd node leads");
 }
+
+#[test]
+fn an_emulated_wan_puts_a_round_trip_under_commits_but_not_under_local_reads() {
+    let _alone = megastore_e2e::one_cluster_at_a_time();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let cluster = megastore_e2e::LocalCluster::start_configured(dir.path(), |config| {
+        let mut text = std::fs::read_to_string(config).expect("the config");
+        for (a, b) in [
+            ("A", "B"),
+            ("A", "C"),
+            ("B", "C"),
+            ("A", "D"),
+            ("B", "D"),
+            ("C", "D"),
+        ] {
+            text += &format!("\n[[wan]]\nbetween = [\"{a}\", \"{b}\"]\nrtt_ms = 300\n");
+        }
+        std::fs::write(config, text).expect("write the config");
+    });
+    let config_arg = cluster.config_path.to_str().expect("UTF-8 path");
+    let config = megastore_config::ClusterConfig::load(&cluster.config_path).expect("config");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(async {
+        let client = connect(&config, "A").await;
+        first_commit(&client, &eg(1)).await;
+    });
+    let out = run_megastore(
+        &[
+            "bench",
+            "--config",
+            config_arg,
+            "--site",
+            "A",
+            "--groups",
+            "2",
+            "--clients",
+            "2",
+            "--operations",
+            "40",
+            "--duration",
+            "60",
+            "--reads",
+            "0.5",
+        ],
+        dir.path(),
+        Duration::from_secs(90),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value =
+        serde_json::from_str(out.stdout.lines().last().expect("a JSON line")).expect("JSON");
+    let p50 = |kind: usize| report["kinds"][kind]["p50_us"].as_u64().expect("p50");
+    // A commit needs a majority: at least one replica at another site, 300 ms away.
+    assert!(p50(1) >= 300_000, "writes at {} µs: {report}", p50(1));
+    // A current read at a replica its coordinator vouches for stays at the site (the
+    // first read of each group goes to a majority; the median does not).
+    assert!(p50(0) < 300_000, "reads at {} µs: {report}", p50(0));
+}

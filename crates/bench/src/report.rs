@@ -83,7 +83,7 @@ impl Recorder {
         }
     }
 
-    pub(crate) fn report(self, spec: &Spec, elapsed: Duration) -> Report {
+    pub(crate) fn report(self, spec: &Spec, sites: &[String], elapsed: Duration) -> Report {
         let kind = |name: &str, h: &Histogram<u64>, errors: u64| KindReport {
             kind: name.to_string(),
             count: h.len(),
@@ -107,6 +107,8 @@ impl Recorder {
             }
             .to_string(),
             value_size: spec.value_size,
+            sites: sites.to_vec(),
+            rotate_sites: spec.rotate_sites,
             elapsed_s: elapsed.as_secs_f64(),
             kinds: vec![
                 kind("read", &self.reads, self.read_errors),
@@ -156,6 +158,11 @@ pub struct Report {
     pub read_mode: String,
     /// Bytes per written value.
     pub value_size: usize,
+    /// The sites clients acted from.
+    pub sites: Vec<String>,
+    /// Whether each client rotated through the sites per group (writes never from the
+    /// leader's site).
+    pub rotate_sites: bool,
     /// How long the run took.
     pub elapsed_s: f64,
     /// Per operation kind.
@@ -194,7 +201,7 @@ mod tests {
         b.error(Kind::Read, "boom".into());
         b.conflict();
         a.merge(b);
-        let report = a.report(&Spec::default(), Duration::from_secs(2));
+        let report = a.report(&Spec::default(), &["A".to_string()], Duration::from_secs(2));
         let write = &report.kinds[1];
         assert_eq!(write.count, 100);
         assert!((write.per_second - 50.0).abs() < 1e-9);

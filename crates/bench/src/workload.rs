@@ -35,6 +35,11 @@ pub struct Spec {
     pub group_prefix: String,
     /// Attempts of one write before it counts as a conflict.
     pub write_attempts: u32,
+    /// Each worker holds a client at every site and acts on a group from the site
+    /// after the one that acted on it last — so no write comes from the site of the
+    /// group's position leader (the last writer's). Otherwise each worker acts from
+    /// one site (the sites taken in turn).
+    pub rotate_sites: bool,
 }
 
 impl Default for Spec {
@@ -50,6 +55,7 @@ impl Default for Spec {
             sites: Vec::new(),
             group_prefix: "bench".into(),
             write_attempts: 8,
+            rotate_sites: false,
         }
     }
 }
@@ -149,16 +155,25 @@ pub async fn run(
     progress: impl Fn(u64) + Send + Sync + 'static,
 ) -> Result<Report, SpecError> {
     let sites = spec.check(config)?;
-    let mut clients = Vec::new();
-    for i in 0..spec.clients {
-        let site = &sites[i as usize % sites.len()];
-        let client = Client::connect(config, site)
-            .await
-            .map_err(|error| SpecError::Connect {
-                site: site.clone(),
-                error,
-            })?;
-        clients.push(client);
+    let mut workers = Vec::new();
+    for i in 0..spec.clients as usize {
+        let at: Vec<&String> = if spec.rotate_sites {
+            sites.iter().collect()
+        } else {
+            vec![&sites[i % sites.len()]]
+        };
+        let mut clients = Vec::new();
+        for site in at {
+            let client =
+                Client::connect(config, site)
+                    .await
+                    .map_err(|error| SpecError::Connect {
+                        site: site.clone(),
+                        error,
+                    })?;
+            clients.push(client);
+        }
+        workers.push(clients);
     }
     let started = Instant::now();
     let deadline = started + spec.duration;
@@ -166,12 +181,14 @@ pub async fn run(
     let done = Arc::new(AtomicU64::new(0));
     let progress = Arc::new(progress);
     let mut tasks = Vec::new();
-    for client in clients {
+    for clients in workers {
         let spec = spec.clone();
         let (issued, done, progress) = (issued.clone(), done.clone(), progress.clone());
         tasks.push(tokio::spawn(async move {
             let mut recorder = Recorder::new();
             let value = vec![b'x'; spec.value_size];
+            // Which of this worker's clients acted on each group last.
+            let mut last_site: std::collections::HashMap<u32, usize> = Default::default();
             loop {
                 if Instant::now() >= deadline {
                     break;
@@ -180,13 +197,17 @@ pub async fn run(
                 if spec.operations.is_some_and(|limit| n >= limit) {
                     break;
                 }
-                let (eg, is_read) = {
+                let (n, is_read) = {
                     let mut rng = rand::rng();
                     (
-                        group(&spec, rng.random_range(0..spec.groups)),
+                        rng.random_range(0..spec.groups),
                         rng.random_bool(spec.read_fraction),
                     )
                 };
+                let eg = group(&spec, n);
+                let site = last_site.get(&n).map_or(0, |s| (s + 1) % clients.len());
+                last_site.insert(n, site);
+                let client = &clients[site];
                 let began = Instant::now();
                 if is_read {
                     let query = DataQuery::Rows(vec![row_of(&eg)]);
@@ -195,7 +216,7 @@ pub async fn run(
                         Err(e) => recorder.error(Kind::Read, e.to_string()),
                     }
                 } else {
-                    match write(&client, &eg, &value, spec.write_attempts).await {
+                    match write(client, &eg, &value, spec.write_attempts).await {
                         Ok(true) => recorder.record(Kind::Write, began.elapsed()),
                         Ok(false) => recorder.conflict(),
                         Err(e) => recorder.error(Kind::Write, e.to_string()),
@@ -213,5 +234,5 @@ pub async fn run(
             Err(e) => recorder.error(Kind::Write, format!("a client task failed: {e}")),
         }
     }
-    Ok(recorder.report(spec, started.elapsed()))
+    Ok(recorder.report(spec, &sites, started.elapsed()))
 }

@@ -52,6 +52,10 @@ pub(crate) struct BenchArgs {
     /// Prefix of the groups' keys.
     #[arg(long, default_value = "bench")]
     group_prefix: String,
+    /// Each client acts from every --site in turn, per group, so no write comes from
+    /// the site of the group's position leader (the site of its last writer).
+    #[arg(long)]
+    rotate_sites: bool,
 }
 
 fn millis(micros: u64) -> String {
@@ -77,11 +81,17 @@ fn render(report: &Report) -> String {
         ]);
     }
     let mut text = format!(
-        "{} operations in {:.1} s ({:.1}/s); {} clients, {} groups, {:.0}% {} reads, {}-byte values\n{table}\n",
+        "{} operations in {:.1} s ({:.1}/s); {} clients at {}{}, {} groups, {:.0}% {} reads, {}-byte values\n{table}\n",
         report.operations(),
         report.elapsed_s,
         report.operations() as f64 / report.elapsed_s.max(1e-9),
         report.clients,
+        report.sites.join(","),
+        if report.rotate_sites {
+            " (rotating: no write from the leader's site)"
+        } else {
+            ""
+        },
         report.groups,
         report.read_fraction * 100.0,
         report.read_mode,
@@ -120,6 +130,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         operations: args.operations,
         sites: args.sites,
         group_prefix: args.group_prefix,
+        rotate_sites: args.rotate_sites,
         ..Spec::default()
     };
     crate::logging::init_quiet();

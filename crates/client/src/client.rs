@@ -157,7 +157,7 @@ impl Client {
         let topology = config
             .topology()
             .map_err(|e| ClientError::Config(e.to_string()))?;
-        let peers = Peers::new(config).map_err(ClientError::Config)?;
+        let peers = Peers::at_site(config, site).map_err(ClientError::Config)?;
         let id = allocate_id(&peers).await?;
         let core = ClientCore::new(ClientConfig {
             id,

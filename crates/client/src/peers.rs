@@ -27,11 +27,25 @@ pub struct Peers {
     coordinators: BTreeMap<ReplicaId, CoordinatorClient<Channel>>,
     lockd: LockdClient,
     rpc_timeout: Duration,
+    /// The emulated round trip to each replica's site (and its coordinator's), from
+    /// the site these connections are used at (config `[[wan]]`).
+    wan_rtt: BTreeMap<ReplicaId, Duration>,
 }
 
 impl Peers {
-    /// Lazy connections to everything in `config` (call inside a tokio runtime).
+    /// Lazy connections to everything in `config` (call inside a tokio runtime), with no
+    /// emulated wide-area delay.
     pub fn new(config: &ClusterConfig) -> Result<Arc<Self>, String> {
+        Self::build(config, None)
+    }
+
+    /// Connections used at `site`: requests to other sites wait the emulated round trip
+    /// the config's `[[wan]]` links give (none without them).
+    pub fn at_site(config: &ClusterConfig, site: &str) -> Result<Arc<Self>, String> {
+        Self::build(config, Some(site))
+    }
+
+    fn build(config: &ClusterConfig, site: Option<&str>) -> Result<Arc<Self>, String> {
         let rpc_timeout = config.timeouts.rpc();
         let transport = Transport::from_config(config).map_err(|e| e.to_string())?;
         let channel = |address: &str, timeout| {
@@ -53,11 +67,21 @@ impl Peers {
                 coordinators.insert(id, CoordinatorClient::new(channel(address, rpc_timeout)?));
             }
         }
+        let wan_rtt = config
+            .replicas
+            .iter()
+            .map(|r| {
+                let rtt = site.map_or(Duration::ZERO, |from| config.wan_rtt(from, &r.site));
+                (ReplicaId(r.id), rtt)
+            })
+            .filter(|(_, rtt)| !rtt.is_zero())
+            .collect();
         Ok(Arc::new(Self {
             replicas,
             coordinators,
             lockd: LockdClient::new(config)?,
             rpc_timeout,
+            wan_rtt,
         }))
     }
 
@@ -70,6 +94,11 @@ impl Peers {
     /// there is none (unreachable, timed out, malformed, or nothing to say). Protocol
     /// timers decide what a missing answer means.
     pub async fn request(&self, to: NodeId, message: Message) -> Option<Message> {
+        if let NodeId::Replica(r) | NodeId::Coordinator(r) = to
+            && let Some(rtt) = self.wan_rtt.get(&r)
+        {
+            tokio::time::sleep(*rtt).await;
+        }
         match (to, message) {
             (NodeId::Replica(r), Message::ReplicaRequest(request)) => {
                 let mut client = self.replicas.get(&r)?.clone();

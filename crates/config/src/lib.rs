@@ -94,6 +94,22 @@ pub struct ClusterConfig {
     /// Mutual TLS on every gRPC endpoint (absent: plaintext).
     #[serde(default)]
     pub tls: Option<TlsConfig>,
+    /// Emulated wide-area round trips between sites (absent: none).
+    #[serde(default)]
+    pub wan: Vec<WanLink>,
+}
+
+/// `[[wan]]`: an emulated round trip between two sites, for seeing wide-area latency on
+/// one machine. Every replica and client request from one of the sites to a replica or
+/// coordinator at the other waits this long before it is sent (the request and its
+/// reply together cross the link once each way). Leave it out of real deployments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WanLink {
+    /// The two sites.
+    pub between: [String; 2],
+    /// Their round-trip time in milliseconds.
+    pub rtt_ms: u64,
 }
 
 /// `[tls]`: every process serves gRPC over TLS and demands a client certificate signed
@@ -248,6 +264,18 @@ impl ClusterConfig {
             message,
         })?;
         Ok(config)
+    }
+
+    /// The emulated round trip between two sites (zero within a site, and between
+    /// sites no `[[wan]]` link names).
+    pub fn wan_rtt(&self, from: &str, to: &str) -> Duration {
+        self.wan
+            .iter()
+            .find(|l| {
+                (l.between[0] == from && l.between[1] == to)
+                    || (l.between[0] == to && l.between[1] == from)
+            })
+            .map_or(Duration::ZERO, |l| Duration::from_millis(l.rtt_ms))
     }
 
     /// The id of a site.

@@ -128,6 +128,30 @@ pub(crate) fn check(config: &ClusterConfig) -> Result<(), Failure> {
         }
         optional_address(&mut addresses, &l.metrics_address, at("metrics_address"))?;
     }
+    let mut links = BTreeMap::new();
+    for (i, link) in config.wan.iter().enumerate() {
+        let at = |field: &str| format!("wan[{i}].{field}");
+        for site in &link.between {
+            known_site(at("between"), site)?;
+        }
+        let [a, b] = &link.between;
+        if a == b {
+            return fail(
+                at("between"),
+                "names one site twice; a site has no round trip to itself",
+            );
+        }
+        let pair = if a < b { (a, b) } else { (b, a) };
+        if let Some(first) = links.insert(pair, i) {
+            return fail(
+                at("between"),
+                format!("sites {a} and {b} are already linked by wan[{first}]"),
+            );
+        }
+        if link.rtt_ms > 60_000 {
+            return fail(at("rtt_ms"), "must be at most 60000 (a minute)");
+        }
+    }
     if let Some(tls) = &config.tls {
         for (field, path) in [
             ("tls.ca_file", &tls.ca_file),

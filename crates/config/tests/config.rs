@@ -1,6 +1,8 @@
 //! cluster.toml: the example parses into the default topology; every mistake is an
 //! error naming its field.
 
+use std::time::Duration;
+
 use megastore_config::{ClusterConfig, ConfigError};
 use megastore_types::{ReplicaId, ReplicaKind};
 
@@ -138,12 +140,35 @@ fn mistakes_name_their_field() {
             "replicas[3].metrics_address",
             "not an address",
         ),
+        (
+            format!("{EXAMPLE}\n[[wan]]\nbetween = [\"A\", \"E\"]\nrtt_ms = 80\n"),
+            "wan[0].between",
+            "unknown site \"E\"",
+        ),
+        (
+            format!(
+                "{EXAMPLE}\n[[wan]]\nbetween = [\"A\", \"B\"]\nrtt_ms = 80\n\
+                 [[wan]]\nbetween = [\"B\", \"A\"]\nrtt_ms = 10\n"
+            ),
+            "wan[1].between",
+            "already linked by wan[0]",
+        ),
     ];
     for (text, field, message) in cases {
         let (got_field, got_message) = invalid(&text);
         assert_eq!(got_field, field, "{got_message}");
         assert!(got_message.contains(message), "{field}: {got_message}");
     }
+}
+
+#[test]
+fn wan_links_are_symmetric_and_default_to_zero() {
+    let text = format!("{EXAMPLE}\n[[wan]]\nbetween = [\"A\", \"B\"]\nrtt_ms = 80\n");
+    let config = ClusterConfig::parse(&text, "t.toml").unwrap();
+    assert_eq!(config.wan_rtt("A", "B"), Duration::from_millis(80));
+    assert_eq!(config.wan_rtt("B", "A"), Duration::from_millis(80));
+    assert_eq!(config.wan_rtt("A", "C"), Duration::ZERO);
+    assert_eq!(config.wan_rtt("A", "A"), Duration::ZERO);
 }
 
 #[test]

@@ -89,7 +89,7 @@ impl ReplicaProcess {
             .map_err(|e| ProcessError::Bind(me.address.clone(), e.to_string()))?;
         let store = RocksStore::open(&me.data_dir)
             .map_err(|e| ProcessError::Config(format!("replica {name}: {e}")))?;
-        let peers = Peers::new(config).map_err(ProcessError::Config)?;
+        let peers = Peers::at_site(config, &me.site).map_err(ProcessError::Config)?;
         let rejoining = check_or_stamp(config, id, &me.data_dir, peers.lockd()).await?;
         if rejoining {
             tracing::warn!(replica = %name, "store lost since this replica last served: rejoining (no vote per group until caught up)");
