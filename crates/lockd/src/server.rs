@@ -148,7 +148,7 @@ impl LockdNode {
             .add_service(LockServer::new(lock_service))
             .add_service(RaftServer::new(RaftService { raft: raft.clone() }))
             .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                Transport::incoming(listener),
                 async {
                     let _ = stopped.await;
                 },

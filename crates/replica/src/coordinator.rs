@@ -126,7 +126,7 @@ impl CoordinatorProcess {
             .map_err(|e| ProcessError::Config(e.to_string()))?;
         let served = tokio::spawn(async move {
             let server = server.add_service(service).serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                Transport::incoming(listener),
                 async {
                     let _ = stopped.await;
                 },

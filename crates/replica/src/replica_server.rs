@@ -158,7 +158,7 @@ impl ReplicaProcess {
                 .add_service(service)
                 .add_service(gateway)
                 .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    Transport::incoming(listener),
                     async {
                         let _ = stopped.await;
                     },
