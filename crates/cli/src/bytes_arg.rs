@@ -38,6 +38,16 @@ pub(crate) fn parse_bytes(text: &str) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
+/// The entity group a `--group` flag names, if given.
+pub(crate) fn group_flag(text: Option<&str>) -> anyhow::Result<Option<megastore_types::EgId>> {
+    text.map(|t| {
+        parse_bytes(t)
+            .map(megastore_types::EgId)
+            .map_err(|e| anyhow::anyhow!("--group: {e}"))
+    })
+    .transpose()
+}
+
 /// How bytes are shown: printable ASCII as is, everything else escaped.
 pub(crate) fn show_bytes(bytes: &[u8]) -> String {
     bytes.escape_ascii().to_string()

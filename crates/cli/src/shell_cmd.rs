@@ -335,14 +335,7 @@ pub(crate) fn run(args: ShellArgs) -> anyhow::Result<ExitCode> {
             .map(|r| r.site.clone())
             .context("the config has no full replica")?,
     };
-    let group = args
-        .group
-        .as_deref()
-        .map(crate::bytes_arg::parse_bytes)
-        .transpose()
-        .map_err(anyhow::Error::msg)
-        .context("--group")?
-        .map(EgId);
+    let group = crate::bytes_arg::group_flag(args.group.as_deref())?;
     crate::logging::init_quiet();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let client = runtime

@@ -9,9 +9,8 @@ use clap::Args;
 use comfy_table::Table;
 use megastore_client::Peers;
 use megastore_client::status::{ClusterStatus, Health, cluster_status};
-use megastore_types::EgId;
 
-use crate::bytes_arg::{parse_bytes, show_bytes};
+use crate::bytes_arg::show_bytes;
 use crate::cluster_arg::ClusterArg;
 
 /// Show how every process of a cluster stands.
@@ -27,14 +26,7 @@ pub(crate) struct StatusArgs {
 
 pub(crate) fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let config = args.cluster.load()?;
-    let group = args
-        .group
-        .as_deref()
-        .map(parse_bytes)
-        .transpose()
-        .map_err(anyhow::Error::msg)
-        .context("--group")?
-        .map(EgId);
+    let group = crate::bytes_arg::group_flag(args.group.as_deref())?;
     crate::logging::init_quiet();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let status = runtime.block_on(async {

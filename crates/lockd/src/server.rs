@@ -147,12 +147,9 @@ impl LockdNode {
             .map_err(|e| LockdError::Config(e.to_string()))?
             .add_service(LockServer::new(lock_service))
             .add_service(RaftServer::new(RaftService { raft: raft.clone() }))
-            .serve_with_incoming_shutdown(
-                Transport::incoming(listener),
-                async {
-                    let _ = stopped.await;
-                },
-            );
+            .serve_with_incoming_shutdown(Transport::incoming(listener), async {
+                let _ = stopped.await;
+            });
         let served = tokio::spawn(server);
 
         // Only the node with the lowest id proposes the initial membership: a proposal

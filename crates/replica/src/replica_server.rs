@@ -157,12 +157,9 @@ impl ReplicaProcess {
             let result = server
                 .add_service(service)
                 .add_service(gateway)
-                .serve_with_incoming_shutdown(
-                    Transport::incoming(listener),
-                    async {
-                        let _ = stopped.await;
-                    },
-                )
+                .serve_with_incoming_shutdown(Transport::incoming(listener), async {
+                    let _ = stopped.await;
+                })
                 .await;
             if let Err(e) = result {
                 tracing::error!("replica server failed: {e}");
