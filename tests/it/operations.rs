@@ -157,3 +157,96 @@ fn a_stopped_directory_copied_by_hand_is_recognised_when_restored() {
     });
     restore_and_check(&mut cluster, &config, &runtime, &copy, 32, 4);
 }
+
+#[test]
+fn a_replica_added_to_a_running_cluster_rejoins_catches_up_and_then_votes() {
+    let (_alone, dir, mut cluster, config, runtime) = start_cluster();
+    let group = eg(33);
+    let counter = row(&group, "counter");
+    runtime.block_on(async {
+        let at_a = connect(&config, "A").await;
+        first_commit(&at_a, &group).await;
+        for _ in 0..2 {
+            increment(&at_a, &group, "counter").await.unwrap();
+        }
+    });
+
+    // The new config: a second witness, e, at site C. Every process restarts with it
+    // (one at a time; the cluster keeps serving), then e starts.
+    let ports = megastore_e2e::free_ports(2);
+    let mut text = std::fs::read_to_string(&cluster.config_path).unwrap();
+    text += &format!(
+        "\n[[replicas]]\nname = \"e\"\nid = 5\nsite = \"C\"\nkind = \"witness\"\n\
+         address = \"127.0.0.1:{}\"\ndata_dir = \"data/e\"\nmetrics_address = \"127.0.0.1:{}\"\n",
+        ports[0], ports[1]
+    );
+    let grown_path = dir.path().join("grown.toml");
+    std::fs::write(&grown_path, text).unwrap();
+    let grown = megastore_config::ClusterConfig::load(&grown_path).unwrap();
+    for process in [
+        "replica-a",
+        "replica-b",
+        "replica-c",
+        "replica-d",
+        "coordinator-a",
+        "coordinator-b",
+    ] {
+        assert!(cluster.process(process).terminate(Duration::from_secs(10)));
+        cluster.start_process_with(process, &grown_path);
+    }
+    cluster.start_process_with("replica-e", &grown_path);
+
+    runtime.block_on(async {
+        // Four voters now: a majority is three.
+        let at_a = connect(&grown, "A").await;
+        for _ in 0..3 {
+            increment(&at_a, &group, "counter").await.unwrap();
+        }
+        let read = current_read_until(&at_a, &group, &counter, |_| true).await;
+        assert_eq!(counter_value(read.rows.into_iter().next()), 6);
+    });
+    let log = cluster.process("replica-e").log();
+    assert!(
+        log.contains("rejoining=true"),
+        "a replica added to a running cluster must not vote before it caught up:\n{log}"
+    );
+
+    // Once caught up it votes: with the first witness and the read-only replica
+    // stopped, a, b and e are the only majority — writes need e.
+    cluster.process("replica-c").signal("STOP");
+    runtime.block_on(async {
+        let at_b = connect(&grown, "B").await;
+        let started = std::time::Instant::now();
+        loop {
+            match increment(&at_b, &group, "counter").await {
+                Ok(n) => {
+                    assert!(n >= 7);
+                    break;
+                }
+                Err(e) => assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "no write with e as the third vote: {e}"
+                ),
+            }
+        }
+    });
+    cluster.process("replica-c").signal("CONT");
+    let status = run_megastore(
+        &[
+            "status",
+            "--config",
+            grown_path.to_str().unwrap(),
+            "--group",
+            "eg-0033",
+        ],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert!(status.status.success(), "{status:?}");
+    let e_line = status
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("e ") && l.contains("witness"))
+        .unwrap_or_else(|| panic!("no line for e:\n{}", status.stdout));
+    assert!(e_line.contains("serving"), "{e_line}");
+}

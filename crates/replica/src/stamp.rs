@@ -11,7 +11,8 @@
 //! |---|---|---|
 //! | generation ≥ lockd's | — | its own store: trust it (rejoining if the stamp says so) |
 //! | generation < lockd's | newer start recorded | a restored copy: rejoining |
-//! | absent | absent | it never served: a member from the start |
+//! | absent | absent, and a founder | it never served: a member from the start |
+//! | absent | absent, not a founder | added to a running cluster: rejoining (no vote per group until caught up) |
 //! | absent | present | it served before and lost its store (or is a backup, which has no stamp): rejoining |
 //!
 //! Every start writes generation `max(stamp, lockd) + 1` to the stamp, then to lockd. A
@@ -135,9 +136,9 @@ pub(crate) async fn check_or_stamp(
             }
             (found.rejoining || restored, found.generation)
         }
-        // No stamp: never served, or served and lost its store (or a backup, which
-        // carries no stamp).
-        None => (recorded.is_some(), 0),
+        // No stamp: served and lost its store (or is a backup, which carries no stamp)
+        // — or never served: a founding member, or one added to a running cluster.
+        None => (recorded.is_some() || !founder(config, id, lockd).await?, 0),
     };
     let generation = dir_generation.max(last_generation) + 1;
     // The stamp first: a process killed before lockd records this start comes back to
@@ -169,6 +170,56 @@ pub(crate) async fn check_or_stamp(
         ))),
         Err(e) => Err(ProcessError::Lock(e.to_string())),
     }
+}
+
+/// The lockd file naming the replicas a cluster was founded with.
+const FOUNDERS_FILE: &str = "cluster/founders";
+
+/// Whether replica `id` is one the cluster was founded with: the first replica to
+/// start records the replicas of its config as the founders. A replica added later (to
+/// a config that already served) is not one, so it starts as a rejoining replica — it
+/// votes on a group only once caught up with it.
+async fn founder(
+    config: &ClusterConfig,
+    id: ReplicaId,
+    lockd: &LockdClient,
+) -> Result<bool, ProcessError> {
+    for _ in 0..10 {
+        let read = lockd_call(
+            lockd,
+            LockCommand::ReadFile {
+                name: FOUNDERS_FILE.into(),
+            },
+        )
+        .await?;
+        let LockReply::File(file) = read else {
+            return Err(ProcessError::Lock(format!("unexpected reply {read:?}")));
+        };
+        if let Some(file) = file {
+            let founders: Vec<u16> = serde_json::from_slice(&file.contents).map_err(|e| {
+                ProcessError::Lock(format!(
+                    "lockd file {FOUNDERS_FILE} is not a list of replica ids: {e}"
+                ))
+            })?;
+            return Ok(founders.contains(&id.0));
+        }
+        let founders: Vec<u16> = config.replicas.iter().map(|r| r.id).collect();
+        let write = LockCommand::WriteFile {
+            name: FOUNDERS_FILE.into(),
+            expected: 0,
+            contents: serde_json::to_vec(&founders)
+                .map_err(|e| ProcessError::Config(e.to_string()))?,
+        };
+        match lockd.execute(write).await {
+            Ok(_) => return Ok(founders.contains(&id.0)),
+            // Another founding replica wrote it first: read theirs.
+            Err(LockError::VersionMismatch { .. }) => continue,
+            Err(e) => return Err(ProcessError::Lock(e.to_string())),
+        }
+    }
+    Err(ProcessError::Lock(format!(
+        "could not read or write {FOUNDERS_FILE}"
+    )))
 }
 
 /// What lockd records of replica `id`'s starts (`None`: it never served).
