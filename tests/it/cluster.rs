@@ -179,6 +179,11 @@ fn killed_replica_and_coordinator_processes_lose_no_acknowledged_write() {
         }
     });
     acknowledged += 10;
+    // B's clients still read, through the other replicas.
+    runtime.block_on(async {
+        let read = current_read_until(&at_b, &group, &counter, |r| r.replica != ReplicaId(2)).await;
+        assert_eq!(counter_value(read.rows.into_iter().next()), acknowledged);
+    });
     cluster.start_process("replica-b");
     runtime.block_on(async {
         // b catches up, and its coordinator vouches for it again.
