@@ -945,3 +945,52 @@ fn disabling_an_unreachable_coordinator_ends_the_write_stall_within_a_lease() {
     );
     cluster.process("replica-b").signal("CONT");
 }
+
+#[test]
+fn transactions_spawned_on_a_multi_threaded_runtime_commit_each_exactly_once() {
+    let (_alone, _dir, _cluster, config, runtime) = start_cluster();
+    let group = eg(71);
+    let counter = row(&group, "counter");
+    let committed = runtime.block_on(async {
+        let clients = [connect(&config, "A").await, connect(&config, "B").await];
+        first_commit(&clients[0], &group).await;
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..4 {
+            let (client, group, counter) = (clients[i % 2].clone(), group.clone(), counter.clone());
+            // tokio::spawn needs a Send future: transaction_send gives one.
+            tasks.spawn(async move {
+                let mut committed = 0u64;
+                for _ in 0..3 {
+                    let result = client
+                        .transaction_send(&group, |txn| {
+                            let counter = counter.clone();
+                            Box::pin(async move {
+                                let next = counter_value(txn.get(&counter).await?) + 1;
+                                txn.set(&counter, b"n", next.to_string().as_bytes());
+                                Ok(next)
+                            })
+                        })
+                        .await;
+                    match result {
+                        Ok(_) => committed += 1,
+                        // Contention may exhaust the attempts: nothing was applied.
+                        Err(ClientError::TooManyConflicts { .. }) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                committed
+            });
+        }
+        tasks.join_all().await.into_iter().sum::<u64>()
+    });
+    assert!(committed > 0);
+    runtime.block_on(async {
+        let at_a = connect(&config, "A").await;
+        let read = current_read_until(&at_a, &group, &counter, |_| true).await;
+        assert_eq!(
+            counter_value(read.rows.into_iter().next()),
+            committed + 1,
+            "every committed transaction applied exactly once"
+        );
+    });
+}

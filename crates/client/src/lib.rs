@@ -31,5 +31,5 @@ pub use client::{Client, ClientError, Committed};
 pub use entities::entity_group;
 pub use peers::{MESSAGE_BYTES_MAX, Peers};
 pub use settings::proposer_timeouts;
-pub use txn::{Attempt, Outcome, Transaction};
+pub use txn::{Attempt, AttemptFuture, Outcome, Transaction};
 pub use versioned::{Assert, Entry, Mutation, TxnResult, VERSION_MISSING};

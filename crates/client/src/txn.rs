@@ -319,6 +319,27 @@ impl Transaction {
     }
 }
 
+/// One attempt of a [`Client::transaction_send`] body.
+pub type AttemptFuture<'t, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, ClientError>> + Send + 't>>;
+
+/// Commits one attempt: its outcome, or `None` after a pause when it must run again
+/// (`last_keys` then holds its conflicting rows).
+async fn finish_attempt(
+    txn: Transaction,
+    attempt: u32,
+    last_keys: &mut Vec<Vec<u8>>,
+) -> Result<Option<Outcome>, ClientError> {
+    match txn.commit().await? {
+        Attempt::Done(outcome) => Ok(Some(outcome)),
+        Attempt::Retry { keys, .. } => {
+            *last_keys = keys;
+            retry_pause(attempt).await;
+            Ok(None)
+        }
+    }
+}
+
 impl Client {
     /// Starts one attempt of a transaction on `eg` (see [`Client::transaction`] for
     /// the loop that retries it).
@@ -329,6 +350,10 @@ impl Client {
     /// Runs `body` as a serializable transaction on `eg`, again on conflict (up to a
     /// bound). `body` gets a fresh [`Transaction`] on every attempt and must do all its
     /// reads through it; what it returns is returned once its writes committed.
+    ///
+    /// The returned future is not `Send` (an async closure's future cannot promise it);
+    /// code that spawns transactions onto a multi-threaded runtime uses
+    /// [`Client::transaction_send`].
     pub async fn transaction<T, F>(
         &self,
         eg: &EgId,
@@ -341,12 +366,34 @@ impl Client {
         for attempt in 0..ATTEMPTS_MAX {
             let mut txn = self.begin(eg);
             let value = body(&mut txn).await?;
-            match txn.commit().await? {
-                Attempt::Done(outcome) => return Ok((value, outcome)),
-                Attempt::Retry { keys, .. } => {
-                    last_keys = keys;
-                    retry_pause(attempt).await;
-                }
+            if let Some(outcome) = finish_attempt(txn, attempt, &mut last_keys).await? {
+                return Ok((value, outcome));
+            }
+        }
+        Err(ClientError::TooManyConflicts {
+            attempts: ATTEMPTS_MAX,
+            keys: last_keys,
+        })
+    }
+
+    /// [`Client::transaction`] with a `Send` future, for `tokio::spawn` and other
+    /// multi-threaded executors: `body` returns its attempt boxed,
+    /// `|txn| Box::pin(async move { … })`.
+    pub async fn transaction_send<T, F>(
+        &self,
+        eg: &EgId,
+        mut body: F,
+    ) -> Result<(T, Outcome), ClientError>
+    where
+        T: Send,
+        F: for<'t> FnMut(&'t mut Transaction) -> AttemptFuture<'t, T> + Send,
+    {
+        let mut last_keys = Vec::new();
+        for attempt in 0..ATTEMPTS_MAX {
+            let mut txn = self.begin(eg);
+            let value = body(&mut txn).await?;
+            if let Some(outcome) = finish_attempt(txn, attempt, &mut last_keys).await? {
+                return Ok((value, outcome));
             }
         }
         Err(ClientError::TooManyConflicts {
