@@ -260,6 +260,21 @@ fn bench_runs_a_bounded_workload_and_reports_percentiles() {
         LIMIT,
     );
     assert!(bad.stderr.contains("\"Z\" is not a site"), "{bad:?}");
+    let bad = run_megastore(
+        &[
+            "bench",
+            "--config",
+            config_arg,
+            "--value-size",
+            "100000000000",
+        ],
+        dir.path(),
+        LIMIT,
+    );
+    assert!(
+        bad.stderr.contains("--value-size must be at most"),
+        "{bad:?}"
+    );
 }
 
 #[test]

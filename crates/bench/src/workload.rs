@@ -12,6 +12,12 @@ use rand::Rng;
 
 use crate::report::{Kind, Recorder, Report};
 
+/// The most concurrent clients a run may have (each holds connections to every process).
+const CLIENTS_MAX: u32 = 4096;
+/// The largest value a run may write: a log entry, and a snapshot of the group, travel
+/// in one message.
+const VALUE_BYTES_MAX: usize = megastore_client::MESSAGE_BYTES_MAX / 8;
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Spec {
@@ -82,8 +88,17 @@ impl Spec {
         if self.groups == 0 {
             return invalid("--groups must be at least 1".into());
         }
-        if self.clients == 0 {
-            return invalid("--clients must be at least 1".into());
+        if self.clients == 0 || self.clients > CLIENTS_MAX {
+            return invalid(format!(
+                "--clients must be between 1 and {CLIENTS_MAX}, not {}",
+                self.clients
+            ));
+        }
+        if self.value_size > VALUE_BYTES_MAX {
+            return invalid(format!(
+                "--value-size must be at most {VALUE_BYTES_MAX} bytes (a log entry travels in one message), not {}",
+                self.value_size
+            ));
         }
         if !(0.0..=1.0).contains(&self.read_fraction) {
             return invalid(format!(
