@@ -444,3 +444,74 @@ fn an_emulated_wan_puts_a_round_trip_under_commits_but_not_under_local_reads() {
     // first read of each group goes to a majority; the median does not).
     assert!(p50(0) < 300_000, "reads at {} µs: {report}", p50(0));
 }
+
+#[test]
+fn the_shell_works_with_entities_of_the_schema() {
+    let (_alone, dir, cluster, config, runtime) = start_cluster();
+    let config_arg = cluster.config_path.to_str().expect("UTF-8 path");
+    runtime.block_on(async {
+        let client = connect(&config, "A").await;
+        first_commit(&client, &eg(1)).await;
+    });
+    let photos = megastore_e2e::repo_root().join("schema/photos.msdl");
+    let applied = run_megastore(
+        &[
+            "schema",
+            "apply",
+            photos.to_str().unwrap(),
+            "--config",
+            config_arg,
+        ],
+        dir.path(),
+        LIMIT,
+    );
+    assert!(applied.status.success(), "{applied:?}");
+    let script = "\
+tables
+entity put User user_id=7 name=Ann
+begin User 7
+entity put Photo user_id=7 photo_id=1 time=100 full_url=http://p/1 tag=cat tag=sea
+entity put Photo user_id=7 photo_id=2 time=200 full_url=http://p/2
+entity scan Photo 7
+commit
+entity get User 7
+entity delete Photo 7 2
+entity scan Photo 7 --limit 10
+entity get Photo 7 x
+";
+    let out = run_megastore_with_input(
+        &["shell", "--config", config_arg],
+        script,
+        dir.path(),
+        LIMIT,
+    );
+    let text = &out.stdout;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "one bad key: exit 1\n{text}\n{}",
+        out.stderr
+    );
+    assert!(text.contains("| Photo | user_id, photo_id |"), "{text}");
+    assert!(text.contains("| 7       | \"Ann\" |"), "{text}");
+    // Inside the transaction the scan sees both staged photos; after the delete, one.
+    let in_txn = text
+        .split("entity scan Photo 7\n")
+        .nth(1)
+        .expect("the scan");
+    assert!(in_txn.contains("\"http://p/2\""), "{text}");
+    assert!(text.contains("[\"cat\", \"sea\"]"), "{text}");
+    let after = text
+        .split("entity scan Photo 7 --limit 10\n")
+        .nth(1)
+        .expect("the second scan");
+    let table = after.split("> ").next().unwrap_or_default();
+    assert!(
+        table.contains("\"http://p/1\"") && !table.contains("\"http://p/2\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("error: Photo.photo_id: \"x\" is not a valid int32"),
+        "{text}"
+    );
+}

@@ -20,6 +20,7 @@ mod logging;
 mod replica_cmd;
 mod schema_cmd;
 mod shell_cmd;
+mod shell_entities;
 mod shell_parse;
 mod signals;
 mod status_cmd;

@@ -13,14 +13,20 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use comfy_table::Table;
-use megastore_client::{Attempt, Client, Outcome, Transaction};
+use std::sync::Arc;
+
+use megastore_client::schema_store::load_catalog;
+use megastore_client::{Attempt, Client, Outcome, Transaction, entity_group};
 use megastore_config::ClusterConfig;
+use megastore_lockd::LockdClient;
 use megastore_paxos::{DataQuery, ReadMode, ReadPath, ReadResult};
 use megastore_rowstore::{KeyRange, Row};
+use megastore_schema::{Catalog, Value};
 use megastore_types::{EgId, ReplicaKind};
 
 use crate::bytes_arg::show_bytes;
 use crate::cluster_arg::ClusterArg;
+use crate::shell_entities as entities;
 use crate::shell_parse::{HELP, ShellCommand, parse_line};
 
 /// The byte between a group's key and the name of one of its untyped rows.
@@ -43,6 +49,9 @@ struct Session {
     config: ClusterConfig,
     runtime: tokio::runtime::Runtime,
     client: Client,
+    lockd: LockdClient,
+    /// The schema, once an entity command needed it (`tables` reloads it).
+    catalog: Option<(Arc<Catalog>, u64)>,
     site: String,
     group: Option<EgId>,
     mode: ReadMode,
@@ -168,8 +177,146 @@ impl Session {
         Ok(describe_outcome(&outcome))
     }
 
+    fn catalog(&mut self) -> anyhow::Result<Arc<Catalog>> {
+        match &self.catalog {
+            Some((catalog, _)) => Ok(Arc::clone(catalog)),
+            None => self.reload_catalog(),
+        }
+    }
+
+    fn reload_catalog(&mut self) -> anyhow::Result<Arc<Catalog>> {
+        let (catalog, version) = self
+            .runtime
+            .block_on(load_catalog(&self.lockd))?
+            .context("no schema is applied to this cluster: `megastore schema apply FILE`")?;
+        let catalog = Arc::new(catalog);
+        self.catalog = Some((Arc::clone(&catalog), version));
+        Ok(catalog)
+    }
+
+    /// The entity group of an entity of `table` with primary key `key`.
+    fn group_of(
+        catalog: &Catalog,
+        table: &megastore_schema::Table,
+        key: &[Value],
+    ) -> anyhow::Result<EgId> {
+        let root = &key[..catalog.group_key_len(table).min(key.len())];
+        Ok(entity_group(catalog, &table.name, root)?)
+    }
+
+    /// The typed root key (`root`, as text) of a group of `table`, and that group.
+    fn root_group(
+        catalog: &Catalog,
+        table: &str,
+        root: &[String],
+    ) -> anyhow::Result<(Vec<Value>, EgId)> {
+        let t = entities::table(catalog, table)?;
+        let group_len = catalog.group_key_len(t);
+        anyhow::ensure!(
+            root.len() == group_len,
+            "a {table}'s entity group is named by {group_len} key value(s), got {}",
+            root.len()
+        );
+        let root = entities::key(t, root, false)?;
+        let eg = Self::group_of(catalog, t, &root)?;
+        Ok((root, eg))
+    }
+
+    fn entity_command(&mut self, command: ShellCommand) -> anyhow::Result<String> {
+        let catalog = self.catalog()?;
+        let mode = self.mode;
+        Ok(match command {
+            ShellCommand::EntityGet { table, key } => {
+                let t = entities::table(&catalog, &table)?;
+                let key = entities::key(t, &key, true)?;
+                let found = match self.transaction.as_mut() {
+                    Some(txn) => self
+                        .runtime
+                        .block_on(txn.get_entity(&catalog, &table, &key))?,
+                    None => self
+                        .runtime
+                        .block_on(self.client.read_entity(&catalog, mode, &table, &key))?,
+                };
+                entities::render(t, found.as_slice())
+            }
+            ShellCommand::EntityPut { table, fields } => {
+                let t = entities::table(&catalog, &table)?;
+                let entity = entities::entity(t, &fields)?;
+                if let Some(txn) = self.transaction.as_mut() {
+                    self.runtime.block_on(txn.put_entity(&catalog, &entity))?;
+                    return Ok("staged (commit to apply)".to_string());
+                }
+                let key = catalog.primary_key_of(&entity)?;
+                let eg = Self::group_of(&catalog, t, &key)?;
+                let (_, outcome) =
+                    self.runtime
+                        .block_on(self.client.transaction(&eg, async |txn| {
+                            txn.put_entity(&catalog, &entity).await
+                        }))?;
+                describe_outcome(&outcome)
+            }
+            ShellCommand::EntityDelete { table, key } => {
+                let t = entities::table(&catalog, &table)?;
+                let key = entities::key(t, &key, true)?;
+                let (existed, outcome) = match self.transaction.as_mut() {
+                    Some(txn) => (
+                        self.runtime
+                            .block_on(txn.delete_entity(&catalog, &table, &key))?,
+                        None,
+                    ),
+                    None => {
+                        let eg = Self::group_of(&catalog, t, &key)?;
+                        let (existed, outcome) =
+                            self.runtime
+                                .block_on(self.client.transaction(&eg, async |txn| {
+                                    txn.delete_entity(&catalog, &table, &key).await
+                                }))?;
+                        (existed, Some(outcome))
+                    }
+                };
+                match (existed, outcome) {
+                    (false, _) => format!("no such {table}"),
+                    (true, None) => "staged (commit to apply)".to_string(),
+                    (true, Some(outcome)) => describe_outcome(&outcome),
+                }
+            }
+            ShellCommand::EntityScan { table, root, limit } => {
+                let t = entities::table(&catalog, &table)?;
+                let (root, eg) = Self::root_group(&catalog, &table, &root)?;
+                let found = match self.transaction.as_mut() {
+                    Some(txn) => self.runtime.block_on(txn.scan_table(
+                        &catalog,
+                        &table,
+                        &root,
+                        Some(limit),
+                    ))?,
+                    None => {
+                        let mut txn = self.client.begin(&eg);
+                        self.runtime.block_on(txn.scan_table(
+                            &catalog,
+                            &table,
+                            &root,
+                            Some(limit),
+                        ))?
+                    }
+                };
+                entities::render(t, &found)
+            }
+            _ => unreachable!("only entity commands come here"),
+        })
+    }
+
     fn execute(&mut self, command: ShellCommand) -> anyhow::Result<String> {
         Ok(match command {
+            ShellCommand::Tables => {
+                let catalog = self.reload_catalog()?;
+                let version = self.catalog.as_ref().map_or(0, |(_, v)| *v);
+                entities::describe(&catalog, version)
+            }
+            command @ (ShellCommand::EntityGet { .. }
+            | ShellCommand::EntityPut { .. }
+            | ShellCommand::EntityDelete { .. }
+            | ShellCommand::EntityScan { .. }) => self.entity_command(command)?,
             ShellCommand::Help => HELP.trim_end().to_string(),
             ShellCommand::Quit => String::new(),
             ShellCommand::Show => format!(
@@ -229,8 +376,12 @@ impl Session {
             }
             ShellCommand::Put { row, column, value } => self.write(&row, &column, Some(&value))?,
             ShellCommand::Delete { row, column } => self.write(&row, &column, None)?,
-            ShellCommand::Begin => {
+            ShellCommand::Begin(of_entity) => {
                 anyhow::ensure!(self.transaction.is_none(), "a transaction is already open");
+                if let Some((table, root)) = of_entity {
+                    let catalog = self.catalog()?;
+                    self.group = Some(Self::root_group(&catalog, &table, &root)?.1);
+                }
                 let group = self.group()?.clone();
                 self.transaction = Some(self.client.begin(&group));
                 format!("transaction begun on {}", show_bytes(&group.0))
@@ -341,10 +492,17 @@ pub(crate) fn run(args: ShellArgs) -> anyhow::Result<ExitCode> {
     let client = runtime
         .block_on(Client::connect(&config, &site))
         .with_context(|| format!("connecting at site {site} (is the cluster up?)"))?;
+    // Its channels are made inside the runtime that drives them.
+    let lockd = {
+        let _entered = runtime.enter();
+        LockdClient::new(&config).map_err(anyhow::Error::msg)?
+    };
     let mut session = Session {
         config,
         runtime,
         client,
+        lockd,
+        catalog: None,
         site,
         group,
         mode: ReadMode::Current,

@@ -32,12 +32,30 @@ pub(crate) enum ShellCommand {
     },
     /// Delete one cell.
     Delete { row: Vec<u8>, column: Vec<u8> },
-    /// Start a transaction on the current group.
-    Begin,
+    /// Start a transaction on the current group, or on the group of an entity of the
+    /// schema (a table and the root key of its group).
+    Begin(Option<(String, Vec<String>)>),
     /// Commit the open transaction.
     Commit,
     /// Drop the open transaction.
     Abort,
+    /// Read one entity of the schema by its primary key (as typed text).
+    EntityGet { table: String, key: Vec<String> },
+    /// Write one entity: `column=value` pairs (a repeated column once per element).
+    EntityPut {
+        table: String,
+        fields: Vec<(String, String)>,
+    },
+    /// Delete one entity by its primary key.
+    EntityDelete { table: String, key: Vec<String> },
+    /// The entities of a table in one entity group (named by its root key).
+    EntityScan {
+        table: String,
+        root: Vec<String>,
+        limit: usize,
+    },
+    /// Show the schema's tables.
+    Tables,
 }
 
 /// Rows a scan shows when it is given no limit.
@@ -51,10 +69,19 @@ commands (keys and values are text; \\xHH for any byte; quote words with spaces)
   scan [PREFIX] [LIMIT]      read the rows whose names start with PREFIX (default limit 100)
   put ROW COLUMN VALUE       set a cell (outside a transaction: committed at once)
   delete ROW COLUMN          delete a cell (outside a transaction: committed at once)
-  begin                      start a transaction on the group: reads from one position,
-                             writes buffered until commit
+  begin [TABLE ROOTKEY...]   start a transaction on the group (or on the entity group
+                             of ROOTKEY): reads from one position, writes buffered
+                             until commit
   commit                     commit it (a conflict names the rows written in between)
   abort                      drop it
+  entity get TABLE KEY...    read an entity of the schema by its primary key
+  entity put TABLE COL=VALUE...
+                             write an entity (a repeated column once per element);
+                             outside a transaction: committed at once
+  entity delete TABLE KEY... delete an entity
+  entity scan TABLE ROOTKEY... [--limit N]
+                             the table's entities in the group of ROOTKEY
+  tables                     the schema's tables, keys and columns
   mode current|snapshot|inconsistent
                              how reads outside a transaction are served
   site SITE                  act as a client at another site
@@ -115,6 +142,62 @@ fn split_words(line: &str) -> Result<Vec<String>, String> {
     Ok(words)
 }
 
+fn parse_entity(words: &[String]) -> Result<ShellCommand, String> {
+    let usage = "entity get|put|delete|scan TABLE ... (type help)";
+    let (Some(verb), Some(table)) = (words.get(1), words.get(2)) else {
+        return Err(usage.to_string());
+    };
+    let table = table.clone();
+    let rest = &words[3..];
+    Ok(match verb.to_ascii_lowercase().as_str() {
+        "get" | "delete" if rest.is_empty() => {
+            return Err(format!("entity {verb} needs the primary key of a {table}"));
+        }
+        "get" => ShellCommand::EntityGet {
+            table,
+            key: rest.to_vec(),
+        },
+        "delete" => ShellCommand::EntityDelete {
+            table,
+            key: rest.to_vec(),
+        },
+        "put" => {
+            let fields = rest
+                .iter()
+                .map(|w| {
+                    w.split_once('=')
+                        .map(|(c, v)| (c.to_string(), v.to_string()))
+                        .ok_or_else(|| format!("{w:?} is not COLUMN=VALUE"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            if fields.is_empty() {
+                return Err(format!("entity put needs the columns of a {table}"));
+            }
+            ShellCommand::EntityPut { table, fields }
+        }
+        "scan" => {
+            let mut root = rest.to_vec();
+            let mut limit = SCAN_LIMIT_DEFAULT;
+            if let Some(at) = root.iter().position(|w| w == "--limit") {
+                let n = root.get(at + 1).ok_or("--limit needs a number")?;
+                limit = n
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|l| *l > 0)
+                    .ok_or_else(|| format!("the limit {n:?} is not a positive number"))?;
+                root.drain(at..at + 2);
+            }
+            if root.is_empty() {
+                return Err(format!(
+                    "entity scan needs the root key of a {table}'s group"
+                ));
+            }
+            ShellCommand::EntityScan { table, root, limit }
+        }
+        _ => return Err(usage.to_string()),
+    })
+}
+
 /// Parses one line; `Ok(None)` for a blank line or a comment (`#`).
 pub(crate) fn parse_line(line: &str) -> Result<Option<ShellCommand>, String> {
     let line = line.trim();
@@ -131,7 +214,13 @@ pub(crate) fn parse_line(line: &str) -> Result<Option<ShellCommand>, String> {
         "help" | "?" => ShellCommand::Help,
         "quit" | "exit" => ShellCommand::Quit,
         "show" => ShellCommand::Show,
-        "begin" => ShellCommand::Begin,
+        "begin" => match words.get(1) {
+            None => ShellCommand::Begin(None),
+            Some(table) if words.len() > 2 => {
+                ShellCommand::Begin(Some((table.clone(), words[2..].to_vec())))
+            }
+            Some(_) => return Err("begin takes nothing, or TABLE ROOTKEY...".to_string()),
+        },
         "commit" => ShellCommand::Commit,
         "abort" | "rollback" => ShellCommand::Abort,
         "use" => {
@@ -189,6 +278,8 @@ pub(crate) fn parse_line(line: &str) -> Result<Option<ShellCommand>, String> {
                 column: bytes(&words[2], "the column")?,
             }
         }
+        "tables" => ShellCommand::Tables,
+        "entity" => parse_entity(&words)?,
         other => return Err(format!("unknown command {other:?} (type help)")),
     };
     if matches!(
@@ -196,9 +287,9 @@ pub(crate) fn parse_line(line: &str) -> Result<Option<ShellCommand>, String> {
         ShellCommand::Help
             | ShellCommand::Quit
             | ShellCommand::Show
-            | ShellCommand::Begin
             | ShellCommand::Commit
             | ShellCommand::Abort
+            | ShellCommand::Tables
     ) && words.len() > 1
     {
         return Err(format!("{command} takes no arguments"));
@@ -250,6 +341,26 @@ mod tests {
             }))
         );
         assert_eq!(
+            parse_line("entity put Photo user_id=1 tag=a tag=b full_url=\"x y\""),
+            Ok(Some(ShellCommand::EntityPut {
+                table: "Photo".into(),
+                fields: vec![
+                    ("user_id".into(), "1".into()),
+                    ("tag".into(), "a".into()),
+                    ("tag".into(), "b".into()),
+                    ("full_url".into(), "x y".into()),
+                ],
+            }))
+        );
+        assert_eq!(
+            parse_line("entity scan Photo 7 --limit 3"),
+            Ok(Some(ShellCommand::EntityScan {
+                table: "Photo".into(),
+                root: vec!["7".into()],
+                limit: 3,
+            }))
+        );
+        assert_eq!(
             parse_line("mode Snapshot"),
             Ok(Some(ShellCommand::Mode(ReadMode::Snapshot)))
         );
@@ -267,5 +378,10 @@ mod tests {
         assert!(error("put 'a b").contains("quotes"));
         assert!(error(r"get a\xZZ").contains("the row"));
         assert!(error("get 'a").contains("never closed"));
+        assert!(error("entity").contains("entity get|put"));
+        assert!(error("entity get Photo").contains("primary key"));
+        assert!(error("entity put User name").contains("COLUMN=VALUE"));
+        assert!(error("entity scan Photo 1 --limit 0").contains("positive"));
+        assert!(error("entity frob Photo 1").contains("entity get|put"));
     }
 }

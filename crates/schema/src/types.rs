@@ -67,6 +67,38 @@ impl ScalarType {
         Self::ALL.into_iter().find(|t| t.name() == name)
     }
 
+    /// A value of this type from text, as a person types it: integers and floats in
+    /// decimal, `true`/`false`, strings as they are, bytes as `0x` and hex digits (or as
+    /// text), timestamps as microseconds since the Unix epoch.
+    pub fn parse_value(self, text: &str) -> Result<Value, String> {
+        let bad = |e: &dyn fmt::Display| format!("{text:?} is not a valid {}: {e}", self.name());
+        Ok(match self {
+            ScalarType::Int32 => Value::Int32(text.parse().map_err(|e| bad(&e))?),
+            ScalarType::Int64 => Value::Int64(text.parse().map_err(|e| bad(&e))?),
+            ScalarType::UInt32 => Value::UInt32(text.parse().map_err(|e| bad(&e))?),
+            ScalarType::UInt64 => Value::UInt64(text.parse().map_err(|e| bad(&e))?),
+            ScalarType::Float => Value::Float(text.parse().map_err(|e| bad(&e))?),
+            ScalarType::Double => Value::Double(text.parse().map_err(|e| bad(&e))?),
+            ScalarType::Bool => Value::Bool(text.parse().map_err(|e| bad(&e))?),
+            ScalarType::String => Value::String(text.to_string()),
+            ScalarType::Timestamp => Value::Timestamp(text.parse().map_err(|e| bad(&e))?),
+            ScalarType::Bytes => match text.strip_prefix("0x") {
+                Some(hex) if hex.len() % 2 == 0 => Value::Bytes(
+                    (0..hex.len())
+                        .step_by(2)
+                        .map(|i| {
+                            hex.get(i..i + 2)
+                                .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+                        })
+                        .collect::<Option<Vec<u8>>>()
+                        .ok_or_else(|| bad(&"invalid hex digits"))?,
+                ),
+                Some(_) => return Err(bad(&"an odd number of hex digits")),
+                None => Value::Bytes(text.as_bytes().to_vec()),
+            },
+        })
+    }
+
     /// Whether a primary-key component may have this type. Floating-point values make
     /// poor identities (`-0` vs `+0`, NaN), so keys use integers, strings or bytes;
     /// indexes may still order by floats.
@@ -217,3 +249,41 @@ macro_rules! value_from {
 
 value_from!(i32 => Int32, i64 => Int64, u32 => UInt32, u64 => UInt64, f32 => Float, f64 => Double,
             bool => Bool, String => String, &str => String, Vec<u8> => Bytes, &[u8] => Bytes);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_text_parses_into_values_of_its_type() {
+        let ok = |ty: ScalarType, text: &str| ty.parse_value(text).unwrap();
+        assert_eq!(ok(ScalarType::Int32, "-7"), Value::Int32(-7));
+        assert_eq!(
+            ok(ScalarType::UInt64, "18446744073709551615"),
+            Value::UInt64(u64::MAX)
+        );
+        assert_eq!(ok(ScalarType::Double, "2.5"), Value::Double(2.5));
+        assert_eq!(ok(ScalarType::Bool, "true"), Value::Bool(true));
+        assert_eq!(ok(ScalarType::String, "a b"), Value::String("a b".into()));
+        assert_eq!(ok(ScalarType::Bytes, "0x00ff"), Value::Bytes(vec![0, 255]));
+        assert_eq!(ok(ScalarType::Bytes, "ab"), Value::Bytes(b"ab".to_vec()));
+        assert_eq!(
+            ok(ScalarType::Timestamp, "1700000000000000"),
+            Value::Timestamp(1_700_000_000_000_000)
+        );
+    }
+
+    #[test]
+    fn mistyped_text_names_the_type() {
+        for (ty, text) in [
+            (ScalarType::Int32, "x"),
+            (ScalarType::UInt32, "-1"),
+            (ScalarType::Bool, "yes"),
+            (ScalarType::Bytes, "0xabc"),
+            (ScalarType::Bytes, "0xzz"),
+        ] {
+            let error = ty.parse_value(text).unwrap_err();
+            assert!(error.contains(ty.name()) && error.contains(text), "{error}");
+        }
+    }
+}
