@@ -21,6 +21,7 @@ mod replica_cmd;
 mod schema_cmd;
 mod shell_cmd;
 mod shell_entities;
+mod shell_input;
 mod shell_parse;
 mod signals;
 mod status_cmd;

@@ -7,14 +7,12 @@
 //! `ROW` of group `G` is the key `G ‖ 0x01 ‖ ROW` (as in the demo and the client API
 //! docs).
 
-use std::io::{BufRead, IsTerminal};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
 use comfy_table::Table;
-use std::sync::Arc;
-
 use megastore_client::schema_store::load_catalog;
 use megastore_client::{Attempt, Client, Outcome, Transaction, entity_group};
 use megastore_config::ClusterConfig;
@@ -27,6 +25,7 @@ use megastore_types::{EgId, ReplicaKind};
 use crate::bytes_arg::show_bytes;
 use crate::cluster_arg::ClusterArg;
 use crate::shell_entities as entities;
+use crate::shell_input::Input;
 use crate::shell_parse::{HELP, ShellCommand, parse_line};
 
 /// The byte between a group's key and the name of one of its untyped rows.
@@ -420,58 +419,6 @@ fn describe_outcome(outcome: &Outcome) -> String {
             position.0, txn.client.0, txn.seq
         ),
         Outcome::ReadOnly => "nothing to commit (the transaction only read)".to_string(),
-    }
-}
-
-/// Where input comes from: a line editor at a terminal, plain lines otherwise.
-enum Input {
-    Terminal(Box<rustyline::DefaultEditor>, Option<std::path::PathBuf>),
-    Piped(std::io::StdinLock<'static>),
-}
-
-impl Input {
-    fn open() -> anyhow::Result<Self> {
-        if !std::io::stdin().is_terminal() {
-            return Ok(Input::Piped(std::io::stdin().lock()));
-        }
-        let mut editor = rustyline::DefaultEditor::new().context("starting the line editor")?;
-        let history = std::env::var_os("HOME")
-            .map(|home| std::path::PathBuf::from(home).join(".megastore_history"));
-        if let Some(path) = &history {
-            let _ = editor.load_history(path);
-        }
-        Ok(Input::Terminal(Box::new(editor), history))
-    }
-
-    /// The next line; `None` at the end of input.
-    fn line(&mut self, prompt: &str) -> anyhow::Result<Option<String>> {
-        match self {
-            Input::Terminal(editor, _) => match editor.readline(prompt) {
-                Ok(line) => {
-                    let _ = editor.add_history_entry(line.as_str());
-                    Ok(Some(line))
-                }
-                // Ctrl-C drops the line being typed, as in other shells.
-                Err(rustyline::error::ReadlineError::Interrupted) => Ok(Some(String::new())),
-                Err(rustyline::error::ReadlineError::Eof) => Ok(None),
-                Err(e) => Err(e).context("reading a command"),
-            },
-            Input::Piped(stdin) => {
-                let mut line = String::new();
-                if stdin.read_line(&mut line).context("reading a command")? == 0 {
-                    return Ok(None);
-                }
-                let line = line.trim_end_matches(['\n', '\r']).to_string();
-                println!("{prompt}{line}");
-                Ok(Some(line))
-            }
-        }
-    }
-
-    fn close(self) {
-        if let Input::Terminal(mut editor, Some(path)) = self {
-            let _ = editor.save_history(&path);
-        }
     }
 }
 
