@@ -96,8 +96,8 @@ pub struct ClusterStatus {
 }
 
 impl ClusterStatus {
-    /// The lockd leader, if a node that answered names one that a majority of answering
-    /// nodes agree on.
+    /// The lockd leader: the node that a majority of all lockd nodes name as leader
+    /// (a minority cut off with a stale leader in mind does not count).
     pub fn lockd_leader(&self) -> Option<u64> {
         let leaders: Vec<u64> = self
             .lockd
@@ -105,7 +105,7 @@ impl ClusterStatus {
             .filter_map(|l| l.raft.as_ref()?.leader)
             .collect();
         leaders.iter().copied().find(|candidate| {
-            leaders.iter().filter(|l| *l == candidate).count() * 2 > leaders.len()
+            leaders.iter().filter(|l| *l == candidate).count() * 2 > self.lockd.len()
         })
     }
 }
