@@ -230,3 +230,54 @@ pub async fn cluster_status(
     }
     status
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: u16, leader: Option<Option<u64>>) -> LockdStatus {
+        LockdStatus {
+            name: format!("lock-{id}"),
+            site: "A".into(),
+            address: String::new(),
+            id,
+            raft: leader.map(|leader| NodeStatus {
+                state: "follower".into(),
+                term: 1,
+                leader,
+                voters: vec![1, 2, 3],
+                learners: Vec::new(),
+                last_log_index: None,
+                applied_index: None,
+            }),
+        }
+    }
+
+    fn status(lockd: Vec<LockdStatus>) -> ClusterStatus {
+        ClusterStatus {
+            cluster: "t".into(),
+            replicas: Vec::new(),
+            lockd,
+            group: None,
+        }
+    }
+
+    #[test]
+    fn the_leader_is_the_one_a_majority_of_all_nodes_name() {
+        let agreed = status(vec![
+            node(1, Some(Some(1))),
+            node(2, Some(Some(1))),
+            node(3, None),
+        ]);
+        assert_eq!(agreed.lockd_leader(), Some(1));
+        // One node that answers and still believes in a leader is not a majority.
+        let alone = status(vec![node(1, Some(Some(1))), node(2, None), node(3, None)]);
+        assert_eq!(alone.lockd_leader(), None);
+        let split = status(vec![
+            node(1, Some(Some(1))),
+            node(2, Some(Some(2))),
+            node(3, Some(None)),
+        ]);
+        assert_eq!(split.lockd_leader(), None);
+    }
+}
