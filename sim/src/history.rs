@@ -45,6 +45,14 @@ pub enum Outcome {
     },
     /// A write that certainly did not commit.
     NotCommitted,
+    /// A write whose outcome was unknown, then resolved by its transaction id as not
+    /// committed: `position` is decided, and `txn` is chosen nowhere.
+    ResolvedNotCommitted {
+        /// The transaction.
+        txn: TxnId,
+        /// The position it may have held.
+        position: Position,
+    },
     /// A write whose outcome the client could not tell: it may be in the log.
     Unknown,
     /// A read that gave up.

@@ -50,6 +50,7 @@ pub const BUG_NAMES: &[&str] = &[
     "leader-from-unchosen-entry",
     "forget-promise-on-restart",
     "apply-out-of-order",
+    "resolve-without-settling",
     "rejoin-as-voter",
 ];
 
@@ -72,6 +73,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "leader-from-unchosen-entry" => p.leader_from_unchosen_entry = true,
         "forget-promise-on-restart" => p.forget_promise_on_restart = true,
         "apply-out-of-order" => p.apply_out_of_order = true,
+        "resolve-without-settling" => p.resolve_without_settling = true,
         "rejoin-as-voter" => p.rejoin_as_voter = true,
         _ => return None,
     }

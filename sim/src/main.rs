@@ -70,6 +70,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.commits += s.commits;
     total.conflicts += s.conflicts;
     total.unknown += s.unknown;
+    total.resolved_not_committed += s.resolved_not_committed;
     total.reads_local += s.reads_local;
     total.reads_majority += s.reads_majority;
     total.reads_snapshot += s.reads_snapshot;
@@ -81,9 +82,10 @@ fn add(total: &mut Stats, s: &Stats) {
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (conflicts {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, failed {}, faults {} (wipes {}, snapshot installs {}), messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, failed {}, faults {} (wipes {}, snapshot installs {}), messages {}, violations {violations}",
         s.commits,
         s.conflicts,
+        s.resolved_not_committed,
         s.unknown,
         s.reads_local,
         s.reads_majority,

@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use megastore_paxos::{
     CellWrite, ClientCore, ClientOutput, CommitResult, DataQuery, OpId, OpResult, ReadMode,
-    ReadResult, RowWrite,
+    ReadResult, Resolution, RowWrite,
 };
-use megastore_types::{ClientId, EgId, SiteId, Time};
+use megastore_types::{ClientId, EgId, Position, SiteId, Time, TxnId};
 
 use crate::history::{OpKind, OpRecord, Outcome};
 use crate::rng::Rng;
@@ -58,7 +58,17 @@ enum State {
         op: OpId,
         eg: EgId,
         start: u64,
-        read_position: megastore_types::Position,
+        read_position: Position,
+        read_keys: BTreeSet<Vec<u8>>,
+    },
+    /// The commit's outcome was unknown: settling its position to find out.
+    Resolving {
+        op: OpId,
+        eg: EgId,
+        start: u64,
+        txn: TxnId,
+        position: Position,
+        read_position: Position,
         read_keys: BTreeSet<Vec<u8>>,
     },
 }
@@ -218,7 +228,52 @@ impl ClientNode {
                         read_keys,
                     },
                     CommitResult::Conflict { .. } | CommitResult::Aborted => Outcome::NotCommitted,
-                    CommitResult::Unknown { .. } => Outcome::Unknown,
+                    // As the client library does: resolve it by its transaction id
+                    // before reporting anything.
+                    CommitResult::Unknown { position } => {
+                        let (op, resolving) = self.core.resolve(now, eg.clone(), position, txn);
+                        self.state = State::Resolving {
+                            op,
+                            eg,
+                            start,
+                            txn,
+                            position,
+                            read_position,
+                            read_keys,
+                        };
+                        return (records, resolving);
+                    }
+                };
+                records.push(OpRecord {
+                    client: self.id,
+                    eg,
+                    kind: OpKind::Commit,
+                    start,
+                    end: real,
+                    outcome,
+                });
+            }
+            State::Resolving {
+                op: expected,
+                eg,
+                start,
+                txn,
+                position,
+                read_position,
+                read_keys,
+            } if expected == op => {
+                let OpResult::Resolve(resolution) = result else {
+                    unreachable!("a resolve op returns a resolution")
+                };
+                let outcome = match resolution {
+                    Resolution::Committed(at) => Outcome::Committed {
+                        txn,
+                        position: at,
+                        read_position,
+                        read_keys,
+                    },
+                    Resolution::NotCommitted => Outcome::ResolvedNotCommitted { txn, position },
+                    Resolution::Undecided => Outcome::Unknown,
                 };
                 records.push(OpRecord {
                     client: self.id,

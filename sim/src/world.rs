@@ -105,8 +105,10 @@ pub struct Stats {
     pub commits: u64,
     /// Writes that did not commit (conflict or aborted).
     pub conflicts: u64,
-    /// Writes with unknown outcome.
+    /// Writes with unknown outcome (after trying to resolve it).
     pub unknown: u64,
+    /// Writes of unknown outcome that resolution found not committed.
+    pub resolved_not_committed: u64,
     /// Current reads served locally (vouched) / by majority read.
     pub reads_local: u64,
     /// Current reads served by a majority read.
@@ -799,6 +801,7 @@ impl World {
             (_, Outcome::Committed { .. }) => self.stats.commits += 1,
             (_, Outcome::NotCommitted) => self.stats.conflicts += 1,
             (_, Outcome::Unknown) => self.stats.unknown += 1,
+            (_, Outcome::ResolvedNotCommitted { .. }) => self.stats.resolved_not_committed += 1,
             (_, Outcome::Failed) => self.stats.failed += 1,
             (OpKind::SnapshotRead, _) => self.stats.reads_snapshot += 1,
             (OpKind::InconsistentRead, _) => self.stats.reads_inconsistent += 1,

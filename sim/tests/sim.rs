@@ -109,6 +109,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         &["single-value", "ballot-zero-once", "linearizable-eg"],
         180,
     ),
+    ("resolve-without-settling", &["durable-ack"], 60),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -146,6 +147,7 @@ knob_tests! {
     forget_promise_on_restart_is_caught => 10,
     apply_out_of_order_is_caught => 11,
     rejoin_as_voter_is_caught => 12,
+    resolve_without_settling_is_caught => 13,
 }
 
 #[test]
@@ -154,7 +156,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 15);
+    assert_eq!(BUG_NAMES.len(), 16);
 }
 
 /// DESIGN.md §4 and paper §4.6.3: an uncontended write at the leader's site costs one

@@ -9,7 +9,8 @@ use megastore_lock::{LockCommand, LockError, LockReply};
 use megastore_metrics::{ClientMetrics, ReadPathLabel};
 use megastore_paxos::{
     ClientConfig, ClientCore, ClientInput, ClientOutput, CommitResult, DataQuery, Message, OpId,
-    OpResult, ProposerConfig, ReadError, ReadMode, ReadPath, ReadResult, ReadSet, RowWrite,
+    OpResult, ProposerConfig, ReadError, ReadMode, ReadPath, ReadResult, ReadSet, Resolution,
+    RowWrite,
 };
 use megastore_types::{ClientId, EgId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
 use tokio::sync::{mpsc, oneshot};
@@ -80,6 +81,12 @@ enum Event {
         reads: ReadSet,
         done: oneshot::Sender<Committed>,
     },
+    Resolve {
+        eg: EgId,
+        position: Position,
+        txn: TxnId,
+        done: oneshot::Sender<Resolution>,
+    },
     Answer {
         from: NodeId,
         message: Message,
@@ -89,6 +96,7 @@ enum Event {
 enum Waiting {
     Read(oneshot::Sender<Result<ReadResult, ReadError>>),
     Commit(oneshot::Sender<Committed>, std::time::Instant),
+    Resolve(oneshot::Sender<Resolution>),
 }
 
 /// A client of one cluster, at one site (its local replica serves its current reads
@@ -99,9 +107,6 @@ pub struct Client {
     id: ClientId,
     /// How long an unknown commit outcome is looked for before it is reported.
     resolve_patience: std::time::Duration,
-    /// Commit markers of this client's past commits, per group, waiting to be deleted
-    /// by its next commit there.
-    spent_markers: Arc<std::sync::Mutex<BTreeMap<EgId, Vec<Vec<u8>>>>>,
     metrics: ClientMetrics,
 }
 
@@ -189,7 +194,6 @@ impl Client {
             // Several leases: long enough for a sweep to finish the position once a
             // majority is reachable again.
             resolve_patience: config.timeouts.lock_lease() * 5,
-            spent_markers: Arc::default(),
             metrics,
         })
     }
@@ -198,21 +202,6 @@ impl Client {
     /// they were served, invalidations (register them to serve them).
     pub fn metrics(&self) -> &ClientMetrics {
         &self.metrics
-    }
-
-    /// Takes the group's spent markers, for the next commit to delete.
-    pub(crate) fn take_spent_markers(&self, eg: &EgId) -> Vec<Vec<u8>> {
-        let mut spent = self.spent_markers.lock().unwrap_or_else(|p| p.into_inner());
-        spent.remove(eg).unwrap_or_default()
-    }
-
-    /// Gives back markers still to delete (a commit that did not land, or new ones).
-    pub(crate) fn return_spent_markers(&self, eg: &EgId, markers: Vec<Vec<u8>>) {
-        if markers.is_empty() {
-            return;
-        }
-        let mut spent = self.spent_markers.lock().unwrap_or_else(|p| p.into_inner());
-        spent.entry(eg.clone()).or_default().extend(markers);
     }
 
     /// How long an unknown commit outcome is looked for before it is reported.
@@ -246,6 +235,29 @@ impl Client {
             Ok(read) => Ok(read),
             Err(ReadError::Unavailable(why)) => Err(ClientError::Unavailable(why)),
         }
+    }
+
+    /// Settles `position` of `eg`, which transaction `txn` may hold after a commit that
+    /// ended [`CommitResult::Unknown`], and says whether `txn` is what was chosen there.
+    /// [`Resolution::NotCommitted`] is final: running the transaction again cannot
+    /// apply it twice. ([`Transaction::commit`](crate::Transaction::commit) does this
+    /// itself.)
+    pub async fn resolve_commit(
+        &self,
+        eg: &EgId,
+        position: Position,
+        txn: TxnId,
+    ) -> Result<Resolution, ClientError> {
+        let (done, result) = oneshot::channel();
+        self.events
+            .send(Event::Resolve {
+                eg: eg.clone(),
+                position,
+                txn,
+                done,
+            })
+            .map_err(|_| ClientError::Closed)?;
+        result.await.map_err(|_| ClientError::Closed)
     }
 
     /// Commits `writes` as one log entry after a current read at `read_position`
@@ -346,6 +358,16 @@ impl Driver {
                         .insert(op, Waiting::Commit(done, std::time::Instant::now()));
                     out
                 }
+                Some(Event::Resolve {
+                    eg,
+                    position,
+                    txn,
+                    done,
+                }) => {
+                    let (op, out) = self.core.resolve(now, eg, position, txn);
+                    self.waiting.insert(op, Waiting::Resolve(done));
+                    out
+                }
             };
             self.carry_out(outputs);
         }
@@ -395,6 +417,9 @@ impl Driver {
                             CommitResult::Aborted => self.metrics.aborted(),
                         }
                         let _ = done.send(Committed { txn, result });
+                    }
+                    (Some(Waiting::Resolve(done)), OpResult::Resolve(resolution)) => {
+                        let _ = done.send(resolution);
                     }
                     _ => {}
                 },

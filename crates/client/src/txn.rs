@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use megastore_paxos::{CellWrite, CommitResult, DataQuery, ReadMode, ReadSet, RowWrite};
+use megastore_paxos::{
+    CellWrite, CommitResult, DataQuery, ReadMode, ReadSet, Resolution, RowWrite,
+};
 use megastore_rowstore::{KeyRange, Row};
 use megastore_types::{EgId, Position, ReplicaId, TxnId};
 
@@ -152,20 +154,8 @@ fn own_writes(key: &[u8], row: Option<Row>, cells: &[CellWrite]) -> Option<Row> 
     (!row.cells.is_empty()).then_some(row)
 }
 
-/// The object id (in the schema's long form) of a group's commit markers: one row per
-/// write transaction, named by a random nonce, so a commit whose outcome was unknown is
-/// resolved by reading its marker — never by guessing, never by applying it twice.
-const MARKER_OBJECT: [u8; 5] = [0xF8, 0xFF, 0xFF, 0xFF, 0xFE];
-const MARKER_COLUMN: &[u8] = b"committed";
-/// Pause between a resolution's reads.
+/// Pause between attempts to resolve an unknown commit outcome.
 const RESOLVE_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
-
-fn marker_row(eg: &EgId, nonce: u128) -> Vec<u8> {
-    let mut row = eg.0.clone();
-    row.extend_from_slice(&MARKER_OBJECT);
-    row.extend_from_slice(&nonce.to_be_bytes());
-    row
-}
 
 /// How a transaction run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,7 +167,7 @@ pub enum Outcome {
         /// Its log position.
         position: Position,
         /// The commit first ended without knowing whether it was chosen (its writer
-        /// lost contact); the outcome was then found by the attempt's marker row.
+        /// lost contact); settling its position then found its transaction there.
         resolved: bool,
     },
     /// It wrote nothing, so nothing was committed (its reads were all from one
@@ -205,8 +195,9 @@ pub enum Attempt {
 impl Transaction {
     /// Commits the attempt's writes at the position after its reads (nothing, for a
     /// read-only attempt). A commit whose outcome cannot be known at first is resolved
-    /// before this returns: the attempt's marker row is looked for once its position is
-    /// settled; [`ClientError::Unknown`] only when even that could not be decided.
+    /// by its transaction id before this returns: its position is settled and the
+    /// chosen entry's transaction compared ([`Client::resolve_commit`]);
+    /// [`ClientError::Unknown`] only when even that could not be decided.
     pub async fn commit(self) -> Result<Attempt, ClientError> {
         if self.moved {
             return Ok(Attempt::Retry {
@@ -229,60 +220,20 @@ impl Transaction {
                 (read.position.unwrap_or(Position::NONE), read.next_leader)
             }
         };
-        let marker = marker_row(&eg, rand::random());
-        let mut writes: Vec<RowWrite> = self
+        let writes: Vec<RowWrite> = self
             .writes
             .into_iter()
             .map(|(row, cells)| RowWrite { row, cells })
             .collect();
-        writes.push(RowWrite {
-            row: marker.clone(),
-            cells: vec![CellWrite::Set {
-                column: MARKER_COLUMN.to_vec(),
-                value: Vec::new(),
-            }],
-        });
-        // Markers of this client's earlier commits in the group are no longer needed:
-        // this entry deletes them, so each client keeps at most one live marker per
-        // group.
-        let spent = client.take_spent_markers(&eg);
-        writes.extend(spent.iter().map(|row| RowWrite {
-            row: row.clone(),
-            cells: vec![CellWrite::Delete {
-                column: MARKER_COLUMN.to_vec(),
-            }],
-        }));
-        let committed = match client
+        let committed = client
             .commit(&eg, position, leader, writes, self.reads)
-            .await
-        {
-            Ok(committed) => committed,
-            Err(e) => {
-                client.return_spent_markers(&eg, spent);
-                return Err(e);
-            }
-        };
-        let txn = committed.txn;
-        let attempt = Self::outcome(&client, &eg, &marker, txn, committed.result).await;
-        match &attempt {
-            // The marker (and the deletions) are in the log: it is spent from now on.
-            Ok(Attempt::Done(_)) => client.return_spent_markers(&eg, vec![marker]),
-            // Nothing of this entry is in the log: the old markers are still live.
-            Ok(Attempt::Retry { .. }) => client.return_spent_markers(&eg, spent),
-            // It may be in the log: delete its marker, and the old ones, later.
-            Err(_) => {
-                let mut again = spent;
-                again.push(marker);
-                client.return_spent_markers(&eg, again);
-            }
-        }
-        attempt
+            .await?;
+        Self::outcome(&client, &eg, committed.txn, committed.result).await
     }
 
     async fn outcome(
         client: &Client,
         eg: &EgId,
-        marker: &[u8],
         txn: TxnId,
         result: CommitResult,
     ) -> Result<Attempt, ClientError> {
@@ -301,18 +252,18 @@ impl Transaction {
                 resolved: false,
             },
             CommitResult::Unknown { position } => {
-                match client.resolve(eg, marker, position).await {
-                    Some(Some(at)) => Attempt::Done(Outcome::Committed {
+                match client.resolve_patiently(eg, position, txn).await {
+                    Resolution::Committed(at) => Attempt::Done(Outcome::Committed {
                         txn,
                         position: at,
                         resolved: true,
                     }),
                     // Settled without it: not committed, so running again is safe.
-                    Some(None) => Attempt::Retry {
+                    Resolution::NotCommitted => Attempt::Retry {
                         keys: Vec::new(),
                         resolved: true,
                     },
-                    None => return Err(ClientError::Unknown { txn, position }),
+                    Resolution::Undecided => return Err(ClientError::Unknown { txn, position }),
                 }
             }
         })
@@ -402,31 +353,20 @@ impl Client {
         })
     }
 
-    /// Whether the transaction with this marker committed: `Some(Some(p))` yes, at `p`;
-    /// `Some(None)` no (a current read at or past `position` lacks the marker); `None`
-    /// undecided within the client's resolve patience (the position stays unsettled:
-    /// no majority, or nobody finished it yet — replicas' sweeps finish it once they
-    /// can reach a majority).
-    async fn resolve(
-        &self,
-        eg: &EgId,
-        marker: &[u8],
-        position: Position,
-    ) -> Option<Option<Position>> {
+    /// Resolves a commit of unknown outcome, settling its position again until it is
+    /// decided or the client's resolve patience runs out (the position stays unsettled
+    /// while no majority is reachable; replicas' sweeps finish it once they can).
+    async fn resolve_patiently(&self, eg: &EgId, position: Position, txn: TxnId) -> Resolution {
         let deadline = tokio::time::Instant::now() + self.resolve_patience();
-        while tokio::time::Instant::now() < deadline {
-            let query = DataQuery::Rows(vec![marker.to_vec()]);
-            if let Ok(read) = self.read(eg, ReadMode::Current, query).await {
-                if let Some(row) = read.rows.iter().find(|r| r.key == marker) {
-                    let at = row.cells.get(MARKER_COLUMN).map(|c| Position(c.timestamp));
-                    return Some(at.or(Some(position)));
-                }
-                if read.position.is_some_and(|p| p >= position) {
-                    return Some(None);
-                }
+        loop {
+            match self.resolve_commit(eg, position, txn).await {
+                Ok(Resolution::Undecided) | Err(_) => {}
+                Ok(decided) => return decided,
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Resolution::Undecided;
             }
             tokio::time::sleep(RESOLVE_PAUSE).await;
         }
-        None
     }
 }

@@ -32,6 +32,9 @@ pub struct ProtocolBugs {
     pub apply_out_of_order: bool,
     /// Readers validate the local coordinator after catching up another replica.
     pub validate_after_remote_catchup: bool,
+    /// A writer that lost contact reports its transaction not committed without
+    /// settling the position it may hold (so its retry may be applied as well).
+    pub resolve_without_settling: bool,
     /// A replica that lost its store votes at once, as if it had never voted.
     pub rejoin_as_voter: bool,
 }

@@ -13,6 +13,7 @@ use crate::entry::{LogEntry, RowWrite};
 use crate::messages::{DataQuery, Message};
 use crate::proposer::commit::{Commit, CommitResult, ReadSet};
 use crate::proposer::read::{CurrentRead, PointRead, ReadError, ReadMode, ReadResult};
+use crate::proposer::resolve::{Resolution, Resolve};
 use crate::proposer::{Ctx, ProposerConfig, Wiring};
 
 /// How a client runs.
@@ -46,6 +47,8 @@ pub enum OpResult {
         /// How.
         result: CommitResult,
     },
+    /// A resolution of an unknown commit outcome finished.
+    Resolve(Resolution),
 }
 
 /// An event for the client.
@@ -88,6 +91,7 @@ enum Op {
     Current(CurrentRead),
     Point(PointRead),
     Commit(Box<Commit>),
+    Resolve(Box<Resolve>),
 }
 
 /// A client of the database.
@@ -230,6 +234,24 @@ impl ClientCore {
         (op, txn, self.finish_step(now, sends))
     }
 
+    /// Resolves a commit that ended [`CommitResult::Unknown`] at `position`: settles
+    /// that position and says whether `txn` holds it. Once it answers
+    /// [`Resolution::NotCommitted`], running the transaction again cannot apply it twice.
+    pub fn resolve(
+        &mut self,
+        now: Time,
+        eg: EgId,
+        position: Position,
+        txn: TxnId,
+    ) -> (OpId, Vec<Output>) {
+        let op = self.new_op();
+        let mut sends = Vec::new();
+        let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, &mut sends);
+        let resolve = Resolve::start(&mut ctx, eg, position, txn);
+        self.ops.insert(op, Op::Resolve(Box::new(resolve)));
+        (op, self.finish_step(now, sends))
+    }
+
     /// Handles one event.
     pub fn step(&mut self, now: Time, input: Input) -> Vec<Output> {
         let mut sends = Vec::new();
@@ -256,6 +278,7 @@ impl ClientCore {
                     Op::Current(read) => read.on_replica_reply(ctx, r, reply),
                     Op::Point(read) => read.on_replica_reply(ctx, reply),
                     Op::Commit(commit) => commit.on_replica_reply(ctx, r, reply),
+                    Op::Resolve(resolve) => resolve.on_replica_reply(ctx, r, reply),
                 });
             }
             (NodeId::Coordinator(r), Message::CoordinatorReply(reply)) => {
@@ -270,6 +293,7 @@ impl ClientCore {
                 self.with_op(now, op, sends, |state, ctx| match state {
                     Op::Current(read) => read.on_coordinator_reply(ctx, r, reply),
                     Op::Commit(commit) => commit.on_coordinator_reply(ctx, r, reply),
+                    Op::Resolve(resolve) => resolve.on_coordinator_reply(ctx, r, reply),
                     Op::Point(_) => {}
                 });
             }
@@ -299,6 +323,7 @@ impl ClientCore {
         self.with_op(now, op, sends, |state, ctx| match state {
             Op::Current(read) => read.on_lock_outcome(ctx, outcome.id, outcome.result),
             Op::Commit(commit) => commit.on_lock_outcome(ctx, outcome.id, outcome.result),
+            Op::Resolve(resolve) => resolve.on_lock_outcome(ctx, outcome.id, outcome.result),
             Op::Point(_) => {}
         });
     }
@@ -324,6 +349,7 @@ impl ClientCore {
                 Op::Current(read) => read.on_tick(ctx),
                 Op::Point(read) => read.on_tick(ctx),
                 Op::Commit(commit) => commit.on_tick(ctx),
+                Op::Resolve(resolve) => resolve.on_tick(ctx),
             });
         }
     }
@@ -383,6 +409,15 @@ impl ClientCore {
                         finished.push(*op);
                     }
                 }
+                Op::Resolve(resolve) => {
+                    if let Some(resolution) = resolve.result() {
+                        out.push(Output::Done {
+                            op: *op,
+                            result: OpResult::Resolve(resolution),
+                        });
+                        finished.push(*op);
+                    }
+                }
             }
         }
         for op in finished {
@@ -411,5 +446,6 @@ fn op_deadline(state: &Op) -> Option<Time> {
         Op::Current(read) => read.deadline(),
         Op::Point(read) => read.deadline(),
         Op::Commit(commit) => commit.deadline(),
+        Op::Resolve(resolve) => resolve.deadline(),
     }
 }

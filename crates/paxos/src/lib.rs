@@ -41,6 +41,7 @@ pub use messages::{
 };
 pub use proposer::commit::{CommitResult, ReadSet};
 pub use proposer::read::{ReadError, ReadMode, ReadPath, ReadResult};
+pub use proposer::resolve::Resolution;
 pub use proposer::{ProposerConfig, Timeouts};
 pub use replica::{
     GroupLog, Input as ReplicaInput, Output as ReplicaOutput, Rejoin, Replica, ReplicaConfig,

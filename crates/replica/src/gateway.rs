@@ -29,8 +29,8 @@ const SESSION_IDLE_MAX: Duration = Duration::from_secs(60);
 const SESSIONS_MAX: usize = 10_000;
 /// The longest entity group name accepted.
 const EG_BYTES_MAX: usize = 1024;
-/// The byte after a group's prefix that starts its reserved rows (versioned keys,
-/// commit markers: object ids in the schema's long form).
+/// The byte after a group's prefix that starts its reserved rows (versioned keys: object
+/// ids in the schema's long form).
 const RESERVED: u8 = 0xF8;
 
 struct Session {

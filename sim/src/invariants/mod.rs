@@ -167,6 +167,7 @@ impl Checkers {
     pub fn finish(&mut self, world: &World) {
         let mut found = Vec::new();
         convergence::check(world, &self.chosen, &mut found);
+        durable_ack::check_history(&self.chosen, &world.history, &mut found);
         linearizable_eg::check_history(&self.chosen, &world.history, &mut found);
         for (invariant, detail) in found {
             self.violation(world, invariant, detail);

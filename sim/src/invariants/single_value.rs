@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use megastore_paxos::LogEntry;
-use megastore_types::{Ballot, EgId, Position, ReplicaId};
+use megastore_types::{Ballot, EgId, Position, ReplicaId, TxnId};
 
 use super::stored_slot;
 use crate::workload::COLUMN;
@@ -35,6 +35,16 @@ impl ChosenLog {
     /// The chosen value at `p`, if seen.
     pub fn get(&self, eg: &EgId, p: Position) -> Option<&LogEntry> {
         self.chosen.get(&(eg.clone(), p))
+    }
+
+    /// Every position of `eg` seen chosen with `txn`.
+    pub fn positions_of(&self, eg: &EgId, txn: TxnId) -> Vec<Position> {
+        self.chosen
+            .range((eg.clone(), Position::NONE)..)
+            .take_while(|((g, _), _)| g == eg)
+            .filter(|(_, e)| e.txn == Some(txn))
+            .map(|((_, p), _)| *p)
+            .collect()
     }
 
     /// Chosen positions holding a transaction, and how many were chosen at ballot 0

@@ -9,6 +9,7 @@
 
 pub(crate) mod commit;
 pub(crate) mod read;
+pub(crate) mod resolve;
 pub(crate) mod settle;
 
 use std::collections::BTreeMap;
