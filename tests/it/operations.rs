@@ -23,6 +23,17 @@ fn copy_dir(from: &Path, to: &Path) {
     assert!(status.success());
 }
 
+/// Stops replica b cleanly, once it has started serving (writes need only a majority,
+/// so it may still be starting when they succeed).
+fn stop_b(cluster: &mut megastore_e2e::LocalCluster) {
+    cluster.wait_for_log("replica-b", "replica serving", Duration::from_secs(20));
+    assert!(
+        cluster
+            .process("replica-b")
+            .terminate(Duration::from_secs(10))
+    );
+}
+
 /// Restores `backup` as replica b's store, restarts b, writes more, and checks that b
 /// rejoined and serves everything acknowledged.
 fn restore_and_check(
@@ -35,11 +46,7 @@ fn restore_and_check(
 ) {
     let group = eg(group_number);
     let counter = row(&group, "counter");
-    assert!(
-        cluster
-            .process("replica-b")
-            .terminate(Duration::from_secs(10))
-    );
+    stop_b(cluster);
     let data = config.replica("b").unwrap().data_dir.clone();
     std::fs::remove_dir_all(&data).unwrap();
     copy_dir(backup, &data);
@@ -96,11 +103,7 @@ fn a_restored_backup_rejoins_and_loses_nothing_acknowledged() {
     assert!(!refused.status.success());
     assert!(refused.stderr.contains("stop it first"), "{refused:?}");
 
-    assert!(
-        cluster
-            .process("replica-b")
-            .terminate(Duration::from_secs(10))
-    );
+    stop_b(&mut cluster);
     let made = run_megastore(
         &[
             "backup",
@@ -140,11 +143,7 @@ fn a_stopped_directory_copied_by_hand_is_recognised_when_restored() {
     });
     // Copied with its stamp, while stopped; b then starts again (a later generation)
     // and votes on more writes.
-    assert!(
-        cluster
-            .process("replica-b")
-            .terminate(Duration::from_secs(10))
-    );
+    stop_b(&mut cluster);
     let copy = dir.path().join("copy-b");
     copy_dir(&config.replica("b").unwrap().data_dir, &copy);
     assert!(copy.join("MEGASTORE_STAMP").exists());
@@ -191,6 +190,8 @@ fn a_replica_added_to_a_running_cluster_rejoins_catches_up_and_then_votes() {
         "coordinator-a",
         "coordinator-b",
     ] {
+        // Once it has started ("replica serving", "coordinator serving").
+        cluster.wait_for_log(process, "serving", Duration::from_secs(20));
         assert!(cluster.process(process).terminate(Duration::from_secs(10)));
         cluster.start_process_with(process, &grown_path);
     }

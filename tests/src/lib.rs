@@ -317,6 +317,22 @@ impl LocalCluster {
         self.processes.insert(process.to_string(), started);
     }
 
+    /// Waits until the process called `name` has logged `text` (a replica logs "replica
+    /// serving" once it serves), failing after `limit`.
+    pub fn wait_for_log(&mut self, name: &str, text: &str, limit: Duration) {
+        let started = std::time::Instant::now();
+        let process = self.process(name);
+        while !process.log().contains(text) {
+            assert!(process.running(), "{name} stopped:\n{}", process.log());
+            assert!(
+                started.elapsed() < limit,
+                "{name} did not log {text:?} within {limit:?}:\n{}",
+                process.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The process called `name`.
     pub fn process(&mut self, name: &str) -> &mut Process {
         self.processes
