@@ -209,6 +209,27 @@ fn a_replica_added_to_a_running_cluster_rejoins_catches_up_and_then_votes() {
     // It started as a rejoining replica: no vote per group before it caught up.
     cluster.wait_for_log("replica-e", "rejoining=true", Duration::from_secs(20));
 
+    // It catches up with the group (clearing its rejoin needs answers from the old
+    // voters, all three of them while it does not count).
+    runtime.block_on(async {
+        let peers = megastore_client::Peers::new(&grown).unwrap();
+        let started = std::time::Instant::now();
+        loop {
+            let status =
+                megastore_client::status::cluster_status(&grown, &peers, Some(&group)).await;
+            let e = status.replicas.iter().find(|r| r.name == "e").unwrap();
+            if e.log.is_some_and(|log| log.visible.0 >= 6) {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "e did not catch up: {:?}",
+                e.log
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+
     // Once caught up it votes: with the first witness and the read-only replica
     // stopped, a, b and e are the only majority — writes need e.
     cluster.process("replica-c").signal("STOP");
