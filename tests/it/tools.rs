@@ -472,6 +472,7 @@ entity put User user_id=7 name=Ann
 begin User 7
 entity put Photo user_id=7 photo_id=1 time=100 full_url=http://p/1 tag=cat tag=sea
 entity put Photo user_id=7 photo_id=2 time=200 full_url=http://p/2
+put raw column value
 entity scan Photo 7
 commit
 entity get User 7
@@ -489,8 +490,13 @@ entity get Photo 7 x
     assert_eq!(
         out.status.code(),
         Some(1),
-        "one bad key: exit 1\n{text}\n{}",
+        "bad commands: exit 1\n{text}\n{}",
         out.stderr
+    );
+    // Untyped rows would land among the schema's rows of that group: refused.
+    assert!(
+        text.contains("error: this transaction is on an entity group of the schema"),
+        "{text}"
     );
     assert!(text.contains("| Photo | user_id, photo_id |"), "{text}");
     assert!(text.contains("| 7       | \"Ann\" |"), "{text}");

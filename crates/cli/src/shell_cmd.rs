@@ -53,6 +53,9 @@ struct Session {
     catalog: Option<(Arc<Catalog>, u64)>,
     site: String,
     group: Option<EgId>,
+    /// The group is an entity group of the schema (chosen by `begin TABLE ROOTKEY`):
+    /// its rows are the schema's, so untyped row commands are refused there.
+    group_of_schema: bool,
     mode: ReadMode,
     transaction: Option<Transaction>,
 }
@@ -82,6 +85,11 @@ impl Session {
     }
 
     fn row_key(&self, row: &[u8]) -> anyhow::Result<Vec<u8>> {
+        anyhow::ensure!(
+            !self.group_of_schema,
+            "this transaction is on an entity group of the schema, whose rows are the \
+             schema's: use entity commands (or `use GROUP` for untyped rows outside one)"
+        );
         let mut key = self.group()?.0.clone();
         key.push(ROW_SPACE);
         key.extend_from_slice(row);
@@ -339,6 +347,7 @@ impl Session {
                 anyhow::ensure!(!group.is_empty(), "an entity group needs a non-empty key");
                 let shown = show_bytes(&group);
                 self.group = Some(EgId(group));
+                self.group_of_schema = false;
                 format!("using entity group {shown}")
             }
             ShellCommand::Site(site) => {
@@ -380,6 +389,7 @@ impl Session {
                 if let Some((table, root)) = of_entity {
                     let catalog = self.catalog()?;
                     self.group = Some(Self::root_group(&catalog, &table, &root)?.1);
+                    self.group_of_schema = true;
                 }
                 let group = self.group()?.clone();
                 self.transaction = Some(self.client.begin(&group));
@@ -452,6 +462,7 @@ pub(crate) fn run(args: ShellArgs) -> anyhow::Result<ExitCode> {
         catalog: None,
         site,
         group,
+        group_of_schema: false,
         mode: ReadMode::Current,
         transaction: None,
     };
