@@ -42,7 +42,7 @@ fn why(read: &ReadResult) -> &'static str {
 fn show(config: &ClusterConfig, site: &str, mode: &str, read: &ReadResult, column: &[u8]) {
     let replica = config.replica_by_id(read.replica).map_or_else(
         || format!("#{}", read.replica.0),
-        |r| format!("{} ({:?})", r.name, r.kind),
+        |r| format!("{} ({})", r.name, r.kind),
     );
     let value = read.rows.first().and_then(|r| r.value(column)).map_or_else(
         || "(absent)".to_string(),
