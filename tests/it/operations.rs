@@ -34,6 +34,23 @@ fn stop_b(cluster: &mut megastore_e2e::LocalCluster) {
     );
 }
 
+/// Starts replica b again and commits three increments through it (votes that a copy
+/// made before lacks).
+fn restart_b_and_write(
+    cluster: &mut megastore_e2e::LocalCluster,
+    config: &megastore_config::ClusterConfig,
+    runtime: &tokio::runtime::Runtime,
+    group: &megastore_types::EgId,
+) {
+    cluster.start_process("replica-b");
+    runtime.block_on(async {
+        let at_b = connect(config, "B").await;
+        for _ in 0..3 {
+            increment(&at_b, group, "counter").await.unwrap();
+        }
+    });
+}
+
 /// Restores `backup` as replica b's store, restarts b, writes more, and checks that b
 /// rejoined and serves everything acknowledged.
 fn restore_and_check(
@@ -122,14 +139,8 @@ fn a_restored_backup_rejoins_and_loses_nothing_acknowledged() {
         !backup.join("MEGASTORE_STAMP").exists(),
         "a backup carries no stamp"
     );
-    cluster.start_process("replica-b");
     // b votes on these after the backup: the backup lacks those votes.
-    runtime.block_on(async {
-        let at_b = connect(&config, "B").await;
-        for _ in 0..3 {
-            increment(&at_b, &group, "counter").await.unwrap();
-        }
-    });
+    restart_b_and_write(&mut cluster, &config, &runtime, &group);
     restore_and_check(&mut cluster, &config, &runtime, &backup, 31, 6);
 }
 
@@ -147,13 +158,7 @@ fn a_stopped_directory_copied_by_hand_is_recognised_when_restored() {
     let copy = dir.path().join("copy-b");
     copy_dir(&config.replica("b").unwrap().data_dir, &copy);
     assert!(copy.join("MEGASTORE_STAMP").exists());
-    cluster.start_process("replica-b");
-    runtime.block_on(async {
-        let at_b = connect(&config, "B").await;
-        for _ in 0..3 {
-            increment(&at_b, &group, "counter").await.unwrap();
-        }
-    });
+    restart_b_and_write(&mut cluster, &config, &runtime, &group);
     restore_and_check(&mut cluster, &config, &runtime, &copy, 32, 4);
 }
 
