@@ -1,11 +1,12 @@
 //! Fault injection, all drawn from the seed: partitions (a site, one way between two
-//! sites, a coordinator alone, the lock nodes), crashes and restarts (replicas — losing
-//! unsynced writes, or once per run the whole store — coordinators, lock nodes) and
-//! lock leader changes.
+//! sites, a coordinator alone, the lock nodes, a site but not from the lock service — with
+//! an operator disabling its coordinator), crashes and restarts (replicas — losing
+//! unsynced writes, or once per run the whole store — coordinators, also stopped cleanly,
+//! lock nodes) and lock leader changes.
 
 use std::time::Duration;
 
-use megastore_types::{LockNodeId, NodeId};
+use megastore_types::{LockNodeId, NodeId, SiteId};
 
 use crate::world::{Hold, World};
 
@@ -31,7 +32,7 @@ pub(crate) fn inject(world: &mut World) {
     }
     let dice = world.rng().below(100);
     match dice {
-        0..28 => {
+        0..23 => {
             // A whole site is cut off, both ways.
             let sites = u64::from(world.config.sites);
             let site = world.rng().below(sites) as u16;
@@ -46,6 +47,39 @@ pub(crate) fn inject(world: &mut World) {
                 .collect();
             let d = millis(world, 300, 3000);
             world.block_links(links, d);
+        }
+        23..28 => {
+            // The asymmetric partition that needs an operator (paper §4.7): a site is
+            // cut off from the other sites, but its coordinator still reaches the lock
+            // service and keeps its lock, so writers elsewhere cannot invalidate it.
+            // The operator disables it, and restarts it once the partition has healed.
+            let sites = u64::from(world.config.sites);
+            let site = SiteId(world.rng().below(sites) as u16);
+            let not_lock = |n: &NodeId| !matches!(n, NodeId::LockNode(_));
+            let inside: Vec<NodeId> = nodes
+                .iter()
+                .copied()
+                .filter(|n| not_lock(n) && world.node_site(*n) == site)
+                .collect();
+            let outside: Vec<NodeId> = nodes
+                .iter()
+                .copied()
+                .filter(|n| not_lock(n) && world.node_site(*n) != site)
+                .collect();
+            let links = pairs(&inside, &outside)
+                .into_iter()
+                .flat_map(|(a, b)| [(a, b), (b, a)])
+                .collect();
+            let d = millis(world, 1000, 4000);
+            world.block_links(links, d);
+            let coordinator = inside.iter().find_map(|n| match n {
+                NodeId::Coordinator(r) => Some(*r),
+                _ => None,
+            });
+            if let Some(r) = coordinator {
+                let after = millis(world, 100, 1000);
+                world.operator_disables(r, after, d + Duration::from_millis(100));
+            }
         }
         28..38 => {
             // One way between two sites.
@@ -182,7 +216,11 @@ pub(crate) fn inject(world: &mut World) {
             }
             let c = coordinators[world.rng().below(coordinators.len() as u64) as usize];
             let d = millis(world, 200, 3000);
-            world.crash(c, d);
+            match c {
+                // A clean stop (a restart for an upgrade): it gives its lock back.
+                NodeId::Coordinator(r) if world.rng().chance(0.3) => world.stop_coordinator(r, d),
+                _ => world.crash(c, d),
+            }
         }
         84..92 => {
             // Lock leader change (a new Raft term): leases restart on the new leader.

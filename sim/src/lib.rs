@@ -52,6 +52,7 @@ pub const BUG_NAMES: &[&str] = &[
     "apply-out-of-order",
     "resolve-without-settling",
     "rejoin-as-voter",
+    "release-while-vouching",
 ];
 
 /// The knob called `name`.
@@ -75,6 +76,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "apply-out-of-order" => p.apply_out_of_order = true,
         "resolve-without-settling" => p.resolve_without_settling = true,
         "rejoin-as-voter" => p.rejoin_as_voter = true,
+        "release-while-vouching" => c.release_while_vouching = true,
         _ => return None,
     }
     Some(Bugs {

@@ -10,7 +10,7 @@ use megastore_coordinator::{
     Coordinator, CoordinatorBugs, CoordinatorConfig, Input as CoordinatorInput,
     Output as CoordinatorOutput,
 };
-use megastore_lock::{LockCore, LockError, LockResponse};
+use megastore_lock::{LockCommand, LockCore, LockError, LockResponse};
 use megastore_paxos::{
     ClientConfig, ClientCore, ClientInput, ClientOutput, Message, ProposerConfig, ProtocolBugs,
     Replica, ReplicaConfig, ReplicaInput, ReplicaOutput, ReplicaReply, ReplicaRequest, SweepConfig,
@@ -88,6 +88,8 @@ enum Event {
     ClientNext(ClientId),
     Fault,
     Restart(NodeId),
+    /// An operator runs `megastore coordinator disable` on this replica's coordinator.
+    Disable(ReplicaId),
     HealLinks,
     Release(Hold),
     LockElection,
@@ -534,6 +536,7 @@ impl World {
                 }
             }
             Event::Restart(node) => self.restart(node),
+            Event::Disable(r) => self.disable_coordinator(r),
             Event::Release(hold) => {
                 // Everything held is let go at once, in random order.
                 for (from, to, message) in self.held.remove(&hold).unwrap_or_default() {
@@ -887,7 +890,10 @@ impl World {
                 }
             }
             NodeId::Coordinator(r) => {
-                if self.coordinators.get(&r).is_some_and(|c| c.core.is_none()) {
+                // A coordinator that was disabled or stopped comes back only as a new
+                // process, like one that crashed.
+                let down = |c: &CoordinatorNode| c.core.as_ref().is_none_or(Coordinator::retired);
+                if self.coordinators.get(&r).is_some_and(down) {
                     self.start_coordinator(r);
                 }
             }
@@ -898,6 +904,53 @@ impl World {
             }
             NodeId::Client(_) => {}
         }
+    }
+
+    /// Stops a coordinator cleanly (it stops vouching and gives its lock back); a new
+    /// process starts after `down`.
+    pub(crate) fn stop_coordinator(&mut self, r: ReplicaId, down: Duration) {
+        self.stats.faults += 1;
+        self.trace
+            .note(self.now, &format!("stop coordinator {}", r.0));
+        self.run_coordinator(r, CoordinatorInput::Stop);
+        let at = self.now + ns(down);
+        self.schedule(at, Event::Restart(NodeId::Coordinator(r)));
+    }
+
+    /// An operator disables coordinator `r` after `after`, and restarts it after
+    /// `restart_after` (once the partition that called for it has healed).
+    pub(crate) fn operator_disables(
+        &mut self,
+        r: ReplicaId,
+        after: Duration,
+        restart_after: Duration,
+    ) {
+        let at = self.now + ns(after);
+        self.schedule(at, Event::Disable(r));
+        let at = self.now + ns(restart_after);
+        self.schedule(at, Event::Restart(NodeId::Coordinator(r)));
+    }
+
+    /// `megastore coordinator disable`: revokes the holder of the coordinator's lock,
+    /// through the lock service's leader (refused without a majority, as lockd would).
+    fn disable_coordinator(&mut self, r: ReplicaId) {
+        let leader = self.lock.leader;
+        let result = if self.lock_quorum(leader) {
+            let now = self.local_now(NodeId::LockNode(leader));
+            let lock = megastore_coordinator::lock_name(r);
+            let result = self
+                .lock
+                .core
+                .apply(now, &LockCommand::RevokeHolder { lock });
+            self.lock.core.check_invariants();
+            result
+        } else {
+            Err(LockError::Unavailable)
+        };
+        self.trace.note(
+            self.now,
+            &format!("operator disables coordinator {}: {result:?}", r.0),
+        );
     }
 
     pub(crate) fn block_links(&mut self, links: Vec<(NodeId, NodeId)>, duration: Duration) {

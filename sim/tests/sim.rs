@@ -98,7 +98,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ("ack-before-invalidate", &["visible-after-invalidate"], 5),
     ("learn-from-single-accept", &["single-value"], 40),
     ("leader-from-unchosen-entry", &["ballot-zero-once"], 120),
-    ("forget-promise-on-restart", &["single-value"], 480),
+    ("forget-promise-on-restart", &["single-value"], 540),
     (
         "apply-out-of-order",
         &["prefix-snapshots", "linearizable-eg"],
@@ -110,6 +110,11 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         180,
     ),
     ("resolve-without-settling", &["durable-ack"], 60),
+    (
+        "release-while-vouching",
+        &["visible-after-invalidate", "vouched-is-current"],
+        60,
+    ),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -148,6 +153,7 @@ knob_tests! {
     apply_out_of_order_is_caught => 11,
     rejoin_as_voter_is_caught => 12,
     resolve_without_settling_is_caught => 13,
+    release_while_vouching_is_caught => 14,
 }
 
 #[test]
@@ -156,7 +162,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 16);
+    assert_eq!(BUG_NAMES.len(), 17);
 }
 
 /// DESIGN.md §4 and paper §4.6.3: an uncontended write at the leader's site costs one

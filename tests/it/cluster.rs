@@ -832,7 +832,7 @@ fn megastore_dev_runs_the_default_topology_with_a_demo_and_stops_cleanly() {
 }
 
 #[test]
-fn disabling_an_unreachable_coordinator_ends_the_write_stall_within_a_lease() {
+fn disabling_an_unreachable_coordinator_ends_the_write_stall_at_once() {
     let _alone = megastore_e2e::one_cluster_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let mut cluster = LocalCluster::start(dir.path());
@@ -916,16 +916,24 @@ fn disabling_an_unreachable_coordinator_ends_the_write_stall_within_a_lease() {
         dir.path(),
         Duration::from_secs(20),
     );
-    assert!(out.status.success(), "{out:?}");
+    // b still reaches lockd: it hears of the revocation at its next keep-alive (a
+    // quarter lease), stops vouching and gives its lock back — the command waits for
+    // that — and the writer's next lock query (every half RPC timeout) finds it free.
+    assert!(
+        out.status.success() && out.stdout.contains("it stopped vouching"),
+        "{out:?}"
+    );
     let (result, took) = runtime.block_on(write).unwrap();
     let after_disable = disabled_at.elapsed();
     assert!(
         result.is_ok(),
         "the write failed after {took:?}: {result:?}"
     );
+    let rpc = config.timeouts.rpc();
     assert!(
-        after_disable < lease * 2,
-        "the write went on {after_disable:?} after the disable (lease {lease:?})"
+        after_disable < lease / 4 + rpc * 2,
+        "the write went on {after_disable:?} after the disable (lease {lease:?}): not at once\n{}",
+        out.stdout
     );
     cluster.process("replica-b").signal("CONT");
 }

@@ -314,8 +314,28 @@ fn coordinator_process_vouches_per_epoch_and_can_be_disabled() {
         killed.elapsed()
     );
 
-    // `coordinator disable`: the coordinator stops vouching once its next keep-alive is
-    // refused, and never vouches again.
+    // A clean stop (SIGTERM) gives the lock back: the next process takes it at once.
+    assert!(
+        coordinator.terminate(Duration::from_secs(20)),
+        "no clean stop"
+    );
+    let stopped = Instant::now();
+    coordinator = start_coordinator();
+    let third = runtime.block_on(async {
+        let mut c = connect(&address).await;
+        let epoch = wait_for_epoch(&mut c, Some(second), Duration::from_secs(15)).await;
+        assert!(epoch > second);
+        epoch
+    });
+    assert!(
+        stopped.elapsed() < config.timeouts.lock_lease() / 2,
+        "the lock moved only after {:?}: the stopped coordinator did not give it back",
+        stopped.elapsed()
+    );
+
+    // `coordinator disable`: the coordinator stops vouching and gives its lock back once
+    // its next keep-alive is refused — before the command returns — and never vouches
+    // again.
     runtime.block_on(async {
         let mut c = connect(&address).await;
         ask(
@@ -323,11 +343,11 @@ fn coordinator_process_vouches_per_epoch_and_can_be_disabled() {
             CoordinatorRequest::Validate {
                 eg: eg.clone(),
                 position: Position(6),
-                epoch: second,
+                epoch: third,
             },
         )
         .await;
-        assert_eq!(query(&mut c, &eg).await, (true, Some(second)));
+        assert_eq!(query(&mut c, &eg).await, (true, Some(third)));
     });
     let out = run_megastore(
         &["coordinator", "disable", "a", "--config", config_arg],
@@ -335,19 +355,17 @@ fn coordinator_process_vouches_per_epoch_and_can_be_disabled() {
         Duration::from_secs(20),
     );
     assert!(
-        out.status.success() && out.stdout.contains("session revoked"),
+        out.status.success() && out.stdout.contains("session revoked; it stopped vouching"),
         "{out:?}"
+    );
+    let waited = seconds_in(&out.stdout, "was free after ");
+    assert!(
+        waited < config.timeouts.lock_lease().as_secs_f64() / 2.0,
+        "the lock was free only {waited} s after the revocation: {out:?}"
     );
     runtime.block_on(async {
         let mut c = connect(&address).await;
-        let started = Instant::now();
-        while query(&mut c, &eg).await.0 {
-            assert!(
-                started.elapsed() < config.timeouts.lock_lease(),
-                "still vouching after a lease"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        assert_eq!(query(&mut c, &eg).await, (false, None), "still vouching");
         tokio::time::sleep(config.timeouts.lock_lease()).await;
         assert_eq!(
             query(&mut c, &eg).await,
@@ -365,4 +383,17 @@ fn coordinator_process_vouches_per_epoch_and_can_be_disabled() {
         !unknown.status.success() && unknown.stderr.contains("no full replica is called \"zz\""),
         "{unknown:?}"
     );
+}
+
+/// The number of seconds printed right after `label` in `text` ("… after 0.42 s").
+fn seconds_in(text: &str, label: &str) -> f64 {
+    let at = text
+        .find(label)
+        .unwrap_or_else(|| panic!("no {label:?} in {text}"))
+        + label.len();
+    text[at..]
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {label:?} in {text}"))
 }

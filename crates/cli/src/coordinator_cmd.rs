@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use megastore_config::ClusterConfig;
-use megastore_replica::{CoordinatorProcess, disable_coordinator};
+use megastore_replica::{CoordinatorProcess, DisableOutcome, disable_coordinator};
 
 use crate::cluster_arg::ClusterArg;
 
@@ -26,8 +26,9 @@ pub(crate) struct CoordinatorArgs {
 
 #[derive(Debug, Subcommand)]
 enum CoordinatorAction {
-    /// Revoke a coordinator's lock session: it stops vouching once it learns of it,
-    /// and its lock lapses at the end of its lease (for an asymmetric partition).
+    /// Revoke a coordinator's lock session (for an asymmetric partition): it stops
+    /// vouching and gives its lock back when it next hears from lockd (a quarter lease),
+    /// or its lock lapses at the end of its lease. Waits until the lock is free.
     Disable {
         /// The full replica whose coordinator to disable.
         name: String,
@@ -41,13 +42,25 @@ pub(crate) fn run(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
     match args.action {
         Some(CoordinatorAction::Disable { name, cluster }) => {
             let config = cluster.load()?;
-            let found = runtime.block_on(disable_coordinator(&config, &name))?;
-            if found {
-                println!(
-                    "coordinator of {name}: session revoked; its lock lapses at the end of its lease"
-                );
-            } else {
-                println!("coordinator of {name}: holds no lock (nothing to revoke)");
+            let lease = config.timeouts.lock_lease();
+            // Its lease, plus a lockd election that would restart it.
+            let wait = lease + config.timeouts.rpc() * 4;
+            println!(
+                "coordinator of {name}: revoking its session, then waiting for its lock to be free (at most {:.1} s)",
+                wait.as_secs_f64()
+            );
+            match runtime.block_on(disable_coordinator(&config, &name, wait))? {
+                DisableOutcome::NotHeld => {
+                    println!("coordinator of {name}: holds no lock (nothing to revoke)");
+                }
+                DisableOutcome::Free { waited } => println!(
+                    "coordinator of {name}: session revoked; it stopped vouching and its lock was free after {:.2} s: writers go on without it",
+                    waited.as_secs_f64()
+                ),
+                DisableOutcome::StillHeld { waited } => println!(
+                    "coordinator of {name}: session revoked, but its lock is still held after {:.1} s (a lockd leader change restarts leases): writers go on once it lapses",
+                    waited.as_secs_f64()
+                ),
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -18,6 +18,9 @@ pub struct CoordinatorBugs {
     pub validate_ignores_position: bool,
     /// Accept validates and vouch without holding the lock (and its lease).
     pub validate_without_lock: bool,
+    /// When revoked, give the lock back at once but go on vouching until the lease
+    /// ends ("the lease still holds") — writers then skip a coordinator that vouches.
+    pub release_while_vouching: bool,
 }
 
 /// How a coordinator runs.
@@ -78,6 +81,9 @@ pub enum Input {
         /// The request.
         request: CoordinatorRequest,
     },
+    /// The process is stopping: stop vouching, then give the lock back so writers
+    /// need not wait for its lease to end.
+    Stop,
     /// A lock node's response.
     Lock {
         /// The node.
@@ -111,6 +117,7 @@ enum LockRequestKind {
     OpenSession { sent_at: Time },
     Acquire,
     KeepAlive { sent_at: Time },
+    Close,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,8 +133,14 @@ enum Phase {
     },
     /// Holding the lock: serving in this epoch.
     Serving { session: SessionId, epoch: Epoch },
-    /// An operator revoked the session: never vouch again in this process.
-    Disabled,
+    /// Revoked by an operator, or stopping: never vouch again in this process. The
+    /// session is closed (giving the lock back) once nothing is vouched for any more;
+    /// `closing` is that session until the lock service confirms, retried at
+    /// `retry_at` after a failure.
+    Disabled {
+        closing: Option<SessionId>,
+        retry_at: Option<Time>,
+    },
 }
 
 /// The coordinator of one full replica (DESIGN.md §4): which entity groups its replica
@@ -187,9 +200,31 @@ impl Coordinator {
 
     /// Whether a query for `eg` at `now` would say "current".
     pub fn vouches(&self, now: Time, eg: &EgId) -> bool {
+        let bugs = self.config.bugs;
+        let retired = self.retired();
         let serving = self.holds_lease(now)
-            || (self.config.bugs.validate_without_lock && self.phase != Phase::Disabled);
+            || (bugs.validate_without_lock && !retired)
+            || (bugs.release_while_vouching && retired && now < self.lease_end);
         serving && matches!(self.groups.get(eg), Some(GroupState::Valid { .. }))
+    }
+
+    /// Whether it has stopped for good and given its lock back (the lock service
+    /// confirmed closing its session), so nobody need wait for its lease.
+    pub fn released(&self) -> bool {
+        matches!(self.phase, Phase::Disabled { closing: None, .. })
+    }
+
+    /// Whether it stopped for good (revoked by an operator, or stopping): it never
+    /// vouches again.
+    pub fn retired(&self) -> bool {
+        matches!(self.phase, Phase::Disabled { .. })
+    }
+
+    fn session(&self) -> Option<SessionId> {
+        match self.phase {
+            Phase::Acquiring { session, .. } | Phase::Serving { session, .. } => Some(session),
+            _ => None,
+        }
     }
 
     /// How long a lease surely lasts here, counted from when the request that got it
@@ -207,6 +242,7 @@ impl Coordinator {
         let mut out = Vec::new();
         match input {
             Input::Start => self.open_session(now, &mut out),
+            Input::Stop => self.retire(now, &mut out),
             Input::Request { from, request } => self.handle_request(now, from, request, &mut out),
             Input::Lock { from, response } => match self.lock.on_response(now, from, response) {
                 Ok(outcome) => {
@@ -261,16 +297,42 @@ impl Coordinator {
     }
 
     /// Leaves the current epoch: every group becomes unknown.
-    fn lose_lock(&mut self, now: Time, revoked: bool) {
+    fn lose_lock(&mut self, now: Time) {
         self.groups.clear();
         self.keepalive_out = false;
-        self.phase = if revoked {
-            Phase::Disabled
-        } else {
-            Phase::NoSession {
-                retry_at: now + self.config.retry_delay,
-            }
+        self.phase = Phase::NoSession {
+            retry_at: now + self.config.retry_delay,
         };
+    }
+
+    /// Stops vouching for good (revoked, or stopping), and only then closes the
+    /// session, which gives the lock back: a writer that finds the lock free may skip
+    /// this coordinator at once, because nothing it said can still be relied on.
+    fn retire(&mut self, now: Time, out: &mut Vec<Output>) {
+        if self.retired() {
+            return;
+        }
+        let session = self.session();
+        if !self.config.bugs.release_while_vouching {
+            self.groups.clear();
+        }
+        self.keepalive_out = false;
+        self.phase = Phase::Disabled {
+            closing: session,
+            retry_at: None,
+        };
+        if let Some(session) = session {
+            self.close(now, session, out);
+        }
+    }
+
+    fn close(&mut self, now: Time, session: SessionId, out: &mut Vec<Output>) {
+        self.send_lock(
+            now,
+            LockCommand::CloseSession { session },
+            LockRequestKind::Close,
+            out,
+        );
     }
 
     fn on_lock_outcome(
@@ -281,6 +343,18 @@ impl Coordinator {
         out: &mut Vec<Output>,
     ) {
         match (kind, result) {
+            (LockRequestKind::OpenSession { .. }, Ok(LockReply::Session { session, .. }))
+                if self.retired() =>
+            {
+                // Stopped while the session was being opened: it holds nothing, but
+                // closing it tidies up.
+                self.phase = Phase::Disabled {
+                    closing: Some(session),
+                    retry_at: None,
+                };
+                self.close(now, session, out);
+            }
+            (LockRequestKind::OpenSession { .. }, _) if self.retired() => {}
             (
                 LockRequestKind::OpenSession { sent_at },
                 Ok(LockReply::Session { session, lease }),
@@ -310,7 +384,9 @@ impl Coordinator {
                 LockRequestKind::Acquire,
                 Err(LockError::SessionExpired(_) | LockError::SessionRevoked(_)),
             ) => {
-                self.lose_lock(now, false);
+                if !self.retired() {
+                    self.lose_lock(now);
+                }
             }
             (LockRequestKind::Acquire, _) => {
                 // Held by an older incarnation (until its lease ends) or unavailable.
@@ -321,6 +397,9 @@ impl Coordinator {
                     };
                 }
             }
+            (LockRequestKind::KeepAlive { .. }, _) if self.retired() => {
+                self.keepalive_out = false;
+            }
             (LockRequestKind::KeepAlive { sent_at }, result) => {
                 self.keepalive_out = false;
                 match result {
@@ -328,10 +407,26 @@ impl Coordinator {
                         self.lease = lease;
                         self.lease_end = self.lease_end.max(sent_at + self.safe_lease(lease));
                     }
-                    Err(LockError::SessionRevoked(_)) => self.lose_lock(now, true),
-                    Err(LockError::SessionExpired(_)) => self.lose_lock(now, false),
+                    Err(LockError::SessionRevoked(_)) => self.retire(now, out),
+                    Err(LockError::SessionExpired(_)) => self.lose_lock(now),
                     // Unreachable service: the lease runs out locally if this persists.
                     _ => {}
+                }
+            }
+            (LockRequestKind::Close, result) => {
+                if let Phase::Disabled {
+                    closing: Some(session),
+                    ..
+                } = self.phase
+                {
+                    let retry_at = match result {
+                        Ok(_) | Err(LockError::SessionExpired(_)) => None,
+                        Err(_) => Some(now + self.config.retry_delay),
+                    };
+                    self.phase = Phase::Disabled {
+                        closing: retry_at.map(|_| session),
+                        retry_at,
+                    };
                 }
             }
         }
@@ -351,13 +446,21 @@ impl Coordinator {
                 session,
                 retry_at: Some(at),
             } if now >= at => self.acquire(now, session, out),
+            Phase::Disabled {
+                closing: Some(session),
+                retry_at: Some(at),
+            } if now >= at => {
+                self.phase = Phase::Disabled {
+                    closing: Some(session),
+                    retry_at: None,
+                };
+                self.close(now, session, out);
+            }
             _ => {}
         }
-        let session = match self.phase {
-            Phase::Acquiring { session, .. } | Phase::Serving { session, .. } => Some(session),
-            _ => None,
-        };
-        if let Some(session) = session.filter(|_| now >= self.keepalive_due && !self.keepalive_out)
+        if let Some(session) = self
+            .session()
+            .filter(|_| now >= self.keepalive_due && !self.keepalive_out)
         {
             self.keepalive_out = true;
             self.keepalive_due = now + self.config.keepalive_interval;
@@ -373,7 +476,7 @@ impl Coordinator {
     fn next_wake(&self) -> Option<Time> {
         let phase_due = match self.phase {
             Phase::NoSession { retry_at } => Some(retry_at),
-            Phase::Acquiring { retry_at, .. } => retry_at,
+            Phase::Acquiring { retry_at, .. } | Phase::Disabled { retry_at, .. } => retry_at,
             _ => None,
         };
         let keepalive_due = match self.phase {
@@ -435,7 +538,7 @@ impl Coordinator {
                 (current == epoch || bugs.validate_ignores_epoch)
                     && (now < self.lease_end || bugs.validate_without_lock)
             }
-            Phase::Disabled => false,
+            Phase::Disabled { .. } => false,
             _ => bugs.validate_without_lock,
         };
         if !in_epoch {
@@ -457,7 +560,7 @@ impl Coordinator {
     pub fn check_invariants(&self) {
         if matches!(
             self.phase,
-            Phase::Disabled | Phase::NoSession { .. } | Phase::Opening
+            Phase::Disabled { .. } | Phase::NoSession { .. } | Phase::Opening
         ) && self.config.bugs == CoordinatorBugs::default()
         {
             assert!(

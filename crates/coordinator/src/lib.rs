@@ -17,7 +17,10 @@
 //! - it vouches only while its lease holds, the lease counted from when the keep-alive
 //!   was *sent*, shortened by the drift bound and a margin, so it ends before the lock
 //!   service can call the lock lapsed;
-//! - revoked ("disabled") means never vouching again in this process.
+//! - revoked ("disabled") or stopping means never vouching again in this process;
+//! - *release-after-last-vouch*: it closes its session (giving its lock back, so writers
+//!   may skip it at once instead of waiting out the lease) only in the step that stopped
+//!   its vouching, or later.
 //!
 //! Memory: one map entry per group touched in the epoch — the group key plus 16 bytes
 //! of state.

@@ -290,23 +290,113 @@ fn losing_the_session_empties_the_state_and_the_next_epoch_refuses_old_validates
     assert_eq!(query(&mut c, t(4.6)), (false, Some(Epoch(43))));
 }
 
+/// Feeds a revocation to the keep-alive due at 3.1 s; returns the close request.
+fn revoke(c: &mut Coordinator) -> (u64, LockCommand) {
+    let (id, command) = lock_request(&c.step(t(3.1), Input::Tick));
+    assert_eq!(
+        command,
+        LockCommand::KeepAlive {
+            session: SessionId(5)
+        }
+    );
+    let out = respond(c, t(3.2), id, Err(LockError::SessionRevoked(SessionId(5))));
+    lock_request(&out)
+}
+
 #[test]
-fn a_revoked_coordinator_never_vouches_again() {
+fn a_revoked_coordinator_stops_vouching_then_gives_its_lock_back_and_never_returns() {
     let mut c = serving(CoordinatorBugs::default());
     validate(&mut c, t(1.0), 5, 42);
-    let (id, _) = lock_request(&c.step(t(3.1), Input::Tick));
-    respond(
-        &mut c,
-        t(3.2),
-        id,
-        Err(LockError::SessionRevoked(SessionId(5))),
+    assert!(query(&mut c, t(3.0)).0);
+    let (close, command) = revoke(&mut c);
+    // The close goes out in the same step that stopped the vouching: by the time the
+    // lock service frees the lock, nothing here vouches.
+    assert_eq!(
+        command,
+        LockCommand::CloseSession {
+            session: SessionId(5)
+        }
     );
-    assert_eq!(query(&mut c, t(3.3)), (false, None));
+    assert_eq!(query(&mut c, t(3.2)), (false, None));
+    assert!(!c.released(), "released before the service confirmed");
+    respond(&mut c, t(3.3), close, Ok(LockReply::Done));
+    assert!(c.released());
+    validate(&mut c, t(3.4), 5, 42);
+    assert_eq!(query(&mut c, t(3.4)), (false, None));
     let out = c.step(t(30.0), Input::Tick);
     assert!(
         out.iter().all(|o| !matches!(o, Output::Lock(_))),
         "it does not reacquire: {out:?}"
     );
+}
+
+#[test]
+fn a_failed_close_is_retried_until_the_service_confirms() {
+    let mut c = serving(CoordinatorBugs::default());
+    let (close, _) = revoke(&mut c);
+    // Both tries refused (one lock node, two tries each): it fails at the deadline.
+    let retry = respond(&mut c, t(3.3), close, Err(LockError::Unavailable));
+    assert_eq!(lock_request(&retry).0, close);
+    respond(&mut c, t(3.4), close, Err(LockError::Unavailable));
+    let out = c.step(t(4.4), Input::Tick);
+    assert!(out.contains(&Output::WakeAt(t(5.4))), "{out:?}");
+    assert!(!c.released());
+    let (again, command) = lock_request(&c.step(t(5.4), Input::Tick));
+    assert_eq!(
+        command,
+        LockCommand::CloseSession {
+            session: SessionId(5)
+        }
+    );
+    // Expired meanwhile: the lock is free either way.
+    respond(
+        &mut c,
+        t(4.4),
+        again,
+        Err(LockError::SessionExpired(SessionId(5))),
+    );
+    assert!(c.released());
+}
+
+#[test]
+fn stopping_gives_the_lock_back_after_the_last_vouch() {
+    let mut c = serving(CoordinatorBugs::default());
+    validate(&mut c, t(1.0), 5, 42);
+    let (close, command) = lock_request(&c.step(t(1.5), Input::Stop));
+    assert_eq!(
+        command,
+        LockCommand::CloseSession {
+            session: SessionId(5)
+        }
+    );
+    assert_eq!(query(&mut c, t(1.5)), (false, None));
+    respond(&mut c, t(1.6), close, Ok(LockReply::Done));
+    assert!(c.released());
+
+    // Stopped while its session was being opened: the session is closed when it comes.
+    let mut c = Coordinator::new(config(CoordinatorBugs::default()));
+    let (open, _) = lock_request(&c.step(t(0.0), Input::Start));
+    assert!(
+        c.step(t(0.05), Input::Stop)
+            .iter()
+            .all(|o| !matches!(o, Output::Lock(_)))
+    );
+    let out = respond(
+        &mut c,
+        t(0.1),
+        open,
+        Ok(LockReply::Session {
+            session: SessionId(9),
+            lease: LEASE,
+        }),
+    );
+    assert_eq!(
+        lock_request(&out).1,
+        LockCommand::CloseSession {
+            session: SessionId(9)
+        }
+    );
+    assert_eq!(query(&mut c, t(0.2)), (false, None));
 }
 
 #[test]
@@ -363,4 +453,16 @@ fn bug_knobs_break_the_rules_they_name() {
     }));
     validate(&mut c, t(0.0), 5, 42);
     assert!(query(&mut c, t(0.0)).0);
+
+    let mut c = serving(CoordinatorBugs {
+        release_while_vouching: true,
+        ..CoordinatorBugs::default()
+    });
+    validate(&mut c, t(1.0), 5, 42);
+    let (_, command) = revoke(&mut c);
+    assert!(matches!(command, LockCommand::CloseSession { .. }));
+    assert!(
+        query(&mut c, t(3.3)).0,
+        "vouches after giving the lock back"
+    );
 }

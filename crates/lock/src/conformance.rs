@@ -97,6 +97,20 @@ pub fn revoked_holders_lapse_at_their_lease_end<H: LockHarness>(h: &mut H) {
     );
 }
 
+/// A revoked holder that closes its session (it stopped acting on the lock) frees the
+/// lock at once: `coordinator disable` ends a write stall without waiting out the lease.
+pub fn a_revoked_holder_gives_its_lock_back_by_closing<H: LockHarness>(h: &mut H) {
+    let s = h.service();
+    let (a, _) = s.open_session("coordinator-a").unwrap();
+    s.acquire(a, "coordinator/1").unwrap();
+    assert!(s.revoke_holder("coordinator/1").unwrap());
+    assert_eq!(s.keep_alive(a), Err(LockError::SessionRevoked(a)));
+    s.close_session(a).unwrap();
+    assert_eq!(s.holder("coordinator/1").unwrap(), None);
+    let (b, _) = s.open_session("coordinator-b").unwrap();
+    s.acquire(b, "coordinator/1").unwrap();
+}
+
 /// Closing a session releases its locks at once.
 pub fn closing_a_session_releases_its_locks<H: LockHarness>(h: &mut H) {
     let s = h.service();
@@ -133,6 +147,7 @@ macro_rules! lock_service_conformance_tests {
             locks_are_exclusive_with_growing_sequencers,
             locks_lapse_with_their_session,
             revoked_holders_lapse_at_their_lease_end,
+            a_revoked_holder_gives_its_lock_back_by_closing,
             closing_a_session_releases_its_locks,
             files_are_versioned_compare_and_set,
         );

@@ -13,8 +13,9 @@
 //! Invariants:
 //! - a lock has at most one holder, whose session is live;
 //! - sequencers strictly increase across all acquisitions, so they fence;
-//! - a revoked session is never renewed, and its locks are held until its lease ends —
-//!   never reported free while the holder may still act within its lease;
+//! - a revoked session is never renewed, and its locks are held until its lease ends or
+//!   its holder closes it (having stopped acting) — never reported free while the holder
+//!   may still act within its lease;
 //! - a new leader restarts every lease on its own clock (never shortening one).
 
 pub mod client;

@@ -14,7 +14,7 @@ use megastore_coordinator::{
     Coordinator, CoordinatorBugs, CoordinatorConfig, CoordinatorReply, CoordinatorRequest, Input,
     Output, lock_name,
 };
-use megastore_lock::{LockCommand, LockReply, LockResponse};
+use megastore_lock::{LockCommand, LockReply, LockResponse, SessionId};
 use megastore_lockd::LockdClient;
 use megastore_rpc::pb::coordinator as pb;
 use megastore_rpc::pb::coordinator::coordinator_server::{
@@ -57,11 +57,14 @@ enum Event {
         from: LockNodeId,
         response: LockResponse,
     },
+    /// Stop vouching and give the lock back, then end (after at most the grace).
+    Stop,
 }
 
 /// A running coordinator process.
 pub struct CoordinatorProcess {
     epoch: watch::Receiver<Option<Epoch>>,
+    events: mpsc::Sender<Event>,
     stop: Option<oneshot::Sender<()>>,
     served: Option<tokio::task::JoinHandle<()>>,
     metrics_server: Option<MetricsServer>,
@@ -119,8 +122,11 @@ impl CoordinatorProcess {
             events_tx: events_tx.clone(),
             epoch: epoch_tx,
             wake: None,
+            stop_grace: config.timeouts.rpc() * 2,
         };
-        let service = CoordinatorServer::new(Service { events: events_tx });
+        let service = CoordinatorServer::new(Service {
+            events: events_tx.clone(),
+        });
         let mut server = Transport::from_config(config)
             .and_then(|t| t.server())
             .map_err(|e| ProcessError::Config(e.to_string()))?;
@@ -142,6 +148,7 @@ impl CoordinatorProcess {
         });
         Ok(Self {
             epoch,
+            events: events_tx,
             stop: Some(stop),
             served: Some(served),
             metrics_server,
@@ -159,15 +166,23 @@ impl CoordinatorProcess {
         self.epoch()
     }
 
-    /// Stops serving. Its lock lapses at the end of its lease (the session is not
-    /// closed: a process that stops uncleanly cannot close it either, and the rest of
-    /// the system must not depend on it).
+    /// Stops serving: it stops vouching, then gives its lock back (waiting for lockd
+    /// up to two RPC timeouts), so writers that find it gone need not wait for its
+    /// lease to end. (A process that stops uncleanly cannot give the lock back; nothing
+    /// depends on it — the lock then lapses with the lease.)
     pub async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(served) = self.served.take() {
-            let _ = served.await;
+        let stopping = self.events.send(Event::Stop).await.is_ok();
+        if let Some(mut served) = self.served.take() {
+            // The driver ends by itself once the lock is given back (or the grace is
+            // over), and the server with it; the signal is the fallback.
+            let ended = stopping
+                && tokio::time::timeout(Duration::from_secs(30), &mut served)
+                    .await
+                    .is_ok();
+            if !ended {
+                let _ = self.stop.take().map(|stop| stop.send(()));
+                let _ = served.await;
+            }
         }
         if let Some(metrics) = self.metrics_server.take() {
             metrics.shutdown().await;
@@ -184,14 +199,26 @@ struct Driver {
     events_tx: mpsc::Sender<Event>,
     epoch: watch::Sender<Option<Epoch>>,
     wake: Option<Time>,
+    /// How long a stop waits for lockd to confirm the lock is given back.
+    stop_grace: Duration,
 }
 
 impl Driver {
     async fn run(mut self, mut events: mpsc::Receiver<Event>) {
         let start = self.core.step(self.clock.now(), Input::Start);
         self.carry_out(start, None);
+        let mut stop_by = None;
         loop {
-            let wake = self.wake.map(|t| self.clock.instant(t));
+            if let Some(stop_by) = stop_by
+                && (self.core.released() || tokio::time::Instant::now() >= stop_by)
+            {
+                tracing::info!(released = self.core.released(), "coordinator stopped");
+                return;
+            }
+            let wake = [self.wake.map(|t| self.clock.instant(t)), stop_by]
+                .into_iter()
+                .flatten()
+                .min();
             let event = tokio::select! {
                 event = events.recv() => match event {
                     Some(event) => Some(event),
@@ -208,6 +235,11 @@ impl Driver {
                 }
                 Some(Event::Lock { from, response }) => {
                     let out = self.core.step(now, Input::Lock { from, response });
+                    self.carry_out(out, None);
+                }
+                Some(Event::Stop) => {
+                    stop_by = Some(tokio::time::Instant::now() + self.stop_grace);
+                    let out = self.core.step(now, Input::Stop);
                     self.carry_out(out, None);
                 }
                 Some(Event::Request { request, reply }) => {
@@ -313,20 +345,74 @@ impl CoordinatorRpc for Service {
     }
 }
 
-/// `megastore coordinator disable NAME`: revokes the session of the coordinator of
-/// full replica `name`, so it stops vouching at once and its lock lapses at the end of
-/// its lease (for an asymmetric partition: writers can then proceed without it).
-/// Whether a holder was found.
-pub async fn disable_coordinator(config: &ClusterConfig, name: &str) -> Result<bool, ProcessError> {
+async fn lock_holder(lockd: &LockdClient, lock: &str) -> Result<Option<SessionId>, ProcessError> {
+    let lock = lock.to_string();
+    match lockd.execute(LockCommand::Holder { lock }).await {
+        Ok(LockReply::Holder(holder)) => Ok(holder.map(|h| h.session)),
+        Ok(other) => Err(ProcessError::Lock(format!("unexpected reply {other:?}"))),
+        Err(e) => Err(ProcessError::Lock(e.to_string())),
+    }
+}
+
+/// What `megastore coordinator disable` achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DisableOutcome {
+    /// Nobody held the coordinator's lock: nothing to revoke.
+    NotHeld,
+    /// The coordinator's lock was free `waited` after the revocation — given back by
+    /// the coordinator, which stopped vouching (it still reaches lockd: the wait is
+    /// about a quarter lease), or lapsed with its lease (it does not). Writers that
+    /// cannot reach it go on from then.
+    Free {
+        /// From the revocation to the lock's release.
+        waited: Duration,
+    },
+    /// Still held when the wait ended (a lockd leader change restarts every lease, so
+    /// this can outlast one lease); writers go on once it lapses.
+    StillHeld {
+        /// How long it waited.
+        waited: Duration,
+    },
+}
+
+/// `megastore coordinator disable NAME`: revokes the lock session of the coordinator
+/// of full replica `name` (for an asymmetric partition: writers that cannot reach it
+/// stall until it is out of the way), then waits, up to `wait`, until its lock is free.
+pub async fn disable_coordinator(
+    config: &ClusterConfig,
+    name: &str,
+    wait: Duration,
+) -> Result<DisableOutcome, ProcessError> {
     let replica = config
         .replica(name)
         .filter(|r| r.kind == ReplicaKind::Full)
         .ok_or_else(|| ProcessError::UnknownName(format!("no full replica is called {name:?}")))?;
     let lockd = LockdClient::new(config).map_err(ProcessError::Config)?;
     let lock = lock_name(ReplicaId(replica.id));
-    match lockd.execute(LockCommand::RevokeHolder { lock }).await {
-        Ok(LockReply::Revoked(found)) => Ok(found),
-        Ok(other) => Err(ProcessError::Lock(format!("unexpected reply {other:?}"))),
-        Err(e) => Err(ProcessError::Lock(e.to_string())),
+    let before = lock_holder(&lockd, &lock).await?;
+    let revoked_at = tokio::time::Instant::now();
+    match lockd
+        .execute(LockCommand::RevokeHolder { lock: lock.clone() })
+        .await
+    {
+        Ok(LockReply::Revoked(true)) => {}
+        Ok(LockReply::Revoked(false)) => return Ok(DisableOutcome::NotHeld),
+        Ok(other) => return Err(ProcessError::Lock(format!("unexpected reply {other:?}"))),
+        Err(e) => return Err(ProcessError::Lock(e.to_string())),
+    }
+    // The revoked session is the one that held the lock just before (or, if it was
+    // free then, whichever took it in between).
+    let mut revoked = before;
+    loop {
+        let now = lock_holder(&lockd, &lock).await?;
+        let revoked_session = *revoked.get_or_insert(now.unwrap_or(SessionId(0)));
+        let waited = revoked_at.elapsed();
+        if now.is_none_or(|session| session != revoked_session) {
+            return Ok(DisableOutcome::Free { waited });
+        }
+        if waited >= wait {
+            return Ok(DisableOutcome::StillHeld { waited });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -30,7 +30,9 @@ mod stamp;
 
 pub use backup::backup_replica;
 pub use clock::Clock;
-pub use coordinator::{CoordinatorProcess, coordinator_config, disable_coordinator};
+pub use coordinator::{
+    CoordinatorProcess, DisableOutcome, coordinator_config, disable_coordinator,
+};
 pub use replica_server::ReplicaProcess;
 pub use settings::sweep_config;
 
