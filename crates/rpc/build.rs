@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "megastore/lock/v1/lock.proto",
         "megastore/lock/v1/raft.proto",
         "megastore/client/v1/client.proto",
+        "megastore/admin/v1/admin.proto",
     ];
     for file in files {
         println!("cargo:rerun-if-changed={root}/{file}");

@@ -1,6 +1,7 @@
 //! Procedures of docs/operations.md against real processes: backing up a replica and
-//! restoring it (it rejoins, losing nothing acknowledged), whether the copy comes from
-//! `megastore backup` or from copying the stopped directory by hand.
+//! restoring it (it rejoins, losing nothing acknowledged), whether the copy is streamed
+//! from the running replica, taken from its stopped directory by `megastore backup`, or
+//! copied by hand; adding a replica.
 
 use std::path::Path;
 use std::time::Duration;
@@ -90,8 +91,93 @@ fn restore_and_check(
     assert!(stamp.contains("\"rejoining\": true"), "{stamp}");
 }
 
+fn backup(config_arg: &str, name: &str, out: &Path, dir: &Path) -> megastore_e2e::Finished {
+    run_megastore(
+        &[
+            "backup",
+            "--config",
+            config_arg,
+            "--id",
+            name,
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        dir,
+        Duration::from_secs(60),
+    )
+}
+
 #[test]
-fn a_restored_backup_rejoins_and_loses_nothing_acknowledged() {
+fn a_backup_streamed_from_a_running_replica_rejoins_when_restored() {
+    let (_alone, dir, mut cluster, config, runtime) = start_cluster();
+    let config_arg = cluster.config_path.to_str().unwrap().to_string();
+    let group = eg(34);
+    runtime.block_on(async {
+        let at_b = connect(&config, "B").await;
+        first_commit(&at_b, &group).await;
+        for _ in 0..2 {
+            increment(&at_b, &group, "counter").await.unwrap();
+        }
+    });
+    cluster.wait_for_log("replica-b", "replica serving", Duration::from_secs(20));
+    let out = dir.path().join("online-b");
+    let made = backup(&config_arg, "b", &out, dir.path());
+    assert!(
+        made.status.success() && made.stdout.contains("streamed from the running replica"),
+        "{made:?}"
+    );
+    assert!(out.join("CURRENT").exists(), "not a RocksDB directory");
+    assert!(
+        !out.join("MEGASTORE_STAMP").exists(),
+        "a backup carries no stamp"
+    );
+    assert!(!dir.path().join("online-b.partial").exists());
+    // The replica's scratch copy goes once streamed.
+    let data = config.replica("b").unwrap().data_dir.clone();
+    let scratch_left = || {
+        std::fs::read_dir(&data).unwrap().flatten().any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("backup-in-progress-")
+        })
+    };
+    let started = std::time::Instant::now();
+    while scratch_left() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "scratch copy left behind"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // Bad requests are named, and leave nothing behind.
+    let again = backup(&config_arg, "b", &out, dir.path());
+    assert!(
+        !again.status.success()
+            && again
+                .stderr
+                .contains("exists; a backup goes to a new directory"),
+        "{again:?}"
+    );
+    let unknown = backup(&config_arg, "zz", &dir.path().join("zz"), dir.path());
+    assert!(
+        !unknown.status.success() && unknown.stderr.contains("no replica is called \"zz\""),
+        "{unknown:?}"
+    );
+    assert!(!dir.path().join("zz").exists() && !dir.path().join("zz.partial").exists());
+
+    // b votes on these after the backup: the backup lacks those votes.
+    runtime.block_on(async {
+        let at_b = connect(&config, "B").await;
+        for _ in 0..3 {
+            increment(&at_b, &group, "counter").await.unwrap();
+        }
+    });
+    restore_and_check(&mut cluster, &config, &runtime, &out, 34, 6);
+}
+
+#[test]
+fn a_backup_of_a_stopped_replica_rejoins_when_restored() {
     let (_alone, dir, mut cluster, config, runtime) = start_cluster();
     let config_arg = cluster.config_path.to_str().unwrap().to_string();
     let group = eg(31);
@@ -102,46 +188,24 @@ fn a_restored_backup_rejoins_and_loses_nothing_acknowledged() {
             increment(&at_b, &group, "counter").await.unwrap();
         }
     });
-    // A running replica's store cannot be backed up (its directory is in use).
-    let backup = dir.path().join("backup-b");
-    let refused = run_megastore(
-        &[
-            "backup",
-            "--config",
-            &config_arg,
-            "--id",
-            "b",
-            "--out",
-            backup.to_str().unwrap(),
-        ],
-        dir.path(),
-        Duration::from_secs(30),
-    );
-    assert!(!refused.status.success());
-    assert!(refused.stderr.contains("stop it first"), "{refused:?}");
-
+    // Stopped, b cannot stream: the command copies its directory on this machine.
+    let backup_dir = dir.path().join("backup-b");
     stop_b(&mut cluster);
-    let made = run_megastore(
-        &[
-            "backup",
-            "--config",
-            &config_arg,
-            "--id",
-            "b",
-            "--out",
-            backup.to_str().unwrap(),
-        ],
-        dir.path(),
-        Duration::from_secs(30),
-    );
-    assert!(made.status.success(), "{made:?}");
+    let made = backup(&config_arg, "b", &backup_dir, dir.path());
     assert!(
-        !backup.join("MEGASTORE_STAMP").exists(),
+        made.status.success()
+            && made
+                .stdout
+                .contains("copied from the stopped replica's directory"),
+        "{made:?}"
+    );
+    assert!(
+        !backup_dir.join("MEGASTORE_STAMP").exists(),
         "a backup carries no stamp"
     );
     // b votes on these after the backup: the backup lacks those votes.
     restart_b_and_write(&mut cluster, &config, &runtime, &group);
-    restore_and_check(&mut cluster, &config, &runtime, &backup, 31, 6);
+    restore_and_check(&mut cluster, &config, &runtime, &backup_dir, 31, 6);
 }
 
 #[test]

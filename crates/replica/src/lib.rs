@@ -18,6 +18,7 @@
 //!   replica that lost its store — or runs on a restored copy — rejoins (see `stamp`,
 //!   `backup`).
 
+mod admin;
 mod backup;
 mod clock;
 mod coordinator;
@@ -28,7 +29,7 @@ mod replica_server;
 mod settings;
 mod stamp;
 
-pub use backup::backup_replica;
+pub use backup::{BackupCopy, BackupError, backup_replica, backup_running_replica};
 pub use clock::Clock;
 pub use coordinator::{
     CoordinatorProcess, DisableOutcome, coordinator_config, disable_coordinator,

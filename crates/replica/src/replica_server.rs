@@ -33,6 +33,7 @@ use tokio::sync::oneshot;
 use tonic::{Request, Response, Status};
 
 use crate::ProcessError;
+use crate::admin::AdminService;
 use crate::clock::Clock;
 use crate::gateway::Gateway;
 use crate::registry;
@@ -40,12 +41,14 @@ use crate::settings::sweep_config;
 use crate::stamp::check_or_stamp;
 use megastore_client::{Client, Peers};
 use megastore_metrics::{MetricsServer, Registry, ReplicaMetrics};
+use megastore_rpc::pb::admin::admin_server::AdminServer;
 use megastore_rpc::pb::client::megastore_server::MegastoreServer;
+use std::sync::atomic::AtomicU64;
 
 /// The most events one batch takes (and so shares one WAL sync).
 const BATCH_MAX: usize = 256;
 
-enum Event {
+pub(crate) enum Event {
     /// A request from a client or another replica's sweep.
     Call {
         request: ReplicaRequest,
@@ -55,6 +58,12 @@ enum Event {
     Answer {
         from: NodeId,
         message: Message,
+    },
+    /// Take a consistent copy of the store into `into` (after the current batch is
+    /// synced, so it holds whole batches).
+    Checkpoint {
+        into: std::path::PathBuf,
+        reply: oneshot::Sender<Result<(), String>>,
     },
     Stop,
 }
@@ -89,6 +98,7 @@ impl ReplicaProcess {
             .map_err(|e| ProcessError::Bind(me.address.clone(), e.to_string()))?;
         let store = RocksStore::open(&me.data_dir)
             .map_err(|e| ProcessError::Config(format!("replica {name}: {e}")))?;
+        crate::admin::remove_scratch(&me.data_dir);
         let peers = Peers::at_site(config, &me.site).map_err(ProcessError::Config)?;
         let rejoining = check_or_stamp(config, id, &me.data_dir, peers.lockd()).await?;
         if rejoining {
@@ -144,6 +154,11 @@ impl ReplicaProcess {
         let lockd = megastore_lockd::LockdClient::new(config).map_err(ProcessError::Config)?;
         let gateway = MegastoreServer::new(Gateway::new(gateway, lockd));
 
+        let admin = AdminServer::new(AdminService {
+            events: events_tx.clone(),
+            data_dir: me.data_dir.clone(),
+            next: AtomicU64::new(0),
+        });
         let (stop_serving, stopped) = oneshot::channel::<()>();
         let service = ReplicationServer::new(Service {
             events: events_tx.clone(),
@@ -157,6 +172,7 @@ impl ReplicaProcess {
             let result = server
                 .add_service(service)
                 .add_service(gateway)
+                .add_service(admin)
                 .serve_with_incoming_shutdown(Transport::incoming(listener), async {
                     let _ = stopped.await;
                 })
@@ -251,11 +267,13 @@ impl Driver {
             };
             let mut batch = Batch::default();
             let mut stop = false;
+            let mut checkpoints = Vec::new();
             let mut handled = 0;
             for event in first.into_iter().chain(events.try_iter().take(BATCH_MAX)) {
                 handled += 1;
                 match event {
                     Event::Stop => stop = true,
+                    Event::Checkpoint { into, reply } => checkpoints.push((into, reply)),
                     Event::Call { request, reply } => {
                         self.count(&request);
                         let caller = self.next_caller;
@@ -278,6 +296,9 @@ impl Driver {
                 self.metrics.batch(handled);
             }
             self.release(batch);
+            for (into, reply) in checkpoints {
+                let _ = reply.send(self.store.checkpoint(&into).map_err(|e| e.to_string()));
+            }
             if stop {
                 return;
             }

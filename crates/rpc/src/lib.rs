@@ -44,4 +44,8 @@ pub mod pb {
     pub mod client {
         tonic::include_proto!("megastore.client.v1");
     }
+    /// `megastore.admin.v1`: operations on one running replica.
+    pub mod admin {
+        tonic::include_proto!("megastore.admin.v1");
+    }
 }

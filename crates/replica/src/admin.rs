@@ -1,0 +1,144 @@
+//! `megastore.admin.v1.Admin`, served by every replica: a backup of its store while it
+//! serves. The driver thread takes a RocksDB checkpoint between two of its batches (so
+//! the copy holds whole batches), into a scratch directory inside the data directory
+//! (hard links on the same file system); a task then streams its files and removes it.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+
+use megastore_rpc::pb::admin as pb;
+use megastore_rpc::pb::admin::admin_server::Admin;
+use tokio::io::AsyncReadExt;
+use tokio::sync::oneshot;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::replica_server::Event;
+
+/// Scratch directories of backups being streamed start with this; a start removes any
+/// left over by a process that stopped mid-stream.
+pub(crate) const SCRATCH_PREFIX: &str = "backup-in-progress-";
+
+/// How many bytes of a file one chunk carries.
+const CHUNK_BYTES: usize = 1 << 20;
+
+pub(crate) struct AdminService {
+    pub(crate) events: mpsc::Sender<Event>,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) next: AtomicU64,
+}
+
+/// Removes scratch directories left by backups that did not finish.
+pub(crate) fn remove_scratch(data_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(data_dir) else {
+        return;
+    };
+    let scratch = entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(SCRATCH_PREFIX));
+    for entry in scratch {
+        if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+            tracing::warn!("cannot remove {}: {e}", entry.path().display());
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Admin for AdminService {
+    type BackupStream = ReceiverStream<Result<pb::BackupChunk, Status>>;
+
+    async fn backup(
+        &self,
+        _request: Request<pb::BackupRequest>,
+    ) -> Result<Response<Self::BackupStream>, Status> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let scratch = self
+            .data_dir
+            .join(format!("{SCRATCH_PREFIX}{}-{n}", std::process::id()));
+        let (reply, taken) = oneshot::channel();
+        self.events
+            .send(Event::Checkpoint {
+                into: scratch.clone(),
+                reply,
+            })
+            .map_err(|_| Status::unavailable("the replica is stopping"))?;
+        taken
+            .await
+            .map_err(|_| Status::unavailable("the replica is stopping"))?
+            .map_err(|e| Status::internal(format!("taking a checkpoint: {e}")))?;
+        tracing::info!(scratch = %scratch.display(), "streaming a backup");
+        let (chunks, stream) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            if let Err(e) = stream_files(&scratch, &chunks).await {
+                let _ = chunks.send(Err(Status::internal(e))).await;
+            }
+            if let Err(e) = tokio::fs::remove_dir_all(&scratch).await {
+                tracing::warn!("cannot remove {}: {e}", scratch.display());
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(stream)))
+    }
+}
+
+/// Sends every file of `dir`, in name order; stops early (without error) if the caller
+/// went away.
+async fn stream_files(
+    dir: &Path,
+    chunks: &tokio::sync::mpsc::Sender<Result<pb::BackupChunk, Status>>,
+) -> Result<(), String> {
+    let reading = |e: std::io::Error| format!("reading {}: {e}", dir.display());
+    let mut names = Vec::new();
+    let mut entries = tokio::fs::read_dir(dir).await.map_err(reading)?;
+    while let Some(entry) = entries.next_entry().await.map_err(reading)? {
+        names.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    for name in names {
+        let path = dir.join(&name);
+        let mut file = tokio::fs::File::open(&path)
+            .await
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let mut first = true;
+        loop {
+            let mut data = vec![0; CHUNK_BYTES];
+            let read = file
+                .read(&mut data)
+                .await
+                .map_err(|e| format!("reading {}: {e}", path.display()))?;
+            if read == 0 && !first {
+                break;
+            }
+            data.truncate(read);
+            first = false;
+            let chunk = pb::BackupChunk {
+                file: name.clone(),
+                data,
+            };
+            if chunks.send(Ok(chunk)).await.is_err() {
+                return Ok(());
+            }
+            if read == 0 {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scratch_copies_left_by_a_stopped_process_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let scratch = dir.path().join(format!("{SCRATCH_PREFIX}12-0"));
+        std::fs::create_dir(&scratch).unwrap();
+        std::fs::write(scratch.join("000009.sst"), b"x").unwrap();
+        std::fs::write(dir.path().join("CURRENT"), b"MANIFEST-000005\n").unwrap();
+        remove_scratch(dir.path());
+        assert!(!scratch.exists());
+        assert!(dir.path().join("CURRENT").exists());
+    }
+}
