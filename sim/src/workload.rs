@@ -70,8 +70,14 @@ enum State {
         position: Position,
         read_position: Position,
         read_keys: BTreeSet<Vec<u8>>,
+        /// Resolutions tried so far.
+        tries: u32,
     },
 }
+
+/// How many times a client tries to resolve an unknown outcome before reporting it
+/// unknown (the library, likewise, keeps trying for a while).
+const RESOLVE_TRIES: u32 = 6;
 
 /// One simulated client: its protocol core and what it is doing.
 pub struct ClientNode {
@@ -240,6 +246,7 @@ impl ClientNode {
                             position,
                             read_position,
                             read_keys,
+                            tries: 1,
                         };
                         return (records, resolving);
                     }
@@ -261,10 +268,25 @@ impl ClientNode {
                 position,
                 read_position,
                 read_keys,
+                tries,
             } if expected == op => {
                 let OpResult::Resolve(resolution) = result else {
                     unreachable!("a resolve op returns a resolution")
                 };
+                if resolution == Resolution::Undecided && tries < RESOLVE_TRIES {
+                    let (op, resolving) = self.core.resolve(now, eg.clone(), position, txn);
+                    self.state = State::Resolving {
+                        op,
+                        eg,
+                        start,
+                        txn,
+                        position,
+                        read_position,
+                        read_keys,
+                        tries: tries + 1,
+                    };
+                    return (records, resolving);
+                }
                 let outcome = match resolution {
                     Resolution::Committed(at) => Outcome::Committed {
                         txn,
