@@ -488,6 +488,27 @@ impl Settle {
             self.learned_visible(ctx, ballot, entry);
             return;
         }
+        // Truncation is permanent too: a slower replica's "truncated" that arrives after
+        // its round backed off must still count, or a position a majority truncated
+        // would be asked about for ever (the others' answers come first every round).
+        let truncated = matches!(
+            reply,
+            ReplicaReply::Prepare {
+                result: PrepareResult::Truncated,
+                ..
+            } | ReplicaReply::Accept {
+                result: AcceptResult::Truncated,
+                ..
+            }
+        );
+        if truncated
+            && self.mine.contains(&id)
+            && self.outcome().is_none()
+            && !self.outstanding.contains_key(&id)
+        {
+            self.truncated_everywhere(ctx, from);
+            return;
+        }
         if self.outstanding.remove(&id).is_none() {
             return;
         }
