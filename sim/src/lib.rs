@@ -53,6 +53,7 @@ pub const BUG_NAMES: &[&str] = &[
     "resolve-without-settling",
     "rejoin-as-voter",
     "release-while-vouching",
+    "resolve-any-remembered-txn",
 ];
 
 /// The knob called `name`.
@@ -77,6 +78,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "resolve-without-settling" => p.resolve_without_settling = true,
         "rejoin-as-voter" => p.rejoin_as_voter = true,
         "release-while-vouching" => c.release_while_vouching = true,
+        "resolve-any-remembered-txn" => p.resolve_any_remembered_txn = true,
         _ => return None,
     }
     Some(Bugs {

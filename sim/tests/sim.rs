@@ -115,6 +115,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         &["visible-after-invalidate", "vouched-is-current"],
         60,
     ),
+    ("resolve-any-remembered-txn", &["durable-ack"], 100),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -154,6 +155,7 @@ knob_tests! {
     rejoin_as_voter_is_caught => 12,
     resolve_without_settling_is_caught => 13,
     release_while_vouching_is_caught => 14,
+    resolve_any_remembered_txn_is_caught => 15,
 }
 
 #[test]
@@ -162,7 +164,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 17);
+    assert_eq!(BUG_NAMES.len(), 18);
 }
 
 /// DESIGN.md §4 and paper §4.6.3: an uncontended write at the leader's site costs one

@@ -37,4 +37,7 @@ pub struct ProtocolBugs {
     pub resolve_without_settling: bool,
     /// A replica that lost its store votes at once, as if it had never voted.
     pub rejoin_as_voter: bool,
+    /// A resolution of a truncated position takes any transaction a replica remembers
+    /// chosen there for its own (it forgets to compare the ids).
+    pub resolve_any_remembered_txn: bool,
 }

@@ -5,6 +5,7 @@
 //! | `promise:` ‖ p (8 bytes, big-endian) | the highest ballot promised at p |
 //! | `log:` ‖ p | [`SlotRecord`]: accepted ballot and entry, and whether p is visible |
 //! | `grant:` ‖ p | the transaction granted ballot 0 at p (position leader only) |
+//! | `chosen:` ‖ p | [`ChosenTxn`]: whose entry was chosen at a truncated p (the last few only) |
 //! | `visible` | every position up to this one is visible here |
 //! | `applied` | every position up to this one is applied here |
 //! | `truncated` | positions up to this one are gone |
@@ -19,6 +20,7 @@ use megastore_types::{Ballot, Position, TxnId};
 use serde::{Deserialize, Serialize};
 
 use crate::entry::LogEntry;
+use crate::messages::ChosenTxn;
 
 /// The timestamp of every root-row cell.
 pub const CELL_TS: u64 = 0;
@@ -26,6 +28,7 @@ pub const CELL_TS: u64 = 0;
 const PROMISE: &[u8] = b"promise:";
 const LOG: &[u8] = b"log:";
 const GRANT: &[u8] = b"grant:";
+const CHOSEN: &[u8] = b"chosen:";
 /// The contiguous-visible watermark column.
 pub const VISIBLE: &[u8] = b"visible";
 /// The applied watermark column.
@@ -68,6 +71,11 @@ pub fn grant_column(p: Position) -> Vec<u8> {
     column(GRANT, p)
 }
 
+/// The `chosen:<p>` column.
+pub fn chosen_column(p: Position) -> Vec<u8> {
+    column(CHOSEN, p)
+}
+
 /// Encodes a cell value.
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     postcard::to_allocvec(value).expect("protocol types always serialize")
@@ -99,6 +107,8 @@ pub struct StoredGroup {
     pub slots: Vec<(Position, SlotRecord)>,
     /// `grant:<p>` cells.
     pub grants: Vec<(Position, TxnId)>,
+    /// `chosen:<p>` cells.
+    pub chosen: Vec<(Position, ChosenTxn)>,
     /// `visible`.
     pub visible: Position,
     /// `applied`.
@@ -133,6 +143,10 @@ impl StoredGroup {
                 stored.slots.push((position(LOG)?, decode(name, value)?));
             } else if name.starts_with(GRANT) {
                 stored.grants.push((position(GRANT)?, decode(name, value)?));
+            } else if name.starts_with(CHOSEN) {
+                stored
+                    .chosen
+                    .push((position(CHOSEN)?, decode(name, value)?));
             } else if name == VISIBLE {
                 stored.visible = decode(name, value)?;
             } else if name == APPLIED {
@@ -180,6 +194,18 @@ impl RootRowWrite {
     /// Sets a watermark column.
     pub fn watermark(mut self, column: &[u8], p: Position) -> Self {
         self.0 = self.0.set(column.to_vec(), CELL_TS, encode(&p));
+        self
+    }
+
+    /// Remembers what was chosen at truncated position `p`.
+    pub fn chosen(mut self, p: Position, chosen: ChosenTxn) -> Self {
+        self.0 = self.0.set(chosen_column(p), CELL_TS, encode(&chosen));
+        self
+    }
+
+    /// Forgets what was chosen at truncated position `p`.
+    pub fn forget_chosen(mut self, p: Position) -> Self {
+        self.0 = self.0.delete_cell(chosen_column(p), CELL_TS);
         self
     }
 

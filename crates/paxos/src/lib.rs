@@ -37,13 +37,13 @@ pub use entry::{
     CellWrite, LogEntry, RowWrite, data_range, group_of_root_row, group_range, root_row,
 };
 pub use messages::{
-    DataQuery, LogState, Message, ReadAt, ReplicaError, ReplicaReply, ReplicaRequest,
+    ChosenTxn, DataQuery, LogState, Message, ReadAt, ReplicaError, ReplicaReply, ReplicaRequest,
 };
 pub use proposer::commit::{CommitResult, ReadSet};
 pub use proposer::read::{ReadError, ReadMode, ReadPath, ReadResult};
 pub use proposer::resolve::Resolution;
 pub use proposer::{ProposerConfig, Timeouts};
 pub use replica::{
-    GroupLog, Input as ReplicaInput, Output as ReplicaOutput, Rejoin, Replica, ReplicaConfig,
-    SweepConfig, answer_read, answer_snapshot,
+    CHOSEN_REMEMBERED, GroupLog, Input as ReplicaInput, Output as ReplicaOutput, Rejoin, Replica,
+    ReplicaConfig, SweepConfig, answer_read, answer_snapshot,
 };

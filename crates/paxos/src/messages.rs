@@ -6,6 +6,7 @@ use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
 use megastore_lock::{LockRequest, LockResponse};
 use megastore_rowstore::{KeyRange, Row};
 use megastore_types::{Ballot, EgId, Position, ReplicaId, TxnId};
+use serde::{Deserialize, Serialize};
 
 use crate::cells::SlotRecord;
 use crate::entry::LogEntry;
@@ -204,6 +205,22 @@ pub enum AcceptResult {
     Truncated,
 }
 
+/// What was chosen at a position, as a replica remembers it after truncating the entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChosenTxn {
+    /// This transaction's entry.
+    Txn(TxnId),
+    /// A no-op.
+    NoOp,
+}
+
+impl ChosenTxn {
+    /// What an entry whose transaction is `txn` is remembered as.
+    pub fn of(txn: Option<TxnId>) -> Self {
+        txn.map_or(Self::NoOp, Self::Txn)
+    }
+}
+
 /// Why a replica could not serve a request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReplicaError {
@@ -224,6 +241,10 @@ pub enum ReplicaError {
     Truncated {
         /// The truncation point.
         truncated: Position,
+        /// Whose transaction was chosen at the requested position, if this replica
+        /// still remembers (it keeps that for the last positions it truncated), so an
+        /// unknown commit outcome can be resolved after the log moved on.
+        chosen: Option<ChosenTxn>,
     },
     /// The entry writes outside its group or its root row.
     #[error("bad entry: {0}")]

@@ -1,12 +1,13 @@
-//! A client's settle of a position the group truncated long ago, driven message by
-//! message: the answers that say so must end it, however late they come.
+//! A client resolving its commit at a position the group truncated long ago, driven
+//! message by message: the answers that say so end it, however late they come, and
+//! what a replica remembers of the position decides it.
 
 use std::time::Duration;
 
 use megastore_paxos::messages::{AcceptResult, PrepareResult};
 use megastore_paxos::{
-    ClientConfig, ClientCore, ClientInput, ClientOutput, Message, OpResult, ProposerConfig,
-    ProtocolBugs, ReplicaError, ReplicaReply, ReplicaRequest, Resolution, Timeouts,
+    ChosenTxn, ClientConfig, ClientCore, ClientInput, ClientOutput, Message, OpResult,
+    ProposerConfig, ProtocolBugs, ReplicaError, ReplicaReply, ReplicaRequest, Resolution, Timeouts,
 };
 use megastore_types::{
     ClientId, EgId, LockNodeId, NodeId, Position, ProposerId, ReplicaId, ReplicaInfo, ReplicaKind,
@@ -48,9 +49,9 @@ fn client() -> ClientCore {
     })
 }
 
-/// What each replica answers: 1 and 2 truncated the position, 3 lost its store and is
-/// rejoining.
-fn answer(to: ReplicaId, request: &ReplicaRequest) -> ReplicaReply {
+/// What each replica answers: 1 and 2 truncated the position (remembering `chosen`
+/// there), 3 lost its store and is rejoining.
+fn answer(to: ReplicaId, request: &ReplicaRequest, chosen: Option<ChosenTxn>) -> ReplicaReply {
     let id = request.id();
     if to == ReplicaId(3) {
         return ReplicaReply::Error {
@@ -71,22 +72,24 @@ fn answer(to: ReplicaId, request: &ReplicaRequest) -> ReplicaReply {
             id,
             error: ReplicaError::Truncated {
                 truncated: Position(40),
+                chosen,
             },
         },
     }
 }
 
-#[test]
-fn a_majority_that_truncated_the_position_ends_the_settle_even_when_one_answers_late() {
+const TXN: TxnId = TxnId {
+    client: ClientId(1),
+    seq: 3,
+};
+
+/// Resolves `TXN` at position 30 against replicas that truncated it (remembering
+/// `chosen`); replicas 1 and 3 answer in 1 ms, replica 2 in 30 ms. Returns the
+/// resolution and when (ms).
+fn resolve_truncated(chosen: Option<ChosenTxn>) -> (Resolution, u64) {
     let mut client = client();
     let at = |ms: u64| Time::ZERO + Duration::from_millis(ms);
-    let txn = TxnId {
-        client: ClientId(1),
-        seq: 3,
-    };
-    let (op, mut outputs) = client.resolve(at(0), EgId(b"g".to_vec()), Position(30), txn);
-    // Replicas 1 and 3 answer in 1 ms; replica 2 in 30 ms — after the round that asked
-    // it has already given up on 1's and 3's refusals.
+    let (op, mut outputs) = client.resolve(at(0), EgId(b"g".to_vec()), Position(30), TXN);
     let mut in_flight: Vec<(u64, ReplicaId, ReplicaReply)> = Vec::new();
     let mut wake: Option<Time> = None;
     let mut now = 0;
@@ -98,18 +101,17 @@ fn a_majority_that_truncated_the_position_ends_the_settle_even_when_one_answers_
                     message: Message::ReplicaRequest(request),
                 } => {
                     let delay = if r == ReplicaId(2) { 30 } else { 1 };
-                    in_flight.push((now + delay, r, answer(r, &request)));
+                    in_flight.push((now + delay, r, answer(r, &request, chosen)));
                 }
-                ClientOutput::Done { op: done, result } => {
+                ClientOutput::Done {
+                    op: done,
+                    result: OpResult::Resolve(resolution),
+                } => {
                     assert_eq!(done, op);
-                    assert_eq!(result, OpResult::Resolve(Resolution::Undecided));
-                    // Replica 2's late answer to the first round settles it: no more
-                    // rounds (each backs off longer) once a majority said "truncated".
-                    assert!(now < 100, "settled only after {now} ms of rounds");
-                    return;
+                    return (resolution, now);
                 }
                 ClientOutput::WakeAt(t) => wake = Some(wake.map_or(t, |w| w.min(t))),
-                ClientOutput::Send { .. } => {}
+                other => panic!("unexpected {other:?}"),
             }
         }
         now += 1;
@@ -128,4 +130,33 @@ fn a_majority_that_truncated_the_position_ends_the_settle_even_when_one_answers_
         }
     }
     panic!("still settling a position every voter truncated after 60 s");
+}
+
+#[test]
+fn a_majority_that_truncated_the_position_ends_the_settle_even_when_one_answers_late() {
+    let (resolution, took) = resolve_truncated(None);
+    assert_eq!(resolution, Resolution::Undecided, "nobody remembers");
+    // Replica 2's late answer to the first round settles it: no more rounds (each
+    // backs off longer) once a majority said "truncated".
+    assert!(took < 100, "settled only after {took} ms of rounds");
+}
+
+#[test]
+fn a_position_truncated_long_ago_resolves_by_the_transaction_a_replica_remembers() {
+    assert_eq!(
+        resolve_truncated(Some(ChosenTxn::Txn(TXN))),
+        (Resolution::Committed(Position(30)), 1),
+        "the first answer decides"
+    );
+    let other = TxnId {
+        client: ClientId(2),
+        seq: 3,
+    };
+    for chosen in [ChosenTxn::Txn(other), ChosenTxn::NoOp] {
+        assert_eq!(
+            resolve_truncated(Some(chosen)).0,
+            Resolution::NotCommitted,
+            "{chosen:?}"
+        );
+    }
 }

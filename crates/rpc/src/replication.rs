@@ -3,7 +3,7 @@
 use megastore_paxos::cells::SlotRecord;
 use megastore_paxos::entry::{QueueMessage, TwoPhaseRecord};
 use megastore_paxos::messages::{
-    AcceptResult, GrantRefusal, LogState, PrepareResult, ReplicaError,
+    AcceptResult, ChosenTxn, GrantRefusal, LogState, PrepareResult, ReplicaError,
 };
 use megastore_paxos::{CellWrite, LogEntry, ReplicaReply, ReplicaRequest, RowWrite};
 use megastore_types::{Ballot, ClientId, EgId, Position, ProposerId, ReplicaId, TxnId};
@@ -399,7 +399,20 @@ fn error_to_wire(error: ReplicaError) -> pb::ReplicaError {
         ReplicaError::NotVoter => E::NotVoter(true),
         ReplicaError::NotServing => E::NotServing(true),
         ReplicaError::NotApplied { applied } => E::NotApplied(applied.0),
-        ReplicaError::Truncated { truncated } => E::Truncated(truncated.0),
+        ReplicaError::Truncated {
+            truncated,
+            chosen: None,
+        } => E::Truncated(truncated.0),
+        ReplicaError::Truncated {
+            truncated,
+            chosen: Some(chosen),
+        } => E::TruncatedChosen(pb::TruncatedChosen {
+            truncated: truncated.0,
+            txn: match chosen {
+                ChosenTxn::Txn(txn) => Some(txn_to_wire(txn)),
+                ChosenTxn::NoOp => None,
+            },
+        }),
         ReplicaError::BadEntry(e) => E::BadEntry(e),
         ReplicaError::BadQuery(e) => E::BadQuery(e),
         ReplicaError::Storage(e) => E::Storage(e),
@@ -421,6 +434,11 @@ fn error_from_wire(error: pb::ReplicaError) -> Result<ReplicaError, WireError> {
         },
         E::Truncated(p) => ReplicaError::Truncated {
             truncated: Position(p),
+            chosen: None,
+        },
+        E::TruncatedChosen(t) => ReplicaError::Truncated {
+            truncated: Position(t.truncated),
+            chosen: Some(ChosenTxn::of(t.txn.map(txn_from_wire))),
         },
         E::BadEntry(e) => ReplicaError::BadEntry(e),
         E::BadQuery(e) => ReplicaError::BadQuery(e),

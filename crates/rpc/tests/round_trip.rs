@@ -7,7 +7,7 @@ use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
 use megastore_paxos::cells::SlotRecord;
 use megastore_paxos::entry::{QueueMessage, TwoPhaseRecord};
 use megastore_paxos::messages::{
-    AcceptResult, GrantRefusal, LogState, PrepareResult, ReplicaError,
+    AcceptResult, ChosenTxn, GrantRefusal, LogState, PrepareResult, ReplicaError,
 };
 use megastore_paxos::{
     CellWrite, DataQuery, LogEntry, ReadAt, ReplicaReply, ReplicaRequest, RowWrite,
@@ -235,6 +235,18 @@ fn replies() -> Vec<ReplicaReply> {
             },
             ReplicaError::Truncated {
                 truncated: Position(2),
+                chosen: None,
+            },
+            ReplicaError::Truncated {
+                truncated: Position(2),
+                chosen: Some(ChosenTxn::NoOp),
+            },
+            ReplicaError::Truncated {
+                truncated: Position(2),
+                chosen: Some(ChosenTxn::Txn(TxnId {
+                    client: ClientId(4),
+                    seq: 9,
+                })),
             },
             ReplicaError::BadEntry("e".into()),
             ReplicaError::BadQuery("q".into()),

@@ -2,7 +2,9 @@
 //! settle the position it may hold — learn the chosen value, or choose one (a value an
 //! acceptor already accepted, which Paxos must carry on, else a no-op) — and compare
 //! the chosen entry's transaction with it. After this the position is decided, so a
-//! retry can never be applied as well as the original.
+//! retry can never be applied as well as the original. A position truncated long ago
+//! is resolved by what a replica remembers was chosen there (its last truncated
+//! positions' transaction ids).
 
 use megastore_coordinator::CoordinatorReply;
 use megastore_lock::{LockError, LockReply};
@@ -10,7 +12,7 @@ use megastore_types::{EgId, Position, ReplicaId, Time, TxnId};
 
 use super::Ctx;
 use super::settle::{Settle, SettleOutcome};
-use crate::messages::ReplicaReply;
+use crate::messages::{ChosenTxn, ReplicaReply};
 
 /// What a resolution found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +33,8 @@ pub(crate) struct Resolve {
     settle: Settle,
     /// The `resolve_without_settling` knob: answer before the position is decided.
     guess: bool,
+    /// The `resolve_any_remembered_txn` knob.
+    any_remembered: bool,
 }
 
 impl Resolve {
@@ -44,6 +48,7 @@ impl Resolve {
         Self {
             txn,
             guess: ctx.config.bugs.resolve_without_settling,
+            any_remembered: ctx.config.bugs.resolve_any_remembered_txn,
             settle: Settle::start(ctx, eg, position, None, None),
         }
     }
@@ -58,7 +63,13 @@ impl Resolve {
                 Resolution::Committed(self.settle.position())
             }
             SettleOutcome::Settled { .. } => Resolution::NotCommitted,
-            SettleOutcome::Failed => Resolution::Undecided,
+            SettleOutcome::Failed => match self.settle.truncated_chosen() {
+                Some(ChosenTxn::Txn(txn)) if txn == self.txn || self.any_remembered => {
+                    Resolution::Committed(self.settle.position())
+                }
+                Some(_) => Resolution::NotCommitted,
+                None => Resolution::Undecided,
+            },
         })
     }
 

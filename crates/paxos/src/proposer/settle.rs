@@ -18,7 +18,9 @@ use megastore_types::{Ballot, EgId, Position, ReplicaId, ReplicaKind, Time};
 use super::Ctx;
 use crate::cells::SlotRecord;
 use crate::entry::LogEntry;
-use crate::messages::{AcceptResult, PrepareResult, ReplicaError, ReplicaReply, ReplicaRequest};
+use crate::messages::{
+    AcceptResult, ChosenTxn, PrepareResult, ReplicaError, ReplicaReply, ReplicaRequest,
+};
 
 /// How many times a settle's backoff window may double.
 const BACKOFF_DOUBLINGS_MAX: u32 = 3;
@@ -111,6 +113,8 @@ pub(crate) struct Settle {
     seen_lacking: BTreeSet<ReplicaId>,
     /// An accept carrying `proposal` has been sent.
     sent_proposal: bool,
+    /// A replica truncated the position but remembered whose entry was chosen there.
+    truncated_chosen: Option<ChosenTxn>,
     /// Voters that answered that the position is truncated there: chosen long ago,
     /// and once a majority says so no round can learn or choose anything.
     truncated_at: BTreeSet<ReplicaId>,
@@ -141,6 +145,7 @@ impl Settle {
             rounds: 0,
             seen_lacking: BTreeSet::new(),
             sent_proposal: false,
+            truncated_chosen: None,
             truncated_at: BTreeSet::new(),
             chosen: None,
         };
@@ -185,6 +190,13 @@ impl Settle {
             Phase::Done(outcome) => Some(outcome),
             _ => None,
         }
+    }
+
+    /// Whose entry was chosen at the position, when it was truncated long ago and a
+    /// replica remembered (the settle then ends [`SettleOutcome::Failed`]: the entry
+    /// itself is gone).
+    pub(crate) fn truncated_chosen(&self) -> Option<ChosenTxn> {
+        self.truncated_chosen
     }
 
     /// The chosen value, from the moment it is chosen.
@@ -527,8 +539,21 @@ impl Settle {
         &mut self,
         ctx: &mut Ctx<'_, K>,
         from: ReplicaId,
-        _error: ReplicaError,
+        error: ReplicaError,
     ) {
+        if let ReplicaError::Truncated {
+            chosen: Some(chosen),
+            ..
+        } = error
+            && self.outcome().is_none()
+        {
+            // Truncated there, so chosen (and applied everywhere) long ago: what that
+            // replica remembers is final.
+            self.truncated_chosen = Some(chosen);
+            self.outstanding.clear();
+            self.phase = Phase::Done(SettleOutcome::Failed);
+            return;
+        }
         match &mut self.phase {
             Phase::FastGrant { .. } => self.prepare(ctx),
             Phase::Learn { replies, .. } => {

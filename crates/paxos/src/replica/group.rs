@@ -15,7 +15,13 @@ use crate::cells::{
     APPLIED, REJOIN_FLOOR, RootRowWrite, SlotRecord, StoredGroup, TRUNCATED, VISIBLE,
 };
 use crate::entry::{LogEntry, root_row};
-use crate::messages::{AcceptResult, GrantRefusal, LogState, PrepareResult};
+use crate::messages::{AcceptResult, ChosenTxn, GrantRefusal, LogState, PrepareResult};
+
+/// How many truncated positions a group remembers the chosen transaction of: enough
+/// for a writer that lost touch during its commit to resolve it by transaction id
+/// after the log moved on (seconds of a busy group, minutes of a quiet one), at 16
+/// bytes each.
+pub const CHOSEN_REMEMBERED: usize = 64;
 
 /// A phase-2 request: `entry` at `position` and `ballot`; with `grant`, a request for the
 /// position leader's ballot-0 grant.
@@ -60,6 +66,8 @@ pub struct GroupLog {
     promises: BTreeMap<Position, Ballot>,
     slots: BTreeMap<Position, SlotRecord>,
     grants: BTreeMap<Position, TxnId>,
+    /// Whose entry was chosen at the last [`CHOSEN_REMEMBERED`] truncated positions.
+    chosen: BTreeMap<Position, ChosenTxn>,
     visible: Position,
     applied: Position,
     truncated: Position,
@@ -84,6 +92,7 @@ impl GroupLog {
             promises,
             slots: stored.slots.into_iter().collect(),
             grants: stored.grants.into_iter().collect(),
+            chosen: stored.chosen.into_iter().collect(),
             visible: stored.visible,
             applied: stored.applied,
             truncated: stored.truncated,
@@ -417,6 +426,11 @@ impl GroupLog {
         });
     }
 
+    /// Whose entry was chosen at truncated position `p`, if still remembered.
+    pub fn chosen_at(&self, p: Position) -> Option<ChosenTxn> {
+        self.chosen.get(&p).copied()
+    }
+
     /// Drops the log below and at `through` (already applied everywhere it needs to
     /// be); keeps the slot at `through` only as the truncation watermark.
     pub fn truncate(&mut self, kind: ReplicaKind, through: Position, out: &mut Vec<Output>) {
@@ -431,10 +445,20 @@ impl GroupLog {
         }
         let mut write = self.write();
         for p in (self.truncated.0 + 1..=through.0).map(Position) {
-            self.slots.remove(&p);
+            // Below `installed` there is no slot (nor history) to remember.
+            if let Some(slot) = self.slots.remove(&p) {
+                let chosen = ChosenTxn::of(slot.entry.txn);
+                self.chosen.insert(p, chosen);
+                write = write.chosen(p, chosen);
+            }
             self.promises.remove(&p);
             self.grants.remove(&p);
             write = write.forget(p);
+        }
+        while self.chosen.len() > CHOSEN_REMEMBERED {
+            if let Some((p, _)) = self.chosen.pop_first() {
+                write = write.forget_chosen(p);
+            }
         }
         self.truncated = through;
         out.push(Output::Persist {

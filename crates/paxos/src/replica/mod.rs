@@ -22,7 +22,7 @@ use megastore_types::{
     EgId, NodeId, Position, ReplicaId, ReplicaInfo, ReplicaKind, Time, Topology,
 };
 
-pub use group::{GroupLog, Proposal, Rejoin};
+pub use group::{CHOSEN_REMEMBERED, GroupLog, Proposal, Rejoin};
 pub use sweep::SweepConfig;
 
 use sweep::{SweepAction, Sweeper};
@@ -479,6 +479,7 @@ impl Replica {
                         id,
                         error: ReplicaError::Truncated {
                             truncated: group.truncated(),
+                            chosen: group.chosen_at(position),
                         },
                     }
                 } else {

@@ -1,0 +1,93 @@
+//! What a replica keeps of the log it truncates: whose entry was chosen at the last
+//! [`CHOSEN_REMEMBERED`] positions, in its root row, so a writer can resolve a commit
+//! whose outcome it missed after the log moved on.
+
+use megastore_paxos::cells::{SlotRecord, StoredGroup};
+use megastore_paxos::{CHOSEN_REMEMBERED, ChosenTxn, GroupLog, LogEntry, ReplicaOutput, root_row};
+use megastore_rowstore::{Durability, KeyRange, LATEST, MemoryStore, RowRead, RowStore};
+use megastore_types::{Ballot, ClientId, EgId, Position, ReplicaKind, TxnId};
+
+fn txn(seq: u64) -> TxnId {
+    TxnId {
+        client: ClientId(1),
+        seq,
+    }
+}
+
+/// Every fifth position a no-op, the others transaction `p`.
+fn chosen_at(p: u64) -> ChosenTxn {
+    if p.is_multiple_of(5) {
+        ChosenTxn::NoOp
+    } else {
+        ChosenTxn::Txn(txn(p))
+    }
+}
+
+/// A group whose positions 1..=`last` are visible and applied here.
+fn group(eg: &EgId, last: u64) -> GroupLog {
+    let slot = |p: u64| SlotRecord {
+        ballot: Ballot::ZERO,
+        entry: LogEntry {
+            txn: match chosen_at(p) {
+                ChosenTxn::Txn(t) => Some(t),
+                ChosenTxn::NoOp => None,
+            },
+            ..LogEntry::noop()
+        },
+        visible: true,
+    };
+    let stored = StoredGroup {
+        slots: (1..=last).map(|p| (Position(p), slot(p))).collect(),
+        visible: Position(last),
+        applied: Position(last),
+        ..StoredGroup::default()
+    };
+    GroupLog::load(eg.clone(), stored, false, false)
+}
+
+fn persist(store: &MemoryStore, out: Vec<ReplicaOutput>) {
+    for output in out {
+        if let ReplicaOutput::Persist { mutation } = output {
+            store
+                .mutate_row(&mutation, None, Durability::Synced)
+                .unwrap();
+        }
+    }
+}
+
+#[test]
+fn truncation_remembers_whose_entry_was_chosen_at_its_last_positions_across_restarts() {
+    let eg = EgId(b"g".to_vec());
+    let remembered = CHOSEN_REMEMBERED as u64;
+    let last = remembered + 20;
+    let store = MemoryStore::new();
+    let mut log = group(&eg, last);
+    let mut out = Vec::new();
+    // Two truncations: the second pushes the first's oldest positions out.
+    log.truncate(ReplicaKind::Full, Position(10), &mut out);
+    log.truncate(ReplicaKind::Full, Position(last - 1), &mut out);
+    persist(&store, out);
+    let oldest = last - remembered;
+    let check = |log: &GroupLog| {
+        for p in 1..oldest {
+            assert_eq!(log.chosen_at(Position(p)), None, "{p} is forgotten");
+        }
+        for p in oldest..last {
+            assert_eq!(log.chosen_at(Position(p)), Some(chosen_at(p)), "{p}");
+        }
+        assert_eq!(log.chosen_at(Position(last)), None, "not truncated");
+    };
+    check(&log);
+
+    // Read back from the root row, as a restart does.
+    let row = store
+        .read_row(&root_row(&eg), &KeyRange::all(), LATEST)
+        .unwrap();
+    let stored = StoredGroup::from_row(row.as_ref()).unwrap();
+    assert_eq!(
+        stored.chosen.len(),
+        CHOSEN_REMEMBERED,
+        "forgotten ones are deleted"
+    );
+    check(&GroupLog::load(eg, stored, false, false));
+}
