@@ -165,6 +165,16 @@ fn a_backup_streamed_from_a_running_replica_rejoins_when_restored() {
         "{unknown:?}"
     );
     assert!(!dir.path().join("zz").exists() && !dir.path().join("zz.partial").exists());
+    // What an unfinished backup left is not overwritten, nor removed.
+    let leftover = dir.path().join("left.partial");
+    std::fs::create_dir(&leftover).unwrap();
+    std::fs::write(leftover.join("mine"), b"keep").unwrap();
+    let blocked = backup(&config_arg, "b", &dir.path().join("left"), dir.path());
+    assert!(
+        !blocked.status.success() && blocked.stderr.contains("a backup that did not finish?"),
+        "{blocked:?}"
+    );
+    assert!(leftover.join("mine").exists());
 
     // b votes on these after the backup: the backup lacks those votes.
     runtime.block_on(async {

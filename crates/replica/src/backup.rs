@@ -71,6 +71,13 @@ pub async fn backup_running_replica(
             out.display()
         )));
     }
+    let partial = partial_path(out);
+    if partial.exists() {
+        return Err(BackupError::Failed(format!(
+            "{} exists (a backup that did not finish?): remove it first",
+            partial.display()
+        )));
+    }
     let unreachable = |message: String| BackupError::Unreachable {
         replica: name.to_string(),
         address: replica.address.clone(),
@@ -94,11 +101,16 @@ pub async fn backup_running_replica(
         }
         Ok(Ok(response)) => response.into_inner(),
     };
-    let partial = partial_path(out);
-    let result = async {
-        tokio::fs::create_dir_all(&partial)
+    if let Some(parent) = partial.parent().filter(|p| !p.as_os_str().is_empty()) {
+        tokio::fs::create_dir_all(parent)
             .await
-            .map_err(|e| format!("creating {}: {e}", partial.display()))?;
+            .map_err(|e| BackupError::Failed(format!("creating {}: {e}", parent.display())))?;
+    }
+    // A new directory, or nothing: what is there already is not ours to remove.
+    tokio::fs::create_dir(&partial)
+        .await
+        .map_err(|e| BackupError::Failed(format!("creating {}: {e}", partial.display())))?;
+    let result = async {
         let mut copy = BackupCopy { files: 0, bytes: 0 };
         let mut current: Option<(String, tokio::fs::File)> = None;
         // A stalled transfer fails rather than hangs.
