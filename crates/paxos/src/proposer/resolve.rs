@@ -58,18 +58,20 @@ impl Resolve {
         if self.guess {
             return Some(Resolution::NotCommitted);
         }
+        if let Some(chosen) = self.settle.truncated_chosen() {
+            return Some(match chosen {
+                ChosenTxn::Txn(txn) if txn == self.txn || self.any_remembered => {
+                    Resolution::Committed(self.settle.position())
+                }
+                _ => Resolution::NotCommitted,
+            });
+        }
         Some(match self.settle.outcome()? {
             SettleOutcome::Settled { entry, .. } if entry.txn == Some(self.txn) => {
                 Resolution::Committed(self.settle.position())
             }
             SettleOutcome::Settled { .. } => Resolution::NotCommitted,
-            SettleOutcome::Failed => match self.settle.truncated_chosen() {
-                Some(ChosenTxn::Txn(txn)) if txn == self.txn || self.any_remembered => {
-                    Resolution::Committed(self.settle.position())
-                }
-                Some(_) => Resolution::NotCommitted,
-                None => Resolution::Undecided,
-            },
+            SettleOutcome::Failed => Resolution::Undecided,
         })
     }
 

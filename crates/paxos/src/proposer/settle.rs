@@ -192,9 +192,8 @@ impl Settle {
         }
     }
 
-    /// Whose entry was chosen at the position, when it was truncated long ago and a
-    /// replica remembered (the settle then ends [`SettleOutcome::Failed`]: the entry
-    /// itself is gone).
+    /// Whose entry was chosen at the position, when a replica truncated it long ago
+    /// and remembered.
     pub(crate) fn truncated_chosen(&self) -> Option<ChosenTxn> {
         self.truncated_chosen
     }
@@ -545,14 +544,12 @@ impl Settle {
             chosen: Some(chosen),
             ..
         } = error
-            && self.outcome().is_none()
         {
             // Truncated there, so chosen (and applied everywhere) long ago: what that
-            // replica remembers is final.
+            // replica remembers is final. The settle goes on — a reader catching up
+            // needs the entry itself, which a replica that has not truncated yet may
+            // still hold — and a resolution, which needs only this, ends here.
             self.truncated_chosen = Some(chosen);
-            self.outstanding.clear();
-            self.phase = Phase::Done(SettleOutcome::Failed);
-            return;
         }
         match &mut self.phase {
             Phase::FastGrant { .. } => self.prepare(ctx),
