@@ -1,7 +1,7 @@
 //! Procedures of docs/operations.md against real processes: backing up a replica and
 //! restoring it (it rejoins, losing nothing acknowledged), whether the copy is streamed
 //! from the running replica, taken from its stopped directory by `megastore backup`, or
-//! copied by hand; adding a replica.
+//! copied by hand; adding a replica (a witness, and a full one with its coordinator).
 
 use std::path::Path;
 use std::time::Duration;
@@ -347,4 +347,75 @@ fn a_replica_added_to_a_running_cluster_rejoins_catches_up_and_then_votes() {
         .find(|l| l.trim_start().starts_with("e ") && l.contains("witness"))
         .unwrap_or_else(|| panic!("no line for e:\n{}", status.stdout));
     assert!(e_line.contains("serving"), "{e_line}");
+}
+
+#[test]
+fn a_full_replica_added_to_a_running_cluster_serves_local_reads_and_is_invalidated() {
+    let (_alone, dir, mut cluster, config, runtime) = start_cluster();
+    let group = eg(36);
+    let counter = row(&group, "counter");
+    runtime.block_on(async {
+        let at_a = connect(&config, "A").await;
+        first_commit(&at_a, &group).await;
+        increment(&at_a, &group, "counter").await.unwrap();
+    });
+
+    // A full replica, e, with its coordinator, at site C (which had only a witness).
+    let ports = megastore_e2e::free_ports(2);
+    let mut text = std::fs::read_to_string(&cluster.config_path).unwrap();
+    text += &format!(
+        "\n[[replicas]]\nname = \"e\"\nid = 5\nsite = \"C\"\nkind = \"full\"\n\
+         address = \"127.0.0.1:{}\"\ncoordinator_address = \"127.0.0.1:{}\"\n\
+         data_dir = \"data/e\"\n",
+        ports[0], ports[1]
+    );
+    let grown_path = dir.path().join("grown.toml");
+    std::fs::write(&grown_path, text).unwrap();
+    let grown = megastore_config::ClusterConfig::load(&grown_path).unwrap();
+    // Every process learns of e before e's coordinator starts (docs/operations.md).
+    for process in [
+        "replica-a",
+        "replica-b",
+        "replica-c",
+        "replica-d",
+        "coordinator-a",
+        "coordinator-b",
+    ] {
+        cluster.wait_for_log(process, "serving", Duration::from_secs(20));
+        assert!(cluster.process(process).terminate(Duration::from_secs(10)));
+        cluster.start_process_with(process, &grown_path);
+    }
+    cluster.start_process_with("replica-e", &grown_path);
+    cluster.start_process_with("coordinator-e", &grown_path);
+    cluster.wait_for_log("replica-e", "rejoining=true", Duration::from_secs(20));
+
+    // Once caught up and validated, a reader at C reads e locally, and sees every
+    // acknowledged write.
+    runtime.block_on(async {
+        let at_a = connect(&grown, "A").await;
+        increment(&at_a, &group, "counter").await.unwrap();
+        let at_c = connect(&grown, "C").await;
+        let read = current_read_until(&at_c, &group, &counter, |r| {
+            r.path == ReadPath::LocalVouched && r.replica == ReplicaId(5)
+        })
+        .await;
+        assert_eq!(counter_value(read.rows.into_iter().next()), 3);
+    });
+
+    // e misses a write (stopped): the writer invalidates e's coordinator, so the reader
+    // at C is not served e's stale copy.
+    cluster.process("replica-e").signal("STOP");
+    runtime.block_on(async {
+        let at_a = connect(&grown, "A").await;
+        assert_eq!(increment(&at_a, &group, "counter").await.unwrap(), 4);
+        let at_c = connect(&grown, "C").await;
+        let read = current_read_until(&at_c, &group, &counter, |_| true).await;
+        assert_ne!(
+            (read.path, read.replica),
+            (ReadPath::LocalVouched, ReplicaId(5)),
+            "served by e, which missed a write"
+        );
+        assert_eq!(counter_value(read.rows.into_iter().next()), 4);
+    });
+    cluster.process("replica-e").signal("CONT");
 }
