@@ -1,5 +1,6 @@
-//! Mutual TLS: with a `[tls]` section every gRPC endpoint demands a certificate signed
-//! by the cluster CA — clients with it work, plaintext and foreign certificates do not.
+//! Mutual TLS: with a `[tls]` section every gRPC endpoint, and every metrics endpoint,
+//! demands a certificate signed by the cluster CA — clients with it work, plaintext and
+//! foreign certificates do not.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -30,6 +31,51 @@ fn make_certs(config: &Path, out: &str) -> String {
         .expect("a [tls] section");
     assert!(section.contains("node.pem"), "{section}");
     section
+}
+
+/// `GET /metrics` over HTTPS with Python's `ssl` (a client that is not ours), trusting
+/// the cluster CA, presenting the cluster certificate if `with_certificate`.
+fn scrape_over_tls(
+    tls: &megastore_config::TlsConfig,
+    address: &str,
+    with_certificate: bool,
+) -> (bool, String) {
+    const SCRAPE: &str = "import http.client, ssl, sys\n\
+        ca, cert, key, host, port, present = sys.argv[1:]\n\
+        ctx = ssl.create_default_context(cafile=ca)\n\
+        if present == 'yes':\n    ctx.load_cert_chain(cert, key)\n\
+        conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=10)\n\
+        conn.request('GET', '/metrics')\n\
+        response = conn.getresponse()\n\
+        print(response.status)\n\
+        print(response.read().decode())\n";
+    let (host, port) = address.rsplit_once(':').expect("host:port");
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(SCRAPE)
+        .args([&tls.ca_file, &tls.cert_file, &tls.key_file])
+        .args([host, port, if with_certificate { "yes" } else { "no" }])
+        .output()
+        .expect("python3");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// What a plain HTTP `GET /metrics` gets back (empty if the connection is dropped).
+fn plain_http_get(address: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(address) else {
+        return String::new();
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    );
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    String::from_utf8_lossy(&response).into_owned()
 }
 
 async fn log_state(transport: &Transport, address: &str) -> Result<(), tonic::Status> {
@@ -98,6 +144,25 @@ fn mutual_tls_admits_only_the_clusters_certificates() {
         );
         assert!(started.elapsed() < Duration::from_secs(30));
     });
+
+    // Metrics are served over mutual TLS too: HTTPS with the cluster's certificate works;
+    // plain HTTP and HTTPS without a client certificate do not.
+    let tls = config.tls.clone().expect("[tls]");
+    let metrics = config
+        .replica("a")
+        .and_then(|r| r.metrics_address.clone())
+        .expect("replica a's metrics address");
+    let (scraped, text) = scrape_over_tls(&tls, &metrics, true);
+    assert!(
+        scraped && text.starts_with("200\n") && text.contains("megastore_replica_"),
+        "{text}"
+    );
+    let (anonymous, text) = scrape_over_tls(&tls, &metrics, false);
+    assert!(!anonymous, "served without a client certificate: {text}");
+    assert!(
+        !plain_http_get(&metrics).starts_with("HTTP/1.1 200"),
+        "metrics served over plain HTTP"
+    );
 
     // The CLI speaks TLS from the same config.
     let status = run_megastore(

@@ -126,9 +126,14 @@ impl LockdNode {
                     );
                 };
                 Some(
-                    MetricsServer::start(address, registry, Some(Arc::new(refresh)))
-                        .await
-                        .map_err(|e| LockdError::Config(e.to_string()))?,
+                    MetricsServer::start(
+                        address,
+                        registry,
+                        Some(Arc::new(refresh)),
+                        config.tls.as_ref(),
+                    )
+                    .await
+                    .map_err(|e| LockdError::Config(e.to_string()))?,
                 )
             }
             None => None,

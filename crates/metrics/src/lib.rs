@@ -2,8 +2,8 @@
 //!
 //! Responsibility: the metric families each kind of process keeps ([`ClientMetrics`],
 //! [`ReplicaMetrics`], [`CoordinatorMetrics`], [`LockdMetrics`]), one registry per
-//! process, and the HTTP endpoint (`GET /metrics` on a process's `metrics_address`)
-//! that serves them.
+//! process, and the HTTP endpoint (`GET /metrics` on a process's `metrics_address`;
+//! HTTPS with client certificates when the cluster has `[tls]`) that serves them.
 //!
 //! Invariants:
 //! - counters only go up; every family is registered once per registry, under the
@@ -13,6 +13,7 @@
 
 mod families;
 mod server;
+mod tls;
 
 pub use families::{
     ClientMetrics, CoordinatorMetrics, LockdMetrics, ReadPathLabel, ReplicaMetrics,

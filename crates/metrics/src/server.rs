@@ -1,14 +1,17 @@
-//! `GET /metrics` over HTTP/1.1, for Prometheus to scrape.
+//! `GET /metrics` over HTTP/1.1 (HTTPS with mutual TLS when the cluster has `[tls]`),
+//! for Prometheus to scrape.
 
 use std::sync::{Arc, Mutex};
 
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use megastore_config::resolve_address;
+use megastore_config::{TlsConfig, resolve_address};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+
+use crate::tls::TlsListener;
 
 /// Why the endpoint cannot serve.
 #[derive(Debug, thiserror::Error)]
@@ -19,6 +22,9 @@ pub enum MetricsError {
     /// The address could not be bound.
     #[error("cannot listen on {0} for metrics: {1}")]
     Bind(String, String),
+    /// The `[tls]` files are unusable for the metrics endpoint.
+    #[error("metrics TLS: {0}")]
+    Tls(String),
 }
 
 /// Called before each scrape, to bring gauges read from elsewhere up to date.
@@ -40,12 +46,15 @@ pub struct MetricsServer {
 
 impl MetricsServer {
     /// Serves `registry` at `GET /metrics` on `address` (call inside a tokio runtime);
-    /// `refresh` runs before each scrape.
+    /// `refresh` runs before each scrape. With `tls` (the cluster's `[tls]`), over
+    /// mutual TLS: HTTPS, and a client certificate from the cluster's CA is required.
     pub async fn start(
         address: &str,
         registry: Registry,
         refresh: Option<Refresh>,
+        tls: Option<&TlsConfig>,
     ) -> Result<Self, MetricsError> {
+        let tls = tls.map(crate::tls::server_config).transpose()?;
         let socket = resolve_address(address).map_err(MetricsError::Address)?;
         let listener = TcpListener::bind(socket)
             .await
@@ -68,14 +77,27 @@ impl MetricsServer {
         };
         let router = axum::Router::new().route("/metrics", get(scrape));
         let (stop, stopped) = oneshot::channel::<()>();
-        let served = tokio::spawn(async move {
-            let serving = axum::serve(listener, router).with_graceful_shutdown(async {
-                let _ = stopped.await;
-            });
-            if let Err(e) = serving.await {
-                tracing::warn!("metrics endpoint failed: {e}");
+        let shutdown = async {
+            let _ = stopped.await;
+        };
+        let served = match tls {
+            None => tokio::spawn(async move {
+                let serving = axum::serve(listener, router).with_graceful_shutdown(shutdown);
+                if let Err(e) = serving.await {
+                    tracing::warn!("metrics endpoint failed: {e}");
+                }
+            }),
+            Some(config) => {
+                let listener = TlsListener::new(listener, config)
+                    .map_err(|e| MetricsError::Bind(address.to_string(), e.to_string()))?;
+                tokio::spawn(async move {
+                    let serving = axum::serve(listener, router).with_graceful_shutdown(shutdown);
+                    if let Err(e) = serving.await {
+                        tracing::warn!("metrics endpoint failed: {e}");
+                    }
+                })
             }
-        });
+        };
         Ok(Self {
             stop: Some(stop),
             served: Some(served),

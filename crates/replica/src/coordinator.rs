@@ -104,7 +104,7 @@ impl CoordinatorProcess {
                 let mut registry = Registry::default();
                 metrics.register(&mut registry);
                 Some(
-                    MetricsServer::start(address, registry, None)
+                    MetricsServer::start(address, registry, None, config.tls.as_ref())
                         .await
                         .map_err(|e| ProcessError::Config(e.to_string()))?,
                 )

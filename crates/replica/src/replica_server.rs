@@ -145,7 +145,7 @@ impl ReplicaProcess {
         gateway.metrics().register(&mut registry);
         let metrics_server = match &me.metrics_address {
             Some(address) => Some(
-                MetricsServer::start(address, registry, None)
+                MetricsServer::start(address, registry, None, config.tls.as_ref())
                     .await
                     .map_err(|e| ProcessError::Config(e.to_string()))?,
             ),
