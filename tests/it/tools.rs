@@ -466,7 +466,21 @@ fn the_shell_works_with_entities_of_the_schema() {
         LIMIT,
     );
     assert!(applied.status.success(), "{applied:?}");
-    let script = "\
+    // User 7's group, named by its raw key: untyped rows there are refused too.
+    let catalog = megastore_schema::compile(
+        "photos.msdl",
+        &std::fs::read_to_string(&photos).unwrap(),
+        None,
+    )
+    .unwrap();
+    let user_group: String = catalog
+        .group_prefix(catalog.table("User").unwrap(), &[7i64.into()])
+        .unwrap()
+        .iter()
+        .map(|b| format!("\\x{b:02x}"))
+        .collect();
+    let script = format!(
+        "\
 tables
 entity put User user_id=7 name=Ann
 begin User 7
@@ -479,10 +493,13 @@ entity get User 7
 entity delete Photo 7 2
 entity scan Photo 7 --limit 10
 entity get Photo 7 x
-";
+use {user_group}
+put raw column value
+"
+    );
     let out = run_megastore_with_input(
         &["shell", "--config", config_arg],
-        script,
+        &script,
         dir.path(),
         LIMIT,
     );
@@ -496,6 +513,10 @@ entity get Photo 7 x
     // Untyped rows would land among the schema's rows of that group: refused.
     assert!(
         text.contains("error: this transaction is on an entity group of the schema"),
+        "{text}"
+    );
+    assert!(
+        text.contains("falls among the rows of User of the applied schema"),
         "{text}"
     );
     assert!(text.contains("| Photo | user_id, photo_id |"), "{text}");

@@ -164,6 +164,18 @@ impl Session {
 
     fn write(&mut self, row: &[u8], column: &[u8], value: Option<&[u8]>) -> anyhow::Result<String> {
         let key = self.row_key(row)?;
+        // Untyped rows must stay out of the schema's key space, or they would be taken
+        // for its entities or index entries. (No schema applied: nothing to collide.)
+        if let Ok(catalog) = self.catalog()
+            && let Some(object) = catalog.schema_object_of_row(&key)
+        {
+            anyhow::bail!(
+                "row {} falls among the rows of {object} of the applied schema: untyped rows \
+                 there would be taken for its entities — use `entity put`/`entity delete`, \
+                 or a group name outside the schema",
+                megastore_rowstore::display_key(&key)
+            );
+        }
         if let Some(txn) = self.transaction.as_mut() {
             match value {
                 Some(value) => txn.set(&key, column, value),

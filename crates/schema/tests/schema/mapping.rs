@@ -411,3 +411,28 @@ proptest! {
         );
     }
 }
+
+#[test]
+fn rows_are_told_apart_from_the_schemas_key_space() {
+    let c = example("photos.msdl");
+    let user = c.table("User").unwrap();
+    let mut row = c.group_prefix(user, &[7i64.into()]).unwrap();
+    row.extend_from_slice(b"\x01anything");
+    assert_eq!(c.schema_object_of_row(&row), Some("User"));
+    // A photo's row is in its user's group too.
+    let photo = c
+        .entity_row_key(c.table("Photo").unwrap(), &[7i64.into(), 1i32.into()])
+        .unwrap();
+    assert_eq!(c.schema_object_of_row(&photo), Some("User"));
+    // A global index's entries.
+    let tags = c.index("PhotosByTag").unwrap();
+    assert_eq!(tags.kind, megastore_schema::IndexKind::Global);
+    // Small object ids are one byte (DESIGN.md §3).
+    let mut entry = vec![u8::try_from(tags.id.0).unwrap()];
+    entry.extend_from_slice(b"whatever");
+    assert_eq!(c.schema_object_of_row(&entry), Some("PhotosByTag"));
+    // Untyped rows of a group named in text, and a truncated root key, are outside.
+    assert_eq!(c.schema_object_of_row(b"demo-user-alice\x01name"), None);
+    assert_eq!(c.schema_object_of_row(&row[..1]), None);
+    assert_eq!(c.schema_object_of_row(b""), None);
+}
