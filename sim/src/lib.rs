@@ -54,6 +54,7 @@ pub const BUG_NAMES: &[&str] = &[
     "rejoin-as-voter",
     "release-while-vouching",
     "resolve-any-remembered-txn",
+    "collect-without-floor",
 ];
 
 /// The knob called `name`.
@@ -79,6 +80,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "rejoin-as-voter" => p.rejoin_as_voter = true,
         "release-while-vouching" => c.release_while_vouching = true,
         "resolve-any-remembered-txn" => p.resolve_any_remembered_txn = true,
+        "collect-without-floor" => p.collect_without_floor = true,
         _ => return None,
     }
     Some(Bugs {

@@ -78,11 +78,12 @@ fn add(total: &mut Stats, s: &Stats) {
     total.failed += s.failed;
     total.wipes += s.wipes;
     total.installs += s.installs;
+    total.collections += s.collections;
 }
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, failed {}, faults {} (wipes {}, snapshot installs {}), messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, messages {}, violations {violations}",
         s.commits,
         s.conflicts,
         s.resolved_not_committed,
@@ -95,6 +96,7 @@ fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
         s.faults,
         s.wipes,
         s.installs,
+        s.collections,
         s.messages
     )
 }

@@ -14,7 +14,7 @@ use megastore_lock::{LockCommand, LockCore, LockError, LockResponse};
 use megastore_paxos::{
     ClientConfig, ClientCore, ClientInput, ClientOutput, Message, ProposerConfig, ProtocolBugs,
     Replica, ReplicaConfig, ReplicaInput, ReplicaOutput, ReplicaReply, ReplicaRequest, SweepConfig,
-    Timeouts, answer_read, answer_snapshot, group_range,
+    Timeouts, answer_read, answer_snapshot, data_range, group_range,
 };
 use megastore_rowstore::{Durability, KeyRange, LATEST, MemoryStore, RowRead, RowStore};
 use megastore_types::{
@@ -125,6 +125,8 @@ pub struct Stats {
     pub wipes: u64,
     /// Snapshots installed.
     pub installs: u64,
+    /// Garbage-collection passes over a group's data.
+    pub collections: u64,
 }
 
 /// One simulated run.
@@ -190,6 +192,8 @@ fn replica_config(
         interval: Duration::from_secs(1),
         proposer,
         seed,
+        // Small, so that garbage collection happens within a run.
+        history_kept: 8,
     };
     ReplicaConfig {
         id,
@@ -669,6 +673,7 @@ impl World {
         let mut sends = Vec::new();
         let mut wake = None;
         let mut installs = 0;
+        let mut collections = 0;
         {
             let node = self.replicas.get_mut(&r).expect("replica exists");
             let Some(core) = node.core.as_mut() else {
@@ -700,6 +705,12 @@ impl World {
                                 .mutate_rows(&group_range(&eg), &rows, Durability::Synced)
                                 .expect("an install stays in its group");
                         }
+                        ReplicaOutput::CollectGarbage { eg, below } => {
+                            collections += 1;
+                            node.store
+                                .collect_garbage(&data_range(&eg), below.0)
+                                .expect("memory store collects");
+                        }
                         ReplicaOutput::ReadSnapshot {
                             to,
                             id,
@@ -728,6 +739,7 @@ impl World {
             }
         }
         self.stats.installs += installs;
+        self.stats.collections += collections;
         let mut checks = self.checks.take().expect("checkers are present");
         checks.after_replica_step(self, r, handled.as_ref(), &replies);
         self.checks = Some(checks);

@@ -22,6 +22,7 @@ fn runs_exercise_commits_local_and_majority_reads_and_faults() {
     assert!(sum(|s| s.reads_local) > 0, "local reads");
     assert!(sum(|s| s.reads_majority) > 0, "majority reads");
     assert!(sum(|s| s.faults) > 0, "faults");
+    assert!(sum(|s| s.collections) > 0, "garbage collections");
 }
 
 /// Runs `seeds` and fails on any violation, naming the seed to reproduce. Returns how
@@ -116,6 +117,11 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         60,
     ),
     ("resolve-any-remembered-txn", &["durable-ack"], 100),
+    (
+        "collect-without-floor",
+        &["linearizable-eg", "prefix-snapshots"],
+        380,
+    ),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -156,6 +162,7 @@ knob_tests! {
     resolve_without_settling_is_caught => 13,
     release_while_vouching_is_caught => 14,
     resolve_any_remembered_txn_is_caught => 15,
+    collect_without_floor_is_caught => 16,
 }
 
 #[test]
@@ -164,7 +171,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 18);
+    assert_eq!(BUG_NAMES.len(), 19);
 }
 
 /// DESIGN.md §4 and paper §4.6.3: an uncontended write at the leader's site costs one

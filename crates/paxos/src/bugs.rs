@@ -40,4 +40,7 @@ pub struct ProtocolBugs {
     /// A resolution of a truncated position takes any transaction a replica remembers
     /// chosen there for its own (it forgets to compare the ids).
     pub resolve_any_remembered_txn: bool,
+    /// Garbage collection drops old versions but reads below its watermark are still
+    /// served (from what is left).
+    pub collect_without_floor: bool,
 }

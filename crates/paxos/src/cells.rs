@@ -10,6 +10,7 @@
 //! | `applied` | every position up to this one is applied here |
 //! | `truncated` | positions up to this one are gone |
 //! | `installed` | the group was installed from a snapshot at this position: no history below it |
+//! | `collected` | data versions that only reads below this position could see were garbage-collected |
 //! | `rejoin_floor` | after a wipe: the highest position any voter held when this replica rejoined; it votes only above it |
 //!
 //! Every cell lives at timestamp 0 and is overwritten in place; values are postcard.
@@ -37,6 +38,8 @@ pub const APPLIED: &[u8] = b"applied";
 pub const TRUNCATED: &[u8] = b"truncated";
 /// The snapshot-install column.
 pub const INSTALLED: &[u8] = b"installed";
+/// The garbage-collection watermark column.
+pub const COLLECTED: &[u8] = b"collected";
 /// The rejoin floor column.
 pub const REJOIN_FLOOR: &[u8] = b"rejoin_floor";
 
@@ -117,6 +120,8 @@ pub struct StoredGroup {
     pub truncated: Position,
     /// `installed`.
     pub installed: Position,
+    /// `collected`.
+    pub collected: Position,
     /// `rejoin_floor`, if this replica rejoined after a wipe and cleared the group.
     pub rejoin_floor: Option<Position>,
 }
@@ -155,6 +160,8 @@ impl StoredGroup {
                 stored.truncated = decode(name, value)?;
             } else if name == INSTALLED {
                 stored.installed = decode(name, value)?;
+            } else if name == COLLECTED {
+                stored.collected = decode(name, value)?;
             } else if name == REJOIN_FLOOR {
                 stored.rejoin_floor = Some(decode(name, value)?);
             }

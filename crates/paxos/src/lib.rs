@@ -44,6 +44,6 @@ pub use proposer::read::{ReadError, ReadMode, ReadPath, ReadResult};
 pub use proposer::resolve::Resolution;
 pub use proposer::{ProposerConfig, Timeouts};
 pub use replica::{
-    CHOSEN_REMEMBERED, GroupLog, Input as ReplicaInput, Output as ReplicaOutput, Rejoin, Replica,
-    ReplicaConfig, SweepConfig, answer_read, answer_snapshot,
+    CHOSEN_REMEMBERED, GroupLog, HISTORY_KEPT, Input as ReplicaInput, Output as ReplicaOutput,
+    Rejoin, Replica, ReplicaConfig, SweepConfig, answer_read, answer_snapshot,
 };

@@ -3,7 +3,10 @@
 //! whose outcome it missed after the log moved on.
 
 use megastore_paxos::cells::{SlotRecord, StoredGroup};
-use megastore_paxos::{CHOSEN_REMEMBERED, ChosenTxn, GroupLog, LogEntry, ReplicaOutput, root_row};
+use megastore_paxos::{
+    CHOSEN_REMEMBERED, ChosenTxn, GroupLog, HISTORY_KEPT, LogEntry, ProtocolBugs, ReplicaOutput,
+    root_row,
+};
 use megastore_rowstore::{Durability, KeyRange, LATEST, MemoryStore, RowRead, RowStore};
 use megastore_types::{Ballot, ClientId, EgId, Position, ReplicaKind, TxnId};
 
@@ -64,8 +67,20 @@ fn truncation_remembers_whose_entry_was_chosen_at_its_last_positions_across_rest
     let mut log = group(&eg, last);
     let mut out = Vec::new();
     // Two truncations: the second pushes the first's oldest positions out.
-    log.truncate(ReplicaKind::Full, Position(10), &mut out);
-    log.truncate(ReplicaKind::Full, Position(last - 1), &mut out);
+    log.truncate(
+        ReplicaKind::Full,
+        Position(10),
+        HISTORY_KEPT,
+        &ProtocolBugs::default(),
+        &mut out,
+    );
+    log.truncate(
+        ReplicaKind::Full,
+        Position(last - 1),
+        HISTORY_KEPT,
+        &ProtocolBugs::default(),
+        &mut out,
+    );
     persist(&store, out);
     let oldest = last - remembered;
     let check = |log: &GroupLog| {
@@ -90,4 +105,77 @@ fn truncation_remembers_whose_entry_was_chosen_at_its_last_positions_across_rest
         "forgotten ones are deleted"
     );
     check(&GroupLog::load(eg, stored, false, false));
+}
+
+#[test]
+fn history_older_than_what_is_kept_is_collected_and_refused_to_reads() {
+    let eg = EgId(b"g".to_vec());
+    let kept = HISTORY_KEPT;
+    let last = kept + 100;
+    let mut log = group(&eg, last);
+    let mut out = Vec::new();
+    log.truncate(
+        ReplicaKind::Full,
+        Position(last - 1),
+        HISTORY_KEPT,
+        &ProtocolBugs::default(),
+        &mut out,
+    );
+    let below = Position(last - 1 - kept);
+    // The watermark is persisted before the collection that relies on it.
+    let persisted = out
+        .iter()
+        .position(|o| matches!(o, ReplicaOutput::Persist { .. }))
+        .expect("a persist");
+    let collected = out
+        .iter()
+        .position(|o| matches!(o, ReplicaOutput::CollectGarbage { below: b, .. } if *b == below))
+        .unwrap_or_else(|| panic!("no collection below {below}: {out:?}"));
+    assert!(persisted < collected);
+    assert_eq!(log.history_from(), below);
+    let store = MemoryStore::new();
+    persist(&store, out);
+    let row = store
+        .read_row(&root_row(&eg), &KeyRange::all(), LATEST)
+        .unwrap();
+    let stored = StoredGroup::from_row(row.as_ref()).unwrap();
+    assert_eq!(stored.collected, below, "kept across restarts");
+
+    // A little more truncation does not collect again (each pass reads the group).
+    let mut more = group(&eg, last + 10);
+    let mut out = Vec::new();
+    more.truncate(
+        ReplicaKind::Full,
+        Position(last - 1),
+        HISTORY_KEPT,
+        &ProtocolBugs::default(),
+        &mut out,
+    );
+    more.truncate(
+        ReplicaKind::Full,
+        Position(last + 9),
+        HISTORY_KEPT,
+        &ProtocolBugs::default(),
+        &mut out,
+    );
+    let passes = out
+        .iter()
+        .filter(|o| matches!(o, ReplicaOutput::CollectGarbage { .. }))
+        .count();
+    assert_eq!(passes, 1);
+
+    // A witness keeps no data: nothing to collect.
+    let mut witness = group(&eg, last);
+    let mut out = Vec::new();
+    witness.truncate(
+        ReplicaKind::Witness,
+        Position(last - 1),
+        HISTORY_KEPT,
+        &ProtocolBugs::default(),
+        &mut out,
+    );
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, ReplicaOutput::CollectGarbage { .. }))
+    );
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use megastore_config::{ClusterConfig, resolve_address};
 use megastore_paxos::{
     Message, Replica, ReplicaConfig, ReplicaInput, ReplicaOutput, ReplicaReply, ReplicaRequest,
-    answer_read, answer_snapshot, group_range,
+    answer_read, answer_snapshot, data_range, group_range,
 };
 use megastore_rowstore::{Durability, KeyRange, LATEST, RowRead, RowStore};
 use megastore_rowstore_rocksdb::RocksStore;
@@ -384,6 +384,13 @@ impl Driver {
                     fail("installing a snapshot", &e);
                 }
                 batch.dirty = true;
+            }
+            ReplicaOutput::CollectGarbage { eg, below } => {
+                // After the `collected` watermark's write, in one WAL: a crash keeps a
+                // prefix, never the collection without the watermark.
+                if let Err(e) = self.store.collect_garbage(&data_range(&eg), below.0) {
+                    fail("collecting garbage", &e);
+                }
             }
             ReplicaOutput::ReadSnapshot {
                 to,

@@ -12,7 +12,7 @@ use megastore_types::{Ballot, EgId, Position, ReplicaId, ReplicaKind, TxnId};
 use super::Output;
 use crate::bugs::ProtocolBugs;
 use crate::cells::{
-    APPLIED, REJOIN_FLOOR, RootRowWrite, SlotRecord, StoredGroup, TRUNCATED, VISIBLE,
+    APPLIED, COLLECTED, REJOIN_FLOOR, RootRowWrite, SlotRecord, StoredGroup, TRUNCATED, VISIBLE,
 };
 use crate::entry::{LogEntry, root_row};
 use crate::messages::{AcceptResult, ChosenTxn, GrantRefusal, LogState, PrepareResult};
@@ -22,6 +22,12 @@ use crate::messages::{AcceptResult, ChosenTxn, GrantRefusal, LogState, PrepareRe
 /// after the log moved on (seconds of a busy group, minutes of a quiet one), at 16
 /// bytes each.
 pub const CHOSEN_REMEMBERED: usize = 64;
+
+/// How many positions of data history a group keeps below its truncation point, by
+/// default: reads at older positions (a transaction that long outpaced) are refused,
+/// and the versions only they could see are garbage-collected. Collection runs once
+/// the floor can rise by a quarter of this (each pass reads the group's data rows).
+pub const HISTORY_KEPT: u64 = 256;
 
 /// A phase-2 request: `entry` at `position` and `ballot`; with `grant`, a request for the
 /// position leader's ballot-0 grant.
@@ -72,6 +78,8 @@ pub struct GroupLog {
     applied: Position,
     truncated: Position,
     installed: Position,
+    /// Data versions only reads below this could see are gone.
+    collected: Position,
     rejoin: Rejoin,
 }
 
@@ -97,6 +105,7 @@ impl GroupLog {
             applied: stored.applied,
             truncated: stored.truncated,
             installed: stored.installed,
+            collected: stored.collected,
             rejoin: match (stored.rejoin_floor, rejoining) {
                 (Some(floor), _) => Rejoin::Cleared { floor },
                 (None, true) => Rejoin::Uncleared,
@@ -126,6 +135,12 @@ impl GroupLog {
             Rejoin::Uncleared => false,
             Rejoin::Cleared { floor } => p > floor.next(),
         }
+    }
+
+    /// The oldest position a read may ask for: no history below it here (installed
+    /// from a snapshot above it, or garbage-collected).
+    pub fn history_from(&self) -> Position {
+        self.installed.max(self.collected)
     }
 
     /// The group was installed from a snapshot at this position (reads below it are
@@ -433,7 +448,14 @@ impl GroupLog {
 
     /// Drops the log below and at `through` (already applied everywhere it needs to
     /// be); keeps the slot at `through` only as the truncation watermark.
-    pub fn truncate(&mut self, kind: ReplicaKind, through: Position, out: &mut Vec<Output>) {
+    pub fn truncate(
+        &mut self,
+        kind: ReplicaKind,
+        through: Position,
+        history_kept: u64,
+        bugs: &ProtocolBugs,
+        out: &mut Vec<Output>,
+    ) {
         let kept = if kind == ReplicaKind::Witness {
             self.visible
         } else {
@@ -461,9 +483,24 @@ impl GroupLog {
             }
         }
         self.truncated = through;
-        out.push(Output::Persist {
-            mutation: write.watermark(TRUNCATED, through).0,
-        });
+        write = write.watermark(TRUNCATED, through);
+        let below = Position(through.0.saturating_sub(history_kept));
+        let step = (history_kept / 4).max(1);
+        let collect = kind != ReplicaKind::Witness && below.0 >= self.collected.0 + step;
+        if collect {
+            self.collected = below;
+            write = write.watermark(COLLECTED, below);
+        }
+        if bugs.collect_without_floor {
+            self.collected = Position::NONE;
+        }
+        out.push(Output::Persist { mutation: write.0 });
+        if collect {
+            out.push(Output::CollectGarbage {
+                eg: self.eg.clone(),
+                below,
+            });
+        }
     }
 
     /// Checks the group's own invariants (panics on a broken one).

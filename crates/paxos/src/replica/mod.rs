@@ -22,7 +22,7 @@ use megastore_types::{
     EgId, NodeId, Position, ReplicaId, ReplicaInfo, ReplicaKind, Time, Topology,
 };
 
-pub use group::{CHOSEN_REMEMBERED, GroupLog, Proposal, Rejoin};
+pub use group::{CHOSEN_REMEMBERED, GroupLog, HISTORY_KEPT, Proposal, Rejoin};
 pub use sweep::SweepConfig;
 
 use sweep::{SweepAction, Sweeper};
@@ -102,6 +102,16 @@ pub enum Output {
         eg: EgId,
         /// The rows.
         rows: Vec<RowMutation>,
+    },
+    /// Drop the versions of the group's data rows that no read at `below` or later can
+    /// see ([`megastore_rowstore::RowStore::collect_garbage`] over
+    /// [`crate::data_range`]). The `collected` watermark that refuses older reads is
+    /// persisted before it, so no reply can depend on versions already gone.
+    CollectGarbage {
+        /// The group.
+        eg: EgId,
+        /// Reads below this position are refused from now on.
+        below: Position,
     },
     /// Read the group's data as of `at` and reply with [`answer_snapshot`].
     ReadSnapshot {
@@ -256,8 +266,13 @@ impl Replica {
         for action in actions {
             match action {
                 SweepAction::Truncate(eg, through) => {
+                    let kept = self
+                        .config
+                        .sweep
+                        .as_ref()
+                        .map_or(HISTORY_KEPT, |s| s.history_kept);
                     if let Some(GroupSlot::Ready(group)) = self.groups.get_mut(&eg) {
-                        group.truncate(self.me.kind, through, &mut out);
+                        group.truncate(self.me.kind, through, kept, &self.config.bugs, &mut out);
                     }
                 }
                 SweepAction::Clear(eg, floor) => {
@@ -509,9 +524,9 @@ impl Replica {
                             reply(out, from, ReplicaReply::Error { id, error });
                             return;
                         }
-                        ReadAt::Position(p) if p < group.installed() => {
+                        ReadAt::Position(p) if p < group.history_from() => {
                             let error = ReplicaError::HistoryFrom {
-                                installed: group.installed(),
+                                installed: group.history_from(),
                             };
                             reply(out, from, ReplicaReply::Error { id, error });
                             return;

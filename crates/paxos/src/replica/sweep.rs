@@ -44,6 +44,11 @@ pub struct SweepConfig {
     /// value on every process start, or a reply to the previous process could be taken
     /// for the answer to a new request.
     pub seed: u64,
+    /// Positions of data history kept below the truncation point (reads at older
+    /// positions are refused, and the versions only they could see collected):
+    /// [`crate::HISTORY_KEPT`] in a deployment, a few in the simulator so that
+    /// collection happens within a run.
+    pub history_kept: u64,
 }
 
 /// Something the sweep decided that changes this replica's own state.

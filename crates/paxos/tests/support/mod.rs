@@ -128,6 +128,11 @@ impl Node {
                             )
                             .unwrap();
                     }
+                    ReplicaOutput::CollectGarbage { eg, below } => {
+                        self.store
+                            .collect_garbage(&megastore_paxos::data_range(&eg), below.0)
+                            .unwrap();
+                    }
                     other => panic!("unexpected output {other:?}"),
                 }
             }
