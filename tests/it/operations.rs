@@ -419,3 +419,89 @@ fn a_full_replica_added_to_a_running_cluster_serves_local_reads_and_is_invalidat
     });
     cluster.process("replica-e").signal("CONT");
 }
+
+/// A replica's answer to a read of `group`'s `key` at `at`, asked directly.
+async fn read_at(
+    config: &megastore_config::ClusterConfig,
+    replica: &str,
+    group: &megastore_types::EgId,
+    key: &[u8],
+    at: megastore_paxos::ReadAt,
+) -> megastore_paxos::ReplicaReply {
+    use megastore_rpc::pb::replication as pb;
+    let address = &config.replica(replica).unwrap().address;
+    let channel = megastore_rpc::Transport::plain()
+        .channel(address, Duration::from_secs(2))
+        .unwrap();
+    let request = megastore_paxos::ReplicaRequest::Read {
+        id: 7,
+        eg: group.clone(),
+        at,
+        query: megastore_paxos::DataQuery::Rows(vec![key.to_vec()]),
+    };
+    let reply = pb::replication_client::ReplicationClient::new(channel)
+        .call(pb::ReplicaRequest::from(request))
+        .await
+        .unwrap()
+        .into_inner();
+    megastore_paxos::ReplicaReply::try_from(reply).unwrap()
+}
+
+#[test]
+fn old_versions_are_collected_and_reads_that_far_back_are_refused() {
+    use megastore_paxos::{ReadAt, ReplicaError, ReplicaReply};
+    use megastore_types::Position;
+    let _alone = megastore_e2e::one_cluster_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    // Four positions of history below the truncation point, instead of 256.
+    let cluster = megastore_e2e::LocalCluster::start_configured(dir.path(), |config| {
+        let mut text = std::fs::read_to_string(config).unwrap();
+        text.push_str("\n[history]\nkept_positions = 4\n");
+        std::fs::write(config, text).unwrap();
+    });
+    let config = megastore_config::ClusterConfig::load(&cluster.config_path).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let group = eg(37);
+    let counter = row(&group, "counter");
+    runtime.block_on(async {
+        let at_a = connect(&config, "A").await;
+        first_commit(&at_a, &group).await;
+        let first = current_read_until(&at_a, &group, &counter, |_| true)
+            .await
+            .position
+            .unwrap();
+        // Served at its position while the history is kept.
+        let reply = read_at(&config, "a", &group, &counter, ReadAt::Position(first)).await;
+        assert!(matches!(reply, ReplicaReply::Data { .. }), "{reply:?}");
+        for _ in 0..40 {
+            increment(&at_a, &group, "counter").await.unwrap();
+        }
+        // Once every replica applied them, truncation and collection follow: the first
+        // position's versions are gone, and a read there is refused rather than answered
+        // from what is left.
+        let started = std::time::Instant::now();
+        loop {
+            let reply = read_at(&config, "a", &group, &counter, ReadAt::Position(first)).await;
+            match reply {
+                ReplicaReply::Error {
+                    error: ReplicaError::HistoryFrom { installed },
+                    ..
+                } => {
+                    assert!(installed > first && installed < Position(41), "{installed}");
+                    break;
+                }
+                other => assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "a read at {first} is still served: {other:?}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // The latest data is intact, locally and at the other replicas.
+        let read = current_read_until(&at_a, &group, &counter, |_| true).await;
+        assert_eq!(counter_value(read.rows.into_iter().next()), 41);
+        let at_b = connect(&config, "B").await;
+        let read = current_read_until(&at_b, &group, &counter, |_| true).await;
+        assert_eq!(counter_value(read.rows.into_iter().next()), 41);
+    });
+}

@@ -97,6 +97,28 @@ pub struct ClusterConfig {
     /// Emulated wide-area round trips between sites (absent: none).
     #[serde(default)]
     pub wan: Vec<WanLink>,
+    /// How much data history replicas keep.
+    #[serde(default)]
+    pub history: History,
+}
+
+/// `[history]`: how many log positions of data history a replica keeps below its
+/// truncation point. Reads at older positions (a transaction that many commits
+/// outpaced) are refused, and the cell versions only they could see are
+/// garbage-collected.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct History {
+    /// Positions kept (at least 1).
+    pub kept_positions: u64,
+}
+
+impl Default for History {
+    fn default() -> Self {
+        Self {
+            kept_positions: 256,
+        }
+    }
 }
 
 /// `[[wan]]`: an emulated round trip between two sites, for seeing wide-area latency on

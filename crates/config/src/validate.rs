@@ -46,6 +46,12 @@ pub(crate) fn check(config: &ClusterConfig) -> Result<(), Failure> {
         }
     };
     check_timeouts(config)?;
+    if config.history.kept_positions == 0 {
+        return fail(
+            "history.kept_positions",
+            "must be at least 1 (a transaction reads at the position it began at)",
+        );
+    }
 
     if config.replicas.is_empty() {
         return fail("replicas", "declare at least one [[replicas]]");

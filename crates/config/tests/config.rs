@@ -153,6 +153,11 @@ fn mistakes_name_their_field() {
             "wan[1].between",
             "already linked by wan[0]",
         ),
+        (
+            format!("{EXAMPLE}\n[history]\nkept_positions = 0\n"),
+            "history.kept_positions",
+            "at least 1",
+        ),
     ];
     for (text, field, message) in cases {
         let (got_field, got_message) = invalid(&text);
@@ -169,6 +174,15 @@ fn wan_links_are_symmetric_and_default_to_zero() {
     assert_eq!(config.wan_rtt("B", "A"), Duration::from_millis(80));
     assert_eq!(config.wan_rtt("A", "C"), Duration::ZERO);
     assert_eq!(config.wan_rtt("A", "A"), Duration::ZERO);
+}
+
+#[test]
+fn history_kept_defaults_to_256_positions() {
+    let config = ClusterConfig::parse(EXAMPLE, "t.toml").unwrap();
+    assert_eq!(config.history.kept_positions, 256);
+    let text = format!("{EXAMPLE}\n[history]\nkept_positions = 4\n");
+    let config = ClusterConfig::parse(&text, "t.toml").unwrap();
+    assert_eq!(config.history.kept_positions, 4);
 }
 
 #[test]

@@ -24,6 +24,6 @@ pub fn sweep_config(
             bugs: megastore_paxos::ProtocolBugs::default(),
         },
         seed: rand::random(),
-        history_kept: megastore_paxos::HISTORY_KEPT,
+        history_kept: config.history.kept_positions,
     }
 }
