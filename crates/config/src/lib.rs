@@ -103,9 +103,9 @@ pub struct ClusterConfig {
 }
 
 /// `[history]`: how many log positions of data history a replica keeps below its
-/// truncation point. Reads at older positions (a transaction that many commits
-/// outpaced) are refused, and the cell versions only they could see are
-/// garbage-collected.
+/// truncation point. Reads at older positions are refused, and the cell versions only
+/// they could see are garbage-collected. (The client library's reads ask for the
+/// position they have just found, so they never ask that far back.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct History {

@@ -24,8 +24,9 @@ use crate::messages::{AcceptResult, ChosenTxn, GrantRefusal, LogState, PrepareRe
 pub const CHOSEN_REMEMBERED: usize = 64;
 
 /// How many positions of data history a group keeps below its truncation point, by
-/// default: reads at older positions (a transaction that long outpaced) are refused,
-/// and the versions only they could see are garbage-collected. Collection runs once
+/// default: reads at older positions are refused (a current read asks for the position
+/// it has just found, so only a read delayed past hundreds of commits would), and the
+/// versions only they could see are garbage-collected. Collection runs once
 /// the floor can rise by a quarter of this (each pass reads the group's data rows).
 pub const HISTORY_KEPT: u64 = 256;
 
