@@ -373,19 +373,32 @@ fn every_process_serves_prometheus_metrics() {
         "{text}"
     );
 
-    let leaders: f64 = config
-        .lockd
-        .iter()
-        .map(|l| {
-            let text = scrape_metrics(l.metrics_address.as_deref().expect("metrics address"));
-            assert!(
-                metric_value(&text, "megastore_lockd_term").unwrap_or(0.0) >= 1.0,
-                "{text}"
-            );
-            metric_value(&text, "megastore_lockd_is_leader").expect("is_leader")
-        })
-        .sum();
-    assert_eq!(leaders, 1.0, "exactly one lockd node leads");
+    // Every lockd node has joined a term (a follower hears of it at the leader's next
+    // heartbeat, so scrape until then), and exactly one leads.
+    let started = Instant::now();
+    loop {
+        let texts: Vec<String> = config
+            .lockd
+            .iter()
+            .map(|l| scrape_metrics(l.metrics_address.as_deref().expect("metrics address")))
+            .collect();
+        let joined = texts
+            .iter()
+            .all(|t| metric_value(t, "megastore_lockd_term").unwrap_or(0.0) >= 1.0);
+        let leaders: f64 = texts
+            .iter()
+            .map(|t| metric_value(t, "megastore_lockd_is_leader").expect("is_leader"))
+            .sum();
+        if joined && leaders == 1.0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "lockd nodes without a term, or not exactly one leader:\n{}",
+            texts.join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[test]
