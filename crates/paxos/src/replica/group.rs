@@ -468,8 +468,12 @@ impl GroupLog {
         }
         let mut write = self.write();
         for p in (self.truncated.0 + 1..=through.0).map(Position) {
-            // Below `installed` there is no slot (nor history) to remember.
-            if let Some(slot) = self.slots.remove(&p) {
+            // Below `installed` there is no slot (nor history) to remember; of a long
+            // stretch only the last few are kept.
+            let remembered = p.0 + CHOSEN_REMEMBERED as u64 > through.0;
+            if let Some(slot) = self.slots.remove(&p)
+                && remembered
+            {
                 let chosen = ChosenTxn::of(slot.entry.txn);
                 self.chosen.insert(p, chosen);
                 write = write.chosen(p, chosen);
