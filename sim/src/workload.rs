@@ -64,15 +64,21 @@ enum State {
     /// The commit's outcome was unknown: settling its position to find out.
     Resolving {
         op: OpId,
-        eg: EgId,
-        start: u64,
-        txn: TxnId,
-        position: Position,
-        read_position: Position,
-        read_keys: BTreeSet<Vec<u8>>,
-        /// Resolutions tried so far.
-        tries: u32,
+        commit: Unresolved,
     },
+}
+
+/// A commit whose outcome is being resolved.
+#[derive(Debug)]
+struct Unresolved {
+    eg: EgId,
+    start: u64,
+    txn: TxnId,
+    position: Position,
+    read_position: Position,
+    read_keys: BTreeSet<Vec<u8>>,
+    /// Resolutions tried so far.
+    tries: u32,
 }
 
 /// How many times a client tries to resolve an unknown outcome before reporting it
@@ -237,18 +243,16 @@ impl ClientNode {
                     // As the client library does: resolve it by its transaction id
                     // before reporting anything.
                     CommitResult::Unknown { position } => {
-                        let (op, resolving) = self.core.resolve(now, eg.clone(), position, txn);
-                        self.state = State::Resolving {
-                            op,
+                        let commit = Unresolved {
                             eg,
                             start,
                             txn,
                             position,
                             read_position,
                             read_keys,
-                            tries: 1,
+                            tries: 0,
                         };
-                        return (records, resolving);
+                        return (records, self.resolve(now, commit));
                     }
                 };
                 records.push(OpRecord {
@@ -262,31 +266,23 @@ impl ClientNode {
             }
             State::Resolving {
                 op: expected,
-                eg,
-                start,
-                txn,
-                position,
-                read_position,
-                read_keys,
-                tries,
+                commit,
             } if expected == op => {
                 let OpResult::Resolve(resolution) = result else {
                     unreachable!("a resolve op returns a resolution")
                 };
-                if resolution == Resolution::Undecided && tries < RESOLVE_TRIES {
-                    let (op, resolving) = self.core.resolve(now, eg.clone(), position, txn);
-                    self.state = State::Resolving {
-                        op,
-                        eg,
-                        start,
-                        txn,
-                        position,
-                        read_position,
-                        read_keys,
-                        tries: tries + 1,
-                    };
-                    return (records, resolving);
+                if resolution == Resolution::Undecided && commit.tries < RESOLVE_TRIES {
+                    return (records, self.resolve(now, commit));
                 }
+                let Unresolved {
+                    eg,
+                    start,
+                    txn,
+                    position,
+                    read_position,
+                    read_keys,
+                    ..
+                } = commit;
                 let outcome = match resolution {
                     Resolution::Committed(at) => Outcome::Committed {
                         txn,
@@ -309,6 +305,16 @@ impl ClientNode {
             other => self.state = other,
         }
         (records, out)
+    }
+
+    /// Asks the protocol to resolve `commit` (once more).
+    fn resolve(&mut self, now: Time, mut commit: Unresolved) -> Vec<ClientOutput> {
+        let (op, out) = self
+            .core
+            .resolve(now, commit.eg.clone(), commit.position, commit.txn);
+        commit.tries += 1;
+        self.state = State::Resolving { op, commit };
+        out
     }
 
     fn commit(

@@ -570,13 +570,7 @@ fn a_wiped_replica_rejoins_and_catches_up_without_losing_writes() {
         .await;
         assert_eq!(counter_value(read.rows.into_iter().next()), 8);
     });
-    let log = cluster.process("replica-b").log();
-    assert!(
-        log.contains("rejoining=true"),
-        "the wiped replica did not rejoin:\n{log}"
-    );
-    let stamp = std::fs::read_to_string(data.join("MEGASTORE_STAMP")).unwrap();
-    assert!(stamp.contains("\"rejoining\": true"), "{stamp}");
+    crate::support::assert_rejoined(&mut cluster, "replica-b", &data);
 
     // With the witness stopped, writes need b's vote: it votes again, once cleared.
     cluster.process("replica-c").signal("STOP");

@@ -82,13 +82,7 @@ fn restore_and_check(
             acknowledged + 1
         );
     });
-    let log = cluster.process("replica-b").log();
-    assert!(
-        log.contains("rejoining=true"),
-        "the restored replica did not rejoin:\n{log}"
-    );
-    let stamp = std::fs::read_to_string(data.join("MEGASTORE_STAMP")).unwrap();
-    assert!(stamp.contains("\"rejoining\": true"), "{stamp}");
+    crate::support::assert_rejoined(cluster, "replica-b", &data);
 }
 
 fn backup(config_arg: &str, name: &str, out: &Path, dir: &Path) -> megastore_e2e::Finished {
@@ -236,6 +230,38 @@ fn a_stopped_directory_copied_by_hand_is_recognised_when_restored() {
     restore_and_check(&mut cluster, &config, &runtime, &copy, 32, 4);
 }
 
+/// Adds replica `e` (id 5, site C, `data/e`; `fields` gives its kind and addresses) to
+/// the cluster's config, and restarts every running process with the new config, one at
+/// a time (the cluster keeps serving) — as docs/operations.md says, before e or its
+/// coordinator starts. Returns the new config's path and the config.
+fn grow_cluster(
+    cluster: &mut megastore_e2e::LocalCluster,
+    dir: &Path,
+    fields: &str,
+) -> (std::path::PathBuf, megastore_config::ClusterConfig) {
+    let mut text = std::fs::read_to_string(&cluster.config_path).unwrap();
+    text += &format!(
+        "\n[[replicas]]\nname = \"e\"\nid = 5\nsite = \"C\"\ndata_dir = \"data/e\"\n{fields}"
+    );
+    let grown_path = dir.join("grown.toml");
+    std::fs::write(&grown_path, text).unwrap();
+    let grown = megastore_config::ClusterConfig::load(&grown_path).unwrap();
+    for process in [
+        "replica-a",
+        "replica-b",
+        "replica-c",
+        "replica-d",
+        "coordinator-a",
+        "coordinator-b",
+    ] {
+        // Once it has started ("replica serving", "coordinator serving").
+        cluster.wait_for_log(process, "serving", Duration::from_secs(20));
+        assert!(cluster.process(process).terminate(Duration::from_secs(10)));
+        cluster.start_process_with(process, &grown_path);
+    }
+    (grown_path, grown)
+}
+
 #[test]
 fn a_replica_added_to_a_running_cluster_rejoins_catches_up_and_then_votes() {
     let (_alone, dir, mut cluster, config, runtime) = start_cluster();
@@ -252,28 +278,14 @@ fn a_replica_added_to_a_running_cluster_rejoins_catches_up_and_then_votes() {
     // The new config: a second witness, e, at site C. Every process restarts with it
     // (one at a time; the cluster keeps serving), then e starts.
     let ports = megastore_e2e::free_ports(2);
-    let mut text = std::fs::read_to_string(&cluster.config_path).unwrap();
-    text += &format!(
-        "\n[[replicas]]\nname = \"e\"\nid = 5\nsite = \"C\"\nkind = \"witness\"\n\
-         address = \"127.0.0.1:{}\"\ndata_dir = \"data/e\"\nmetrics_address = \"127.0.0.1:{}\"\n",
-        ports[0], ports[1]
+    let (grown_path, grown) = grow_cluster(
+        &mut cluster,
+        dir.path(),
+        &format!(
+            "kind = \"witness\"\naddress = \"127.0.0.1:{}\"\nmetrics_address = \"127.0.0.1:{}\"\n",
+            ports[0], ports[1]
+        ),
     );
-    let grown_path = dir.path().join("grown.toml");
-    std::fs::write(&grown_path, text).unwrap();
-    let grown = megastore_config::ClusterConfig::load(&grown_path).unwrap();
-    for process in [
-        "replica-a",
-        "replica-b",
-        "replica-c",
-        "replica-d",
-        "coordinator-a",
-        "coordinator-b",
-    ] {
-        // Once it has started ("replica serving", "coordinator serving").
-        cluster.wait_for_log(process, "serving", Duration::from_secs(20));
-        assert!(cluster.process(process).terminate(Duration::from_secs(10)));
-        cluster.start_process_with(process, &grown_path);
-    }
     cluster.start_process_with("replica-e", &grown_path);
 
     runtime.block_on(async {
@@ -362,29 +374,14 @@ fn a_full_replica_added_to_a_running_cluster_serves_local_reads_and_is_invalidat
 
     // A full replica, e, with its coordinator, at site C (which had only a witness).
     let ports = megastore_e2e::free_ports(2);
-    let mut text = std::fs::read_to_string(&cluster.config_path).unwrap();
-    text += &format!(
-        "\n[[replicas]]\nname = \"e\"\nid = 5\nsite = \"C\"\nkind = \"full\"\n\
-         address = \"127.0.0.1:{}\"\ncoordinator_address = \"127.0.0.1:{}\"\n\
-         data_dir = \"data/e\"\n",
-        ports[0], ports[1]
+    let (grown_path, grown) = grow_cluster(
+        &mut cluster,
+        dir.path(),
+        &format!(
+            "kind = \"full\"\naddress = \"127.0.0.1:{}\"\ncoordinator_address = \"127.0.0.1:{}\"\n",
+            ports[0], ports[1]
+        ),
     );
-    let grown_path = dir.path().join("grown.toml");
-    std::fs::write(&grown_path, text).unwrap();
-    let grown = megastore_config::ClusterConfig::load(&grown_path).unwrap();
-    // Every process learns of e before e's coordinator starts (docs/operations.md).
-    for process in [
-        "replica-a",
-        "replica-b",
-        "replica-c",
-        "replica-d",
-        "coordinator-a",
-        "coordinator-b",
-    ] {
-        cluster.wait_for_log(process, "serving", Duration::from_secs(20));
-        assert!(cluster.process(process).terminate(Duration::from_secs(10)));
-        cluster.start_process_with(process, &grown_path);
-    }
     cluster.start_process_with("replica-e", &grown_path);
     cluster.start_process_with("coordinator-e", &grown_path);
     cluster.wait_for_log("replica-e", "rejoining=true", Duration::from_secs(20));

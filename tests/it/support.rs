@@ -131,3 +131,19 @@ pub(crate) fn start_cluster() -> (
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     (alone, dir, cluster, config, runtime)
 }
+
+/// Replica process `process` started rejoining (its store was lost or restored), and its
+/// directory `data` is stamped so.
+pub(crate) fn assert_rejoined(
+    cluster: &mut megastore_e2e::LocalCluster,
+    process: &str,
+    data: &std::path::Path,
+) {
+    let log = cluster.process(process).log();
+    assert!(
+        log.contains("rejoining=true"),
+        "{process} did not rejoin:\n{log}"
+    );
+    let stamp = std::fs::read_to_string(data.join("MEGASTORE_STAMP")).unwrap();
+    assert!(stamp.contains("\"rejoining\": true"), "{stamp}");
+}

@@ -48,6 +48,19 @@ fn group(eg: &EgId, last: u64) -> GroupLog {
     GroupLog::load(eg.clone(), stored, false, false)
 }
 
+/// Truncates through `through`, keeping the default history; what it asks to do.
+fn truncate(log: &mut GroupLog, kind: ReplicaKind, through: Position) -> Vec<ReplicaOutput> {
+    let mut out = Vec::new();
+    log.truncate(
+        kind,
+        through,
+        HISTORY_KEPT,
+        &ProtocolBugs::default(),
+        &mut out,
+    );
+    out
+}
+
 fn persist(store: &MemoryStore, out: Vec<ReplicaOutput>) {
     for output in out {
         if let ReplicaOutput::Persist { mutation } = output {
@@ -67,20 +80,8 @@ fn truncation_remembers_whose_entry_was_chosen_at_its_last_positions_across_rest
     let mut log = group(&eg, last);
     let mut out = Vec::new();
     // Two truncations: the second pushes the first's oldest positions out.
-    log.truncate(
-        ReplicaKind::Full,
-        Position(10),
-        HISTORY_KEPT,
-        &ProtocolBugs::default(),
-        &mut out,
-    );
-    log.truncate(
-        ReplicaKind::Full,
-        Position(last - 1),
-        HISTORY_KEPT,
-        &ProtocolBugs::default(),
-        &mut out,
-    );
+    out.extend(truncate(&mut log, ReplicaKind::Full, Position(10)));
+    out.extend(truncate(&mut log, ReplicaKind::Full, Position(last - 1)));
     persist(&store, out);
     let oldest = last - remembered;
     let check = |log: &GroupLog| {
@@ -114,13 +115,7 @@ fn history_older_than_what_is_kept_is_collected_and_refused_to_reads() {
     let last = kept + 100;
     let mut log = group(&eg, last);
     let mut out = Vec::new();
-    log.truncate(
-        ReplicaKind::Full,
-        Position(last - 1),
-        HISTORY_KEPT,
-        &ProtocolBugs::default(),
-        &mut out,
-    );
+    out.extend(truncate(&mut log, ReplicaKind::Full, Position(last - 1)));
     let below = Position(last - 1 - kept);
     // The watermark is persisted before the collection that relies on it.
     let persisted = out
@@ -144,20 +139,8 @@ fn history_older_than_what_is_kept_is_collected_and_refused_to_reads() {
     // A little more truncation does not collect again (each pass reads the group).
     let mut more = group(&eg, last + 10);
     let mut out = Vec::new();
-    more.truncate(
-        ReplicaKind::Full,
-        Position(last - 1),
-        HISTORY_KEPT,
-        &ProtocolBugs::default(),
-        &mut out,
-    );
-    more.truncate(
-        ReplicaKind::Full,
-        Position(last + 9),
-        HISTORY_KEPT,
-        &ProtocolBugs::default(),
-        &mut out,
-    );
+    out.extend(truncate(&mut more, ReplicaKind::Full, Position(last - 1)));
+    out.extend(truncate(&mut more, ReplicaKind::Full, Position(last + 9)));
     let passes = out
         .iter()
         .filter(|o| matches!(o, ReplicaOutput::CollectGarbage { .. }))
@@ -167,13 +150,11 @@ fn history_older_than_what_is_kept_is_collected_and_refused_to_reads() {
     // A witness keeps no data: nothing to collect.
     let mut witness = group(&eg, last);
     let mut out = Vec::new();
-    witness.truncate(
+    out.extend(truncate(
+        &mut witness,
         ReplicaKind::Witness,
         Position(last - 1),
-        HISTORY_KEPT,
-        &ProtocolBugs::default(),
-        &mut out,
-    );
+    ));
     assert!(
         !out.iter()
             .any(|o| matches!(o, ReplicaOutput::CollectGarbage { .. }))
