@@ -347,8 +347,13 @@ impl ClientNode {
                 }],
             })
             .collect();
-        let (op, _txn, out) = self.core.commit(
+        let txn = TxnId {
+            client: self.id,
+            seq: self.writes,
+        };
+        let (op, out) = self.core.commit(
             now,
+            txn,
             eg.clone(),
             position,
             read.next_leader,

@@ -12,6 +12,7 @@ use megastore_types::{EgId, ReplicaId};
 
 use crate::support::{
     connect, counter_value, current_read_until, eg, first_commit, increment, row, start_cluster,
+    stored_row,
 };
 
 #[test]
@@ -28,7 +29,7 @@ fn transactions_from_two_sites_and_reads_in_every_mode() {
         let committed = loop {
             let attempt = at_a
                 .transaction(&group, async |txn| {
-                    txn.set(&key, b"text", b"hello");
+                    txn.set(&key, b"text", b"hello")?;
                     Ok(())
                 })
                 .await;
@@ -587,7 +588,6 @@ fn after_every_replica_restarts_sweeps_catch_up_groups_nobody_reads() {
     use megastore_rowstore::{KeyRange, RowRead};
     let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
     let group = eg(31);
-    let counter = row(&group, "counter");
     let at_a = runtime.block_on(async {
         let at_a = connect(&config, "A").await;
         first_commit(&at_a, &group).await;
@@ -617,7 +617,11 @@ fn after_every_replica_restarts_sweeps_catch_up_groups_nobody_reads() {
         megastore_rowstore_rocksdb::RocksStore::open(&config.replica("b").unwrap().data_dir)
             .unwrap();
     let stored = store
-        .read_row(&counter, &KeyRange::all(), megastore_rowstore::LATEST)
+        .read_row(
+            &stored_row(&group, "counter"),
+            &KeyRange::all(),
+            megastore_rowstore::LATEST,
+        )
         .unwrap();
     assert_eq!(
         counter_value(stored),
@@ -651,7 +655,7 @@ fn a_commit_of_unknown_outcome_is_resolved_by_its_transaction_id_and_applied_onc
         async move {
             let mut txn = at_a.begin(&group);
             let n = counter_value(txn.get(&counter).await?);
-            txn.set(&counter, b"n", (n + 1).to_string().as_bytes());
+            txn.set(&counter, b"n", (n + 1).to_string().as_bytes())?;
             let attempt = txn.commit().await;
             Ok::<_, ClientError>((attempt?, started.elapsed()))
         }
@@ -736,8 +740,7 @@ fn logs_are_truncated_and_a_wiped_replica_installs_a_snapshot() {
             .terminate(Duration::from_secs(10))
     );
     let store = megastore_rowstore_rocksdb::RocksStore::open(&b_dir).unwrap();
-    let mut root = group.0.clone();
-    root.push(0);
+    let root = megastore_paxos::root_row(&group);
     let root = store
         .read_row(&root, &KeyRange::all(), megastore_rowstore::LATEST)
         .unwrap()
@@ -886,7 +889,7 @@ fn disabling_an_unreachable_coordinator_ends_the_write_stall_at_once() {
             let result = async {
                 let mut txn = writer.begin(&group);
                 let n = counter_value(txn.get(&key).await?);
-                txn.set(&key, b"n", (n + 1).to_string().as_bytes());
+                txn.set(&key, b"n", (n + 1).to_string().as_bytes())?;
                 txn.commit().await
             }
             .await;
@@ -952,7 +955,7 @@ fn transactions_spawned_on_a_multi_threaded_runtime_commit_each_exactly_once() {
                             let counter = counter.clone();
                             Box::pin(async move {
                                 let next = counter_value(txn.get(&counter).await?) + 1;
-                                txn.set(&counter, b"n", next.to_string().as_bytes());
+                                txn.set(&counter, b"n", next.to_string().as_bytes())?;
                                 Ok(next)
                             })
                         })

@@ -1,9 +1,11 @@
 //! End-to-end tests of the `megastore` binary (see the crate docs for how it is found).
 
+mod bank;
 mod cluster;
 mod compose;
 mod entities;
 mod operations;
+mod outcomes;
 mod processes;
 mod python_api;
 mod roles;

@@ -417,7 +417,8 @@ fn a_full_replica_added_to_a_running_cluster_serves_local_reads_and_is_invalidat
     cluster.process("replica-e").signal("CONT");
 }
 
-/// A replica's answer to a read of `group`'s `key` at `at`, asked directly.
+/// A replica's answer to a read of untyped `group`'s `key` at `at`, asked directly
+/// (in the replication protocol, which names the row store's rows).
 async fn read_at(
     config: &megastore_config::ClusterConfig,
     replica: &str,
@@ -434,7 +435,9 @@ async fn read_at(
         id: 7,
         eg: group.clone(),
         at,
-        query: megastore_paxos::DataQuery::Rows(vec![key.to_vec()]),
+        query: megastore_paxos::DataQuery::Rows(vec![megastore_schema::keyspace::untyped_row(
+            &group.0, key,
+        )]),
     };
     let reply = pb::replication_client::ReplicationClient::new(channel)
         .call(pb::ReplicaRequest::from(request))

@@ -207,7 +207,7 @@ async fn wait_for_epoch(
 ) -> Epoch {
     let started = Instant::now();
     loop {
-        if let (_, Some(epoch)) = query(client, &EgId(b"probe".to_vec())).await
+        if let (_, Some(epoch)) = query(client, &megastore_client::group(b"probe").unwrap()).await
             && Some(epoch) != not
         {
             return epoch;
@@ -254,7 +254,7 @@ fn coordinator_process_vouches_per_epoch_and_can_be_disabled() {
     };
     let mut coordinator = start_coordinator();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let eg = EgId(b"user/1".to_vec());
+    let eg = megastore_client::group(b"user/1").unwrap();
     let first = runtime.block_on(async {
         let mut c = connect(&address).await;
         let epoch = wait_for_epoch(&mut c, None, Duration::from_secs(10)).await;
@@ -396,4 +396,38 @@ fn seconds_in(text: &str, label: &str) -> f64 {
         .next()
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no number after {label:?} in {text}"))
+}
+
+#[test]
+fn a_data_directory_of_the_old_row_layout_is_refused_at_start() {
+    use megastore_rowstore::{Durability, RowMutation, RowStore};
+    let _alone = megastore_e2e::one_cluster_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let config = megastore_e2e::write_cluster_config(dir.path());
+    let data = dir.path().join("data/a");
+    std::fs::create_dir_all(&data).unwrap();
+    {
+        // What a replica of row layout 1 left: a group registered under its raw name,
+        // and no layout marker.
+        let store = megastore_rowstore_rocksdb::RocksStore::open(&data).unwrap();
+        let registered = RowMutation::new(b"\xff\xffmegastore/groups/eg-0001".to_vec()).set(
+            b"g".to_vec(),
+            0,
+            Vec::new(),
+        );
+        store
+            .mutate_row(&registered, None, Durability::Synced)
+            .unwrap();
+    }
+    let out = run_megastore(
+        &["replica", "--config", config.to_str().unwrap(), "--id", "a"],
+        dir.path(),
+        Duration::from_secs(30),
+    );
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        out.stderr.contains("row layout 1") && out.stderr.contains("empty data directory"),
+        "{}",
+        out.stderr
+    );
 }

@@ -90,8 +90,7 @@ fn python_grpc_client_runs_transactions_reads_and_versioned_txns() {
     assert_eq!(seen["path_snapshot"], "snapshot");
     assert_eq!(seen["first_commit"], "committed");
     assert_eq!(seen["second_commit"], "conflict");
-    let counter_key = hex(b"py-group-0001\x01counter");
-    assert_eq!(seen["conflict_keys"], serde_json::json!([counter_key]));
+    assert_eq!(seen["conflict_keys"], serde_json::json!([hex(b"counter")]));
     // profile and counter; then also the staged row, last in key order.
     assert_eq!(seen["txn_scan"], serde_json::json!([2, 3, "zz-new"]));
     assert_eq!(seen["claim"], "applied");
@@ -106,9 +105,19 @@ fn python_grpc_client_runs_transactions_reads_and_versioned_txns() {
     for (case, code, field) in [
         ("no_mode", "INVALID_ARGUMENT", "mode:"),
         ("no_eg", "INVALID_ARGUMENT", "eg:"),
-        ("foreign_key", "INVALID_ARGUMENT", "rows[0].key:"),
-        ("reserved_key", "INVALID_ARGUMENT", "rows[0].key:"),
+        ("empty_key", "INVALID_ARGUMENT", "rows[0].key:"),
+        (
+            "long_key",
+            "INVALID_ARGUMENT",
+            "rows[0].key: key is 10001 bytes; the limit is 10000",
+        ),
+        (
+            "large_value",
+            "INVALID_ARGUMENT",
+            "rows[0].cells[0]: value: value is 100001 bytes; the limit is 100000",
+        ),
         ("unknown_txn", "NOT_FOUND", "txn:"),
+        ("resolve_without_id", "INVALID_ARGUMENT", "id:"),
     ] {
         assert_eq!(errors[case][0], code, "{case}: {errors}");
         assert!(
@@ -117,6 +126,37 @@ fn python_grpc_client_runs_transactions_reads_and_versioned_txns() {
         );
     }
     assert_eq!(seen["after_errors"], serde_json::json!(["Ada"]));
+    // An untyped group's write stays in that group (issue 11's first defect: group
+    // 0x01 once held User 5's rows, and this write corrupted the entity).
+    assert_eq!(seen["stray_commit"], "committed");
+    assert_eq!(seen["typed_user_after_stray"], "grace");
+    assert_eq!(seen["nested_scan"], serde_json::json!(["k"]));
+    let one = &seen["one_position"];
+    assert!(
+        one["write_position"].as_u64() > one["begin_position"].as_u64(),
+        "{one}"
+    );
+    assert_eq!(one["first"], one["again"], "{one}");
+    assert_eq!(one["first"], one["scanned"], "{one}");
+    assert_ne!(one["first"], serde_json::json!(["moved-on"]), "{one}");
+    assert_eq!(one["read_only_commit"], "committed", "{one}");
+    let outcomes = &seen["outcomes"];
+    assert_eq!(
+        outcomes["id_position"].as_u64(),
+        outcomes["begin_position"].as_u64().map(|p| p + 1),
+        "{outcomes}"
+    );
+    assert_eq!(
+        outcomes["committed_at"], outcomes["id_position"],
+        "{outcomes}"
+    );
+    assert_eq!(outcomes["again_at"], outcomes["committed_at"], "{outcomes}");
+    assert_eq!(outcomes["resolved"], "committed", "{outcomes}");
+    assert_eq!(
+        outcomes["resolved_at"], outcomes["committed_at"],
+        "{outcomes}"
+    );
+    assert_eq!(outcomes["aborted_resolved"], "not_committed", "{outcomes}");
     assert_eq!(seen["typed_commit"], "committed");
     assert_eq!(seen["typed_photos"], serde_json::json!([1, 2]));
     assert_eq!(

@@ -17,14 +17,11 @@ use crate::support::{connect, current_read_until, find_leader, start_cluster};
 
 /// Commits one write to `group`, retrying while the cluster starts; returns the row.
 async fn write_once(client: &Client, group: &EgId) -> Vec<u8> {
-    let key = [&group.0[..], b"\x01row"].concat();
+    let key = b"row".to_vec();
     let started = Instant::now();
     loop {
         let attempt = client
-            .transaction(group, async |txn| {
-                txn.set(&key, b"c", b"v");
-                Ok(())
-            })
+            .transaction(group, async |txn| txn.set(&key, b"c", b"v"))
             .await;
         match attempt {
             Ok(_) => return key,
@@ -53,7 +50,7 @@ async fn ask(address: &str, request: ReplicaRequest) -> ReplicaReply {
 #[test]
 fn witnesses_serve_no_reads_read_only_replicas_never_vote_and_bad_input_is_refused() {
     let (_alone, dir, mut cluster, config, runtime) = start_cluster();
-    let group = EgId(b"roles-0001".to_vec());
+    let group = megastore_client::group(b"roles-0001").unwrap();
     runtime.block_on(async {
         let client = connect(&config, "C").await;
         let key = write_once(&client, &group).await;
@@ -64,7 +61,9 @@ fn witnesses_serve_no_reads_read_only_replicas_never_vote_and_bad_input_is_refus
             id: 1,
             eg: group.clone(),
             at: ReadAt::Latest,
-            query: DataQuery::Rows(vec![key.clone()]),
+            query: DataQuery::Rows(vec![megastore_schema::keyspace::untyped_row(
+                &group.0, &key,
+            )]),
         };
         assert_eq!(
             ask(witness, read).await,
@@ -193,7 +192,7 @@ fn witnesses_serve_no_reads_read_only_replicas_never_vote_and_bad_input_is_refus
 #[test]
 fn the_cluster_keeps_working_when_the_lockd_leader_is_killed() {
     let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
-    let group = EgId(b"lockd-0001".to_vec());
+    let group = megastore_client::group(b"lockd-0001").unwrap();
     let leader = runtime.block_on(async {
         let client = connect(&config, "A").await;
         let key = write_once(&client, &group).await;
@@ -211,7 +210,7 @@ fn the_cluster_keeps_working_when_the_lockd_leader_is_killed() {
             write_once(&client, &group).await;
         }
         tokio::time::sleep(config.timeouts.lock_lease() * 2).await;
-        let key = [&group.0[..], b"\x01row"].concat();
+        let key = b"row".to_vec();
         current_read_until(&client, &group, &key, |r| r.path == ReadPath::LocalVouched).await;
     });
     for name in ["coordinator-a", "coordinator-b", "replica-a"] {

@@ -10,15 +10,18 @@ use megastore_paxos::{DataQuery, ReadMode, ReadResult};
 use megastore_types::EgId;
 
 pub(crate) fn eg(n: u32) -> EgId {
-    EgId(format!("eg-{n:04}").into_bytes())
+    megastore_client::group(format!("eg-{n:04}").as_bytes()).unwrap()
 }
 
-/// A data row of `eg`.
-pub(crate) fn row(eg: &EgId, name: &str) -> Vec<u8> {
-    let mut row = eg.0.clone();
-    row.push(1);
-    row.extend_from_slice(name.as_bytes());
-    row
+/// The key `name` of untyped group `eg`: what the client library is given.
+pub(crate) fn row(_eg: &EgId, name: &str) -> Vec<u8> {
+    name.as_bytes().to_vec()
+}
+
+/// The row store's key of key `name` of untyped group `eg`: what a replica's RocksDB
+/// holds.
+pub(crate) fn stored_row(eg: &EgId, name: &str) -> Vec<u8> {
+    megastore_schema::keyspace::untyped_row(&eg.0, name.as_bytes())
 }
 
 pub(crate) fn counter_value(row: Option<megastore_rowstore::Row>) -> u64 {
@@ -51,7 +54,7 @@ pub(crate) async fn increment(client: &Client, eg: &EgId, name: &str) -> Result<
     let (value, _) = client
         .transaction(eg, async |txn| {
             let next = counter_value(txn.get(&key).await?) + 1;
-            txn.set(&key, b"n", next.to_string().as_bytes());
+            txn.set(&key, b"n", next.to_string().as_bytes())?;
             Ok(next)
         })
         .await?;

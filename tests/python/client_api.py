@@ -38,8 +38,8 @@ def main():
     pb, rpc = load_stubs(repo_root)
     stub = rpc.MegastoreStub(grpc.insecure_channel(address))
     eg = b"py-group-0001"
-    name_key = eg + b"\x01profile"
-    counter_key = eg + b"\x01counter"
+    name_key = b"profile"
+    counter_key = b"counter"
     seen = {}
 
     # 1. A transaction, retried while the cluster finishes starting.
@@ -93,7 +93,7 @@ def main():
     txn = stub.Begin(pb.BeginRequest(eg=eg)).txn
     before = stub.TxnScan(pb.TxnScanRequest(txn=txn, range=pb.RowQuery.Range())).rows
     stub.Write(pb.WriteRequest(txn=txn, rows=[pb.RowWrite(
-        key=eg + b"\x01zz-new", cells=[pb.CellWrite(column=b"c", set=b"v")])]))
+        key=b"zz-new", cells=[pb.CellWrite(column=b"c", set=b"v")])]))
     after = stub.TxnScan(pb.TxnScanRequest(txn=txn, range=pb.RowQuery.Range())).rows
     stub.Abort(pb.AbortRequest(txn=txn))
     seen["txn_scan"] = [len(before), len(after), after[-1].key.decode(errors="replace")[-6:]]
@@ -123,10 +123,12 @@ def main():
         keys=pb.RowQuery.Keys(keys=[name_key])))))
     expect_error("no_eg", lambda: stub.Begin(pb.BeginRequest()))
     txn = stub.Begin(pb.BeginRequest(eg=eg)).txn
-    expect_error("foreign_key", lambda: stub.Write(pb.WriteRequest(txn=txn, rows=[pb.RowWrite(
-        key=b"another-group\x01x", cells=[pb.CellWrite(column=b"c", set=b"v")])])))
-    expect_error("reserved_key", lambda: stub.Write(pb.WriteRequest(txn=txn, rows=[pb.RowWrite(
-        key=eg + b"\xf8\xff", cells=[pb.CellWrite(column=b"c", set=b"v")])])))
+    expect_error("empty_key", lambda: stub.Write(pb.WriteRequest(txn=txn, rows=[pb.RowWrite(
+        key=b"", cells=[pb.CellWrite(column=b"c", set=b"v")])])))
+    expect_error("long_key", lambda: stub.Write(pb.WriteRequest(txn=txn, rows=[pb.RowWrite(
+        key=b"k" * 10_001, cells=[pb.CellWrite(column=b"c", set=b"v")])])))
+    expect_error("large_value", lambda: stub.Write(pb.WriteRequest(txn=txn, rows=[pb.RowWrite(
+        key=b"big", cells=[pb.CellWrite(column=b"c", set=b"v" * 100_001)])])))
     stub.Abort(pb.AbortRequest(txn=txn))
     expect_error("unknown_txn", lambda: stub.Commit(pb.CommitRequest(txn=txn)))
     seen["errors"] = errors
@@ -171,6 +173,65 @@ def main():
     expect_error("typed_unknown_table", lambda: stub.GetEntity(pb.GetEntityRequest(
         txn=txn, table="Nope", key=[v64(5)])))
     stub.Abort(pb.AbortRequest(txn=txn))
+
+    # The rows of an untyped group never reach into a typed group's: an untyped group
+    # named 0x01 once contained User 5's rows (table id 1 ‖ int64 5 ‖ table id 1).
+    stray = stub.Begin(pb.BeginRequest(eg=b"\x01")).txn
+    stub.Write(pb.WriteRequest(txn=stray, rows=[pb.RowWrite(
+        key=b"\x80\x00\x00\x00\x00\x00\x00\x05\x01",
+        cells=[pb.CellWrite(column=b"User.name", set=b"mallory")])]))
+    seen["stray_commit"] = stub.Commit(pb.CommitRequest(txn=stray)).WhichOneof("outcome")
+    txn = stub.Begin(pb.BeginRequest(root=root)).txn
+    user = stub.GetEntity(pb.GetEntityRequest(txn=txn, table="User", key=[v64(5)]))
+    seen["typed_user_after_stray"] = user.entity.fields["name"].single.string
+    stub.Abort(pb.AbortRequest(txn=txn))
+
+    # A group whose name extends another's (once: a prefix of its rows) stays apart.
+    for group, key in [(b"nest\x01inner", b"x"), (b"nest", b"k")]:
+        t = stub.Begin(pb.BeginRequest(eg=group)).txn
+        stub.Write(pb.WriteRequest(txn=t, rows=[pb.RowWrite(
+            key=key, cells=[pb.CellWrite(column=b"c", set=b"v")])]))
+        stub.Commit(pb.CommitRequest(txn=t))
+    nest = stub.Read(pb.ReadRequest(eg=b"nest", mode=pb.READ_MODE_CURRENT,
+                                    query=pb.RowQuery(range=pb.RowQuery.Range())))
+    seen["nested_scan"] = [r.key.decode(errors="replace") for r in nest.rows]
+
+    # One position per transaction: a write committed after a transaction began is
+    # not seen by any of its reads, however many calls they take.
+    reader = stub.Begin(pb.BeginRequest(eg=eg))
+    first = stub.TxnRead(pb.TxnReadRequest(txn=reader.txn, keys=[counter_key])).rows
+    writer = stub.Begin(pb.BeginRequest(eg=eg)).txn
+    stub.Write(pb.WriteRequest(txn=writer, rows=[pb.RowWrite(
+        key=counter_key, cells=[pb.CellWrite(column=b"n", set=b"moved-on")])]))
+    moved = stub.Commit(pb.CommitRequest(txn=writer)).committed.position
+    again = stub.TxnRead(pb.TxnReadRequest(txn=reader.txn, keys=[counter_key])).rows
+    scanned = stub.TxnScan(pb.TxnScanRequest(txn=reader.txn, range=pb.RowQuery.Range(
+        start=counter_key, end=counter_key + b"\x00"))).rows
+    values = lambda rows: [c.value.decode() for r in rows for c in r.cells if c.column == b"n"]
+    seen["one_position"] = {
+        "begin_position": reader.position, "write_position": moved,
+        "first": values(first), "again": values(again), "scanned": values(scanned),
+        "read_only_commit": stub.Commit(pb.CommitRequest(txn=reader.txn)).WhichOneof("outcome"),
+    }
+
+    # Outcomes a client can act on: Begin names the transaction; a Commit sent again
+    # answers the same; Resolve, at any replica, says whether it committed.
+    begun = stub.Begin(pb.BeginRequest(eg=eg))
+    stub.Write(pb.WriteRequest(txn=begun.txn, rows=[pb.RowWrite(
+        key=b"resolved", cells=[pb.CellWrite(column=b"c", set=b"v")])]))
+    once = stub.Commit(pb.CommitRequest(txn=begun.txn))
+    twice = stub.Commit(pb.CommitRequest(txn=begun.txn))
+    resolved = stub.Resolve(pb.ResolveRequest(eg=eg, id=begun.id))
+    dropped = stub.Begin(pb.BeginRequest(eg=eg))
+    stub.Abort(pb.AbortRequest(txn=dropped.txn))
+    never = stub.Resolve(pb.ResolveRequest(eg=eg, id=dropped.id))
+    seen["outcomes"] = {
+        "id_position": begun.id.position, "begin_position": begun.position,
+        "committed_at": once.committed.position, "again_at": twice.committed.position,
+        "resolved": resolved.WhichOneof("outcome"), "resolved_at": resolved.committed.position,
+        "aborted_resolved": never.WhichOneof("outcome"),
+    }
+    expect_error("resolve_without_id", lambda: stub.Resolve(pb.ResolveRequest(eg=eg)))
 
     # 7. Still serving, and the first write is still there.
     read = stub.Read(pb.ReadRequest(eg=eg, mode=pb.READ_MODE_CURRENT, query=pb.RowQuery(

@@ -104,6 +104,7 @@ impl Recorder {
                 ReadMode::Current => "current",
                 ReadMode::Snapshot => "snapshot",
                 ReadMode::Inconsistent => "inconsistent",
+                ReadMode::AtPosition(_) => "at-position",
             }
             .to_string(),
             value_size: spec.value_size,

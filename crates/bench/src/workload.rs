@@ -16,7 +16,7 @@ use crate::report::{Kind, Recorder, Report};
 const CLIENTS_MAX: u32 = 4096;
 /// The largest value a run may write: a log entry, and a snapshot of the group, travel
 /// in one message.
-const VALUE_BYTES_MAX: usize = megastore_client::MESSAGE_BYTES_MAX / 8;
+use megastore_types::limits::VALUE_BYTES_MAX;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -96,9 +96,12 @@ impl Spec {
         }
         if self.value_size > VALUE_BYTES_MAX {
             return invalid(format!(
-                "--value-size must be at most {VALUE_BYTES_MAX} bytes (a log entry travels in one message), not {}",
+                "--value-size must be at most {VALUE_BYTES_MAX} bytes (the value size limit), not {}",
                 self.value_size
             ));
+        }
+        if let Err(e) = megastore_client::group(group_name(self, u32::MAX).as_bytes()) {
+            return invalid(format!("--group-prefix {:?}: {e}", self.group_prefix));
         }
         if !(0.0..=1.0).contains(&self.read_fraction) {
             return invalid(format!(
@@ -134,15 +137,17 @@ impl Spec {
     }
 }
 
-fn group(spec: &Spec, n: u32) -> EgId {
-    EgId(format!("{}-{n:06}", spec.group_prefix).into_bytes())
+fn group_name(spec: &Spec, n: u32) -> String {
+    format!("{}-{n:06}", spec.group_prefix)
 }
 
-fn row_of(eg: &EgId) -> Vec<u8> {
-    let mut row = eg.0.clone();
-    row.extend_from_slice(b"\x01bench");
-    row
+fn group(spec: &Spec, n: u32) -> EgId {
+    megastore_client::group(group_name(spec, n).as_bytes())
+        .expect("Spec::check refused group names over the limit")
 }
+
+/// The one key each group's workload reads and writes.
+const KEY: &[u8] = b"bench";
 
 async fn write(
     client: &Client,
@@ -150,10 +155,9 @@ async fn write(
     value: &[u8],
     attempts: u32,
 ) -> Result<bool, ClientError> {
-    let row = row_of(eg);
     for _ in 0..attempts {
         let mut txn = client.begin(eg);
-        txn.set(&row, b"v", value);
+        txn.set(KEY, b"v", value)?;
         match txn.commit().await? {
             Attempt::Done(_) => return Ok(true),
             Attempt::Retry { .. } => continue,
@@ -225,7 +229,7 @@ pub async fn run(
                 let client = &clients[site];
                 let began = Instant::now();
                 if is_read {
-                    let query = DataQuery::Rows(vec![row_of(&eg)]);
+                    let query = DataQuery::Rows(vec![KEY.to_vec()]);
                     match client.read(&eg, spec.read_mode, query).await {
                         Ok(_) => recorder.record(Kind::Read, began.elapsed()),
                         Err(e) => recorder.error(Kind::Read, e.to_string()),

@@ -38,12 +38,11 @@ pub(crate) fn parse_bytes(text: &str) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-/// The entity group a `--group` flag names, if given.
+/// The untyped entity group a `--group` flag names, if given.
 pub(crate) fn group_flag(text: Option<&str>) -> anyhow::Result<Option<megastore_types::EgId>> {
     text.map(|t| {
-        parse_bytes(t)
-            .map(megastore_types::EgId)
-            .map_err(|e| anyhow::anyhow!("--group: {e}"))
+        let name = parse_bytes(t).map_err(|e| anyhow::anyhow!("--group: {e}"))?;
+        megastore_client::group(&name).map_err(|e| anyhow::anyhow!("--group: {e}"))
     })
     .transpose()
 }

@@ -10,7 +10,7 @@ use clap::Args;
 use megastore_client::{Assert, Client, Mutation, Outcome, TxnResult};
 use megastore_config::ClusterConfig;
 use megastore_paxos::{DataQuery, ReadMode, ReadPath, ReadResult};
-use megastore_types::{EgId, ReplicaKind};
+use megastore_types::ReplicaKind;
 
 use crate::cluster_arg::ClusterArg;
 
@@ -21,13 +21,6 @@ pub(crate) struct DemoArgs {
     cluster: ClusterArg,
 }
 
-fn row(eg: &EgId, name: &str) -> Vec<u8> {
-    let mut row = eg.0.clone();
-    row.push(1);
-    row.extend_from_slice(name.as_bytes());
-    row
-}
-
 fn why(read: &ReadResult) -> &'static str {
     match read.path {
         ReadPath::LocalVouched => "local replica; its coordinator vouched it is current",
@@ -36,6 +29,7 @@ fn why(read: &ReadResult) -> &'static str {
         }
         ReadPath::Snapshot => "the replica's last applied position, without asking anyone",
         ReadPath::Inconsistent => "whatever the replica has now, no position promised",
+        ReadPath::AtPosition => "the state at a position a current read fixed before",
     }
 }
 
@@ -98,10 +92,11 @@ pub(crate) async fn demo(config: &ClusterConfig, flag: Option<&str>) -> anyhow::
     {
         let at_home = connect(config, &home).await?;
         let at_away = connect(config, &away).await?;
-        let group = EgId(b"demo-user-alice".to_vec());
-        let profile = row(&group, "profile");
+        let name = "demo-user-alice";
+        let group = megastore_client::group(name.as_bytes())?;
+        let profile = b"profile".to_vec();
 
-        println!("1. A transaction at site {home} on entity group {group}: set alice's name.");
+        println!("1. A transaction at site {home} on entity group {name}: set alice's name.");
         let started = Instant::now();
         let (_, outcome) = loop {
             let attempt = at_home
@@ -112,9 +107,8 @@ pub(crate) async fn demo(config: &ClusterConfig, flag: Option<&str>) -> anyhow::
                         .and_then(|r| r.value(b"visits"))
                         .and_then(|v| String::from_utf8_lossy(v).parse::<u64>().ok())
                         .unwrap_or(0);
-                    txn.set(&profile, b"name", b"Alice");
-                    txn.set(&profile, b"visits", (visits + 1).to_string().as_bytes());
-                    Ok(())
+                    txn.set(&profile, b"name", b"Alice")?;
+                    txn.set(&profile, b"visits", (visits + 1).to_string().as_bytes())
                 })
                 .await;
             match attempt {

@@ -3,9 +3,9 @@
 //! from a pipe (each echoed, so a transcript reads like a session; any failed command
 //! makes the exit status 1).
 //!
-//! Rows the shell names live in the group's row space for untyped rows: the row called
-//! `ROW` of group `G` is the key `G ‖ 0x01 ‖ ROW` (as in the demo and the client API
-//! docs).
+//! `use G` names an untyped entity group by any bytes, and row commands name keys
+//! within it, as the client API does; a group's rows never overlap another group's,
+//! typed or untyped (`megastore_schema::keyspace`).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -27,9 +27,6 @@ use crate::cluster_arg::ClusterArg;
 use crate::shell_entities as entities;
 use crate::shell_input::Input;
 use crate::shell_parse::{HELP, ShellCommand, parse_line};
-
-/// The byte between a group's key and the name of one of its untyped rows.
-const ROW_SPACE: u8 = 1;
 
 /// An interactive client of a cluster.
 #[derive(Debug, Args)]
@@ -65,7 +62,13 @@ fn mode_name(mode: ReadMode) -> &'static str {
         ReadMode::Current => "current",
         ReadMode::Snapshot => "snapshot",
         ReadMode::Inconsistent => "inconsistent",
+        ReadMode::AtPosition(_) => "at-position",
     }
+}
+
+/// How the shell shows a group: an untyped group by its name, a typed one by its prefix.
+fn group_label(eg: &EgId) -> String {
+    megastore_client::group_name(eg).map_or_else(|| show_bytes(&eg.0), |name| show_bytes(&name))
 }
 
 fn path_name(path: ReadPath) -> &'static str {
@@ -74,6 +77,7 @@ fn path_name(path: ReadPath) -> &'static str {
         ReadPath::Majority => "after asking a majority",
         ReadPath::Snapshot => "snapshot: its last applied position",
         ReadPath::Inconsistent => "inconsistent: whatever it has",
+        ReadPath::AtPosition => "at the transaction's position",
     }
 }
 
@@ -84,22 +88,15 @@ impl Session {
             .context("no entity group chosen: `use GROUP` first")
     }
 
+    /// A key of the chosen untyped group, for a row command.
     fn row_key(&self, row: &[u8]) -> anyhow::Result<Vec<u8>> {
         anyhow::ensure!(
             !self.group_of_schema,
             "this transaction is on an entity group of the schema, whose rows are the \
              schema's: use entity commands (or `use GROUP` for untyped rows outside one)"
         );
-        let mut key = self.group()?.0.clone();
-        key.push(ROW_SPACE);
-        key.extend_from_slice(row);
-        Ok(key)
-    }
-
-    /// A row's name within the group (its key without the group's prefix).
-    fn row_name<'a>(&self, key: &'a [u8]) -> &'a [u8] {
-        let prefix = self.group.as_ref().map_or(0, |g| g.0.len() + 1);
-        key.get(prefix..).unwrap_or(key)
+        self.group()?;
+        Ok(row.to_vec())
     }
 
     fn rows_table(&self, rows: &[Row]) -> String {
@@ -112,7 +109,7 @@ impl Session {
         for row in rows {
             for (column, cell) in &row.cells {
                 table.add_row([
-                    show_bytes(self.row_name(&row.key)),
+                    show_bytes(&row.key),
                     show_bytes(column),
                     show_bytes(&cell.value),
                 ]);
@@ -164,34 +161,19 @@ impl Session {
 
     fn write(&mut self, row: &[u8], column: &[u8], value: Option<&[u8]>) -> anyhow::Result<String> {
         let key = self.row_key(row)?;
-        // Untyped rows must stay out of the schema's key space, or they would be taken
-        // for its entities or index entries. (No schema applied: nothing to collide.)
-        if let Ok(catalog) = self.catalog()
-            && let Some(object) = catalog.schema_object_of_row(&key)
-        {
-            anyhow::bail!(
-                "row {} falls among the rows of {object} of the applied schema: untyped rows \
-                 there would be taken for its entities — use `entity put`/`entity delete`, \
-                 or a group name outside the schema",
-                megastore_rowstore::display_key(&key)
-            );
-        }
         if let Some(txn) = self.transaction.as_mut() {
             match value {
                 Some(value) => txn.set(&key, column, value),
                 None => txn.delete(&key, column),
-            }
+            }?;
             return Ok("staged (commit to apply)".to_string());
         }
         let group = self.group()?.clone();
         let (_, outcome) = self
             .runtime
-            .block_on(self.client.transaction(&group, async |txn| {
-                match value {
-                    Some(value) => txn.set(&key, column, value),
-                    None => txn.delete(&key, column),
-                }
-                Ok(())
+            .block_on(self.client.transaction(&group, async |txn| match value {
+                Some(value) => txn.set(&key, column, value),
+                None => txn.delete(&key, column),
             }))?;
         Ok(describe_outcome(&outcome))
     }
@@ -342,7 +324,7 @@ impl Session {
                 "group {}, {} reads, site {}, {}",
                 self.group
                     .as_ref()
-                    .map_or_else(|| "(none)".to_string(), |g| show_bytes(&g.0)),
+                    .map_or_else(|| "(none)".to_string(), group_label),
                 mode_name(self.mode),
                 self.site,
                 if self.transaction.is_some() {
@@ -356,9 +338,8 @@ impl Session {
                     self.transaction.is_none(),
                     "a transaction is open on this group: commit or abort it first"
                 );
-                anyhow::ensure!(!group.is_empty(), "an entity group needs a non-empty key");
                 let shown = show_bytes(&group);
-                self.group = Some(EgId(group));
+                self.group = Some(megastore_client::group(&group)?);
                 self.group_of_schema = false;
                 format!("using entity group {shown}")
             }
@@ -405,7 +386,7 @@ impl Session {
                 }
                 let group = self.group()?.clone();
                 self.transaction = Some(self.client.begin(&group));
-                format!("transaction begun on {}", show_bytes(&group.0))
+                format!("transaction begun on {}", group_label(&group))
             }
             ShellCommand::Commit => {
                 let txn = self.transaction.take().context("no transaction is open")?;
@@ -416,8 +397,7 @@ impl Session {
                             .to_string()
                     }
                     Attempt::Retry { keys, .. } => {
-                        let names: Vec<String> =
-                            keys.iter().map(|k| show_bytes(self.row_name(k))).collect();
+                        let names: Vec<String> = keys.iter().map(|k| show_bytes(k)).collect();
                         format!(
                             "not committed: conflict on {} (written since this transaction read them); \
                              nothing was applied, begin again",
@@ -489,8 +469,8 @@ pub(crate) fn run(args: ShellArgs) -> anyhow::Result<ExitCode> {
     let mut failed = 0usize;
     loop {
         let prompt = match (&session.group, &session.transaction) {
-            (Some(g), Some(_)) => format!("{} (txn)> ", show_bytes(&g.0)),
-            (Some(g), None) => format!("{}> ", show_bytes(&g.0)),
+            (Some(g), Some(_)) => format!("{} (txn)> ", group_label(g)),
+            (Some(g), None) => format!("{}> ", group_label(g)),
             (None, _) => "megastore> ".to_string(),
         };
         let Some(line) = input.line(&prompt)? else {

@@ -153,7 +153,8 @@ pub(crate) fn render(status: &ClusterStatus) -> String {
     out.push_str(&format!("{replicas}\n"));
 
     if let Some(group) = &status.group {
-        out.push_str(&format!("\nentity group {}\n", show_bytes(&group.0)));
+        let name = megastore_client::group_name(group).unwrap_or_else(|| group.0.clone());
+        out.push_str(&format!("\nentity group {}\n", show_bytes(&name)));
         let mut log = table(&[
             "REPLICA",
             "HIGHEST",

@@ -49,6 +49,10 @@ pub enum ClientError {
     /// An entity, key or query does not fit the schema.
     #[error("schema: {0}")]
     Schema(String),
+    /// A request that cannot be served as asked (a bad group or key, a write over a
+    /// size limit), naming the field; nothing was sent.
+    #[error("{0}")]
+    InvalidArgument(String),
     /// Stored data is not what this library writes.
     #[error("corrupt data: {0}")]
     Corrupt(String),
@@ -74,6 +78,7 @@ enum Event {
         done: oneshot::Sender<Result<ReadResult, ReadError>>,
     },
     Commit {
+        txn: TxnId,
         eg: EgId,
         read_position: Position,
         leader: Option<ReplicaId>,
@@ -105,6 +110,8 @@ enum Waiting {
 pub struct Client {
     events: mpsc::UnboundedSender<Event>,
     id: ClientId,
+    /// The sequence number of this client's next transaction (shared by clones).
+    next_txn: Arc<std::sync::atomic::AtomicU64>,
     /// How long an unknown commit outcome is looked for before it is reported.
     resolve_patience: std::time::Duration,
     metrics: ClientMetrics,
@@ -191,6 +198,7 @@ impl Client {
         Ok(Self {
             events: events_tx,
             id,
+            next_txn: Arc::new(std::sync::atomic::AtomicU64::new(1)),
             // Several leases: long enough for a sweep to finish the position once a
             // majority is reachable again.
             resolve_patience: config.timeouts.lock_lease() * 5,
@@ -214,9 +222,39 @@ impl Client {
         self.id
     }
 
-    /// Reads rows of one entity group in `mode`.
-    #[tracing::instrument(level = "debug", name = "read", skip(self, query), fields(client = self.id.0, eg = %eg))]
+    /// A transaction id this client (and its clones) never used before.
+    pub(crate) fn new_txn_id(&self) -> TxnId {
+        let seq = self
+            .next_txn
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        TxnId {
+            client: self.id,
+            seq,
+        }
+    }
+
+    /// Reads keys of one untyped entity group ([`crate::group`]) in `mode`: `query`
+    /// names keys within the group (a scan's empty start is its first key, no end its
+    /// last), and so do the rows returned.
     pub async fn read(
+        &self,
+        eg: &EgId,
+        mode: ReadMode,
+        query: DataQuery,
+    ) -> Result<ReadResult, ClientError> {
+        crate::groups::require_untyped(eg)?;
+        let query = crate::groups::rows_of_query(eg, query)?;
+        let mut read = self.read_rows(eg, mode, query).await?;
+        read.rows = std::mem::take(&mut read.rows)
+            .into_iter()
+            .map(|row| crate::groups::relative_row(eg, row))
+            .collect();
+        Ok(read)
+    }
+
+    /// Reads rows (keys of the row store) of one entity group in `mode`.
+    #[tracing::instrument(level = "debug", name = "read", skip(self, query), fields(client = self.id.0, eg = %eg))]
+    pub(crate) async fn read_rows(
         &self,
         eg: &EgId,
         mode: ReadMode,
@@ -260,18 +298,19 @@ impl Client {
         result.await.map_err(|_| ClientError::Closed)
     }
 
-    /// Commits `writes` as one log entry after a current read at `read_position`
-    /// (whose entry named `leader` as the next position's leader). `reads` are the rows
-    /// and ranges the transaction read: a conflict names the rows written in between
-    /// that they cover.
+    /// Commits `writes` as transaction `txn`'s log entry after a current read at
+    /// `read_position` (whose entry named `leader` as the next position's leader).
+    /// `reads` are the rows and ranges the transaction read: a conflict names the rows
+    /// written in between that they cover.
     #[tracing::instrument(
         level = "debug",
         name = "commit",
         skip(self, writes, reads),
         fields(client = self.id.0, eg = %eg, read_position = read_position.0)
     )]
-    pub async fn commit(
+    pub(crate) async fn commit(
         &self,
+        txn: TxnId,
         eg: &EgId,
         read_position: Position,
         leader: Option<ReplicaId>,
@@ -281,6 +320,7 @@ impl Client {
         let (done, result) = oneshot::channel();
         self.events
             .send(Event::Commit {
+                txn,
                 eg: eg.clone(),
                 read_position,
                 leader,
@@ -344,6 +384,7 @@ impl Driver {
                     out
                 }
                 Some(Event::Commit {
+                    txn,
                     eg,
                     read_position,
                     leader,
@@ -351,9 +392,9 @@ impl Driver {
                     reads,
                     done,
                 }) => {
-                    let (op, _txn, out) =
+                    let (op, out) =
                         self.core
-                            .commit(now, eg, read_position, leader, writes, reads);
+                            .commit(now, txn, eg, read_position, leader, writes, reads);
                     self.waiting
                         .insert(op, Waiting::Commit(done, std::time::Instant::now()));
                     out
@@ -402,6 +443,7 @@ impl Driver {
                                 ReadPath::Majority => ReadPathLabel::Majority,
                                 ReadPath::Snapshot => ReadPathLabel::Snapshot,
                                 ReadPath::Inconsistent => ReadPathLabel::Inconsistent,
+                                ReadPath::AtPosition => ReadPathLabel::AtPosition,
                             }),
                             Err(_) => self.metrics.read_failed(),
                         }

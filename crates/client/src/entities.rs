@@ -49,7 +49,7 @@ impl Client {
         let eg = entity_group(catalog, table, group_key)?;
         let row_key = catalog.entity_row_key(t, key).map_err(schema)?;
         let read = self
-            .read(&eg, mode, DataQuery::Rows(vec![row_key.clone()]))
+            .read_rows(&eg, mode, DataQuery::Rows(vec![row_key.clone()]))
             .await?;
         match read.rows.iter().find(|r| r.key == row_key) {
             Some(row) => catalog.entity_from_row(row).map_err(schema),
@@ -91,7 +91,7 @@ impl Transaction {
         self.check_group(catalog, table, key)?;
         let t = catalog.require_table(table).map_err(schema)?;
         let row_key = catalog.entity_row_key(t, key).map_err(schema)?;
-        match self.get(&row_key).await? {
+        match self.get_row(&row_key).await? {
             Some(row) => catalog.entity_from_row(&row).map_err(schema),
             None => Ok(None),
         }
@@ -145,7 +145,7 @@ impl Transaction {
         self.check_group(catalog, table, root_key)?;
         let t = catalog.require_table(table).map_err(schema)?;
         let range = catalog.table_range(t, root_key).map_err(schema)?;
-        let rows = self.scan(range, limit).await?;
+        let rows = self.scan_rows(range, limit).await?;
         let mut entities = Vec::new();
         for row in &rows {
             if let Some(entity) = catalog.entity_from_row(row).map_err(schema)? {
@@ -175,7 +175,7 @@ impl Transaction {
             .ok_or_else(|| ClientError::Schema(format!("{index}: its table is missing")))?;
         self.check_group(catalog, &table.name, leading)?;
         let range = catalog.index_range(i, leading).map_err(schema)?;
-        let rows = self.scan(range, limit).await?;
+        let rows = self.scan_rows(range, limit).await?;
         let mut entries = Vec::new();
         for row in &rows {
             if let Some(entry) = catalog.index_entry_from_row(row).map_err(schema)? {
@@ -188,8 +188,8 @@ impl Transaction {
     fn stage(&mut self, write: RowWrite) {
         for cell in write.cells {
             match cell {
-                CellWrite::Set { column, value } => self.set(&write.row, &column, &value),
-                CellWrite::Delete { column } => self.delete(&write.row, &column),
+                CellWrite::Set { column, value } => self.set_row(&write.row, &column, &value),
+                CellWrite::Delete { column } => self.delete_row(&write.row, &column),
             }
         }
     }

@@ -15,11 +15,16 @@
 //! - every client has a proposer id no other client of the cluster has (allocated in
 //!   lockd), so two clients never propose the same ballot;
 //! - request ids start at a random point on every start;
-//! - a transaction's reads all come from one log position; it commits at the next one
-//!   or reports a conflict naming the keys written in between.
+//! - a transaction's reads all come from one log position (the first read's; later
+//!   reads are served at that position); it commits at the next one or reports a
+//!   conflict naming the keys written in between;
+//! - *rows stay in their group*: row calls take keys within an untyped group and
+//!   refuse any other group; entity calls write only rows the schema maps into the
+//!   transaction's group; writes over a size limit are refused before anything is sent.
 
 mod client;
 mod entities;
+mod groups;
 mod peers;
 pub mod schema_store;
 mod settings;
@@ -29,6 +34,7 @@ mod versioned;
 
 pub use client::{Client, ClientError, Committed};
 pub use entities::entity_group;
+pub use groups::{check_cell_write, group, group_name};
 pub use peers::{MESSAGE_BYTES_MAX, Peers};
 pub use settings::proposer_timeouts;
 pub use txn::{Attempt, AttemptFuture, Outcome, Transaction};

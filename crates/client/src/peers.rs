@@ -18,8 +18,7 @@ use megastore_rpc::{coordinator_reply_from_wire, pb};
 use megastore_types::{NodeId, ReplicaId};
 use tonic::transport::Channel;
 
-/// The largest replication message (a snapshot of one group) sent or accepted.
-pub const MESSAGE_BYTES_MAX: usize = 64 << 20;
+pub use megastore_types::limits::MESSAGE_BYTES_MAX;
 
 /// Connections to every replica, coordinator and lockd node of a cluster.
 pub struct Peers {

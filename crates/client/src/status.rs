@@ -177,7 +177,7 @@ pub async fn cluster_status(
             raft: peers.lockd().node_status(LockNodeId(node.id)).await,
         });
     }
-    let probe = EgId(PROBE_GROUP.to_vec());
+    let probe = crate::group(PROBE_GROUP).expect("the probe group's name is within the limit");
     let eg = group.unwrap_or(&probe);
     let mut status = ClusterStatus {
         cluster: config.cluster.name.clone(),

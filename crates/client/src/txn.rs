@@ -1,14 +1,22 @@
 //! Row-level transactions: reads from one position, writes committed at the next.
+//!
+//! The first read (or [`Transaction::position`]) is a current read, and fixes the
+//! transaction's position `p`; every later read is a read at `p` from a replica that
+//! has applied it, so every read of one transaction sees one committed state — a
+//! read-only transaction needs no commit for that. The commit goes to `p + 1`.
 
 use std::collections::BTreeMap;
 
 use megastore_paxos::{
-    CellWrite, CommitResult, DataQuery, ReadMode, ReadSet, Resolution, RowWrite,
+    CellWrite, CommitResult, DataQuery, ReadMode, ReadSet, Resolution, RowWrite, check_write_sizes,
 };
 use megastore_rowstore::{KeyRange, Row};
 use megastore_types::{EgId, Position, ReplicaId, TxnId};
 
 use crate::client::{Client, ClientError};
+use crate::groups::{
+    check_cell_write, relative_conflicts, relative_row, require_untyped, row_of_key, rows_of_range,
+};
 
 /// Waits before attempt `attempt + 1` of a transaction that conflicted: a random
 /// pause whose range doubles with every attempt (10 ms, 20 ms, … up to 640 ms), so
@@ -22,28 +30,33 @@ pub(crate) async fn retry_pause(attempt: u32) {
 /// Attempts of one [`Client::transaction`] before it gives up on conflicts.
 pub(crate) const ATTEMPTS_MAX: u32 = 8;
 
-/// One attempt of a transaction on one entity group. Reads are current reads that
-/// must all come from one log position (a read that finds a later one ends the attempt
-/// as a conflict, and the transaction runs again); writes are buffered, seen by later
-/// reads of the same transaction, and committed as one log entry.
+/// One attempt of a transaction on one entity group. Its reads all come from one log
+/// position (the first read's, a current read); writes are buffered, seen by later
+/// reads of the same transaction, and committed as one log entry at the next position.
+///
+/// The row methods ([`get`](Self::get), [`scan`](Self::scan), [`set`](Self::set),
+/// [`delete`](Self::delete)) take keys within an untyped group ([`crate::group`]); a
+/// typed group's rows are read and written as entities.
 pub struct Transaction {
     client: Client,
+    /// Its id, chosen when it begins, so it can be resolved by it.
+    id: TxnId,
     eg: EgId,
+    /// Its position and the next position's leader, once the first read fixed them.
     position: Option<(Position, Option<ReplicaId>)>,
     reads: ReadSet,
     writes: BTreeMap<Vec<u8>, Vec<CellWrite>>,
-    moved: bool,
 }
 
 impl Transaction {
     fn new(client: Client, eg: EgId) -> Self {
         Self {
+            id: client.new_txn_id(),
             client,
             eg,
             position: None,
             reads: ReadSet::default(),
             writes: BTreeMap::new(),
-            moved: false,
         }
     }
 
@@ -52,8 +65,71 @@ impl Transaction {
         &self.eg
     }
 
-    /// Reads a row as of the transaction's position, with its own writes applied.
-    pub async fn get(&mut self, row: &[u8]) -> Result<Option<Row>, ClientError> {
+    /// The transaction's id: what its log entry carries, and what
+    /// [`Client::resolve_commit`] looks for at [`Transaction::commit_position`].
+    pub fn id(&self) -> TxnId {
+        self.id
+    }
+
+    /// The one log position this transaction can commit at (the one after its
+    /// position), once its first read fixed that.
+    pub fn commit_position(&self) -> Option<Position> {
+        self.position.map(|(p, _)| p.next())
+    }
+
+    /// The log position every read of this transaction sees, fixed by its first read
+    /// (this makes that read if there was none yet).
+    pub async fn position(&mut self) -> Result<Position, ClientError> {
+        if self.position.is_none() {
+            self.read_at_position(DataQuery::Rows(Vec::new())).await?;
+        }
+        Ok(self.position.map_or(Position::NONE, |(p, _)| p))
+    }
+
+    /// Reads key `key` of the (untyped) group as of the transaction's position, with
+    /// its own writes applied.
+    pub async fn get(&mut self, key: &[u8]) -> Result<Option<Row>, ClientError> {
+        let row = row_of_key(&self.eg, key)?;
+        let found = self.get_row(&row).await?;
+        Ok(found.map(|r| relative_row(&self.eg, r)))
+    }
+
+    /// Reads the keys of the (untyped) group in `range` (an empty start: the first
+    /// key; no end: the last) as of the transaction's position, with its own writes
+    /// applied, in key order (at most `limit`). A later write to any key of the range
+    /// — also a new one — conflicts with this transaction.
+    pub async fn scan(
+        &mut self,
+        range: KeyRange,
+        limit: Option<usize>,
+    ) -> Result<Vec<Row>, ClientError> {
+        let rows = rows_of_range(&self.eg, &range)?;
+        let found = self.scan_rows(rows, limit).await?;
+        Ok(found
+            .into_iter()
+            .map(|r| relative_row(&self.eg, r))
+            .collect())
+    }
+
+    /// Sets a column of key `key` of the (untyped) group.
+    pub fn set(&mut self, key: &[u8], column: &[u8], value: &[u8]) -> Result<(), ClientError> {
+        check_cell_write(key, column, Some(value))?;
+        let row = row_of_key(&self.eg, key)?;
+        self.set_row(&row, column, value);
+        Ok(())
+    }
+
+    /// Deletes a column of key `key` of the (untyped) group.
+    pub fn delete(&mut self, key: &[u8], column: &[u8]) -> Result<(), ClientError> {
+        check_cell_write(key, column, None)?;
+        let row = row_of_key(&self.eg, key)?;
+        self.delete_row(&row, column);
+        Ok(())
+    }
+
+    /// Reads a row (a key of the row store) as of the transaction's position, with its
+    /// own writes applied.
+    pub(crate) async fn get_row(&mut self, row: &[u8]) -> Result<Option<Row>, ClientError> {
         self.reads.rows.insert(row.to_vec());
         let rows = self
             .read_at_position(DataQuery::Rows(vec![row.to_vec()]))
@@ -66,9 +142,9 @@ impl Transaction {
     }
 
     /// Reads the rows of a key range of the group as of the transaction's position,
-    /// with its own writes applied, in key order (at most `limit`). A later write to
-    /// any row of the range — also a new one — conflicts with this transaction.
-    pub async fn scan(
+    /// with its own writes applied, in key order (at most `limit`), and puts the range
+    /// in the read set.
+    pub(crate) async fn scan_rows(
         &mut self,
         range: KeyRange,
         limit: Option<usize>,
@@ -94,21 +170,22 @@ impl Transaction {
         Ok(rows)
     }
 
-    /// A current read, which must come from the transaction's position (the first
-    /// read fixes it; a read that finds a later one ends the attempt as a conflict).
+    /// A read as of the transaction's position: the first is a current read and fixes
+    /// it; every later one reads at that position.
     async fn read_at_position(&mut self, query: DataQuery) -> Result<Vec<Row>, ClientError> {
-        let read = self.client.read(&self.eg, ReadMode::Current, query).await?;
-        let position = read.position.unwrap_or(Position::NONE);
-        match self.position {
-            None => self.position = Some((position, read.next_leader)),
-            Some((first, _)) if first != position => self.moved = true,
-            Some(_) => {}
+        let mode = match self.position {
+            None => ReadMode::Current,
+            Some((p, _)) => ReadMode::AtPosition(p),
+        };
+        let read = self.client.read_rows(&self.eg, mode, query).await?;
+        if self.position.is_none() {
+            self.position = Some((read.position.unwrap_or(Position::NONE), read.next_leader));
         }
         Ok(read.rows)
     }
 
     /// Sets a column of a row.
-    pub fn set(&mut self, row: &[u8], column: &[u8], value: &[u8]) {
+    pub(crate) fn set_row(&mut self, row: &[u8], column: &[u8], value: &[u8]) {
         self.writes
             .entry(row.to_vec())
             .or_default()
@@ -119,7 +196,7 @@ impl Transaction {
     }
 
     /// Deletes a column of a row.
-    pub fn delete(&mut self, row: &[u8], column: &[u8]) {
+    pub(crate) fn delete_row(&mut self, row: &[u8], column: &[u8]) {
         self.writes
             .entry(row.to_vec())
             .or_default()
@@ -180,11 +257,12 @@ pub enum Outcome {
 pub enum Attempt {
     /// Done: committed, or nothing to commit.
     Done(Outcome),
-    /// Not committed, and running it again is safe: it conflicted (these rows it read
-    /// were written in between; empty when the conflict was elsewhere), its reads came
-    /// from different positions, or its commit was settled without it.
+    /// Not committed, and running it again is safe: it conflicted (these keys it read
+    /// were written in between; empty when the conflict was elsewhere), or its commit
+    /// was settled without it.
     Retry {
-        /// The conflicting rows.
+        /// The conflicting keys (within the group, for an untyped group; row keys of
+        /// the row store for a typed one).
         keys: Vec<Vec<u8>>,
         /// The commit's outcome was first unknown; its position was then settled
         /// without it.
@@ -199,12 +277,6 @@ impl Transaction {
     /// chosen entry's transaction compared ([`Client::resolve_commit`]);
     /// [`ClientError::Unknown`] only when even that could not be decided.
     pub async fn commit(self) -> Result<Attempt, ClientError> {
-        if self.moved {
-            return Ok(Attempt::Retry {
-                keys: Vec::new(),
-                resolved: false,
-            });
-        }
         if self.writes.is_empty() {
             return Ok(Attempt::Done(Outcome::ReadOnly));
         }
@@ -215,7 +287,7 @@ impl Transaction {
             // Blind writes: read the group's position first.
             None => {
                 let read = client
-                    .read(&eg, ReadMode::Current, DataQuery::Rows(Vec::new()))
+                    .read_rows(&eg, ReadMode::Current, DataQuery::Rows(Vec::new()))
                     .await?;
                 (read.position.unwrap_or(Position::NONE), read.next_leader)
             }
@@ -225,8 +297,9 @@ impl Transaction {
             .into_iter()
             .map(|(row, cells)| RowWrite { row, cells })
             .collect();
+        check_write_sizes(&writes).map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
         let committed = client
-            .commit(&eg, position, leader, writes, self.reads)
+            .commit(self.id, &eg, position, leader, writes, self.reads)
             .await?;
         Self::outcome(&client, &eg, committed.txn, committed.result).await
     }
@@ -244,7 +317,7 @@ impl Transaction {
                 resolved: false,
             }),
             CommitResult::Conflict { keys } => Attempt::Retry {
-                keys,
+                keys: relative_conflicts(eg, keys),
                 resolved: false,
             },
             CommitResult::Aborted => Attempt::Retry {
@@ -296,6 +369,12 @@ impl Client {
     /// the loop that retries it).
     pub fn begin(&self, eg: &EgId) -> Transaction {
         Transaction::new(self.clone(), eg.clone())
+    }
+
+    /// Starts one attempt of a transaction on an untyped group, refusing any other.
+    pub(crate) fn begin_untyped(&self, eg: &EgId) -> Result<Transaction, ClientError> {
+        require_untyped(eg)?;
+        Ok(self.begin(eg))
     }
 
     /// Runs `body` as a serializable transaction on `eg`, again on conflict (up to a
@@ -356,7 +435,9 @@ impl Client {
     /// Resolves a commit of unknown outcome, settling its position again until it is
     /// decided or the client's resolve patience runs out (the position stays unsettled
     /// while no majority is reachable; replicas' sweeps finish it once they can).
-    async fn resolve_patiently(&self, eg: &EgId, position: Position, txn: TxnId) -> Resolution {
+    /// Any client may resolve any transaction: it needs only the group, the position
+    /// and the id.
+    pub async fn resolve_patiently(&self, eg: &EgId, position: Position, txn: TxnId) -> Resolution {
         let deadline = tokio::time::Instant::now() + self.resolve_patience();
         loop {
             match self.resolve_commit(eg, position, txn).await {

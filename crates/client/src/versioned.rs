@@ -15,9 +15,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use megastore_paxos::{DataQuery, ReadMode};
 use megastore_rowstore::ordered::{escape, unescape};
 use megastore_rowstore::{KeyRange, Row, prefix_successor};
+use megastore_schema::keyspace;
 use megastore_types::EgId;
+use megastore_types::limits::{KEY_BYTES_MAX, LimitError};
 
 use crate::client::{Client, ClientError};
+use crate::groups::require_untyped;
 use crate::txn::{ATTEMPTS_MAX, Attempt, Transaction, retry_pause};
 
 const KEYS_OBJECT: [u8; 5] = [0xF8, 0xFF, 0xFF, 0xFF, 0xFF];
@@ -104,6 +107,15 @@ pub enum TxnResult {
     },
 }
 
+/// Refuses an empty key or one over the size limit, naming it.
+fn check_keys<'a>(keys: impl Iterator<Item = &'a [u8]>) -> Result<(), ClientError> {
+    for (i, key) in keys.enumerate() {
+        keyspace::check_key(key)
+            .map_err(|e| ClientError::InvalidArgument(format!("keys[{i}]: {e}")))?;
+    }
+    Ok(())
+}
+
 fn group_keys_prefix(eg: &EgId) -> Vec<u8> {
     let mut row = eg.0.clone();
     row.extend_from_slice(&KEYS_OBJECT);
@@ -173,10 +185,10 @@ async fn attempt(
         };
         let next = version + 1;
         let row = key_row(eg, key);
-        txn.set(&row, VERSION, &next.to_be_bytes());
+        txn.set_row(&row, VERSION, &next.to_be_bytes());
         match mutation {
-            Mutation::Put { value, .. } => txn.set(&row, VALUE, value),
-            Mutation::Delete { .. } => txn.delete(&row, VALUE),
+            Mutation::Put { value, .. } => txn.set_row(&row, VALUE, value),
+            Mutation::Delete { .. } => txn.delete_row(&row, VALUE),
         }
         versions.insert(key.to_vec(), next);
     }
@@ -184,7 +196,7 @@ async fn attempt(
 }
 
 async fn read_entry(txn: &mut Transaction, eg: &EgId, key: &[u8]) -> Result<Entry, ClientError> {
-    let row = txn.get(&key_row(eg, key)).await?;
+    let row = txn.get_row(&key_row(eg, key)).await?;
     entry_of(key, row.as_ref())
 }
 
@@ -192,10 +204,12 @@ impl Client {
     /// The keys' current values and versions, all from one log position (duplicates
     /// are read once; the answer is in key order).
     pub async fn snapshot(&self, eg: &EgId, keys: &[Vec<u8>]) -> Result<Vec<Entry>, ClientError> {
+        require_untyped(eg)?;
+        check_keys(keys.iter().map(Vec::as_slice))?;
         let keys: BTreeSet<&Vec<u8>> = keys.iter().collect();
         let rows: Vec<Vec<u8>> = keys.iter().map(|k| key_row(eg, k)).collect();
         let read = self
-            .read(eg, ReadMode::Current, DataQuery::Rows(rows.clone()))
+            .read_rows(eg, ReadMode::Current, DataQuery::Rows(rows.clone()))
             .await?;
         keys.iter()
             .zip(&rows)
@@ -211,9 +225,11 @@ impl Client {
         asserts: &[Assert],
         mutations: &[Mutation],
     ) -> Result<TxnResult, ClientError> {
+        check_keys(asserts.iter().map(Assert::key))?;
+        check_keys(mutations.iter().map(Mutation::key))?;
         let mut last_keys = Vec::new();
         for round in 0..ATTEMPTS_MAX {
-            let mut txn = self.begin(eg);
+            let mut txn = self.begin_untyped(eg)?;
             let result = attempt(&mut txn, eg, asserts, mutations).await?;
             match txn.commit().await? {
                 Attempt::Done(_) => return Ok(result),
@@ -232,6 +248,15 @@ impl Client {
     /// Every key of the group starting with `prefix` that has a value, in key order,
     /// from one log position.
     pub async fn keys(&self, eg: &EgId, prefix: &[u8]) -> Result<Vec<Vec<u8>>, ClientError> {
+        require_untyped(eg)?;
+        if prefix.len() > KEY_BYTES_MAX {
+            return Err(ClientError::InvalidArgument(format!(
+                "prefix: {}",
+                LimitError::Key {
+                    found: prefix.len()
+                }
+            )));
+        }
         let mut start = group_keys_prefix(eg);
         let mut escaped = escape(prefix);
         escaped.truncate(escaped.len() - 2); // without the terminator: a prefix of every longer key
@@ -239,7 +264,7 @@ impl Client {
         let end = prefix_successor(&start);
         let range = KeyRange { start, end };
         let read = self
-            .read(
+            .read_rows(
                 eg,
                 ReadMode::Current,
                 DataQuery::Scan { range, limit: None },

@@ -25,6 +25,8 @@ pub enum ReadPathLabel {
     Snapshot,
     /// An inconsistent read.
     Inconsistent,
+    /// A transaction's read at its position (after its first read).
+    AtPosition,
 }
 
 impl ReadPathLabel {
@@ -34,6 +36,7 @@ impl ReadPathLabel {
             ReadPathLabel::Majority => "majority",
             ReadPathLabel::Snapshot => "snapshot",
             ReadPathLabel::Inconsistent => "inconsistent",
+            ReadPathLabel::AtPosition => "at_position",
         }
     }
 }

@@ -101,7 +101,6 @@ pub struct ClientCore {
     ops: BTreeMap<OpId, Op>,
     wiring: Wiring<OpId>,
     next_op: u64,
-    next_txn: u64,
 }
 
 impl ClientCore {
@@ -120,7 +119,6 @@ impl ClientCore {
             ops: BTreeMap::new(),
             wiring,
             next_op: 1,
-            next_txn: 1,
         }
     }
 
@@ -164,7 +162,7 @@ impl ClientCore {
         let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, &mut sends);
         let state = match mode {
             ReadMode::Current => Op::Current(CurrentRead::start(&mut ctx, eg, query, local)),
-            ReadMode::Snapshot | ReadMode::Inconsistent => {
+            ReadMode::Snapshot | ReadMode::Inconsistent | ReadMode::AtPosition(_) => {
                 Op::Point(PointRead::start(&mut ctx, eg, query, mode, candidates))
             }
         };
@@ -195,25 +193,31 @@ impl ClientCore {
         candidates
     }
 
-    /// Commits a transaction that read the group at `read_position` (whose visible
+    /// Commits transaction `txn` that read the group at `read_position` (whose visible
     /// entry named `leader` as the next position's leader): `writes` become one log
     /// entry at `read_position + 1`. `reads` are the rows (and ranges) it read, for
     /// conflicts.
+    ///
+    /// The caller names the transaction (this client's id and a sequence number it
+    /// never used for another transaction), so it can tell it before committing and
+    /// resolve it by that name. Committing the same `txn` at the same position again
+    /// is safe: one value is chosen there, so it applies at most once.
+    #[allow(clippy::too_many_arguments)]
     pub fn commit(
         &mut self,
         now: Time,
+        txn: TxnId,
         eg: EgId,
         read_position: Position,
         leader: Option<ReplicaId>,
         writes: Vec<RowWrite>,
         reads: impl Into<ReadSet>,
-    ) -> (OpId, TxnId, Vec<Output>) {
+    ) -> (OpId, Vec<Output>) {
+        assert_eq!(
+            txn.client, self.config.id,
+            "a client commits its own transactions only"
+        );
         let op = self.new_op();
-        let txn = TxnId {
-            client: self.config.id,
-            seq: self.next_txn,
-        };
-        self.next_txn += 1;
         let entry = LogEntry {
             txn: Some(txn),
             next_leader: self.preferred_leader(),
@@ -231,7 +235,7 @@ impl ClientCore {
             reads.into(),
         );
         self.ops.insert(op, Op::Commit(Box::new(commit)));
-        (op, txn, self.finish_step(now, sends))
+        (op, self.finish_step(now, sends))
     }
 
     /// Resolves a commit that ended [`CommitResult::Unknown`] at `position`: settles

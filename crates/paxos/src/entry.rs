@@ -1,6 +1,10 @@
 //! Log entries: what one transaction asks to write, plus what the protocol needs.
 
 use megastore_rowstore::{KeyRange, Mutation, RowMutation, Timestamp};
+use megastore_types::limits::{
+    COLUMN_BYTES_MAX, LimitError, ROW_BYTES_MAX, ROW_KEY_BYTES_MAX, TRANSACTION_BYTES_MAX,
+    VALUE_BYTES_MAX,
+};
 use megastore_types::{EgId, ReplicaId, TxnId};
 use serde::{Deserialize, Serialize};
 
@@ -152,6 +156,46 @@ pub enum EntryError {
     /// A write to the group's root row, which only the protocol writes.
     #[error("entries may not write the group's root row")]
     RootRowWrite,
+    /// Over a size limit ([`megastore_types::limits`]).
+    #[error("{0}")]
+    TooLarge(#[from] LimitError),
+}
+
+/// Checks the writes of one transaction against the size limits (the same check on
+/// every path: the client library before it proposes, replicas before they accept).
+pub fn check_write_sizes(writes: &[RowWrite]) -> Result<(), LimitError> {
+    let mut total = 0usize;
+    for write in writes {
+        if write.row.len() > ROW_KEY_BYTES_MAX {
+            return Err(LimitError::Key {
+                found: write.row.len(),
+            });
+        }
+        let mut row = write.row.len();
+        for cell in &write.cells {
+            let column = cell.column();
+            if column.len() > COLUMN_BYTES_MAX {
+                return Err(LimitError::Column {
+                    found: column.len(),
+                });
+            }
+            row += column.len();
+            if let CellWrite::Set { value, .. } = cell {
+                if value.len() > VALUE_BYTES_MAX {
+                    return Err(LimitError::Value { found: value.len() });
+                }
+                row += value.len();
+            }
+        }
+        if row > ROW_BYTES_MAX {
+            return Err(LimitError::Row { found: row });
+        }
+        total += row;
+    }
+    if total > TRANSACTION_BYTES_MAX {
+        return Err(LimitError::Transaction { found: total });
+    }
+    Ok(())
 }
 
 impl LogEntry {
@@ -170,6 +214,13 @@ impl LogEntry {
     /// Whether this is a no-op.
     pub fn is_noop(&self) -> bool {
         self.txn.is_none()
+    }
+
+    /// [`LogEntry::check_for`], and the size limits: for a value asked to be accepted
+    /// (a value already chosen is only checked for its group, so limits can change).
+    pub fn check_proposed_for(&self, eg: &EgId) -> Result<(), EntryError> {
+        check_write_sizes(&self.writes)?;
+        self.check_for(eg)
     }
 
     /// Checks that every write stays inside `eg` and off its root row.

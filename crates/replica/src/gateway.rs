@@ -3,80 +3,53 @@
 //! edge where the API's messages become library calls; malformed requests are refused
 //! here, naming the field.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
 use megastore_client::{
-    Assert, Attempt, Client, ClientError, Entry, Mutation, Outcome, Transaction, TxnResult,
-    entity_group,
+    Assert, Attempt, Client, ClientError, Entry, Mutation, Outcome, TxnResult, entity_group,
 };
-use megastore_paxos::{DataQuery, ReadMode, ReadPath};
+use megastore_paxos::{DataQuery, ReadMode, ReadPath, Resolution};
 use megastore_rowstore::{KeyRange, Row};
 use megastore_rpc::pb::client as pb;
 use megastore_rpc::pb::client::megastore_server::Megastore;
-use megastore_types::EgId;
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use megastore_types::{ClientId, EgId, Position, TxnId};
 use tonic::{Request, Response, Status};
+
+use crate::gateway_sessions::{SessionState, Sessions, open};
 
 use crate::gateway_typed::{
     Catalogs, entity_from_wire, entity_to_wire, index_entry_to_wire, values_from_wire,
 };
 
-/// Transactions unused this long are dropped.
-const SESSION_IDLE_MAX: Duration = Duration::from_secs(60);
-/// Open transactions one replica keeps at most.
-const SESSIONS_MAX: usize = 10_000;
-/// The longest entity group name accepted.
-const EG_BYTES_MAX: usize = 1024;
-/// The byte after a group's prefix that starts its reserved rows (versioned keys: object
-/// ids in the schema's long form).
-const RESERVED: u8 = 0xF8;
-
-struct Session {
-    txn: Arc<Mutex<Option<Transaction>>>,
-    last_used: Instant,
-}
-
 /// The API's service on one replica.
 pub(crate) struct Gateway {
     client: Client,
-    sessions: std::sync::Mutex<HashMap<u64, Session>>,
+    sessions: Sessions,
     catalogs: Catalogs,
-}
-
-/// The open transaction behind a locked session (a commit in progress took it).
-fn open(guard: &mut Option<Transaction>) -> Result<&mut Transaction, Status> {
-    guard
-        .as_mut()
-        .ok_or_else(|| Status::failed_precondition("txn: already committing"))
 }
 
 impl Gateway {
     pub(crate) fn new(client: Client, lockd: megastore_lockd::LockdClient) -> Self {
         Self {
             client,
-            sessions: std::sync::Mutex::new(HashMap::new()),
+            sessions: Sessions::default(),
             catalogs: Catalogs::new(lockd),
         }
     }
 
-    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Session>> {
-        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The open transaction `txn`, locked for one call.
-    async fn locked(&self, txn: u64) -> Result<OwnedMutexGuard<Option<Transaction>>, Status> {
-        Ok(self.session(txn)?.lock_owned().await)
-    }
-
-    fn session(&self, txn: u64) -> Result<Arc<Mutex<Option<Transaction>>>, Status> {
-        let mut sessions = self.sessions();
-        let session = sessions.get_mut(&txn).ok_or_else(|| {
-            Status::not_found(format!("txn: no open transaction {txn} on this replica (it ended, expired after {SESSION_IDLE_MAX:?} unused, or began elsewhere)"))
-        })?;
-        session.last_used = Instant::now();
-        Ok(Arc::clone(&session.txn))
+    /// The group a request names: untyped by `eg`, or typed by its root entity.
+    async fn group_of(&self, eg: Vec<u8>, root: Option<pb::GroupRoot>) -> Result<EgId, Status> {
+        match (eg.is_empty(), root) {
+            (false, None) => group(&eg),
+            (true, Some(root)) => {
+                let key = values_from_wire("root.key", root.key)?;
+                let catalog = self.catalogs.current().await?;
+                entity_group(&catalog, &root.table, &key).map_err(|e| invalid("root", e))
+            }
+            (false, Some(_)) => Err(invalid("eg", "give eg or root, not both")),
+            (true, None) => Err(invalid(
+                "eg",
+                "name an entity group: by its name (eg) or by its root entity (root)",
+            )),
+        }
     }
 }
 
@@ -90,47 +63,22 @@ fn status(e: ClientError) -> Status {
         ClientError::Closed => Status::unavailable("replica stopping"),
         ClientError::Unknown { .. } => Status::unknown(e.to_string()),
         ClientError::TooManyConflicts { .. } => Status::aborted(e.to_string()),
-        ClientError::Schema(_) => Status::invalid_argument(e.to_string()),
+        ClientError::Schema(_) | ClientError::InvalidArgument(_) => {
+            Status::invalid_argument(e.to_string())
+        }
         ClientError::Config(_) | ClientError::Lock(_) | ClientError::Corrupt(_) => {
             Status::internal(e.to_string())
         }
     }
 }
 
-fn group(eg: Vec<u8>) -> Result<EgId, Status> {
-    if eg.is_empty() {
-        return Err(invalid("eg", "name an entity group (its key prefix)"));
-    }
-    if eg[0] == crate::registry::SYSTEM_BYTE {
-        return Err(invalid(
-            "eg",
-            "group names starting with byte 0xFF are reserved",
-        ));
-    }
-    if eg.len() > EG_BYTES_MAX {
-        return Err(invalid(
-            "eg",
-            format!("{} bytes; at most {EG_BYTES_MAX}", eg.len()),
-        ));
-    }
-    Ok(EgId(eg))
+fn group(eg: &[u8]) -> Result<EgId, Status> {
+    megastore_client::group(eg).map_err(status)
 }
 
-/// Checks that `key` is a data row of `eg` that clients may use.
-fn data_key(eg: &EgId, field: &str, key: &[u8]) -> Result<(), Status> {
-    match key
-        .strip_prefix(eg.0.as_slice())
-        .and_then(|rest| rest.first())
-    {
-        Some(&b) if (1..RESERVED).contains(&b) => Ok(()),
-        _ => Err(invalid(
-            field,
-            format!(
-                "{} is not a data row of group {eg}: keys are the group's prefix followed by a byte 0x01..0xF7",
-                megastore_rowstore::display_key(key)
-            ),
-        )),
-    }
+/// Refuses a key within a group that is empty or over the size limit, naming it.
+fn key(field: &str, key: &[u8]) -> Result<(), Status> {
+    megastore_schema::keyspace::check_key(key).map_err(|e| invalid(field, e))
 }
 
 fn mode(mode: i32) -> Result<ReadMode, Status> {
@@ -145,57 +93,87 @@ fn mode(mode: i32) -> Result<ReadMode, Status> {
     }
 }
 
-fn query(eg: &EgId, query: Option<pb::RowQuery>) -> Result<DataQuery, Status> {
+fn query(query: Option<pb::RowQuery>) -> Result<DataQuery, Status> {
     use pb::row_query::Query;
     match query.and_then(|q| q.query) {
         None => Err(invalid("query", "give keys or a range")),
         Some(Query::Keys(keys)) => {
-            for (i, key) in keys.keys.iter().enumerate() {
-                data_key(eg, &format!("query.keys[{i}]"), key)?;
+            for (i, k) in keys.keys.iter().enumerate() {
+                key(&format!("query.keys[{i}]"), k)?;
             }
             Ok(DataQuery::Rows(keys.keys))
         }
         Some(Query::Range(range)) => {
-            let (range, limit) = key_range(eg, "query.range", range)?;
+            let (range, limit) = key_range("query.range", range)?;
             Ok(DataQuery::Scan { range, limit })
         }
     }
 }
 
-/// A client's key range inside group `eg` (empty bounds: the group's first and last
-/// data rows), and its limit.
+/// A client's range of keys within a group (an empty start: the group's first key;
+/// an empty end: its last), and its limit.
 fn key_range(
-    eg: &EgId,
     field: &str,
     range: pb::row_query::Range,
 ) -> Result<(KeyRange, Option<usize>), Status> {
-    let mut start = range.start;
-    if start.is_empty() {
-        start = eg.0.clone();
-        start.push(1);
+    if !range.start.is_empty() {
+        key(&format!("{field}.start"), &range.start)?;
     }
-    data_key(eg, &format!("{field}.start"), &start)?;
-    let mut last = eg.0.clone();
-    last.push(RESERVED);
-    let end = if range.end.is_empty() {
-        last
-    } else {
-        if range.end != last {
-            data_key(eg, &format!("{field}.end"), &range.end)?;
+    let end = (!range.end.is_empty()).then_some(range.end);
+    if let Some(end) = &end {
+        key(&format!("{field}.end"), end)?;
+        if *end < range.start {
+            return Err(invalid(field, "end is before start"));
         }
-        range.end
-    };
-    if end < start {
-        return Err(invalid(field, "end is before start"));
     }
     let limit = (range.limit > 0).then_some(range.limit as usize);
     Ok((
         KeyRange {
-            start,
-            end: Some(end),
+            start: range.start,
+            end,
         },
         limit,
     ))
+}
+
+fn txn_id_to_wire(id: TxnId, position: Position) -> pb::TxnId {
+    pb::TxnId {
+        client: id.client.0,
+        seq: id.seq,
+        position: position.0,
+    }
+}
+
+/// A commit's answer. Every error but one that says nothing was sent is indefinite:
+/// UNKNOWN with the transaction's id, to resolve.
+fn commit_answer(
+    result: Result<Attempt, ClientError>,
+    id: TxnId,
+    eg: &EgId,
+) -> Result<pb::CommitResponse, Status> {
+    use pb::commit_response::{Committed, Conflict, Outcome as Wire};
+    let outcome = match result {
+        Ok(Attempt::Done(Outcome::Committed { position, .. })) => Wire::Committed(Committed {
+            position: position.0,
+        }),
+        Ok(Attempt::Done(Outcome::ReadOnly)) => Wire::Committed(Committed { position: 0 }),
+        Ok(Attempt::Retry { keys, .. }) => Wire::Conflict(Conflict { keys }),
+        Err(ClientError::Unknown { txn, position }) => {
+            return Err(Status::unknown(format!(
+                "outcome unknown: transaction {txn} may hold position {} of group {eg}; Resolve it by its id (client {}, seq {}, position {})",
+                position.0, txn.client.0, txn.seq, position.0
+            )));
+        }
+        Err(ClientError::Closed) => {
+            return Err(Status::unknown(format!(
+                "outcome unknown: the replica stopped while committing transaction {id}; Resolve it by its id at another replica"
+            )));
+        }
+        Err(e) => return Err(status(e)),
+    };
+    Ok(pb::CommitResponse {
+        outcome: Some(outcome),
+    })
 }
 
 fn row_to_wire(row: Row) -> pb::Row {
@@ -228,15 +206,16 @@ impl Megastore for Gateway {
         request: Request<pb::ReadRequest>,
     ) -> Result<Response<pb::ReadResponse>, Status> {
         let request = request.into_inner();
-        let eg = group(request.eg)?;
+        let eg = group(&request.eg)?;
         let mode = mode(request.mode)?;
-        let query = query(&eg, request.query)?;
+        let query = query(request.query)?;
         let read = self.client.read(&eg, mode, query).await.map_err(status)?;
         let path = match read.path {
             ReadPath::LocalVouched => "local",
             ReadPath::Majority => "majority",
             ReadPath::Snapshot => "snapshot",
             ReadPath::Inconsistent => "inconsistent",
+            ReadPath::AtPosition => "at_position",
         };
         Ok(Response::new(pb::ReadResponse {
             rows: read.rows.into_iter().map(row_to_wire).collect(),
@@ -251,40 +230,17 @@ impl Megastore for Gateway {
         request: Request<pb::BeginRequest>,
     ) -> Result<Response<pb::BeginResponse>, Status> {
         let request = request.into_inner();
-        let eg = match (request.eg.is_empty(), request.root) {
-            (false, None) => group(request.eg)?,
-            (true, Some(root)) => {
-                let key = values_from_wire("root.key", root.key)?;
-                let catalog = self.catalogs.current().await?;
-                entity_group(&catalog, &root.table, &key).map_err(|e| invalid("root", e))?
-            }
-            (false, Some(_)) => return Err(invalid("eg", "give eg or root, not both")),
-            (true, None) => {
-                return Err(invalid(
-                    "eg",
-                    "name an entity group: its key prefix (eg) or its root entity (root)",
-                ));
-            }
-        };
-        let mut sessions = self.sessions();
-        sessions.retain(|_, s| s.last_used.elapsed() < SESSION_IDLE_MAX);
-        if sessions.len() >= SESSIONS_MAX {
-            return Err(Status::resource_exhausted(format!(
-                "{SESSIONS_MAX} transactions are open on this replica; commit or abort some"
-            )));
-        }
-        let txn = loop {
-            let id: u64 = rand::random();
-            if id != 0 && !sessions.contains_key(&id) {
-                break id;
-            }
-        };
-        let session = Session {
-            txn: Arc::new(Mutex::new(Some(self.client.begin(&eg)))),
-            last_used: Instant::now(),
-        };
-        sessions.insert(txn, session);
-        Ok(Response::new(pb::BeginResponse { txn }))
+        let eg = self.group_of(request.eg, request.root).await?;
+        // Begin fixes the position every read of the transaction sees.
+        let mut transaction = self.client.begin(&eg);
+        let position = transaction.position().await.map_err(status)?;
+        let id = txn_id_to_wire(transaction.id(), position.next());
+        let txn = self.sessions.insert(transaction)?;
+        Ok(Response::new(pb::BeginResponse {
+            txn,
+            position: position.0,
+            id: Some(id),
+        }))
     }
 
     async fn txn_read(
@@ -292,13 +248,10 @@ impl Megastore for Gateway {
         request: Request<pb::TxnReadRequest>,
     ) -> Result<Response<pb::TxnReadResponse>, Status> {
         let request = request.into_inner();
-        let mut guard = self.locked(request.txn).await?;
-        let txn = guard
-            .as_mut()
-            .ok_or_else(|| Status::failed_precondition("txn: already committing"))?;
-        let eg = txn.eg().clone();
-        for (i, key) in request.keys.iter().enumerate() {
-            data_key(&eg, &format!("keys[{i}]"), key)?;
+        let mut guard = self.sessions.locked(request.txn).await?;
+        let txn = open(&mut guard)?;
+        for (i, k) in request.keys.iter().enumerate() {
+            key(&format!("keys[{i}]"), k)?;
         }
         let mut rows = Vec::new();
         for key in &request.keys {
@@ -314,13 +267,12 @@ impl Megastore for Gateway {
         request: Request<pb::TxnScanRequest>,
     ) -> Result<Response<pb::TxnReadResponse>, Status> {
         let request = request.into_inner();
-        let mut guard = self.locked(request.txn).await?;
+        let mut guard = self.sessions.locked(request.txn).await?;
         let txn = open(&mut guard)?;
-        let eg = txn.eg().clone();
         let range = request
             .range
             .ok_or_else(|| invalid("range", "give the range (empty bounds: the whole group)"))?;
-        let (range, limit) = key_range(&eg, "range", range)?;
+        let (range, limit) = key_range("range", range)?;
         let rows = txn.scan(range, limit).await.map_err(status)?;
         Ok(Response::new(pb::TxnReadResponse {
             rows: rows.into_iter().map(row_to_wire).collect(),
@@ -333,14 +285,17 @@ impl Megastore for Gateway {
     ) -> Result<Response<pb::WriteResponse>, Status> {
         use pb::cell_write::Change;
         let request = request.into_inner();
-        let mut guard = self.locked(request.txn).await?;
-        let txn = guard
-            .as_mut()
-            .ok_or_else(|| Status::failed_precondition("txn: already committing"))?;
-        let eg = txn.eg().clone();
+        let mut guard = self.sessions.locked(request.txn).await?;
+        let txn = open(&mut guard)?;
+        if megastore_client::group_name(txn.eg()).is_none() {
+            return Err(invalid(
+                "txn",
+                "began on a typed entity group: write its entities (PutEntity, DeleteEntity)",
+            ));
+        }
         // All checked before any is staged: a refused request stages nothing.
         for (i, row) in request.rows.iter().enumerate() {
-            data_key(&eg, &format!("rows[{i}].key"), &row.key)?;
+            key(&format!("rows[{i}].key"), &row.key)?;
             if row.cells.is_empty() {
                 return Err(invalid(
                     &format!("rows[{i}].cells"),
@@ -348,18 +303,18 @@ impl Megastore for Gateway {
                 ));
             }
             for (j, cell) in row.cells.iter().enumerate() {
-                if cell.column.is_empty() {
-                    return Err(invalid(
-                        &format!("rows[{i}].cells[{j}].column"),
-                        "must not be empty",
-                    ));
-                }
-                if cell.change.is_none() {
-                    return Err(invalid(
-                        &format!("rows[{i}].cells[{j}].change"),
-                        "set a value or delete",
-                    ));
-                }
+                let value = match &cell.change {
+                    Some(Change::Set(value)) => Some(value.as_slice()),
+                    Some(Change::Delete(_)) => None,
+                    None => {
+                        return Err(invalid(
+                            &format!("rows[{i}].cells[{j}].change"),
+                            "set a value or delete",
+                        ));
+                    }
+                };
+                megastore_client::check_cell_write(&row.key, &cell.column, value)
+                    .map_err(|e| invalid(&format!("rows[{i}].cells[{j}]"), e))?;
             }
         }
         for row in request.rows {
@@ -367,8 +322,9 @@ impl Megastore for Gateway {
                 match cell.change {
                     Some(Change::Set(value)) => txn.set(&row.key, &cell.column, &value),
                     Some(Change::Delete(_)) => txn.delete(&row.key, &cell.column),
-                    None => {}
+                    None => Ok(()),
                 }
+                .map_err(status)?;
             }
         }
         Ok(Response::new(pb::WriteResponse {}))
@@ -378,23 +334,66 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::CommitRequest>,
     ) -> Result<Response<pb::CommitResponse>, Status> {
-        use pb::commit_response::{Committed, Conflict, Outcome as Wire};
-        let txn_id = request.into_inner().txn;
-        let session = self.session(txn_id)?;
-        let txn = session
-            .lock()
+        let mut guard = self.sessions.locked(request.into_inner().txn).await?;
+        if let SessionState::Committed(answer) = &*guard {
+            return answer.clone().map(Response::new);
+        }
+        // The commit runs to its end in a task of its own, with the handle locked:
+        // a client that gives up waiting does not cut it short, and its Commit sent
+        // again waits for the same answer.
+        let committing = tokio::spawn(async move {
+            let SessionState::Open(txn) = std::mem::replace(
+                &mut *guard,
+                SessionState::Committed(Err(Status::internal("commit did not finish"))),
+            ) else {
+                unreachable!("the handle is locked and was open");
+            };
+            let (id, eg) = (txn.id(), txn.eg().clone());
+            let answer = commit_answer(txn.commit().await, id, &eg);
+            *guard = SessionState::Committed(answer.clone());
+            answer
+        });
+        committing
             .await
-            .take()
-            .ok_or_else(|| Status::failed_precondition("txn: already committing"))?;
-        self.sessions().remove(&txn_id);
-        let outcome = match txn.commit().await.map_err(status)? {
-            Attempt::Done(Outcome::Committed { position, .. }) => Wire::Committed(Committed {
-                position: position.0,
-            }),
-            Attempt::Done(Outcome::ReadOnly) => Wire::Committed(Committed { position: 0 }),
-            Attempt::Retry { keys, .. } => Wire::Conflict(Conflict { keys }),
+            .map_err(|e| Status::internal(format!("commit task: {e}")))?
+            .map(Response::new)
+    }
+
+    async fn resolve(
+        &self,
+        request: Request<pb::ResolveRequest>,
+    ) -> Result<Response<pb::ResolveResponse>, Status> {
+        use pb::resolve_response::{Committed, NotCommitted, Outcome as Wire, Unknown};
+        let request = request.into_inner();
+        let eg = self.group_of(request.eg, request.root).await?;
+        let id = request
+            .id
+            .ok_or_else(|| invalid("id", "give the transaction's id, as Begin returned it"))?;
+        if id.position == 0 || id.seq == 0 {
+            return Err(invalid(
+                "id",
+                "not an id Begin returns (position and seq start at 1)",
+            ));
+        }
+        let txn = TxnId {
+            client: ClientId(id.client),
+            seq: id.seq,
         };
-        Ok(Response::new(pb::CommitResponse {
+        let outcome = match self
+            .client
+            .resolve_patiently(&eg, Position(id.position), txn)
+            .await
+        {
+            Resolution::Committed(at) => Wire::Committed(Committed { position: at.0 }),
+            Resolution::NotCommitted => Wire::NotCommitted(NotCommitted {}),
+            Resolution::Undecided => Wire::Unknown(Unknown {
+                reason: format!(
+                    "position {} of the group could not be settled in time (no majority reachable?); ask again",
+                    id.position
+                ),
+            }),
+        };
+        Ok(Response::new(pb::ResolveResponse {
             outcome: Some(outcome),
         }))
     }
@@ -403,8 +402,7 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::AbortRequest>,
     ) -> Result<Response<pb::AbortResponse>, Status> {
-        let txn = request.into_inner().txn;
-        self.sessions().remove(&txn);
+        self.sessions.remove(request.into_inner().txn);
         Ok(Response::new(pb::AbortResponse {}))
     }
 
@@ -413,7 +411,7 @@ impl Megastore for Gateway {
         request: Request<pb::SnapshotRequest>,
     ) -> Result<Response<pb::SnapshotResponse>, Status> {
         let request = request.into_inner();
-        let eg = group(request.eg)?;
+        let eg = group(&request.eg)?;
         let entries = self
             .client
             .snapshot(&eg, &request.keys)
@@ -430,7 +428,7 @@ impl Megastore for Gateway {
     ) -> Result<Response<pb::VersionedTxnResponse>, Status> {
         use pb::versioned_txn_response::{Applied, AssertFailed, Outcome as Wire};
         let request = request.into_inner();
-        let eg = group(request.eg)?;
+        let eg = group(&request.eg)?;
         let asserts = request
             .asserts
             .into_iter()
@@ -488,7 +486,7 @@ impl Megastore for Gateway {
         request: Request<pb::KeysRequest>,
     ) -> Result<Response<pb::KeysResponse>, Status> {
         let request = request.into_inner();
-        let eg = group(request.eg)?;
+        let eg = group(&request.eg)?;
         let keys = self
             .client
             .keys(&eg, &request.prefix)
@@ -503,7 +501,7 @@ impl Megastore for Gateway {
         let request = request.into_inner();
         let key = values_from_wire("key", request.key)?;
         let catalog = self.catalogs.current().await?;
-        let mut guard = self.locked(request.txn).await?;
+        let mut guard = self.sessions.locked(request.txn).await?;
         let entity = open(&mut guard)?
             .get_entity(&catalog, &request.table, &key)
             .await
@@ -520,7 +518,7 @@ impl Megastore for Gateway {
         let request = request.into_inner();
         let entity = entity_from_wire("entity", request.entity)?;
         let catalog = self.catalogs.current().await?;
-        let mut guard = self.locked(request.txn).await?;
+        let mut guard = self.sessions.locked(request.txn).await?;
         open(&mut guard)?
             .put_entity(&catalog, &entity)
             .await
@@ -535,7 +533,7 @@ impl Megastore for Gateway {
         let request = request.into_inner();
         let key = values_from_wire("key", request.key)?;
         let catalog = self.catalogs.current().await?;
-        let mut guard = self.locked(request.txn).await?;
+        let mut guard = self.sessions.locked(request.txn).await?;
         let existed = open(&mut guard)?
             .delete_entity(&catalog, &request.table, &key)
             .await
@@ -551,7 +549,7 @@ impl Megastore for Gateway {
         let root_key = values_from_wire("root_key", request.root_key)?;
         let limit = (request.limit > 0).then_some(request.limit as usize);
         let catalog = self.catalogs.current().await?;
-        let mut guard = self.locked(request.txn).await?;
+        let mut guard = self.sessions.locked(request.txn).await?;
         let entities = open(&mut guard)?
             .scan_table(&catalog, &request.table, &root_key, limit)
             .await
@@ -569,7 +567,7 @@ impl Megastore for Gateway {
         let leading = values_from_wire("leading", request.leading)?;
         let limit = (request.limit > 0).then_some(request.limit as usize);
         let catalog = self.catalogs.current().await?;
-        let mut guard = self.locked(request.txn).await?;
+        let mut guard = self.sessions.locked(request.txn).await?;
         let entries = open(&mut guard)?
             .scan_index(&catalog, &request.index, &leading, limit)
             .await

@@ -23,6 +23,7 @@ mod backup;
 mod clock;
 mod coordinator;
 mod gateway;
+mod gateway_sessions;
 mod gateway_typed;
 mod registry;
 mod replica_server;

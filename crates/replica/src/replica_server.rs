@@ -99,6 +99,12 @@ impl ReplicaProcess {
         let store = RocksStore::open(&me.data_dir)
             .map_err(|e| ProcessError::Config(format!("replica {name}: {e}")))?;
         crate::admin::remove_scratch(&me.data_dir);
+        registry::check_layout(&store).map_err(|e| {
+            ProcessError::Config(format!(
+                "replica {name}: data directory {}: {e}",
+                me.data_dir.display()
+            ))
+        })?;
         let peers = Peers::at_site(config, &me.site).map_err(ProcessError::Config)?;
         let rejoining = check_or_stamp(config, id, &me.data_dir, peers.lockd()).await?;
         if rejoining {

@@ -13,6 +13,8 @@
 //!   local and inline index entries, the root row) starts with the group's prefix;
 //!   [`Catalog::group_range`] is exactly those rows;
 //! - *two tables never share a row*: the table's id follows the group prefix;
+//! - *groups never overlap*: every group prefix, typed or untyped, is self-delimiting,
+//!   so a row belongs to at most one group, and reserved rows to none ([`keyspace`]);
 //! - *order-preserving keys*: encoded tuples compare like the values ([`key`]);
 //! - *the parser never panics*: any input yields a [`SchemaFile`](syntax::ast::SchemaFile)
 //!   or a [`SchemaError`].
@@ -35,6 +37,7 @@ pub mod catalog;
 mod compile;
 mod diagnostic;
 pub mod key;
+pub mod keyspace;
 pub mod mapping;
 mod summary;
 pub mod syntax;

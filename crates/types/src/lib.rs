@@ -2,7 +2,8 @@
 //! `coordinator`, `lock`) and their drivers.
 //!
 //! Responsibility: plain value types with no behaviour beyond ordering and arithmetic,
-//! so the protocol crates can name the same things without depending on each other.
+//! so the protocol crates can name the same things without depending on each other;
+//! and the size [`limits`] every path checks, so they are the same everywhere.
 //!
 //! Not here: messages (each protocol crate owns its own), encodings, IO.
 //!
@@ -11,6 +12,7 @@
 //! proposers never use the same ballot.
 
 mod ids;
+pub mod limits;
 mod time;
 mod topology;
 

@@ -5,6 +5,7 @@
 //!  current:  Query local coordinator ─ vouched ─► LocalState ─► CatchUp(local tail) ─► Read
 //!                                    └ not / timeout ─► Majority ─► CatchUp(R) ─► Read [─► Validate if R is local]
 //!  snapshot: Read at the replica's applied position     inconsistent: Read latest cells
+//!  at a position: Read at p, at each replica in turn until one has applied p
 //! ```
 //!
 //! The local position is read only after the coordinator vouched: read earlier, it can
@@ -34,6 +35,9 @@ pub enum ReadMode {
     Snapshot,
     /// The newest cells, log ignored; may see part of an entry.
     Inconsistent,
+    /// Exactly the state after this position, from any replica that has applied it: a
+    /// transaction's later reads, after its first (current) read fixed the position.
+    AtPosition(Position),
 }
 
 /// How a current read found its position.
@@ -47,6 +51,8 @@ pub enum ReadPath {
     Snapshot,
     /// An inconsistent read.
     Inconsistent,
+    /// A read at a given position.
+    AtPosition,
 }
 
 /// What a read returned.
@@ -563,7 +569,12 @@ impl CurrentRead {
     }
 }
 
-/// A snapshot or inconsistent read: one request, tried at each candidate replica.
+/// How many times a read at a position goes through its candidates: a replica that
+/// has not applied the position yet may have by the second time.
+const AT_POSITION_ROUNDS: usize = 2;
+
+/// A snapshot, inconsistent or at-position read: one request, tried at each candidate
+/// replica.
 #[derive(Debug)]
 pub(crate) struct PointRead {
     eg: EgId,
@@ -571,6 +582,8 @@ pub(crate) struct PointRead {
     mode: ReadMode,
     candidates: Vec<ReplicaId>,
     id: Option<(u64, ReplicaId, Time)>,
+    /// Why the last candidate could not serve.
+    last_refusal: Option<ReplicaError>,
     result: Option<Result<ReadResult, ReadError>>,
 }
 
@@ -583,12 +596,17 @@ impl PointRead {
         mode: ReadMode,
         candidates: Vec<ReplicaId>,
     ) -> Self {
+        let candidates = match mode {
+            ReadMode::AtPosition(_) => candidates.repeat(AT_POSITION_ROUNDS),
+            _ => candidates,
+        };
         let mut read = PointRead {
             eg,
             query,
             mode,
             candidates,
             id: None,
+            last_refusal: None,
             result: None,
         };
         read.try_next(ctx);
@@ -597,17 +615,27 @@ impl PointRead {
 
     fn try_next<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
         if self.candidates.is_empty() {
-            self.result = Some(Err(ReadError::Unavailable(
-                "no replica served the read".into(),
-            )));
+            let why = match (self.mode, &self.last_refusal) {
+                (ReadMode::AtPosition(p), Some(ReplicaError::HistoryFrom { installed })) => {
+                    format!(
+                        "no replica keeps the data of position {} any more (history from {})",
+                        p.0, installed.0
+                    )
+                }
+                (ReadMode::AtPosition(p), _) => {
+                    format!("no replica that has applied position {} answered", p.0)
+                }
+                _ => "no replica served the read".into(),
+            };
+            self.result = Some(Err(ReadError::Unavailable(why)));
             self.id = None;
             return;
         }
         let replica = self.candidates.remove(0);
-        let at = if self.mode == ReadMode::Snapshot {
-            ReadAt::Applied
-        } else {
-            ReadAt::Latest
+        let at = match self.mode {
+            ReadMode::Snapshot => ReadAt::Applied,
+            ReadMode::AtPosition(p) => ReadAt::Position(p),
+            ReadMode::Current | ReadMode::Inconsistent => ReadAt::Latest,
         };
         let (eg, query) = (self.eg.clone(), self.query.clone());
         let id = ctx.send_replica(replica, |id| ReplicaRequest::Read { id, eg, at, query });
@@ -635,10 +663,10 @@ impl PointRead {
         }
         match reply {
             ReplicaReply::Data { at, rows, .. } => {
-                let path = if self.mode == ReadMode::Snapshot {
-                    ReadPath::Snapshot
-                } else {
-                    ReadPath::Inconsistent
+                let path = match self.mode {
+                    ReadMode::Snapshot => ReadPath::Snapshot,
+                    ReadMode::AtPosition(_) => ReadPath::AtPosition,
+                    ReadMode::Current | ReadMode::Inconsistent => ReadPath::Inconsistent,
                 };
                 self.result = Some(Ok(ReadResult {
                     position: at,
@@ -648,6 +676,10 @@ impl PointRead {
                     path,
                 }));
                 self.id = None;
+            }
+            ReplicaReply::Error { error, .. } => {
+                self.last_refusal = Some(error);
+                self.try_next(ctx);
             }
             _ => self.try_next(ctx),
         }

@@ -417,7 +417,7 @@ impl Replica {
                 entry,
                 grant,
                 ..
-            } => match entry.check_for(&eg) {
+            } => match entry.check_proposed_for(&eg) {
                 Err(e) => ReplicaReply::Error {
                     id,
                     error: ReplicaError::BadEntry(e.to_string()),

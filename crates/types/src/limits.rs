@@ -1,0 +1,85 @@
+//! Size limits every path checks before anything reaches Paxos (the client library,
+//! hence the gRPC gateway and the shell), and replicas check again on every entry they
+//! are asked to accept, so no client can stall a group with an oversized one.
+//!
+//! The numbers follow FoundationDB's (key ≤ 10 kB, value ≤ 100 kB, transaction ≤ 10 MB):
+//! a log entry travels whole in one accept to every voter and sits in the root row until
+//! truncation, so an entry must stay small next to the gRPC message limit
+//! ([`MESSAGE_BYTES_MAX`]) and to what a replica batches per sync.
+
+/// The longest name of an untyped entity group.
+pub const GROUP_NAME_BYTES_MAX: usize = 1_000;
+
+/// The longest key inside a group: an untyped group's row key, or the part of a typed
+/// row's key after its group prefix (table id and primary key).
+pub const KEY_BYTES_MAX: usize = 10_000;
+
+/// The longest column name.
+pub const COLUMN_BYTES_MAX: usize = 10_000;
+
+/// The largest value of one cell.
+pub const VALUE_BYTES_MAX: usize = 100_000;
+
+/// The most one transaction may write to one row: its key, columns and values.
+pub const ROW_BYTES_MAX: usize = 1_000_000;
+
+/// The most one transaction may write in all: every row's key, columns and values.
+pub const TRANSACTION_BYTES_MAX: usize = 10_000_000;
+
+/// The longest group prefix in the row key space: an untyped group's encoded name (each
+/// byte may be escaped to two, plus a tag and a terminator) or a typed group's table id
+/// and encoded root key.
+pub const GROUP_PREFIX_BYTES_MAX: usize = 2 * GROUP_NAME_BYTES_MAX + 8;
+
+/// The longest row key the row store is asked to hold.
+pub const ROW_KEY_BYTES_MAX: usize = GROUP_PREFIX_BYTES_MAX + 1 + KEY_BYTES_MAX;
+
+/// The largest gRPC message any megastore process sends or accepts: room for the
+/// largest transaction in one accept, and for a group's snapshot sent to a replica
+/// behind the others' truncation point.
+pub const MESSAGE_BYTES_MAX: usize = 64 << 20;
+
+const _: () = assert!(VALUE_BYTES_MAX < ROW_BYTES_MAX);
+const _: () = assert!(ROW_BYTES_MAX <= TRANSACTION_BYTES_MAX);
+const _: () = assert!(TRANSACTION_BYTES_MAX + (1 << 20) < MESSAGE_BYTES_MAX);
+
+/// A write that is over one of the limits, naming which.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// A group name is too long.
+    #[error("group name is {found} bytes; the limit is {GROUP_NAME_BYTES_MAX}")]
+    GroupName {
+        /// Its length.
+        found: usize,
+    },
+    /// A key is too long.
+    #[error("key is {found} bytes; the limit is {KEY_BYTES_MAX}")]
+    Key {
+        /// Its length.
+        found: usize,
+    },
+    /// A column name is too long.
+    #[error("column name is {found} bytes; the limit is {COLUMN_BYTES_MAX}")]
+    Column {
+        /// Its length.
+        found: usize,
+    },
+    /// A value is too large.
+    #[error("value is {found} bytes; the limit is {VALUE_BYTES_MAX}")]
+    Value {
+        /// Its length.
+        found: usize,
+    },
+    /// One row's writes are too large.
+    #[error("row writes {found} bytes; the limit per row is {ROW_BYTES_MAX}")]
+    Row {
+        /// What the transaction writes to it.
+        found: usize,
+    },
+    /// The transaction writes too much.
+    #[error("transaction writes {found} bytes; the limit is {TRANSACTION_BYTES_MAX}")]
+    Transaction {
+        /// What it writes in all.
+        found: usize,
+    },
+}

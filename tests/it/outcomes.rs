@@ -1,0 +1,251 @@
+//! Outcomes a gRPC client can act on: the replica serving a stream of commits dies
+//! with commits in flight; each client resolves them by id through another replica,
+//! runs again only what was resolved as not committed, and in the end every write it
+//! was told committed is there exactly once and every one resolved as not committed
+//! is absent.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use megastore_rpc::pb::client as pb;
+use megastore_rpc::pb::client::megastore_client::MegastoreClient;
+use tonic::transport::Channel;
+
+use crate::support::start_cluster;
+
+const WRITERS: usize = 3;
+/// Writes each writer makes (bounded in time too).
+const WRITES: u64 = 300;
+
+fn api_at(address: &str) -> MegastoreClient<Channel> {
+    let endpoint = Channel::from_shared(format!("http://{address}")).expect("a valid address");
+    MegastoreClient::new(endpoint.connect_lazy())
+}
+
+fn cell(key: &[u8], value: &[u8]) -> pb::RowWrite {
+    pb::RowWrite {
+        key: key.to_vec(),
+        cells: vec![pb::CellWrite {
+            column: b"v".to_vec(),
+            change: Some(pb::cell_write::Change::Set(value.to_vec())),
+        }],
+    }
+}
+
+fn value(rows: &[pb::Row], key: &[u8]) -> Option<String> {
+    rows.iter()
+        .find(|r| r.key == key)
+        .and_then(|r| r.cells.first())
+        .map(|c| String::from_utf8_lossy(&c.value).into_owned())
+}
+
+/// What one writer saw.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Tags of transactions acknowledged as committed, or resolved so.
+    committed: BTreeSet<String>,
+    /// Tags of transactions resolved as not committed.
+    not_committed: BTreeSet<String>,
+    /// Commits that ended without a definite answer.
+    indefinite: u64,
+}
+
+/// One attempt at write `i`: append it to the group's log of slots. Returns the
+/// transaction's tag and id, and the commit's answer.
+async fn attempt(
+    api: &mut MegastoreClient<Channel>,
+    group: &[u8],
+    i: u64,
+) -> Result<(String, pb::TxnId, Result<pb::CommitResponse, tonic::Status>), tonic::Status> {
+    let begun = api
+        .begin(pb::BeginRequest {
+            eg: group.to_vec(),
+            root: None,
+        })
+        .await?
+        .into_inner();
+    let id = begun.id.expect("Begin returns the transaction's id");
+    let tag = format!("{i}/{}.{}", id.client, id.seq);
+    let rows = api
+        .txn_read(pb::TxnReadRequest {
+            txn: begun.txn,
+            keys: vec![b"count".to_vec()],
+        })
+        .await?
+        .into_inner()
+        .rows;
+    let count: u64 = value(&rows, b"count").map_or(0, |v| v.parse().unwrap());
+    api.write(pb::WriteRequest {
+        txn: begun.txn,
+        rows: vec![
+            cell(b"count", (count + 1).to_string().as_bytes()),
+            cell(format!("slot-{count:05}").as_bytes(), tag.as_bytes()),
+        ],
+    })
+    .await?;
+    let answer = api
+        .commit(pb::CommitRequest { txn: begun.txn })
+        .await
+        .map(tonic::Response::into_inner);
+    Ok((tag, id, answer))
+}
+
+/// Asks `api` whether transaction `id` committed, until it can tell.
+async fn resolve(api: &mut MegastoreClient<Channel>, group: &[u8], id: pb::TxnId) -> bool {
+    use pb::resolve_response::Outcome;
+    let started = Instant::now();
+    loop {
+        let answer = api
+            .resolve(pb::ResolveRequest {
+                eg: group.to_vec(),
+                root: None,
+                id: Some(id),
+            })
+            .await;
+        match answer.map(|r| r.into_inner().outcome) {
+            Ok(Some(Outcome::Committed(_))) => return true,
+            Ok(Some(Outcome::NotCommitted(_))) => return false,
+            other => assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "transaction {id:?} still unresolved: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn writer(addresses: [String; 2], group: Vec<u8>, deadline: Instant) -> Seen {
+    let mut apis = addresses.map(|a| api_at(&a));
+    let mut serving = 0;
+    let mut seen = Seen::default();
+    let mut i = 0;
+    while i < WRITES && Instant::now() < deadline {
+        let (tag, id, answer) = match attempt(&mut apis[serving], &group, i).await {
+            Ok(done) => done,
+            // Nothing was committed yet (no Commit was sent): go to the other replica.
+            Err(_) => {
+                serving = 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        use pb::commit_response::Outcome;
+        match answer.map(|r| r.outcome) {
+            Ok(Some(Outcome::Committed(_))) => {
+                seen.committed.insert(tag);
+                i += 1;
+            }
+            Ok(_) => {} // a conflict: nothing applied, run it again
+            Err(_) => {
+                // Indefinite (UNKNOWN, or no answer at all): resolve it elsewhere.
+                seen.indefinite += 1;
+                serving = 1;
+                if resolve(&mut apis[serving], &group, id).await {
+                    seen.committed.insert(tag);
+                    i += 1;
+                } else {
+                    seen.not_committed.insert(tag);
+                }
+            }
+        }
+    }
+    seen
+}
+
+#[test]
+fn commits_whose_replica_died_are_resolved_by_id_elsewhere_and_apply_exactly_once() {
+    let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
+    let addresses = [
+        config.replica("a").unwrap().address.clone(),
+        config.replica("b").unwrap().address.clone(),
+    ];
+    // The groups exist and coordinators hold their locks before the load.
+    for w in 0..WRITERS {
+        let group = format!("ledger-{w}").into_bytes();
+        let mut api = runtime.block_on(async { api_at(&addresses[0]) });
+        let started = Instant::now();
+        while !matches!(
+            runtime.block_on(attempt(&mut api, &group, 999)),
+            Ok((_, _, Ok(_)))
+        ) {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no first commit"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let group = format!("ledger-{w}").into_bytes();
+            runtime.spawn(writer(addresses.clone(), group, deadline))
+        })
+        .collect();
+    // Commits through a stall once the other voters stop: a has them in flight when
+    // it is killed.
+    std::thread::sleep(Duration::from_secs(1));
+    cluster.process("replica-b").signal("STOP");
+    cluster.process("replica-c").signal("STOP");
+    std::thread::sleep(Duration::from_millis(500));
+    cluster.process("replica-a").kill();
+    cluster.process("replica-b").signal("CONT");
+    cluster.process("replica-c").signal("CONT");
+    let seen: Vec<Seen> = writers
+        .into_iter()
+        .map(|w| runtime.block_on(w).unwrap())
+        .collect();
+
+    let indefinite: u64 = seen.iter().map(|s| s.indefinite).sum();
+    assert!(indefinite >= 1, "no commit was left in flight: {seen:?}");
+    let mut api = runtime.block_on(async { api_at(&addresses[1]) });
+    for (w, seen) in seen.iter().enumerate() {
+        assert!(
+            seen.committed.len() >= 10,
+            "writer {w} barely wrote: {seen:?}"
+        );
+        let group = format!("ledger-{w}").into_bytes();
+        let rows = runtime
+            .block_on(api.read(pb::ReadRequest {
+                eg: group,
+                mode: pb::ReadMode::Current.into(),
+                query: Some(pb::RowQuery {
+                    query: Some(pb::row_query::Query::Range(pb::row_query::Range {
+                        start: b"slot-".to_vec(),
+                        end: b"slot.".to_vec(),
+                        limit: 0,
+                    })),
+                }),
+            }))
+            .unwrap()
+            .into_inner()
+            .rows;
+        let mut present: BTreeMap<String, usize> = BTreeMap::new();
+        let mut writes: BTreeMap<String, usize> = BTreeMap::new();
+        for row in &rows {
+            let tag = value(std::slice::from_ref(row), &row.key).unwrap();
+            *writes
+                .entry(tag.split('/').next().unwrap().to_string())
+                .or_default() += 1;
+            *present.entry(tag).or_default() += 1;
+        }
+        for tag in &seen.committed {
+            assert_eq!(
+                present.get(tag),
+                Some(&1),
+                "writer {w}: {tag} not exactly once"
+            );
+        }
+        for tag in &seen.not_committed {
+            assert_eq!(
+                present.get(tag),
+                None,
+                "writer {w}: {tag} resolved as not committed, yet present"
+            );
+        }
+        // No write applied twice, under any transaction.
+        for (i, n) in &writes {
+            assert_eq!(*n, 1, "writer {w}: write {i} applied {n} times");
+        }
+    }
+}
