@@ -110,7 +110,8 @@ fn photo_schema_entities_indexes_and_scans_without_phantoms() {
                 .read_entity(&catalog, megastore_paxos::ReadMode::Snapshot, "Photo", &[7i64.into(), 1i32.into()])
                 .await
                 .unwrap();
-            if read.as_ref().and_then(|p| p.value("time")) == Some(&Value::Int64(50)) {
+            if read.entity.as_ref().and_then(|p| p.value("time")) == Some(&Value::Int64(50)) {
+                assert_eq!(read.replica, megastore_types::ReplicaId(4), "served by the read-only replica");
                 break;
             }
             assert!(started.elapsed() < Duration::from_secs(10), "never saw the moved photo: {read:?}");

@@ -4,6 +4,7 @@ mod bank;
 mod cluster;
 mod compose;
 mod entities;
+mod limits;
 mod operations;
 mod outcomes;
 mod processes;

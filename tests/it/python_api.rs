@@ -166,6 +166,23 @@ fn python_grpc_client_runs_transactions_reads_and_versioned_txns() {
     );
     assert_eq!(seen["typed_user"], "grace");
     assert_eq!(seen["typed_missing"], false);
+    assert_eq!(
+        seen["typed_conflict"],
+        serde_json::json!([["Photo", ["int64", "int32"]]]),
+        "the conflict names the photo by table and key"
+    );
+    for (mode, path) in [
+        ("current", None),
+        ("snapshot", Some("snapshot")),
+        ("inconsistent", Some("inconsistent")),
+    ] {
+        let read = &seen[format!("read_entity_{mode}")];
+        assert_eq!(read[0], "grace", "{mode}: {read}");
+        if let Some(path) = path {
+            assert_eq!(read[1], path, "{mode}: {read}");
+        }
+    }
+    assert_eq!(seen["group_of"], serde_json::json!(["User", 5, true]));
     for case in [
         "typed_missing_required",
         "typed_unknown_table",

@@ -166,6 +166,31 @@ def main():
     seen["typed_user"] = user.entity.fields["name"].single.string if user.HasField("entity") else None
     missing = stub.GetEntity(pb.GetEntityRequest(txn=txn, table="Photo", key=[v64(5), pb.Value(int32=99)]))
     seen["typed_missing"] = missing.HasField("entity")
+    # Two transactions on User 5's group race for one photo: the conflict names it by
+    # table and key.
+    racers = [stub.Begin(pb.BeginRequest(root=root)).txn for _ in range(2)]
+    for i, racer in enumerate(racers):
+        stub.GetEntity(pb.GetEntityRequest(txn=racer, table="Photo", key=[v64(5), pb.Value(int32=1)]))
+        stub.PutEntity(pb.PutEntityRequest(txn=racer, entity=pb.Entity(table="Photo", fields={
+            "user_id": field(v64(5)), "photo_id": field(pb.Value(int32=1)),
+            "time": field(v64(300 + i)), "full_url": field(pb.Value(string="u/1"))})))
+    stub.Commit(pb.CommitRequest(txn=racers[0]))
+    lost = stub.Commit(pb.CommitRequest(txn=racers[1]))
+    seen["typed_conflict"] = [
+        [r.entity.table, [v.WhichOneof("kind") for v in r.entity.key]]
+        for r in lost.conflict.rows if r.WhichOneof("row") == "entity"]
+    # Entities outside transactions, in every mode, and the group of an entity.
+    for mode_name, mode in [("current", pb.READ_MODE_CURRENT), ("snapshot", pb.READ_MODE_SNAPSHOT),
+                            ("inconsistent", pb.READ_MODE_INCONSISTENT)]:
+        for _ in range(50):
+            got = stub.ReadEntity(pb.ReadEntityRequest(table="User", key=[v64(5)], mode=mode))
+            if got.HasField("entity"):
+                break
+            time.sleep(0.1)
+        seen[f"read_entity_{mode_name}"] = [got.entity.fields["name"].single.string, got.path]
+    group_of = stub.GroupOf(pb.GroupOfRequest(table="Photo", key=[v64(5), pb.Value(int32=2)]))
+    group_of_user = stub.GroupOf(pb.GroupOfRequest(table="User", key=[v64(5)]))
+    seen["group_of"] = [group_of.root.table, group_of.root.key[0].int64, group_of.id == group_of_user.id]
     expect_error("typed_other_group", lambda: stub.GetEntity(pb.GetEntityRequest(
         txn=txn, table="User", key=[v64(6)])))
     expect_error("typed_missing_required", lambda: stub.PutEntity(pb.PutEntityRequest(

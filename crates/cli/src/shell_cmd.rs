@@ -234,9 +234,11 @@ impl Session {
                     Some(txn) => self
                         .runtime
                         .block_on(txn.get_entity(&catalog, &table, &key))?,
-                    None => self
-                        .runtime
-                        .block_on(self.client.read_entity(&catalog, mode, &table, &key))?,
+                    None => {
+                        self.runtime
+                            .block_on(self.client.read_entity(&catalog, mode, &table, &key))?
+                            .entity
+                    }
                 };
                 entities::render(t, found.as_slice())
             }

@@ -6,9 +6,9 @@
 //! Global indexes are not maintained yet: their entries live outside every entity
 //! group and would need a write of their own after the commit (paper §3.3.2).
 
-use megastore_paxos::{CellWrite, DataQuery, ReadMode, RowWrite};
+use megastore_paxos::{CellWrite, DataQuery, ReadMode, ReadPath, RowWrite};
 use megastore_schema::{Catalog, Entity, EntityError, IndexEntry, IndexKind, Value};
-use megastore_types::EgId;
+use megastore_types::{EgId, Position, ReplicaId};
 
 use crate::client::{Client, ClientError};
 use crate::txn::Transaction;
@@ -30,16 +30,45 @@ pub fn entity_group(
         .map_err(schema)
 }
 
+/// One entity read outside a transaction, and how it was read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntityRead {
+    /// The entity (`None`: none at the position read).
+    pub entity: Option<Entity>,
+    /// The position the read shows (`None` for an inconsistent read).
+    pub position: Option<Position>,
+    /// The replica that served it.
+    pub replica: ReplicaId,
+    /// How.
+    pub path: ReadPath,
+}
+
+/// The root entity of the group an entity of `table` with primary key `key` (or at
+/// least its group key) belongs to: its table and key.
+pub fn group_root<'c>(
+    catalog: &'c Catalog,
+    table: &str,
+    key: &[Value],
+) -> Result<(&'c str, Vec<Value>), ClientError> {
+    let t = catalog.require_table(table).map_err(schema)?;
+    let group_key = key.get(..catalog.group_key_len(t)).ok_or_else(|| {
+        ClientError::Schema(format!(
+            "{table}: a primary key needs at least the group key"
+        ))
+    })?;
+    Ok((catalog.root_of(t).name.as_str(), group_key.to_vec()))
+}
+
 impl Client {
     /// Reads one entity outside any transaction, in `mode` (a snapshot read at a
-    /// read-only replica, say); `None` if it does not exist at the position read.
+    /// read-only replica, say).
     pub async fn read_entity(
         &self,
         catalog: &Catalog,
         mode: ReadMode,
         table: &str,
         key: &[Value],
-    ) -> Result<Option<Entity>, ClientError> {
+    ) -> Result<EntityRead, ClientError> {
         let t = catalog.require_table(table).map_err(schema)?;
         let group_key = key.get(..catalog.group_key_len(t)).ok_or_else(|| {
             ClientError::Schema(format!(
@@ -51,10 +80,16 @@ impl Client {
         let read = self
             .read_rows(&eg, mode, DataQuery::Rows(vec![row_key.clone()]))
             .await?;
-        match read.rows.iter().find(|r| r.key == row_key) {
-            Some(row) => catalog.entity_from_row(row).map_err(schema),
-            None => Ok(None),
-        }
+        let entity = match read.rows.iter().find(|r| r.key == row_key) {
+            Some(row) => catalog.entity_from_row(row).map_err(schema)?,
+            None => None,
+        };
+        Ok(EntityRead {
+            entity,
+            position: read.position,
+            replica: read.replica,
+            path: read.path,
+        })
     }
 }
 

@@ -33,7 +33,7 @@ mod txn;
 mod versioned;
 
 pub use client::{Client, ClientError, Committed};
-pub use entities::entity_group;
+pub use entities::{EntityRead, entity_group, group_root};
 pub use groups::{check_cell_write, group, group_name};
 pub use peers::{MESSAGE_BYTES_MAX, Peers};
 pub use settings::proposer_timeouts;

@@ -8,7 +8,8 @@
 use std::collections::BTreeMap;
 
 use megastore_paxos::{
-    CellWrite, CommitResult, DataQuery, ReadMode, ReadSet, Resolution, RowWrite, check_write_sizes,
+    CellWrite, CommitResult, DataQuery, ReadMode, ReadSet, Resolution, RowWrite,
+    check_proposed_writes,
 };
 use megastore_rowstore::{KeyRange, Row};
 use megastore_types::{EgId, Position, ReplicaId, TxnId};
@@ -297,7 +298,8 @@ impl Transaction {
             .into_iter()
             .map(|(row, cells)| RowWrite { row, cells })
             .collect();
-        check_write_sizes(&writes).map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
+        check_proposed_writes(&eg, &writes)
+            .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
         let committed = client
             .commit(self.id, &eg, position, leader, writes, self.reads)
             .await?;

@@ -161,6 +161,31 @@ pub enum EntryError {
     TooLarge(#[from] LimitError),
 }
 
+/// What a replica checks of a value it is asked to accept, and the client library of
+/// a transaction's writes before it proposes them: inside `eg`, off its root row, and
+/// within the size limits.
+pub fn check_proposed_writes(eg: &EgId, writes: &[RowWrite]) -> Result<(), EntryError> {
+    check_write_sizes(writes)?;
+    check_writes_for(eg, writes)
+}
+
+/// Checks that every write stays inside `eg` and off its root row.
+fn check_writes_for(eg: &EgId, writes: &[RowWrite]) -> Result<(), EntryError> {
+    let range = group_range(eg);
+    let root = root_row(eg);
+    for write in writes {
+        if write.row == root {
+            return Err(EntryError::RootRowWrite);
+        }
+        if !range.contains(&write.row) {
+            return Err(EntryError::RowOutsideGroup {
+                row: write.row.escape_ascii().to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Checks the writes of one transaction against the size limits (the same check on
 /// every path: the client library before it proposes, replicas before they accept).
 pub fn check_write_sizes(writes: &[RowWrite]) -> Result<(), LimitError> {
@@ -219,25 +244,12 @@ impl LogEntry {
     /// [`LogEntry::check_for`], and the size limits: for a value asked to be accepted
     /// (a value already chosen is only checked for its group, so limits can change).
     pub fn check_proposed_for(&self, eg: &EgId) -> Result<(), EntryError> {
-        check_write_sizes(&self.writes)?;
-        self.check_for(eg)
+        check_proposed_writes(eg, &self.writes)
     }
 
     /// Checks that every write stays inside `eg` and off its root row.
     pub fn check_for(&self, eg: &EgId) -> Result<(), EntryError> {
-        let range = group_range(eg);
-        let root = root_row(eg);
-        for write in &self.writes {
-            if write.row == root {
-                return Err(EntryError::RootRowWrite);
-            }
-            if !range.contains(&write.row) {
-                return Err(EntryError::RowOutsideGroup {
-                    row: write.row.escape_ascii().to_string(),
-                });
-            }
-        }
-        Ok(())
+        check_writes_for(eg, &self.writes)
     }
 
     /// The row keys this entry writes.

@@ -34,8 +34,8 @@ pub use client::{
     ClientConfig, ClientCore, Input as ClientInput, OpId, OpResult, Output as ClientOutput,
 };
 pub use entry::{
-    CellWrite, EntryError, LogEntry, RowWrite, check_write_sizes, data_range, group_of_root_row,
-    group_range, root_row,
+    CellWrite, EntryError, LogEntry, RowWrite, check_proposed_writes, check_write_sizes,
+    data_range, group_of_root_row, group_range, root_row,
 };
 pub use messages::{
     ChosenTxn, DataQuery, LogState, Message, ReadAt, ReplicaError, ReplicaReply, ReplicaRequest,

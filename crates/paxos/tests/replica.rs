@@ -5,7 +5,7 @@ mod support;
 
 use megastore_paxos::messages::DataQuery;
 use megastore_paxos::messages::{AcceptResult, GrantRefusal, PrepareResult, ReplicaError};
-use megastore_paxos::{ProtocolBugs, ReadAt, ReplicaReply, ReplicaRequest};
+use megastore_paxos::{CellWrite, ProtocolBugs, ReadAt, ReplicaReply, ReplicaRequest, RowWrite};
 use megastore_types::{Ballot, ClientId, Position, TxnId};
 use support::*;
 
@@ -263,4 +263,46 @@ fn entries_and_queries_outside_the_group_are_refused() {
             ..
         }
     ));
+}
+
+#[test]
+fn accepts_over_a_size_limit_are_refused_naming_it_and_change_nothing() {
+    use megastore_types::limits::{TRANSACTION_BYTES_MAX, VALUE_BYTES_MAX};
+    let mut node = Node::new(1);
+    let with_value = |len: usize| {
+        let mut entry = write(1, None, "x");
+        entry.writes[0].cells = vec![CellWrite::Set {
+            column: b"v".to_vec(),
+            value: vec![7; len],
+        }];
+        entry
+    };
+    let refused = node.ask(accept(1, ballot(1), with_value(VALUE_BYTES_MAX + 1), false));
+    assert!(
+        matches!(&refused, ReplicaReply::Error { error: ReplicaError::BadEntry(why), .. }
+            if why.contains("the limit is 100000")),
+        "{refused:?}"
+    );
+    // Rows at the value limit, one past the transaction limit in all.
+    let mut big = write(1, None, "x");
+    big.writes = (0..=TRANSACTION_BYTES_MAX / VALUE_BYTES_MAX)
+        .map(|i| RowWrite {
+            row: [eg().0, format!("\x01r{i}").into_bytes()].concat(),
+            cells: vec![CellWrite::Set {
+                column: b"v".to_vec(),
+                value: vec![1; VALUE_BYTES_MAX],
+            }],
+        })
+        .collect();
+    let refused = node.ask(accept(1, ballot(1), big, false));
+    assert!(
+        matches!(&refused, ReplicaReply::Error { error: ReplicaError::BadEntry(why), .. }
+            if why.contains("the limit is 10000000")),
+        "{refused:?}"
+    );
+    // Nothing was promised or accepted: the same position takes a value at the limit.
+    assert_eq!(
+        accept_result(node.ask(accept(1, ballot(1), with_value(VALUE_BYTES_MAX), false))),
+        AcceptResult::Accepted
+    );
 }

@@ -16,7 +16,8 @@ use tonic::{Request, Response, Status};
 use crate::gateway_sessions::{SessionState, Sessions, open};
 
 use crate::gateway_typed::{
-    Catalogs, entity_from_wire, entity_to_wire, index_entry_to_wire, values_from_wire,
+    Catalogs, entity_from_wire, entity_to_wire, index_entry_to_wire, typed_row_to_wire,
+    value_to_wire, values_from_wire,
 };
 
 /// The API's service on one replica.
@@ -36,7 +37,7 @@ impl Gateway {
     }
 
     /// The group a request names: untyped by `eg`, or typed by its root entity.
-    async fn group_of(&self, eg: Vec<u8>, root: Option<pb::GroupRoot>) -> Result<EgId, Status> {
+    async fn named_group(&self, eg: Vec<u8>, root: Option<pb::GroupRoot>) -> Result<EgId, Status> {
         match (eg.is_empty(), root) {
             (false, None) => group(&eg),
             (true, Some(root)) => {
@@ -136,6 +137,17 @@ fn key_range(
     ))
 }
 
+/// How a read was served, as the API names it.
+fn path_label(path: ReadPath) -> &'static str {
+    match path {
+        ReadPath::LocalVouched => "local",
+        ReadPath::Majority => "majority",
+        ReadPath::Snapshot => "snapshot",
+        ReadPath::Inconsistent => "inconsistent",
+        ReadPath::AtPosition => "at_position",
+    }
+}
+
 fn txn_id_to_wire(id: TxnId, position: Position) -> pb::TxnId {
     pb::TxnId {
         client: id.client.0,
@@ -150,6 +162,7 @@ fn commit_answer(
     result: Result<Attempt, ClientError>,
     id: TxnId,
     eg: &EgId,
+    catalog: Option<&megastore_schema::Catalog>,
 ) -> Result<pb::CommitResponse, Status> {
     use pb::commit_response::{Committed, Conflict, Outcome as Wire};
     let outcome = match result {
@@ -157,7 +170,14 @@ fn commit_answer(
             position: position.0,
         }),
         Ok(Attempt::Done(Outcome::ReadOnly)) => Wire::Committed(Committed { position: 0 }),
-        Ok(Attempt::Retry { keys, .. }) => Wire::Conflict(Conflict { keys }),
+        Ok(Attempt::Retry { keys, .. }) => {
+            let rows = catalog.map_or_else(Vec::new, |catalog| {
+                keys.iter()
+                    .filter_map(|row| typed_row_to_wire(catalog, row))
+                    .collect()
+            });
+            Wire::Conflict(Conflict { keys, rows })
+        }
         Err(ClientError::Unknown { txn, position }) => {
             return Err(Status::unknown(format!(
                 "outcome unknown: transaction {txn} may hold position {} of group {eg}; Resolve it by its id (client {}, seq {}, position {})",
@@ -210,18 +230,11 @@ impl Megastore for Gateway {
         let mode = mode(request.mode)?;
         let query = query(request.query)?;
         let read = self.client.read(&eg, mode, query).await.map_err(status)?;
-        let path = match read.path {
-            ReadPath::LocalVouched => "local",
-            ReadPath::Majority => "majority",
-            ReadPath::Snapshot => "snapshot",
-            ReadPath::Inconsistent => "inconsistent",
-            ReadPath::AtPosition => "at_position",
-        };
         Ok(Response::new(pb::ReadResponse {
             rows: read.rows.into_iter().map(row_to_wire).collect(),
             position: read.position.map_or(0, |p| p.0),
             replica: u32::from(read.replica.0),
-            path: path.to_string(),
+            path: path_label(read.path).to_string(),
         }))
     }
 
@@ -230,7 +243,7 @@ impl Megastore for Gateway {
         request: Request<pb::BeginRequest>,
     ) -> Result<Response<pb::BeginResponse>, Status> {
         let request = request.into_inner();
-        let eg = self.group_of(request.eg, request.root).await?;
+        let eg = self.named_group(request.eg, request.root).await?;
         // Begin fixes the position every read of the transaction sees.
         let mut transaction = self.client.begin(&eg);
         let position = transaction.position().await.map_err(status)?;
@@ -335,9 +348,17 @@ impl Megastore for Gateway {
         request: Request<pb::CommitRequest>,
     ) -> Result<Response<pb::CommitResponse>, Status> {
         let mut guard = self.sessions.locked(request.into_inner().txn).await?;
-        if let SessionState::Committed(answer) = &*guard {
-            return answer.clone().map(Response::new);
-        }
+        let typed = match &*guard {
+            SessionState::Committed(answer) => return answer.clone().map(Response::new),
+            SessionState::Open(txn) => megastore_client::group_name(txn.eg()).is_none(),
+        };
+        // A typed group's conflicting rows are decoded with the schema (left undecoded
+        // if it cannot be read now).
+        let catalog = if typed {
+            self.catalogs.current().await.ok()
+        } else {
+            None
+        };
         // The commit runs to its end in a task of its own, with the handle locked:
         // a client that gives up waiting does not cut it short, and its Commit sent
         // again waits for the same answer.
@@ -349,7 +370,7 @@ impl Megastore for Gateway {
                 unreachable!("the handle is locked and was open");
             };
             let (id, eg) = (txn.id(), txn.eg().clone());
-            let answer = commit_answer(txn.commit().await, id, &eg);
+            let answer = commit_answer(txn.commit().await, id, &eg, catalog.as_deref());
             *guard = SessionState::Committed(answer.clone());
             answer
         });
@@ -365,7 +386,7 @@ impl Megastore for Gateway {
     ) -> Result<Response<pb::ResolveResponse>, Status> {
         use pb::resolve_response::{Committed, NotCommitted, Outcome as Wire, Unknown};
         let request = request.into_inner();
-        let eg = self.group_of(request.eg, request.root).await?;
+        let eg = self.named_group(request.eg, request.root).await?;
         let id = request
             .id
             .ok_or_else(|| invalid("id", "give the transaction's id, as Begin returned it"))?;
@@ -574,6 +595,46 @@ impl Megastore for Gateway {
             .map_err(status)?;
         Ok(Response::new(pb::ScanIndexResponse {
             entries: entries.into_iter().map(index_entry_to_wire).collect(),
+        }))
+    }
+
+    async fn read_entity(
+        &self,
+        request: Request<pb::ReadEntityRequest>,
+    ) -> Result<Response<pb::ReadEntityResponse>, Status> {
+        let request = request.into_inner();
+        let key = values_from_wire("key", request.key)?;
+        let mode = mode(request.mode)?;
+        let catalog = self.catalogs.current().await?;
+        let read = self
+            .client
+            .read_entity(&catalog, mode, &request.table, &key)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ReadEntityResponse {
+            entity: read.entity.map(entity_to_wire),
+            position: read.position.map_or(0, |p| p.0),
+            replica: u32::from(read.replica.0),
+            path: path_label(read.path).to_string(),
+        }))
+    }
+
+    async fn group_of(
+        &self,
+        request: Request<pb::GroupOfRequest>,
+    ) -> Result<Response<pb::GroupOfResponse>, Status> {
+        let request = request.into_inner();
+        let key = values_from_wire("key", request.key)?;
+        let catalog = self.catalogs.current().await?;
+        let (root_table, root_key) =
+            megastore_client::group_root(&catalog, &request.table, &key).map_err(status)?;
+        let id = entity_group(&catalog, root_table, &root_key).map_err(status)?;
+        Ok(Response::new(pb::GroupOfResponse {
+            root: Some(pb::GroupRoot {
+                table: root_table.to_string(),
+                key: root_key.into_iter().map(value_to_wire).collect(),
+            }),
+            id: id.0,
         }))
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use megastore_client::schema_store::load_catalog;
 use megastore_lockd::LockdClient;
 use megastore_rpc::pb::client as pb;
-use megastore_schema::{Catalog, Entity, FieldValue, IndexEntry, Value};
+use megastore_schema::{Catalog, DecodedKey, Entity, FieldValue, IndexEntry, Value};
 use tonic::Status;
 
 /// How long a loaded catalog is used before lockd is asked again.
@@ -155,4 +155,26 @@ pub(crate) fn index_entry_to_wire(entry: IndexEntry) -> pb::IndexEntry {
         primary_key: entry.primary_key.into_iter().map(value_to_wire).collect(),
         stored: fields_to_wire(entry.stored),
     }
+}
+
+/// A typed group's row, decoded (`None`: not an entity's or an index entry's row of
+/// this schema).
+pub(crate) fn typed_row_to_wire(catalog: &Catalog, row: &[u8]) -> Option<pb::TypedRow> {
+    use pb::typed_row::{EntityKey, IndexKey, Row};
+    let decoded = match catalog.decode_row_key(row).ok()? {
+        DecodedKey::Entity { table, primary_key } => Row::Entity(EntityKey {
+            table: catalog.table_by_id(table)?.name.clone(),
+            key: primary_key.into_iter().map(value_to_wire).collect(),
+        }),
+        DecodedKey::IndexEntry {
+            index,
+            values,
+            primary_key,
+        } => Row::IndexEntry(IndexKey {
+            index: catalog.index_by_id(index)?.name.clone(),
+            values: values.into_iter().map(value_to_wire).collect(),
+            primary_key: primary_key.into_iter().map(value_to_wire).collect(),
+        }),
+    };
+    Some(pb::TypedRow { row: Some(decoded) })
 }

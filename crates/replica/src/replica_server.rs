@@ -158,7 +158,11 @@ impl ReplicaProcess {
             None => None,
         };
         let lockd = megastore_lockd::LockdClient::new(config).map_err(ProcessError::Config)?;
-        let gateway = MegastoreServer::new(Gateway::new(gateway, lockd));
+        // The public API takes what the library can commit: one message holds the
+        // largest transaction (documented in docs/client-api.md, "Limits").
+        let gateway = MegastoreServer::new(Gateway::new(gateway, lockd))
+            .max_decoding_message_size(megastore_client::MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(megastore_client::MESSAGE_BYTES_MAX);
 
         let admin = AdminServer::new(AdminService {
             events: events_tx.clone(),

@@ -129,8 +129,9 @@ impl fmt::Display for Ballot {
     }
 }
 
-/// An entity group: the key prefix shared by all its rows (see the schema crate's
-/// mapping), which also names its root row.
+/// An entity group: its id in the row key space, a self-delimiting prefix shared by
+/// all its rows and by no other group's (see the schema crate's `keyspace`), which also
+/// names its root row.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct EgId(pub Vec<u8>);
 

@@ -98,29 +98,6 @@ impl Catalog {
         Ok(prefix)
     }
 
-    /// What of the schema's key space `row` falls in: the root table of an entity
-    /// group whose prefix it starts with, or a global index. Rows written without the
-    /// schema (the shell's untyped rows) must fall in neither, or they would be taken
-    /// for entities or index entries.
-    pub fn schema_object_of_row(&self, row: &[u8]) -> Option<&str> {
-        let mut rest = row;
-        let id = decode_object_id(&mut rest)?;
-        if let Some(table) = self.table_by_id(id) {
-            if !matches!(table.kind, TableKind::Root { .. }) {
-                return None;
-            }
-            if table.is_scattered() {
-                rest = rest.get(2..)?;
-            }
-            return decode_tuple_prefix(&table.key_parts(), &mut rest)
-                .ok()
-                .map(|_| table.name.as_str());
-        }
-        self.index_by_id(id)
-            .filter(|index| index.kind == IndexKind::Global)
-            .map(|index| index.name.as_str())
-    }
-
     /// The key range holding exactly the rows of one entity group (entities, local
     /// and inline index entries, and the root row with its log).
     pub fn group_range(&self, root: &Table, root_key: &[Value]) -> Result<KeyRange, EntityError> {

@@ -414,25 +414,39 @@ proptest! {
 
 #[test]
 fn rows_are_told_apart_from_the_schemas_key_space() {
+    use megastore_schema::keyspace::{RowOwner, owner_of_row, untyped_group_prefix, untyped_row};
     let c = example("photos.msdl");
     let user = c.table("User").unwrap();
-    let mut row = c.group_prefix(user, &[7i64.into()]).unwrap();
+    let prefix = c.group_prefix(user, &[7i64.into()]).unwrap();
+    let mut row = prefix.clone();
     row.extend_from_slice(b"\x01anything");
-    assert_eq!(c.schema_object_of_row(&row), Some("User"));
+    let users_group = RowOwner::Typed {
+        prefix: prefix.clone(),
+        root: "User".into(),
+    };
+    assert_eq!(owner_of_row(Some(&c), &row), users_group);
     // A photo's row is in its user's group too.
     let photo = c
         .entity_row_key(c.table("Photo").unwrap(), &[7i64.into(), 1i32.into()])
         .unwrap();
-    assert_eq!(c.schema_object_of_row(&photo), Some("User"));
+    assert_eq!(owner_of_row(Some(&c), &photo), users_group);
     // A global index's entries.
     let tags = c.index("PhotosByTag").unwrap();
     assert_eq!(tags.kind, megastore_schema::IndexKind::Global);
     // Small object ids are one byte (DESIGN.md §3).
     let mut entry = vec![u8::try_from(tags.id.0).unwrap()];
     entry.extend_from_slice(b"whatever");
-    assert_eq!(c.schema_object_of_row(&entry), Some("PhotosByTag"));
-    // Untyped rows of a group named in text, and a truncated root key, are outside.
-    assert_eq!(c.schema_object_of_row(b"demo-user-alice\x01name"), None);
-    assert_eq!(c.schema_object_of_row(&row[..1]), None);
-    assert_eq!(c.schema_object_of_row(b""), None);
+    assert_eq!(
+        owner_of_row(Some(&c), &entry),
+        RowOwner::GlobalIndex("PhotosByTag".into())
+    );
+    // Untyped rows, even of a group named like User 7's prefix, are outside; so is a
+    // truncated root key.
+    let untyped = untyped_group_prefix(&prefix).unwrap();
+    assert_eq!(
+        owner_of_row(Some(&c), &untyped_row(&untyped, b"name")),
+        RowOwner::Untyped(prefix.clone())
+    );
+    assert_eq!(owner_of_row(Some(&c), &row[..1]), RowOwner::Unknown);
+    assert_eq!(owner_of_row(Some(&c), b""), RowOwner::Unknown);
 }

@@ -1,0 +1,185 @@
+//! Size limits over the public API: a value and a transaction at the limits commit in
+//! bounded time and are served by every replica kind that serves reads; one byte past
+//! a limit is refused at once, naming the limit, and the group keeps committing.
+
+use std::time::{Duration, Instant};
+
+use megastore_rpc::pb::client as pb;
+use megastore_rpc::pb::client::megastore_client::MegastoreClient;
+use megastore_types::limits::{TRANSACTION_BYTES_MAX, VALUE_BYTES_MAX};
+use tonic::transport::Channel;
+
+use crate::support::start_cluster;
+
+const GROUP: &[u8] = b"big";
+/// What a commit at the limits may take on this machine, at most.
+const BOUND: Duration = Duration::from_secs(30);
+
+fn api_at(address: &str) -> MegastoreClient<Channel> {
+    let endpoint = Channel::from_shared(format!("http://{address}")).expect("a valid address");
+    MegastoreClient::new(endpoint.connect_lazy())
+        .max_decoding_message_size(megastore_client::MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(megastore_client::MESSAGE_BYTES_MAX)
+}
+
+fn row(key: &str, value: Vec<u8>) -> pb::RowWrite {
+    pb::RowWrite {
+        key: key.as_bytes().to_vec(),
+        cells: vec![pb::CellWrite {
+            column: b"v".to_vec(),
+            change: Some(pb::cell_write::Change::Set(value)),
+        }],
+    }
+}
+
+/// Begins, writes `rows`, commits: the commit's answer.
+async fn commit(
+    api: &mut MegastoreClient<Channel>,
+    rows: Vec<pb::RowWrite>,
+) -> Result<pb::CommitResponse, tonic::Status> {
+    let txn = api
+        .begin(pb::BeginRequest {
+            eg: GROUP.to_vec(),
+            root: None,
+        })
+        .await?
+        .into_inner()
+        .txn;
+    api.write(pb::WriteRequest { txn, rows }).await?;
+    Ok(api.commit(pb::CommitRequest { txn }).await?.into_inner())
+}
+
+/// Reads `key` at `api` in `mode` until its value is `len` bytes long (bounded).
+async fn read_until(api: &mut MegastoreClient<Channel>, mode: pb::ReadMode, key: &str, len: usize) {
+    let started = Instant::now();
+    loop {
+        let read = api
+            .read(pb::ReadRequest {
+                eg: GROUP.to_vec(),
+                mode: mode.into(),
+                query: Some(pb::RowQuery {
+                    query: Some(pb::row_query::Query::Keys(pb::row_query::Keys {
+                        keys: vec![key.as_bytes().to_vec()],
+                    })),
+                }),
+            })
+            .await;
+        if let Ok(read) = read
+            && read
+                .into_inner()
+                .rows
+                .first()
+                .map(|r| r.cells[0].value.len())
+                == Some(len)
+        {
+            return;
+        }
+        assert!(
+            started.elapsed() < BOUND,
+            "{key} not read in {mode:?} within {BOUND:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn committed(answer: &Result<pb::CommitResponse, tonic::Status>) -> bool {
+    matches!(
+        answer,
+        Ok(pb::CommitResponse {
+            outcome: Some(pb::commit_response::Outcome::Committed(_))
+        })
+    )
+}
+
+#[test]
+fn writes_at_the_limits_commit_everywhere_and_one_byte_past_is_refused_at_once() {
+    let (_alone, _dir, _cluster, config, runtime) = start_cluster();
+    let address = |name: &str| config.replica(name).unwrap().address.clone();
+    runtime.block_on(async {
+        let mut at_a = api_at(&address("a"));
+        let mut at_b = api_at(&address("b"));
+        let mut at_read_only = api_at(&address("d"));
+        let started = Instant::now();
+        while !committed(&commit(&mut at_a, vec![row("small", b"1".to_vec())]).await) {
+            assert!(started.elapsed() < BOUND, "no first commit");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+
+        // One value at the limit.
+        let started = Instant::now();
+        let answer = commit(&mut at_a, vec![row("value", vec![7; VALUE_BYTES_MAX])]).await;
+        assert!(committed(&answer), "{answer:?}");
+        assert!(started.elapsed() < BOUND, "took {:?}", started.elapsed());
+        read_until(&mut at_b, pb::ReadMode::Current, "value", VALUE_BYTES_MAX).await;
+        read_until(
+            &mut at_read_only,
+            pb::ReadMode::Snapshot,
+            "value",
+            VALUE_BYTES_MAX,
+        )
+        .await;
+
+        // A transaction just under its limit: as many rows at the value limit as fit.
+        let per_row = VALUE_BYTES_MAX + b"row-00".len() + b"v".len();
+        let rows = TRANSACTION_BYTES_MAX / per_row;
+        let started = Instant::now();
+        let answer = commit(
+            &mut at_a,
+            (0..rows)
+                .map(|i| row(&format!("row-{i:02}"), vec![1; VALUE_BYTES_MAX]))
+                .collect(),
+        )
+        .await;
+        assert!(committed(&answer), "{answer:?}");
+        assert!(started.elapsed() < BOUND, "took {:?}", started.elapsed());
+        let last = format!("row-{:02}", rows - 1);
+        read_until(&mut at_b, pb::ReadMode::Current, &last, VALUE_BYTES_MAX).await;
+        read_until(
+            &mut at_read_only,
+            pb::ReadMode::Snapshot,
+            &last,
+            VALUE_BYTES_MAX,
+        )
+        .await;
+
+        // One byte past: refused at once, naming the limit.
+        let started = Instant::now();
+        let refused = commit(&mut at_a, vec![row("value", vec![7; VALUE_BYTES_MAX + 1])]).await;
+        let status = refused.expect_err("a value past the limit");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(
+            status.message().contains("the limit is 100000"),
+            "{status:?}"
+        );
+        let refused = commit(
+            &mut at_a,
+            (0..=rows)
+                .map(|i| row(&format!("row-{i:02}"), vec![2; VALUE_BYTES_MAX]))
+                .collect(),
+        )
+        .await;
+        let status = refused.expect_err("a transaction past the limit");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(
+            status.message().contains("the limit is 10000000"),
+            "{status:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "refusals took {:?}",
+            started.elapsed()
+        );
+
+        // Nothing stalled: the group commits, and the refused writes left no trace.
+        let started = Instant::now();
+        assert!(committed(
+            &commit(&mut at_a, vec![row("after", b"ok".to_vec())]).await
+        ));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            started.elapsed()
+        );
+        read_until(&mut at_b, pb::ReadMode::Current, "value", VALUE_BYTES_MAX).await;
+    });
+}
