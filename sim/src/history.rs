@@ -14,6 +14,9 @@ pub enum OpKind {
     SnapshotRead,
     /// An inconsistent read.
     InconsistentRead,
+    /// A read at the position an earlier current read of the same client found (a
+    /// transaction's later read).
+    AtPositionRead,
     /// A commit.
     Commit,
 }

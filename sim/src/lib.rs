@@ -55,6 +55,7 @@ pub const BUG_NAMES: &[&str] = &[
     "release-while-vouching",
     "resolve-any-remembered-txn",
     "collect-without-floor",
+    "read-at-position-reads-applied",
 ];
 
 /// The knob called `name`.
@@ -81,6 +82,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "release-while-vouching" => c.release_while_vouching = true,
         "resolve-any-remembered-txn" => p.resolve_any_remembered_txn = true,
         "collect-without-floor" => p.collect_without_floor = true,
+        "read-at-position-reads-applied" => p.read_at_position_reads_applied = true,
         _ => return None,
     }
     Some(Bugs {

@@ -75,6 +75,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.reads_majority += s.reads_majority;
     total.reads_snapshot += s.reads_snapshot;
     total.reads_inconsistent += s.reads_inconsistent;
+    total.reads_at_position += s.reads_at_position;
     total.failed += s.failed;
     total.wipes += s.wipes;
     total.installs += s.installs;
@@ -83,7 +84,7 @@ fn add(total: &mut Stats, s: &Stats) {
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, messages {}, violations {violations}",
         s.commits,
         s.conflicts,
         s.resolved_not_committed,
@@ -92,6 +93,7 @@ fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
         s.reads_majority,
         s.reads_snapshot,
         s.reads_inconsistent,
+        s.reads_at_position,
         s.failed,
         s.faults,
         s.wipes,

@@ -42,6 +42,9 @@ enum Plan {
     ReadModifyWrite(Vec<Vec<u8>>),
     /// Write these keys, depending on no read.
     Blind(Vec<Vec<u8>>),
+    /// Read the group again at the position the first read found, as a
+    /// transaction's later reads do.
+    ReadAgain,
 }
 
 #[derive(Debug)]
@@ -53,6 +56,9 @@ enum State {
         eg: EgId,
         start: u64,
         plan: Option<Plan>,
+        /// For a read at a position: the transaction's position, which the answer
+        /// must show whatever position it claims.
+        at: Option<Position>,
     },
     Committing {
         op: OpId,
@@ -170,7 +176,12 @@ impl ClientNode {
                 OpKind::CurrentRead,
                 Some(Plan::Blind(self.some_rows(&eg))),
             ),
-            60..80 => (ReadMode::Current, OpKind::CurrentRead, None),
+            60..70 => (ReadMode::Current, OpKind::CurrentRead, None),
+            70..80 => (
+                ReadMode::Current,
+                OpKind::CurrentRead,
+                Some(Plan::ReadAgain),
+            ),
             80..92 => (ReadMode::Snapshot, OpKind::SnapshotRead, None),
             _ => (ReadMode::Inconsistent, OpKind::InconsistentRead, None),
         };
@@ -181,6 +192,7 @@ impl ClientNode {
             eg,
             start: real,
             plan,
+            at: None,
         };
         out
     }
@@ -202,12 +214,13 @@ impl ClientNode {
                 eg,
                 start,
                 plan,
+                at,
             } if expected == op => {
                 let OpResult::Read(result) = result else {
                     unreachable!("a read op returns a read result")
                 };
                 let outcome = match &result {
-                    Ok(read) => read_outcome(read),
+                    Ok(read) => read_outcome(read, at),
                     Err(_) => Outcome::Failed,
                 };
                 records.push(OpRecord {
@@ -218,8 +231,12 @@ impl ClientNode {
                     end: real,
                     outcome,
                 });
-                if let (Ok(read), Some(plan)) = (result, plan) {
-                    out = self.commit(real, now, eg, &read, plan);
+                match (result, plan) {
+                    (Ok(read), Some(Plan::ReadAgain)) => {
+                        out = self.read_again(real, now, eg, &read);
+                    }
+                    (Ok(read), Some(plan)) => out = self.commit(real, now, eg, &read, plan),
+                    _ => {}
                 }
             }
             State::Committing {
@@ -307,6 +324,32 @@ impl ClientNode {
         (records, out)
     }
 
+    /// Reads the group again at `read`'s position.
+    fn read_again(
+        &mut self,
+        real: u64,
+        now: Time,
+        eg: EgId,
+        read: &ReadResult,
+    ) -> Vec<ClientOutput> {
+        let Some(position) = read.position else {
+            return Vec::new();
+        };
+        let query = DataQuery::Rows(self.all_rows(&eg));
+        let (op, out) = self
+            .core
+            .read(now, eg.clone(), ReadMode::AtPosition(position), query);
+        self.state = State::Reading {
+            op,
+            kind: OpKind::AtPositionRead,
+            eg,
+            start: real,
+            plan: None,
+            at: Some(position),
+        };
+        out
+    }
+
     /// Asks the protocol to resolve `commit` (once more).
     fn resolve(&mut self, now: Time, mut commit: Unresolved) -> Vec<ClientOutput> {
         let (op, out) = self
@@ -334,6 +377,7 @@ impl ClientNode {
                 (rows, read_keys)
             }
             Plan::Blind(rows) => (rows, BTreeSet::new()),
+            Plan::ReadAgain => unreachable!("a read-again plan reads, it does not commit"),
         };
         self.writes += 1;
         let tag = format!("c{}.{}", self.id.0, self.writes).into_bytes();
@@ -371,14 +415,15 @@ impl ClientNode {
     }
 }
 
-fn read_outcome(read: &ReadResult) -> Outcome {
+/// A read's record; `at`, for a read at a position, is the position it asked for.
+fn read_outcome(read: &ReadResult, at: Option<Position>) -> Outcome {
     let values: BTreeMap<Vec<u8>, Option<Vec<u8>>> = read
         .rows
         .iter()
         .map(|r| (r.key.clone(), r.value(COLUMN).map(<[u8]>::to_vec)))
         .collect();
     Outcome::Read {
-        position: read.position,
+        position: at.or(read.position),
         values,
         path: read.path,
         replica: read.replica,

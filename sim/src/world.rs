@@ -119,6 +119,8 @@ pub struct Stats {
     pub reads_snapshot: u64,
     /// Inconsistent reads.
     pub reads_inconsistent: u64,
+    /// Reads at the position an earlier current read found.
+    pub reads_at_position: u64,
     /// Operations that failed.
     pub failed: u64,
     /// Replica stores wiped.
@@ -820,6 +822,7 @@ impl World {
             (_, Outcome::Failed) => self.stats.failed += 1,
             (OpKind::SnapshotRead, _) => self.stats.reads_snapshot += 1,
             (OpKind::InconsistentRead, _) => self.stats.reads_inconsistent += 1,
+            (OpKind::AtPositionRead, _) => self.stats.reads_at_position += 1,
             (
                 _,
                 Outcome::Read {

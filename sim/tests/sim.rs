@@ -23,6 +23,7 @@ fn runs_exercise_commits_local_and_majority_reads_and_faults() {
     assert!(sum(|s| s.reads_majority) > 0, "majority reads");
     assert!(sum(|s| s.faults) > 0, "faults");
     assert!(sum(|s| s.collections) > 0, "garbage collections");
+    assert!(sum(|s| s.reads_at_position) > 0, "reads at a position");
 }
 
 /// Runs `seeds` and fails on any violation, naming the seed to reproduce. Returns how
@@ -99,7 +100,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ("ack-before-invalidate", &["visible-after-invalidate"], 5),
     ("learn-from-single-accept", &["single-value"], 40),
     ("leader-from-unchosen-entry", &["ballot-zero-once"], 120),
-    ("forget-promise-on-restart", &["single-value"], 540),
+    ("forget-promise-on-restart", &["single-value"], 40),
     (
         "apply-out-of-order",
         &["prefix-snapshots", "linearizable-eg"],
@@ -110,7 +111,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         &["single-value", "ballot-zero-once", "linearizable-eg"],
         180,
     ),
-    ("resolve-without-settling", &["durable-ack"], 60),
+    ("resolve-without-settling", &["durable-ack"], 320),
     (
         "release-while-vouching",
         &["visible-after-invalidate", "vouched-is-current"],
@@ -122,6 +123,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         &["linearizable-eg", "prefix-snapshots"],
         380,
     ),
+    ("read-at-position-reads-applied", &["prefix-snapshots"], 5),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -163,6 +165,7 @@ knob_tests! {
     release_while_vouching_is_caught => 14,
     resolve_any_remembered_txn_is_caught => 15,
     collect_without_floor_is_caught => 16,
+    read_at_position_reads_applied_is_caught => 17,
 }
 
 #[test]
@@ -171,7 +174,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 19);
+    assert_eq!(BUG_NAMES.len(), 20);
 }
 
 /// DESIGN.md §4 and paper §4.6.3: an uncontended write at the leader's site costs one

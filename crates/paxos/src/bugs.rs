@@ -43,4 +43,8 @@ pub struct ProtocolBugs {
     /// Garbage collection drops old versions but reads below its watermark are still
     /// served (from what is left).
     pub collect_without_floor: bool,
+    /// A transaction's later reads (at its position) ask for the replica's applied
+    /// position instead, so one transaction sees more than one state (issue 11's
+    /// second defect).
+    pub read_at_position_reads_applied: bool,
 }

@@ -1,7 +1,9 @@
 //! Invariant 7, **prefix-snapshots**: a snapshot read sees exactly a prefix of the
 //! group's log — the state after its position and nothing else; apply is idempotent
 //! and in log order. Paper §4.2 (snapshot reads "at the timestamp of the last fully
-//! applied transaction") and §4.6.1 (apply in log order).
+//! applied transaction") and §4.6.1 (apply in log order). A read at a given position —
+//! a transaction's reads after its first (paper §3.3: a transaction reads at one
+//! timestamp) — is held to the same rule.
 
 use super::ChosenLog;
 use crate::history::{OpKind, OpRecord, Outcome};
@@ -11,7 +13,7 @@ pub(crate) fn on_op_done(
     record: &OpRecord,
     found: &mut Vec<(&'static str, String)>,
 ) {
-    if record.kind != OpKind::SnapshotRead {
+    if !matches!(record.kind, OpKind::SnapshotRead | OpKind::AtPositionRead) {
         return;
     }
     let Outcome::Read {
@@ -23,11 +25,16 @@ pub(crate) fn on_op_done(
     else {
         return;
     };
+    let read = if record.kind == OpKind::SnapshotRead {
+        "snapshot"
+    } else {
+        "read at the transaction's position"
+    };
     let Some(expected) = chosen.state_at(&record.eg, *p) else {
         found.push((
             "prefix-snapshots",
             format!(
-                "{} snapshot at {p} from replica {}: a position below it was never chosen",
+                "{} {read} {p} from replica {}: a position below it was never chosen",
                 record.eg, replica.0
             ),
         ));
@@ -41,7 +48,7 @@ pub(crate) fn on_op_done(
         found.push((
             "prefix-snapshots",
             format!(
-                "{} snapshot at {p} from replica {} saw {values:?}, the log says {expected:?}",
+                "{} {read} {p} from replica {} saw {values:?}, the log says {expected:?}",
                 record.eg, replica.0
             ),
         ));

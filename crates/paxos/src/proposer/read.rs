@@ -634,6 +634,9 @@ impl PointRead {
         let replica = self.candidates.remove(0);
         let at = match self.mode {
             ReadMode::Snapshot => ReadAt::Applied,
+            ReadMode::AtPosition(_) if ctx.config.bugs.read_at_position_reads_applied => {
+                ReadAt::Applied
+            }
             ReadMode::AtPosition(p) => ReadAt::Position(p),
             ReadMode::Current | ReadMode::Inconsistent => ReadAt::Latest,
         };
