@@ -128,6 +128,12 @@ fn key_row(eg: &EgId, key: &[u8]) -> Vec<u8> {
     row
 }
 
+/// The versioned key whose row is `row`, if it is one of `eg`'s.
+fn key_of_row(eg: &EgId, row: &[u8]) -> Option<Vec<u8>> {
+    let mut encoded = row.strip_prefix(group_keys_prefix(eg).as_slice())?;
+    unescape(&mut encoded, false).ok()
+}
+
 fn entry_of(key: &[u8], row: Option<&Row>) -> Result<Entry, ClientError> {
     let Some(row) = row else {
         return Ok(Entry {
@@ -234,7 +240,11 @@ impl Client {
             match txn.commit().await? {
                 Attempt::Done(_) => return Ok(result),
                 Attempt::Retry { keys, .. } => {
-                    last_keys = keys;
+                    // Named as the caller names them: versioned keys, not rows.
+                    last_keys = keys
+                        .into_iter()
+                        .map(|row| key_of_row(eg, &row).unwrap_or(row))
+                        .collect();
                     retry_pause(round).await;
                 }
             }

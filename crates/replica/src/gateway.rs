@@ -363,10 +363,14 @@ impl Megastore for Gateway {
         // a client that gives up waiting does not cut it short, and its Commit sent
         // again waits for the same answer.
         let committing = tokio::spawn(async move {
-            let SessionState::Open(txn) = std::mem::replace(
-                &mut *guard,
-                SessionState::Committed(Err(Status::internal("commit did not finish"))),
-            ) else {
+            // Until the commit ends, the answer is the indefinite one: a commit task
+            // that died mid-way leaves that behind for a Commit sent again.
+            let unfinished = Status::unknown(
+                "outcome unknown: the commit did not finish on this replica; Resolve it by its id",
+            );
+            let SessionState::Open(txn) =
+                std::mem::replace(&mut *guard, SessionState::Committed(Err(unfinished)))
+            else {
                 unreachable!("the handle is locked and was open");
             };
             let (id, eg) = (txn.id(), txn.eg().clone());
@@ -376,7 +380,11 @@ impl Megastore for Gateway {
         });
         committing
             .await
-            .map_err(|e| Status::internal(format!("commit task: {e}")))?
+            .map_err(|e| {
+                Status::unknown(format!(
+                    "outcome unknown: the commit failed ({e}); Resolve it by its id"
+                ))
+            })?
             .map(Response::new)
     }
 

@@ -19,7 +19,7 @@
 //! uses).
 //!
 //! A group name is any non-empty byte string up to
-//! [`GROUP_NAME_BYTES_MAX`](megastore_types::limits::GROUP_NAME_BYTES_MAX): escaping
+//! [`GROUP_NAME_BYTES_MAX`]: escaping
 //! (the key codec's, for `bytes`) is what makes it self-delimiting, so no name is
 //! reserved and none can reach into a schema group or the system's rows.
 
