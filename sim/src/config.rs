@@ -45,6 +45,10 @@ pub struct SimConfig {
     pub long_delay_max: Duration,
     /// Replicas crash and restart quickly and often (in the middle of Paxos rounds).
     pub restart_storm: bool,
+    /// How often a voter crashes right after a prepare's or accept's durable write,
+    /// before its reply leaves (then restarts within moments): the durability boundary
+    /// where a write that forgot part of the state shows.
+    pub crash_after_persist: f64,
     /// A full replica whose inbound link from other sites is slow through the whole
     /// fault phase (extra ms): it keeps lagging behind acknowledged writes.
     pub lagging: Option<(ReplicaId, u32)>,
@@ -181,6 +185,7 @@ impl SimConfig {
             fault_interval: Duration::from_millis(pick(rng, &[400, 1000, 2500, 6000])),
             max_drift_ppm: pick(rng, &[0, 200, 1000]),
             lock_lease: Duration::from_millis(pick(rng, &[1000, 2000, 3000])),
+            crash_after_persist: pick(rng, &[0.0, 0.0, 0.0, 0.01, 0.05]),
         }
     }
 

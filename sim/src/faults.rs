@@ -32,7 +32,8 @@ pub(crate) fn inject(world: &mut World) {
     }
     let dice = world.rng().below(100);
     match dice {
-        0..23 => {
+        0..12 => site_lost_then_coordinator_first(world, &nodes),
+        12..23 => {
             // A whole site is cut off, both ways.
             let sites = u64::from(world.config.sites);
             let site = world.rng().below(sites) as u16;
@@ -151,6 +152,28 @@ pub(crate) fn inject(world: &mut World) {
                     return;
                 }
             }
+            if world.rng().chance(0.4) {
+                // One proposer's link to one voter: its prepares and accepts arrive
+                // late, all at once, after other proposers moved the position on
+                // (duelling proposers, one of them stale).
+                let voters: Vec<NodeId> = world
+                    .config
+                    .topology
+                    .voters()
+                    .map(NodeId::Replica)
+                    .collect();
+                let clients: Vec<NodeId> = world
+                    .clients
+                    .values()
+                    .map(|c| NodeId::Client(c.id))
+                    .collect();
+                if !clients.is_empty() {
+                    let client = clients[world.rng().below(clients.len() as u64) as usize];
+                    let voter = voters[world.rng().below(voters.len() as u64) as usize];
+                    world.hold(Hold::Link(client, voter), d);
+                    return;
+                }
+            }
             world.hold(Hold::Inbox(node), d);
         }
         48..52 => {
@@ -243,6 +266,61 @@ pub(crate) fn inject(world: &mut World) {
             world.crash(n, d);
         }
     }
+}
+
+/// A site cut off for longer than a lock lease: writers elsewhere go ahead without it
+/// once its coordinator's lock lapsed. It heals in two steps: first the way to the lock
+/// service — its coordinator opens a new session and takes its lock again, a new epoch
+/// — while the site stays cut off from the other sites' replicas and clients a while
+/// longer, so that readers at the site ask a coordinator of a new epoch about a replica
+/// that missed writes (and writers elsewhere cannot invalidate it meanwhile). (The lock loss and re-acquire under load that a coordinator keeping
+/// its state across epochs gets wrong.)
+fn site_lost_then_coordinator_first(world: &mut World, nodes: &[NodeId]) {
+    // A site with a coordinator and clients that read there.
+    let sites: Vec<SiteId> = world
+        .coordinators
+        .keys()
+        .map(|r| world.node_site(NodeId::Replica(*r)))
+        .filter(|site| world.clients.values().any(|c| c.site == *site))
+        .collect();
+    if sites.is_empty() {
+        return;
+    }
+    let site = sites[world.rng().below(sites.len() as u64) as usize];
+    let inside: Vec<NodeId> = nodes
+        .iter()
+        .copied()
+        .filter(|n| world.node_site(*n) == site)
+        .collect();
+    let links = pairs(&inside, nodes)
+        .into_iter()
+        .flat_map(|(a, b)| [(a, b), (b, a)])
+        .collect();
+    let lease = world.config.lock_lease;
+    let cut = lease + millis(world, 200, 2000);
+    world.block_links(links, cut);
+    // Still cut: the site's replicas and coordinator from the other sites' replicas
+    // and clients. Only the coordinator's way to the lock service, and the site's own
+    // clients, are back.
+    let replicas: Vec<NodeId> = inside
+        .iter()
+        .copied()
+        .filter(|n| matches!(n, NodeId::Replica(_) | NodeId::Coordinator(_)))
+        .collect();
+    let far: Vec<NodeId> = nodes
+        .iter()
+        .copied()
+        .filter(|n| {
+            matches!(n, NodeId::Replica(_))
+                || (matches!(n, NodeId::Client(_)) && world.node_site(*n) != site)
+        })
+        .collect();
+    let still_cut = pairs(&replicas, &far)
+        .into_iter()
+        .flat_map(|(a, b)| [(a, b), (b, a)])
+        .collect();
+    let longer = millis(world, 1000, 4000);
+    world.block_links_later(still_cut, cut, longer);
 }
 
 fn pairs(a: &[NodeId], b: &[NodeId]) -> Vec<(NodeId, NodeId)> {

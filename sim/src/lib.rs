@@ -56,6 +56,8 @@ pub const BUG_NAMES: &[&str] = &[
     "resolve-any-remembered-txn",
     "collect-without-floor",
     "read-at-position-reads-applied",
+    "keep-state-across-epochs",
+    "accept-persists-no-promise",
 ];
 
 /// The knob called `name`.
@@ -83,6 +85,8 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "resolve-any-remembered-txn" => p.resolve_any_remembered_txn = true,
         "collect-without-floor" => p.collect_without_floor = true,
         "read-at-position-reads-applied" => p.read_at_position_reads_applied = true,
+        "keep-state-across-epochs" => c.keep_state_across_epochs = true,
+        "accept-persists-no-promise" => p.accept_persists_no_promise = true,
         _ => return None,
     }
     Some(Bugs {

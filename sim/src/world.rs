@@ -91,6 +91,8 @@ enum Event {
     /// An operator runs `megastore coordinator disable` on this replica's coordinator.
     Disable(ReplicaId),
     HealLinks,
+    /// Cut these links (for this long) now: a partition that heals in two steps.
+    BlockLinks(Vec<(NodeId, NodeId)>, Duration),
     Release(Hold),
     LockElection,
     EndSafetyPhase,
@@ -556,6 +558,11 @@ impl World {
                     self.net.slow_down(NodeId::Replica(r), extra);
                 }
             }
+            Event::BlockLinks(links, duration) => {
+                if self.faults_on {
+                    self.block_links(links, duration);
+                }
+            }
             Event::LockElection => {
                 self.elect_lock_leader();
                 let next = self.now + ns(Duration::from_millis(200));
@@ -676,6 +683,7 @@ impl World {
         let mut wake = None;
         let mut installs = 0;
         let mut collections = 0;
+        let mut persisted = false;
         {
             let node = self.replicas.get_mut(&r).expect("replica exists");
             let Some(core) = node.core.as_mut() else {
@@ -692,6 +700,7 @@ impl World {
                             inputs.push_back(ReplicaInput::Loaded { eg, row });
                         }
                         ReplicaOutput::Persist { mutation } => {
+                            persisted = true;
                             node.store
                                 .mutate_row(&mutation, None, Durability::Synced)
                                 .expect("memory store writes");
@@ -742,9 +751,27 @@ impl World {
         }
         self.stats.installs += installs;
         self.stats.collections += collections;
+        let voted = matches!(
+            handled,
+            Some(ReplicaRequest::Prepare { .. } | ReplicaRequest::Accept { .. })
+        );
+        // The vote is durable, its reply never leaves: a crash at the boundary.
+        let crash = persisted
+            && voted
+            && self.faults_on
+            && self.config.crash_after_persist > 0.0
+            && self.rng.chance(self.config.crash_after_persist);
+        if crash {
+            replies.clear();
+        }
         let mut checks = self.checks.take().expect("checkers are present");
         checks.after_replica_step(self, r, handled.as_ref(), &replies);
         self.checks = Some(checks);
+        if crash {
+            let down = Duration::from_millis(2 + self.rng.below(80));
+            self.crash(NodeId::Replica(r), down);
+            return;
+        }
         for (to, message) in sends {
             self.send(NodeId::Replica(r), to, message);
         }
@@ -977,6 +1004,17 @@ impl World {
         }
         let at = self.now + ns(duration);
         self.schedule(at, Event::HealLinks);
+    }
+
+    /// Cuts `links` for `duration`, starting `after` from now.
+    pub(crate) fn block_links_later(
+        &mut self,
+        links: Vec<(NodeId, NodeId)>,
+        after: Duration,
+        duration: Duration,
+    ) {
+        let at = self.now + ns(after);
+        self.schedule(at, Event::BlockLinks(links, duration));
     }
 
     #[cfg(test)]

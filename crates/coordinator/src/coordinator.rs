@@ -21,6 +21,10 @@ pub struct CoordinatorBugs {
     /// When revoked, give the lock back at once but go on vouching until the lease
     /// ends ("the lease still holds") — writers then skip a coordinator that vouches.
     pub release_while_vouching: bool,
+    /// Keep the per-group state when the lock is lost and taken again: a coordinator
+    /// can then vouch, in its new epoch, for a group whose invalidation it missed while
+    /// it held no lock (DESIGN.md §4: every epoch change empties the state).
+    pub keep_state_across_epochs: bool,
 }
 
 /// How a coordinator runs.
@@ -298,7 +302,9 @@ impl Coordinator {
 
     /// Leaves the current epoch: every group becomes unknown.
     fn lose_lock(&mut self, now: Time) {
-        self.groups.clear();
+        if !self.config.bugs.keep_state_across_epochs {
+            self.groups.clear();
+        }
         self.keepalive_out = false;
         self.phase = Phase::NoSession {
             retry_at: now + self.config.retry_delay,
@@ -373,7 +379,9 @@ impl Coordinator {
                 if let Phase::Acquiring { session, .. } = self.phase {
                     // A new epoch starts empty: validates from older epochs are refused,
                     // and nothing is vouched for until a reader validates it again.
-                    self.groups.clear();
+                    if !self.config.bugs.keep_state_across_epochs {
+                        self.groups.clear();
+                    }
                     self.phase = Phase::Serving {
                         session,
                         epoch: Epoch(sequencer.0),

@@ -466,3 +466,53 @@ fn bug_knobs_break_the_rules_they_name() {
         "vouches after giving the lock back"
     );
 }
+
+/// DESIGN.md §4: every epoch change empties the state. A coordinator whose lock
+/// lapsed may have missed invalidations (writers skipped it once the lock service
+/// called its lock free), so what it vouched for before must not survive into the
+/// epoch of its next lock — with the knob `keep-state-across-epochs` it does.
+#[test]
+fn a_re_acquired_lock_starts_an_epoch_that_vouches_for_nothing() {
+    let run = |bugs: CoordinatorBugs| {
+        let mut c = serving(bugs);
+        validate(&mut c, t(1.0), 5, 42);
+        assert!(query(&mut c, t(1.1)).0, "vouched in epoch 42");
+        let (id, _) = lock_request(&c.step(t(3.1), Input::Tick));
+        respond(
+            &mut c,
+            t(3.2),
+            id,
+            Err(LockError::SessionExpired(SessionId(5))),
+        );
+        let (id, _) = lock_request(&c.step(t(4.3), Input::Tick));
+        let (id, _) = lock_request(&respond(
+            &mut c,
+            t(4.4),
+            id,
+            Ok(LockReply::Session {
+                session: SessionId(6),
+                lease: LEASE,
+            }),
+        ));
+        respond(
+            &mut c,
+            t(4.5),
+            id,
+            Ok(LockReply::Acquired {
+                sequencer: Sequencer(43),
+            }),
+        );
+        // Nobody validated the group in epoch 43.
+        query(&mut c, t(4.6))
+    };
+    assert_eq!(run(CoordinatorBugs::default()), (false, Some(Epoch(43))));
+    let broken = CoordinatorBugs {
+        keep_state_across_epochs: true,
+        ..CoordinatorBugs::default()
+    };
+    assert_eq!(
+        run(broken),
+        (true, Some(Epoch(43))),
+        "the knob breaks the rule"
+    );
+}

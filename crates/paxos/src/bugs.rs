@@ -47,4 +47,8 @@ pub struct ProtocolBugs {
     /// position instead, so one transaction sees more than one state (issue 11's
     /// second defect).
     pub read_at_position_reads_applied: bool,
+    /// An acceptor's accept persists the accepted value but not the promise it raised
+    /// to the accepted ballot: after a restart it can accept a lower ballot than one it
+    /// answered before the crash.
+    pub accept_persists_no_promise: bool,
 }

@@ -297,8 +297,13 @@ impl GroupLog {
                 entry,
                 visible: false,
             };
+            let write = if bugs.accept_persists_no_promise {
+                self.write()
+            } else {
+                self.write().promise(p, promise)
+            };
             out.push(Output::Persist {
-                mutation: self.write().promise(p, promise).slot(p, &slot).0,
+                mutation: write.slot(p, &slot).0,
             });
             self.slots.insert(p, slot);
             return AcceptResult::Accepted;
