@@ -65,6 +65,16 @@ fn seeds_150_to_199_are_clean() {
     clean(150..200);
 }
 
+/// Seeds that long runs found broken once, kept clean (5272 and 6079: a late answer
+/// about a coordinator's previous lock session sent it back to opening a session while
+/// it held its lock — fixed in `crates/coordinator`).
+#[test]
+fn seeds_long_runs_found_stay_clean() {
+    for seed in [5272, 6079] {
+        clean(seed..seed + 1);
+    }
+}
+
 /// Each knob, the checkers built to catch it, and within how many seeds (from seed 0)
 /// one of them does. A checker counts as trusted only once it catches its knob.
 /// (`read-position-before-vouch` and `validate-ignores-epoch` need interleavings random

@@ -348,7 +348,28 @@ impl Coordinator {
         result: Result<LockReply, LockError>,
         out: &mut Vec<Output>,
     ) {
+        // The lock client retries a request across nodes for a while, so an answer can
+        // come long after the coordinator moved on: one about a session it no longer
+        // holds says nothing about the current one.
+        let stale_session = match &result {
+            Err(LockError::SessionExpired(s) | LockError::SessionRevoked(s)) => {
+                self.session() != Some(*s)
+            }
+            _ => false,
+        };
+        if stale_session && !matches!(kind, LockRequestKind::Close) {
+            return;
+        }
         match (kind, result) {
+            // A session opened by an earlier attempt, after this coordinator gave up on
+            // it and went on (or stopped): not its session; closing it tidies up.
+            (LockRequestKind::OpenSession { .. }, Ok(LockReply::Session { session, .. }))
+                if !matches!(self.phase, Phase::Opening) && !self.retired() =>
+            {
+                self.close(now, session, out);
+            }
+            (LockRequestKind::OpenSession { .. }, Err(_))
+                if !matches!(self.phase, Phase::Opening) => {}
             (LockRequestKind::OpenSession { .. }, Ok(LockReply::Session { session, .. }))
                 if self.retired() =>
             {
