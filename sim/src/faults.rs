@@ -19,12 +19,7 @@ pub(crate) fn inject(world: &mut World) {
     let nodes = world.all_nodes();
     if world.config.restart_storm && world.rng().chance(0.7) {
         // A voter restarts almost at once: it rejoins the rounds it was part of.
-        let voters: Vec<NodeId> = world
-            .config
-            .topology
-            .voters()
-            .map(NodeId::Replica)
-            .collect();
+        let voters = voters(world);
         let r = voters[world.rng().below(voters.len() as u64) as usize];
         let d = millis(world, 2, 60);
         world.crash(r, d);
@@ -156,12 +151,7 @@ pub(crate) fn inject(world: &mut World) {
                 // One proposer's link to one voter: its prepares and accepts arrive
                 // late, all at once, after other proposers moved the position on
                 // (duelling proposers, one of them stale).
-                let voters: Vec<NodeId> = world
-                    .config
-                    .topology
-                    .voters()
-                    .map(NodeId::Replica)
-                    .collect();
+                let voters = voters(world);
                 let clients: Vec<NodeId> = world
                     .clients
                     .values()
@@ -321,6 +311,15 @@ fn site_lost_then_coordinator_first(world: &mut World, nodes: &[NodeId]) {
         .collect();
     let longer = millis(world, 1000, 4000);
     world.block_links_later(still_cut, cut, longer);
+}
+
+fn voters(world: &World) -> Vec<NodeId> {
+    world
+        .config
+        .topology
+        .voters()
+        .map(NodeId::Replica)
+        .collect()
 }
 
 fn pairs(a: &[NodeId], b: &[NodeId]) -> Vec<(NodeId, NodeId)> {

@@ -14,7 +14,7 @@ use megastore_rpc::pb::client as pb;
 use megastore_rpc::pb::client::megastore_client::MegastoreClient;
 use tonic::transport::Channel;
 
-use crate::support::{connect, start_cluster};
+use crate::support::{api_at, connect, start_cluster};
 
 const ACCOUNTS: u64 = 8;
 const OPENING_BALANCE: u64 = 100;
@@ -42,13 +42,6 @@ fn set_balance(key: Vec<u8>, value: u64) -> pb::RowWrite {
             change: Some(pb::cell_write::Change::Set(value.to_string().into_bytes())),
         }],
     }
-}
-
-/// A gRPC client of the replica at `address` (connecting on first use, so calls fail
-/// until it is up, and reconnect after it restarts).
-fn api_at(address: &str) -> MegastoreClient<Channel> {
-    let endpoint = Channel::from_shared(address.to_string()).expect("a valid address");
-    MegastoreClient::new(endpoint.connect_lazy())
 }
 
 async fn begin(api: &mut MegastoreClient<Channel>) -> Result<u64, tonic::Status> {
@@ -164,7 +157,7 @@ impl Tally {
 #[test]
 fn read_only_transactions_see_one_position_while_transfers_run_and_a_voter_dies() {
     let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
-    let address = format!("http://{}", config.replica("a").unwrap().address);
+    let address = config.replica("a").unwrap().address.clone();
     let tally = Arc::new(Tally::default());
     let mut tasks = Vec::new();
     runtime.block_on(async {
@@ -258,6 +251,6 @@ fn read_only_transactions_see_one_position_while_transfers_run_and_a_voter_dies(
         bad.len()
     );
     // And the money is all there at the end.
-    let mut api = runtime.block_on(MegastoreClient::connect(address)).unwrap();
+    let mut api = runtime.block_on(async { api_at(&address) });
     assert_eq!(runtime.block_on(grpc_sum(&mut api, true)).unwrap(), TOTAL);
 }

@@ -9,18 +9,11 @@ use megastore_rpc::pb::client::megastore_client::MegastoreClient;
 use megastore_types::limits::{TRANSACTION_BYTES_MAX, VALUE_BYTES_MAX};
 use tonic::transport::Channel;
 
-use crate::support::start_cluster;
+use crate::support::{api_at, start_cluster};
 
 const GROUP: &[u8] = b"big";
 /// What a commit at the limits may take on this machine, at most.
 const BOUND: Duration = Duration::from_secs(30);
-
-fn api_at(address: &str) -> MegastoreClient<Channel> {
-    let endpoint = Channel::from_shared(format!("http://{address}")).expect("a valid address");
-    MegastoreClient::new(endpoint.connect_lazy())
-        .max_decoding_message_size(megastore_client::MESSAGE_BYTES_MAX)
-        .max_encoding_message_size(megastore_client::MESSAGE_BYTES_MAX)
-}
 
 fn row(key: &str, value: Vec<u8>) -> pb::RowWrite {
     pb::RowWrite {

@@ -11,16 +11,11 @@ use megastore_rpc::pb::client as pb;
 use megastore_rpc::pb::client::megastore_client::MegastoreClient;
 use tonic::transport::Channel;
 
-use crate::support::start_cluster;
+use crate::support::{api_at, start_cluster};
 
 const WRITERS: usize = 3;
 /// Writes each writer makes (bounded in time too).
 const WRITES: u64 = 300;
-
-fn api_at(address: &str) -> MegastoreClient<Channel> {
-    let endpoint = Channel::from_shared(format!("http://{address}")).expect("a valid address");
-    MegastoreClient::new(endpoint.connect_lazy())
-}
 
 fn cell(key: &[u8], value: &[u8]) -> pb::RowWrite {
     pb::RowWrite {

@@ -150,3 +150,16 @@ pub(crate) fn assert_rejoined(
     let stamp = std::fs::read_to_string(data.join("MEGASTORE_STAMP")).unwrap();
     assert!(stamp.contains("\"rejoining\": true"), "{stamp}");
 }
+
+/// A client of the public gRPC API at `address` (host:port): it connects on first use,
+/// so calls fail until the replica is up and reconnect after it restarts; messages up
+/// to the API's limit.
+pub(crate) fn api_at(
+    address: &str,
+) -> megastore_rpc::pb::client::megastore_client::MegastoreClient<tonic::transport::Channel> {
+    let endpoint = tonic::transport::Channel::from_shared(format!("http://{address}"))
+        .expect("a valid address");
+    megastore_rpc::pb::client::megastore_client::MegastoreClient::new(endpoint.connect_lazy())
+        .max_decoding_message_size(megastore_client::MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(megastore_client::MESSAGE_BYTES_MAX)
+}

@@ -257,19 +257,26 @@ fn a_keepalive_extends_the_lease_from_when_it_was_sent() {
 fn losing_the_session_empties_the_state_and_the_next_epoch_refuses_old_validates() {
     let mut c = serving(CoordinatorBugs::default());
     validate(&mut c, t(1.0), 5, 42);
-    let (id, _) = lock_request(&c.step(t(3.1), Input::Tick));
-    respond(
-        &mut c,
-        t(3.2),
-        id,
-        Err(LockError::SessionExpired(SessionId(5))),
-    );
+    lose_session(&mut c);
     assert_eq!((c.epoch(), c.group(&eg())), (None, None));
-    // It opens a new session after the retry delay and takes the lock again.
+    reacquire(&mut c);
+    assert_eq!(c.epoch(), Some(Epoch(43)));
+    validate(&mut c, t(4.6), 5, 42);
+    assert_eq!(query(&mut c, t(4.6)), (false, Some(Epoch(43))));
+}
+
+/// The keep-alive due at 3.1 s finds session 5 expired.
+fn lose_session(c: &mut Coordinator) {
+    let (id, _) = lock_request(&c.step(t(3.1), Input::Tick));
+    respond(c, t(3.2), id, Err(LockError::SessionExpired(SessionId(5))));
+}
+
+/// After the retry delay it opens session 6 and takes the lock again: epoch 43.
+fn reacquire(c: &mut Coordinator) {
     let (id, command) = lock_request(&c.step(t(4.3), Input::Tick));
     assert!(matches!(command, LockCommand::OpenSession { .. }));
     let (id, _) = lock_request(&respond(
-        &mut c,
+        c,
         t(4.4),
         id,
         Ok(LockReply::Session {
@@ -278,16 +285,13 @@ fn losing_the_session_empties_the_state_and_the_next_epoch_refuses_old_validates
         }),
     ));
     respond(
-        &mut c,
+        c,
         t(4.5),
         id,
         Ok(LockReply::Acquired {
             sequencer: Sequencer(43),
         }),
     );
-    assert_eq!(c.epoch(), Some(Epoch(43)));
-    validate(&mut c, t(4.6), 5, 42);
-    assert_eq!(query(&mut c, t(4.6)), (false, Some(Epoch(43))));
 }
 
 /// Feeds a revocation to the keep-alive due at 3.1 s; returns the close request.
@@ -477,31 +481,8 @@ fn a_re_acquired_lock_starts_an_epoch_that_vouches_for_nothing() {
         let mut c = serving(bugs);
         validate(&mut c, t(1.0), 5, 42);
         assert!(query(&mut c, t(1.1)).0, "vouched in epoch 42");
-        let (id, _) = lock_request(&c.step(t(3.1), Input::Tick));
-        respond(
-            &mut c,
-            t(3.2),
-            id,
-            Err(LockError::SessionExpired(SessionId(5))),
-        );
-        let (id, _) = lock_request(&c.step(t(4.3), Input::Tick));
-        let (id, _) = lock_request(&respond(
-            &mut c,
-            t(4.4),
-            id,
-            Ok(LockReply::Session {
-                session: SessionId(6),
-                lease: LEASE,
-            }),
-        ));
-        respond(
-            &mut c,
-            t(4.5),
-            id,
-            Ok(LockReply::Acquired {
-                sequencer: Sequencer(43),
-            }),
-        );
+        lose_session(&mut c);
+        reacquire(&mut c);
         // Nobody validated the group in epoch 43.
         query(&mut c, t(4.6))
     };

@@ -2,52 +2,17 @@
 //! replica for the state at exactly p, goes on to the next replica when one has not
 //! applied p yet, and fails naming the position when none keeps it.
 
-use std::time::Duration;
+mod support;
 
 use megastore_paxos::{
-    ClientConfig, ClientCore, ClientInput, ClientOutput, DataQuery, Message, OpResult,
-    ProposerConfig, ProtocolBugs, ReadAt, ReadError, ReadMode, ReadPath, ReplicaError,
-    ReplicaReply, ReplicaRequest, Timeouts,
+    ClientCore, ClientInput, ClientOutput, DataQuery, Message, OpResult, ReadAt, ReadError,
+    ReadMode, ReadPath, ReplicaError, ReplicaReply, ReplicaRequest,
 };
-use megastore_types::{
-    ClientId, EgId, LockNodeId, NodeId, Position, ProposerId, ReplicaId, ReplicaInfo, ReplicaKind,
-    SiteId, Time, Topology,
-};
+use megastore_types::{EgId, NodeId, Position, ReplicaId, Time};
 
 fn client() -> ClientCore {
-    let r = |id, kind, site| ReplicaInfo {
-        id: ReplicaId(id),
-        kind,
-        site: SiteId(site),
-    };
-    let topology = Topology::new(vec![
-        r(1, ReplicaKind::Full, 1),
-        r(2, ReplicaKind::Full, 2),
-        r(3, ReplicaKind::Witness, 3),
-        r(4, ReplicaKind::ReadOnly, 4),
-    ])
-    .unwrap();
-    let ms = Duration::from_millis;
-    ClientCore::new(ClientConfig {
-        id: ClientId(1),
-        site: SiteId(1),
-        proposer: ProposerConfig {
-            topology,
-            proposer: ProposerId(1 << 32 | 1),
-            lock_nodes: vec![LockNodeId(0)],
-            timeouts: Timeouts {
-                rpc: ms(100),
-                leader: ms(50),
-                invalidate: ms(100),
-                backoff: ms(20),
-                lock_attempt: ms(100),
-                max_rounds: 10,
-                invalidate_patience: ms(3000),
-            },
-            bugs: ProtocolBugs::default(),
-        },
-        seed: 7,
-    })
+    // Full replicas 1 and 2, witness 3, read-only 4, each at its own site.
+    support::client_core(support::topology())
 }
 
 /// The reads in `outputs`: (replica asked, request id, what state).

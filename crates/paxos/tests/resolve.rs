@@ -2,16 +2,18 @@
 //! message by message: the answers that say so end it, however late they come, and
 //! what a replica remembers of the position decides it.
 
+mod support;
+
 use std::time::Duration;
 
 use megastore_paxos::messages::{AcceptResult, PrepareResult};
 use megastore_paxos::{
-    ChosenTxn, ClientConfig, ClientCore, ClientInput, ClientOutput, Message, OpResult,
-    ProposerConfig, ProtocolBugs, ReplicaError, ReplicaReply, ReplicaRequest, Resolution, Timeouts,
+    ChosenTxn, ClientCore, ClientInput, ClientOutput, Message, OpResult, ReplicaError,
+    ReplicaReply, ReplicaRequest, Resolution,
 };
 use megastore_types::{
-    ClientId, EgId, LockNodeId, NodeId, Position, ProposerId, ReplicaId, ReplicaInfo, ReplicaKind,
-    SiteId, Time, Topology, TxnId,
+    ClientId, EgId, NodeId, Position, ReplicaId, ReplicaInfo, ReplicaKind, SiteId, Time, Topology,
+    TxnId,
 };
 
 fn client() -> ClientCore {
@@ -26,27 +28,7 @@ fn client() -> ClientCore {
         r(3, ReplicaKind::Witness),
     ])
     .unwrap();
-    let ms = Duration::from_millis;
-    ClientCore::new(ClientConfig {
-        id: ClientId(1),
-        site: SiteId(1),
-        proposer: ProposerConfig {
-            topology,
-            proposer: ProposerId(1 << 32 | 1),
-            lock_nodes: vec![LockNodeId(0)],
-            timeouts: Timeouts {
-                rpc: ms(100),
-                leader: ms(50),
-                invalidate: ms(100),
-                backoff: ms(20),
-                lock_attempt: ms(100),
-                max_rounds: 10,
-                invalidate_patience: ms(3000),
-            },
-            bugs: ProtocolBugs::default(),
-        },
-        seed: 7,
-    })
+    support::client_core(topology)
 }
 
 /// What each replica answers: 1 and 2 truncated the position (remembering `chosen`

@@ -31,6 +31,31 @@ pub(crate) fn topology() -> Topology {
     .unwrap()
 }
 
+/// A client core at site 1 of `topology`, with short timeouts.
+pub(crate) fn client_core(topology: Topology) -> megastore_paxos::ClientCore {
+    let ms = std::time::Duration::from_millis;
+    megastore_paxos::ClientCore::new(megastore_paxos::ClientConfig {
+        id: ClientId(1),
+        site: SiteId(1),
+        proposer: megastore_paxos::ProposerConfig {
+            topology,
+            proposer: ProposerId(1 << 32 | 1),
+            lock_nodes: vec![megastore_types::LockNodeId(0)],
+            timeouts: megastore_paxos::Timeouts {
+                rpc: ms(100),
+                leader: ms(50),
+                invalidate: ms(100),
+                backoff: ms(20),
+                lock_attempt: ms(100),
+                max_rounds: 10,
+                invalidate_patience: ms(3000),
+            },
+            bugs: ProtocolBugs::default(),
+        },
+        seed: 7,
+    })
+}
+
 pub(crate) fn eg() -> EgId {
     EgId(b"g1".to_vec())
 }
