@@ -194,6 +194,38 @@ fn python_grpc_client_runs_transactions_reads_and_versioned_txns() {
             "{case}: {errors}"
         );
     }
+    // The typed API at the read-only replica's own gateway: a snapshot read of the
+    // entity Python wrote, served there.
+    let read_only = config.replica("d").unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let read = runtime.block_on(async {
+        use megastore_rpc::pb::client as pb;
+        let mut api = crate::support::api_at(&read_only.address);
+        let started = std::time::Instant::now();
+        loop {
+            let request = pb::ReadEntityRequest {
+                table: "User".into(),
+                key: vec![pb::Value {
+                    kind: Some(pb::value::Kind::Int64(5)),
+                }],
+                mode: pb::ReadMode::Snapshot.into(),
+            };
+            if let Ok(read) = api.read_entity(request).await
+                && read.get_ref().entity.is_some()
+            {
+                break read.into_inner();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "User 5 never read at d"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    assert_eq!(
+        (read.replica, read.path.as_str()),
+        (u32::from(read_only.id), "snapshot")
+    );
     for name in ["replica-a", "replica-b", "replica-c", "replica-d"] {
         let process = cluster.process(name);
         assert!(process.running(), "{name} died:\n{}", process.log());
