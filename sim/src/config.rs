@@ -185,7 +185,7 @@ impl SimConfig {
             fault_interval: Duration::from_millis(pick(rng, &[400, 1000, 2500, 6000])),
             max_drift_ppm: pick(rng, &[0, 200, 1000]),
             lock_lease: Duration::from_millis(pick(rng, &[1000, 2000, 3000])),
-            crash_after_persist: pick(rng, &[0.0, 0.0, 0.0, 0.01, 0.05]),
+            crash_after_persist: pick(rng, &[0.0, 0.0, 0.01, 0.05, 0.25]),
         }
     }
 

@@ -161,6 +161,14 @@ pub(crate) fn inject(world: &mut World) {
                     let client = clients[world.rng().below(clients.len() as u64) as usize];
                     let voter = voters[world.rng().below(voters.len() as u64) as usize];
                     world.hold(Hold::Link(client, voter), d);
+                    if world.rng().chance(0.5) {
+                        // The voter restarts while the stale requests are delivered
+                        // (over 50 ms, in random order): those that come after it is
+                        // back must be refused by promises made before the crash.
+                        let after = d + millis(world, 0, 50);
+                        let down = millis(world, 2, 30);
+                        world.crash_later(voter, after, down);
+                    }
                     return;
                 }
             }

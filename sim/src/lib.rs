@@ -1,7 +1,7 @@
 //! The deterministic simulator: one `u64` seed decides the cluster's shape, the
 //! workload and every fault; the run drives the real protocol state machines
 //! (`megastore-paxos`, `-coordinator`, `-lock`) over a simulated network and in-memory
-//! stores with explicit durability, then checks every invariant of DESIGN.md §5.
+//! stores with explicit durability, then checks every invariant of docs/protocol.md.
 //!
 //! Responsibility: find protocol bugs, and prove the checkers find them (`--bug NAME`
 //! re-introduces a known mistake). Not here: any protocol decision — drivers only move

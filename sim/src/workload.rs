@@ -108,6 +108,9 @@ pub struct ClientNode {
     pub writes_only: bool,
     /// What it mostly does.
     pub role: Role,
+    /// Per group, an older position one of its reads found: a transaction open for a
+    /// long time reads again there, below where garbage collection may have reached.
+    remembered: BTreeMap<EgId, Position>,
 }
 
 impl ClientNode {
@@ -131,6 +134,7 @@ impl ClientNode {
             writes: 0,
             writes_only: false,
             role: Role::Mixed,
+            remembered: BTreeMap::new(),
         }
     }
 
@@ -332,8 +336,23 @@ impl ClientNode {
         eg: EgId,
         read: &ReadResult,
     ) -> Vec<ClientOutput> {
-        let Some(position) = read.position else {
+        let Some(fresh) = read.position else {
             return Vec::new();
+        };
+        // Usually the position just read; now and then one remembered from an earlier
+        // read (which then ages further, or is replaced).
+        let position = match self.remembered.get(&eg).copied() {
+            Some(old) if self.rng.chance(0.5) => {
+                if self.rng.chance(0.3) {
+                    self.remembered.insert(eg.clone(), fresh);
+                }
+                old
+            }
+            Some(_) => fresh,
+            None => {
+                self.remembered.insert(eg.clone(), fresh);
+                fresh
+            }
         };
         let query = DataQuery::Rows(self.all_rows(&eg));
         let (op, out) = self

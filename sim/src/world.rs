@@ -49,6 +49,8 @@ pub struct ReplicaNode {
     pub site: SiteId,
     /// Its store was wiped once: it restarts rejoining.
     pub rejoining: bool,
+    /// How many times its store was lost (each loss begins a new acceptor record).
+    pub wipes: u32,
 }
 
 /// A coordinator process (absent while crashed: it keeps no state).
@@ -88,6 +90,8 @@ enum Event {
     ClientNext(ClientId),
     Fault,
     Restart(NodeId),
+    /// A crash planned by an earlier fault, down for this long.
+    Crash(NodeId, Duration),
     /// An operator runs `megastore coordinator disable` on this replica's coordinator.
     Disable(ReplicaId),
     HealLinks,
@@ -266,6 +270,7 @@ impl World {
                     store: MemoryStore::new(),
                     site: info.site,
                     rejoining: false,
+                    wipes: 0,
                 },
             );
             if info.kind == ReplicaKind::Full {
@@ -544,6 +549,9 @@ impl World {
                 }
             }
             Event::Restart(node) => self.restart(node),
+            // Faults end with the safety phase, planned ones too.
+            Event::Crash(node, down) if self.faults_on => self.crash(node, down),
+            Event::Crash(..) => {}
             Event::Disable(r) => self.disable_coordinator(r),
             Event::Release(hold) => {
                 // Everything held is let go at once, in random order.
@@ -893,6 +901,12 @@ impl World {
         self.schedule(at, Event::Restart(node));
     }
 
+    /// Crashes `node` after `after`, for `down`.
+    pub(crate) fn crash_later(&mut self, node: NodeId, after: Duration, down: Duration) {
+        let at = self.now + ns(after);
+        self.schedule(at, Event::Crash(node, down));
+    }
+
     /// Wipes a replica's store, as a lost disk would: the replica and its coordinator
     /// go down for `down`, and the replica comes back rejoining.
     pub(crate) fn wipe(&mut self, r: ReplicaId, down: Duration) {
@@ -904,6 +918,7 @@ impl World {
         let n = self.replicas.get_mut(&r).expect("replica exists");
         n.store = MemoryStore::new();
         n.rejoining = true;
+        n.wipes += 1;
         self.wiped = true;
         self.stats.wipes += 1;
     }

@@ -350,8 +350,9 @@ fn an_accept_raises_the_promise_durably() {
     );
 }
 
-/// The interleaving random seeds almost never produce for `accept-persists-no-promise`
-/// (not within 1,000 of them): voters A, B and W. P2 prepares ballot 2 at A and W; P3
+/// The double choice `accept-persists-no-promise` leads to, an interleaving random seeds
+/// almost never produce (the simulator's acceptor-monotone checker catches the knob
+/// earlier, from the promise a restart would reload): voters A, B and W. P2 prepares ballot 2 at A and W; P3
 /// prepares ballot 3 at A and B, and its value is accepted at A and W — chosen. W
 /// restarts; P2's accept at ballot 2 reaches it late; P4 then prepares at B and W and
 /// must adopt P3's value. If W's accept had not persisted the raised promise, W would

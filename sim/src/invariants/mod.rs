@@ -1,6 +1,9 @@
-//! Safety checkers, one per invariant of DESIGN.md §5. Each reads the world's durable
-//! state (the replicas' stores) and the clients' history; none trusts what a protocol
-//! core believes about itself.
+//! Safety checkers, one per invariant (docs/protocol.md, "Invariants": DESIGN.md §5's
+//! seven and acceptor-monotone). Each reads the world's durable state (the replicas'
+//! stores), the messages replicas send and the clients' history; none trusts what a
+//! protocol core believes about itself.
+
+mod acceptor_monotone;
 
 mod ballot_zero_once;
 mod convergence;
@@ -11,11 +14,11 @@ mod single_value;
 mod visible_after_invalidate;
 mod vouched_is_current;
 
-use megastore_paxos::cells::{SlotRecord, TRUNCATED, log_column};
+use megastore_paxos::cells::{SlotRecord, TRUNCATED, log_column, promise_column};
 use megastore_paxos::messages::AcceptResult;
 use megastore_paxos::{ReplicaReply, ReplicaRequest, root_row};
 use megastore_rowstore::{LATEST, RowRead};
-use megastore_types::{EgId, Position, ReplicaId};
+use megastore_types::{Ballot, EgId, Position, ReplicaId};
 
 pub use single_value::ChosenLog;
 
@@ -39,6 +42,7 @@ pub struct Checkers {
     /// The chosen value of every position seen so far (the ground truth).
     pub chosen: ChosenLog,
     grants: ballot_zero_once::Grants,
+    bounds: acceptor_monotone::Bounds,
     vouched: vouched_is_current::HeldPrefixes,
     /// What broke.
     pub violations: Vec<Violation>,
@@ -56,6 +60,21 @@ pub(crate) fn stored_slot(
         .read_cell(&root_row(eg), &log_column(p), LATEST)
         .expect("memory store reads")?;
     Some(postcard::from_bytes(&cell.value).expect("slots decode"))
+}
+
+/// The promise replica `r` would reload at `p` of `eg` after a restart (its stored
+/// `promise:<p>` cell).
+pub(crate) fn stored_promise(
+    world: &World,
+    r: ReplicaId,
+    eg: &EgId,
+    p: Position,
+) -> Option<Ballot> {
+    let store = &world.replicas.get(&r)?.store;
+    let cell = store
+        .read_cell(&root_row(eg), &promise_column(p), LATEST)
+        .expect("memory store reads")?;
+    Some(postcard::from_bytes(&cell.value).expect("promises decode"))
 }
 
 /// Whether replica `r` holds the chosen value at `p`: its slot has that value, or its
@@ -121,9 +140,12 @@ impl Checkers {
                 entry,
                 ..
             } => {
+                // A vote counts once it is durable, reply or not: a crash right after
+                // the write loses the reply, but a learner reading the slots counts it.
                 let accepted = replies.iter().any(|reply| {
                     matches!(reply, ReplicaReply::Accept { id: reply_id, result: AcceptResult::Accepted } if reply_id == id)
-                });
+                }) || stored_slot(world, r, eg, *position)
+                    .is_some_and(|slot| slot.ballot == *ballot && &slot.entry == entry);
                 if accepted && world.config.topology.is_voter(r) {
                     self.chosen
                         .accepted(world, r, (eg, *position), (*ballot, entry), &mut found);
@@ -137,6 +159,8 @@ impl Checkers {
         }
         self.grants
             .after_accept(world, &self.chosen, r, request, &mut found);
+        self.bounds
+            .after_step(world, r, request, replies, &mut found);
         for (invariant, detail) in found {
             self.violation(world, invariant, detail);
         }

@@ -25,7 +25,8 @@ pub struct ChosenLog {
     /// The ballot each position was first seen chosen at.
     ballots: BTreeMap<(EgId, Position), Ballot>,
     max_visible: BTreeMap<EgId, Position>,
-    /// Every (ballot, value) each voter ever acknowledged accepting. "Chosen" is about
+    /// Every (ballot, value) each voter ever durably accepted (replied or not: a learner
+    /// reading the slots counts it either way). "Chosen" is about
     /// this history, not the current slots: a voter may have moved on to a higher
     /// ballot since.
     accepts: BTreeMap<(EgId, Position), Votes>,
@@ -107,8 +108,9 @@ impl ChosenLog {
         Some(state)
     }
 
-    /// Voter `r` acknowledged accepting `entry` at `ballot`: its persisted state held it
-    /// (replies leave only after the state they depend on is durable).
+    /// Voter `r` durably accepted `entry` at `ballot`: it replied so (replies leave only
+    /// after the state they depend on is durable), or its store holds it (a crash right
+    /// after the write lost the reply).
     pub fn accepted(
         &mut self,
         world: &World,

@@ -576,11 +576,8 @@ impl Settle {
         from: ReplicaId,
         slot: Option<SlotRecord>,
     ) {
-        if let Some(s) = slot.as_ref().filter(|s| s.visible) {
-            let (ballot, entry) = (s.ballot, s.entry.clone());
-            self.learned_visible(ctx, ballot, entry);
-            return;
-        }
+        // (A visible slot never gets here: `on_replica_reply` takes every visible
+        // answer first.)
         let Phase::Learn { replies, .. } = &mut self.phase else {
             return;
         };
@@ -637,10 +634,6 @@ impl Settle {
         from: ReplicaId,
         result: PrepareResult,
     ) {
-        if let PrepareResult::Visible(ballot, entry) = result {
-            self.learned_visible(ctx, ballot, entry);
-            return;
-        }
         if !matches!(self.phase, Phase::Prepare { .. }) {
             return;
         }
@@ -667,6 +660,7 @@ impl Settle {
                 self.max_seen = self.max_seen.max(promised);
                 rejects.insert(from);
             }
+            // Visible: taken by `on_replica_reply` before any phase sees it.
             PrepareResult::Truncated | PrepareResult::Visible(..) => {
                 rejects.insert(from);
             }
@@ -715,6 +709,7 @@ impl Settle {
         result: AcceptResult,
     ) {
         match result {
+            // (`on_replica_reply` takes visible answers first; kept for exhaustiveness.)
             AcceptResult::Visible(ballot, entry) => self.learned_visible(ctx, ballot, entry),
             AcceptResult::Accepted => {
                 if let Phase::FastGrant { leader, .. } = self.phase {
