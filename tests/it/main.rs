@@ -3,6 +3,7 @@
 mod bank;
 mod cluster;
 mod compose;
+mod downstream;
 mod entities;
 mod limits;
 mod operations;

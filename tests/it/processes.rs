@@ -7,7 +7,7 @@ use megastore_config::ClusterConfig;
 use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
 use megastore_e2e::{Process, free_ports, run_megastore};
 use megastore_lock::{LockCommand, LockError, LockReply};
-use megastore_lockd::LockdClient;
+use megastore_rpc::LockdClient;
 use megastore_rpc::pb::coordinator::coordinator_client::CoordinatorClient;
 use megastore_rpc::{coordinator_reply_from_wire, pb};
 use megastore_types::{EgId, Epoch, LockNodeId, Position};

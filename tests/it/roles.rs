@@ -4,11 +4,11 @@ use std::time::{Duration, Instant};
 
 use megastore_client::Client;
 use megastore_e2e::run_megastore;
-use megastore_lockd::LockdClient;
 use megastore_paxos::{
     DataQuery, LogEntry, ReadAt, ReadMode, ReadPath, ReplicaReply, ReplicaRequest,
     messages::ReplicaError,
 };
+use megastore_rpc::LockdClient;
 use megastore_rpc::pb;
 use megastore_rpc::pb::replication::replication_client::ReplicationClient;
 use megastore_types::{Ballot, EgId, Position};

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 use megastore_client::{Client, ClientError};
 use megastore_config::ClusterConfig;
 use megastore_lock::{LockCommand, LockReply, LockRequest};
-use megastore_lockd::LockdClient;
 use megastore_paxos::{DataQuery, ReadMode, ReadResult};
+use megastore_rpc::LockdClient;
 use megastore_types::EgId;
 
 pub(crate) fn eg(n: u32) -> EgId {

@@ -9,8 +9,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use megastore_config::ClusterConfig;
-use megastore_lockd::{LockdClient, LockdNode};
+use megastore_lockd::LockdNode;
 use megastore_replica::{CoordinatorProcess, ReplicaProcess};
+use megastore_rpc::LockdClient;
 use megastore_types::ReplicaKind;
 
 /// The paper's photo schema.

@@ -70,7 +70,7 @@ fn apply(file: &Path, cluster: &ClusterArg) -> anyhow::Result<ExitCode> {
     let config = cluster.load()?;
     let runtime = tokio::runtime::Runtime::new()?;
     let (catalog, version) = runtime.block_on(async {
-        let lockd = megastore_lockd::LockdClient::new(&config).map_err(anyhow::Error::msg)?;
+        let lockd = megastore_rpc::LockdClient::new(&config).map_err(anyhow::Error::msg)?;
         let name = file.display().to_string();
         megastore_client::schema_store::apply_schema(&lockd, &name, &text)
             .await

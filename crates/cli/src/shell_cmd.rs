@@ -16,9 +16,9 @@ use comfy_table::Table;
 use megastore_client::schema_store::load_catalog;
 use megastore_client::{Attempt, Client, Outcome, Transaction, entity_group};
 use megastore_config::ClusterConfig;
-use megastore_lockd::LockdClient;
 use megastore_paxos::{DataQuery, ReadMode, ReadPath, ReadResult};
 use megastore_rowstore::{KeyRange, Row};
+use megastore_rpc::LockdClient;
 use megastore_schema::{Catalog, Value};
 use megastore_types::{EgId, ReplicaKind};
 

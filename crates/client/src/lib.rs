@@ -3,7 +3,10 @@
 //! Responsibility: drive `megastore-paxos`'s [`ClientCore`](megastore_paxos::ClientCore)
 //! over gRPC — carry its messages to replicas, coordinators and lockd, feed their
 //! answers and timer ticks back, and hand each operation's result to the caller. No
-//! protocol decision is taken here.
+//! protocol decision is taken here. Not here either: any server code — the library
+//! links neither RocksDB nor openraft (it reaches lockd through
+//! `megastore_rpc::LockdClient`), so a program outside this workspace that depends on it
+//! compiles in minutes.
 //!
 //! ```text
 //!   Client::read / commit ──► driver task ──► ClientCore::step ──► Send ──► Peers (gRPC)

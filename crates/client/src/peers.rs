@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use megastore_config::ClusterConfig;
-use megastore_lockd::LockdClient;
 use megastore_paxos::Message;
+use megastore_rpc::LockdClient;
 use megastore_rpc::Transport;
 use megastore_rpc::pb::coordinator::coordinator_client::CoordinatorClient;
 use megastore_rpc::pb::replication::replication_client::ReplicationClient;

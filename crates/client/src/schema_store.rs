@@ -8,7 +8,7 @@
 //! cardinality.
 
 use megastore_lock::{LockCommand, LockError, LockReply};
-use megastore_lockd::LockdClient;
+use megastore_rpc::LockdClient;
 use megastore_schema::{Catalog, Label, TableKind, compile};
 
 use crate::client::ClientError;

@@ -8,8 +8,8 @@
 use megastore_config::ClusterConfig;
 use megastore_coordinator::{CoordinatorReply, CoordinatorRequest, lock_name};
 use megastore_lock::{LockCommand, LockHolder, LockReply};
-use megastore_lockd::NodeStatus;
 use megastore_paxos::{LogState, Message, ReplicaError, ReplicaReply, ReplicaRequest};
+use megastore_rpc::NodeStatus;
 use megastore_types::{EgId, Epoch, LockNodeId, NodeId, ReplicaId, ReplicaKind};
 
 use crate::Peers;

@@ -2,7 +2,8 @@
 //!
 //! Responsibility: run the lock service as a fault-tolerant cluster — a Raft log and
 //! state on each node's RocksDB directory (through `rowstore-rocksdb`), Raft and the
-//! lock service served over gRPC, and a client that finds the leader.
+//! lock service served over gRPC. (Its client, which finds the leader, is
+//! `megastore_rpc::LockdClient`: programs that only talk to lockd do not link RocksDB.)
 //!
 //! ```text
 //!   client ──Lock.Call──► leader ──client_write(LockEntry{at: leader clock, cmd})──► Raft log
@@ -25,7 +26,6 @@
 //!   first application's result (`dedup`), so clients may resend after any failure;
 //! - a data directory is stamped with its cluster and node id; another node refuses it.
 
-mod client;
 mod dedup;
 mod network;
 mod server;
@@ -33,7 +33,6 @@ mod state_machine;
 mod storage;
 mod types;
 
-pub use client::{BlockingLockdClient, LockdClient, NodeStatus};
 pub use server::LockdNode;
 pub use types::{LeaseClock, LockEntry, LockResult, TypeConfig};
 

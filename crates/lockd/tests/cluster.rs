@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use megastore_config::ClusterConfig;
 use megastore_lock::conformance::LockHarness;
 use megastore_lock::{LockError, LockServiceExt};
-use megastore_lockd::{BlockingLockdClient, LockdClient, LockdError, LockdNode};
+use megastore_lockd::{LockdError, LockdNode};
+use megastore_rpc::{BlockingLockdClient, LockdClient};
 
 /// Three lockd nodes in one test process, each on its own port and directory.
 ///

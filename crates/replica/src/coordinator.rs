@@ -15,7 +15,7 @@ use megastore_coordinator::{
     Output, lock_name,
 };
 use megastore_lock::{LockCommand, LockReply, LockResponse, SessionId};
-use megastore_lockd::LockdClient;
+use megastore_rpc::LockdClient;
 use megastore_rpc::pb::coordinator as pb;
 use megastore_rpc::pb::coordinator::coordinator_server::{
     Coordinator as CoordinatorRpc, CoordinatorServer,

@@ -28,7 +28,7 @@ pub(crate) struct Gateway {
 }
 
 impl Gateway {
-    pub(crate) fn new(client: Client, lockd: megastore_lockd::LockdClient) -> Self {
+    pub(crate) fn new(client: Client, lockd: megastore_rpc::LockdClient) -> Self {
         Self {
             client,
             sessions: Sessions::default(),

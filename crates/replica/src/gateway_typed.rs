@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use megastore_client::schema_store::load_catalog;
-use megastore_lockd::LockdClient;
+use megastore_rpc::LockdClient;
 use megastore_rpc::pb::client as pb;
 use megastore_schema::{Catalog, DecodedKey, Entity, FieldValue, IndexEntry, Value};
 use tonic::Status;

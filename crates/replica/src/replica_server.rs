@@ -157,7 +157,7 @@ impl ReplicaProcess {
             ),
             None => None,
         };
-        let lockd = megastore_lockd::LockdClient::new(config).map_err(ProcessError::Config)?;
+        let lockd = megastore_rpc::LockdClient::new(config).map_err(ProcessError::Config)?;
         // The public API takes what the library can commit: one message holds the
         // largest transaction (documented in docs/client-api.md, "Limits").
         let gateway = MegastoreServer::new(Gateway::new(gateway, lockd))

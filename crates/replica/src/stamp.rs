@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use megastore_config::ClusterConfig;
 use megastore_lock::{LockCommand, LockError, LockReply};
-use megastore_lockd::LockdClient;
+use megastore_rpc::LockdClient;
 use megastore_types::ReplicaId;
 use serde::{Deserialize, Serialize};
 

@@ -1,9 +1,12 @@
-//! The wire: gRPC services and messages generated from `proto/` (tonic + prost), and
-//! the conversions between them and the pure protocol types.
+//! The wire: gRPC services and messages generated from `proto/` (tonic + prost), the
+//! conversions between them and the pure protocol types, and the transports that carry
+//! them (TLS channels, the lockd client).
 //!
 //! Responsibility: turning bytes from the network into `megastore-paxos` and
-//! `megastore-coordinator` and `megastore-lock` values and back — nothing else. Conversions happen here and
-//! only here (the edge); no protocol decision is taken.
+//! `megastore-coordinator` and `megastore-lock` values and back, and getting them to a
+//! peer — nothing else. Conversions happen here and only here (the edge); no protocol
+//! decision is taken. Not here: any server (lockd's Raft and storage live in
+//! `megastore-lockd`, so a client of the lock service never links them).
 //!
 //! Invariants:
 //! - every pure value survives `to wire → from wire` unchanged (tested for every
@@ -14,6 +17,7 @@
 mod coordinator;
 mod error;
 mod lock;
+mod lockd_client;
 mod replication;
 mod rows;
 mod transport;
@@ -22,6 +26,7 @@ pub use coordinator::{
     reply_from_wire as coordinator_reply_from_wire, reply_to_wire as coordinator_reply_to_wire,
 };
 pub use error::WireError;
+pub use lockd_client::{BlockingLockdClient, LockdClient, NodeStatus};
 pub use replication::{entry_from_wire, entry_to_wire};
 pub use transport::{Transport, TransportError};
 

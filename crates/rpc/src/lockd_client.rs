@@ -8,11 +8,11 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::Transport;
+use crate::pb::lock as pb;
+use crate::pb::lock::lock_client::LockClient as GrpcLockClient;
 use megastore_config::ClusterConfig;
 use megastore_lock::{LockCommand, LockError, LockReply, LockRequest, LockResponse, LockService};
-use megastore_rpc::Transport;
-use megastore_rpc::pb::lock as pb;
-use megastore_rpc::pb::lock::lock_client::LockClient as GrpcLockClient;
 use megastore_types::LockNodeId;
 use tonic::transport::Channel;
 
