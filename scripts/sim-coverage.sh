@@ -26,7 +26,10 @@ profiles=$(mktemp -d)
 trap 'rm -rf "$profiles"' EXIT
 
 echo "==> building megastore-sim with coverage instrumentation (in $target)"
+# Build scripts and proc macros are instrumented too: their profiles go to a directory
+# of their own (not the working directory), and are not merged.
 RUSTFLAGS="-C instrument-coverage -C llvm-args=-enable-name-compression=false" CARGO_TARGET_DIR="$target" \
+    LLVM_PROFILE_FILE="$profiles/build/%p-%m.profraw" \
     cargo build --release --locked -p megastore-sim --quiet
 sim="$target/release/megastore-sim"
 

@@ -218,7 +218,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
     assert_eq!(BUG_NAMES.len(), 22);
 }
 
-/// DESIGN.md §4 and paper §4.6.3: an uncontended write at the leader's site costs one
+/// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one
 /// round trip to the farthest full replica — it waits for every full replica to accept
 /// or be invalidated. The witness is near, so a majority forms in 20 ms: a writer that
 /// skipped the invalidation step would answer in about 22 ms.

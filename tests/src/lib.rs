@@ -204,7 +204,7 @@ pub fn free_ports(n: usize) -> Vec<u16> {
         .collect()
 }
 
-/// The default topology (DESIGN.md §1) on free loopback ports with short timeouts, as
+/// The default topology (docs/architecture.md, "Default topology") on free loopback ports with short timeouts, as
 /// a config file in `dir`: full replicas `a` (site A) and `b` (site B) with
 /// coordinators, witness `c` (C), read-only `d` (D), lockd nodes `lock-0..2` at A, B, C;
 /// every process serves metrics too.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use megastore_config::ClusterConfig;
 
-/// The default topology of DESIGN.md §1, as `megastore dev` runs it (data directories
+/// The default topology (docs/architecture.md, "Default topology"), as `megastore dev` runs it (data directories
 /// relative to its data directory).
 pub(crate) const DEV_TOPOLOGY: &str = include_str!("../../config/cluster.example.toml");
 

@@ -1,4 +1,4 @@
-//! `megastore dev`: the default topology (DESIGN.md §1) in one process — three lockd
+//! `megastore dev`: the default topology (docs/architecture.md, "Default topology") in one process — three lockd
 //! nodes, four replicas, two coordinators — with the photo schema applied and a short
 //! demo; then it serves until interrupted. Its `cluster.toml` (in the data directory)
 //! lets every other command and client connect.

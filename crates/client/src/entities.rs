@@ -1,6 +1,6 @@
 //! Typed access to the entities of a schema inside a transaction: get, put and delete
 //! by primary key, scans of a table or a local index within the group. The schema
-//! crate decides where an entity and its index entries live (DESIGN.md §3); this
+//! crate decides where an entity and its index entries live (docs/architecture.md, "Data layout"); this
 //! module only reads and stages those rows in the transaction.
 //!
 //! Global indexes are not maintained yet: their entries live outside every entity

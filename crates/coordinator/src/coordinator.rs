@@ -23,7 +23,7 @@ pub struct CoordinatorBugs {
     pub release_while_vouching: bool,
     /// Keep the per-group state when the lock is lost and taken again: a coordinator
     /// can then vouch, in its new epoch, for a group whose invalidation it missed while
-    /// it held no lock (DESIGN.md §4: every epoch change empties the state).
+    /// it held no lock (docs/protocol.md: every epoch change empties the state).
     pub keep_state_across_epochs: bool,
 }
 
@@ -147,7 +147,7 @@ enum Phase {
     },
 }
 
-/// The coordinator of one full replica (DESIGN.md §4): which entity groups its replica
+/// The coordinator of one full replica (docs/protocol.md): which entity groups its replica
 /// is current for, valid only while it holds its lock and that lock's lease.
 #[derive(Debug)]
 pub struct Coordinator {

@@ -1,4 +1,4 @@
-//! The coordinator as a pure state machine (DESIGN.md §4, paper §4.4.1 and §4.7).
+//! The coordinator as a pure state machine (docs/protocol.md, paper §4.4.1 and §4.7).
 //!
 //! Responsibility: answer "is my full replica current for this entity group?" safely.
 //! Per group it keeps `Valid { through }` or `Invalid { at }` (absent: not vouched), in

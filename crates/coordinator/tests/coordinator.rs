@@ -1,4 +1,4 @@
-//! The coordinator's rules (DESIGN.md §4; paper §4.7.2), event by event.
+//! The coordinator's rules (docs/protocol.md; paper §4.7.2), event by event.
 
 use std::time::Duration;
 
@@ -471,7 +471,7 @@ fn bug_knobs_break_the_rules_they_name() {
     );
 }
 
-/// DESIGN.md §4: every epoch change empties the state. A coordinator whose lock
+/// docs/protocol.md: every epoch change empties the state. A coordinator whose lock
 /// lapsed may have missed invalidations (writers skipped it once the lock service
 /// called its lock free), so what it vouched for before must not survive into the
 /// epoch of its next lock — with the knob `keep-state-across-epochs` it does.

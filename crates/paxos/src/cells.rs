@@ -1,4 +1,4 @@
-//! The root row's cells: how an acceptor's durable state is laid out (DESIGN.md §3).
+//! The root row's cells: how an acceptor's durable state is laid out (docs/architecture.md, "Data layout").
 //!
 //! | column | value |
 //! |---|---|

@@ -133,7 +133,7 @@ pub struct LogEntry {
     pub txn: Option<TxnId>,
     /// Fingerprint of the schema the writer used (0 when none).
     pub schema: u64,
-    /// The position leader of the next position (DESIGN.md §4); `None` forces the next
+    /// The position leader of the next position (docs/protocol.md); `None` forces the next
     /// writer onto two-phase Paxos.
     pub next_leader: Option<ReplicaId>,
     /// Row writes, all inside the entity group, never its root row.

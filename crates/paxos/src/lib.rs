@@ -1,4 +1,4 @@
-//! Megastore's replication protocol as pure state machines (DESIGN.md §4).
+//! Megastore's replication protocol as pure state machines (docs/protocol.md).
 //!
 //! Responsibility: every protocol decision, once. [`Replica`] is the acceptor and
 //! apply side of a replica server; the proposer side (settling positions, the
@@ -17,7 +17,7 @@
 //!          ──MarkVisible(p)────────► every replica ── apply ── reads may now see p
 //! ```
 //!
-//! Invariants kept here and checked by the simulator (DESIGN.md §5): single-value,
+//! Invariants kept here and checked by the simulator (docs/protocol.md, "Invariants"): single-value,
 //! ballot-zero-once, visible-after-invalidate, vouched-is-current (with the
 //! coordinator), durable-ack, linearizable-eg, prefix-snapshots.
 

@@ -1,6 +1,6 @@
 //! A replica that lost its store: the rejoin rule (it votes only above what a majority
 //! of the other voters held when it came back, and grants ballot 0 only one position
-//! later) and snapshot install (DESIGN.md §4).
+//! later) and snapshot install (docs/protocol.md).
 
 mod support;
 

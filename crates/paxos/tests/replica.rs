@@ -1,4 +1,4 @@
-//! The replica's acceptor rules (DESIGN.md §4; paper §4.4.2, §4.6), request by request,
+//! The replica's acceptor rules (docs/protocol.md; paper §4.4.2, §4.6), request by request,
 //! through a minimal driver over the in-memory row store.
 
 mod support;

@@ -2,7 +2,7 @@
 //!
 //! A replica that has voted must never vote again at a position it may have voted on
 //! before. If its store is lost (a wiped disk, a new machine), it cannot know which
-//! positions those were, so it rejoins (DESIGN.md §4): per group, no vote until the
+//! positions those were, so it rejoins (docs/protocol.md): per group, no vote until the
 //! sweep learned how far the other voters got. To tell "lost its store" from "never
 //! ran", a replica stamps its directory, then records in lockd that it joined — on
 //! every start, before it serves. On start:

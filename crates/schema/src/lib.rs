@@ -3,7 +3,7 @@
 //! Responsibility: turn schema text (the paper's DDL, `*.msdl`) into a validated
 //! [`Catalog`] with stable ids — or into diagnostics that say `file:line:col`, what is
 //! wrong and how to fix it — and define how entities and index entries become rows of
-//! the row store (DESIGN.md §3).
+//! the row store (docs/architecture.md, "Data layout").
 //!
 //! Not here: storing or replicating anything. The mapping produces
 //! [`megastore_rowstore::RowMutation`]s; the protocol decides when they are applied.

@@ -1,5 +1,5 @@
-//! Safety checkers, one per invariant (docs/protocol.md, "Invariants": DESIGN.md §5's
-//! seven and acceptor-monotone). Each reads the world's durable state (the replicas'
+//! Safety checkers, one per invariant of docs/protocol.md, "Invariants" (seven from
+//! the design, and acceptor-monotone). Each reads the world's durable state (the replicas'
 //! stores), the messages replicas send and the clients' history; none trusts what a
 //! protocol core believes about itself.
 
@@ -28,7 +28,7 @@ use crate::world::World;
 /// A broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
-    /// The invariant's name, as in DESIGN.md §5 (or `liveness`).
+    /// The invariant's name, as in docs/protocol.md, "Invariants" (or `liveness`).
     pub invariant: &'static str,
     /// Real time (ns) it was seen.
     pub at: u64,

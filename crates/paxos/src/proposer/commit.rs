@@ -1,4 +1,4 @@
-//! Committing one transaction's log entry at a position (DESIGN.md §4 "Write"; paper
+//! Committing one transaction's log entry at a position (docs/protocol.md "Write"; paper
 //! §4.6.3, Figure 8).
 //!
 //! The entry was built from a current read at `position - 1`. If another value wins

@@ -1,4 +1,4 @@
-//! Reads: current (DESIGN.md §4 "Reads"; paper §4.6.2, Figure 7), snapshot and
+//! Reads: current (docs/protocol.md "Reads"; paper §4.6.2, Figure 7), snapshot and
 //! inconsistent.
 //!
 //! ```text

@@ -1,6 +1,6 @@
 //! Settling one log position: find the chosen value (learn it, or choose one with
 //! Paxos), perform the invalidation step unless it was learned from a visible mark,
-//! then mark it visible everywhere (DESIGN.md §4, write steps 2–6; paper §4.6).
+//! then mark it visible everywhere (docs/protocol.md, write steps 2–6; paper §4.6).
 //!
 //! ```text
 //!  writer with a leader:  FastGrant ─► FastAccept ─┐

@@ -44,7 +44,7 @@ pub struct Proposal {
     pub grant: bool,
 }
 
-/// Whether a replica may vote on a group: the **rejoin** rule (DESIGN.md §4). A replica
+/// Whether a replica may vote on a group: the **rejoin** rule (docs/protocol.md). A replica
 /// that lost its store forgot its promises, accepts and grants; voting again where it
 /// may have voted before could choose a second value. Before its wipe it can have voted
 /// only at positions some other member of that quorum also holds, so once a majority of

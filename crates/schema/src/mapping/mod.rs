@@ -1,5 +1,5 @@
 //! Entity ↔ row mapping: where an entity and its index entries live in the row store,
-//! and which cells hold what (DESIGN.md §3, the paper's Figure 4).
+//! and which cells hold what (docs/architecture.md, "Data layout", the paper's Figure 4).
 //!
 //! Row keys (`‖` is concatenation; `id(x)` is [`keys::encode_object_id`]; `key(…)` is the
 //! key codec):

@@ -433,7 +433,7 @@ fn rows_are_told_apart_from_the_schemas_key_space() {
     // A global index's entries.
     let tags = c.index("PhotosByTag").unwrap();
     assert_eq!(tags.kind, megastore_schema::IndexKind::Global);
-    // Small object ids are one byte (DESIGN.md §3).
+    // Small object ids are one byte (docs/architecture.md, "Data layout").
     let mut entry = vec![u8::try_from(tags.id.0).unwrap()];
     entry.extend_from_slice(b"whatever");
     assert_eq!(
