@@ -23,7 +23,6 @@ use crate::client::{Client, ClientError};
 use crate::groups::require_untyped;
 use crate::txn::{ATTEMPTS_MAX, Attempt, Transaction, retry_pause};
 
-const KEYS_OBJECT: [u8; 5] = [0xF8, 0xFF, 0xFF, 0xFF, 0xFF];
 const VERSION: &[u8] = b"version";
 const VALUE: &[u8] = b"value";
 
@@ -118,7 +117,7 @@ fn check_keys<'a>(keys: impl Iterator<Item = &'a [u8]>) -> Result<(), ClientErro
 
 fn group_keys_prefix(eg: &EgId) -> Vec<u8> {
     let mut row = eg.0.clone();
-    row.extend_from_slice(&KEYS_OBJECT);
+    row.extend_from_slice(&keyspace::VERSIONED_KEYS_OBJECT);
     row
 }
 

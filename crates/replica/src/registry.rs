@@ -9,14 +9,11 @@ use megastore_rowstore::{
     Durability, KeyRange, LATEST, RowMutation, RowRead, RowStore, RowStoreError, ScanOptions,
 };
 
-/// Rows `0xFF 0xFF ‖ "megastore/groups/" ‖ eg`: the system's part of the key space,
-/// where no group's prefix starts ([`megastore_schema::keyspace`]).
-const PREFIX: &[u8] = b"\xff\xffmegastore/groups/";
-const COLUMN: &[u8] = b"g";
-const _: () = assert!(PREFIX[0] == megastore_schema::keyspace::SYSTEM_TAG);
+// Rows `0xFF 0xFF ‖ "megastore/groups/" ‖ eg` (PREFIX) and the layout marker's row, in
+// the system's part of the key space, where no group's prefix starts.
+use megastore_schema::keyspace::{SYSTEM_GROUPS_PREFIX as PREFIX, SYSTEM_LAYOUT_ROW as LAYOUT_ROW};
 
-/// Row `0xFF 0xFF ‖ "megastore/layout"`: the row layout the store is written in.
-const LAYOUT_ROW: &[u8] = b"\xff\xffmegastore/layout";
+const COLUMN: &[u8] = b"g";
 const LAYOUT_COLUMN: &[u8] = b"v";
 /// The row layout of this version: every group id self-delimiting
 /// ([`megastore_schema::keyspace`]). Layout 1, which has no marker, named untyped groups

@@ -10,13 +10,13 @@
 //! | `0x01`–`0xF8` | the schema's objects ([`encode_object_id`](crate::mapping::keys::encode_object_id)): a root table's groups, `id(table) ‖ [scatter2] ‖ key(root key)`, or a global index's entries, `id(index) ‖ …` |
 //! | `0xF9`–`0xFD` | never used |
 //! | `0xFE` ([`UNTYPED_GROUP_TAG`]) | untyped groups: `0xFE ‖ escape(name)` |
-//! | `0xFF` ([`SYSTEM_TAG`]) | the system: a replica's registry of the groups it holds (`0xFF 0xFF …`) |
+//! | `0xFF` ([`SYSTEM_TAG`]) | the system: a replica's registry of the groups it holds ([`SYSTEM_GROUPS_PREFIX`]) and its row-layout marker ([`SYSTEM_LAYOUT_ROW`]) |
 //!
 //! Inside a group with prefix `G`: `G ‖ 0x00` is the root row (the log and replication
 //! state), `G ‖ 0x01`–`G ‖ 0xF7 …` are data rows (an untyped group's key `k` is the
 //! row `G ‖ 0x01 ‖ k`; a typed group's rows start with a table or index id), and
-//! `G ‖ 0xF8 FFFFFFFF …` holds the versioned primitives' keys (an object id no schema
-//! uses).
+//! `G ‖ 0xF8 FFFFFFFF …` ([`VERSIONED_KEYS_OBJECT`]) holds the versioned primitives'
+//! keys (an object id no schema uses).
 //!
 //! A group name is any non-empty byte string up to
 //! [`GROUP_NAME_BYTES_MAX`]: escaping
@@ -31,10 +31,24 @@ use crate::catalog::{Catalog, TableKind};
 use crate::key::{decode_tuple_prefix, scatter_prefix};
 use crate::mapping::keys::decode_object_id;
 
+/// Every reserved byte and range of the key space is named here, and only here.
+///
+/// Object ids below this byte take one byte; larger ones take this byte and the id as a
+/// big-endian u32 ([`encode_object_id`](crate::mapping::keys::encode_object_id)).
+pub const LONG_OBJECT_ID: u8 = 0xF8;
+/// Inside a group, the object id no schema hands out (`u32::MAX` in its long form): the
+/// versioned primitives' keys live under it (`G ‖ 0xF8 FFFFFFFF ‖ escape(key)`).
+pub const VERSIONED_KEYS_OBJECT: [u8; 5] = [LONG_OBJECT_ID, 0xFF, 0xFF, 0xFF, 0xFF];
 /// The first byte of every untyped group's prefix.
 pub const UNTYPED_GROUP_TAG: u8 = 0xFE;
 /// The first byte of the system's rows.
 pub const SYSTEM_TAG: u8 = 0xFF;
+/// A replica's registry of the groups it holds: one row per group,
+/// `0xFF 0xFF ‖ "megastore/groups/" ‖ group prefix`.
+pub const SYSTEM_GROUPS_PREFIX: &[u8] = b"\xff\xffmegastore/groups/";
+/// The row that records which row layout a replica's store is written in.
+pub const SYSTEM_LAYOUT_ROW: &[u8] = b"\xff\xffmegastore/layout";
+const _: () = assert!(SYSTEM_GROUPS_PREFIX[0] == SYSTEM_TAG && SYSTEM_LAYOUT_ROW[0] == SYSTEM_TAG);
 /// The byte between an untyped group's prefix and a key of the group.
 const UNTYPED_DATA: u8 = 0x01;
 

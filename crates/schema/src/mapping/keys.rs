@@ -5,11 +5,9 @@ use megastore_rowstore::{KeyRange, display_key};
 use super::entity::EntityError;
 use crate::catalog::{Catalog, Index, ObjectId, Table, TableKind};
 use crate::key::{KeyPart, decode_tuple_prefix, encode_tuple_into, scatter_prefix};
+use crate::keyspace::LONG_OBJECT_ID as LONG_ID_MARKER;
 use crate::syntax::ast::IndexKind;
 use crate::types::Value;
-
-/// Object ids below this take one byte; the rest take this byte and four more.
-const LONG_ID_MARKER: u8 = 0xF8;
 
 /// Appends an object id in an order-preserving, self-delimiting form: ids below
 /// `0xF8` are one byte; larger ids are `0xF8` followed by the id as big-endian u32.
