@@ -58,6 +58,7 @@ pub const BUG_NAMES: &[&str] = &[
     "read-at-position-reads-applied",
     "keep-state-across-epochs",
     "accept-persists-no-promise",
+    "reply-before-sync",
 ];
 
 /// The knob called `name`.
@@ -87,6 +88,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "read-at-position-reads-applied" => p.read_at_position_reads_applied = true,
         "keep-state-across-epochs" => c.keep_state_across_epochs = true,
         "accept-persists-no-promise" => p.accept_persists_no_promise = true,
+        "reply-before-sync" => p.reply_before_sync = true,
         _ => return None,
     }
     Some(Bugs {

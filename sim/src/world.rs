@@ -12,11 +12,11 @@ use megastore_coordinator::{
 };
 use megastore_lock::{LockCommand, LockCore, LockError, LockResponse};
 use megastore_paxos::{
-    ClientConfig, ClientCore, ClientInput, ClientOutput, Message, ProposerConfig, ProtocolBugs,
-    Replica, ReplicaConfig, ReplicaInput, ReplicaOutput, ReplicaReply, ReplicaRequest, SweepConfig,
-    Timeouts, answer_read, answer_snapshot, data_range, group_range,
+    Batch, ClientConfig, ClientCore, ClientInput, ClientOutput, Message, ProposerConfig,
+    ProtocolBugs, Replica, ReplicaConfig, ReplicaInput, ReplicaReply, ReplicaRequest, SweepConfig,
+    Timeouts,
 };
-use megastore_rowstore::{Durability, KeyRange, LATEST, MemoryStore, RowRead, RowStore};
+use megastore_rowstore::MemoryStore;
 use megastore_types::{
     ClientId, LockNodeId, NodeId, ProposerId, ReplicaId, ReplicaKind, SiteId, Time,
 };
@@ -685,93 +685,61 @@ impl World {
 
     fn run_replica(&mut self, r: ReplicaId, input: ReplicaInput, handled: Option<ReplicaRequest>) {
         let local = self.local_now(NodeId::Replica(r));
-        let mut inputs = VecDeque::from([input]);
-        let mut replies = Vec::new();
-        let mut sends = Vec::new();
-        let mut wake = None;
-        let mut installs = 0;
-        let mut collections = 0;
-        let mut persisted = false;
+        // The same loop as the replica server: writes go to the store buffered, and the
+        // batch's messages leave only after its one sync (`Batch::release`).
+        let mut batch = Batch::new();
         {
             let node = self.replicas.get_mut(&r).expect("replica exists");
             let Some(core) = node.core.as_mut() else {
                 return;
             };
-            while let Some(input) = inputs.pop_front() {
-                for output in core.step(local, input) {
-                    match output {
-                        ReplicaOutput::Load { eg, root_row } => {
-                            let row = node
-                                .store
-                                .read_row(&root_row, &KeyRange::all(), LATEST)
-                                .expect("memory store reads");
-                            inputs.push_back(ReplicaInput::Loaded { eg, row });
-                        }
-                        ReplicaOutput::Persist { mutation } => {
-                            persisted = true;
-                            node.store
-                                .mutate_row(&mutation, None, Durability::Synced)
-                                .expect("memory store writes");
-                        }
-                        ReplicaOutput::Apply { eg, rows } => {
-                            node.store
-                                .mutate_rows(&group_range(&eg), &rows, Durability::Buffered)
-                                .expect("apply stays in its group");
-                        }
-                        ReplicaOutput::Install { eg, rows } => {
-                            installs += 1;
-                            node.store
-                                .mutate_rows(&group_range(&eg), &rows, Durability::Synced)
-                                .expect("an install stays in its group");
-                        }
-                        ReplicaOutput::CollectGarbage { eg, below } => {
-                            collections += 1;
-                            node.store
-                                .collect_garbage(&data_range(&eg), below.0)
-                                .expect("memory store collects");
-                        }
-                        ReplicaOutput::ReadSnapshot {
-                            to,
-                            id,
-                            eg,
-                            at,
-                            slot,
-                        } => {
-                            let reply = answer_snapshot(&node.store, id, &eg, at, slot);
-                            sends.push((to, Message::ReplicaReply(reply)));
-                        }
-                        ReplicaOutput::Send { to, message } => {
-                            if let Message::ReplicaReply(reply) = &message {
-                                replies.push(reply.clone());
-                            }
-                            sends.push((to, message));
-                        }
-                        ReplicaOutput::ReadData {
-                            to, id, at, query, ..
-                        } => {
-                            let reply = answer_read(&node.store, id, at, &query);
-                            sends.push((to, Message::ReplicaReply(reply)));
-                        }
-                        ReplicaOutput::WakeAt(t) => wake = Some(t),
-                    }
-                }
-            }
+            core.step_into(local, input, &node.store, &mut batch)
+                .expect("the memory store does not fail");
         }
-        self.stats.installs += installs;
-        self.stats.collections += collections;
+        let counts = batch.counts();
+        self.stats.installs += counts.installs;
+        self.stats.collections += counts.collections;
         let voted = matches!(
             handled,
             Some(ReplicaRequest::Prepare { .. } | ReplicaRequest::Accept { .. })
         );
-        // The vote is durable, its reply never leaves: a crash at the boundary.
-        let crash = persisted
+        // A crash at the durability boundary: right after a vote's write, either before
+        // the batch's sync (the write is lost with the process) or after it (the vote
+        // is durable, its reply never leaves).
+        let crash = counts.persists > 0
             && voted
             && self.faults_on
             && self.config.crash_after_persist > 0.0
             && self.rng.chance(self.config.crash_after_persist);
-        if crash {
-            replies.clear();
+        if crash && self.rng.chance(0.5) {
+            let node = self.replicas.get_mut(&r).expect("replica exists");
+            batch.discard();
+            node.store.crash();
+            let mut checks = self.checks.take().expect("checkers are present");
+            checks.after_replica_step(self, r, handled.as_ref(), &[]);
+            self.checks = Some(checks);
+            let down = Duration::from_millis(2 + self.rng.below(80));
+            self.crash(NodeId::Replica(r), down);
+            return;
         }
+        let released = {
+            let node = self.replicas.get(&r).expect("replica exists");
+            batch
+                .release(&node.store)
+                .expect("the memory store does not fail")
+        };
+        let replies: Vec<ReplicaReply> = if crash {
+            Vec::new()
+        } else {
+            released
+                .sends
+                .iter()
+                .filter_map(|(_, message)| match message {
+                    Message::ReplicaReply(reply) => Some(reply.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
         let mut checks = self.checks.take().expect("checkers are present");
         checks.after_replica_step(self, r, handled.as_ref(), &replies);
         self.checks = Some(checks);
@@ -780,10 +748,10 @@ impl World {
             self.crash(NodeId::Replica(r), down);
             return;
         }
-        for (to, message) in sends {
+        for (to, message) in released.sends {
             self.send(NodeId::Replica(r), to, message);
         }
-        if let Some(t) = wake {
+        if let Some(t) = released.wake {
             self.wake_at(NodeId::Replica(r), t);
         }
     }

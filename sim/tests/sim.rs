@@ -129,9 +129,9 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     (
         "release-while-vouching",
         &["visible-after-invalidate", "vouched-is-current"],
-        60,
+        90,
     ),
-    ("resolve-any-remembered-txn", &["durable-ack"], 100),
+    ("resolve-any-remembered-txn", &["durable-ack"], 130),
     (
         "collect-without-floor",
         &["linearizable-eg", "prefix-snapshots"],
@@ -144,6 +144,11 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         60,
     ),
     ("accept-persists-no-promise", &["acceptor-monotone"], 10),
+    (
+        "reply-before-sync",
+        &["acceptor-monotone", "single-value", "durable-ack"],
+        10,
+    ),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -207,6 +212,7 @@ knob_tests! {
     read_at_position_reads_applied_is_caught => 17,
     keep_state_across_epochs_is_caught => 18,
     accept_persists_no_promise_is_caught => 19,
+    reply_before_sync_is_caught => 20,
 }
 
 #[test]
@@ -215,7 +221,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 22);
+    assert_eq!(BUG_NAMES.len(), 23);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

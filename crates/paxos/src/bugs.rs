@@ -51,4 +51,7 @@ pub struct ProtocolBugs {
     /// to the accepted ballot: after a restart it can accept a lower ballot than one it
     /// answered before the crash.
     pub accept_persists_no_promise: bool,
+    /// The driver loop releases a batch's messages without syncing the store first:
+    /// replies leave on buffered state a crash loses.
+    pub reply_before_sync: bool,
 }

@@ -45,6 +45,7 @@ pub use proposer::read::{ReadError, ReadMode, ReadPath, ReadResult};
 pub use proposer::resolve::Resolution;
 pub use proposer::{ProposerConfig, Timeouts};
 pub use replica::{
-    CHOSEN_REMEMBERED, GroupLog, HISTORY_KEPT, Input as ReplicaInput, Output as ReplicaOutput,
-    Rejoin, Replica, ReplicaConfig, SweepConfig, answer_read, answer_snapshot,
+    Batch, BatchCounts, CHOSEN_REMEMBERED, GroupLog, HISTORY_KEPT, Input as ReplicaInput,
+    Output as ReplicaOutput, Rejoin, Released, Replica, ReplicaConfig, SweepConfig, answer_read,
+    answer_snapshot,
 };

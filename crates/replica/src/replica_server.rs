@@ -19,10 +19,9 @@ use std::time::Duration;
 
 use megastore_config::{ClusterConfig, resolve_address};
 use megastore_paxos::{
-    Message, Replica, ReplicaConfig, ReplicaInput, ReplicaOutput, ReplicaReply, ReplicaRequest,
-    answer_read, answer_snapshot, data_range, group_range,
+    Batch, Message, Replica, ReplicaConfig, ReplicaInput, ReplicaReply, ReplicaRequest,
 };
-use megastore_rowstore::{Durability, KeyRange, LATEST, RowRead, RowStore};
+use megastore_rowstore::{Durability, RowStore};
 use megastore_rowstore_rocksdb::RocksStore;
 use megastore_rpc::Transport;
 use megastore_rpc::pb::replication as pb;
@@ -244,16 +243,9 @@ struct Driver {
 /// The caller id of the driver's own requests (their replies are dropped).
 const DRIVER: u32 = u32::MAX;
 
-/// What one batch produced, released after its sync.
-#[derive(Default)]
-struct Batch {
-    dirty: bool,
-    sends: Vec<(NodeId, Message)>,
-}
-
 impl Driver {
     fn run(mut self, events: &mpsc::Receiver<Event>) {
-        let mut batch = Batch::default();
+        let mut batch = Batch::new();
         // Load every group this replica holds, so the sweep looks after idle ones too.
         for eg in self.registered.clone() {
             let request = ReplicaRequest::LogState {
@@ -275,7 +267,7 @@ impl Driver {
                 Err(mpsc::RecvTimeoutError::Timeout) => None,
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
             };
-            let mut batch = Batch::default();
+            let mut batch = Batch::new();
             let mut stop = false;
             let mut checkpoints = Vec::new();
             let mut handled = 0;
@@ -333,118 +325,57 @@ impl Driver {
         self.metrics.request(kind);
     }
 
-    /// Steps the machine on one input, and on what reading its asks for produces.
+    /// Steps the machine on one input through the shared driver loop: writes go to the
+    /// store buffered, messages wait in the batch.
     fn step(&mut self, input: ReplicaInput, batch: &mut Batch) {
-        let mut inputs = vec![input];
-        while let Some(input) = inputs.pop() {
-            let now = self.clock.now();
-            for output in self.core.step(now, input) {
-                if let Some(next) = self.carry_out(output, batch) {
-                    inputs.push(next);
-                }
-            }
-        }
-    }
-
-    fn carry_out(&mut self, output: ReplicaOutput, batch: &mut Batch) -> Option<ReplicaInput> {
-        let fail = |what: &str, e: &dyn std::fmt::Display| -> ! {
+        let now = self.clock.now();
+        if let Err(e) = self.core.step_into(now, input, &self.store, batch) {
             // A store that cannot write cannot keep the protocol's promises: stop
             // rather than answer from state that is not durable.
-            tracing::error!("{what} failed: {e}; stopping the replica");
-            std::process::exit(70)
-        };
-        match output {
-            ReplicaOutput::Load { eg, root_row } => {
-                let row = match self.store.read_row(&root_row, &KeyRange::all(), LATEST) {
-                    Ok(row) => row,
-                    Err(e) => fail("reading a root row", &e),
-                };
-                return Some(ReplicaInput::Loaded { eg, row });
-            }
-            ReplicaOutput::Persist { mutation } => {
-                if let Some(eg) = megastore_paxos::group_of_root_row(&mutation.row)
-                    && !self.registered.contains(eg)
-                {
-                    let register = registry::register(eg);
-                    if let Err(e) = self.store.mutate_row(&register, None, Durability::Buffered) {
-                        fail("registering a group", &e);
-                    }
-                    self.registered.insert(eg.to_vec());
-                }
-                if let Err(e) = self.store.mutate_row(&mutation, None, Durability::Buffered) {
-                    fail("persisting", &e);
-                }
-                batch.dirty = true;
-            }
-            ReplicaOutput::Apply { eg, rows } => {
-                self.metrics.applied();
-                if let Err(e) =
-                    self.store
-                        .mutate_rows(&group_range(&eg), &rows, Durability::Buffered)
-                {
-                    fail("applying", &e);
-                }
-            }
-            ReplicaOutput::Install { eg, rows } => {
-                self.metrics.snapshot_installed();
-                if let Err(e) =
-                    self.store
-                        .mutate_rows(&group_range(&eg), &rows, Durability::Buffered)
-                {
-                    fail("installing a snapshot", &e);
-                }
-                batch.dirty = true;
-            }
-            ReplicaOutput::CollectGarbage { eg, below } => {
-                // After the `collected` watermark's write, in one WAL: a crash keeps a
-                // prefix, never the collection without the watermark.
-                if let Err(e) = self.store.collect_garbage(&data_range(&eg), below.0) {
-                    fail("collecting garbage", &e);
-                }
-            }
-            ReplicaOutput::ReadSnapshot {
-                to,
-                id,
-                eg,
-                at,
-                slot,
-            } => {
-                let reply = answer_snapshot(&self.store, id, &eg, at, slot);
-                batch.sends.push((to, Message::ReplicaReply(reply)));
-            }
-            ReplicaOutput::ReadData {
-                to, id, at, query, ..
-            } => {
-                let reply = answer_read(&self.store, id, at, &query);
-                batch.sends.push((to, Message::ReplicaReply(reply)));
-            }
-            ReplicaOutput::Send { to, message } => {
-                if matches!(
-                    message,
-                    Message::ReplicaRequest(
-                        ReplicaRequest::ReadLog { .. } | ReplicaRequest::Snapshot { .. }
-                    )
-                ) {
-                    self.metrics.catchup_requested();
-                }
-                batch.sends.push((to, message));
-            }
-            ReplicaOutput::WakeAt(at) => self.wake = Some(at),
+            tracing::error!("the row store failed: {e}; stopping the replica");
+            std::process::exit(70);
         }
-        None
     }
 
-    /// One WAL sync for everything the batch persisted, then its messages leave.
+    /// Registers the batch's new groups, then one WAL sync for everything the batch
+    /// persisted, then its messages leave.
     fn release(&mut self, batch: Batch) {
-        if batch.dirty {
-            let started = std::time::Instant::now();
-            if let Err(e) = self.store.sync() {
+        for eg in batch.persisted_groups() {
+            if self.registered.contains(&eg.0) {
+                continue;
+            }
+            let register = registry::register(&eg.0);
+            if let Err(e) = self.store.mutate_row(&register, None, Durability::Buffered) {
+                tracing::error!("registering a group failed: {e}; stopping the replica");
+                std::process::exit(70);
+            }
+            self.registered.insert(eg.0.clone());
+        }
+        let counts = batch.counts();
+        for _ in 0..counts.applies {
+            self.metrics.applied();
+        }
+        for _ in 0..counts.installs {
+            self.metrics.snapshot_installed();
+        }
+        for _ in 0..counts.catchup_requests {
+            self.metrics.catchup_requested();
+        }
+        let started = std::time::Instant::now();
+        let released = match batch.release(&self.store) {
+            Ok(released) => released,
+            Err(e) => {
                 tracing::error!("syncing the WAL failed: {e}; stopping the replica");
                 std::process::exit(70);
             }
+        };
+        if released.synced {
             self.metrics.wal_synced(started.elapsed().as_secs_f64());
         }
-        for (to, message) in batch.sends {
+        if let Some(wake) = released.wake {
+            self.wake = Some(wake);
+        }
+        for (to, message) in released.sends {
             match (to, message) {
                 (NodeId::Client(ClientId(caller)), Message::ReplicaReply(reply)) => {
                     if let Some(waiting) = self.waiting.remove(&caller) {

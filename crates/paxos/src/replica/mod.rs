@@ -9,9 +9,11 @@
 //!
 //! Outputs run in order, and a `Send` may leave only once every `Persist` before it
 //! is durable: that is how "reply only after the state it depends on is durable" is
-//! kept. A driver may batch the persists of several steps into one sync, as long as it
-//! holds back their sends until then.
+//! kept. Hosts do not carry outputs out themselves: [`Replica::step_into`] does, into a
+//! [`Batch`] whose messages only [`Batch::release`] hands out, after one sync for
+//! however many steps the batch took (`driver`).
 
+mod driver;
 mod group;
 mod sweep;
 
@@ -22,6 +24,7 @@ use megastore_types::{
     EgId, NodeId, Position, ReplicaId, ReplicaInfo, ReplicaKind, Time, Topology,
 };
 
+pub use driver::{Batch, BatchCounts, Released};
 pub use group::{CHOSEN_REMEMBERED, GroupLog, HISTORY_KEPT, Proposal, Rejoin};
 pub use sweep::SweepConfig;
 
@@ -207,8 +210,9 @@ impl Replica {
         })
     }
 
-    /// Handles one event.
-    pub fn step(&mut self, now: Time, input: Input) -> Vec<Output> {
+    /// Handles one event. Hosts call [`Replica::step_into`], which carries the outputs
+    /// out; only the driver loop sees them raw.
+    pub(crate) fn step(&mut self, now: Time, input: Input) -> Vec<Output> {
         let mut out = Vec::new();
         let mut sends = Vec::new();
         let mut actions = Vec::new();

@@ -5,10 +5,10 @@
 
 use megastore_paxos::messages::AcceptResult;
 use megastore_paxos::{
-    CellWrite, LogEntry, Message, ProtocolBugs, Replica, ReplicaConfig, ReplicaInput,
-    ReplicaOutput, ReplicaReply, ReplicaRequest, RowWrite, answer_read, answer_snapshot,
+    Batch, CellWrite, LogEntry, Message, ProtocolBugs, Replica, ReplicaConfig, ReplicaInput,
+    ReplicaReply, ReplicaRequest, RowWrite,
 };
-use megastore_rowstore::{Durability, KeyRange, LATEST, MemoryStore, RowRead, RowStore};
+use megastore_rowstore::MemoryStore;
 use megastore_types::{
     Ballot, ClientId, EgId, NodeId, Position, ProposerId, ReplicaId, ReplicaInfo, ReplicaKind,
     SiteId, Time, Topology, TxnId,
@@ -103,65 +103,30 @@ impl Node {
         }
     }
 
-    /// Sends one request; returns the reply.
+    /// Sends one request; returns the reply (through the driver loop every host runs:
+    /// the reply leaves once the batch's writes are synced).
     pub(crate) fn ask(&mut self, request: ReplicaRequest) -> ReplicaReply {
-        let mut pending = vec![ReplicaInput::Message {
-            from: CLIENT,
-            message: Message::ReplicaRequest(request),
-        }];
-        let mut replies = Vec::new();
-        while let Some(input) = pending.pop() {
-            for output in self.replica.step(Time::ZERO, input) {
-                match output {
-                    ReplicaOutput::Load { eg, root_row } => {
-                        let row = self
-                            .store
-                            .read_row(&root_row, &KeyRange::all(), LATEST)
-                            .unwrap();
-                        pending.push(ReplicaInput::Loaded { eg, row });
-                    }
-                    ReplicaOutput::Persist { mutation } => {
-                        self.store
-                            .mutate_row(&mutation, None, Durability::Synced)
-                            .unwrap();
-                    }
-                    ReplicaOutput::Apply { eg, rows } => {
-                        self.store
-                            .mutate_rows(
-                                &megastore_paxos::group_range(&eg),
-                                &rows,
-                                Durability::Buffered,
-                            )
-                            .unwrap();
-                    }
-                    ReplicaOutput::Send {
-                        message: Message::ReplicaReply(reply),
-                        ..
-                    } => replies.push(reply),
-                    ReplicaOutput::ReadData { id, at, query, .. } => {
-                        replies.push(answer_read(&self.store, id, at, &query))
-                    }
-                    ReplicaOutput::ReadSnapshot {
-                        id, eg, at, slot, ..
-                    } => replies.push(answer_snapshot(&self.store, id, &eg, at, slot)),
-                    ReplicaOutput::Install { eg, rows } => {
-                        self.store
-                            .mutate_rows(
-                                &megastore_paxos::group_range(&eg),
-                                &rows,
-                                Durability::Synced,
-                            )
-                            .unwrap();
-                    }
-                    ReplicaOutput::CollectGarbage { eg, below } => {
-                        self.store
-                            .collect_garbage(&megastore_paxos::data_range(&eg), below.0)
-                            .unwrap();
-                    }
-                    other => panic!("unexpected output {other:?}"),
-                }
-            }
-        }
+        let mut batch = Batch::new();
+        self.replica
+            .step_into(
+                Time::ZERO,
+                ReplicaInput::Message {
+                    from: CLIENT,
+                    message: Message::ReplicaRequest(request),
+                },
+                &self.store,
+                &mut batch,
+            )
+            .unwrap();
+        let released = batch.release(&self.store).unwrap();
+        let mut replies: Vec<ReplicaReply> = released
+            .sends
+            .into_iter()
+            .filter_map(|(_, message)| match message {
+                Message::ReplicaReply(reply) => Some(reply),
+                _ => None,
+            })
+            .collect();
         assert_eq!(replies.len(), 1, "{replies:?}");
         replies.pop().unwrap()
     }

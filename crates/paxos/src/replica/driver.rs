@@ -1,0 +1,205 @@
+//! Carrying out a replica's outputs over any [`RowStore`]: the one loop every host of a
+//! [`Replica`] runs (the replica server, the simulator, the core's tests), so the
+//! durability rule is kept once, and by the types rather than by list order.
+//!
+//! ```text
+//!   Replica::step_into(input, store, &mut batch)   (once or many times)
+//!       Load ──► read the root row ──► Input::Loaded (stepped at once)
+//!       Persist / Install ──► written buffered; the batch now needs a sync
+//!       Apply / CollectGarbage ──► written buffered
+//!       ReadData / ReadSnapshot ──► answered from the store, held
+//!       Send ──► held
+//!   batch.release(store) ──► one sync if needed ──► the held messages
+//! ```
+//!
+//! Invariant (*durable before sent*): the messages of a batch are reachable only
+//! through [`Batch::release`], which syncs the store first whenever the batch wrote
+//! replication state — so no reply leaves before the state it depends on is durable,
+//! however many steps share the one sync.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use megastore_rowstore::{Durability, KeyRange, LATEST, RowStore, RowStoreError};
+use megastore_types::{EgId, NodeId, Time};
+
+use super::{Input, Output, Replica, answer_read, answer_snapshot};
+use crate::entry::{data_range, group_of_root_row, group_range};
+use crate::messages::{Message, ReplicaRequest};
+
+/// The effects of one or more steps, written to the store but not yet synced, and the
+/// messages that wait for the sync.
+#[derive(Debug, Default)]
+pub struct Batch {
+    sends: Vec<(NodeId, Message)>,
+    needs_sync: bool,
+    reply_before_sync: bool,
+    wake: Option<Time>,
+    persisted: BTreeSet<EgId>,
+    counts: BatchCounts,
+}
+
+/// What a batch did, for a host's metrics and statistics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct BatchCounts {
+    /// Root-row mutations written.
+    pub persists: u64,
+    /// Entries applied (apply batches).
+    pub applies: u64,
+    /// Snapshots installed.
+    pub installs: u64,
+    /// Garbage collections run.
+    pub collections: u64,
+    /// Catch-up requests sent to other replicas (`ReadLog`, `Snapshot`).
+    pub catchup_requests: u64,
+}
+
+/// What may happen once a batch is released.
+#[derive(Debug)]
+pub struct Released {
+    /// The messages, in the order the steps produced them.
+    pub sends: Vec<(NodeId, Message)>,
+    /// The store was synced for them.
+    pub synced: bool,
+    /// When the replica wants its next tick, if it said.
+    pub wake: Option<Time>,
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether the batch wrote replication state (a root row or a snapshot install),
+    /// so releasing it syncs the store.
+    pub fn needs_sync(&self) -> bool {
+        self.needs_sync
+    }
+
+    /// The groups whose root row the batch wrote (a host that keeps a registry of its
+    /// groups writes their entries before releasing the batch).
+    pub fn persisted_groups(&self) -> &BTreeSet<EgId> {
+        &self.persisted
+    }
+
+    /// What the batch did so far.
+    pub fn counts(&self) -> BatchCounts {
+        self.counts
+    }
+
+    /// The replies the batch holds (for a simulator's checkers, before release).
+    pub fn replies(&self) -> impl Iterator<Item = &crate::messages::ReplicaReply> {
+        self.sends.iter().filter_map(|(_, message)| match message {
+            Message::ReplicaReply(reply) => Some(reply),
+            _ => None,
+        })
+    }
+
+    /// Syncs `store` if the batch wrote replication state, then hands out its messages.
+    /// (With the `reply-before-sync` knob, the sync is skipped: the messages leave on
+    /// buffered state a crash can lose.)
+    pub fn release<S: RowStore>(self, store: &S) -> Result<Released, RowStoreError> {
+        let synced = self.needs_sync && !self.reply_before_sync;
+        if synced {
+            store.sync()?;
+        }
+        Ok(Released {
+            sends: self.sends,
+            synced,
+            wake: self.wake,
+        })
+    }
+
+    /// Drops the batch without sending anything (its process crashed before the sync).
+    pub fn discard(self) {}
+}
+
+impl Replica {
+    /// Steps the replica on `input` and carries out its outputs on `store`, feeding
+    /// back what reading the store produces (a loaded root row), into `batch`.
+    pub fn step_into<S: RowStore>(
+        &mut self,
+        now: Time,
+        input: Input,
+        store: &S,
+        batch: &mut Batch,
+    ) -> Result<(), RowStoreError> {
+        batch.reply_before_sync |= self.config.bugs.reply_before_sync;
+        let mut inputs = VecDeque::from([input]);
+        while let Some(input) = inputs.pop_front() {
+            for output in self.step(now, input) {
+                if let Some(next) = carry_out(output, store, batch)? {
+                    inputs.push_back(next);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Carries out one output; a load's answer is the next input.
+fn carry_out<S: RowStore>(
+    output: Output,
+    store: &S,
+    batch: &mut Batch,
+) -> Result<Option<Input>, RowStoreError> {
+    match output {
+        Output::Load { eg, root_row } => {
+            let row = store.read_row(&root_row, &KeyRange::all(), LATEST)?;
+            return Ok(Some(Input::Loaded { eg, row }));
+        }
+        Output::Persist { mutation } => {
+            if let Some(eg) = group_of_root_row(&mutation.row) {
+                batch.persisted.insert(EgId(eg.to_vec()));
+            }
+            store.mutate_row(&mutation, None, Durability::Buffered)?;
+            batch.needs_sync = true;
+            batch.counts.persists += 1;
+        }
+        Output::Apply { eg, rows } => {
+            // Need not be synced: a lost apply is redone from the log.
+            store.mutate_rows(&group_range(&eg), &rows, Durability::Buffered)?;
+            batch.counts.applies += 1;
+        }
+        Output::Install { eg, rows } => {
+            store.mutate_rows(&group_range(&eg), &rows, Durability::Buffered)?;
+            batch.needs_sync = true;
+            batch.counts.installs += 1;
+        }
+        Output::CollectGarbage { eg, below } => {
+            // After the `collected` watermark's write, in the same order in the store's
+            // log: a crash keeps a prefix, never the collection without the watermark.
+            store.collect_garbage(&data_range(&eg), below.0)?;
+            batch.counts.collections += 1;
+        }
+        Output::ReadSnapshot {
+            to,
+            id,
+            eg,
+            at,
+            slot,
+        } => {
+            let reply = answer_snapshot(store, id, &eg, at, slot);
+            batch.sends.push((to, Message::ReplicaReply(reply)));
+        }
+        Output::ReadData {
+            to, id, at, query, ..
+        } => {
+            let reply = answer_read(store, id, at, &query);
+            batch.sends.push((to, Message::ReplicaReply(reply)));
+        }
+        Output::Send { to, message } => {
+            if matches!(
+                message,
+                Message::ReplicaRequest(
+                    ReplicaRequest::ReadLog { .. } | ReplicaRequest::Snapshot { .. }
+                )
+            ) {
+                batch.counts.catchup_requests += 1;
+            }
+            batch.sends.push((to, message));
+        }
+        Output::WakeAt(at) => batch.wake = Some(at),
+    }
+    Ok(None)
+}
