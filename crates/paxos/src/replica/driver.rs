@@ -70,12 +70,6 @@ impl Batch {
         Self::default()
     }
 
-    /// Whether the batch wrote replication state (a root row or a snapshot install),
-    /// so releasing it syncs the store.
-    pub fn needs_sync(&self) -> bool {
-        self.needs_sync
-    }
-
     /// The groups whose root row the batch wrote (a host that keeps a registry of its
     /// groups writes their entries before releasing the batch).
     pub fn persisted_groups(&self) -> &BTreeSet<EgId> {
@@ -85,14 +79,6 @@ impl Batch {
     /// What the batch did so far.
     pub fn counts(&self) -> BatchCounts {
         self.counts
-    }
-
-    /// The replies the batch holds (for a simulator's checkers, before release).
-    pub fn replies(&self) -> impl Iterator<Item = &crate::messages::ReplicaReply> {
-        self.sends.iter().filter_map(|(_, message)| match message {
-            Message::ReplicaReply(reply) => Some(reply),
-            _ => None,
-        })
     }
 
     /// Syncs `store` if the batch wrote replication state, then hands out its messages.
