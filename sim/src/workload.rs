@@ -147,6 +147,18 @@ impl ClientNode {
         (0..self.keys).map(|k| row(eg, k)).collect()
     }
 
+    /// The whole group, by its keys or (now and then) as a scan of its data rows.
+    fn group_query(&mut self, eg: &EgId) -> DataQuery {
+        if self.rng.chance(0.3) {
+            DataQuery::Scan {
+                range: megastore_paxos::data_range(eg),
+                limit: None,
+            }
+        } else {
+            DataQuery::Rows(self.all_rows(eg))
+        }
+    }
+
     fn some_rows(&mut self, eg: &EgId) -> Vec<Vec<u8>> {
         let first = self.rng.below(u64::from(self.keys)) as u8;
         let mut rows = vec![row(eg, first)];
@@ -162,7 +174,7 @@ impl ClientNode {
     /// Starts the next operation.
     pub fn start_next(&mut self, real: u64, now: Time) -> Vec<ClientOutput> {
         let eg = group(self.rng.below(u64::from(self.groups)) as u16);
-        let query = DataQuery::Rows(self.all_rows(&eg));
+        let query = self.group_query(&eg);
         let dice = match (self.writes_only, self.role) {
             (true, _) => 50,
             (false, Role::Mixed) => self.rng.below(100),
@@ -354,7 +366,7 @@ impl ClientNode {
                 fresh
             }
         };
-        let query = DataQuery::Rows(self.all_rows(&eg));
+        let query = self.group_query(&eg);
         let (op, out) = self
             .core
             .read(now, eg.clone(), ReadMode::AtPosition(position), query);
@@ -400,13 +412,20 @@ impl ClientNode {
         };
         self.writes += 1;
         let tag = format!("c{}.{}", self.id.0, self.writes).into_bytes();
+        // Now and then a key is deleted rather than set.
         let writes = rows
             .iter()
             .map(|row| RowWrite {
                 row: row.clone(),
-                cells: vec![CellWrite::Set {
-                    column: COLUMN.to_vec(),
-                    value: tag.clone(),
+                cells: vec![if self.rng.chance(0.15) {
+                    CellWrite::Delete {
+                        column: COLUMN.to_vec(),
+                    }
+                } else {
+                    CellWrite::Set {
+                        column: COLUMN.to_vec(),
+                        value: tag.clone(),
+                    }
                 }],
             })
             .collect();
@@ -436,10 +455,12 @@ impl ClientNode {
 
 /// A read's record; `at`, for a read at a position, is the position it asked for.
 fn read_outcome(read: &ReadResult, at: Option<Position>) -> Outcome {
+    // A key without a value (never written, or deleted) is absent, whether or not the
+    // store still returns its row.
     let values: BTreeMap<Vec<u8>, Option<Vec<u8>>> = read
         .rows
         .iter()
-        .map(|r| (r.key.clone(), r.value(COLUMN).map(<[u8]>::to_vec)))
+        .filter_map(|r| Some((r.key.clone(), Some(r.value(COLUMN)?.to_vec()))))
         .collect();
     Outcome::Read {
         position: at.or(read.position),

@@ -125,13 +125,13 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         &["single-value", "ballot-zero-once", "linearizable-eg"],
         180,
     ),
-    ("resolve-without-settling", &["durable-ack"], 40),
+    ("resolve-without-settling", &["durable-ack"], 50),
     (
         "release-while-vouching",
         &["visible-after-invalidate", "vouched-is-current"],
         90,
     ),
-    ("resolve-any-remembered-txn", &["durable-ack"], 130),
+    ("resolve-any-remembered-txn", &["durable-ack"], 170),
     (
         "collect-without-floor",
         &["linearizable-eg", "prefix-snapshots"],
@@ -141,7 +141,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     (
         "keep-state-across-epochs",
         &["vouched-is-current", "visible-after-invalidate"],
-        60,
+        80,
     ),
     ("accept-persists-no-promise", &["acceptor-monotone"], 10),
     (
