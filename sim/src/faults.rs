@@ -245,11 +245,12 @@ pub(crate) fn inject(world: &mut World) {
         }
         84..92 => {
             // Lock leader change (a new Raft term): leases restart on the new leader.
-            let count = world.lock.nodes.len() as u16;
+            let count = world.lock.model.len() as u16;
             let next = LockNodeId(
-                (world.lock.leader.0 + 1 + world.rng().below(u64::from(count)) as u16) % count,
+                (world.lock.model.leader().0 + 1 + world.rng().below(u64::from(count)) as u16)
+                    % count,
             );
-            if world.lock.nodes[&next].1 {
+            if world.lock.model.is_up(next) {
                 world.stats.faults += 1;
                 world
                     .trace
@@ -258,7 +259,7 @@ pub(crate) fn inject(world: &mut World) {
             }
         }
         _ => {
-            let count = world.lock.nodes.len() as u64;
+            let count = world.lock.model.len() as u64;
             let n = NodeId::LockNode(LockNodeId(world.rng().below(count) as u16));
             let d = millis(world, 300, 3000);
             world.crash(n, d);

@@ -10,7 +10,7 @@ use megastore_coordinator::{
     Coordinator, CoordinatorBugs, CoordinatorConfig, Input as CoordinatorInput,
     Output as CoordinatorOutput,
 };
-use megastore_lock::{LockCommand, LockCore, LockError, LockResponse};
+use megastore_lock::{LockCommand, LockCore, QuorumModel};
 use megastore_paxos::{
     Batch, ClientConfig, ClientCore, ClientInput, ClientOutput, Message, ProposerConfig,
     ProtocolBugs, Replica, ReplicaConfig, ReplicaInput, ReplicaReply, ReplicaRequest, SweepConfig,
@@ -61,15 +61,14 @@ pub struct CoordinatorNode {
     pub site: SiteId,
 }
 
-/// The lock service: one replicated state machine, served by its leader node while
-/// that node can reach a majority of the lock nodes.
+/// The lock service: `megastore_lock::QuorumModel` (one replicated state machine,
+/// served by its leader node while that node reaches a majority), and where its nodes
+/// run.
 pub struct LockModel {
-    /// The replicated state.
-    pub core: LockCore,
-    /// The current leader.
-    pub leader: LockNodeId,
-    /// Each node's site and whether it is up.
-    pub nodes: BTreeMap<LockNodeId, (SiteId, bool)>,
+    /// Who answers what.
+    pub model: QuorumModel,
+    /// Each node's site.
+    pub sites: BTreeMap<LockNodeId, SiteId>,
 }
 
 /// What a hold holds back: a node's whole inbox, or one directed link.
@@ -287,7 +286,7 @@ impl World {
         let mut lock_node_map = BTreeMap::new();
         for (i, site) in config.lock_sites.iter().enumerate() {
             clock(&mut rng, NodeId::LockNode(LockNodeId(i as u16)));
-            lock_node_map.insert(LockNodeId(i as u16), (*site, true));
+            lock_node_map.insert(LockNodeId(i as u16), *site);
         }
         let mut clients = BTreeMap::new();
         for (i, site) in config.client_sites.iter().enumerate() {
@@ -324,9 +323,12 @@ impl World {
             clients.insert(id, node);
         }
         let lock = LockModel {
-            core: LockCore::new(config.lock_lease),
-            leader: LockNodeId(0),
-            nodes: lock_node_map,
+            model: QuorumModel::new(
+                LockCore::new(config.lock_lease),
+                lock_node_map.keys().copied(),
+                LockNodeId(0),
+            ),
+            sites: lock_node_map,
         };
         let safety_end = ns(config.safety_phase);
         let mut world = World {
@@ -387,7 +389,7 @@ impl World {
         let lease = self.config.lock_lease;
         CoordinatorConfig {
             replica: r,
-            lock_nodes: self.lock.nodes.keys().copied().collect(),
+            lock_nodes: self.lock.model.nodes().collect(),
             lock_attempt_timeout: self.config.max_latency() * 4 + Duration::from_millis(40),
             keepalive_interval: lease / 4,
             max_clock_drift_ppm: self.config.max_drift_ppm,
@@ -461,7 +463,7 @@ impl World {
             NodeId::Replica(r) => self.replicas[&r].site,
             NodeId::Coordinator(r) => self.coordinators[&r].site,
             NodeId::Client(c) => self.clients[&c].site,
-            NodeId::LockNode(n) => self.lock.nodes[&n].0,
+            NodeId::LockNode(n) => self.lock.sites[&n],
         }
     }
 
@@ -625,62 +627,31 @@ impl World {
     /// A lock node answers: only the leader serves, and only while it can reach a
     /// majority of the lock nodes (as a Raft leader must).
     fn serve_lock(&mut self, n: LockNodeId, from: NodeId, request: megastore_lock::LockRequest) {
-        if !self.lock.nodes[&n].1 {
+        let clock = self.clocks[&NodeId::LockNode(n)];
+        let now = self.now;
+        let net = &self.net;
+        let Some(response) =
+            self.lock
+                .model
+                .serve(n, || clock.local(now), &request, lock_link(net))
+        else {
             return;
-        }
-        let result = if n != self.lock.leader {
-            Err(LockError::NotLeader)
-        } else if !self.lock_quorum(n) {
-            Err(LockError::Unavailable)
-        } else {
-            let now = self.local_now(NodeId::LockNode(n));
-            let result = self.lock.core.apply(now, &request.command);
-            self.lock.core.check_invariants();
-            result
-        };
-        let response = LockResponse {
-            id: request.id,
-            result,
         };
         self.send(NodeId::LockNode(n), from, Message::LockResponse(response));
-    }
-
-    fn lock_quorum(&self, n: LockNodeId) -> bool {
-        let me = NodeId::LockNode(n);
-        let reachable = self
-            .lock
-            .nodes
-            .iter()
-            .filter(|(m, (_, up))| {
-                let other = NodeId::LockNode(**m);
-                *up && (other == me
-                    || (self.net.reachable(me, other) && self.net.reachable(other, me)))
-            })
-            .count();
-        self.lock.nodes[&n].1 && reachable > self.lock.nodes.len() / 2
     }
 
     /// A leader that lost its majority is replaced by a node that has one; the new
     /// leader restarts every lease on its own clock.
     fn elect_lock_leader(&mut self) {
-        if self.lock_quorum(self.lock.leader) {
-            return;
-        }
-        let candidate = self
-            .lock
-            .nodes
-            .keys()
-            .copied()
-            .find(|n| self.lock_quorum(*n));
-        if let Some(n) = candidate {
-            self.change_lock_leader(n);
-        }
+        let (clocks, now, net) = (&self.clocks, self.now, &self.net);
+        self.lock
+            .model
+            .elect(|n| clocks[&NodeId::LockNode(n)].local(now), lock_link(net));
     }
 
     pub(crate) fn change_lock_leader(&mut self, n: LockNodeId) {
-        self.lock.leader = n;
         let now = self.local_now(NodeId::LockNode(n));
-        self.lock.core.restart_leases(now);
+        self.lock.model.change_leader(n, now);
     }
 
     fn run_replica(&mut self, r: ReplicaId, input: ReplicaInput, handled: Option<ReplicaRequest>) {
@@ -858,9 +829,7 @@ impl World {
                 }
             }
             NodeId::LockNode(n) => {
-                if let Some(entry) = self.lock.nodes.get_mut(&n) {
-                    entry.1 = false;
-                }
+                self.lock.model.set_up(n, false);
             }
             NodeId::Client(_) => return,
         }
@@ -895,7 +864,7 @@ impl World {
         self.trace.note(self.now, &format!("restart {node}"));
         match node {
             NodeId::Replica(r) => {
-                let lock_nodes: Vec<LockNodeId> = self.lock.nodes.keys().copied().collect();
+                let lock_nodes: Vec<LockNodeId> = self.lock.model.nodes().collect();
                 let seed = self.rng.next_u64();
                 let rejoining = self.replicas.get(&r).is_some_and(|n| n.rejoining);
                 let config = replica_config(
@@ -923,9 +892,7 @@ impl World {
                 }
             }
             NodeId::LockNode(n) => {
-                if let Some(entry) = self.lock.nodes.get_mut(&n) {
-                    entry.1 = true;
-                }
+                self.lock.model.set_up(n, true);
             }
             NodeId::Client(_) => {}
         }
@@ -959,19 +926,13 @@ impl World {
     /// `megastore coordinator disable`: revokes the holder of the coordinator's lock,
     /// through the lock service's leader (refused without a majority, as lockd would).
     fn disable_coordinator(&mut self, r: ReplicaId) {
-        let leader = self.lock.leader;
-        let result = if self.lock_quorum(leader) {
-            let now = self.local_now(NodeId::LockNode(leader));
-            let lock = megastore_coordinator::lock_name(r);
-            let result = self
-                .lock
-                .core
-                .apply(now, &LockCommand::RevokeHolder { lock });
-            self.lock.core.check_invariants();
-            result
-        } else {
-            Err(LockError::Unavailable)
-        };
+        let lock = megastore_coordinator::lock_name(r);
+        let (clocks, now, net) = (&self.clocks, self.now, &self.net);
+        let result = self.lock.model.execute_at_leader(
+            |n| clocks[&NodeId::LockNode(n)].local(now),
+            &LockCommand::RevokeHolder { lock },
+            lock_link(net),
+        );
         self.trace.note(
             self.now,
             &format!("operator disables coordinator {}: {result:?}", r.0),
@@ -1046,7 +1007,7 @@ impl World {
     pub(crate) fn all_nodes(&self) -> Vec<NodeId> {
         let mut nodes: Vec<NodeId> = self.replicas.keys().map(|r| NodeId::Replica(*r)).collect();
         nodes.extend(self.coordinators.keys().map(|r| NodeId::Coordinator(*r)));
-        nodes.extend(self.lock.nodes.keys().map(|n| NodeId::LockNode(*n)));
+        nodes.extend(self.lock.model.nodes().map(NodeId::LockNode));
         nodes.extend(self.clients.keys().map(|c| NodeId::Client(*c)));
         nodes
     }
@@ -1080,4 +1041,9 @@ impl World {
     pub fn replica_reply_ok(reply: &ReplicaReply) -> bool {
         !matches!(reply, ReplicaReply::Error { .. })
     }
+}
+
+/// Whether lock node `a` reaches lock node `b` on `net`.
+fn lock_link(net: &Network) -> impl Fn(LockNodeId, LockNodeId) -> bool + '_ {
+    move |a, b| net.reachable(NodeId::LockNode(a), NodeId::LockNode(b))
 }

@@ -5,8 +5,9 @@
 //! machine every lock node applies (the simulator hosts it behind partitionable lock
 //! nodes; `lockd` replicates it with openraft). [`LockService`] is the synchronous API,
 //! [`LocalLockService`] an in-process implementation, [`conformance`] the suite every
-//! implementation passes, and [`LockClient`] the pure client state machine that finds
-//! the leading node.
+//! implementation passes, [`LockClient`] the pure client state machine that finds
+//! the leading node, and [`QuorumModel`] the service as a host without Raft sees it
+//! (who answers, and when leadership moves).
 //!
 //! Not here: networking, persistence, elections (the host of the core provides them).
 //!
@@ -22,6 +23,7 @@ pub mod client;
 pub mod conformance;
 mod core;
 pub mod messages;
+mod quorum;
 mod service;
 
 pub use client::{LockClient, LockOutcome, LockSend};
@@ -29,6 +31,7 @@ pub use core::{
     LockCommand, LockCore, LockError, LockFile, LockHolder, LockReply, Sequencer, SessionId,
 };
 pub use messages::{LockRequest, LockResponse};
+pub use quorum::QuorumModel;
 pub use service::{LocalLockService, LockService, LockServiceExt};
 
 #[cfg(test)]
