@@ -1,0 +1,122 @@
+//! The invalidation step (write step 5): once the value is chosen, every full replica
+//! not known to hold it has its coordinator invalidated for the group — or a
+//! linearizable read of the lock service shows that coordinator's lock lapsed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
+use megastore_lock::{LockError, LockReply};
+use megastore_types::{Ballot, ReplicaId, ReplicaKind};
+
+use super::super::Ctx;
+use super::{Invalidation, Phase, Round, Settle};
+use crate::entry::LogEntry;
+
+impl Settle {
+    /// Write step 5 for a value just chosen (not learned from a visible mark).
+    pub(super) fn on_chosen<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        ballot: Ballot,
+        value: LogEntry,
+        holders: BTreeSet<ReplicaId>,
+    ) {
+        self.chosen = Some((ballot, value.clone()));
+        self.round = Some(Round {
+            ballot,
+            value,
+            acks: holders.clone(),
+            rejects: BTreeSet::new(),
+        });
+        self.outstanding.clear();
+        let bugs = ctx.config.bugs;
+        if bugs.skip_invalidate {
+            self.mark_visible(ctx);
+            return;
+        }
+        let targets: Vec<ReplicaId> = ctx
+            .config
+            .topology
+            .of_kind(ReplicaKind::Full)
+            .filter(|r| !holders.contains(r))
+            .filter(|r| !bugs.invalidate_only_seen_lacking || self.seen_lacking.contains(r))
+            .collect();
+        let mut pending = BTreeMap::new();
+        for r in targets {
+            self.invalidate(ctx, r);
+            pending.insert(
+                r,
+                Invalidation {
+                    retry_at: ctx.now + ctx.config.timeouts.invalidate,
+                    lock_query: None,
+                },
+            );
+        }
+        self.phase = Phase::Invalidate {
+            pending,
+            started: ctx.now,
+        };
+        self.finish_invalidation(ctx);
+    }
+
+    pub(super) fn invalidate<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, r: ReplicaId) {
+        let (eg, position) = (self.eg.clone(), self.position);
+        let id = ctx.send_coordinator(r, |id| CoordinatorRequest::Invalidate { id, eg, position });
+        self.outstanding.insert(id, r);
+        self.mine.insert(id);
+    }
+
+    /// Replica `r` no longer needs invalidating.
+    pub(super) fn invalidated<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, r: ReplicaId) {
+        if let Phase::Invalidate { pending, .. } = &mut self.phase {
+            pending.remove(&r);
+        }
+        self.finish_invalidation(ctx);
+    }
+
+    pub(super) fn finish_invalidation<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
+        if matches!(&self.phase, Phase::Invalidate { pending, .. } if pending.is_empty()) {
+            self.mark_visible(ctx);
+        }
+    }
+
+    /// Handles a coordinator's acknowledgement of an invalidate.
+    pub(crate) fn on_coordinator_reply<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        from: ReplicaId,
+        reply: CoordinatorReply,
+    ) {
+        if let CoordinatorReply::Invalidated { id } = reply
+            && self.outstanding.remove(&id).is_some()
+        {
+            self.invalidated(ctx, from);
+        }
+    }
+
+    /// Handles the lock service's answer about a coordinator's lock: lapsed (or
+    /// revoked and lapsed) means that coordinator needs no invalidate. The query was
+    /// made after the value was chosen, as the rule requires.
+    pub(crate) fn on_lock_outcome<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        id: u64,
+        result: Result<LockReply, LockError>,
+    ) {
+        let Phase::Invalidate { pending, .. } = &mut self.phase else {
+            return;
+        };
+        let Some(r) = pending
+            .iter()
+            .find(|(_, p)| p.lock_query == Some(id))
+            .map(|(r, _)| *r)
+        else {
+            return;
+        };
+        if matches!(result, Ok(LockReply::Holder(None))) {
+            self.invalidated(ctx, r);
+        } else if let Some(p) = pending.get_mut(&r) {
+            p.lock_query = None;
+        }
+    }
+}

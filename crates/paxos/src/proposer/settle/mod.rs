@@ -1,0 +1,441 @@
+//! Settling one log position: find the chosen value (learn it, or choose one with
+//! Paxos), perform the invalidation step unless it was learned from a visible mark,
+//! then mark it visible everywhere (docs/protocol.md, write steps 2–6; paper §4.6).
+//!
+//! ```text
+//!  writer with a leader:  FastGrant ─► FastAccept ─┐
+//!  writer without:        Prepare ─► Accept ───────┼─► Invalidate ─► MarkVisible ─► Done
+//!  reader / sweep:        Learn ─► (Prepare ─► Accept, proposing a no-op) ─┘
+//!  any phase: a replica that has the position visible ends the search (no step 5)
+//! ```
+//!
+//! One file per phase: `choose` (learn, fast path, two-phase Paxos, backoff),
+//! `invalidate` (write step 5), `visible` (write step 6, and a visible answer ending the
+//! search); this file holds the state, the request bookkeeping and the dispatch of
+//! answers to the phase that asked.
+
+mod choose;
+mod invalidate;
+mod visible;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use megastore_coordinator::lock_name;
+use megastore_lock::LockCommand;
+use megastore_types::{Ballot, EgId, Position, ReplicaId, Time};
+
+use super::Ctx;
+use crate::cells::SlotRecord;
+use crate::entry::LogEntry;
+use crate::messages::{
+    AcceptResult, ChosenTxn, PrepareResult, ReplicaError, ReplicaReply, ReplicaRequest,
+};
+
+/// How many times a settle's backoff window may double.
+const BACKOFF_DOUBLINGS_MAX: u32 = 3;
+
+/// How settling ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SettleOutcome {
+    /// The value is chosen, its invalidation step is done, and visibility marks are on
+    /// their way to every replica.
+    Settled {
+        /// The ballot it was chosen (or found visible) at.
+        ballot: Ballot,
+        /// The chosen value.
+        entry: LogEntry,
+    },
+    /// Gave up (no majority within the rounds allowed, or the invalidation step
+    /// stalled past its patience).
+    Failed,
+}
+
+#[derive(Debug)]
+enum Phase {
+    FastGrant {
+        leader: ReplicaId,
+        deadline: Time,
+    },
+    FastAccept {
+        deadline: Time,
+    },
+    Learn {
+        replies: BTreeMap<ReplicaId, Option<SlotRecord>>,
+        deadline: Time,
+    },
+    Prepare {
+        ballot: Ballot,
+        promises: BTreeMap<ReplicaId, Option<(Ballot, LogEntry)>>,
+        rejects: BTreeSet<ReplicaId>,
+        deadline: Time,
+    },
+    Accept {
+        deadline: Time,
+    },
+    Backoff {
+        until: Time,
+    },
+    Invalidate {
+        pending: BTreeMap<ReplicaId, Invalidation>,
+        started: Time,
+    },
+    Done(SettleOutcome),
+}
+
+/// The invalidation of one full replica's coordinator.
+#[derive(Debug)]
+struct Invalidation {
+    /// Retry (and ask the lock service) at this time.
+    retry_at: Time,
+    /// The outstanding lock service query, if any.
+    lock_query: Option<u64>,
+}
+
+/// The value being pushed at one ballot, and who has accepted it there.
+#[derive(Debug, Clone)]
+struct Round {
+    ballot: Ballot,
+    value: LogEntry,
+    acks: BTreeSet<ReplicaId>,
+    rejects: BTreeSet<ReplicaId>,
+}
+
+/// Settles one position of one group.
+#[derive(Debug)]
+pub(crate) struct Settle {
+    eg: EgId,
+    position: Position,
+    /// The writer's value; `None` when only learning (or proposing a no-op).
+    proposal: Option<LogEntry>,
+    phase: Phase,
+    /// The current round's requests: id → replica.
+    outstanding: BTreeMap<u64, ReplicaId>,
+    /// Requests of the round that chose the value, whose late accepts still count.
+    deciding: BTreeMap<u64, ReplicaId>,
+    /// Every request and lock query this settle sent.
+    mine: BTreeSet<u64>,
+    round: Option<Round>,
+    max_seen: Ballot,
+    rounds: u32,
+    /// Replicas that answered without the value (for the knob that invalidates only
+    /// those).
+    seen_lacking: BTreeSet<ReplicaId>,
+    /// An accept carrying `proposal` has been sent.
+    sent_proposal: bool,
+    /// A replica truncated the position but remembered whose entry was chosen there.
+    truncated_chosen: Option<ChosenTxn>,
+    /// Voters that answered that the position is truncated there: chosen long ago,
+    /// and once a majority says so no round can learn or choose anything.
+    truncated_at: BTreeSet<ReplicaId>,
+    /// The value chosen, as soon as it is (before the invalidation step).
+    chosen: Option<(Ballot, LogEntry)>,
+}
+
+impl Settle {
+    /// Starts settling `position`. A writer passes its value and, if it knows one, the
+    /// position leader; everyone else passes `None` and learns (or proposes a no-op).
+    pub(crate) fn start<K: Clone + Ord>(
+        ctx: &mut Ctx<'_, K>,
+        eg: EgId,
+        position: Position,
+        proposal: Option<LogEntry>,
+        leader: Option<ReplicaId>,
+    ) -> Settle {
+        let mut settle = Settle {
+            eg,
+            position,
+            proposal,
+            phase: Phase::Backoff { until: ctx.now },
+            outstanding: BTreeMap::new(),
+            deciding: BTreeMap::new(),
+            mine: BTreeSet::new(),
+            round: None,
+            max_seen: Ballot::ZERO,
+            rounds: 0,
+            seen_lacking: BTreeSet::new(),
+            sent_proposal: false,
+            truncated_chosen: None,
+            truncated_at: BTreeSet::new(),
+            chosen: None,
+        };
+        let leader = leader.filter(|l| ctx.config.topology.is_voter(*l));
+        match (&settle.proposal, leader) {
+            (Some(entry), Some(leader)) => {
+                let entry = entry.clone();
+                settle.round = Some(Round {
+                    ballot: Ballot::ZERO,
+                    value: entry.clone(),
+                    acks: BTreeSet::new(),
+                    rejects: BTreeSet::new(),
+                });
+                settle.send(ctx, leader, |id, eg| ReplicaRequest::Accept {
+                    id,
+                    eg,
+                    position,
+                    ballot: Ballot::ZERO,
+                    entry,
+                    grant: true,
+                });
+                settle.sent_proposal = true;
+                settle.phase = Phase::FastGrant {
+                    leader,
+                    deadline: ctx.now + ctx.config.timeouts.leader,
+                };
+            }
+            (Some(_), None) => settle.prepare(ctx),
+            (None, _) => settle.learn(ctx),
+        }
+        settle
+    }
+
+    /// Whether request (or lock query) `id` was sent by this settle.
+    pub(crate) fn owns(&self, id: u64) -> bool {
+        self.mine.contains(&id)
+    }
+
+    /// How it ended, once it has.
+    pub(crate) fn outcome(&self) -> Option<&SettleOutcome> {
+        match &self.phase {
+            Phase::Done(outcome) => Some(outcome),
+            _ => None,
+        }
+    }
+
+    /// Whose entry was chosen at the position, when a replica truncated it long ago
+    /// and remembered.
+    pub(crate) fn truncated_chosen(&self) -> Option<ChosenTxn> {
+        self.truncated_chosen
+    }
+
+    /// The chosen value, from the moment it is chosen.
+    pub(crate) fn chosen(&self) -> Option<&(Ballot, LogEntry)> {
+        self.chosen.as_ref()
+    }
+
+    /// Whether an accept carrying the writer's value went out (so it may be chosen
+    /// even if this settle fails).
+    pub(crate) fn sent_proposal(&self) -> bool {
+        self.sent_proposal
+    }
+
+    /// The position.
+    pub(crate) fn position(&self) -> Position {
+        self.position
+    }
+
+    /// When [`Settle::on_tick`] next has something to do.
+    pub(crate) fn deadline(&self) -> Option<Time> {
+        match &self.phase {
+            Phase::FastGrant { deadline, .. }
+            | Phase::FastAccept { deadline }
+            | Phase::Learn { deadline, .. }
+            | Phase::Prepare { deadline, .. }
+            | Phase::Accept { deadline } => Some(*deadline),
+            Phase::Backoff { until } => Some(*until),
+            Phase::Invalidate { pending, .. } => pending.values().map(|p| p.retry_at).min(),
+            Phase::Done(_) => None,
+        }
+    }
+
+    fn send<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        to: ReplicaId,
+        build: impl FnOnce(u64, EgId) -> ReplicaRequest,
+    ) {
+        let eg = self.eg.clone();
+        let id = ctx.send_replica(to, |id| build(id, eg));
+        self.outstanding.insert(id, to);
+        self.mine.insert(id);
+    }
+
+    fn voters<K>(ctx: &Ctx<'_, K>) -> Vec<ReplicaId> {
+        ctx.config.topology.voters().collect()
+    }
+
+    fn majority<K>(ctx: &Ctx<'_, K>) -> usize {
+        ctx.config.topology.majority()
+    }
+
+    /// Rounds started after the first attempt — prepares, or learns again — (none on
+    /// the fast path).
+    pub(crate) fn later_rounds(&self) -> u32 {
+        self.rounds
+    }
+
+    /// Handles a replica's reply (ignores replies to other rounds).
+    pub(crate) fn on_replica_reply<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        from: ReplicaId,
+        reply: ReplicaReply,
+    ) {
+        let id = reply.id();
+        // A late accept from the deciding round makes its sender a holder.
+        if let Phase::Invalidate { .. } = self.phase {
+            if self.deciding.contains_key(&id)
+                && let ReplicaReply::Accept {
+                    result: AcceptResult::Accepted,
+                    ..
+                } = reply
+            {
+                self.invalidated(ctx, from);
+            }
+            return;
+        }
+        // A visible value is final whichever round asked: a slow replica's answer to
+        // an earlier round must not be lost to rounds that others keep refusing.
+        let visible = match &reply {
+            ReplicaReply::Prepare {
+                result: PrepareResult::Visible(b, e),
+                ..
+            }
+            | ReplicaReply::Accept {
+                result: AcceptResult::Visible(b, e),
+                ..
+            } => Some((*b, e.clone())),
+            ReplicaReply::Log { slot: Some(s), .. } if s.visible => {
+                Some((s.ballot, s.entry.clone()))
+            }
+            _ => None,
+        };
+        if let Some((ballot, entry)) = visible
+            && self.mine.contains(&id)
+            && self.chosen.is_none()
+            && self.outcome().is_none()
+        {
+            self.outstanding.remove(&id);
+            self.learned_visible(ctx, ballot, entry);
+            return;
+        }
+        // Truncation is permanent too: a slower replica's "truncated" that arrives after
+        // its round backed off must still count, or a position a majority truncated
+        // would be asked about for ever (the others' answers come first every round).
+        let truncated = matches!(
+            reply,
+            ReplicaReply::Prepare {
+                result: PrepareResult::Truncated,
+                ..
+            } | ReplicaReply::Accept {
+                result: AcceptResult::Truncated,
+                ..
+            }
+        );
+        if truncated
+            && self.mine.contains(&id)
+            && self.outcome().is_none()
+            && !self.outstanding.contains_key(&id)
+        {
+            self.truncated_everywhere(ctx, from);
+            return;
+        }
+        if self.outstanding.remove(&id).is_none() {
+            return;
+        }
+        match reply {
+            ReplicaReply::Prepare { result, .. } => self.on_prepare_reply(ctx, from, result),
+            ReplicaReply::Accept { result, .. } => self.on_accept_reply(ctx, from, result),
+            ReplicaReply::Log { slot, .. } => self.on_log_reply(ctx, from, slot),
+            ReplicaReply::Error { error, .. } => self.on_error(ctx, from, error),
+            _ => {}
+        }
+    }
+
+    /// A replica could not serve the request (truncated, unreadable, or rejoining after
+    /// losing its state): it neither holds nor promises anything for this round.
+    fn on_error<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        from: ReplicaId,
+        error: ReplicaError,
+    ) {
+        if let ReplicaError::Truncated {
+            chosen: Some(chosen),
+            ..
+        } = error
+        {
+            // Truncated there, so chosen (and applied everywhere) long ago: what that
+            // replica remembers is final. The settle goes on — a reader catching up
+            // needs the entry itself, which a replica that has not truncated yet may
+            // still hold — and a resolution, which needs only this, ends here.
+            self.truncated_chosen = Some(chosen);
+        }
+        match &mut self.phase {
+            Phase::FastGrant { .. } => self.prepare(ctx),
+            Phase::Learn { replies, .. } => {
+                replies.insert(from, None);
+                self.seen_lacking.insert(from);
+                self.decide_learn(ctx);
+            }
+            Phase::Prepare { rejects, .. } => {
+                rejects.insert(from);
+                let refused = rejects.len();
+                if refused > Self::voters(ctx).len() - Self::majority(ctx) {
+                    self.backoff(ctx);
+                }
+            }
+            Phase::FastAccept { .. } | Phase::Accept { .. } => self.accept_refused(ctx, from),
+            _ => {}
+        }
+    }
+
+    /// `from` answered that the position is truncated there; with a majority saying so,
+    /// gives up at once (returns true) rather than backing off round after round.
+    fn truncated_everywhere<K>(&mut self, ctx: &Ctx<'_, K>, from: ReplicaId) -> bool {
+        self.truncated_at.insert(from);
+        if self.truncated_at.len() < Self::majority(ctx) {
+            return false;
+        }
+        self.outstanding.clear();
+        self.phase = Phase::Done(SettleOutcome::Failed);
+        true
+    }
+
+    /// Handles the passage of time.
+    pub(crate) fn on_tick<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
+        let now = ctx.now;
+        match &mut self.phase {
+            Phase::FastGrant { deadline, .. } | Phase::FastAccept { deadline }
+                if now >= *deadline =>
+            {
+                self.prepare(ctx)
+            }
+            Phase::Learn { deadline, .. } if now >= *deadline => {
+                self.rounds += 1;
+                if self.rounds > ctx.config.timeouts.max_rounds {
+                    self.phase = Phase::Done(SettleOutcome::Failed);
+                } else {
+                    self.learn(ctx);
+                }
+            }
+            Phase::Prepare { deadline, .. } | Phase::Accept { deadline } if now >= *deadline => {
+                self.backoff(ctx)
+            }
+            Phase::Backoff { until } if now >= *until => self.prepare(ctx),
+            Phase::Invalidate { pending, started } => {
+                if now.since(*started) > ctx.config.timeouts.invalidate_patience {
+                    self.phase = Phase::Done(SettleOutcome::Failed);
+                    return;
+                }
+                let due: Vec<ReplicaId> = pending
+                    .iter()
+                    .filter(|(_, p)| now >= p.retry_at)
+                    .map(|(r, _)| *r)
+                    .collect();
+                for r in due {
+                    self.invalidate(ctx, r);
+                    let lock = lock_name(r);
+                    let query = ctx.send_lock(LockCommand::Holder { lock });
+                    self.mine.insert(query);
+                    if let Phase::Invalidate { pending, .. } = &mut self.phase
+                        && let Some(p) = pending.get_mut(&r)
+                    {
+                        p.retry_at = now + ctx.config.timeouts.invalidate;
+                        p.lock_query = Some(query);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
