@@ -83,13 +83,9 @@ struct Unresolved {
     position: Position,
     read_position: Position,
     read_keys: BTreeSet<Vec<u8>>,
-    /// Resolutions tried so far.
-    tries: u32,
+    /// When the commit ended unknown (the client's clock).
+    since: Time,
 }
-
-/// How many times a client tries to resolve an unknown outcome before reporting it
-/// unknown (the library, likewise, keeps trying for a while).
-const RESOLVE_TRIES: u32 = 6;
 
 /// One simulated client: its protocol core and what it is doing.
 pub struct ClientNode {
@@ -283,7 +279,7 @@ impl ClientNode {
                             position,
                             read_position,
                             read_keys,
-                            tries: 0,
+                            since: now,
                         };
                         return (records, self.resolve(now, commit));
                     }
@@ -304,7 +300,13 @@ impl ClientNode {
                 let OpResult::Resolve(resolution) = result else {
                     unreachable!("a resolve op returns a resolution")
                 };
-                if resolution == Resolution::Undecided && commit.tries < RESOLVE_TRIES {
+                // As the client library does: until its resolve patience runs out.
+                if resolution == Resolution::Undecided
+                    && self
+                        .core
+                        .timeouts()
+                        .keeps_resolving(now.since(commit.since))
+                {
                     return (records, self.resolve(now, commit));
                 }
                 let Unresolved {
@@ -382,11 +384,10 @@ impl ClientNode {
     }
 
     /// Asks the protocol to resolve `commit` (once more).
-    fn resolve(&mut self, now: Time, mut commit: Unresolved) -> Vec<ClientOutput> {
+    fn resolve(&mut self, now: Time, commit: Unresolved) -> Vec<ClientOutput> {
         let (op, out) = self
             .core
             .resolve(now, commit.eg.clone(), commit.position, commit.txn);
-        commit.tries += 1;
         self.state = State::Resolving { op, commit };
         out
     }

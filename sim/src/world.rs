@@ -227,14 +227,16 @@ impl World {
     pub fn from_config(config: SimConfig, mut rng: Rng, bugs: Bugs, trace: Trace) -> Self {
         let max_latency = config.max_latency();
         let config_quiet = config.quiet;
+        // The library's derivation from a round that fits the slowest link, except the
+        // waits that must cover a round trip on it: the library's fractions of `rpc`
+        // (sized for a configured `rpc_ms` well above the WAN round trip) would end the
+        // accept-leader step and the invalidate wait before an answer could arrive.
+        let rpc = max_latency * 4 + Duration::from_millis(40);
         let timeouts = Timeouts {
-            rpc: max_latency * 4 + Duration::from_millis(40),
             leader: max_latency * 2 + Duration::from_millis(20),
             invalidate: max_latency * 4 + Duration::from_millis(60),
             backoff: max_latency * 2 + Duration::from_millis(20),
-            lock_attempt: max_latency * 4 + Duration::from_millis(40),
-            max_rounds: 10,
-            invalidate_patience: config.lock_lease * 3,
+            ..Timeouts::from_rpc_and_lease(rpc, config.lock_lease)
         };
         let lock_nodes: Vec<LockNodeId> = (0..config.lock_sites.len() as u16)
             .map(LockNodeId)

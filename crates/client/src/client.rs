@@ -112,8 +112,8 @@ pub struct Client {
     id: ClientId,
     /// The sequence number of this client's next transaction (shared by clones).
     next_txn: Arc<std::sync::atomic::AtomicU64>,
-    /// How long an unknown commit outcome is looked for before it is reported.
-    resolve_patience: std::time::Duration,
+    /// The proposer's time limits (also how long an unknown outcome is resolved).
+    timeouts: megastore_paxos::Timeouts,
     metrics: ClientMetrics,
 }
 
@@ -171,6 +171,7 @@ impl Client {
             .map_err(|e| ClientError::Config(e.to_string()))?;
         let peers = Peers::at_site(config, site).map_err(ClientError::Config)?;
         let id = allocate_id(&peers).await?;
+        let timeouts = proposer_timeouts(config);
         let core = ClientCore::new(ClientConfig {
             id,
             site: site_id,
@@ -178,7 +179,7 @@ impl Client {
                 topology,
                 proposer: ProposerId::client(id),
                 lock_nodes: config.lockd_ids(),
-                timeouts: proposer_timeouts(config),
+                timeouts: timeouts.clone(),
                 bugs: megastore_paxos::ProtocolBugs::default(),
             },
             seed: rand::random(),
@@ -199,9 +200,7 @@ impl Client {
             events: events_tx,
             id,
             next_txn: Arc::new(std::sync::atomic::AtomicU64::new(1)),
-            // Several leases: long enough for a sweep to finish the position once a
-            // majority is reachable again.
-            resolve_patience: config.timeouts.lock_lease() * 5,
+            timeouts,
             metrics,
         })
     }
@@ -212,9 +211,10 @@ impl Client {
         &self.metrics
     }
 
-    /// How long an unknown commit outcome is looked for before it is reported.
-    pub(crate) fn resolve_patience(&self) -> std::time::Duration {
-        self.resolve_patience
+    /// The proposer's time limits this client runs by (also how long an unknown commit
+    /// outcome is looked for before it is reported).
+    pub(crate) fn timeouts(&self) -> &megastore_paxos::Timeouts {
+        &self.timeouts
     }
 
     /// This client's id (also its proposer id's low half).

@@ -440,13 +440,13 @@ impl Client {
     /// Any client may resolve any transaction: it needs only the group, the position
     /// and the id.
     pub async fn resolve_patiently(&self, eg: &EgId, position: Position, txn: TxnId) -> Resolution {
-        let deadline = tokio::time::Instant::now() + self.resolve_patience();
+        let started = tokio::time::Instant::now();
         loop {
             match self.resolve_commit(eg, position, txn).await {
                 Ok(Resolution::Undecided) | Err(_) => {}
                 Ok(decided) => return decided,
             }
-            if tokio::time::Instant::now() >= deadline {
+            if !self.timeouts().keeps_resolving(started.elapsed()) {
                 return Resolution::Undecided;
             }
             tokio::time::sleep(RESOLVE_PAUSE).await;

@@ -438,6 +438,12 @@ impl ClientCore {
         out
     }
 
+    /// The time limits this client runs by (a host resolving an unknown outcome asks
+    /// [`Timeouts::keeps_resolving`] whether to go on).
+    pub fn timeouts(&self) -> &crate::proposer::Timeouts {
+        &self.config.proposer.timeouts
+    }
+
     /// How many operations are in flight (including commits settling after their
     /// result was reported).
     pub fn in_flight(&self) -> usize {

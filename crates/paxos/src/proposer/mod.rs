@@ -44,6 +44,37 @@ pub struct Timeouts {
     /// How long the invalidation step may stall (coordinator unreachable, lock still
     /// held) before the operation gives up.
     pub invalidate_patience: Duration,
+    /// How long a writer keeps resolving a commit of unknown outcome (settling its
+    /// position again and again) before it reports the outcome unknown: long enough
+    /// for a sweep to finish the position once a majority is reachable again.
+    pub resolve_patience: Duration,
+}
+
+impl Timeouts {
+    /// The time limits for one RPC round of `rpc` and a lock lease of `lease`: the
+    /// accept-leader step gets a quarter of a round before two-phase Paxos; an
+    /// invalidate half a round before the lock service is asked; the first backoff up
+    /// to a tenth of a round; the invalidation step waits for a lease three times over
+    /// before giving up, and resolving an unknown outcome five leases.
+    pub fn from_rpc_and_lease(rpc: Duration, lease: Duration) -> Self {
+        Self {
+            rpc,
+            leader: rpc / 4,
+            invalidate: rpc / 2,
+            backoff: rpc / 10,
+            lock_attempt: rpc,
+            max_rounds: 10,
+            invalidate_patience: lease * 3,
+            resolve_patience: lease * 5,
+        }
+    }
+
+    /// Whether a writer that has been resolving an unknown outcome for `elapsed` (since
+    /// the commit ended unknown) tries once more: the one policy the client library and
+    /// the simulator share.
+    pub fn keeps_resolving(&self, elapsed: Duration) -> bool {
+        elapsed < self.resolve_patience
+    }
 }
 
 /// Who proposes, and where.

@@ -42,13 +42,10 @@ pub(crate) fn client_core(topology: Topology) -> megastore_paxos::ClientCore {
             proposer: ProposerId(1 << 32 | 1),
             lock_nodes: vec![megastore_types::LockNodeId(0)],
             timeouts: megastore_paxos::Timeouts {
-                rpc: ms(100),
                 leader: ms(50),
                 invalidate: ms(100),
                 backoff: ms(20),
-                lock_attempt: ms(100),
-                max_rounds: 10,
-                invalidate_patience: ms(3000),
+                ..megastore_paxos::Timeouts::from_rpc_and_lease(ms(100), ms(1000))
             },
             bugs: ProtocolBugs::default(),
         },
