@@ -439,7 +439,8 @@ impl ClientCore {
     }
 
     /// The time limits this client runs by (a host resolving an unknown outcome asks
-    /// [`Timeouts::keeps_resolving`] whether to go on).
+    /// [`Timeouts::keeps_resolving`](crate::proposer::Timeouts::keeps_resolving) whether
+    /// to go on).
     pub fn timeouts(&self) -> &crate::proposer::Timeouts {
         &self.config.proposer.timeouts
     }
