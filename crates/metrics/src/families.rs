@@ -237,19 +237,12 @@ impl ReplicaMetrics {
         self.batch_events.observe(events as f64);
     }
 
-    /// An entry was applied.
-    pub fn applied(&self) {
-        self.applied.inc();
-    }
-
-    /// A snapshot was installed.
-    pub fn snapshot_installed(&self) {
-        self.snapshot_installs.inc();
-    }
-
-    /// A catch-up request was sent.
-    pub fn catchup_requested(&self) {
-        self.catchup_requests.inc();
+    /// A batch of the driver loop applied `applied` entries, installed `installs`
+    /// snapshots and sent `catchup_requests` catch-up requests.
+    pub fn batch_done(&self, applied: u64, installs: u64, catchup_requests: u64) {
+        self.applied.inc_by(applied);
+        self.snapshot_installs.inc_by(installs);
+        self.catchup_requests.inc_by(catchup_requests);
     }
 }
 

@@ -352,15 +352,8 @@ impl Driver {
             self.registered.insert(eg.0.clone());
         }
         let counts = batch.counts();
-        for _ in 0..counts.applies {
-            self.metrics.applied();
-        }
-        for _ in 0..counts.installs {
-            self.metrics.snapshot_installed();
-        }
-        for _ in 0..counts.catchup_requests {
-            self.metrics.catchup_requested();
-        }
+        self.metrics
+            .batch_done(counts.applies, counts.installs, counts.catchup_requests);
         let started = std::time::Instant::now();
         let released = match batch.release(&self.store) {
             Ok(released) => released,
