@@ -2,7 +2,8 @@
 //!
 //! A crate outside the workspace does not see `.cargo/config.toml`, so a RocksDB in
 //! its dependency tree is compiled from source (10–26 minutes). The client library
-//! must not bring one: it talks to replicas, coordinators and lockd over gRPC only.
+//! must not bring one: it talks to replicas, coordinators and lockd over gRPC only. And
+//! the `megastore` binary, built alone, compiles none of the simulator's bug knobs.
 
 use std::process::Command;
 
@@ -80,5 +81,50 @@ fn a_downstream_crate_of_the_client_library_links_no_rocksdb() {
     assert!(
         linked.is_empty(),
         "a client program would link {linked:?}:\n{tree}"
+    );
+}
+
+/// The features `cargo tree` resolves for `package` built alone, as `cargo build -p`
+/// (and `cargo install`) would, one `package feature "name"` line each.
+fn resolved_features(package: &str) -> String {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "tree",
+            "--offline",
+            "--package",
+            package,
+            "--edges",
+            "features,normal,build",
+            "--prefix",
+            "none",
+        ])
+        .current_dir(repo_root())
+        .output()
+        .expect("run cargo tree");
+    assert!(out.status.success(), "cargo tree failed: {out:?}");
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+#[test]
+fn the_megastore_binary_compiles_without_the_simulators_bug_knobs() {
+    // The simulator is built with them: the check sees the feature where it is on.
+    let sim = resolved_features("megastore-sim");
+    assert!(
+        sim.contains("megastore-paxos feature \"sim-bugs\""),
+        "the simulator's tree should enable sim-bugs:\n{sim}"
+    );
+    let production = resolved_features("megastore-cli");
+    assert!(
+        production.contains("megastore-paxos"),
+        "the protocol core is missing from the binary's tree:\n{production}"
+    );
+    let with_knobs: Vec<&str> = production
+        .lines()
+        .filter(|line| line.contains("\"sim-bugs\""))
+        .collect();
+    assert!(
+        with_knobs.is_empty(),
+        "the megastore binary would compile bug knobs in: {with_knobs:?}"
     );
 }

@@ -180,7 +180,7 @@ impl Client {
                 proposer: ProposerId::client(id),
                 lock_nodes: config.lockd_ids(),
                 timeouts: timeouts.clone(),
-                bugs: megastore_paxos::ProtocolBugs::default(),
+                bugs: megastore_paxos::ProtocolBugs::NONE,
             },
             seed: rand::random(),
         });

@@ -8,23 +8,27 @@ use megastore_types::{EgId, Epoch, LockNodeId, NodeId, Position, ReplicaId, Time
 
 use crate::messages::{CoordinatorReply, CoordinatorRequest};
 
-/// Deliberate mistakes the simulator re-introduces to prove its checkers catch them.
-/// All off in every real deployment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CoordinatorBugs {
-    /// Accept a validate from any epoch.
-    pub validate_ignores_epoch: bool,
-    /// Accept a validate even when a later position was invalidated.
-    pub validate_ignores_position: bool,
-    /// Accept validates and vouch without holding the lock (and its lease).
-    pub validate_without_lock: bool,
-    /// When revoked, give the lock back at once but go on vouching until the lease
-    /// ends ("the lease still holds") — writers then skip a coordinator that vouches.
-    pub release_while_vouching: bool,
-    /// Keep the per-group state when the lock is lost and taken again: a coordinator
-    /// can then vouch, in its new epoch, for a group whose invalidation it missed while
-    /// it held no lock (docs/protocol.md: every epoch change empties the state).
-    pub keep_state_across_epochs: bool,
+megastore_types::bug_knobs! {
+    /// Deliberate mistakes the simulator re-introduces to prove its checkers catch them.
+    /// All off in every real deployment.
+    ///
+    /// Compiled in only with the `sim-bugs` feature; without it every knob is a constant
+    /// `false` and the struct is empty.
+    pub struct CoordinatorBugs {
+        /// Accept a validate from any epoch.
+        validate_ignores_epoch,
+        /// Accept a validate even when a later position was invalidated.
+        validate_ignores_position,
+        /// Accept validates and vouch without holding the lock (and its lease).
+        validate_without_lock,
+        /// When revoked, give the lock back at once but go on vouching until the lease
+        /// ends ("the lease still holds") — writers then skip a coordinator that vouches.
+        release_while_vouching,
+        /// Keep the per-group state when the lock is lost and taken again: a coordinator
+        /// can then vouch, in its new epoch, for a group whose invalidation it missed while
+        /// it held no lock (docs/protocol.md: every epoch change empties the state).
+        keep_state_across_epochs,
+    }
 }
 
 /// How a coordinator runs.
@@ -207,8 +211,8 @@ impl Coordinator {
         let bugs = self.config.bugs;
         let retired = self.retired();
         let serving = self.holds_lease(now)
-            || (bugs.validate_without_lock && !retired)
-            || (bugs.release_while_vouching && retired && now < self.lease_end);
+            || (bugs.validate_without_lock() && !retired)
+            || (bugs.release_while_vouching() && retired && now < self.lease_end);
         serving && matches!(self.groups.get(eg), Some(GroupState::Valid { .. }))
     }
 
@@ -302,7 +306,7 @@ impl Coordinator {
 
     /// Leaves the current epoch: every group becomes unknown.
     fn lose_lock(&mut self, now: Time) {
-        if !self.config.bugs.keep_state_across_epochs {
+        if !self.config.bugs.keep_state_across_epochs() {
             self.groups.clear();
         }
         self.keepalive_out = false;
@@ -319,7 +323,7 @@ impl Coordinator {
             return;
         }
         let session = self.session();
-        if !self.config.bugs.release_while_vouching {
+        if !self.config.bugs.release_while_vouching() {
             self.groups.clear();
         }
         self.keepalive_out = false;
@@ -400,7 +404,7 @@ impl Coordinator {
                 if let Phase::Acquiring { session, .. } = self.phase {
                     // A new epoch starts empty: validates from older epochs are refused,
                     // and nothing is vouched for until a reader validates it again.
-                    if !self.config.bugs.keep_state_across_epochs {
+                    if !self.config.bugs.keep_state_across_epochs() {
                         self.groups.clear();
                     }
                     self.phase = Phase::Serving {
@@ -564,18 +568,18 @@ impl Coordinator {
         let bugs = self.config.bugs;
         let in_epoch = match self.phase {
             Phase::Serving { epoch: current, .. } => {
-                (current == epoch || bugs.validate_ignores_epoch)
-                    && (now < self.lease_end || bugs.validate_without_lock)
+                (current == epoch || bugs.validate_ignores_epoch())
+                    && (now < self.lease_end || bugs.validate_without_lock())
             }
             Phase::Disabled { .. } => false,
-            _ => bugs.validate_without_lock,
+            _ => bugs.validate_without_lock(),
         };
         if !in_epoch {
             return;
         }
         let through = match self.groups.get(&eg) {
             Some(GroupState::Invalid { at })
-                if *at > position && !bugs.validate_ignores_position =>
+                if *at > position && !bugs.validate_ignores_position() =>
             {
                 return;
             }
@@ -590,7 +594,7 @@ impl Coordinator {
         if matches!(
             self.phase,
             Phase::Disabled { .. } | Phase::NoSession { .. } | Phase::Opening
-        ) && self.config.bugs == CoordinatorBugs::default()
+        ) && !self.config.bugs.any()
         {
             assert!(
                 !self

@@ -168,7 +168,7 @@ fn invalidate(c: &mut Coordinator, now: Time, position: u64) {
 
 #[test]
 fn nothing_is_vouched_until_a_reader_validates_in_the_current_epoch() {
-    let mut c = serving(CoordinatorBugs::default());
+    let mut c = serving(CoordinatorBugs::NONE);
     assert_eq!(query(&mut c, t(1.0)), (false, Some(Epoch(42))));
     validate(&mut c, t(1.0), 5, 41);
     assert_eq!(
@@ -189,7 +189,7 @@ fn nothing_is_vouched_until_a_reader_validates_in_the_current_epoch() {
 /// §4.7.2: a higher-numbered invalidate always trumps a lower-numbered validate.
 #[test]
 fn an_invalidate_beats_any_validate_for_an_earlier_position() {
-    let mut c = serving(CoordinatorBugs::default());
+    let mut c = serving(CoordinatorBugs::NONE);
     validate(&mut c, t(1.0), 5, 42);
     invalidate(&mut c, t(1.0), 6);
     assert!(!query(&mut c, t(1.0)).0);
@@ -211,7 +211,7 @@ fn an_invalidate_beats_any_validate_for_an_earlier_position() {
 
 #[test]
 fn invalidates_are_recorded_for_unknown_groups_and_without_the_lock() {
-    let mut c = Coordinator::new(config(CoordinatorBugs::default()));
+    let mut c = Coordinator::new(config(CoordinatorBugs::NONE));
     invalidate(&mut c, t(0.0), 3);
     assert_eq!(
         c.group(&eg()),
@@ -227,7 +227,7 @@ fn invalidates_are_recorded_for_unknown_groups_and_without_the_lock() {
 
 #[test]
 fn it_stops_vouching_before_the_lock_service_could_call_the_lease_lapsed() {
-    let mut c = serving(CoordinatorBugs::default());
+    let mut c = serving(CoordinatorBugs::NONE);
     validate(&mut c, t(1.0), 5, 42);
     // The session was opened by a request sent at 0 s: 10 s lease, minus 2 × 0.1 %
     // drift (20 ms), minus the 100 ms margin.
@@ -238,7 +238,7 @@ fn it_stops_vouching_before_the_lock_service_could_call_the_lease_lapsed() {
 
 #[test]
 fn a_keepalive_extends_the_lease_from_when_it_was_sent() {
-    let mut c = serving(CoordinatorBugs::default());
+    let mut c = serving(CoordinatorBugs::NONE);
     validate(&mut c, t(1.0), 5, 42);
     let out = c.step(t(3.1), Input::Tick);
     let (id, command) = lock_request(&out);
@@ -255,7 +255,7 @@ fn a_keepalive_extends_the_lease_from_when_it_was_sent() {
 
 #[test]
 fn losing_the_session_empties_the_state_and_the_next_epoch_refuses_old_validates() {
-    let mut c = serving(CoordinatorBugs::default());
+    let mut c = serving(CoordinatorBugs::NONE);
     validate(&mut c, t(1.0), 5, 42);
     lose_session(&mut c);
     assert_eq!((c.epoch(), c.group(&eg())), (None, None));
@@ -309,7 +309,7 @@ fn revoke(c: &mut Coordinator) -> (u64, LockCommand) {
 
 #[test]
 fn a_revoked_coordinator_stops_vouching_then_gives_its_lock_back_and_never_returns() {
-    let mut c = serving(CoordinatorBugs::default());
+    let mut c = serving(CoordinatorBugs::NONE);
     validate(&mut c, t(1.0), 5, 42);
     assert!(query(&mut c, t(3.0)).0);
     let (close, command) = revoke(&mut c);
@@ -336,7 +336,7 @@ fn a_revoked_coordinator_stops_vouching_then_gives_its_lock_back_and_never_retur
 
 #[test]
 fn a_failed_close_is_retried_until_the_service_confirms() {
-    let mut c = serving(CoordinatorBugs::default());
+    let mut c = serving(CoordinatorBugs::NONE);
     let (close, _) = revoke(&mut c);
     // Both tries refused (one lock node, two tries each): it fails at the deadline.
     let retry = respond(&mut c, t(3.3), close, Err(LockError::Unavailable));
@@ -364,7 +364,7 @@ fn a_failed_close_is_retried_until_the_service_confirms() {
 
 #[test]
 fn stopping_gives_the_lock_back_after_the_last_vouch() {
-    let mut c = serving(CoordinatorBugs::default());
+    let mut c = serving(CoordinatorBugs::NONE);
     validate(&mut c, t(1.0), 5, 42);
     let (close, command) = lock_request(&c.step(t(1.5), Input::Stop));
     assert_eq!(
@@ -378,7 +378,7 @@ fn stopping_gives_the_lock_back_after_the_last_vouch() {
     assert!(c.released());
 
     // Stopped while its session was being opened: the session is closed when it comes.
-    let mut c = Coordinator::new(config(CoordinatorBugs::default()));
+    let mut c = Coordinator::new(config(CoordinatorBugs::NONE));
     let (open, _) = lock_request(&c.step(t(0.0), Input::Start));
     assert!(
         c.step(t(0.05), Input::Stop)
@@ -405,7 +405,7 @@ fn stopping_gives_the_lock_back_after_the_last_vouch() {
 
 #[test]
 fn a_lock_held_by_an_older_incarnation_is_retried_until_it_lapses() {
-    let mut c = Coordinator::new(config(CoordinatorBugs::default()));
+    let mut c = Coordinator::new(config(CoordinatorBugs::NONE));
     let (id, _) = lock_request(&c.step(t(0.0), Input::Start));
     let (id, _) = lock_request(&respond(
         &mut c,
@@ -438,14 +438,14 @@ fn a_lock_held_by_an_older_incarnation_is_retried_until_it_lapses() {
 fn bug_knobs_break_the_rules_they_name() {
     let mut c = serving(CoordinatorBugs {
         validate_ignores_epoch: true,
-        ..CoordinatorBugs::default()
+        ..CoordinatorBugs::NONE
     });
     validate(&mut c, t(1.0), 5, 41);
     assert!(query(&mut c, t(1.0)).0);
 
     let mut c = serving(CoordinatorBugs {
         validate_ignores_position: true,
-        ..CoordinatorBugs::default()
+        ..CoordinatorBugs::NONE
     });
     invalidate(&mut c, t(1.0), 6);
     validate(&mut c, t(1.0), 5, 42);
@@ -453,14 +453,14 @@ fn bug_knobs_break_the_rules_they_name() {
 
     let mut c = Coordinator::new(config(CoordinatorBugs {
         validate_without_lock: true,
-        ..CoordinatorBugs::default()
+        ..CoordinatorBugs::NONE
     }));
     validate(&mut c, t(0.0), 5, 42);
     assert!(query(&mut c, t(0.0)).0);
 
     let mut c = serving(CoordinatorBugs {
         release_while_vouching: true,
-        ..CoordinatorBugs::default()
+        ..CoordinatorBugs::NONE
     });
     validate(&mut c, t(1.0), 5, 42);
     let (_, command) = revoke(&mut c);
@@ -486,10 +486,10 @@ fn a_re_acquired_lock_starts_an_epoch_that_vouches_for_nothing() {
         // Nobody validated the group in epoch 43.
         query(&mut c, t(4.6))
     };
-    assert_eq!(run(CoordinatorBugs::default()), (false, Some(Epoch(43))));
+    assert_eq!(run(CoordinatorBugs::NONE), (false, Some(Epoch(43))));
     let broken = CoordinatorBugs {
         keep_state_across_epochs: true,
-        ..CoordinatorBugs::default()
+        ..CoordinatorBugs::NONE
     };
     assert_eq!(
         run(broken),
@@ -506,7 +506,7 @@ fn a_re_acquired_lock_starts_an_epoch_that_vouches_for_nothing() {
 /// its lock and valid groups.)
 #[test]
 fn an_answer_about_an_older_session_changes_nothing() {
-    let mut c = serving(CoordinatorBugs::default());
+    let mut c = serving(CoordinatorBugs::NONE);
     validate(&mut c, t(1.0), 5, 42);
     let (id, _) = lock_request(&c.step(t(3.1), Input::Tick));
     respond(

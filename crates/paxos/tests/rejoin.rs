@@ -108,7 +108,7 @@ fn an_uncleared_replica_neither_votes_nor_reports_its_log_but_learns_and_serves(
 
 #[test]
 fn a_cleared_group_votes_above_its_floor_and_grants_ballot_zero_one_position_later() {
-    let bugs = ProtocolBugs::default();
+    let bugs = ProtocolBugs::NONE;
     let me = ReplicaId(1);
     let store = MemoryStore::new();
     let mut group = reload(&store, true);
@@ -215,7 +215,7 @@ fn a_snapshot_installs_over_a_wiped_replicas_data_which_then_refuses_reads_below
     group
         .mark_visible(
             kind,
-            &ProtocolBugs::default(),
+            &ProtocolBugs::NONE,
             Position(1),
             ballot(1),
             first,
@@ -228,28 +228,20 @@ fn a_snapshot_installs_over_a_wiped_replicas_data_which_then_refuses_reads_below
     group
         .mark_visible(
             ReplicaKind::Full,
-            &ProtocolBugs::default(),
+            &ProtocolBugs::NONE,
             Position(3),
             ballot(1),
             write(3, Some(2), "three"),
             &mut out,
         )
         .unwrap();
-    let bugs = ProtocolBugs::default();
-    assert!(group.install(
-        ReplicaKind::Full,
-        &bugs,
-        at,
-        slot.clone(),
-        rows.clone(),
-        &mut out
-    ));
+    assert!(group.install(ReplicaKind::Full, at, slot.clone(), rows.clone(), &mut out));
     assert_eq!(
         (group.visible(), group.applied(), group.truncated()),
         (Position(3), Position(3), Position(1))
     );
     assert!(
-        !group.install(ReplicaKind::Full, &bugs, at, slot, rows, &mut Vec::new()),
+        !group.install(ReplicaKind::Full, at, slot, rows, &mut Vec::new()),
         "never over data it no longer has the log of"
     );
     carry_out(&store, out);

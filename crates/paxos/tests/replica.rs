@@ -66,7 +66,7 @@ fn an_accepted_but_not_visible_entry_names_no_leader() {
         1,
         ProtocolBugs {
             leader_from_unchosen_entry: true,
-            ..ProtocolBugs::default()
+            ..ProtocolBugs::NONE
         },
     );
     buggy.ask(accept(1, ballot(1), write(1, Some(1), "one"), false));
@@ -132,7 +132,7 @@ fn promises_bar_lower_ballots_and_are_kept_across_restarts() {
         2,
         ProtocolBugs {
             forget_promise_on_restart: true,
-            ..ProtocolBugs::default()
+            ..ProtocolBugs::NONE
         },
     );
     buggy.ask(prepare(ballot(2)));
@@ -334,14 +334,14 @@ fn an_accept_raises_the_promise_durably() {
         accept_result(node.ask(accept(5, ballot(2), write(1, None, "two"), false)))
     };
     assert_eq!(
-        run(ProtocolBugs::default()),
+        run(ProtocolBugs::NONE),
         AcceptResult::Rejected {
             promised: ballot(3)
         }
     );
     let broken = ProtocolBugs {
         accept_persists_no_promise: true,
-        ..ProtocolBugs::default()
+        ..ProtocolBugs::NONE
     };
     assert_eq!(
         run(broken),
@@ -400,10 +400,10 @@ fn a_restarted_acceptor_never_lets_a_lower_ballot_unchoose_a_value() {
         }
         adopted.map(|(_, entry)| entry)
     };
-    assert_eq!(run(ProtocolBugs::default()), Some(write(3, None, "three")));
+    assert_eq!(run(ProtocolBugs::NONE), Some(write(3, None, "three")));
     let broken = ProtocolBugs {
         accept_persists_no_promise: true,
-        ..ProtocolBugs::default()
+        ..ProtocolBugs::NONE
     };
     assert_eq!(
         run(broken),

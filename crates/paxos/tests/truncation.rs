@@ -51,13 +51,7 @@ fn group(eg: &EgId, last: u64) -> GroupLog {
 /// Truncates through `through`, keeping the default history; what it asks to do.
 fn truncate(log: &mut GroupLog, kind: ReplicaKind, through: Position) -> Vec<ReplicaOutput> {
     let mut out = Vec::new();
-    log.truncate(
-        kind,
-        through,
-        HISTORY_KEPT,
-        &ProtocolBugs::default(),
-        &mut out,
-    );
+    log.truncate(kind, through, HISTORY_KEPT, &ProtocolBugs::NONE, &mut out);
     out
 }
 

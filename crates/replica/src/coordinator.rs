@@ -44,7 +44,7 @@ pub fn coordinator_config(config: &ClusterConfig, replica: ReplicaId) -> Coordin
         lease_margin: Duration::from_millis(t.heartbeat_ms),
         retry_delay: Duration::from_millis(t.election_timeout_ms),
         first_request_id: rand::random::<u64>() >> 1,
-        bugs: CoordinatorBugs::default(),
+        bugs: CoordinatorBugs::NONE,
     }
 }
 

@@ -115,7 +115,7 @@ impl ReplicaProcess {
         let core = Replica::new(ReplicaConfig {
             id,
             topology: topology.clone(),
-            bugs: megastore_paxos::ProtocolBugs::default(),
+            bugs: megastore_paxos::ProtocolBugs::NONE,
             sweep: Some(sweep_config(config, id, topology)),
             rejoining,
         });

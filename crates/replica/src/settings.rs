@@ -21,7 +21,7 @@ pub fn sweep_config(
             proposer: ProposerId::replica(id),
             lock_nodes: config.lockd_ids(),
             timeouts: proposer_timeouts(config),
-            bugs: megastore_paxos::ProtocolBugs::default(),
+            bugs: megastore_paxos::ProtocolBugs::NONE,
         },
         seed: rand::random(),
         history_kept: config.history.kept_positions,

@@ -86,10 +86,17 @@ pub(crate) struct Commit {
     settle: Settle,
     rebases: u32,
     sent_proposal: bool,
-    /// The result, once known (reported possibly before `settle` is done, with the
-    /// acknowledge-early bug).
-    result: Option<CommitResult>,
-    reported: bool,
+    report: Report,
+}
+
+/// Where a commit's result stands. A result is reported once; the commit then lives
+/// on only while its settle still has work (with the acknowledge-early knob, which
+/// reports as soon as the value is chosen).
+#[derive(Debug)]
+enum Report {
+    NotYetKnown,
+    Known(CommitResult),
+    Reported,
 }
 
 impl Commit {
@@ -113,8 +120,7 @@ impl Commit {
             settle,
             rebases: 0,
             sent_proposal: false,
-            result: None,
-            reported: false,
+            report: Report::NotYetKnown,
         };
         commit.advance(ctx);
         commit
@@ -132,17 +138,19 @@ impl Commit {
 
     /// The result, the first time it is known (then `None`).
     pub(crate) fn take_result(&mut self) -> Option<CommitResult> {
-        if self.reported {
-            return None;
+        match std::mem::replace(&mut self.report, Report::Reported) {
+            Report::Known(result) => Some(result),
+            unreported @ Report::NotYetKnown => {
+                self.report = unreported;
+                None
+            }
+            Report::Reported => None,
         }
-        let result = self.result.clone()?;
-        self.reported = true;
-        Some(result)
     }
 
     /// Whether nothing is left to do (result reported and settling finished).
     pub(crate) fn finished(&self) -> bool {
-        self.reported && self.settle.outcome().is_some()
+        matches!(self.report, Report::Reported) && self.settle.outcome().is_some()
     }
 
     pub(crate) fn deadline(&self) -> Option<Time> {
@@ -151,14 +159,14 @@ impl Commit {
 
     fn advance<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
         self.sent_proposal |= self.settle.sent_proposal();
-        if self.result.is_some() {
+        if !matches!(self.report, Report::NotYetKnown) {
             return;
         }
-        if ctx.config.bugs.ack_before_invalidate
+        if ctx.config.bugs.ack_before_invalidate()
             && let Some((_, chosen)) = self.settle.chosen()
             && chosen.txn == Some(self.txn)
         {
-            self.result = Some(CommitResult::Committed {
+            self.report = Report::Known(CommitResult::Committed {
                 position: self.settle.position(),
                 fast: self.on_fast_path(),
             });
@@ -168,7 +176,7 @@ impl Commit {
             None => {}
             Some(SettleOutcome::Failed) => {
                 let position = self.settle.position();
-                self.result = Some(if self.sent_proposal {
+                self.report = Report::Known(if self.sent_proposal {
                     CommitResult::Unknown { position }
                 } else {
                     CommitResult::Aborted
@@ -177,7 +185,7 @@ impl Commit {
             Some(SettleOutcome::Settled { entry, .. }) => {
                 let position = self.settle.position();
                 if entry.txn == Some(self.txn) {
-                    self.result = Some(CommitResult::Committed {
+                    self.report = Report::Known(CommitResult::Committed {
                         position,
                         fast: self.on_fast_path(),
                     });
@@ -194,7 +202,7 @@ impl Commit {
                     self.rebases += 1;
                     // The next position's leader is named by the chosen entry — never
                     // by our own, which lost (unless the knob says otherwise).
-                    let leader = if ctx.config.bugs.leader_from_unchosen_entry {
+                    let leader = if ctx.config.bugs.leader_from_unchosen_entry() {
                         self.entry.next_leader
                     } else {
                         entry.next_leader
@@ -207,7 +215,7 @@ impl Commit {
                 }
                 // An earlier position held our value only if it was chosen there; it
                 // was not, so nothing of ours is in the log.
-                self.result = Some(CommitResult::Conflict {
+                self.report = Report::Known(CommitResult::Conflict {
                     keys: keys.into_iter().collect(),
                 });
             }

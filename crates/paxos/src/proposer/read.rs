@@ -82,9 +82,9 @@ pub enum ReadError {
 enum Phase {
     Query {
         query: u64,
-        early: Option<u64>,
-        early_state: Option<LogState>,
-        vouched: bool,
+        /// The read-position-before-vouch knob's log-state request.
+        #[cfg(feature = "sim-bugs")]
+        early: Option<EarlyLogState>,
         deadline: Time,
     },
     LocalState {
@@ -111,6 +111,18 @@ enum Phase {
         deadline: Time,
     },
     Done,
+}
+
+/// The read-position-before-vouch knob: the local replica's log state, asked for at
+/// the same time as the coordinator (instead of after it vouched).
+#[cfg(feature = "sim-bugs")]
+#[derive(Debug)]
+struct EarlyLogState {
+    id: u64,
+    /// Its answer, if it came before the coordinator's.
+    state: Option<LogState>,
+    /// The coordinator vouched before the answer came.
+    vouched: bool,
 }
 
 /// A current read of one group.
@@ -147,23 +159,27 @@ impl CurrentRead {
         };
         match local {
             None => read.majority(ctx),
-            Some(local) if ctx.config.bugs.read_local_unvouched => {
+            Some(local) if ctx.config.bugs.read_local_unvouched() => {
                 read.vouched = true;
                 read.local_state(ctx, local);
             }
             Some(local) => {
                 let eg = read.eg.clone();
                 let query = ctx.send_coordinator(local, |id| CoordinatorRequest::Query { id, eg });
-                let early = ctx.config.bugs.read_position_before_vouch.then(|| {
+                #[cfg(feature = "sim-bugs")]
+                let early = ctx.config.bugs.read_position_before_vouch().then(|| {
                     let eg = read.eg.clone();
-                    ctx.send_replica(local, |id| ReplicaRequest::LogState { id, eg })
+                    EarlyLogState {
+                        id: ctx.send_replica(local, |id| ReplicaRequest::LogState { id, eg }),
+                        state: None,
+                        vouched: false,
+                    }
                 });
                 let deadline = ctx.now + ctx.config.timeouts.rpc;
                 read.phase = Phase::Query {
                     query,
+                    #[cfg(feature = "sim-bugs")]
                     early,
-                    early_state: None,
-                    vouched: false,
                     deadline,
                 };
             }
@@ -315,13 +331,7 @@ impl CurrentRead {
             self.advance_catch_up(ctx);
             return;
         }
-        let Phase::Query {
-            query,
-            early,
-            early_state,
-            ..
-        } = &mut self.phase
-        else {
+        let Phase::Query { query, .. } = &mut self.phase else {
             return;
         };
         let CoordinatorReply::Query { id, vouched, epoch } = reply else {
@@ -336,20 +346,22 @@ impl CurrentRead {
             .expect("only a read with a local replica queries");
         if !vouched {
             self.majority(ctx);
-        } else if early.is_some() {
-            // The bug: use the position read in parallel with the query.
-            match early_state.take() {
-                Some(state) => self.vouched_state(ctx, local, state),
-                None => {
-                    if let Phase::Query { vouched, .. } = &mut self.phase {
-                        *vouched = true;
-                    }
-                }
-            }
-        } else {
-            self.vouched = true;
-            self.local_state(ctx, local);
+            return;
         }
+        #[cfg(feature = "sim-bugs")]
+        if let Phase::Query {
+            early: Some(early), ..
+        } = &mut self.phase
+        {
+            // The knob: use the position read in parallel with the query.
+            match early.state.take() {
+                Some(state) => self.vouched_state(ctx, local, state),
+                None => early.vouched = true,
+            }
+            return;
+        }
+        self.vouched = true;
+        self.local_state(ctx, local);
     }
 
     fn vouched_state<K: Clone + Ord>(
@@ -370,23 +382,22 @@ impl CurrentRead {
         reply: ReplicaReply,
     ) {
         match &mut self.phase {
+            #[cfg(feature = "sim-bugs")]
             Phase::Query {
-                early,
-                early_state,
-                vouched,
-                ..
+                early: Some(early), ..
             } => {
                 if let ReplicaReply::LogState { id, state } = reply
-                    && Some(id) == *early
+                    && id == early.id
                 {
-                    if *vouched {
+                    if early.vouched {
                         let local = self.local.expect("early reads go to the local replica");
                         self.vouched_state(ctx, local, state);
                     } else {
-                        *early_state = Some(state);
+                        early.state = Some(state);
                     }
                 }
             }
+            Phase::Query { .. } => {}
             Phase::LocalState { id, .. } => match reply {
                 ReplicaReply::LogState {
                     id: reply_id,
@@ -503,7 +514,7 @@ impl CurrentRead {
     ) {
         // Validate only when the replica caught up was the local one, with the epoch of
         // the first query; never after a vouched read (nothing to validate).
-        let validate_remote = ctx.config.bugs.validate_after_remote_catchup;
+        let validate_remote = ctx.config.bugs.validate_after_remote_catchup();
         if let (Some(local), Some(epoch), false) = (self.local, self.epoch, self.vouched)
             && (replica == local || validate_remote)
         {
@@ -634,7 +645,7 @@ impl PointRead {
         let replica = self.candidates.remove(0);
         let at = match self.mode {
             ReadMode::Snapshot => ReadAt::Applied,
-            ReadMode::AtPosition(_) if ctx.config.bugs.read_at_position_reads_applied => {
+            ReadMode::AtPosition(_) if ctx.config.bugs.read_at_position_reads_applied() => {
                 ReadAt::Applied
             }
             ReadMode::AtPosition(p) => ReadAt::Position(p),

@@ -47,8 +47,8 @@ impl Resolve {
     ) -> Self {
         Self {
             txn,
-            guess: ctx.config.bugs.resolve_without_settling,
-            any_remembered: ctx.config.bugs.resolve_any_remembered_txn,
+            guess: ctx.config.bugs.resolve_without_settling(),
+            any_remembered: ctx.config.bugs.resolve_any_remembered_txn(),
             settle: Settle::start(ctx, eg, position, None, None),
         }
     }

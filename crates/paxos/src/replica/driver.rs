@@ -110,7 +110,7 @@ impl Replica {
         store: &S,
         batch: &mut Batch,
     ) -> Result<(), RowStoreError> {
-        batch.reply_before_sync |= self.config.bugs.reply_before_sync;
+        batch.reply_before_sync |= self.config.bugs.reply_before_sync();
         let mut inputs = VecDeque::from([input]);
         while let Some(input) = inputs.pop_front() {
             for output in self.step(now, input) {

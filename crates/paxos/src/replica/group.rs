@@ -297,7 +297,7 @@ impl GroupLog {
                 entry,
                 visible: false,
             };
-            let write = if bugs.accept_persists_no_promise {
+            let write = if bugs.accept_persists_no_promise() {
                 self.write()
             } else {
                 self.write().promise(p, promise)
@@ -313,7 +313,7 @@ impl GroupLog {
             if !s.ballot.is_zero() {
                 return AcceptResult::Rejected { promised: s.ballot };
             }
-            let overwrite = grant && bugs.grant_ballot0_twice;
+            let overwrite = grant && bugs.grant_ballot0_twice();
             if s.entry != entry && !overwrite {
                 return match (grant, s.entry.txn) {
                     (true, Some(txn)) => AcceptResult::GrantRefused(GrantRefusal::Taken(txn)),
@@ -338,7 +338,7 @@ impl GroupLog {
                 .grants
                 .get(&p)
                 .copied()
-                .filter(|t| *t != txn && !bugs.grant_ballot0_twice)
+                .filter(|t| *t != txn && !bugs.grant_ballot0_twice())
             {
                 return AcceptResult::GrantRefused(GrantRefusal::Taken(taken));
             }
@@ -365,12 +365,14 @@ impl GroupLog {
         }
         self.slots
             .get(&p.prev())
-            .filter(|s| s.visible || bugs.leader_from_unchosen_entry)
+            .filter(|s| s.visible || bugs.leader_from_unchosen_entry())
             .is_some_and(|s| s.entry.next_leader == Some(me))
     }
 
     /// Records `entry` as the visible value at `p`, advances the visible watermark,
     /// and applies what became applicable (not on witnesses).
+    // `bugs` is read only by the out-of-order knob, which production builds lack.
+    #[cfg_attr(not(feature = "sim-bugs"), expect(unused_variables))]
     pub fn mark_visible(
         &mut self,
         kind: ReplicaKind,
@@ -406,28 +408,41 @@ impl GroupLog {
         }
         out.push(Output::Persist { mutation: write.0 });
         if kind != ReplicaKind::Witness {
-            self.apply_ready(bugs, Some(p), out);
+            #[cfg(feature = "sim-bugs")]
+            if bugs.apply_out_of_order() {
+                self.apply_across_a_gap(p, out);
+                return Ok(());
+            }
+            self.apply_ready(out);
         }
         Ok(())
     }
 
     /// Applies visible positions above `applied`, in log order, as one atomic batch
-    /// with the new `applied` marker. `just_marked`: the position a mark just made
-    /// visible (the out-of-order bug applies it even across a gap).
-    pub fn apply_ready(
-        &mut self,
-        bugs: &ProtocolBugs,
-        just_marked: Option<Position>,
-        out: &mut Vec<Output>,
-    ) {
+    /// with the new `applied` marker.
+    pub fn apply_ready(&mut self, out: &mut Vec<Output>) {
+        let positions: Vec<Position> = (self.applied.0 + 1..=self.visible.0)
+            .map(Position)
+            .collect();
+        self.apply(positions, out);
+    }
+
+    /// The out-of-order knob: applies the position a mark just made visible even
+    /// across a gap below it.
+    #[cfg(feature = "sim-bugs")]
+    fn apply_across_a_gap(&mut self, just_marked: Position, out: &mut Vec<Output>) {
         let mut positions: Vec<Position> = (self.applied.0 + 1..=self.visible.0)
             .map(Position)
             .collect();
-        if bugs.apply_out_of_order
-            && let Some(p) = just_marked.filter(|p| *p > self.applied && !positions.contains(p))
-        {
-            positions.push(p);
+        if just_marked > self.applied && !positions.contains(&just_marked) {
+            positions.push(just_marked);
         }
+        self.apply(positions, out);
+    }
+
+    /// Applies `positions` (ascending, each with a slot) and moves `applied` to the
+    /// last of them.
+    fn apply(&mut self, positions: Vec<Position>, out: &mut Vec<Output>) {
         let Some(&last) = positions.last() else {
             return;
         };
@@ -501,7 +516,7 @@ impl GroupLog {
             self.collected = below;
             write = write.watermark(COLLECTED, below);
         }
-        if bugs.collect_without_floor {
+        if bugs.collect_without_floor() {
             self.collected = Position::NONE;
         }
         out.push(Output::Persist { mutation: write.0 });
@@ -533,7 +548,7 @@ impl GroupLog {
                 self.eg
             );
         }
-        if kind != ReplicaKind::Witness && !bugs.apply_out_of_order {
+        if kind != ReplicaKind::Witness && !bugs.apply_out_of_order() {
             assert!(
                 self.applied <= self.visible,
                 "{}: applied {} above visible {}",

@@ -287,7 +287,7 @@ impl Replica {
                 SweepAction::Install { eg, at, slot, rows } => {
                     if let Some(GroupSlot::Ready(group)) = self.groups.get_mut(&eg) {
                         let kind = self.me.kind;
-                        group.install(kind, &self.config.bugs, at, slot, rows, &mut out);
+                        group.install(kind, at, slot, rows, &mut out);
                     }
                 }
             }
@@ -321,11 +321,11 @@ impl Replica {
                 // A read-only replica never voted: nothing to clear.
                 let rejoining = self.config.rejoining
                     && self.me.kind != ReplicaKind::ReadOnly
-                    && !bugs.rejoin_as_voter;
+                    && !bugs.rejoin_as_voter();
                 let mut group = GroupLog::load(
                     eg.clone(),
                     stored,
-                    bugs.forget_promise_on_restart,
+                    bugs.forget_promise_on_restart(),
                     rejoining,
                 );
                 if group.rejoin() == Rejoin::Uncleared {
@@ -333,7 +333,7 @@ impl Replica {
                 }
                 // Visible positions whose apply was lost in a crash are applied again.
                 if self.me.kind != ReplicaKind::Witness {
-                    group.apply_ready(&self.config.bugs, None, out);
+                    group.apply_ready(out);
                 }
                 self.groups.insert(eg, GroupSlot::Ready(group));
                 for (from, request) in waiting {

@@ -47,7 +47,7 @@ pub(crate) fn client_core(topology: Topology) -> megastore_paxos::ClientCore {
                 backoff: ms(20),
                 ..megastore_paxos::Timeouts::from_rpc_and_lease(ms(100), ms(1000))
             },
-            bugs: ProtocolBugs::default(),
+            bugs: ProtocolBugs::NONE,
         },
         seed: 7,
     })
@@ -68,7 +68,7 @@ pub(crate) struct Node {
 
 impl Node {
     pub(crate) fn new(id: u16) -> Self {
-        Self::with_bugs(id, ProtocolBugs::default())
+        Self::with_bugs(id, ProtocolBugs::NONE)
     }
 
     pub(crate) fn with_bugs(id: u16, bugs: ProtocolBugs) -> Self {
@@ -77,7 +77,7 @@ impl Node {
 
     /// A replica that lost its store (no sweep: it is never cleared by itself).
     pub(crate) fn rejoining(id: u16) -> Self {
-        Self::build(id, ProtocolBugs::default(), true)
+        Self::build(id, ProtocolBugs::NONE, true)
     }
 
     fn build(id: u16, bugs: ProtocolBugs, rejoining: bool) -> Self {

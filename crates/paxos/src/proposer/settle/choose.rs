@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use megastore_types::{Ballot, ReplicaId};
 
 use super::super::Ctx;
-use super::{BACKOFF_DOUBLINGS_MAX, Phase, Round, Settle, SettleOutcome};
+use super::{BACKOFF_DOUBLINGS_MAX, Chosen, Phase, Round, Settle, SettleOutcome};
 use crate::cells::SlotRecord;
 use crate::entry::LogEntry;
 use crate::messages::{AcceptResult, PrepareResult, ReplicaRequest};
@@ -105,8 +105,12 @@ impl Settle {
     pub(super) fn check_chosen<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
         let Some(round) = &self.round else { return };
         if round.acks.len() >= Self::majority(ctx) {
-            let (ballot, value, holders) = (round.ballot, round.value.clone(), round.acks.clone());
-            self.on_chosen(ctx, ballot, value, holders);
+            let chosen = Chosen {
+                ballot: round.ballot,
+                entry: round.value.clone(),
+                holders: round.acks.clone(),
+            };
+            self.on_chosen(ctx, chosen);
         }
     }
 
@@ -121,6 +125,7 @@ impl Settle {
         let Phase::Learn { replies, .. } = &mut self.phase else {
             return;
         };
+        #[cfg(feature = "sim-bugs")]
         if slot.is_none() {
             self.seen_lacking.insert(from);
         }
@@ -132,7 +137,7 @@ impl Settle {
     /// chosen; otherwise run Paxos (which adopts any accepted value, or a no-op).
     pub(super) fn decide_learn<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
         let majority = Self::majority(ctx);
-        let needed = if ctx.config.bugs.learn_from_single_accept {
+        let needed = if ctx.config.bugs.learn_from_single_accept() {
             1
         } else {
             majority
@@ -155,14 +160,23 @@ impl Settle {
                     .insert(*r);
             }
         }
+        #[cfg(feature = "sim-bugs")]
         let answered: BTreeSet<ReplicaId> = replies.keys().copied().collect();
         match by_value
             .into_iter()
             .find(|(_, (_, holders))| holders.len() >= needed)
         {
             Some(((ballot, _), (entry, holders))) => {
+                #[cfg(feature = "sim-bugs")]
                 self.seen_lacking.extend(answered.difference(&holders));
-                self.on_chosen(ctx, ballot, entry, holders);
+                self.on_chosen(
+                    ctx,
+                    Chosen {
+                        ballot,
+                        entry,
+                        holders,
+                    },
+                );
             }
             None => self.prepare(ctx),
         }
@@ -218,10 +232,10 @@ impl Settle {
                     .collect();
                 debug_assert!(
                     values.len() == 1
-                        || bugs.grant_ballot0_twice
-                        || bugs.forget_promise_on_restart
-                        || bugs.leader_from_unchosen_entry
-                        || bugs.rejoin_as_voter,
+                        || bugs.grant_ballot0_twice()
+                        || bugs.forget_promise_on_restart()
+                        || bugs.leader_from_unchosen_entry()
+                        || bugs.rejoin_as_voter(),
                     "two values accepted at ballot {b}: ballot-zero-once is broken"
                 );
             }
@@ -284,6 +298,7 @@ impl Settle {
     pub(super) fn accept_refused<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, from: ReplicaId) {
         let majority = Self::majority(ctx);
         let voters = Self::voters(ctx).len();
+        #[cfg(feature = "sim-bugs")]
         self.seen_lacking.insert(from);
         if matches!(self.phase, Phase::FastGrant { .. }) {
             self.prepare(ctx);

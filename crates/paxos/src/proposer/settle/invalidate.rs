@@ -2,45 +2,40 @@
 //! not known to hold it has its coordinator invalidated for the group — or a
 //! linearizable read of the lock service shows that coordinator's lock lapsed.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
 use megastore_lock::{LockError, LockReply};
-use megastore_types::{Ballot, ReplicaId, ReplicaKind};
+use megastore_types::{ReplicaId, ReplicaKind};
 
 use super::super::Ctx;
-use super::{Invalidation, Phase, Round, Settle};
-use crate::entry::LogEntry;
+use super::{Chosen, Invalidation, Phase, Settle};
 
 impl Settle {
-    /// Write step 5 for a value just chosen (not learned from a visible mark).
-    pub(super) fn on_chosen<K: Clone + Ord>(
-        &mut self,
-        ctx: &mut Ctx<'_, K>,
-        ballot: Ballot,
-        value: LogEntry,
-        holders: BTreeSet<ReplicaId>,
-    ) {
-        self.chosen = Some((ballot, value.clone()));
-        self.round = Some(Round {
-            ballot,
-            value,
-            acks: holders.clone(),
-            rejects: BTreeSet::new(),
-        });
+    /// Write step 5 for a value just chosen (not learned from a visible mark): every
+    /// full replica not among its holders has its coordinator invalidated.
+    pub(super) fn on_chosen<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, chosen: Chosen) {
         self.outstanding.clear();
         let bugs = ctx.config.bugs;
-        if bugs.skip_invalidate {
-            self.mark_visible(ctx);
+        if bugs.skip_invalidate() {
+            self.mark_visible(ctx, chosen.ballot, chosen.entry);
             return;
         }
         let targets: Vec<ReplicaId> = ctx
             .config
             .topology
             .of_kind(ReplicaKind::Full)
-            .filter(|r| !holders.contains(r))
-            .filter(|r| !bugs.invalidate_only_seen_lacking || self.seen_lacking.contains(r))
+            .filter(|r| !chosen.holders.contains(r))
             .collect();
+        #[cfg(feature = "sim-bugs")]
+        let targets: Vec<ReplicaId> = if bugs.invalidate_only_seen_lacking() {
+            targets
+                .into_iter()
+                .filter(|r| self.seen_lacking.contains(r))
+                .collect()
+        } else {
+            targets
+        };
         let mut pending = BTreeMap::new();
         for r in targets {
             self.invalidate(ctx, r);
@@ -53,6 +48,7 @@ impl Settle {
             );
         }
         self.phase = Phase::Invalidate {
+            chosen,
             pending,
             started: ctx.now,
         };
@@ -74,9 +70,15 @@ impl Settle {
         self.finish_invalidation(ctx);
     }
 
+    /// With every coordinator invalidated (or its lock lapsed), goes on to step 6.
     pub(super) fn finish_invalidation<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
-        if matches!(&self.phase, Phase::Invalidate { pending, .. } if pending.is_empty()) {
-            self.mark_visible(ctx);
+        if let Phase::Invalidate {
+            chosen, pending, ..
+        } = &self.phase
+            && pending.is_empty()
+        {
+            let (ballot, entry) = (chosen.ballot, chosen.entry.clone());
+            self.mark_visible(ctx, ballot, entry);
         }
     }
 

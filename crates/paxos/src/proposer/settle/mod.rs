@@ -9,10 +9,12 @@
 //!  any phase: a replica that has the position visible ends the search (no step 5)
 //! ```
 //!
-//! One file per phase: `choose` (learn, fast path, two-phase Paxos, backoff),
-//! `invalidate` (write step 5), `visible` (write step 6, and a visible answer ending the
-//! search); this file holds the state, the request bookkeeping and the dispatch of
-//! answers to the phase that asked.
+//! One file per phase, each handing the next one value: `choose` (learn, fast path,
+//! two-phase Paxos, backoff) ends in a [`Chosen`] — the ballot, the entry and the
+//! voters known to hold it; `invalidate` (write step 5) takes it and spares its
+//! holders; `visible` (write step 6, and a visible answer ending the search) marks its
+//! ballot and entry everywhere. This file holds the state, the request bookkeeping and
+//! the dispatch of answers to the phase that asked.
 
 mod choose;
 mod invalidate;
@@ -33,6 +35,16 @@ use crate::messages::{
 
 /// How many times a settle's backoff window may double.
 const BACKOFF_DOUBLINGS_MAX: u32 = 3;
+
+/// What choosing hands the invalidation step: the value chosen at the position, the
+/// ballot it was chosen at, and the voters known to have accepted it there (they hold
+/// it, so their coordinators need no invalidate).
+#[derive(Debug, Clone)]
+struct Chosen {
+    ballot: Ballot,
+    entry: LogEntry,
+    holders: BTreeSet<ReplicaId>,
+}
 
 /// How settling ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,6 +88,7 @@ enum Phase {
         until: Time,
     },
     Invalidate {
+        chosen: Chosen,
         pending: BTreeMap<ReplicaId, Invalidation>,
         started: Time,
     },
@@ -119,6 +132,7 @@ pub(crate) struct Settle {
     rounds: u32,
     /// Replicas that answered without the value (for the knob that invalidates only
     /// those).
+    #[cfg(feature = "sim-bugs")]
     seen_lacking: BTreeSet<ReplicaId>,
     /// An accept carrying `proposal` has been sent.
     sent_proposal: bool,
@@ -127,8 +141,6 @@ pub(crate) struct Settle {
     /// Voters that answered that the position is truncated there: chosen long ago,
     /// and once a majority says so no round can learn or choose anything.
     truncated_at: BTreeSet<ReplicaId>,
-    /// The value chosen, as soon as it is (before the invalidation step).
-    chosen: Option<(Ballot, LogEntry)>,
 }
 
 impl Settle {
@@ -152,11 +164,11 @@ impl Settle {
             round: None,
             max_seen: Ballot::ZERO,
             rounds: 0,
+            #[cfg(feature = "sim-bugs")]
             seen_lacking: BTreeSet::new(),
             sent_proposal: false,
             truncated_chosen: None,
             truncated_at: BTreeSet::new(),
-            chosen: None,
         };
         let leader = leader.filter(|l| ctx.config.topology.is_voter(*l));
         match (&settle.proposal, leader) {
@@ -207,9 +219,14 @@ impl Settle {
         self.truncated_chosen
     }
 
-    /// The chosen value, from the moment it is chosen.
-    pub(crate) fn chosen(&self) -> Option<&(Ballot, LogEntry)> {
-        self.chosen.as_ref()
+    /// The chosen value, from the moment it is chosen (during the invalidation step,
+    /// and once settled).
+    pub(crate) fn chosen(&self) -> Option<(Ballot, &LogEntry)> {
+        match &self.phase {
+            Phase::Invalidate { chosen, .. } => Some((chosen.ballot, &chosen.entry)),
+            Phase::Done(SettleOutcome::Settled { ballot, entry }) => Some((*ballot, entry)),
+            _ => None,
+        }
     }
 
     /// Whether an accept carrying the writer's value went out (so it may be chosen
@@ -301,7 +318,7 @@ impl Settle {
         };
         if let Some((ballot, entry)) = visible
             && self.mine.contains(&id)
-            && self.chosen.is_none()
+            && self.chosen().is_none()
             && self.outcome().is_none()
         {
             self.outstanding.remove(&id);
@@ -364,6 +381,7 @@ impl Settle {
             Phase::FastGrant { .. } => self.prepare(ctx),
             Phase::Learn { replies, .. } => {
                 replies.insert(from, None);
+                #[cfg(feature = "sim-bugs")]
                 self.seen_lacking.insert(from);
                 self.decide_learn(ctx);
             }
@@ -412,7 +430,9 @@ impl Settle {
                 self.backoff(ctx)
             }
             Phase::Backoff { until } if now >= *until => self.prepare(ctx),
-            Phase::Invalidate { pending, started } => {
+            Phase::Invalidate {
+                pending, started, ..
+            } => {
                 if now.since(*started) > ctx.config.timeouts.invalidate_patience {
                     self.phase = Phase::Done(SettleOutcome::Failed);
                     return;

@@ -9,12 +9,14 @@ use crate::entry::LogEntry;
 use crate::messages::ReplicaRequest;
 
 impl Settle {
-    /// Write step 6: only now is the visible mark written anywhere.
-    pub(super) fn mark_visible<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
-        let (ballot, entry) = self
-            .chosen
-            .clone()
-            .expect("marking visible follows choosing");
+    /// Write step 6 for the value chosen at `ballot`: only now is the visible mark
+    /// written anywhere.
+    pub(super) fn mark_visible<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        ballot: Ballot,
+        entry: LogEntry,
+    ) {
         let position = self.position;
         let replicas: Vec<ReplicaId> = ctx
             .config
@@ -46,7 +48,6 @@ impl Settle {
         ballot: Ballot,
         entry: LogEntry,
     ) {
-        self.chosen = Some((ballot, entry));
-        self.mark_visible(ctx);
+        self.mark_visible(ctx, ballot, entry);
     }
 }

@@ -7,7 +7,6 @@ use megastore_rowstore::{Mutation, Row, RowMutation};
 use megastore_types::{Position, ReplicaKind};
 
 use super::{GroupLog, Output};
-use crate::bugs::ProtocolBugs;
 use crate::cells::{APPLIED, INSTALLED, SlotRecord, TRUNCATED, VISIBLE};
 
 impl GroupLog {
@@ -23,7 +22,6 @@ impl GroupLog {
     pub fn install(
         &mut self,
         kind: ReplicaKind,
-        bugs: &ProtocolBugs,
         at: Position,
         slot: SlotRecord,
         rows: Vec<Row>,
@@ -80,7 +78,7 @@ impl GroupLog {
             rows: batch,
         });
         if !witness {
-            self.apply_ready(bugs, None, out);
+            self.apply_ready(out);
         }
         true
     }
