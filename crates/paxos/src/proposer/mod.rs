@@ -7,6 +7,7 @@
 //! their requests and remembers which operation each request id belongs to; the host
 //! ([`ClientCore`](crate::ClientCore)) routes replies back by id.
 
+pub(crate) mod catch_up;
 pub(crate) mod commit;
 pub(crate) mod read;
 pub(crate) mod resolve;

@@ -19,8 +19,12 @@ use megastore_rowstore::Row;
 use megastore_types::{EgId, Epoch, Position, ReplicaId, ReplicaKind, Time};
 
 use super::Ctx;
-use super::settle::{Settle, SettleOutcome};
+use super::catch_up::{CatchUp, CatchUpProgress};
 use crate::messages::{DataQuery, LogState, ReadAt, ReplicaError, ReplicaReply, ReplicaRequest};
+
+/// Positions a read's catch-up settles at once. One: a current read's tail is the
+/// writes in flight at its replica, usually one or two positions.
+const CATCH_UP_IN_FLIGHT_MAX: usize = 1;
 
 /// How many times a read restarts (after a replica failed it) before giving up.
 const READ_ATTEMPTS_MAX: u32 = 4;
@@ -98,10 +102,7 @@ enum Phase {
     },
     CatchUp {
         replica: ReplicaId,
-        target: Position,
-        next: Position,
-        settle: Option<Box<Settle>>,
-        next_leader: Option<ReplicaId>,
+        catch_up: CatchUp,
     },
     Reading {
         replica: ReplicaId,
@@ -197,7 +198,7 @@ impl CurrentRead {
             | Phase::LocalState { deadline, .. }
             | Phase::Majority { deadline, .. }
             | Phase::Reading { deadline, .. } => Some(*deadline),
-            Phase::CatchUp { settle, .. } => settle.as_ref().and_then(|s| s.deadline()),
+            Phase::CatchUp { catch_up, .. } => catch_up.deadline(),
             Phase::Done => None,
         }
     }
@@ -247,50 +248,30 @@ impl CurrentRead {
         target: Position,
         next_leader: Option<ReplicaId>,
     ) {
-        self.phase = Phase::CatchUp {
-            replica,
-            target,
+        let (catch_up, progress) = CatchUp::start(
+            ctx,
+            self.eg.clone(),
             next,
-            settle: None,
+            target,
             next_leader,
-        };
-        self.advance_catch_up(ctx);
+            CATCH_UP_IN_FLIGHT_MAX,
+        );
+        self.phase = Phase::CatchUp { replica, catch_up };
+        self.caught_up(ctx, progress);
     }
 
-    fn advance_catch_up<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
-        loop {
-            let Phase::CatchUp {
-                replica,
-                target,
-                next,
-                settle,
-                next_leader,
-            } = &mut self.phase
-            else {
-                return;
-            };
-            match settle.as_ref().map(|s| s.outcome().cloned()) {
-                Some(None) => return,
-                Some(Some(SettleOutcome::Failed)) => {
-                    self.retry(ctx, "could not settle a position");
-                    return;
-                }
-                Some(Some(SettleOutcome::Settled { entry, .. })) => {
-                    *next_leader = entry.next_leader;
-                    *next = next.next();
-                    *settle = None;
-                    continue;
-                }
-                None => {}
-            }
-            if *next <= *target {
-                let started = Settle::start(ctx, self.eg.clone(), *next, None, None);
-                *settle = Some(Box::new(started));
-                continue;
-            }
-            let (replica, target, next_leader) = (*replica, *target, *next_leader);
-            self.read_at(ctx, replica, target, next_leader);
+    /// Reads once the catch-up is done; retries the read if it failed.
+    fn caught_up<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, progress: CatchUpProgress) {
+        let Phase::CatchUp { replica, catch_up } = &self.phase else {
             return;
+        };
+        match progress {
+            CatchUpProgress::Running => {}
+            CatchUpProgress::Failed => self.retry(ctx, "could not settle a position"),
+            CatchUpProgress::Done { next_leader } => {
+                let (replica, target) = (*replica, catch_up.target());
+                self.read_at(ctx, replica, target, next_leader);
+            }
         }
     }
 
@@ -323,12 +304,9 @@ impl CurrentRead {
         from: ReplicaId,
         reply: CoordinatorReply,
     ) {
-        if let Phase::CatchUp {
-            settle: Some(s), ..
-        } = &mut self.phase
-        {
-            s.on_coordinator_reply(ctx, from, reply);
-            self.advance_catch_up(ctx);
+        if let Phase::CatchUp { catch_up, .. } = &mut self.phase {
+            let progress = catch_up.on_coordinator_reply(ctx, from, reply);
+            self.caught_up(ctx, progress);
             return;
         }
         let Phase::Query { query, .. } = &mut self.phase else {
@@ -420,11 +398,9 @@ impl CurrentRead {
                     self.majority_answered(ctx);
                 }
             }
-            Phase::CatchUp {
-                settle: Some(s), ..
-            } if s.owns(reply.id()) => {
-                s.on_replica_reply(ctx, from, reply);
-                self.advance_catch_up(ctx);
+            Phase::CatchUp { catch_up, .. } if catch_up.owns(reply.id()) => {
+                let progress = catch_up.on_replica_reply(ctx, from, reply);
+                self.caught_up(ctx, progress);
             }
             Phase::Reading {
                 replica,
@@ -546,12 +522,9 @@ impl CurrentRead {
         id: u64,
         result: Result<LockReply, LockError>,
     ) {
-        if let Phase::CatchUp {
-            settle: Some(s), ..
-        } = &mut self.phase
-        {
-            s.on_lock_outcome(ctx, id, result);
-            self.advance_catch_up(ctx);
+        if let Phase::CatchUp { catch_up, .. } = &mut self.phase {
+            let progress = catch_up.on_lock_outcome(ctx, id, result);
+            self.caught_up(ctx, progress);
         }
     }
 
@@ -569,11 +542,9 @@ impl CurrentRead {
             Phase::Reading { deadline, .. } if now >= *deadline => {
                 self.retry(ctx, "the read timed out")
             }
-            Phase::CatchUp {
-                settle: Some(s), ..
-            } => {
-                s.on_tick(ctx);
-                self.advance_catch_up(ctx);
+            Phase::CatchUp { catch_up, .. } => {
+                let progress = catch_up.on_tick(ctx);
+                self.caught_up(ctx, progress);
             }
             _ => {}
         }

@@ -16,8 +16,9 @@
 //! see [`super::Rejoin`]), and installs a snapshot from a replica that applied more
 //! when the positions it lacks are truncated everywhere it asked.
 //!
-//! Settling is the proposer's [`Settle`], with this replica as the proposer: the
-//! invalidation step is done for anything it exposes.
+//! Catching up is the proposer's catch-up (`proposer/catch_up.rs`, the same loop a
+//! current read runs, here many positions at once), with this replica as the
+//! proposer: the invalidation step is done for anything it exposes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -29,7 +30,7 @@ use megastore_types::{EgId, NodeId, Position, ReplicaId, ReplicaKind, Time};
 use super::{GroupLog, Rejoin};
 use crate::cells::SlotRecord;
 use crate::messages::{LogState, Message, ReplicaReply, ReplicaRequest};
-use crate::proposer::settle::{Settle, SettleOutcome};
+use crate::proposer::catch_up::{CatchUp, CatchUpProgress};
 use crate::proposer::{Ctx, ProposerConfig, Wiring};
 
 /// How the sweep runs.
@@ -79,12 +80,9 @@ enum Task {
     },
     /// Asked a replica for a snapshot.
     Install { deadline: Time },
-    /// Settling `next..=target`, up to [`CATCH_UP_IN_FLIGHT_MAX`] positions at once.
-    CatchUp {
-        next: Position,
-        target: Position,
-        settles: BTreeMap<Position, Box<Settle>>,
-    },
+    /// Settling the positions up to the furthest visible one seen, up to
+    /// [`CATCH_UP_IN_FLIGHT_MAX`] at once.
+    CatchUp(CatchUp),
 }
 
 /// Positions a catch-up settles at once (each is its own Paxos instance).
@@ -120,7 +118,7 @@ impl Sweeper {
     /// When the sweep next wants a tick.
     pub(crate) fn next_wake(&self) -> Time {
         let tasks = self.tasks.values().filter_map(|t| match t {
-            Task::CatchUp { settles, .. } => settles.values().filter_map(|s| s.deadline()).min(),
+            Task::CatchUp(catch_up) => catch_up.deadline(),
             Task::Probe { deadline, .. } | Task::Install { deadline } => Some(*deadline),
         });
         tasks
@@ -166,20 +164,12 @@ impl Sweeper {
             .tasks
             .iter()
             .filter(|(_, t)| {
-                matches!(t, Task::CatchUp { settles, .. } if settles.values().any(|s| s.deadline().is_some_and(|d| d <= now)))
+                matches!(t, Task::CatchUp(catch_up) if catch_up.deadline().is_some_and(|d| d <= now))
             })
             .map(|(eg, _)| eg.clone())
             .collect();
         for eg in due {
-            self.drive(now, &eg, sends, |settles, ctx| {
-                let now = ctx.now;
-                for settle in settles
-                    .values_mut()
-                    .filter(|s| s.deadline().is_some_and(|d| d <= now))
-                {
-                    settle.on_tick(ctx);
-                }
-            });
+            self.drive(now, &eg, sends, |catch_up, ctx| catch_up.on_tick(ctx));
         }
         if now >= self.next_sweep {
             self.next_sweep = now + self.config.interval;
@@ -386,6 +376,8 @@ impl Sweeper {
         self.tasks.insert(eg.clone(), Task::Install { deadline });
     }
 
+    /// Settles `next..=target` of `eg` from the peers; the task ends when every
+    /// position is settled (or one could not be: a later sweep tries again).
     fn catch_up(
         &mut self,
         now: Time,
@@ -394,48 +386,21 @@ impl Sweeper {
         target: Position,
         sends: &mut Vec<(NodeId, Message)>,
     ) {
-        self.tasks.insert(
-            eg.clone(),
-            Task::CatchUp {
-                next,
-                target,
-                settles: BTreeMap::new(),
-            },
-        );
-        self.advance(now, &eg, sends);
-    }
-
-    /// Drops finished settles, starts more up to the limit, and ends the catch-up when
-    /// every position is settled (or one could not be).
-    fn advance(&mut self, now: Time, eg: &EgId, sends: &mut Vec<(NodeId, Message)>) {
-        let Some(Task::CatchUp {
-            next,
-            target,
-            settles,
-        }) = self.tasks.get_mut(eg)
-        else {
-            return;
-        };
-        let failed = settles
-            .values()
-            .any(|s| matches!(s.outcome(), Some(SettleOutcome::Failed)));
-        settles.retain(|_, s| s.outcome().is_none());
-        if failed {
-            self.finish(eg);
-            return;
-        }
         let mut ctx = self
             .wiring
             .ctx(now, &self.config.proposer, eg.clone(), sends);
-        while *next <= *target && settles.len() < CATCH_UP_IN_FLIGHT_MAX {
-            let settle = Settle::start(&mut ctx, eg.clone(), *next, None, None);
-            if settle.outcome().is_none() {
-                settles.insert(*next, Box::new(settle));
-            }
-            *next = next.next();
-        }
-        if settles.is_empty() && *next > *target {
-            self.finish(eg);
+        let (catch_up, progress) = CatchUp::start(
+            &mut ctx,
+            eg.clone(),
+            next,
+            target,
+            None,
+            CATCH_UP_IN_FLIGHT_MAX,
+        );
+        if progress == CatchUpProgress::Running {
+            self.tasks.insert(eg, Task::CatchUp(catch_up));
+        } else {
+            self.finish(&eg);
         }
     }
 
@@ -444,20 +409,23 @@ impl Sweeper {
         self.wiring.forget(eg);
     }
 
+    /// Hands an event to `eg`'s catch-up, and ends the task once it is done or failed.
     fn drive(
         &mut self,
         now: Time,
         eg: &EgId,
         sends: &mut Vec<(NodeId, Message)>,
-        f: impl FnOnce(&mut BTreeMap<Position, Box<Settle>>, &mut Ctx<'_, EgId>),
+        f: impl FnOnce(&mut CatchUp, &mut Ctx<'_, EgId>) -> CatchUpProgress,
     ) {
-        if let Some(Task::CatchUp { settles, .. }) = self.tasks.get_mut(eg) {
-            let mut ctx = self
-                .wiring
-                .ctx(now, &self.config.proposer, eg.clone(), sends);
-            f(settles, &mut ctx);
+        let Some(Task::CatchUp(catch_up)) = self.tasks.get_mut(eg) else {
+            return;
+        };
+        let mut ctx = self
+            .wiring
+            .ctx(now, &self.config.proposer, eg.clone(), sends);
+        if f(catch_up, &mut ctx) != CatchUpProgress::Running {
+            self.finish(eg);
         }
-        self.advance(now, eg, sends);
     }
 
     /// A reply to one of the sweep's requests; `here` is this replica's own state of a
@@ -489,11 +457,9 @@ impl Sweeper {
                     return self.probed(now, &eg, here(&eg), sends);
                 }
             }
-            Some(Task::CatchUp { .. }) => {
-                self.drive(now, &eg, sends, |settles, ctx| {
-                    if let Some(settle) = settles.values_mut().find(|s| s.owns(reply.id())) {
-                        settle.on_replica_reply(ctx, from, reply);
-                    }
+            Some(Task::CatchUp(_)) => {
+                self.drive(now, &eg, sends, |catch_up, ctx| {
+                    catch_up.on_replica_reply(ctx, from, reply)
                 });
             }
             None => {}
@@ -515,10 +481,8 @@ impl Sweeper {
         let Some(eg) = self.wiring.route(id).cloned() else {
             return;
         };
-        self.drive(now, &eg, sends, |settles, ctx| {
-            if let Some(settle) = settles.values_mut().find(|s| s.owns(id)) {
-                settle.on_coordinator_reply(ctx, from, reply);
-            }
+        self.drive(now, &eg, sends, |catch_up, ctx| {
+            catch_up.on_coordinator_reply(ctx, from, reply)
         });
     }
 
@@ -549,10 +513,8 @@ impl Sweeper {
         let Some(eg) = self.wiring.lock_route(outcome.id).cloned() else {
             return;
         };
-        self.drive(now, &eg, sends, |settles, ctx| {
-            if let Some(settle) = settles.values_mut().find(|s| s.owns(outcome.id)) {
-                settle.on_lock_outcome(ctx, outcome.id, outcome.result);
-            }
+        self.drive(now, &eg, sends, |catch_up, ctx| {
+            catch_up.on_lock_outcome(ctx, outcome.id, outcome.result)
         });
     }
 }
