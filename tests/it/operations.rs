@@ -303,7 +303,7 @@ fn a_replica_added_to_a_running_cluster_rejoins_catches_up_and_then_votes() {
     // It catches up with the group (clearing its rejoin needs answers from the old
     // voters, all three of them while it does not count).
     runtime.block_on(async {
-        let peers = megastore_client::Peers::new(&grown).unwrap();
+        let peers = megastore_rpc::Peers::new(&grown).unwrap();
         let started = std::time::Instant::now();
         loop {
             let status =

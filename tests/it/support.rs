@@ -162,6 +162,6 @@ pub(crate) fn api_at(
     let endpoint = tonic::transport::Channel::from_shared(format!("http://{address}"))
         .expect("a valid address");
     megastore_rpc::pb::client::megastore_client::MegastoreClient::new(endpoint.connect_lazy())
-        .max_decoding_message_size(megastore_client::MESSAGE_BYTES_MAX)
-        .max_encoding_message_size(megastore_client::MESSAGE_BYTES_MAX)
+        .max_decoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX)
 }

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use comfy_table::Table;
-use megastore_client::Peers;
 use megastore_client::status::{ClusterStatus, Health, cluster_status};
+use megastore_rpc::Peers;
 
 use crate::bytes_arg::show_bytes;
 use crate::cluster_arg::ClusterArg;

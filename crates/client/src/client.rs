@@ -15,8 +15,8 @@ use megastore_paxos::{
 use megastore_types::{ClientId, EgId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::peers::Peers;
 use crate::settings::proposer_timeouts;
+use megastore_rpc::Peers;
 
 /// Why an operation could not be done.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

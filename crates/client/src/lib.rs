@@ -28,7 +28,6 @@
 mod client;
 mod entities;
 mod groups;
-mod peers;
 pub mod schema_store;
 mod settings;
 pub mod status;
@@ -38,7 +37,6 @@ mod versioned;
 pub use client::{Client, ClientError, Committed};
 pub use entities::{EntityRead, entity_group, group_root};
 pub use groups::{check_cell_write, group, group_name};
-pub use peers::{MESSAGE_BYTES_MAX, Peers};
 pub use settings::proposer_timeouts;
 pub use txn::{Attempt, AttemptFuture, Outcome, Transaction};
 pub use versioned::{Assert, Entry, Mutation, TxnResult, VERSION_MISSING};

@@ -12,7 +12,7 @@ use megastore_paxos::{LogState, Message, ReplicaError, ReplicaReply, ReplicaRequ
 use megastore_rpc::NodeStatus;
 use megastore_types::{EgId, Epoch, LockNodeId, NodeId, ReplicaId, ReplicaKind};
 
-use crate::Peers;
+use megastore_rpc::Peers;
 
 /// The group a health probe asks about when no group is named (any group will do: a
 /// `LogState` of a group the replica never saw is all zeros).

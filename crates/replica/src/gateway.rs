@@ -6,19 +6,20 @@
 use megastore_client::{
     Assert, Attempt, Client, ClientError, Entry, Mutation, Outcome, TxnResult, entity_group,
 };
-use megastore_paxos::{DataQuery, ReadMode, ReadPath, Resolution};
-use megastore_rowstore::{KeyRange, Row};
 use megastore_rpc::pb::client as pb;
 use megastore_rpc::pb::client::megastore_server::Megastore;
-use megastore_types::{ClientId, EgId, Position, TxnId};
+use megastore_rpc::public::{
+    check_key, entity_from_wire, entity_to_wire, index_entry_to_wire, invalid_argument as invalid,
+    key_range_from_wire, query_from_wire, read_mode_from_wire, read_path_to_wire,
+    resolution_to_wire, row_to_wire, txn_id_from_wire, txn_id_to_wire, typed_row_to_wire,
+    value_to_wire, values_from_wire,
+};
+use megastore_types::{EgId, TxnId};
 use tonic::{Request, Response, Status};
 
 use crate::gateway_sessions::{SessionState, Sessions, open};
 
-use crate::gateway_typed::{
-    Catalogs, entity_from_wire, entity_to_wire, index_entry_to_wire, typed_row_to_wire,
-    value_to_wire, values_from_wire,
-};
+use crate::gateway_catalog::Catalogs;
 
 /// The API's service on one replica.
 pub(crate) struct Gateway {
@@ -54,10 +55,6 @@ impl Gateway {
     }
 }
 
-fn invalid(field: &str, message: impl std::fmt::Display) -> Status {
-    Status::invalid_argument(format!("{field}: {message}"))
-}
-
 fn status(e: ClientError) -> Status {
     match e {
         ClientError::Unavailable(why) => Status::unavailable(why),
@@ -75,85 +72,6 @@ fn status(e: ClientError) -> Status {
 
 fn group(eg: &[u8]) -> Result<EgId, Status> {
     megastore_client::group(eg).map_err(status)
-}
-
-/// Refuses a key within a group that is empty or over the size limit, naming it.
-fn key(field: &str, key: &[u8]) -> Result<(), Status> {
-    megastore_schema::keyspace::check_key(key).map_err(|e| invalid(field, e))
-}
-
-fn mode(mode: i32) -> Result<ReadMode, Status> {
-    match pb::ReadMode::try_from(mode) {
-        Ok(pb::ReadMode::Current) => Ok(ReadMode::Current),
-        Ok(pb::ReadMode::Snapshot) => Ok(ReadMode::Snapshot),
-        Ok(pb::ReadMode::Inconsistent) => Ok(ReadMode::Inconsistent),
-        _ => Err(invalid(
-            "mode",
-            "choose READ_MODE_CURRENT, READ_MODE_SNAPSHOT or READ_MODE_INCONSISTENT",
-        )),
-    }
-}
-
-fn query(query: Option<pb::RowQuery>) -> Result<DataQuery, Status> {
-    use pb::row_query::Query;
-    match query.and_then(|q| q.query) {
-        None => Err(invalid("query", "give keys or a range")),
-        Some(Query::Keys(keys)) => {
-            for (i, k) in keys.keys.iter().enumerate() {
-                key(&format!("query.keys[{i}]"), k)?;
-            }
-            Ok(DataQuery::Rows(keys.keys))
-        }
-        Some(Query::Range(range)) => {
-            let (range, limit) = key_range("query.range", range)?;
-            Ok(DataQuery::Scan { range, limit })
-        }
-    }
-}
-
-/// A client's range of keys within a group (an empty start: the group's first key;
-/// an empty end: its last), and its limit.
-fn key_range(
-    field: &str,
-    range: pb::row_query::Range,
-) -> Result<(KeyRange, Option<usize>), Status> {
-    if !range.start.is_empty() {
-        key(&format!("{field}.start"), &range.start)?;
-    }
-    let end = (!range.end.is_empty()).then_some(range.end);
-    if let Some(end) = &end {
-        key(&format!("{field}.end"), end)?;
-        if *end < range.start {
-            return Err(invalid(field, "end is before start"));
-        }
-    }
-    let limit = (range.limit > 0).then_some(range.limit as usize);
-    Ok((
-        KeyRange {
-            start: range.start,
-            end,
-        },
-        limit,
-    ))
-}
-
-/// How a read was served, as the API names it.
-fn path_label(path: ReadPath) -> &'static str {
-    match path {
-        ReadPath::LocalVouched => "local",
-        ReadPath::Majority => "majority",
-        ReadPath::Snapshot => "snapshot",
-        ReadPath::Inconsistent => "inconsistent",
-        ReadPath::AtPosition => "at_position",
-    }
-}
-
-fn txn_id_to_wire(id: TxnId, position: Position) -> pb::TxnId {
-    pb::TxnId {
-        client: id.client.0,
-        seq: id.seq,
-        position: position.0,
-    }
 }
 
 /// A commit's answer. Every error but one that says nothing was sent is indefinite:
@@ -196,21 +114,6 @@ fn commit_answer(
     })
 }
 
-fn row_to_wire(row: Row) -> pb::Row {
-    pb::Row {
-        key: row.key,
-        cells: row
-            .cells
-            .into_iter()
-            .map(|(column, cell)| pb::Cell {
-                column,
-                value: cell.value,
-                position: cell.timestamp,
-            })
-            .collect(),
-    }
-}
-
 fn entry_to_wire(entry: Entry) -> pb::Entry {
     pb::Entry {
         key: entry.key,
@@ -227,14 +130,14 @@ impl Megastore for Gateway {
     ) -> Result<Response<pb::ReadResponse>, Status> {
         let request = request.into_inner();
         let eg = group(&request.eg)?;
-        let mode = mode(request.mode)?;
-        let query = query(request.query)?;
+        let mode = read_mode_from_wire(request.mode)?;
+        let query = query_from_wire(request.query)?;
         let read = self.client.read(&eg, mode, query).await.map_err(status)?;
         Ok(Response::new(pb::ReadResponse {
             rows: read.rows.into_iter().map(row_to_wire).collect(),
             position: read.position.map_or(0, |p| p.0),
             replica: u32::from(read.replica.0),
-            path: path_label(read.path).to_string(),
+            path: read_path_to_wire(read.path).to_string(),
         }))
     }
 
@@ -264,7 +167,7 @@ impl Megastore for Gateway {
         let mut guard = self.sessions.locked(request.txn).await?;
         let txn = open(&mut guard)?;
         for (i, k) in request.keys.iter().enumerate() {
-            key(&format!("keys[{i}]"), k)?;
+            check_key(&format!("keys[{i}]"), k)?;
         }
         let mut rows = Vec::new();
         for key in &request.keys {
@@ -285,7 +188,7 @@ impl Megastore for Gateway {
         let range = request
             .range
             .ok_or_else(|| invalid("range", "give the range (empty bounds: the whole group)"))?;
-        let (range, limit) = key_range("range", range)?;
+        let (range, limit) = key_range_from_wire("range", range)?;
         let rows = txn.scan(range, limit).await.map_err(status)?;
         Ok(Response::new(pb::TxnReadResponse {
             rows: rows.into_iter().map(row_to_wire).collect(),
@@ -308,7 +211,7 @@ impl Megastore for Gateway {
         }
         // All checked before any is staged: a refused request stages nothing.
         for (i, row) in request.rows.iter().enumerate() {
-            key(&format!("rows[{i}].key"), &row.key)?;
+            check_key(&format!("rows[{i}].key"), &row.key)?;
             if row.cells.is_empty() {
                 return Err(invalid(
                     &format!("rows[{i}].cells"),
@@ -392,39 +295,11 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::ResolveRequest>,
     ) -> Result<Response<pb::ResolveResponse>, Status> {
-        use pb::resolve_response::{Committed, NotCommitted, Outcome as Wire, Unknown};
         let request = request.into_inner();
         let eg = self.named_group(request.eg, request.root).await?;
-        let id = request
-            .id
-            .ok_or_else(|| invalid("id", "give the transaction's id, as Begin returned it"))?;
-        if id.position == 0 || id.seq == 0 {
-            return Err(invalid(
-                "id",
-                "not an id Begin returns (position and seq start at 1)",
-            ));
-        }
-        let txn = TxnId {
-            client: ClientId(id.client),
-            seq: id.seq,
-        };
-        let outcome = match self
-            .client
-            .resolve_patiently(&eg, Position(id.position), txn)
-            .await
-        {
-            Resolution::Committed(at) => Wire::Committed(Committed { position: at.0 }),
-            Resolution::NotCommitted => Wire::NotCommitted(NotCommitted {}),
-            Resolution::Undecided => Wire::Unknown(Unknown {
-                reason: format!(
-                    "position {} of the group could not be settled in time (no majority reachable?); ask again",
-                    id.position
-                ),
-            }),
-        };
-        Ok(Response::new(pb::ResolveResponse {
-            outcome: Some(outcome),
-        }))
+        let (txn, position) = txn_id_from_wire("id", request.id)?;
+        let resolution = self.client.resolve_patiently(&eg, position, txn).await;
+        Ok(Response::new(resolution_to_wire(resolution, position)))
     }
 
     async fn abort(
@@ -612,7 +487,7 @@ impl Megastore for Gateway {
     ) -> Result<Response<pb::ReadEntityResponse>, Status> {
         let request = request.into_inner();
         let key = values_from_wire("key", request.key)?;
-        let mode = mode(request.mode)?;
+        let mode = read_mode_from_wire(request.mode)?;
         let catalog = self.catalogs.current().await?;
         let read = self
             .client
@@ -623,7 +498,7 @@ impl Megastore for Gateway {
             entity: read.entity.map(entity_to_wire),
             position: read.position.map_or(0, |p| p.0),
             replica: u32::from(read.replica.0),
-            path: path_label(read.path).to_string(),
+            path: read_path_to_wire(read.path).to_string(),
         }))
     }
 

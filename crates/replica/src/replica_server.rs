@@ -38,8 +38,9 @@ use crate::gateway::Gateway;
 use crate::registry;
 use crate::settings::sweep_config;
 use crate::stamp::check_or_stamp;
-use megastore_client::{Client, Peers};
+use megastore_client::Client;
 use megastore_metrics::{MetricsServer, Registry, ReplicaMetrics};
+use megastore_rpc::Peers;
 use megastore_rpc::pb::admin::admin_server::AdminServer;
 use megastore_rpc::pb::client::megastore_server::MegastoreServer;
 use std::sync::atomic::AtomicU64;
@@ -160,8 +161,8 @@ impl ReplicaProcess {
         // The public API takes what the library can commit: one message holds the
         // largest transaction (documented in docs/client-api.md, "Limits").
         let gateway = MegastoreServer::new(Gateway::new(gateway, lockd))
-            .max_decoding_message_size(megastore_client::MESSAGE_BYTES_MAX)
-            .max_encoding_message_size(megastore_client::MESSAGE_BYTES_MAX);
+            .max_decoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX);
 
         let admin = AdminServer::new(AdminService {
             events: events_tx.clone(),
@@ -172,8 +173,8 @@ impl ReplicaProcess {
         let service = ReplicationServer::new(Service {
             events: events_tx.clone(),
         })
-        .max_decoding_message_size(megastore_client::MESSAGE_BYTES_MAX)
-        .max_encoding_message_size(megastore_client::MESSAGE_BYTES_MAX);
+        .max_decoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX);
         let mut server = Transport::from_config(config)
             .and_then(|t| t.server())
             .map_err(|e| ProcessError::Config(e.to_string()))?;

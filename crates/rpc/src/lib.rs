@@ -1,11 +1,15 @@
 //! The wire: gRPC services and messages generated from `proto/` (tonic + prost), the
-//! conversions between them and the pure protocol types, and the transports that carry
-//! them (TLS channels, the lockd client).
+//! conversions between them and the pure protocol and schema types, and the transports
+//! that carry them (TLS channels, [`Peers`] — connections to every replica,
+//! coordinator and lockd node — and the lockd client).
 //!
-//! Responsibility: turning bytes from the network into `megastore-paxos` and
-//! `megastore-coordinator` and `megastore-lock` values and back, and getting them to a
-//! peer — nothing else. Conversions happen here and only here (the edge); no protocol
-//! decision is taken. Not here: any server (lockd's Raft and storage live in
+//! Responsibility: turning bytes from the network into `megastore-paxos`,
+//! `megastore-coordinator`, `megastore-lock` and `megastore-schema` values and back,
+//! and getting them to a peer — nothing else. Conversions happen here and only here
+//! (the edge), the public API's too ([`public`]); no protocol decision is taken. The
+//! one exception is the client library's own results (its errors, a commit's
+//! attempt, versioned entries): they live above this crate, so the replica's gateway
+//! turns them into answers. Not here: any server (lockd's Raft and storage live in
 //! `megastore-lockd`, so a client of the lock service never links them).
 //!
 //! Invariants:
@@ -18,6 +22,8 @@ mod coordinator;
 mod error;
 mod lock;
 mod lockd_client;
+mod peers;
+pub mod public;
 mod replication;
 mod rows;
 mod transport;
@@ -27,6 +33,7 @@ pub use coordinator::{
 };
 pub use error::WireError;
 pub use lockd_client::{BlockingLockdClient, LockdClient, NodeStatus};
+pub use peers::Peers;
 pub use replication::{entry_from_wire, entry_to_wire};
 pub use transport::{Transport, TransportError};
 

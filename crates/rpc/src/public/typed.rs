@@ -1,64 +1,21 @@
-//! The typed half of the public API: entities of the cluster's schema as
-//! `megastore.client.v1` messages, and the catalog they are checked against.
+//! The typed half of the public API: entities, values and index entries of the
+//! cluster's schema as `megastore.client.v1` messages.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use megastore_client::schema_store::load_catalog;
-use megastore_rpc::LockdClient;
-use megastore_rpc::pb::client as pb;
 use megastore_schema::{Catalog, DecodedKey, Entity, FieldValue, IndexEntry, Value};
 use tonic::Status;
 
-/// How long a loaded catalog is used before lockd is asked again.
-const CATALOG_FRESH: Duration = Duration::from_secs(1);
+use super::invalid_argument;
+use crate::pb::client as pb;
 
-/// The cluster's catalog, re-read from lockd at most once per [`CATALOG_FRESH`].
-pub(crate) struct Catalogs {
-    lockd: LockdClient,
-    cached: tokio::sync::Mutex<Option<(Arc<Catalog>, Instant)>>,
-}
-
-impl Catalogs {
-    pub(crate) fn new(lockd: LockdClient) -> Self {
-        Self {
-            lockd,
-            cached: tokio::sync::Mutex::new(None),
-        }
-    }
-
-    pub(crate) async fn current(&self) -> Result<Arc<Catalog>, Status> {
-        let mut cached = self.cached.lock().await;
-        if let Some((catalog, at)) = cached.as_ref()
-            && at.elapsed() < CATALOG_FRESH
-        {
-            return Ok(Arc::clone(catalog));
-        }
-        let loaded = load_catalog(&self.lockd)
-            .await
-            .map_err(|e| Status::unavailable(format!("reading the schema: {e}")))?;
-        let Some((catalog, _)) = loaded else {
-            return Err(Status::failed_precondition(
-                "no schema is applied to this cluster: run `megastore schema apply FILE --config CLUSTER`",
-            ));
-        };
-        let catalog = Arc::new(catalog);
-        *cached = Some((Arc::clone(&catalog), Instant::now()));
-        Ok(catalog)
-    }
-}
-
-fn invalid(field: &str, message: impl std::fmt::Display) -> Status {
-    Status::invalid_argument(format!("{field}: {message}"))
-}
-
-pub(crate) fn value_from_wire(field: &str, value: pb::Value) -> Result<Value, Status> {
+/// A schema value from the API (`field` names it in an error).
+pub fn value_from_wire(field: &str, value: pb::Value) -> Result<Value, Status> {
     use pb::value::Kind;
     Ok(
         match value
             .kind
-            .ok_or_else(|| invalid(field, "a value needs one of its kinds"))?
+            .ok_or_else(|| invalid_argument(field, "a value needs one of its kinds"))?
         {
             Kind::Int32(v) => Value::Int32(v),
             Kind::Int64(v) => Value::Int64(v),
@@ -74,7 +31,8 @@ pub(crate) fn value_from_wire(field: &str, value: pb::Value) -> Result<Value, St
     )
 }
 
-pub(crate) fn values_from_wire(field: &str, values: Vec<pb::Value>) -> Result<Vec<Value>, Status> {
+/// Schema values from the API, each named `field[i]` in an error.
+pub fn values_from_wire(field: &str, values: Vec<pb::Value>) -> Result<Vec<Value>, Status> {
     values
         .into_iter()
         .enumerate()
@@ -82,7 +40,8 @@ pub(crate) fn values_from_wire(field: &str, values: Vec<pb::Value>) -> Result<Ve
         .collect()
 }
 
-pub(crate) fn value_to_wire(value: Value) -> pb::Value {
+/// A schema value as the API carries it.
+pub fn value_to_wire(value: Value) -> pb::Value {
     use pb::value::Kind;
     let kind = match value {
         Value::Int32(v) => Kind::Int32(v),
@@ -117,25 +76,30 @@ fn fields_to_wire(
         .collect()
 }
 
-pub(crate) fn entity_to_wire(entity: Entity) -> pb::Entity {
+/// An entity as the API returns it.
+pub fn entity_to_wire(entity: Entity) -> pb::Entity {
     pb::Entity {
         table: entity.table,
         fields: fields_to_wire(entity.fields),
     }
 }
 
-pub(crate) fn entity_from_wire(field: &str, entity: Option<pb::Entity>) -> Result<Entity, Status> {
+/// An entity from the API: a table and its fields (`field` names it in an error).
+pub fn entity_from_wire(field: &str, entity: Option<pb::Entity>) -> Result<Entity, Status> {
     use pb::field_value::Value as F;
-    let entity = entity.ok_or_else(|| invalid(field, "give the entity"))?;
+    let entity = entity.ok_or_else(|| invalid_argument(field, "give the entity"))?;
     if entity.table.is_empty() {
-        return Err(invalid(&format!("{field}.table"), "name the table"));
+        return Err(invalid_argument(
+            &format!("{field}.table"),
+            "name the table",
+        ));
     }
     let mut fields = BTreeMap::new();
     for (name, value) in entity.fields {
         let at = format!("{field}.fields[{name:?}]");
         let value = match value
             .value
-            .ok_or_else(|| invalid(&at, "give a single or repeated value"))?
+            .ok_or_else(|| invalid_argument(&at, "give a single or repeated value"))?
         {
             F::Single(v) => FieldValue::Single(value_from_wire(&at, v)?),
             F::Repeated(vs) => FieldValue::Repeated(values_from_wire(&at, vs.values)?),
@@ -148,7 +112,8 @@ pub(crate) fn entity_from_wire(field: &str, entity: Option<pb::Entity>) -> Resul
     })
 }
 
-pub(crate) fn index_entry_to_wire(entry: IndexEntry) -> pb::IndexEntry {
+/// An index entry as the API returns it.
+pub fn index_entry_to_wire(entry: IndexEntry) -> pb::IndexEntry {
     pb::IndexEntry {
         index: entry.index,
         values: entry.values.into_iter().map(value_to_wire).collect(),
@@ -159,7 +124,7 @@ pub(crate) fn index_entry_to_wire(entry: IndexEntry) -> pb::IndexEntry {
 
 /// A typed group's row, decoded (`None`: not an entity's or an index entry's row of
 /// this schema).
-pub(crate) fn typed_row_to_wire(catalog: &Catalog, row: &[u8]) -> Option<pb::TypedRow> {
+pub fn typed_row_to_wire(catalog: &Catalog, row: &[u8]) -> Option<pb::TypedRow> {
     use pb::typed_row::{EntityKey, IndexKey, Row};
     let decoded = match catalog.decode_row_key(row).ok()? {
         DecodedKey::Entity { table, primary_key } => Row::Entity(EntityKey {

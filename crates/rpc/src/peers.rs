@@ -10,15 +10,16 @@ use std::time::Duration;
 
 use megastore_config::ClusterConfig;
 use megastore_paxos::Message;
-use megastore_rpc::LockdClient;
-use megastore_rpc::Transport;
-use megastore_rpc::pb::coordinator::coordinator_client::CoordinatorClient;
-use megastore_rpc::pb::replication::replication_client::ReplicationClient;
-use megastore_rpc::{coordinator_reply_from_wire, pb};
+use megastore_types::limits::MESSAGE_BYTES_MAX;
 use megastore_types::{NodeId, ReplicaId};
 use tonic::transport::Channel;
 
-pub use megastore_types::limits::MESSAGE_BYTES_MAX;
+use crate::coordinator::reply_from_wire as coordinator_reply_from_wire;
+use crate::lockd_client::LockdClient;
+use crate::pb;
+use crate::pb::coordinator::coordinator_client::CoordinatorClient;
+use crate::pb::replication::replication_client::ReplicationClient;
+use crate::transport::Transport;
 
 /// Connections to every replica, coordinator and lockd node of a cluster.
 pub struct Peers {
