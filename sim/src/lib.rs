@@ -7,6 +7,12 @@
 //! re-introduces a known mistake). Not here: any protocol decision — drivers only move
 //! messages, time and storage.
 //!
+//! Layout, with imports pointing one way: `world/` holds the nodes (`nodes.rs`), clocks,
+//! network and event loop (`build`, `drive` — the cores' outputs carried out —
+//! `outages`); `faults.rs` draws each fault from a `Scene` and returns `Fault` values
+//! the world carries out; `invariants/` check an `Observation` of the run (durable
+//! stores, coordinators' vouching, topology, history) and never see the world.
+//!
 //! A run has a safety phase (faults: drops, duplicates, reordering, delays,
 //! partitions, crashes with unsynced writes lost, coordinator and lock-node crashes,
 //! lock leader changes, clock drift within the bound) and a liveness phase (everything
@@ -19,6 +25,8 @@ pub mod history;
 pub mod invariants;
 pub mod measure;
 mod network;
+mod nodes;
+mod observation;
 mod rng;
 mod trace;
 mod workload;
@@ -29,7 +37,7 @@ use megastore_paxos::ProtocolBugs;
 
 pub use config::SimConfig;
 pub use invariants::Violation;
-pub use world::{Bugs, Stats};
+pub use nodes::{Bugs, Stats};
 
 use crate::trace::Trace;
 use crate::world::World;
@@ -118,7 +126,7 @@ pub fn run_seed(seed: u64, bugs: Bugs, readable: bool) -> SeedReport {
     let end = world.end_time();
     world.run_until(end);
     let (mut checks, world) = world.into_checkers();
-    checks.finish(&world);
+    checks.finish(&world.observation());
     let mut violations = checks.violations;
     for client in world.clients.keys() {
         let progressed = world
@@ -155,11 +163,13 @@ mod scripted {
     use megastore_paxos::Message;
     use megastore_types::{ClientId, NodeId, ReplicaId};
 
+    use crate::faults::Hold;
     use crate::measure::three_sites;
+    use crate::nodes::Bugs;
     use crate::rng::Rng;
     use crate::trace::Trace;
     use crate::workload::Role;
-    use crate::world::{Bugs, Hold, World};
+    use crate::world::World;
 
     /// Replica 1 lags (slow inbound link); two readers at its site, a writer at the
     /// other full site; now and then reader 2's link to coordinator 1 stalls.
@@ -192,7 +202,7 @@ mod scripted {
         let end = world.end_time();
         world.run_until(end);
         let (mut checks, world) = world.into_checkers();
-        checks.finish(&world);
+        checks.finish(&world.observation());
         (checks.violations, world.trace.lines().to_vec())
     }
 
@@ -238,7 +248,7 @@ mod scripted {
         let end = world.end_time();
         world.run_until(end);
         let (mut checks, world) = world.into_checkers();
-        checks.finish(&world);
+        checks.finish(&world.observation());
         checks.violations
     }
 

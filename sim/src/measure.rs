@@ -10,9 +10,10 @@ use megastore_types::{ReplicaId, ReplicaInfo, ReplicaKind, SiteId, Topology};
 
 use crate::config::SimConfig;
 use crate::history::{OpKind, Outcome};
+use crate::nodes::Bugs;
 use crate::rng::Rng;
 use crate::trace::Trace;
-use crate::world::{Bugs, World};
+use crate::world::World;
 
 /// What one measured run showed.
 #[derive(Debug, Clone)]
@@ -143,7 +144,7 @@ pub fn run_with_bugs(config: SimConfig, seed: u64, bugs: Bugs) -> Measured {
     let end = world.end_time();
     world.run_until(end);
     let (mut checks, world) = world.into_checkers();
-    checks.finish(&world);
+    checks.finish(&world.observation());
     let mut commit_latency_us = Histogram::new(3).expect("3 significant figures is valid");
     let (mut committed, mut conflicts) = (0, 0);
     for op in world.history.iter().filter(|op| op.end <= world.safety_end) {

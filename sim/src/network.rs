@@ -10,7 +10,7 @@ use crate::rng::Rng;
 
 /// The simulated network: latencies by site, per-message faults, and partitions.
 #[derive(Debug, Clone, Default)]
-pub struct Network {
+pub(crate) struct Network {
     /// Directed links that drop everything (`from`, `to`).
     blocked: BTreeSet<(NodeId, NodeId)>,
     /// Nodes whose incoming messages from other sites crawl: extra delay (ms).
@@ -21,7 +21,7 @@ pub struct Network {
 
 /// What happens to one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Delivery {
+pub(crate) enum Delivery {
     /// Lost.
     Dropped,
     /// Arrives after each of these delays (twice when duplicated).
@@ -30,7 +30,7 @@ pub enum Delivery {
 
 impl Network {
     /// A network with no partitions and per-message faults on.
-    pub fn lossy() -> Self {
+    pub(crate) fn lossy() -> Self {
         Self {
             blocked: BTreeSet::new(),
             slow: BTreeMap::new(),
@@ -39,30 +39,30 @@ impl Network {
     }
 
     /// Cuts the link from `a` to `b` (one way).
-    pub fn block(&mut self, a: NodeId, b: NodeId) {
+    pub(crate) fn block(&mut self, a: NodeId, b: NodeId) {
         if a != b {
             self.blocked.insert((a, b));
         }
     }
 
     /// Slows every message reaching `node` from another site by `extra_ms`.
-    pub fn slow_down(&mut self, node: NodeId, extra_ms: u32) {
+    pub(crate) fn slow_down(&mut self, node: NodeId, extra_ms: u32) {
         self.slow.insert(node, extra_ms);
     }
 
     /// Heals every partition and slow link.
-    pub fn heal(&mut self) {
+    pub(crate) fn heal(&mut self) {
         self.blocked.clear();
         self.slow.clear();
     }
 
     /// Whether `a` can send to `b`.
-    pub fn reachable(&self, a: NodeId, b: NodeId) -> bool {
+    pub(crate) fn reachable(&self, a: NodeId, b: NodeId) -> bool {
         !self.blocked.contains(&(a, b))
     }
 
     /// Decides the fate of a message from `a` (at `site_a`) to `b` (at `site_b`).
-    pub fn deliver(
+    pub(crate) fn deliver(
         &self,
         config: &SimConfig,
         rng: &mut Rng,

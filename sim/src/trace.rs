@@ -19,14 +19,14 @@ impl std::fmt::Write for HashWriter<'_> {
 }
 
 /// The trace of one run.
-pub struct Trace {
+pub(crate) struct Trace {
     hasher: Xxh3,
     lines: Option<Vec<String>>,
 }
 
 impl Trace {
     /// A trace that keeps readable lines only if `readable`.
-    pub fn new(readable: bool) -> Self {
+    pub(crate) fn new(readable: bool) -> Self {
         Self {
             hasher: Xxh3::new(),
             lines: readable.then(Vec::new),
@@ -34,7 +34,7 @@ impl Trace {
     }
 
     /// A message was delivered.
-    pub fn record(&mut self, now: u64, from: NodeId, to: NodeId, message: &Message) {
+    pub(crate) fn record(&mut self, now: u64, from: NodeId, to: NodeId, message: &Message) {
         let _ = write!(
             HashWriter(&mut self.hasher),
             "{now} {from}>{to} {message:?};"
@@ -48,7 +48,7 @@ impl Trace {
     }
 
     /// Something else happened (a fault, an operation finishing).
-    pub fn note(&mut self, now: u64, text: &str) {
+    pub(crate) fn note(&mut self, now: u64, text: &str) {
         let _ = write!(HashWriter(&mut self.hasher), "{now} {text};");
         if let Some(lines) = &mut self.lines {
             lines.push(format!("{:>12.6}s  ** {text}", now as f64 / 1e9));
@@ -56,12 +56,12 @@ impl Trace {
     }
 
     /// The hash so far.
-    pub fn hash(&self) -> u64 {
+    pub(crate) fn hash(&self) -> u64 {
         self.hasher.finish()
     }
 
     /// The readable lines, if kept.
-    pub fn lines(&self) -> &[String] {
+    pub(crate) fn lines(&self) -> &[String] {
         self.lines.as_deref().unwrap_or(&[])
     }
 }

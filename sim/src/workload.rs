@@ -88,7 +88,7 @@ struct Unresolved {
 }
 
 /// One simulated client: its protocol core and what it is doing.
-pub struct ClientNode {
+pub(crate) struct ClientNode {
     /// Its id.
     pub id: ClientId,
     /// Its site.
@@ -111,7 +111,7 @@ pub struct ClientNode {
 
 impl ClientNode {
     /// A client running `core`, choosing among `groups` groups of `keys` keys.
-    pub fn new(
+    pub(crate) fn new(
         id: ClientId,
         site: SiteId,
         core: ClientCore,
@@ -135,7 +135,7 @@ impl ClientNode {
     }
 
     /// Whether it waits for an operation.
-    pub fn busy(&self) -> bool {
+    pub(crate) fn busy(&self) -> bool {
         !matches!(self.state, State::Idle)
     }
 
@@ -168,7 +168,7 @@ impl ClientNode {
     }
 
     /// Starts the next operation.
-    pub fn start_next(&mut self, real: u64, now: Time) -> Vec<ClientOutput> {
+    pub(crate) fn start_next(&mut self, real: u64, now: Time) -> Vec<ClientOutput> {
         let eg = group(self.rng.below(u64::from(self.groups)) as u16);
         let query = self.group_query(&eg);
         let dice = match (self.writes_only, self.role) {
@@ -210,7 +210,7 @@ impl ClientNode {
     }
 
     /// An operation finished: the record of what it did, and the next step's outputs.
-    pub fn on_done(
+    pub(crate) fn on_done(
         &mut self,
         real: u64,
         now: Time,

@@ -551,7 +551,10 @@ fn every_entity_value_survives_the_public_api() {
 
     let (id, position) = (txn(7), Position(42));
     let wire = through_bytes(txn_id_to_wire(id, position));
-    assert_eq!(txn_id_from_wire("id", Some(wire)).ok(), Some((id, position)));
+    assert_eq!(
+        txn_id_from_wire("id", Some(wire)).ok(),
+        Some((id, position))
+    );
     let zero = api::TxnId {
         position: 0,
         ..txn_id_to_wire(id, position)

@@ -29,8 +29,7 @@ use megastore_paxos::messages::{AcceptResult, PrepareResult};
 use megastore_paxos::{ReplicaReply, ReplicaRequest};
 use megastore_types::{Ballot, EgId, Position, ReplicaId};
 
-use super::{stored_promise, stored_slot, stored_truncated};
-use crate::world::World;
+use crate::observation::Observation;
 
 /// What one voter committed itself to at one position.
 #[derive(Debug, Default, Clone, Copy)]
@@ -51,13 +50,13 @@ impl Bounds {
     /// After replica `r` handled `request` and sent `replies`.
     pub(crate) fn after_step(
         &mut self,
-        world: &World,
+        obs: &Observation<'_>,
         r: ReplicaId,
         request: &ReplicaRequest,
         replies: &[ReplicaReply],
         found: &mut Vec<(&'static str, String)>,
     ) {
-        let Some(wipes) = world.replicas.get(&r).map(|n| n.wipes) else {
+        let Some(wipes) = obs.wipes(r) else {
             return;
         };
         let (eg, position, ballot, is_prepare) = match request {
@@ -89,7 +88,7 @@ impl Bounds {
         });
         // A visible slot is decided: it may carry the (lower) ballot the value was
         // chosen at, and no ballot matters there any more.
-        let slot = stored_slot(world, r, eg, position);
+        let slot = obs.stored_slot(r, eg, position);
         let decided = slot.as_ref().is_some_and(|s| s.visible);
         let stored = slot.filter(|s| !s.visible).map(|s| s.ballot);
         let bound = self
@@ -115,11 +114,11 @@ impl Bounds {
                 bound.accepted = bound.accepted.max(Some(ballot));
             }
         }
-        let reloaded = stored_promise(world, r, eg, position);
+        let reloaded = obs.stored_promise(r, eg, position);
         let owed = bound.promised.max(bound.accepted).filter(|b| !b.is_zero());
         if let Some(owed) = owed
             && !decided
-            && stored_truncated(world, r, eg) < position
+            && obs.stored_truncated(r, eg) < position
             && reloaded.is_none_or(|promise| promise < owed)
         {
             broken.push(format!(

@@ -4,13 +4,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use megastore_paxos::cells::grant_column;
-use megastore_paxos::{ReplicaRequest, root_row};
-use megastore_rowstore::{LATEST, RowRead};
+use megastore_paxos::ReplicaRequest;
 use megastore_types::{EgId, Position, ReplicaId, TxnId};
 
 use super::ChosenLog;
-use crate::world::World;
+use crate::observation::Observation;
 
 /// Every grant seen.
 #[derive(Debug, Default)]
@@ -23,7 +21,7 @@ impl Grants {
     /// position (its `grant:<p>` cell), whatever it replied.
     pub(crate) fn after_accept(
         &mut self,
-        world: &World,
+        obs: &Observation<'_>,
         chosen: &ChosenLog,
         r: ReplicaId,
         request: &ReplicaRequest,
@@ -38,7 +36,7 @@ impl Grants {
         else {
             return;
         };
-        let Some(txn) = stored_grant(world, r, eg, *position) else {
+        let Some(txn) = obs.stored_grant(r, eg, *position) else {
             return;
         };
         let txns = self.granted.entry((eg.clone(), *position)).or_default();
@@ -61,12 +59,4 @@ impl Grants {
             ));
         }
     }
-}
-
-fn stored_grant(world: &World, r: ReplicaId, eg: &EgId, p: Position) -> Option<TxnId> {
-    let store = &world.replicas.get(&r)?.store;
-    let cell = store
-        .read_cell(&root_row(eg), &grant_column(p), LATEST)
-        .expect("memory store reads")?;
-    Some(postcard::from_bytes(&cell.value).expect("grants decode"))
 }

@@ -7,18 +7,22 @@
 use megastore_paxos::cells::{APPLIED, VISIBLE};
 use megastore_types::ReplicaKind;
 
-use super::{ChosenLog, stored_watermark};
-use crate::world::World;
+use super::ChosenLog;
+use crate::observation::Observation;
 
-pub(crate) fn check(world: &World, chosen: &ChosenLog, found: &mut Vec<(&'static str, String)>) {
+pub(crate) fn check(
+    obs: &Observation<'_>,
+    chosen: &ChosenLog,
+    found: &mut Vec<(&'static str, String)>,
+) {
     for (eg, visible) in chosen.groups() {
-        for info in world.config.topology.replicas() {
+        for info in obs.topology.replicas() {
             let (column, what) = if info.kind == ReplicaKind::Witness {
                 (VISIBLE, "holds")
             } else {
                 (APPLIED, "applied")
             };
-            let reached = stored_watermark(world, info.id, eg, column);
+            let reached = obs.stored_watermark(info.id, eg, column);
             if reached < visible {
                 found.push((
                     "convergence",

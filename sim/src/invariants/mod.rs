@@ -1,5 +1,5 @@
 //! Safety checkers, one per invariant of docs/protocol.md, "Invariants" (seven from
-//! the design, and acceptor-monotone). Each reads the world's durable state (the replicas'
+//! the design, and acceptor-monotone). Each reads the obs's durable state (the replicas'
 //! stores), the messages replicas send and the clients' history; none trusts what a
 //! protocol core believes about itself.
 
@@ -14,16 +14,14 @@ mod single_value;
 mod visible_after_invalidate;
 mod vouched_is_current;
 
-use megastore_paxos::cells::{SlotRecord, TRUNCATED, log_column, promise_column};
 use megastore_paxos::messages::AcceptResult;
-use megastore_paxos::{ReplicaReply, ReplicaRequest, root_row};
-use megastore_rowstore::{LATEST, RowRead};
-use megastore_types::{Ballot, EgId, Position, ReplicaId};
+use megastore_paxos::{ReplicaReply, ReplicaRequest};
+use megastore_types::{EgId, Position, ReplicaId};
 
 pub use single_value::ChosenLog;
 
 use crate::history::OpRecord;
-use crate::world::World;
+use crate::observation::Observation;
 
 /// A broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,39 +46,10 @@ pub struct Checkers {
     pub violations: Vec<Violation>,
 }
 
-/// What replica `r` holds at `p` of `eg`, read from its store (durable state).
-pub(crate) fn stored_slot(
-    world: &World,
-    r: ReplicaId,
-    eg: &EgId,
-    p: Position,
-) -> Option<SlotRecord> {
-    let store = &world.replicas.get(&r)?.store;
-    let cell = store
-        .read_cell(&root_row(eg), &log_column(p), LATEST)
-        .expect("memory store reads")?;
-    Some(postcard::from_bytes(&cell.value).expect("slots decode"))
-}
-
-/// The promise replica `r` would reload at `p` of `eg` after a restart (its stored
-/// `promise:<p>` cell).
-pub(crate) fn stored_promise(
-    world: &World,
-    r: ReplicaId,
-    eg: &EgId,
-    p: Position,
-) -> Option<Ballot> {
-    let store = &world.replicas.get(&r)?.store;
-    let cell = store
-        .read_cell(&root_row(eg), &promise_column(p), LATEST)
-        .expect("memory store reads")?;
-    Some(postcard::from_bytes(&cell.value).expect("promises decode"))
-}
-
 /// Whether replica `r` holds the chosen value at `p`: its slot has that value, or its
 /// log is truncated past `p` (which it did only after applying `p`).
 pub(crate) fn holds(
-    world: &World,
+    obs: &Observation<'_>,
     chosen: &ChosenLog,
     r: ReplicaId,
     eg: &EgId,
@@ -89,34 +58,14 @@ pub(crate) fn holds(
     let Some(value) = chosen.get(eg, p) else {
         return false;
     };
-    stored_slot(world, r, eg, p).is_some_and(|s| &s.entry == value)
-        || stored_truncated(world, r, eg) >= p
-}
-
-/// A watermark cell (`truncated`, `applied`, `visible`) in replica `r`'s store.
-pub(crate) fn stored_watermark(world: &World, r: ReplicaId, eg: &EgId, column: &[u8]) -> Position {
-    let Some(node) = world.replicas.get(&r) else {
-        return Position::NONE;
-    };
-    let cell = node
-        .store
-        .read_cell(&root_row(eg), column, LATEST)
-        .expect("memory store reads");
-    cell.map_or(Position::NONE, |c| {
-        postcard::from_bytes(&c.value).expect("watermarks decode")
-    })
-}
-
-/// The truncation point in replica `r`'s store.
-pub(crate) fn stored_truncated(world: &World, r: ReplicaId, eg: &EgId) -> Position {
-    stored_watermark(world, r, eg, TRUNCATED)
+    obs.stored_slot(r, eg, p).is_some_and(|s| &s.entry == value) || obs.stored_truncated(r, eg) >= p
 }
 
 impl Checkers {
-    fn violation(&mut self, world: &World, invariant: &'static str, detail: String) {
+    fn violation(&mut self, obs: &Observation<'_>, invariant: &'static str, detail: String) {
         self.violations.push(Violation {
             invariant,
-            at: world.now,
+            at: obs.now,
             detail,
         });
     }
@@ -124,7 +73,7 @@ impl Checkers {
     /// After a replica handled `request` and replied `replies`.
     pub fn after_replica_step(
         &mut self,
-        world: &World,
+        obs: &Observation<'_>,
         r: ReplicaId,
         request: Option<&ReplicaRequest>,
         replies: &[ReplicaReply],
@@ -144,57 +93,56 @@ impl Checkers {
                 // the write loses the reply, but a learner reading the slots counts it.
                 let accepted = replies.iter().any(|reply| {
                     matches!(reply, ReplicaReply::Accept { id: reply_id, result: AcceptResult::Accepted } if reply_id == id)
-                }) || stored_slot(world, r, eg, *position)
+                }) || obs.stored_slot(r, eg, *position)
                     .is_some_and(|slot| slot.ballot == *ballot && &slot.entry == entry);
-                if accepted && world.config.topology.is_voter(r) {
+                if accepted && obs.topology.is_voter(r) {
                     self.chosen
-                        .accepted(world, r, (eg, *position), (*ballot, entry), &mut found);
+                        .accepted(obs, r, (eg, *position), (*ballot, entry), &mut found);
                 }
-                self.chosen.observe(world, eg, *position, &mut found);
+                self.chosen.observe(obs, eg, *position, &mut found);
             }
             ReplicaRequest::MarkVisible { eg, position, .. } => {
-                self.chosen.observe(world, eg, *position, &mut found)
+                self.chosen.observe(obs, eg, *position, &mut found)
             }
             _ => {}
         }
         self.grants
-            .after_accept(world, &self.chosen, r, request, &mut found);
-        self.bounds
-            .after_step(world, r, request, replies, &mut found);
+            .after_accept(obs, &self.chosen, r, request, &mut found);
+        self.bounds.after_step(obs, r, request, replies, &mut found);
         for (invariant, detail) in found {
-            self.violation(world, invariant, detail);
+            self.violation(obs, invariant, detail);
         }
     }
 
     /// After every event.
-    pub fn after_event(&mut self, world: &World) {
+    pub fn after_event(&mut self, obs: &Observation<'_>) {
         let mut found = Vec::new();
-        self.vouched.check(world, &self.chosen, &mut found);
+        self.vouched.check(obs, &self.chosen, &mut found);
         for (invariant, detail) in found {
-            self.violation(world, invariant, detail);
+            self.violation(obs, invariant, detail);
         }
     }
 
     /// When a client operation finishes.
-    pub fn on_op_done(&mut self, world: &World, record: &OpRecord) {
+    pub fn on_op_done(&mut self, obs: &Observation<'_>, record: &OpRecord) {
         let mut found = Vec::new();
         durable_ack::on_op_done(&self.chosen, record, &mut found);
-        visible_after_invalidate::on_op_done(world, &self.chosen, record, &mut found);
+        visible_after_invalidate::on_op_done(obs, &self.chosen, record, &mut found);
         prefix_snapshots::on_op_done(&self.chosen, record, &mut found);
         linearizable_eg::check_read_state(&self.chosen, record, &mut found);
         for (invariant, detail) in found {
-            self.violation(world, invariant, detail);
+            self.violation(obs, invariant, detail);
         }
     }
 
     /// After the run: the whole-history checks.
-    pub fn finish(&mut self, world: &World) {
+    pub fn finish(&mut self, obs: &Observation<'_>) {
         let mut found = Vec::new();
-        convergence::check(world, &self.chosen, &mut found);
-        durable_ack::check_history(&self.chosen, &world.history, &mut found);
-        linearizable_eg::check_history(&self.chosen, &world.history, &mut found);
+        convergence::check(obs, &self.chosen, &mut found);
+        durable_ack::check_history(&self.chosen, obs.history, &mut found);
+        linearizable_eg::check_history(&self.chosen, obs.history, &mut found);
         for (invariant, detail) in found {
-            self.violation(world, invariant, detail);
+            self.violation(obs, invariant, detail);
         }
     }
 }

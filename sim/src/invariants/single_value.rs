@@ -11,9 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use megastore_paxos::LogEntry;
 use megastore_types::{Ballot, EgId, Position, ReplicaId, TxnId};
 
-use super::stored_slot;
+use crate::observation::Observation;
 use crate::workload::COLUMN;
-use crate::world::World;
 
 /// Who accepted each (ballot, value) at one position.
 type Votes = BTreeMap<(Ballot, Vec<u8>), (LogEntry, BTreeSet<ReplicaId>)>;
@@ -113,7 +112,7 @@ impl ChosenLog {
     /// after the write lost the reply).
     pub fn accepted(
         &mut self,
-        world: &World,
+        obs: &Observation<'_>,
         r: ReplicaId,
         (eg, p): (&EgId, Position),
         (ballot, entry): (Ballot, &LogEntry),
@@ -125,7 +124,7 @@ impl ChosenLog {
             .entry(key)
             .or_insert_with(|| (entry.clone(), BTreeSet::new()));
         who.insert(r);
-        if who.len() >= world.config.topology.majority() {
+        if who.len() >= obs.topology.majority() {
             let (value, count) = (value.clone(), who.len());
             let how = format!("accepted by {count} voters at {ballot}");
             self.claim(eg, p, (value, ballot), &how, found);
@@ -135,13 +134,13 @@ impl ChosenLog {
     /// Looks at every replica's slot at `p`: a visible mark claims its value is chosen.
     pub fn observe(
         &mut self,
-        world: &World,
+        obs: &Observation<'_>,
         eg: &EgId,
         p: Position,
         found: &mut Vec<(&'static str, String)>,
     ) {
-        for info in world.config.topology.replicas() {
-            let Some(slot) = stored_slot(world, info.id, eg, p) else {
+        for info in obs.topology.replicas() {
+            let Some(slot) = obs.stored_slot(info.id, eg, p) else {
                 continue;
             };
             if slot.visible {

@@ -4,26 +4,14 @@
 //! and ready to apply, all full replicas must have accepted or had their coordinator
 //! invalidated") and §4.7.
 
-use megastore_types::{NodeId, ReplicaKind};
+use megastore_types::ReplicaKind;
 
 use super::{ChosenLog, holds};
 use crate::history::OpRecord;
-use crate::world::World;
-
-/// Whether replica `r`'s coordinator vouches for the group right now.
-pub(crate) fn vouches(
-    world: &World,
-    r: megastore_types::ReplicaId,
-    eg: &megastore_types::EgId,
-) -> bool {
-    let Some(core) = world.coordinators.get(&r).and_then(|c| c.core.as_ref()) else {
-        return false;
-    };
-    core.vouches(world.local_now(NodeId::Coordinator(r)), eg)
-}
+use crate::observation::Observation;
 
 pub(crate) fn on_op_done(
-    world: &World,
+    obs: &Observation<'_>,
     chosen: &ChosenLog,
     record: &OpRecord,
     found: &mut Vec<(&'static str, String)>,
@@ -31,8 +19,8 @@ pub(crate) fn on_op_done(
     let Some(p) = record.pinned_position().filter(|p| p.0 > 0) else {
         return;
     };
-    for r in world.config.topology.of_kind(ReplicaKind::Full) {
-        if !holds(world, chosen, r, &record.eg, p) && vouches(world, r, &record.eg) {
+    for r in obs.topology.of_kind(ReplicaKind::Full) {
+        if !holds(obs, chosen, r, &record.eg, p) && obs.coordinator_vouches(r, &record.eg) {
             found.push((
                 "visible-after-invalidate",
                 format!(

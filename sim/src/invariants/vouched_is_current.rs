@@ -7,9 +7,8 @@ use std::collections::BTreeMap;
 
 use megastore_types::{EgId, Position, ReplicaId, ReplicaKind};
 
-use super::visible_after_invalidate::vouches;
 use super::{ChosenLog, holds};
-use crate::world::World;
+use crate::observation::Observation;
 
 /// How far each replica's log is known to hold the chosen values without a gap.
 #[derive(Debug, Default)]
@@ -20,18 +19,18 @@ pub(crate) struct HeldPrefixes {
 impl HeldPrefixes {
     pub(crate) fn check(
         &mut self,
-        world: &World,
+        obs: &Observation<'_>,
         chosen: &ChosenLog,
         found: &mut Vec<(&'static str, String)>,
     ) {
-        let full: Vec<ReplicaId> = world.config.topology.of_kind(ReplicaKind::Full).collect();
+        let full: Vec<ReplicaId> = obs.topology.of_kind(ReplicaKind::Full).collect();
         for (eg, visible) in chosen.groups() {
             for &r in &full {
-                if !vouches(world, r, eg) {
+                if !obs.coordinator_vouches(r, eg) {
                     continue;
                 }
                 let held = self.held.entry((r, eg.clone())).or_default();
-                while *held < visible && holds(world, chosen, r, eg, held.next()) {
+                while *held < visible && holds(obs, chosen, r, eg, held.next()) {
                     *held = held.next();
                 }
                 if *held < visible {

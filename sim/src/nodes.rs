@@ -1,0 +1,88 @@
+//! The simulated processes as the world holds them — each protocol core beside the
+//! storage and the site it runs on — the mistakes a run re-introduces, and the run's
+//! counters. Plain data: the world (`world/`) drives them, checkers see them only
+//! through an [`Observation`](crate::observation::Observation).
+
+use std::collections::BTreeMap;
+
+use megastore_coordinator::{Coordinator, CoordinatorBugs};
+use megastore_lock::QuorumModel;
+use megastore_paxos::{ProtocolBugs, Replica};
+use megastore_rowstore::MemoryStore;
+use megastore_types::{LockNodeId, SiteId};
+
+/// The mistakes a run re-introduces.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Bugs {
+    /// In the replication protocol.
+    pub protocol: ProtocolBugs,
+    /// In the coordinator.
+    pub coordinator: CoordinatorBugs,
+}
+
+/// A replica server: its protocol core (absent while crashed) and its store.
+pub(crate) struct ReplicaNode {
+    /// The protocol state machine.
+    pub core: Option<Replica>,
+    /// Its storage; survives crashes except for unsynced writes (and wipes).
+    pub store: MemoryStore,
+    /// Where it runs.
+    pub site: SiteId,
+    /// Its store was wiped once: it restarts rejoining.
+    pub rejoining: bool,
+    /// How many times its store was lost (each loss begins a new acceptor record).
+    pub wipes: u32,
+}
+
+/// A coordinator process (absent while crashed: it keeps no state).
+pub(crate) struct CoordinatorNode {
+    /// The state machine.
+    pub core: Option<Coordinator>,
+    /// Where it runs.
+    pub site: SiteId,
+}
+
+/// The lock service: `megastore_lock::QuorumModel` (one replicated state machine,
+/// served by its leader node while that node reaches a majority), and where its nodes
+/// run.
+pub(crate) struct LockModel {
+    /// Who answers what.
+    pub model: QuorumModel,
+    /// Each node's site.
+    pub sites: BTreeMap<LockNodeId, SiteId>,
+}
+
+/// Counters for the summary line.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stats {
+    /// Messages sent.
+    pub messages: u64,
+    /// Faults injected.
+    pub faults: u64,
+    /// Writes acknowledged.
+    pub commits: u64,
+    /// Writes that did not commit (conflict or aborted).
+    pub conflicts: u64,
+    /// Writes with unknown outcome (after trying to resolve it).
+    pub unknown: u64,
+    /// Writes of unknown outcome that resolution found not committed.
+    pub resolved_not_committed: u64,
+    /// Current reads served locally (vouched) / by majority read.
+    pub reads_local: u64,
+    /// Current reads served by a majority read.
+    pub reads_majority: u64,
+    /// Snapshot reads.
+    pub reads_snapshot: u64,
+    /// Inconsistent reads.
+    pub reads_inconsistent: u64,
+    /// Reads at the position an earlier current read found.
+    pub reads_at_position: u64,
+    /// Operations that failed.
+    pub failed: u64,
+    /// Replica stores wiped.
+    pub wipes: u64,
+    /// Snapshots installed.
+    pub installs: u64,
+    /// Garbage-collection passes over a group's data.
+    pub collections: u64,
+}

@@ -1,0 +1,106 @@
+//! What the checkers see of a run: the replicas' durable stores, what each
+//! coordinator would vouch for at this moment, the topology, the time and the
+//! clients' finished operations — read-only, and nothing a protocol core believes
+//! about its own progress (a core's memory is checked against the stores, never
+//! trusted).
+
+use std::collections::BTreeMap;
+
+use megastore_paxos::cells::{SlotRecord, TRUNCATED, grant_column, log_column, promise_column};
+use megastore_paxos::root_row;
+use megastore_rowstore::{LATEST, RowRead};
+use megastore_types::{Ballot, EgId, NodeId, Position, ReplicaId, Topology, TxnId};
+
+use crate::clock::Clock;
+use crate::history::OpRecord;
+use crate::nodes::{CoordinatorNode, ReplicaNode};
+
+/// One moment of a run, as a checker may look at it.
+pub struct Observation<'a> {
+    /// Real time (ns since the start).
+    pub now: u64,
+    /// The run's replicas, their kinds and sites.
+    pub topology: &'a Topology,
+    /// Every finished client operation so far.
+    pub history: &'a [OpRecord],
+    replicas: &'a BTreeMap<ReplicaId, ReplicaNode>,
+    coordinators: &'a BTreeMap<ReplicaId, CoordinatorNode>,
+    clocks: &'a BTreeMap<NodeId, Clock>,
+}
+
+impl<'a> Observation<'a> {
+    /// The world's parts a checker may read.
+    pub(crate) fn new(
+        now: u64,
+        topology: &'a Topology,
+        history: &'a [OpRecord],
+        replicas: &'a BTreeMap<ReplicaId, ReplicaNode>,
+        coordinators: &'a BTreeMap<ReplicaId, CoordinatorNode>,
+        clocks: &'a BTreeMap<NodeId, Clock>,
+    ) -> Self {
+        Self {
+            now,
+            topology,
+            history,
+            replicas,
+            coordinators,
+            clocks,
+        }
+    }
+
+    /// How many times replica `r`'s store was lost (each loss begins a new acceptor
+    /// record).
+    pub(crate) fn wipes(&self, r: ReplicaId) -> Option<u32> {
+        self.replicas.get(&r).map(|n| n.wipes)
+    }
+
+    /// Whether `r`'s coordinator, if it is up, vouches for `eg` at its own clock's
+    /// reading now.
+    pub(crate) fn coordinator_vouches(&self, r: ReplicaId, eg: &EgId) -> bool {
+        let Some(core) = self.coordinators.get(&r).and_then(|c| c.core.as_ref()) else {
+            return false;
+        };
+        let node = NodeId::Coordinator(r);
+        core.vouches(self.clocks[&node].local(self.now), eg)
+    }
+
+    /// Cell `column` of `eg`'s root row in replica `r`'s store, decoded.
+    fn stored<T: serde::de::DeserializeOwned>(
+        &self,
+        r: ReplicaId,
+        eg: &EgId,
+        column: &[u8],
+    ) -> Option<T> {
+        let store = &self.replicas.get(&r)?.store;
+        let cell = store
+            .read_cell(&root_row(eg), column, LATEST)
+            .expect("memory store reads")?;
+        Some(postcard::from_bytes(&cell.value).expect("root row cells decode"))
+    }
+
+    /// What replica `r` holds at `p` of `eg`, read from its store (durable state).
+    pub(crate) fn stored_slot(&self, r: ReplicaId, eg: &EgId, p: Position) -> Option<SlotRecord> {
+        self.stored(r, eg, &log_column(p))
+    }
+
+    /// The promise replica `r` would reload at `p` of `eg` after a restart (its stored
+    /// `promise:<p>` cell).
+    pub(crate) fn stored_promise(&self, r: ReplicaId, eg: &EgId, p: Position) -> Option<Ballot> {
+        self.stored(r, eg, &promise_column(p))
+    }
+
+    /// A watermark cell (`truncated`, `applied`, `visible`) in replica `r`'s store.
+    pub(crate) fn stored_watermark(&self, r: ReplicaId, eg: &EgId, column: &[u8]) -> Position {
+        self.stored(r, eg, column).unwrap_or(Position::NONE)
+    }
+
+    /// The truncation point in replica `r`'s store.
+    pub(crate) fn stored_truncated(&self, r: ReplicaId, eg: &EgId) -> Position {
+        self.stored_watermark(r, eg, TRUNCATED)
+    }
+
+    /// The transaction replica `r` granted ballot 0 at `p` of `eg` (its stored grant).
+    pub(crate) fn stored_grant(&self, r: ReplicaId, eg: &EgId, p: Position) -> Option<TxnId> {
+        self.stored(r, eg, &grant_column(p))
+    }
+}

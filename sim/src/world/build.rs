@@ -1,0 +1,252 @@
+//! Building a world: every node of the seed's topology, its clock and its core.
+
+use std::collections::{BTreeMap, BinaryHeap};
+use std::time::Duration;
+
+use megastore_coordinator::{Coordinator, CoordinatorConfig, Input as CoordinatorInput};
+use megastore_lock::{LockCore, QuorumModel};
+use megastore_paxos::{
+    ClientConfig, ClientCore, ProposerConfig, Replica, ReplicaConfig, SweepConfig, Timeouts,
+};
+use megastore_rowstore::MemoryStore;
+use megastore_types::{ClientId, LockNodeId, NodeId, ProposerId, ReplicaId, ReplicaKind};
+
+use crate::clock::Clock;
+use crate::config::SimConfig;
+use crate::invariants::Checkers;
+use crate::network::Network;
+use crate::nodes::{Bugs, CoordinatorNode, LockModel, ReplicaNode, Stats};
+use crate::rng::Rng;
+use crate::trace::Trace;
+use crate::workload::ClientNode;
+
+use super::{Event, World, ns};
+
+/// A replica's configuration: its sweep proposes as `ProposerId::replica(id)`.
+pub(super) fn replica_config(
+    config: &SimConfig,
+    bugs: Bugs,
+    timeouts: &Timeouts,
+    lock_nodes: &[LockNodeId],
+    id: ReplicaId,
+    seed: u64,
+    rejoining: bool,
+) -> ReplicaConfig {
+    let proposer = ProposerConfig {
+        topology: config.topology.clone(),
+        proposer: ProposerId::replica(id),
+        lock_nodes: lock_nodes.to_vec(),
+        timeouts: timeouts.clone(),
+        bugs: bugs.protocol,
+    };
+    let sweep = SweepConfig {
+        interval: Duration::from_secs(1),
+        proposer,
+        seed,
+        // Small, so that garbage collection happens within a run.
+        history_kept: 8,
+    };
+    ReplicaConfig {
+        id,
+        topology: config.topology.clone(),
+        bugs: bugs.protocol,
+        sweep: Some(sweep),
+        rejoining,
+    }
+}
+
+impl World {
+    /// Builds the world a seed describes, with `bugs`.
+    pub(crate) fn new(seed: u64, bugs: Bugs, trace: Trace) -> Self {
+        let mut rng = Rng::new(seed);
+        let config = SimConfig::from_seed(&mut rng);
+        Self::from_config(config, rng, bugs, trace)
+    }
+
+    /// Builds a world from an explicit configuration (measurements use quiet ones).
+    pub(crate) fn from_config(config: SimConfig, mut rng: Rng, bugs: Bugs, trace: Trace) -> Self {
+        let max_latency = config.max_latency();
+        let config_quiet = config.quiet;
+        // The library's derivation from a round that fits the slowest link, except the
+        // waits that must cover a round trip on it: the library's fractions of `rpc`
+        // (sized for a configured `rpc_ms` well above the WAN round trip) would end the
+        // accept-leader step and the invalidate wait before an answer could arrive.
+        let rpc = max_latency * 4 + Duration::from_millis(40);
+        let timeouts = Timeouts {
+            leader: max_latency * 2 + Duration::from_millis(20),
+            invalidate: max_latency * 4 + Duration::from_millis(60),
+            backoff: max_latency * 2 + Duration::from_millis(20),
+            ..Timeouts::from_rpc_and_lease(rpc, config.lock_lease)
+        };
+        let lock_nodes: Vec<LockNodeId> = (0..config.lock_sites.len() as u16)
+            .map(LockNodeId)
+            .collect();
+        let mut clocks = BTreeMap::new();
+        let mut clock = |rng: &mut Rng, node: NodeId| {
+            let drift = if config.max_drift_ppm == 0 {
+                0
+            } else {
+                rng.below(2 * u64::from(config.max_drift_ppm) + 1) as i64
+                    - i64::from(config.max_drift_ppm)
+            };
+            clocks.insert(node, Clock::new(rng.below(10_000_000_000), drift));
+        };
+        let mut replicas = BTreeMap::new();
+        let mut coordinators = BTreeMap::new();
+        for info in config.topology.replicas() {
+            clock(&mut rng, NodeId::Replica(info.id));
+            let replica_config = replica_config(
+                &config,
+                bugs,
+                &timeouts,
+                &lock_nodes,
+                info.id,
+                rng.next_u64(),
+                false,
+            );
+            replicas.insert(
+                info.id,
+                ReplicaNode {
+                    core: Some(Replica::new(replica_config)),
+                    store: MemoryStore::new(),
+                    site: info.site,
+                    rejoining: false,
+                    wipes: 0,
+                },
+            );
+            if info.kind == ReplicaKind::Full {
+                clock(&mut rng, NodeId::Coordinator(info.id));
+                coordinators.insert(
+                    info.id,
+                    CoordinatorNode {
+                        core: None,
+                        site: info.site,
+                    },
+                );
+            }
+        }
+        let mut lock_node_map = BTreeMap::new();
+        for (i, site) in config.lock_sites.iter().enumerate() {
+            clock(&mut rng, NodeId::LockNode(LockNodeId(i as u16)));
+            lock_node_map.insert(LockNodeId(i as u16), *site);
+        }
+        let mut clients = BTreeMap::new();
+        for (i, site) in config.client_sites.iter().enumerate() {
+            let id = ClientId(i as u32 + 1);
+            clock(&mut rng, NodeId::Client(id));
+            let proposer = ProposerConfig {
+                topology: config.topology.clone(),
+                proposer: ProposerId::client(id),
+                lock_nodes: lock_nodes.clone(),
+                timeouts: timeouts.clone(),
+                bugs: bugs.protocol,
+            };
+            let core = ClientCore::new(ClientConfig {
+                id,
+                site: *site,
+                proposer,
+                seed: rng.next_u64(),
+            });
+            let node = ClientNode::new(
+                id,
+                *site,
+                core,
+                rng.next_u64(),
+                config.groups,
+                config.keys_per_group,
+            );
+            let mut node = node;
+            node.writes_only = config.writes_only;
+            node.role = config
+                .client_roles
+                .get(i)
+                .copied()
+                .unwrap_or(crate::workload::Role::Mixed);
+            clients.insert(id, node);
+        }
+        let lock = LockModel {
+            model: QuorumModel::new(
+                LockCore::new(config.lock_lease),
+                lock_node_map.keys().copied(),
+                LockNodeId(0),
+            ),
+            sites: lock_node_map,
+        };
+        let safety_end = ns(config.safety_phase);
+        let mut world = World {
+            config,
+            bugs,
+            rng,
+            now: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            events: BTreeMap::new(),
+            clocks,
+            replicas,
+            coordinators,
+            lock,
+            clients,
+            net: if config_quiet {
+                Network::default()
+            } else {
+                Network::lossy()
+            },
+            wakes: BTreeMap::new(),
+            history: Vec::new(),
+            checks: Some(Checkers::default()),
+            trace,
+            stats: Stats::default(),
+            safety_end,
+            faults_on: !config_quiet,
+            timeouts,
+            held: BTreeMap::new(),
+            wiped: false,
+        };
+        if let Some((r, extra)) = world.config.lagging {
+            world.net.slow_down(NodeId::Replica(r), extra);
+        }
+        let replica_ids: Vec<ReplicaId> = world.replicas.keys().copied().collect();
+        for r in replica_ids {
+            world.schedule(0, Event::Wake(NodeId::Replica(r)));
+        }
+        let coordinator_ids: Vec<ReplicaId> = world.coordinators.keys().copied().collect();
+        for r in coordinator_ids {
+            world.start_coordinator(r);
+        }
+        let client_ids: Vec<ClientId> = world.clients.keys().copied().collect();
+        for c in client_ids {
+            let at = world.rng.below(50_000_000);
+            world.schedule(at, Event::ClientNext(c));
+        }
+        if !config_quiet {
+            let first_fault = world.fault_delay();
+            world.schedule(first_fault, Event::Fault);
+        }
+        world.schedule(ns(Duration::from_millis(200)), Event::LockElection);
+        world.schedule(safety_end, Event::EndSafetyPhase);
+        world
+    }
+
+    pub(super) fn coordinator_config(&mut self, r: ReplicaId) -> CoordinatorConfig {
+        let lease = self.config.lock_lease;
+        CoordinatorConfig {
+            replica: r,
+            lock_nodes: self.lock.model.nodes().collect(),
+            lock_attempt_timeout: self.config.max_latency() * 4 + Duration::from_millis(40),
+            keepalive_interval: lease / 4,
+            max_clock_drift_ppm: self.config.max_drift_ppm,
+            lease_margin: Duration::from_millis(5),
+            retry_delay: lease / 4,
+            first_request_id: self.rng.next_u64(),
+            bugs: self.bugs.coordinator,
+        }
+    }
+
+    pub(super) fn start_coordinator(&mut self, r: ReplicaId) {
+        let core = Coordinator::new(self.coordinator_config(r));
+        if let Some(node) = self.coordinators.get_mut(&r) {
+            node.core = Some(core);
+        }
+        self.run_coordinator(r, CoordinatorInput::Start);
+    }
+}

@@ -1,0 +1,253 @@
+//! Driving the protocol cores: delivering a message or a tick to a node, carrying
+//! out what its core outputs (a replica's batch is written buffered, synced, then
+//! released), and recording what clients saw.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use megastore_coordinator::{Input as CoordinatorInput, Output as CoordinatorOutput};
+use megastore_paxos::{
+    Batch, ClientInput, ClientOutput, Message, ReplicaInput, ReplicaReply, ReplicaRequest,
+};
+use megastore_types::{ClientId, LockNodeId, NodeId, ReplicaId};
+
+use crate::history::OpRecord;
+use crate::network::Network;
+
+use super::{Event, World};
+
+impl World {
+    pub(super) fn deliver(&mut self, from: NodeId, to: NodeId, message: Message) {
+        match to {
+            NodeId::Replica(r) => {
+                let handled = match &message {
+                    Message::ReplicaRequest(request) => Some(request.clone()),
+                    _ => None,
+                };
+                self.run_replica(r, ReplicaInput::Message { from, message }, handled);
+            }
+            NodeId::Coordinator(r) => {
+                let input = match (from, message) {
+                    (_, Message::CoordinatorRequest(request)) => {
+                        CoordinatorInput::Request { from, request }
+                    }
+                    (NodeId::LockNode(n), Message::LockResponse(response)) => {
+                        CoordinatorInput::Lock { from: n, response }
+                    }
+                    _ => return,
+                };
+                self.run_coordinator(r, input);
+            }
+            NodeId::Client(c) => self.run_client(c, ClientInput::Message { from, message }),
+            NodeId::LockNode(n) => {
+                if let Message::LockRequest(request) = message {
+                    self.serve_lock(n, from, request);
+                }
+            }
+        }
+    }
+
+    /// A lock node answers: only the leader serves, and only while it can reach a
+    /// majority of the lock nodes (as a Raft leader must).
+    pub(super) fn serve_lock(
+        &mut self,
+        n: LockNodeId,
+        from: NodeId,
+        request: megastore_lock::LockRequest,
+    ) {
+        let clock = self.clocks[&NodeId::LockNode(n)];
+        let now = self.now;
+        let net = &self.net;
+        let Some(response) =
+            self.lock
+                .model
+                .serve(n, || clock.local(now), &request, lock_link(net))
+        else {
+            return;
+        };
+        self.send(NodeId::LockNode(n), from, Message::LockResponse(response));
+    }
+
+    /// A leader that lost its majority is replaced by a node that has one; the new
+    /// leader restarts every lease on its own clock.
+    pub(super) fn elect_lock_leader(&mut self) {
+        let (clocks, now, net) = (&self.clocks, self.now, &self.net);
+        self.lock
+            .model
+            .elect(|n| clocks[&NodeId::LockNode(n)].local(now), lock_link(net));
+    }
+
+    pub(crate) fn change_lock_leader(&mut self, n: LockNodeId) {
+        let now = self.local_now(NodeId::LockNode(n));
+        self.lock.model.change_leader(n, now);
+    }
+
+    pub(super) fn run_replica(
+        &mut self,
+        r: ReplicaId,
+        input: ReplicaInput,
+        handled: Option<ReplicaRequest>,
+    ) {
+        let local = self.local_now(NodeId::Replica(r));
+        // The same loop as the replica server: writes go to the store buffered, and the
+        // batch's messages leave only after its one sync (`Batch::release`).
+        let mut batch = Batch::new();
+        {
+            let node = self.replicas.get_mut(&r).expect("replica exists");
+            let Some(core) = node.core.as_mut() else {
+                return;
+            };
+            core.step_into(local, input, &node.store, &mut batch)
+                .expect("the memory store does not fail");
+        }
+        let counts = batch.counts();
+        self.stats.installs += counts.installs;
+        self.stats.collections += counts.collections;
+        let voted = matches!(
+            handled,
+            Some(ReplicaRequest::Prepare { .. } | ReplicaRequest::Accept { .. })
+        );
+        // A crash at the durability boundary: right after a vote's write, either before
+        // the batch's sync (the write is lost with the process) or after it (the vote
+        // is durable, its reply never leaves).
+        let crash = counts.persists > 0
+            && voted
+            && self.faults_on
+            && self.config.crash_after_persist > 0.0
+            && self.rng.chance(self.config.crash_after_persist);
+        if crash && self.rng.chance(0.5) {
+            let node = self.replicas.get_mut(&r).expect("replica exists");
+            batch.discard();
+            node.store.crash();
+            let mut checks = self.checks.take().expect("checkers are present");
+            checks.after_replica_step(&self.observation(), r, handled.as_ref(), &[]);
+            self.checks = Some(checks);
+            let down = Duration::from_millis(2 + self.rng.below(80));
+            self.crash(NodeId::Replica(r), down);
+            return;
+        }
+        let released = {
+            let node = self.replicas.get(&r).expect("replica exists");
+            batch
+                .release(&node.store)
+                .expect("the memory store does not fail")
+        };
+        let replies: Vec<ReplicaReply> = if crash {
+            Vec::new()
+        } else {
+            released
+                .sends
+                .iter()
+                .filter_map(|(_, message)| match message {
+                    Message::ReplicaReply(reply) => Some(reply.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut checks = self.checks.take().expect("checkers are present");
+        checks.after_replica_step(&self.observation(), r, handled.as_ref(), &replies);
+        self.checks = Some(checks);
+        if crash {
+            let down = Duration::from_millis(2 + self.rng.below(80));
+            self.crash(NodeId::Replica(r), down);
+            return;
+        }
+        for (to, message) in released.sends {
+            self.send(NodeId::Replica(r), to, message);
+        }
+        if let Some(t) = released.wake {
+            self.wake_at(NodeId::Replica(r), t);
+        }
+    }
+
+    pub(super) fn run_coordinator(&mut self, r: ReplicaId, input: CoordinatorInput) {
+        let local = self.local_now(NodeId::Coordinator(r));
+        let Some(core) = self.coordinators.get_mut(&r).and_then(|c| c.core.as_mut()) else {
+            return;
+        };
+        let outputs = core.step(local, input);
+        for output in outputs {
+            match output {
+                CoordinatorOutput::Reply { to, reply } => {
+                    self.send(NodeId::Coordinator(r), to, Message::CoordinatorReply(reply))
+                }
+                CoordinatorOutput::Lock(send) => {
+                    self.send(
+                        NodeId::Coordinator(r),
+                        NodeId::LockNode(send.to),
+                        Message::LockRequest(send.request),
+                    );
+                }
+                CoordinatorOutput::WakeAt(t) => self.wake_at(NodeId::Coordinator(r), t),
+            }
+        }
+    }
+
+    pub(super) fn run_client(&mut self, c: ClientId, input: ClientInput) {
+        let local = self.local_now(NodeId::Client(c));
+        let Some(client) = self.clients.get_mut(&c) else {
+            return;
+        };
+        let outputs = client.core.step(local, input);
+        self.client_outputs(c, outputs);
+    }
+
+    pub(super) fn client_outputs(&mut self, c: ClientId, outputs: Vec<ClientOutput>) {
+        let mut queue = VecDeque::from(outputs);
+        while let Some(output) = queue.pop_front() {
+            match output {
+                ClientOutput::Send { to, message } => self.send(NodeId::Client(c), to, message),
+                ClientOutput::WakeAt(t) => self.wake_at(NodeId::Client(c), t),
+                ClientOutput::Done { op, result } => {
+                    let local = self.local_now(NodeId::Client(c));
+                    let now = self.now;
+                    let client = self.clients.get_mut(&c).expect("client exists");
+                    let (records, more) = client.on_done(now, local, op, result);
+                    queue.extend(more);
+                    let idle = !client.busy();
+                    for record in records {
+                        self.op_done(record);
+                    }
+                    if idle {
+                        let think = self
+                            .rng
+                            .below(u64::from(self.config.think_ms) * 1_000_000 + 1);
+                        self.schedule(now + think, Event::ClientNext(c));
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn op_done(&mut self, record: OpRecord) {
+        use crate::history::{OpKind, Outcome};
+        match (&record.kind, &record.outcome) {
+            (_, Outcome::Committed { .. }) => self.stats.commits += 1,
+            (_, Outcome::NotCommitted) => self.stats.conflicts += 1,
+            (_, Outcome::Unknown) => self.stats.unknown += 1,
+            (_, Outcome::ResolvedNotCommitted { .. }) => self.stats.resolved_not_committed += 1,
+            (_, Outcome::Failed) => self.stats.failed += 1,
+            (OpKind::SnapshotRead, _) => self.stats.reads_snapshot += 1,
+            (OpKind::InconsistentRead, _) => self.stats.reads_inconsistent += 1,
+            (OpKind::AtPositionRead, _) => self.stats.reads_at_position += 1,
+            (
+                _,
+                Outcome::Read {
+                    path: megastore_paxos::ReadPath::LocalVouched,
+                    ..
+                },
+            ) => self.stats.reads_local += 1,
+            (_, Outcome::Read { .. }) => self.stats.reads_majority += 1,
+        }
+        let mut checks = self.checks.take().expect("checkers are present");
+        checks.on_op_done(&self.observation(), &record);
+        self.checks = Some(checks);
+        self.trace.note(self.now, &format!("done {:?}", record));
+        self.history.push(record);
+    }
+}
+
+/// Whether lock node `a` reaches lock node `b` on `net`.
+pub(super) fn lock_link(net: &Network) -> impl Fn(LockNodeId, LockNodeId) -> bool + '_ {
+    move |a, b| net.reachable(NodeId::LockNode(a), NodeId::LockNode(b))
+}

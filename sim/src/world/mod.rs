@@ -1,0 +1,299 @@
+//! The simulated world: nodes, clocks, the network, and the event loop that feeds the
+//! protocol state machines. Drivers here only move messages, time and storage; every
+//! decision is made by `megastore-paxos`, `megastore-coordinator` and `megastore-lock`.
+
+mod build;
+mod drive;
+mod outages;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::time::Duration;
+
+use megastore_coordinator::Input as CoordinatorInput;
+use megastore_paxos::{ClientInput, Message, ReplicaInput, Timeouts};
+use megastore_types::{ClientId, NodeId, ReplicaId, SiteId, Time};
+
+use crate::clock::Clock;
+use crate::config::SimConfig;
+use crate::faults::Hold;
+use crate::history::OpRecord;
+use crate::invariants::Checkers;
+use crate::network::{Delivery, Network};
+use crate::nodes::{Bugs, CoordinatorNode, LockModel, ReplicaNode, Stats};
+use crate::observation::Observation;
+use crate::rng::Rng;
+use crate::trace::Trace;
+use crate::workload::ClientNode;
+
+#[derive(Debug, Clone)]
+enum Event {
+    Deliver {
+        from: NodeId,
+        to: NodeId,
+        message: Message,
+    },
+    Wake(NodeId),
+    ClientNext(ClientId),
+    Fault,
+    Restart(NodeId),
+    /// A crash planned by an earlier fault, down for this long.
+    Crash(NodeId, Duration),
+    /// An operator runs `megastore coordinator disable` on this replica's coordinator.
+    Disable(ReplicaId),
+    HealLinks,
+    /// Cut these links (for this long) now: a partition that heals in two steps.
+    BlockLinks(Vec<(NodeId, NodeId)>, Duration),
+    Release(Hold),
+    LockElection,
+    EndSafetyPhase,
+}
+
+/// One simulated run.
+pub(crate) struct World {
+    /// What the seed decided.
+    pub config: SimConfig,
+    /// Re-introduced mistakes.
+    pub bugs: Bugs,
+    rng: Rng,
+    /// Real time (ns since the start).
+    pub now: u64,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(u64, u64)>>,
+    events: BTreeMap<u64, Event>,
+    clocks: BTreeMap<NodeId, Clock>,
+    /// Replica servers.
+    pub replicas: BTreeMap<ReplicaId, ReplicaNode>,
+    /// Coordinators, one beside each full replica.
+    pub coordinators: BTreeMap<ReplicaId, CoordinatorNode>,
+    /// The lock service.
+    pub lock: LockModel,
+    /// Clients.
+    pub clients: BTreeMap<ClientId, ClientNode>,
+    /// Links and message faults.
+    pub net: Network,
+    wakes: BTreeMap<NodeId, u64>,
+    /// Every finished client operation.
+    pub history: Vec<OpRecord>,
+    checks: Option<Checkers>,
+    /// The run's trace (hash and, when asked, readable lines).
+    pub trace: Trace,
+    /// Counters.
+    pub stats: Stats,
+    /// When the faults stop.
+    pub safety_end: u64,
+    faults_on: bool,
+    timeouts: Timeouts,
+    /// Held-back inboxes and links, and the messages they hold.
+    held: BTreeMap<Hold, Vec<(NodeId, NodeId, Message)>>,
+    /// A replica was wiped (at most one per run: two wiped voters out of three lose
+    /// data, and no protocol can rejoin them).
+    pub(crate) wiped: bool,
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl World {
+    /// The node's clock reading now.
+    /// What the checkers see of the run now.
+    pub(crate) fn observation(&self) -> Observation<'_> {
+        Observation::new(
+            self.now,
+            &self.config.topology,
+            &self.history,
+            &self.replicas,
+            &self.coordinators,
+            &self.clocks,
+        )
+    }
+
+    pub(crate) fn local_now(&self, node: NodeId) -> Time {
+        self.clocks[&node].local(self.now)
+    }
+
+    fn schedule(&mut self, at: u64, event: Event) {
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq)));
+        self.events.insert(self.seq, event);
+    }
+
+    fn fault_delay(&mut self) -> u64 {
+        let interval = if self.config.restart_storm {
+            Duration::from_millis(150)
+        } else {
+            self.config.fault_interval
+        };
+        let mean = ns(interval);
+        mean / 2 + self.rng.below(mean)
+    }
+
+    /// Runs events until real time `end` (or until nothing is left).
+    pub(crate) fn run_until(&mut self, end: u64) {
+        while let Some(&Reverse((at, seq))) = self.queue.peek() {
+            if at > end {
+                break;
+            }
+            self.queue.pop();
+            // A message delayed in flight left its old slot empty.
+            let Some(event) = self.events.remove(&seq) else {
+                continue;
+            };
+            self.now = at;
+            self.handle(event);
+            let mut checks = self
+                .checks
+                .take()
+                .expect("checkers are present between events");
+            checks.after_event(&self.observation());
+            self.checks = Some(checks);
+        }
+        self.now = self.now.max(end);
+    }
+
+    /// The checkers, after the run.
+    pub(crate) fn into_checkers(mut self) -> (Checkers, World) {
+        let checks = self.checks.take().expect("checkers are present");
+        (checks, self)
+    }
+
+    fn site_of(&self, node: NodeId) -> SiteId {
+        match node {
+            NodeId::Replica(r) => self.replicas[&r].site,
+            NodeId::Coordinator(r) => self.coordinators[&r].site,
+            NodeId::Client(c) => self.clients[&c].site,
+            NodeId::LockNode(n) => self.lock.sites[&n],
+        }
+    }
+
+    fn send(&mut self, from: NodeId, to: NodeId, message: Message) {
+        self.stats.messages += 1;
+        let (from_site, to_site) = (self.site_of(from), self.site_of(to));
+        let delivery = self.net.deliver(
+            &self.config,
+            &mut self.rng,
+            (from, from_site),
+            (to, to_site),
+        );
+        if let Delivery::After(_) = &delivery {
+            let hold = [Hold::Link(from, to), Hold::Inbox(to)]
+                .into_iter()
+                .find(|h| self.held.contains_key(h));
+            if let Some(held) = hold.and_then(|h| self.held.get_mut(&h)) {
+                held.push((from, to, message));
+                return;
+            }
+        }
+        if let Delivery::After(delays) = delivery {
+            for delay in delays {
+                let at = self.now + ns(delay);
+                self.schedule(
+                    at,
+                    Event::Deliver {
+                        from,
+                        to,
+                        message: message.clone(),
+                    },
+                );
+            }
+        }
+    }
+
+    fn wake_at(&mut self, node: NodeId, local: Time) {
+        let real = self.clocks[&node].real(local).max(self.now + 1);
+        if self
+            .wakes
+            .get(&node)
+            .is_some_and(|scheduled| *scheduled <= real && *scheduled > self.now)
+        {
+            return;
+        }
+        self.wakes.insert(node, real);
+        self.schedule(real, Event::Wake(node));
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Deliver { from, to, message } => {
+                self.trace.record(self.now, from, to, &message);
+                self.deliver(from, to, message);
+            }
+            Event::Wake(node) => {
+                if self.wakes.get(&node) == Some(&self.now) {
+                    self.wakes.remove(&node);
+                }
+                match node {
+                    NodeId::Replica(r) => self.run_replica(r, ReplicaInput::Tick, None),
+                    NodeId::Coordinator(r) => self.run_coordinator(r, CoordinatorInput::Tick),
+                    NodeId::Client(c) => self.run_client(c, ClientInput::Tick),
+                    NodeId::LockNode(_) => {}
+                }
+            }
+            Event::ClientNext(c) => {
+                let local = self.local_now(NodeId::Client(c));
+                let now = self.now;
+                let end = self.ops_until();
+                let Some(client) = self.clients.get_mut(&c) else {
+                    return;
+                };
+                if client.busy() || now >= end {
+                    return;
+                }
+                let outputs = client.start_next(now, local);
+                self.client_outputs(c, outputs);
+            }
+            Event::Fault => {
+                if self.faults_on {
+                    let faults = crate::faults::choose(&self.scene(), &mut self.rng);
+                    for fault in faults {
+                        self.carry_out(fault);
+                    }
+                    let next = self.now + self.fault_delay();
+                    self.schedule(next, Event::Fault);
+                }
+            }
+            Event::Restart(node) => self.restart(node),
+            // Faults end with the safety phase, planned ones too.
+            Event::Crash(node, down) if self.faults_on => self.crash(node, down),
+            Event::Crash(..) => {}
+            Event::Disable(r) => self.disable_coordinator(r),
+            Event::Release(hold) => {
+                // Everything held is let go at once, in random order.
+                for (from, to, message) in self.held.remove(&hold).unwrap_or_default() {
+                    let at = self.now + self.rng.below(50_000_000);
+                    self.schedule(at, Event::Deliver { from, to, message });
+                }
+            }
+            Event::HealLinks => {
+                self.net.heal();
+                if let Some((r, extra)) = self.config.lagging.filter(|_| self.faults_on) {
+                    self.net.slow_down(NodeId::Replica(r), extra);
+                }
+            }
+            Event::BlockLinks(links, duration) => {
+                if self.faults_on {
+                    self.block_links(links, duration);
+                }
+            }
+            Event::LockElection => {
+                self.elect_lock_leader();
+                let next = self.now + ns(Duration::from_millis(200));
+                self.schedule(next, Event::LockElection);
+            }
+            Event::EndSafetyPhase => self.heal_everything(),
+        }
+    }
+
+    /// When the run ends.
+    pub(crate) fn end_time(&self) -> u64 {
+        self.safety_end + ns(self.config.liveness_phase)
+    }
+
+    /// Clients start no operation after this: the last seconds let replicas converge.
+    pub(crate) fn ops_until(&self) -> u64 {
+        self.end_time()
+            .saturating_sub(ns(Duration::from_secs(10)))
+            .max(self.safety_end)
+    }
+}
