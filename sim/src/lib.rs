@@ -67,6 +67,8 @@ pub const BUG_NAMES: &[&str] = &[
     "keep-state-across-epochs",
     "accept-persists-no-promise",
     "reply-before-sync",
+    "global-copies-skip-deletes",
+    "install-without-global",
 ];
 
 /// The knob called `name`.
@@ -97,6 +99,8 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "keep-state-across-epochs" => c.keep_state_across_epochs = true,
         "accept-persists-no-promise" => p.accept_persists_no_promise = true,
         "reply-before-sync" => p.reply_before_sync = true,
+        "global-copies-skip-deletes" => p.global_copies_skip_deletes = true,
+        "install-without-global" => p.install_without_global = true,
         _ => return None,
     }
     Some(Bugs {

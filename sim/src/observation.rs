@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use megastore_paxos::cells::{SlotRecord, TRUNCATED, grant_column, log_column, promise_column};
 use megastore_paxos::root_row;
-use megastore_rowstore::{LATEST, RowRead};
+use megastore_rowstore::{KeyRange, LATEST, Row, RowRead, ScanOptions};
 use megastore_types::{Ballot, EgId, NodeId, Position, ReplicaId, Topology, TxnId};
 
 use crate::clock::Clock;
@@ -97,6 +97,16 @@ impl<'a> Observation<'a> {
     /// The truncation point in replica `r`'s store.
     pub(crate) fn stored_truncated(&self, r: ReplicaId, eg: &EgId) -> Position {
         self.stored_watermark(r, eg, TRUNCATED)
+    }
+
+    /// The rows of `range` in replica `r`'s store, newest versions (empty for no such
+    /// replica).
+    pub(crate) fn latest_rows(&self, r: ReplicaId, range: &KeyRange) -> Vec<Row> {
+        self.replicas.get(&r).map_or_else(Vec::new, |node| {
+            node.store
+                .scan(range, LATEST, &ScanOptions::default())
+                .expect("memory store scans")
+        })
     }
 
     /// The transaction replica `r` granted ballot 0 at `p` of `eg` (its stored grant).

@@ -5,8 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use megastore_paxos::{
     CellWrite, ClientCore, ClientOutput, CommitResult, DataQuery, OpId, OpResult, ReadMode,
-    ReadResult, Resolution, RowWrite,
+    ReadResult, Resolution, RowWrite, global_mirror_range,
 };
+use megastore_types::reserved::GLOBAL_INDEX_TAG;
 use megastore_types::{ClientId, EgId, Position, SiteId, Time, TxnId};
 
 use crate::history::{OpKind, OpRecord, Outcome};
@@ -232,7 +233,7 @@ impl ClientNode {
                     unreachable!("a read op returns a read result")
                 };
                 let outcome = match &result {
-                    Ok(read) => read_outcome(read, at),
+                    Ok(read) => read_outcome(&eg, read, at),
                     Err(_) => Outcome::Failed,
                 };
                 records.push(OpRecord {
@@ -413,12 +414,14 @@ impl ClientNode {
         };
         self.writes += 1;
         let tag = format!("c{}.{}", self.id.0, self.writes).into_bytes();
-        // Now and then a key is deleted rather than set.
+        // Now and then a key is deleted rather than set. Each key also has an entry in
+        // a global index (the key's value by key, `0xFD ‖ key`), kept in the group's
+        // mirror and copied to the global index at apply, as an entity's global index
+        // entries are; and each commit one of its own (`0xFD ‖ "log/" ‖ tag`).
         let writes = rows
             .iter()
-            .map(|row| RowWrite {
-                row: row.clone(),
-                cells: vec![if self.rng.chance(0.15) {
+            .flat_map(|row| {
+                let cell = if self.rng.chance(0.15) {
                     CellWrite::Delete {
                         column: COLUMN.to_vec(),
                     }
@@ -427,8 +430,28 @@ impl ClientNode {
                         column: COLUMN.to_vec(),
                         value: tag.clone(),
                     }
-                }],
+                };
+                let mirror = RowWrite {
+                    row: global_mirror_row(&eg, row),
+                    cells: vec![cell.clone()],
+                };
+                [
+                    RowWrite {
+                        row: row.clone(),
+                        cells: vec![cell],
+                    },
+                    mirror,
+                ]
             })
+            .chain(std::iter::once(RowWrite {
+                // And one entry per commit, never rewritten: a replica that installs a
+                // snapshot has only the snapshot to bring it.
+                row: global_mirror_row(&eg, &[b"log/".as_slice(), &tag].concat()),
+                cells: vec![CellWrite::Set {
+                    column: COLUMN.to_vec(),
+                    value: tag.clone(),
+                }],
+            }))
             .collect();
         let txn = TxnId {
             client: self.id,
@@ -454,13 +477,26 @@ impl ClientNode {
     }
 }
 
+/// The row of `eg`'s global index mirror that names the global index entry of `key`
+/// (`0xFD ‖ key`).
+pub(crate) fn global_mirror_row(eg: &EgId, key: &[u8]) -> Vec<u8> {
+    let mut row = global_mirror_range(eg).start;
+    row.push(GLOBAL_INDEX_TAG);
+    row.extend_from_slice(key);
+    row
+}
+
 /// A read's record; `at`, for a read at a position, is the position it asked for.
-fn read_outcome(read: &ReadResult, at: Option<Position>) -> Outcome {
+fn read_outcome(eg: &EgId, read: &ReadResult, at: Option<Position>) -> Outcome {
+    let mirror = global_mirror_range(eg);
     // A key without a value (never written, or deleted) is absent, whether or not the
-    // store still returns its row.
+    // store still returns its row. A whole-group scan also returns the group's global
+    // index mirror: not data the checkers of reads look at (the global-index checker
+    // does).
     let values: BTreeMap<Vec<u8>, Option<Vec<u8>>> = read
         .rows
         .iter()
+        .filter(|r| !mirror.contains(&r.key))
         .filter_map(|r| Some((r.key.clone(), Some(r.value(COLUMN)?.to_vec()))))
         .collect();
     Outcome::Read {

@@ -149,6 +149,8 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         &["acceptor-monotone", "single-value", "durable-ack"],
         10,
     ),
+    ("global-copies-skip-deletes", &["global-index"], 5),
+    ("install-without-global", &["global-index"], 10),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -213,6 +215,8 @@ knob_tests! {
     keep_state_across_epochs_is_caught => 18,
     accept_persists_no_promise_is_caught => 19,
     reply_before_sync_is_caught => 20,
+    global_copies_skip_deletes_is_caught => 21,
+    install_without_global_is_caught => 22,
 }
 
 #[test]
@@ -221,7 +225,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 23);
+    assert_eq!(BUG_NAMES.len(), 25);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

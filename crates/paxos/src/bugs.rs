@@ -57,5 +57,11 @@ megastore_types::bug_knobs! {
         /// The driver loop releases a batch's messages without syncing the store first:
         /// replies leave on buffered state a crash loses.
         reply_before_sync,
+        /// An apply copies a group's global index mirror writes to the global index
+        /// but drops its deletes: entries removed from the mirror stay in the index.
+        global_copies_skip_deletes,
+        /// A snapshot install writes the group's data and mirror but copies none of
+        /// the mirror to the global index.
+        install_without_global,
     }
 }

@@ -5,6 +5,7 @@ use megastore_types::limits::{
     COLUMN_BYTES_MAX, LimitError, ROW_BYTES_MAX, ROW_KEY_BYTES_MAX, TRANSACTION_BYTES_MAX,
     VALUE_BYTES_MAX,
 };
+use megastore_types::reserved::{GLOBAL_INDEX_TAG, GLOBAL_MIRROR_OBJECT};
 use megastore_types::{EgId, ReplicaId, TxnId};
 use serde::{Deserialize, Serialize};
 
@@ -156,6 +157,14 @@ pub enum EntryError {
     /// A write to the group's root row, which only the protocol writes.
     #[error("entries may not write the group's root row")]
     RootRowWrite,
+    /// A row of the group's global index mirror that names no global index row.
+    #[error(
+        "row {row} mirrors a global index entry, but the key it names does not start with the global index tag 0xFD"
+    )]
+    MirrorOutsideGlobalIndexes {
+        /// The row, escaped.
+        row: String,
+    },
     /// Over a size limit ([`megastore_types::limits`]).
     #[error("{0}")]
     TooLarge(#[from] LimitError),
@@ -179,6 +188,13 @@ fn check_writes_for(eg: &EgId, writes: &[RowWrite]) -> Result<(), EntryError> {
         }
         if !range.contains(&write.row) {
             return Err(EntryError::RowOutsideGroup {
+                row: write.row.escape_ascii().to_string(),
+            });
+        }
+        if let Some(global) = mirrored_global_row(eg, &write.row)
+            && global.first() != Some(&GLOBAL_INDEX_TAG)
+        {
+            return Err(EntryError::MirrorOutsideGlobalIndexes {
                 row: write.row.escape_ascii().to_string(),
             });
         }
@@ -279,6 +295,24 @@ pub fn group_of_root_row(row: &[u8]) -> Option<&[u8]> {
         Some((0, eg)) if !eg.is_empty() => Some(eg),
         _ => None,
     }
+}
+
+/// The rows of `eg`'s global index mirror: `G ‖ GLOBAL_MIRROR_OBJECT ‖ global row key`.
+pub fn global_mirror_range(eg: &EgId) -> KeyRange {
+    let mut prefix = eg.0.clone();
+    prefix.extend_from_slice(&GLOBAL_MIRROR_OBJECT);
+    KeyRange::prefix(prefix)
+}
+
+/// The global index row a row of `eg`'s mirror names, if `row` is one.
+pub fn mirrored_global_row<'r>(eg: &EgId, row: &'r [u8]) -> Option<&'r [u8]> {
+    row.strip_prefix(eg.0.as_slice())?
+        .strip_prefix(GLOBAL_MIRROR_OBJECT.as_slice())
+}
+
+/// Every global index entry's row.
+pub fn global_index_range() -> KeyRange {
+    KeyRange::prefix(vec![GLOBAL_INDEX_TAG])
 }
 
 /// The group's data rows: everything in its range after the root row.

@@ -24,7 +24,7 @@ fn carry_out(store: &MemoryStore, outputs: Vec<ReplicaOutput>) {
                     .mutate_row(&mutation, None, Durability::Synced)
                     .unwrap();
             }
-            ReplicaOutput::Apply { eg, rows } | ReplicaOutput::Install { eg, rows } => {
+            ReplicaOutput::Apply { eg, rows, .. } | ReplicaOutput::Install { eg, rows, .. } => {
                 store
                     .mutate_rows(&group_range(&eg), &rows, Durability::Synced)
                     .unwrap();

@@ -411,3 +411,54 @@ fn a_restarted_acceptor_never_lets_a_lower_ballot_unchoose_a_value() {
         "with the knob a second value would be chosen"
     );
 }
+
+/// docs/protocol.md, "Global indexes": a full or read-only replica copies each mirror
+/// write of an entry it applies to the global row it names, at the entry's position; a
+/// witness copies nothing; a mirror row that names no global index row is refused.
+#[test]
+fn mirror_writes_are_copied_to_the_global_index_at_apply_and_checked_at_accept() {
+    use megastore_paxos::global_mirror_range;
+    use megastore_rowstore::{LATEST, RowRead};
+
+    let mirror_row = |global: &[u8]| [global_mirror_range(&eg()).start, global.to_vec()].concat();
+    let global_key = b"\xfdPhotosByTag\x01k".to_vec();
+    let mut entry = write(1, None, "x");
+    entry.writes.push(RowWrite {
+        row: mirror_row(&global_key),
+        cells: vec![CellWrite::Set {
+            column: b"v".to_vec(),
+            value: b"entry".to_vec(),
+        }],
+    });
+    for (id, copies) in [(1, true), (3, false), (4, true)] {
+        let mut node = Node::new(id);
+        assert!(matches!(
+            node.ask(mark(1, ballot(1), entry.clone())),
+            ReplicaReply::MarkedVisible { .. }
+        ));
+        let cell = node.store.read_cell(&global_key, b"v", LATEST).unwrap();
+        match (copies, cell) {
+            (true, Some(cell)) => {
+                assert_eq!((cell.value.as_slice(), cell.timestamp), (&b"entry"[..], 1));
+            }
+            (false, None) => {}
+            (copies, cell) => panic!("replica {id}: copies {copies}, found {cell:?}"),
+        }
+    }
+
+    let mut node = Node::new(1);
+    let mut stray = write(1, None, "x");
+    stray.writes.push(RowWrite {
+        row: mirror_row(b"\xfeanother group's row"),
+        cells: vec![CellWrite::Set {
+            column: b"v".to_vec(),
+            value: b"x".to_vec(),
+        }],
+    });
+    let refused = node.ask(accept(1, ballot(1), stray, false));
+    assert!(
+        matches!(&refused, ReplicaReply::Error { error: ReplicaError::BadEntry(why), .. }
+            if why.contains("0xFD")),
+        "{refused:?}"
+    );
+}

@@ -17,6 +17,7 @@
 mod bug_knobs;
 mod ids;
 pub mod limits;
+pub mod reserved;
 mod time;
 mod topology;
 

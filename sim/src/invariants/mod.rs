@@ -8,6 +8,7 @@ mod acceptor_monotone;
 mod ballot_zero_once;
 mod convergence;
 mod durable_ack;
+mod global_index;
 mod linearizable_eg;
 mod prefix_snapshots;
 mod single_value;
@@ -139,6 +140,7 @@ impl Checkers {
     pub fn finish(&mut self, obs: &Observation<'_>) {
         let mut found = Vec::new();
         convergence::check(obs, &self.chosen, &mut found);
+        global_index::check(obs, &self.chosen, &mut found);
         durable_ack::check_history(&self.chosen, obs.history, &mut found);
         linearizable_eg::check_history(&self.chosen, obs.history, &mut found);
         for (invariant, detail) in found {

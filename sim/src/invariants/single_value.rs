@@ -84,13 +84,16 @@ impl ChosenLog {
             .map(|((_, p), e)| (*p, e))
     }
 
-    /// The group's rows after applying positions `1..=p` (key → value), or `None`
-    /// if some position up to `p` was never seen chosen.
+    /// The group's data rows after applying positions `1..=p` (key → value), or
+    /// `None` if some position up to `p` was never seen chosen. Not its global index
+    /// mirror, which the workload's reads do not cover (the global-index checker
+    /// looks after it).
     pub fn state_at(&self, eg: &EgId, p: Position) -> Option<BTreeMap<Vec<u8>, Option<Vec<u8>>>> {
         let mut state = BTreeMap::new();
+        let mirror = megastore_paxos::global_mirror_range(eg);
         for q in 1..=p.0 {
             let entry = self.get(eg, Position(q))?;
-            for write in &entry.writes {
+            for write in entry.writes.iter().filter(|w| !mirror.contains(&w.row)) {
                 for cell in &write.cells {
                     match cell {
                         megastore_paxos::CellWrite::Set { column, value } if column == COLUMN => {

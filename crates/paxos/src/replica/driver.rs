@@ -23,7 +23,7 @@ use megastore_rowstore::{Durability, KeyRange, LATEST, RowStore, RowStoreError};
 use megastore_types::{EgId, NodeId, Time};
 
 use super::{Input, Output, Replica, answer_read, answer_snapshot};
-use crate::entry::{data_range, group_of_root_row, group_range};
+use crate::entry::{data_range, global_index_range, group_of_root_row, group_range};
 use crate::messages::{Message, ReplicaRequest};
 
 /// The effects of one or more steps, written to the store but not yet synced, and the
@@ -114,12 +114,40 @@ impl Replica {
         let mut inputs = VecDeque::from([input]);
         while let Some(input) = inputs.pop_front() {
             for output in self.step(now, input) {
+                #[cfg(feature = "sim-bugs")]
+                let output = global_index_knobs(&self.config.bugs, output);
                 if let Some(next) = carry_out(output, store, batch)? {
                     inputs.push_back(next);
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// The global index knobs: `global-copies-skip-deletes` (an apply copies the mirror's
+/// sets to the global index but not its deletes, so removed entries stay behind) and
+/// `install-without-global` (a snapshot install copies nothing).
+#[cfg(feature = "sim-bugs")]
+fn global_index_knobs(bugs: &crate::ProtocolBugs, output: Output) -> Output {
+    match output {
+        Output::Install { eg, rows, .. } if bugs.install_without_global() => Output::Install {
+            eg,
+            global: Vec::new(),
+            rows,
+        },
+        Output::Apply {
+            eg,
+            mut global,
+            rows,
+        } if bugs.global_copies_skip_deletes() => {
+            for copy in &mut global {
+                copy.mutations
+                    .retain(|m| matches!(m, megastore_rowstore::Mutation::Set { .. }));
+            }
+            Output::Apply { eg, global, rows }
+        }
+        other => other,
     }
 }
 
@@ -142,12 +170,19 @@ fn carry_out<S: RowStore>(
             batch.needs_sync = true;
             batch.counts.persists += 1;
         }
-        Output::Apply { eg, rows } => {
-            // Need not be synced: a lost apply is redone from the log.
+        Output::Apply { eg, global, rows } => {
+            // Need not be synced: a lost apply is redone from the log. The global
+            // copies go first, so a crash that keeps the `applied` marker keeps them.
+            if !global.is_empty() {
+                store.mutate_rows(&global_index_range(), &global, Durability::Buffered)?;
+            }
             store.mutate_rows(&group_range(&eg), &rows, Durability::Buffered)?;
             batch.counts.applies += 1;
         }
-        Output::Install { eg, rows } => {
+        Output::Install { eg, global, rows } => {
+            if !global.is_empty() {
+                store.mutate_rows(&global_index_range(), &global, Durability::Buffered)?;
+            }
             store.mutate_rows(&group_range(&eg), &rows, Durability::Buffered)?;
             batch.needs_sync = true;
             batch.counts.installs += 1;

@@ -2,6 +2,7 @@
 //! Every change is expressed as a root-row mutation the driver persists (synced)
 //! before any reply that depends on it leaves.
 
+mod global;
 mod install;
 
 use std::collections::BTreeMap;
@@ -9,6 +10,7 @@ use std::collections::BTreeMap;
 use megastore_rowstore::RowMutation;
 use megastore_types::{Ballot, EgId, Position, ReplicaId, ReplicaKind, TxnId};
 
+use self::global::global_copies;
 use super::Output;
 use crate::bugs::ProtocolBugs;
 use crate::cells::{
@@ -455,9 +457,11 @@ impl GroupLog {
             rows.extend(slot.entry.writes.iter().map(|w| w.at(p.0)));
         }
         self.applied = last;
+        let global = global_copies(&self.eg, &rows);
         rows.push(self.write().watermark(APPLIED, last).0);
         out.push(Output::Apply {
             eg: self.eg.clone(),
+            global,
             rows,
         });
     }

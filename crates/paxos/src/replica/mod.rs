@@ -90,19 +90,27 @@ pub enum Output {
         /// The mutation.
         mutation: RowMutation,
     },
-    /// Apply entries: one atomic batch within the group's range (data rows and the
-    /// `applied` marker); need not be synced — a lost apply is redone from the log.
+    /// Apply entries: first `global`, the copies of the entries' global index mirror
+    /// writes ([`crate::entry::global_mirror_range`]) to the global index rows they
+    /// name; then one atomic batch within the group's range (data rows and the
+    /// `applied` marker). Need not be synced — a lost apply is redone from the log,
+    /// and in that order a crash never keeps the marker without the copies.
     Apply {
         /// The group.
         eg: EgId,
+        /// Global index rows, written before `rows`.
+        global: Vec<RowMutation>,
         /// The rows.
         rows: Vec<RowMutation>,
     },
-    /// Install a snapshot: one atomic batch within the group's range (data rows and
-    /// the root row's new watermarks), synced; sends after it wait until it is durable.
+    /// Install a snapshot: the global index copies of its mirror (`global`, first),
+    /// then one atomic batch within the group's range (data rows and the root row's
+    /// new watermarks), synced; sends after it wait until it is durable.
     Install {
         /// The group.
         eg: EgId,
+        /// Global index rows, written before `rows`.
+        global: Vec<RowMutation>,
         /// The rows.
         rows: Vec<RowMutation>,
     },

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use megastore_rowstore::{Mutation, Row, RowMutation};
 use megastore_types::{Position, ReplicaKind};
 
-use super::{GroupLog, Output};
+use super::{GroupLog, Output, global_copies};
 use crate::cells::{APPLIED, INSTALLED, SlotRecord, TRUNCATED, VISIBLE};
 
 impl GroupLog {
@@ -71,10 +71,12 @@ impl GroupLog {
             self.applied = at;
             write = write.watermark(APPLIED, at);
         }
+        let global = global_copies(&self.eg, &data);
         let mut batch = data;
         batch.push(write.0);
         out.push(Output::Install {
             eg: self.eg.clone(),
+            global,
             rows: batch,
         });
         if !witness {

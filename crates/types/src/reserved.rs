@@ -1,0 +1,15 @@
+//! The reserved bytes of the row key space that the protocol core must know as well
+//! as the schema (`megastore_schema::keyspace` names and documents every reserved
+//! byte, and re-exports these).
+
+/// The first byte of every global index entry's row: `0xFD ‖ id(index) ‖ key(values)
+/// ‖ key(primary key)`, outside every entity group.
+pub const GLOBAL_INDEX_TAG: u8 = 0xFD;
+
+/// Inside a group, the object id (long form of `u32::MAX − 1`, which no schema hands
+/// out) under which the group keeps its *mirror* of the global index entries it owns:
+/// row `G ‖ 0xF8 FFFFFFFE ‖ global row key`, with the global row's cells. The mirror
+/// is group data — written by the group's log entries, carried by its snapshots,
+/// collected with it — and every full and read-only replica copies each mirror write
+/// to the global row it names when it applies (or installs) it.
+pub const GLOBAL_MIRROR_OBJECT: [u8; 5] = [0xF8, 0xFF, 0xFF, 0xFF, 0xFE];
