@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use megastore_paxos::{
     CellWrite, ClientCore, ClientOutput, CommitResult, DataQuery, OpId, OpResult, ReadMode,
-    ReadResult, Resolution, RowWrite, global_mirror_range,
+    ReadResult, Resolution, RowWrite, global_mirror_range, mirror_row_of,
 };
 use megastore_types::reserved::GLOBAL_INDEX_TAG;
 use megastore_types::{ClientId, EgId, Position, SiteId, Time, TxnId};
@@ -480,10 +480,7 @@ impl ClientNode {
 /// The row of `eg`'s global index mirror that names the global index entry of `key`
 /// (`0xFD ‖ key`).
 pub(crate) fn global_mirror_row(eg: &EgId, key: &[u8]) -> Vec<u8> {
-    let mut row = global_mirror_range(eg).start;
-    row.push(GLOBAL_INDEX_TAG);
-    row.extend_from_slice(key);
-    row
+    mirror_row_of(eg, &[&[GLOBAL_INDEX_TAG], key].concat())
 }
 
 /// A read's record; `at`, for a read at a position, is the position it asked for.

@@ -5,6 +5,7 @@ mod cluster;
 mod compose;
 mod downstream;
 mod entities;
+mod global_index;
 mod limits;
 mod operations;
 mod outcomes;

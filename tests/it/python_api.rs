@@ -183,6 +183,22 @@ fn python_grpc_client_runs_transactions_reads_and_versioned_txns() {
         }
     }
     assert_eq!(seen["group_of"], serde_json::json!(["User", 5, true]));
+    assert_eq!(
+        seen["global_sea"],
+        serde_json::json!([[5, 2]]),
+        "PhotosByTag lists photo 2 once, and no longer photo 1"
+    );
+    assert_eq!(
+        errors["global_local_index"][0], "INVALID_ARGUMENT",
+        "{errors}"
+    );
+    assert!(
+        errors["global_local_index"][1]
+            .as_str()
+            .unwrap()
+            .contains("PhotosByTime"),
+        "{errors}"
+    );
     for case in [
         "typed_missing_required",
         "typed_unknown_table",

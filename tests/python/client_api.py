@@ -188,6 +188,18 @@ def main():
                 break
             time.sleep(0.1)
         seen[f"read_entity_{mode_name}"] = [got.entity.fields["name"].single.string, got.path]
+    # The global index PhotosByTag, across groups: photo 2 is tagged "sea"; photo 1 was,
+    # until the racer above rewrote it without tags — its entry is gone once this
+    # replica has applied that commit.
+    for _ in range(50):
+        sea = stub.ScanGlobalIndex(pb.ScanGlobalIndexRequest(
+            index="PhotosByTag", leading=[pb.Value(string="sea")])).entries
+        if len(sea) == 1:
+            break
+        time.sleep(0.1)
+    seen["global_sea"] = sorted([e.primary_key[0].int64, e.primary_key[1].int32] for e in sea)
+    expect_error("global_local_index", lambda: stub.ScanGlobalIndex(pb.ScanGlobalIndexRequest(
+        index="PhotosByTime")))
     group_of = stub.GroupOf(pb.GroupOfRequest(table="Photo", key=[v64(5), pb.Value(int32=2)]))
     group_of_user = stub.GroupOf(pb.GroupOfRequest(table="User", key=[v64(5)]))
     seen["group_of"] = [group_of.root.table, group_of.root.key[0].int64, group_of.id == group_of_user.id]

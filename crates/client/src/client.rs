@@ -12,6 +12,7 @@ use megastore_paxos::{
     OpResult, ProposerConfig, ReadError, ReadMode, ReadPath, ReadResult, ReadSet, Resolution,
     RowWrite,
 };
+use megastore_rowstore::KeyRange;
 use megastore_types::{ClientId, EgId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
 use tokio::sync::{mpsc, oneshot};
 
@@ -91,6 +92,11 @@ enum Event {
         position: Position,
         txn: TxnId,
         done: oneshot::Sender<Resolution>,
+    },
+    ScanGlobal {
+        range: KeyRange,
+        limit: Option<usize>,
+        done: oneshot::Sender<Result<ReadResult, ReadError>>,
     },
     Answer {
         from: NodeId,
@@ -252,6 +258,25 @@ impl Client {
         Ok(read)
     }
 
+    /// Global index rows in `range` (within `megastore_paxos::global_index_range`),
+    /// newest versions, from the nearest full or read-only replica that answers: every
+    /// group as of the position that replica has applied of it (docs/protocol.md,
+    /// "Global indexes").
+    pub(crate) async fn scan_global_rows(
+        &self,
+        range: KeyRange,
+        limit: Option<usize>,
+    ) -> Result<ReadResult, ClientError> {
+        let (done, result) = oneshot::channel();
+        self.events
+            .send(Event::ScanGlobal { range, limit, done })
+            .map_err(|_| ClientError::Closed)?;
+        match result.await.map_err(|_| ClientError::Closed)? {
+            Ok(read) => Ok(read),
+            Err(ReadError::Unavailable(why)) => Err(ClientError::Unavailable(why)),
+        }
+    }
+
     /// Reads rows (keys of the row store) of one entity group in `mode`.
     #[tracing::instrument(level = "debug", name = "read", skip(self, query), fields(client = self.id.0, eg = %eg))]
     pub(crate) async fn read_rows(
@@ -407,6 +432,11 @@ impl Driver {
                 }) => {
                     let (op, out) = self.core.resolve(now, eg, position, txn);
                     self.waiting.insert(op, Waiting::Resolve(done));
+                    out
+                }
+                Some(Event::ScanGlobal { range, limit, done }) => {
+                    let (op, out) = self.core.scan_global(now, range, limit);
+                    self.waiting.insert(op, Waiting::Read(done));
                     out
                 }
             };

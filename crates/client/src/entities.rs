@@ -3,11 +3,15 @@
 //! crate decides where an entity and its index entries live (docs/architecture.md, "Data layout"); this
 //! module only reads and stages those rows in the transaction.
 //!
-//! Global indexes are not maintained yet: their entries live outside every entity
-//! group and would need a write of their own after the commit (paper §3.3.2).
+//! A global index's entries live outside every entity group; a put or delete writes
+//! them into the group's mirror, and every full and read-only replica copies the
+//! mirror to the global index when it applies the entry (docs/protocol.md, "Global
+//! indexes").
 
-use megastore_paxos::{CellWrite, DataQuery, ReadMode, ReadPath, RowWrite};
-use megastore_schema::{Catalog, Entity, EntityError, IndexEntry, IndexKind, Value};
+use megastore_paxos::{CellWrite, DataQuery, ReadMode, ReadPath, RowWrite, mirror_row_of};
+use megastore_schema::{
+    Catalog, Entity, EntityError, EntityMutations, IndexEntry, IndexKind, Value,
+};
 use megastore_types::{EgId, Position, ReplicaId};
 
 use crate::client::{Client, ClientError};
@@ -91,6 +95,52 @@ impl Client {
             path: read.path,
         })
     }
+
+    /// The entries of global index `index` whose leading values are `leading` (any
+    /// number, none for the whole index), in index order (at most `limit`), across
+    /// every entity group, from the nearest full or read-only replica that answers.
+    ///
+    /// Consistency: what that replica has applied of each group — a group's entries
+    /// are never half of one transaction's, but a write acknowledged elsewhere may
+    /// not show yet, and an entry may name an entity changed since (the paper's
+    /// "global index scans may miss recent updates"; docs/protocol.md, "Global
+    /// indexes"). Read the entity (or its group) with a current read to be sure.
+    pub async fn scan_global_index(
+        &self,
+        catalog: &Catalog,
+        index: &str,
+        leading: &[Value],
+        limit: Option<usize>,
+    ) -> Result<GlobalIndexScan, ClientError> {
+        let i = catalog.require_index(index).map_err(schema)?;
+        if i.kind != IndexKind::Global {
+            return Err(ClientError::Schema(format!(
+                "{index} is a {} index: scan it inside a transaction of its group",
+                i.kind.keyword()
+            )));
+        }
+        let range = catalog.index_range(i, leading).map_err(schema)?;
+        let read = self.scan_global_rows(range, limit).await?;
+        let mut entries = Vec::new();
+        for row in &read.rows {
+            if let Some(entry) = catalog.index_entry_from_row(row).map_err(schema)? {
+                entries.push(entry);
+            }
+        }
+        Ok(GlobalIndexScan {
+            entries,
+            replica: read.replica,
+        })
+    }
+}
+
+/// What a global index scan found, and where.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GlobalIndexScan {
+    /// The entries, in index order.
+    pub entries: Vec<IndexEntry>,
+    /// The replica that served it (its applied positions are what the scan reflects).
+    pub replica: ReplicaId,
 }
 
 impl Transaction {
@@ -132,8 +182,8 @@ impl Transaction {
         }
     }
 
-    /// Writes `entity` (creating or replacing it) with its local and inline index
-    /// entries.
+    /// Writes `entity` (creating or replacing it) with its index entries: local and
+    /// inline ones in the group, global ones through the group's mirror.
     pub async fn put_entity(
         &mut self,
         catalog: &Catalog,
@@ -145,9 +195,7 @@ impl Transaction {
         let mutations = catalog
             .put_mutations(old.as_ref(), entity, 0)
             .map_err(schema)?;
-        for m in &mutations.group {
-            self.stage(RowWrite::from_mutation(m));
-        }
+        self.stage_mutations(&mutations);
         Ok(())
     }
 
@@ -163,9 +211,7 @@ impl Transaction {
             return Ok(false);
         };
         let mutations = catalog.delete_mutations(&old, 0).map_err(schema)?;
-        for m in &mutations.group {
-            self.stage(RowWrite::from_mutation(m));
-        }
+        self.stage_mutations(&mutations);
         Ok(true)
     }
 
@@ -202,7 +248,7 @@ impl Transaction {
         let i = catalog.require_index(index).map_err(schema)?;
         if i.kind == IndexKind::Global {
             return Err(ClientError::Schema(format!(
-                "{index} is a global index: it is outside every entity group and not maintained yet"
+                "{index} is a global index, outside every entity group: scan it with Client::scan_global_index"
             )));
         }
         let table = catalog
@@ -218,6 +264,20 @@ impl Transaction {
             }
         }
         Ok(entries)
+    }
+
+    /// Stages an entity write: its group rows, and its global index entries as rows of
+    /// the group's mirror (docs/protocol.md, "Global indexes"), which every replica
+    /// copies to the global index when it applies the entry.
+    fn stage_mutations(&mut self, mutations: &EntityMutations) {
+        for m in &mutations.group {
+            self.stage(RowWrite::from_mutation(m));
+        }
+        for m in &mutations.global {
+            let mut write = RowWrite::from_mutation(m);
+            write.row = mirror_row_of(self.eg(), &m.row);
+            self.stage(write);
+        }
     }
 
     fn stage(&mut self, write: RowWrite) {

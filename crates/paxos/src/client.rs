@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use megastore_coordinator::CoordinatorReply;
+use megastore_rowstore::KeyRange;
 use megastore_types::{
     ClientId, EgId, NodeId, Position, ReplicaId, ReplicaKind, SiteId, Time, TxnId,
 };
@@ -12,7 +13,7 @@ use megastore_types::{
 use crate::entry::{LogEntry, RowWrite};
 use crate::messages::{DataQuery, Message};
 use crate::proposer::commit::{Commit, CommitResult, ReadSet};
-use crate::proposer::read::{CurrentRead, PointRead, ReadError, ReadMode, ReadResult};
+use crate::proposer::read::{CurrentRead, PointRead, PointTarget, ReadError, ReadMode, ReadResult};
 use crate::proposer::resolve::{Resolution, Resolve};
 use crate::proposer::{Ctx, ProposerConfig, Wiring};
 
@@ -163,9 +164,31 @@ impl ClientCore {
         let state = match mode {
             ReadMode::Current => Op::Current(CurrentRead::start(&mut ctx, eg, query, local)),
             ReadMode::Snapshot | ReadMode::Inconsistent | ReadMode::AtPosition(_) => {
-                Op::Point(PointRead::start(&mut ctx, eg, query, mode, candidates))
+                let target = PointTarget::Group { eg, query };
+                Op::Point(PointRead::start(&mut ctx, target, mode, candidates))
             }
         };
+        self.ops.insert(op, state);
+        (op, self.finish_step(now, sends))
+    }
+
+    /// Scans global index rows (within [`crate::global_index_range`]) at the nearest
+    /// full or read-only replica that answers: what that replica has applied of every
+    /// group (docs/protocol.md, "Global indexes"). Its result is a read whose path is
+    /// `Inconsistent` and which names no position.
+    pub fn scan_global(
+        &mut self,
+        now: Time,
+        range: KeyRange,
+        limit: Option<usize>,
+    ) -> (OpId, Vec<Output>) {
+        let op = self.new_op();
+        let mode = ReadMode::Inconsistent;
+        let candidates = self.point_read_candidates(mode);
+        let mut sends = Vec::new();
+        let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, &mut sends);
+        let target = PointTarget::Global { range, limit };
+        let state = Op::Point(PointRead::start(&mut ctx, target, mode, candidates));
         self.ops.insert(op, state);
         (op, self.finish_step(now, sends))
     }

@@ -304,6 +304,15 @@ pub fn global_mirror_range(eg: &EgId) -> KeyRange {
     KeyRange::prefix(prefix)
 }
 
+/// The row of `eg`'s mirror that holds global index row `global` (which must start
+/// with the global index tag for an entry to be accepted).
+pub fn mirror_row_of(eg: &EgId, global: &[u8]) -> Vec<u8> {
+    let mut row = eg.0.clone();
+    row.extend_from_slice(&GLOBAL_MIRROR_OBJECT);
+    row.extend_from_slice(global);
+    row
+}
+
 /// The global index row a row of `eg`'s mirror names, if `row` is one.
 pub fn mirrored_global_row<'r>(eg: &EgId, row: &'r [u8]) -> Option<&'r [u8]> {
     row.strip_prefix(eg.0.as_slice())?

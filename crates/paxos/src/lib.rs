@@ -36,7 +36,7 @@ pub use client::{
 pub use entry::{
     CellWrite, EntryError, LogEntry, RowWrite, check_proposed_writes, check_write_sizes,
     data_range, global_index_range, global_mirror_range, group_of_root_row, group_range,
-    mirrored_global_row, root_row,
+    mirror_row_of, mirrored_global_row, root_row,
 };
 pub use messages::{
     ChosenTxn, DataQuery, LogState, Message, ReadAt, ReplicaError, ReplicaReply, ReplicaRequest,

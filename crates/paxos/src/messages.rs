@@ -116,12 +116,22 @@ pub enum ReplicaRequest {
         /// Entity group.
         eg: EgId,
     },
+    /// Global index rows (within [`crate::global_index_range`]), newest versions: what
+    /// this replica has applied of every group (docs/protocol.md, "Global indexes").
+    ScanGlobal {
+        /// Request id.
+        id: u64,
+        /// The rows.
+        range: KeyRange,
+        /// At most this many rows.
+        limit: Option<usize>,
+    },
 }
 
 impl ReplicaRequest {
-    /// The entity group it concerns.
-    pub fn eg(&self) -> &EgId {
-        match self {
+    /// The entity group it concerns (`None`: a global index scan, of no one group).
+    pub fn eg(&self) -> Option<&EgId> {
+        Some(match self {
             ReplicaRequest::Prepare { eg, .. }
             | ReplicaRequest::Accept { eg, .. }
             | ReplicaRequest::MarkVisible { eg, .. }
@@ -129,7 +139,8 @@ impl ReplicaRequest {
             | ReplicaRequest::ReadLog { eg, .. }
             | ReplicaRequest::Read { eg, .. }
             | ReplicaRequest::Snapshot { eg, .. } => eg,
-        }
+            ReplicaRequest::ScanGlobal { .. } => return None,
+        })
     }
 
     /// The request id.
@@ -141,7 +152,8 @@ impl ReplicaRequest {
             | ReplicaRequest::LogState { id, .. }
             | ReplicaRequest::ReadLog { id, .. }
             | ReplicaRequest::Read { id, .. }
-            | ReplicaRequest::Snapshot { id, .. } => *id,
+            | ReplicaRequest::Snapshot { id, .. }
+            | ReplicaRequest::ScanGlobal { id, .. } => *id,
         }
     }
 }

@@ -444,6 +444,34 @@ fn mirror_writes_are_copied_to_the_global_index_at_apply_and_checked_at_accept()
             (false, None) => {}
             (copies, cell) => panic!("replica {id}: copies {copies}, found {cell:?}"),
         }
+        // A global index scan: served by replicas with data, refused by witnesses and
+        // outside the global index rows.
+        let scan = |range: megastore_rowstore::KeyRange| ReplicaRequest::ScanGlobal {
+            id: 9,
+            range,
+            limit: None,
+        };
+        match node.ask(scan(megastore_paxos::global_index_range())) {
+            ReplicaReply::Data { rows, at: None, .. } if copies => {
+                assert_eq!(rows.len(), 1);
+                assert_eq!(rows[0].key, global_key);
+            }
+            ReplicaReply::Error {
+                error: ReplicaError::NotServing,
+                ..
+            } if !copies => {}
+            other => panic!("replica {id}: {other:?}"),
+        }
+        if copies {
+            let everything = megastore_rowstore::KeyRange::all();
+            assert!(matches!(
+                node.ask(scan(everything)),
+                ReplicaReply::Error {
+                    error: ReplicaError::BadQuery(_),
+                    ..
+                }
+            ));
+        }
     }
 
     let mut node = Node::new(1);

@@ -502,6 +502,25 @@ impl Megastore for Gateway {
         }))
     }
 
+    async fn scan_global_index(
+        &self,
+        request: Request<pb::ScanGlobalIndexRequest>,
+    ) -> Result<Response<pb::ScanGlobalIndexResponse>, Status> {
+        let request = request.into_inner();
+        let leading = values_from_wire("leading", request.leading)?;
+        let limit = (request.limit > 0).then_some(request.limit as usize);
+        let catalog = self.catalogs.current().await?;
+        let scan = self
+            .client
+            .scan_global_index(&catalog, &request.index, &leading, limit)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ScanGlobalIndexResponse {
+            entries: scan.entries.into_iter().map(index_entry_to_wire).collect(),
+            replica: u32::from(scan.replica.0),
+        }))
+    }
+
     async fn group_of(
         &self,
         request: Request<pb::GroupOfRequest>,

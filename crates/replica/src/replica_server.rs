@@ -322,6 +322,7 @@ impl Driver {
             ReplicaRequest::ReadLog { .. } => "read_log",
             ReplicaRequest::Read { .. } => "read",
             ReplicaRequest::Snapshot { .. } => "snapshot",
+            ReplicaRequest::ScanGlobal { .. } => "scan_global",
         };
         self.metrics.request(kind);
     }
@@ -405,7 +406,10 @@ impl Replication for Service {
     ) -> Result<Response<pb::ReplicaReply>, Status> {
         let request = ReplicaRequest::try_from(request.into_inner())
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let span = tracing::debug_span!("replica_call", eg = %request.eg(), id = request.id());
+        let eg = request
+            .eg()
+            .map_or_else(|| "global index".to_string(), ToString::to_string);
+        let span = tracing::debug_span!("replica_call", eg = %eg, id = request.id());
         span.in_scope(|| tracing::debug!(?request, "received"));
         let (reply, answer) = oneshot::channel();
         self.events

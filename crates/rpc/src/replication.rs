@@ -6,6 +6,7 @@ use megastore_paxos::messages::{
     AcceptResult, ChosenTxn, GrantRefusal, LogState, PrepareResult, ReplicaError,
 };
 use megastore_paxos::{CellWrite, LogEntry, ReplicaReply, ReplicaRequest, RowWrite};
+use megastore_rowstore::KeyRange;
 use megastore_types::{Ballot, ClientId, EgId, Position, ProposerId, ReplicaId, TxnId};
 
 use crate::error::{WireError, narrow, required};
@@ -273,6 +274,17 @@ impl From<ReplicaRequest> for pb::ReplicaRequest {
                 }),
             ),
             ReplicaRequest::Snapshot { id, eg } => (id, eg, r::Request::Snapshot(r::Snapshot {})),
+            ReplicaRequest::ScanGlobal { id, range, limit } => (
+                id,
+                EgId(Vec::new()),
+                r::Request::ScanGlobal(r::ScanGlobal {
+                    range: Some(pb::KeyRange {
+                        start: range.start,
+                        end: range.end,
+                    }),
+                    limit: limit.map(|l| l as u64),
+                }),
+            ),
         };
         pb::ReplicaRequest {
             id,
@@ -323,6 +335,20 @@ impl TryFrom<pb::ReplicaRequest> for ReplicaRequest {
                 query: query_from_wire(read.query)?,
             },
             r::Request::Snapshot(_) => ReplicaRequest::Snapshot { id, eg },
+            r::Request::ScanGlobal(scan) => {
+                let range = required(scan.range, "scan_global.range")?;
+                ReplicaRequest::ScanGlobal {
+                    id,
+                    range: KeyRange {
+                        start: range.start,
+                        end: range.end,
+                    },
+                    limit: scan
+                        .limit
+                        .map(|l| narrow(l, "scan_global.limit"))
+                        .transpose()?,
+                }
+            }
         })
     }
 }

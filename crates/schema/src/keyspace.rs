@@ -7,8 +7,9 @@
 //! | first byte | what |
 //! |---|---|
 //! | `0x00` | never used |
-//! | `0x01`–`0xF8` | the schema's objects ([`encode_object_id`](crate::mapping::keys::encode_object_id)): a root table's groups, `id(table) ‖ [scatter2] ‖ key(root key)`, or a global index's entries, `id(index) ‖ …` |
-//! | `0xF9`–`0xFD` | never used |
+//! | `0x01`–`0xF8` | the schema's root tables ([`encode_object_id`](crate::mapping::keys::encode_object_id)): their groups, `id(table) ‖ [scatter2] ‖ key(root key)` |
+//! | `0xF9`–`0xFC` | never used |
+//! | `0xFD` ([`GLOBAL_INDEX_TAG`]) | global index entries, `0xFD ‖ id(index) ‖ key(values) ‖ key(primary key)`: outside every group, copies of the groups' mirrors |
 //! | `0xFE` ([`UNTYPED_GROUP_TAG`]) | untyped groups: `0xFE ‖ escape(name)` |
 //! | `0xFF` ([`SYSTEM_TAG`]) | the system: a replica's registry of the groups it holds ([`SYSTEM_GROUPS_PREFIX`]) and its row-layout marker ([`SYSTEM_LAYOUT_ROW`]) |
 //!
@@ -16,7 +17,9 @@
 //! state), `G ‖ 0x01`–`G ‖ 0xF7 …` are data rows (an untyped group's key `k` is the
 //! row `G ‖ 0x01 ‖ k`; a typed group's rows start with a table or index id), and
 //! `G ‖ 0xF8 FFFFFFFF …` ([`VERSIONED_KEYS_OBJECT`]) holds the versioned primitives'
-//! keys (an object id no schema uses).
+//! keys and `G ‖ 0xF8 FFFFFFFE ‖ global key` ([`GLOBAL_MIRROR_OBJECT`]) the group's
+//! mirror of the global index entries it owns (object ids no schema hands out: ids
+//! count up from 1).
 //!
 //! A group name is any non-empty byte string up to
 //! [`GROUP_NAME_BYTES_MAX`]: escaping
@@ -39,6 +42,9 @@ pub const LONG_OBJECT_ID: u8 = 0xF8;
 /// Inside a group, the object id no schema hands out (`u32::MAX` in its long form): the
 /// versioned primitives' keys live under it (`G ‖ 0xF8 FFFFFFFF ‖ escape(key)`).
 pub const VERSIONED_KEYS_OBJECT: [u8; 5] = [LONG_OBJECT_ID, 0xFF, 0xFF, 0xFF, 0xFF];
+pub use megastore_types::reserved::{GLOBAL_INDEX_TAG, GLOBAL_MIRROR_OBJECT};
+const _: () = assert!(GLOBAL_MIRROR_OBJECT[0] == LONG_OBJECT_ID);
+
 /// The first byte of every untyped group's prefix.
 pub const UNTYPED_GROUP_TAG: u8 = 0xFE;
 /// The first byte of the system's rows.
@@ -161,6 +167,18 @@ pub enum RowOwner {
 pub fn owner_of_row(catalog: Option<&Catalog>, row: &[u8]) -> RowOwner {
     match row.first() {
         Some(&SYSTEM_TAG) => return RowOwner::System,
+        Some(&GLOBAL_INDEX_TAG) => {
+            let mut rest = &row[1..];
+            return match (catalog, decode_object_id(&mut rest)) {
+                (Some(catalog), Some(id)) => catalog
+                    .index_by_id(id)
+                    .filter(|index| index.kind == crate::IndexKind::Global)
+                    .map_or(RowOwner::Unknown, |index| {
+                        RowOwner::GlobalIndex(index.name.clone())
+                    }),
+                _ => RowOwner::Unknown,
+            };
+        }
         Some(&UNTYPED_GROUP_TAG) => {
             return match split_untyped_prefix(row) {
                 Some((name, _)) => RowOwner::Untyped(name),
@@ -173,19 +191,17 @@ pub fn owner_of_row(catalog: Option<&Catalog>, row: &[u8]) -> RowOwner {
         return RowOwner::Unknown;
     };
     match catalog.typed_group_prefix_len(row) {
-        Some(Ok((len, root))) => RowOwner::Typed {
+        Some((len, root)) => RowOwner::Typed {
             prefix: row[..len].to_vec(),
             root: root.to_string(),
         },
-        Some(Err(index)) => RowOwner::GlobalIndex(index.to_string()),
         None => RowOwner::Unknown,
     }
 }
 
 impl Catalog {
-    /// How long the typed group prefix at the front of `row` is (and its root table),
-    /// or the global index whose entry `row` is.
-    fn typed_group_prefix_len(&self, row: &[u8]) -> Option<Result<(usize, &str), &str>> {
+    /// How long the typed group prefix at the front of `row` is, and its root table.
+    fn typed_group_prefix_len(&self, row: &[u8]) -> Option<(usize, &str)> {
         let mut rest = row;
         let id = decode_object_id(&mut rest)?;
         if let Some(table) = self.table_by_id(id) {
@@ -202,16 +218,14 @@ impl Catalog {
             if table.is_scattered() && rest[..2] != scatter_prefix(encoded_key) {
                 return None;
             }
-            return Some(Ok((row.len() - key.len(), table.name.as_str())));
+            return Some((row.len() - key.len(), table.name.as_str()));
         }
-        self.index_by_id(id)
-            .filter(|index| index.kind == crate::IndexKind::Global)
-            .map(|index| Err(index.name.as_str()))
+        None
     }
 
     /// Whether `prefix` is exactly the prefix of one of this schema's entity groups.
     pub fn is_group_prefix(&self, prefix: &[u8]) -> bool {
-        matches!(self.typed_group_prefix_len(prefix), Some(Ok((len, _))) if len == prefix.len())
+        matches!(self.typed_group_prefix_len(prefix), Some((len, _)) if len == prefix.len())
     }
 }
 

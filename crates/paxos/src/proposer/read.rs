@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
 use megastore_lock::{LockError, LockReply};
-use megastore_rowstore::Row;
+use megastore_rowstore::{KeyRange, Row};
 use megastore_types::{EgId, Epoch, Position, ReplicaId, ReplicaKind, Time};
 
 use super::Ctx;
@@ -557,10 +557,21 @@ const AT_POSITION_ROUNDS: usize = 2;
 
 /// A snapshot, inconsistent or at-position read: one request, tried at each candidate
 /// replica.
+/// What a point read reads: a group's data, or global index rows.
+#[derive(Debug, Clone)]
+pub(crate) enum PointTarget {
+    /// Rows of one group.
+    Group { eg: EgId, query: DataQuery },
+    /// Global index rows, newest versions (mode `Inconsistent`).
+    Global {
+        range: KeyRange,
+        limit: Option<usize>,
+    },
+}
+
 #[derive(Debug)]
 pub(crate) struct PointRead {
-    eg: EgId,
-    query: DataQuery,
+    target: PointTarget,
     mode: ReadMode,
     candidates: Vec<ReplicaId>,
     id: Option<(u64, ReplicaId, Time)>,
@@ -573,8 +584,7 @@ impl PointRead {
     /// `candidates`: replicas able to serve, best first.
     pub(crate) fn start<K: Clone + Ord>(
         ctx: &mut Ctx<'_, K>,
-        eg: EgId,
-        query: DataQuery,
+        target: PointTarget,
         mode: ReadMode,
         candidates: Vec<ReplicaId>,
     ) -> Self {
@@ -583,8 +593,7 @@ impl PointRead {
             _ => candidates,
         };
         let mut read = PointRead {
-            eg,
-            query,
+            target,
             mode,
             candidates,
             id: None,
@@ -622,8 +631,11 @@ impl PointRead {
             ReadMode::AtPosition(p) => ReadAt::Position(p),
             ReadMode::Current | ReadMode::Inconsistent => ReadAt::Latest,
         };
-        let (eg, query) = (self.eg.clone(), self.query.clone());
-        let id = ctx.send_replica(replica, |id| ReplicaRequest::Read { id, eg, at, query });
+        let target = self.target.clone();
+        let id = ctx.send_replica(replica, |id| match target {
+            PointTarget::Group { eg, query } => ReplicaRequest::Read { id, eg, at, query },
+            PointTarget::Global { range, limit } => ReplicaRequest::ScanGlobal { id, range, limit },
+        });
         self.id = Some((id, replica, ctx.now + ctx.config.timeouts.rpc));
     }
 

@@ -32,7 +32,7 @@ use sweep::{SweepAction, Sweeper};
 
 use crate::bugs::ProtocolBugs;
 use crate::cells::{SlotRecord, StoredGroup};
-use crate::entry::{data_range, root_row};
+use crate::entry::{data_range, global_index_range, root_row};
 use crate::messages::{DataQuery, Message, ReadAt, ReplicaError, ReplicaReply, ReplicaRequest};
 
 /// How a replica runs.
@@ -144,14 +144,12 @@ pub enum Output {
         /// What.
         message: Message,
     },
-    /// Read data and reply with [`answer_read`].
+    /// Read data (a group's, or the global index's) and reply with [`answer_read`].
     ReadData {
         /// Who asked.
         to: NodeId,
         /// Their request id.
         id: u64,
-        /// The group.
-        eg: EgId,
         /// The timestamp (`None`: latest).
         at: Option<Position>,
         /// What to read.
@@ -225,6 +223,10 @@ impl Replica {
         let mut sends = Vec::new();
         let mut actions = Vec::new();
         match input {
+            Input::Message {
+                from,
+                message: Message::ReplicaRequest(ReplicaRequest::ScanGlobal { id, range, limit }),
+            } => self.scan_global(from, id, range, limit, &mut out),
             Input::Message {
                 from,
                 message: Message::ReplicaRequest(request),
@@ -365,8 +367,48 @@ impl Replica {
         }
     }
 
+    /// A global index scan: no group's state is involved — the store holds what this
+    /// replica applied of every group — so it is answered at once (not on witnesses,
+    /// which keep no data).
+    fn scan_global(
+        &self,
+        from: NodeId,
+        id: u64,
+        range: KeyRange,
+        limit: Option<usize>,
+        out: &mut Vec<Output>,
+    ) {
+        let global = global_index_range();
+        let error = if self.me.kind == ReplicaKind::Witness {
+            Some(ReplicaError::NotServing)
+        } else if !(global.contains(&range.start)
+            && range
+                .end
+                .as_ref()
+                .is_some_and(|end| Some(end) <= global.end.as_ref()))
+        {
+            Some(ReplicaError::BadQuery(
+                "a global index scan stays within the global index rows (0xFD…)".into(),
+            ))
+        } else {
+            None
+        };
+        match error {
+            Some(error) => reply(out, from, ReplicaReply::Error { id, error }),
+            None => out.push(Output::ReadData {
+                to: from,
+                id,
+                at: None,
+                query: DataQuery::Scan { range, limit },
+            }),
+        }
+    }
+
     fn handle(&mut self, from: NodeId, request: ReplicaRequest, out: &mut Vec<Output>) {
-        let eg = request.eg().clone();
+        let eg = request
+            .eg()
+            .expect("every request but a global scan names its group")
+            .clone();
         let group = match self.groups.get_mut(&eg) {
             None => {
                 out.push(Output::Load {
@@ -550,12 +592,14 @@ impl Replica {
                     out.push(Output::ReadData {
                         to: from,
                         id,
-                        eg,
                         at,
                         query,
                     });
                     return;
                 }
+            }
+            ReplicaRequest::ScanGlobal { .. } => {
+                unreachable!("a global scan is answered before any group is looked up")
             }
         };
         reply(out, from, answer);

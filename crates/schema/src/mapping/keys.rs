@@ -5,7 +5,7 @@ use megastore_rowstore::{KeyRange, display_key};
 use super::entity::EntityError;
 use crate::catalog::{Catalog, Index, ObjectId, Table, TableKind};
 use crate::key::{KeyPart, decode_tuple_prefix, encode_tuple_into, scatter_prefix};
-use crate::keyspace::LONG_OBJECT_ID as LONG_ID_MARKER;
+use crate::keyspace::{GLOBAL_INDEX_TAG, LONG_OBJECT_ID as LONG_ID_MARKER};
 use crate::syntax::ast::IndexKind;
 use crate::types::Value;
 
@@ -164,6 +164,7 @@ impl Catalog {
         let mut key = Vec::new();
         let skip = match index.kind {
             IndexKind::Global => {
+                key.push(GLOBAL_INDEX_TAG);
                 encode_object_id(index.id, &mut key);
                 0
             }
@@ -204,6 +205,7 @@ impl Catalog {
         let mut prefix = Vec::new();
         let skip = match index.kind {
             IndexKind::Global => {
+                prefix.push(GLOBAL_INDEX_TAG);
                 encode_object_id(index.id, &mut prefix);
                 0
             }
@@ -235,9 +237,12 @@ impl Catalog {
             row: display_key(row),
             detail,
         };
-        let mut input = row;
-        let first = decode_object_id(&mut input).ok_or_else(|| malformed("no object id".into()))?;
-        if let Some(index) = self.index_by_id(first) {
+        if let Some(mut input) = row.strip_prefix(&[GLOBAL_INDEX_TAG]) {
+            let id = decode_object_id(&mut input)
+                .ok_or_else(|| malformed("no index id after the global index tag".into()))?;
+            let index = self
+                .index_by_id(id)
+                .ok_or_else(|| malformed(format!("unknown index id {}", id.0)))?;
             if index.kind != IndexKind::Global {
                 return Err(malformed(format!(
                     "{} index `{}` outside an entity group",
@@ -262,6 +267,8 @@ impl Catalog {
             )
             .map_err(malformed);
         }
+        let mut input = row;
+        let first = decode_object_id(&mut input).ok_or_else(|| malformed("no object id".into()))?;
         let root = self
             .table_by_id(first)
             .ok_or_else(|| malformed(format!("unknown object id {}", first.0)))?;

@@ -9,11 +9,11 @@
 //! entity row         group prefix ‖ id(table) ‖ key(primary key after the group key)
 //! local/inline entry group prefix ‖ id(index) ‖ key(index values after the group key)
 //!                                 ‖ key(primary key after the group key)
-//! global entry       id(index) ‖ key(index values) ‖ key(primary key)
+//! global entry       0xFD ‖ id(index) ‖ key(index values) ‖ key(primary key)
 //! ```
 //!
 //! Every row of one entity group starts with its group prefix, so the group is one
-//! contiguous key range; the leading object id keeps root tables and global indexes in
+//! contiguous key range; the leading object id keeps root tables (and the `0xFD` tag global indexes) in
 //! key spaces of their own. The root entity's row (`group prefix ‖ id(root)`) is the
 //! group's root row, which also holds its log.
 //!

@@ -17,7 +17,9 @@ pub struct EntityMutations {
     /// Rows inside the entity group (the entity, local and inline index entries):
     /// applied atomically with the log entry.
     pub group: Vec<RowMutation>,
-    /// Global index entries, outside every entity group: applied after, may lag.
+    /// Global index entries, outside every entity group (`0xFD…`). A writer puts them
+    /// in its group's mirror (`megastore_paxos::mirror_row_of`), which every replica
+    /// with data copies here as it applies the entry.
     pub global: Vec<RowMutation>,
 }
 

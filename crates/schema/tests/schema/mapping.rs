@@ -433,13 +433,28 @@ fn rows_are_told_apart_from_the_schemas_key_space() {
     // A global index's entries.
     let tags = c.index("PhotosByTag").unwrap();
     assert_eq!(tags.kind, megastore_schema::IndexKind::Global);
-    // Small object ids are one byte (docs/architecture.md, "Data layout").
-    let mut entry = vec![u8::try_from(tags.id.0).unwrap()];
+    // The global index tag, then the index id; small object ids are one byte
+    // (docs/architecture.md, "Data layout").
+    let mut entry = vec![
+        megastore_schema::keyspace::GLOBAL_INDEX_TAG,
+        u8::try_from(tags.id.0).unwrap(),
+    ];
     entry.extend_from_slice(b"whatever");
     assert_eq!(
         owner_of_row(Some(&c), &entry),
         RowOwner::GlobalIndex("PhotosByTag".into())
     );
+    // Without the tag, the index id is no root table: nobody's.
+    assert_eq!(owner_of_row(Some(&c), &entry[1..]), RowOwner::Unknown);
+    // An entry as the mapping writes it decodes back, under the tag.
+    let key = c
+        .index_entry_key(tags, &["sunset".into()], &[7i64.into(), 1i32.into()])
+        .unwrap();
+    assert_eq!(key[0], megastore_schema::keyspace::GLOBAL_INDEX_TAG);
+    assert!(matches!(
+        c.decode_row_key(&key),
+        Ok(megastore_schema::DecodedKey::IndexEntry { .. })
+    ));
     // Untyped rows, even of a group named like User 7's prefix, are outside; so is a
     // truncated root key.
     let untyped = untyped_group_prefix(&prefix).unwrap();
