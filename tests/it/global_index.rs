@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use megastore_client::{Client, ClientError, entity_group};
+use megastore_client::{Client, ClientError, IndexRead, entity_group};
 use megastore_config::ClusterConfig;
 use megastore_e2e::{LocalCluster, repo_root};
 use megastore_schema::{Catalog, Entity, FieldValue, Value};
@@ -151,11 +151,15 @@ fn expected(users: impl Iterator<Item = i64>) -> Expected {
 
 /// What the replica `client` reaches first holds, by tag; panics on an entry seen
 /// twice or without its stored thumbnail.
-async fn scanned(client: &Client, catalog: &Catalog) -> Result<Expected, ClientError> {
+async fn scanned(
+    client: &Client,
+    catalog: &Catalog,
+    read: IndexRead,
+) -> Result<Expected, ClientError> {
     let mut index = Expected::new();
     for tag in TAGS.iter().chain(&["all", "night"]) {
         let scan = client
-            .scan_global_index(catalog, "PhotosByTag", &[Value::from(*tag)], None)
+            .scan_global_index(catalog, "PhotosByTag", &[Value::from(*tag)], None, read)
             .await?;
         let entries = index.entry(tag.to_string()).or_default();
         for entry in scan.entries {
@@ -178,6 +182,26 @@ async fn scanned(client: &Client, catalog: &Catalog) -> Result<Expected, ClientE
     }
     index.retain(|_, entries| !entries.is_empty());
     Ok(index)
+}
+
+/// The photos listed under `tag`, as (user, photo).
+async fn photos_tagged(
+    client: &Client,
+    catalog: &Catalog,
+    tag: &str,
+    read: IndexRead,
+) -> std::collections::BTreeSet<(i64, i32)> {
+    let scan = client
+        .scan_global_index(catalog, "PhotosByTag", &[Value::from(tag)], None, read)
+        .await
+        .unwrap();
+    scan.entries
+        .iter()
+        .map(|e| match (&e.primary_key[0], &e.primary_key[1]) {
+            (Value::Int64(user), Value::Int32(id)) => (*user, *id),
+            other => panic!("primary key {other:?}"),
+        })
+        .collect()
 }
 
 #[test]
@@ -229,7 +253,7 @@ fn a_global_index_across_groups_converges_on_every_replica_through_a_replica_cra
         for (site, client) in [("A", &at_a), ("B", &at_b), ("D", &at_d)] {
             let started = Instant::now();
             loop {
-                match scanned(client, &catalog).await {
+                match scanned(client, &catalog, IndexRead::AsApplied).await {
                     Ok(found) if found == want => break,
                     outcome => assert!(
                         started.elapsed() < Duration::from_secs(60),
@@ -241,25 +265,86 @@ fn a_global_index_across_groups_converges_on_every_replica_through_a_replica_cra
         }
     });
 
+    // Verified scans agree once everything is applied.
+    runtime.block_on(async {
+        for client in [&at_a, &at_d] {
+            assert_eq!(
+                scanned(client, &catalog, IndexRead::Verified)
+                    .await
+                    .unwrap(),
+                want
+            );
+        }
+    });
+
+    // A stale hit, and verification dropping it: a writer at A whose marks reach the
+    // read-only replica d 8 s late (an emulated slow link) retags photo 1/3; d keeps
+    // listing it under its old tag until then, and a verified scan at d never does.
+    let mut slow_to_d = config.clone();
+    slow_to_d.wan.push(megastore_config::WanLink {
+        between: ["A".into(), "D".into()],
+        rtt_ms: 8_000,
+    });
+    runtime.block_on(async {
+        let writer = connect(&slow_to_d, "A").await;
+        let mut old_tag = "night".to_string();
+        let mut stale_seen = false;
+        // Each try retags once; d's sweep could (rarely) catch up before the first
+        // scan, so a few tries.
+        for attempt in 0..3 {
+            let new_tag = format!("moved{attempt}");
+            let tag = new_tag.clone();
+            commit_in(
+                &writer,
+                &catalog,
+                1,
+                move || vec![photo(1, 3, &[&tag])],
+                None,
+            )
+            .await;
+            let as_applied = photos_tagged(&at_d, &catalog, &old_tag, IndexRead::AsApplied).await;
+            let verified = photos_tagged(&at_d, &catalog, &old_tag, IndexRead::Verified).await;
+            assert!(
+                !verified.contains(&(1, 3)),
+                "a verified scan listed photo 1/3 under {old_tag}, a tag it no longer has"
+            );
+            if as_applied.contains(&(1, 3)) {
+                stale_seen = true;
+                break;
+            }
+            old_tag = new_tag;
+        }
+        assert!(
+            stale_seen,
+            "replica d never served a stale hit, so verification was never put to the test"
+        );
+    });
+
     // Bad input is refused, naming the index.
     runtime.block_on(async {
         let local = at_a
-            .scan_global_index(&catalog, "PhotosByTime", &[], None)
+            .scan_global_index(&catalog, "PhotosByTime", &[], None, IndexRead::AsApplied)
             .await
             .unwrap_err();
         assert!(local.to_string().contains("PhotosByTime"), "{local}");
         let missing = at_a
-            .scan_global_index(&catalog, "NoSuchIndex", &[], None)
+            .scan_global_index(&catalog, "NoSuchIndex", &[], None, IndexRead::AsApplied)
             .await
             .unwrap_err();
         assert!(missing.to_string().contains("NoSuchIndex"), "{missing}");
         let too_many = at_a
-            .scan_global_index(&catalog, "PhotosByTag", &["a".into(), "b".into()], None)
+            .scan_global_index(
+                &catalog,
+                "PhotosByTag",
+                &["a".into(), "b".into()],
+                None,
+                IndexRead::AsApplied,
+            )
             .await
             .unwrap_err();
         assert!(too_many.to_string().contains("PhotosByTag"), "{too_many}");
         let limited = at_a
-            .scan_global_index(&catalog, "PhotosByTag", &[], Some(2))
+            .scan_global_index(&catalog, "PhotosByTag", &[], Some(2), IndexRead::AsApplied)
             .await
             .unwrap();
         assert_eq!(limited.entries.len(), 2, "a limit bounds the scan");

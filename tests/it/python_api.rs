@@ -188,6 +188,7 @@ fn python_grpc_client_runs_transactions_reads_and_versioned_txns() {
         serde_json::json!([[5, 2]]),
         "PhotosByTag lists photo 2 once, and no longer photo 1"
     );
+    assert_eq!(seen["global_sea_verified"], seen["global_sea"]);
     assert_eq!(
         errors["global_local_index"][0], "INVALID_ARGUMENT",
         "{errors}"

@@ -198,6 +198,10 @@ def main():
             break
         time.sleep(0.1)
     seen["global_sea"] = sorted([e.primary_key[0].int64, e.primary_key[1].int32] for e in sea)
+    verified = stub.ScanGlobalIndex(pb.ScanGlobalIndexRequest(
+        index="PhotosByTag", leading=[pb.Value(string="sea")], verify=True)).entries
+    seen["global_sea_verified"] = sorted(
+        [e.primary_key[0].int64, e.primary_key[1].int32] for e in verified)
     expect_error("global_local_index", lambda: stub.ScanGlobalIndex(pb.ScanGlobalIndexRequest(
         index="PhotosByTime")))
     group_of = stub.GroupOf(pb.GroupOfRequest(table="Photo", key=[v64(5), pb.Value(int32=2)]))

@@ -8,6 +8,7 @@
 //! mirror to the global index when it applies the entry (docs/protocol.md, "Global
 //! indexes").
 
+use futures::StreamExt;
 use megastore_paxos::{CellWrite, DataQuery, ReadMode, ReadPath, RowWrite, mirror_row_of};
 use megastore_schema::{
     Catalog, Entity, EntityError, EntityMutations, IndexEntry, IndexKind, Value,
@@ -100,17 +101,21 @@ impl Client {
     /// number, none for the whole index), in index order (at most `limit`), across
     /// every entity group, from the nearest full or read-only replica that answers.
     ///
-    /// Consistency: what that replica has applied of each group — a group's entries
-    /// are never half of one transaction's, but a write acknowledged elsewhere may
-    /// not show yet, and an entry may name an entity changed since (the paper's
-    /// "global index scans may miss recent updates"; docs/protocol.md, "Global
-    /// indexes"). Read the entity (or its group) with a current read to be sure.
+    /// Consistency, [`IndexRead::AsApplied`]: what that replica has applied of each
+    /// group — a group's entries are never half of one transaction's, but a write
+    /// acknowledged elsewhere may not show yet, and an entry may name an entity
+    /// changed since (the paper's "global index scans may miss recent updates";
+    /// docs/protocol.md, "Global indexes"). [`IndexRead::Verified`] re-reads each
+    /// hit's entity with a current read of its group (in parallel, a bounded number at
+    /// once) and drops the entries it no longer has: no hit is then stale, though one
+    /// written after the scan's replica applied may still be missing.
     pub async fn scan_global_index(
         &self,
         catalog: &Catalog,
         index: &str,
         leading: &[Value],
         limit: Option<usize>,
+        read: IndexRead,
     ) -> Result<GlobalIndexScan, ClientError> {
         let i = catalog.require_index(index).map_err(schema)?;
         if i.kind != IndexKind::Global {
@@ -120,18 +125,87 @@ impl Client {
             )));
         }
         let range = catalog.index_range(i, leading).map_err(schema)?;
-        let read = self.scan_global_rows(range, limit).await?;
+        let scanned = self.scan_global_rows(range, limit).await?;
         let mut entries = Vec::new();
-        for row in &read.rows {
+        for row in &scanned.rows {
             if let Some(entry) = catalog.index_entry_from_row(row).map_err(schema)? {
-                entries.push(entry);
+                entries.push((row.key.clone(), entry));
             }
         }
+        if read == IndexRead::Verified {
+            let table = catalog
+                .table_by_id(i.table)
+                .ok_or_else(|| ClientError::Schema(format!("{index}: its table is missing")))?;
+            let checks = entries.into_iter().map(|(row, entry)| async move {
+                let current = self
+                    .read_entity(catalog, ReadMode::Current, &table.name, &entry.primary_key)
+                    .await?;
+                let still = match current.entity {
+                    Some(entity) => entry_still_in(catalog, &entity, &row, &entry)?,
+                    None => false,
+                };
+                Ok::<_, ClientError>(still.then_some((row, entry)))
+            });
+            entries = futures::stream::iter(checks)
+                .buffered(VERIFY_IN_FLIGHT_MAX)
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .filter_map(Result::transpose)
+                .collect::<Result<_, _>>()?;
+        }
         Ok(GlobalIndexScan {
-            entries,
-            replica: read.replica,
+            entries: entries.into_iter().map(|(_, entry)| entry).collect(),
+            replica: scanned.replica,
         })
     }
+}
+
+/// How many entities a verified global index scan reads at once.
+const VERIFY_IN_FLIGHT_MAX: usize = 32;
+
+/// How a global index scan treats what the replica it reads has applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexRead {
+    /// The entries as the replica has applied them: one read, possibly stale hits.
+    AsApplied,
+    /// Each hit checked against its entity by a current read: no stale hit.
+    Verified,
+}
+
+/// Whether `entity` (read now) still has the global index entry `entry` at row `row`,
+/// with the same stored properties.
+fn entry_still_in(
+    catalog: &Catalog,
+    entity: &Entity,
+    row: &[u8],
+    entry: &IndexEntry,
+) -> Result<bool, ClientError> {
+    let mutations = catalog.put_mutations(None, entity, 0).map_err(schema)?;
+    let Some(written) = mutations.global.iter().find(|m| m.row == row) else {
+        return Ok(false);
+    };
+    let mut now = megastore_rowstore::Row {
+        key: row.to_vec(),
+        cells: Default::default(),
+    };
+    for m in &written.mutations {
+        if let megastore_rowstore::Mutation::Set {
+            column,
+            timestamp,
+            value,
+        } = m
+        {
+            now.cells.insert(
+                column.clone(),
+                megastore_rowstore::Cell {
+                    timestamp: *timestamp,
+                    value: value.clone(),
+                },
+            );
+        }
+    }
+    Ok(catalog.index_entry_from_row(&now).map_err(schema)?.as_ref() == Some(entry))
 }
 
 /// What a global index scan found, and where.
@@ -287,5 +361,81 @@ impl Transaction {
                 CellWrite::Delete { column } => self.delete_row(&write.row, &column),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use megastore_schema::{Catalog, Entity};
+
+    use super::entry_still_in;
+
+    fn catalog() -> Catalog {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../schema/photos.msdl");
+        let text = std::fs::read_to_string(path).expect("the photo schema");
+        megastore_schema::compile("photos.msdl", &text, None).expect("it compiles")
+    }
+
+    fn photo(tags: &[&str], thumbnail: &str) -> Entity {
+        Entity::new("Photo")
+            .set("user_id", 7i64)
+            .set("photo_id", 1i32)
+            .set("time", 1i64)
+            .set("full_url", "f")
+            .set("thumbnail_url", thumbnail)
+            .set_repeated("tag", tags.iter().copied())
+    }
+
+    /// A verified scan keeps an entry only while the entity read now still has it,
+    /// stored properties included.
+    #[test]
+    fn an_entry_is_still_in_an_entity_only_if_the_entity_would_write_it_now() {
+        let catalog = catalog();
+        let written = catalog
+            .put_mutations(None, &photo(&["sea", "sun"], "t1"), 0)
+            .unwrap();
+        let sea = written
+            .global
+            .iter()
+            .map(|m| {
+                let mut row = megastore_rowstore::Row {
+                    key: m.row.clone(),
+                    cells: Default::default(),
+                };
+                for change in &m.mutations {
+                    if let megastore_rowstore::Mutation::Set {
+                        column,
+                        timestamp,
+                        value,
+                    } = change
+                    {
+                        row.cells.insert(
+                            column.clone(),
+                            megastore_rowstore::Cell {
+                                timestamp: *timestamp,
+                                value: value.clone(),
+                            },
+                        );
+                    }
+                }
+                (
+                    m.row.clone(),
+                    catalog.index_entry_from_row(&row).unwrap().unwrap(),
+                )
+            })
+            .find(|(_, entry)| entry.values == vec!["sea".into()])
+            .expect("an entry for the tag sea");
+        let (row, entry) = (&sea.0, &sea.1);
+        let still = |entity: &Entity| entry_still_in(&catalog, entity, row, entry).unwrap();
+        assert!(still(&photo(&["sea", "sun"], "t1")), "unchanged");
+        assert!(
+            still(&photo(&["sea"], "t1")),
+            "another tag went, not this one"
+        );
+        assert!(!still(&photo(&["sun"], "t1")), "retagged");
+        assert!(
+            !still(&photo(&["sea"], "t2")),
+            "its stored thumbnail changed"
+        );
     }
 }

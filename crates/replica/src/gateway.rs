@@ -4,7 +4,8 @@
 //! here, naming the field.
 
 use megastore_client::{
-    Assert, Attempt, Client, ClientError, Entry, Mutation, Outcome, TxnResult, entity_group,
+    Assert, Attempt, Client, ClientError, Entry, IndexRead, Mutation, Outcome, TxnResult,
+    entity_group,
 };
 use megastore_rpc::pb::client as pb;
 use megastore_rpc::pb::client::megastore_server::Megastore;
@@ -510,9 +511,14 @@ impl Megastore for Gateway {
         let leading = values_from_wire("leading", request.leading)?;
         let limit = (request.limit > 0).then_some(request.limit as usize);
         let catalog = self.catalogs.current().await?;
+        let read = if request.verify {
+            IndexRead::Verified
+        } else {
+            IndexRead::AsApplied
+        };
         let scan = self
             .client
-            .scan_global_index(&catalog, &request.index, &leading, limit)
+            .scan_global_index(&catalog, &request.index, &leading, limit, read)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::ScanGlobalIndexResponse {
