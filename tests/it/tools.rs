@@ -511,6 +511,9 @@ commit
 entity get User 7
 entity delete Photo 7 2
 entity scan Photo 7 --limit 10
+index scan PhotosByTag sea --verify
+index scan PhotosByTime 7
+index scan NoSuchIndex x
 entity get Photo 7 x
 use {user_group}
 put raw column value
@@ -564,6 +567,29 @@ entity get User 7
     );
     assert!(
         text.contains("error: Photo.photo_id: \"x\" is not a valid int32"),
+        "{text}"
+    );
+    // Index scans: the global PhotosByTag across groups (photo 1 is tagged sea), the
+    // local PhotosByTime in User 7's group (photo 2 was deleted).
+    let section = |command: &str| {
+        text.split(&format!("{command}\n"))
+            .nth(1)
+            .and_then(|rest| rest.split("> ").next())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let by_tag = section("index scan PhotosByTag sea --verify");
+    assert!(
+        by_tag.contains("| tag ") && by_tag.contains("\"sea\"") && by_tag.contains("7, 1"),
+        "{text}"
+    );
+    let by_time = section("index scan PhotosByTime 7");
+    assert!(
+        by_time.contains("7, 1") && !by_time.contains("7, 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("error: schema PhotoApp has no index \"NoSuchIndex\" (indexes: "),
         "{text}"
     );
 }

@@ -14,7 +14,7 @@ use anyhow::Context;
 use clap::Args;
 use comfy_table::Table;
 use megastore_client::schema_store::load_catalog;
-use megastore_client::{Attempt, Client, Outcome, Transaction, entity_group};
+use megastore_client::{Attempt, Client, IndexRead, Outcome, Transaction, entity_group};
 use megastore_config::ClusterConfig;
 use megastore_paxos::{DataQuery, ReadMode, ReadPath, ReadResult};
 use megastore_rowstore::{KeyRange, Row};
@@ -305,6 +305,64 @@ impl Session {
                 };
                 entities::render(t, &found)
             }
+            ShellCommand::IndexScan {
+                index,
+                values,
+                limit,
+                verify,
+            } => {
+                let i = entities::index(&catalog, &index)?;
+                let t = catalog
+                    .table_by_id(i.table)
+                    .context("catalog invariant: an index's table exists")?;
+                let leading = entities::index_values(i, t, &values)?;
+                let found = if i.kind == megastore_schema::IndexKind::Global {
+                    let read = if verify {
+                        IndexRead::Verified
+                    } else {
+                        IndexRead::AsApplied
+                    };
+                    self.runtime
+                        .block_on(self.client.scan_global_index(
+                            &catalog,
+                            &index,
+                            &leading,
+                            Some(limit),
+                            read,
+                        ))?
+                        .entries
+                } else {
+                    anyhow::ensure!(
+                        !verify,
+                        "--verify is for global indexes: {index} is kept with its entities"
+                    );
+                    let group_len = catalog.group_key_len(t);
+                    anyhow::ensure!(
+                        values.len() >= group_len,
+                        "{index} is a {} index: its first {group_len} value(s) name the entity group",
+                        i.kind.keyword()
+                    );
+                    let (_, eg) = Self::root_group(&catalog, &t.name, &values[..group_len])?;
+                    match self.transaction.as_mut() {
+                        Some(txn) => self.runtime.block_on(txn.scan_index(
+                            &catalog,
+                            &index,
+                            &leading,
+                            Some(limit),
+                        ))?,
+                        None => {
+                            let mut txn = self.client.begin(&eg);
+                            self.runtime.block_on(txn.scan_index(
+                                &catalog,
+                                &index,
+                                &leading,
+                                Some(limit),
+                            ))?
+                        }
+                    }
+                };
+                entities::render_entries(i, t, &found)
+            }
             _ => unreachable!("only entity commands come here"),
         })
     }
@@ -319,7 +377,8 @@ impl Session {
             command @ (ShellCommand::EntityGet { .. }
             | ShellCommand::EntityPut { .. }
             | ShellCommand::EntityDelete { .. }
-            | ShellCommand::EntityScan { .. }) => self.entity_command(command)?,
+            | ShellCommand::EntityScan { .. }
+            | ShellCommand::IndexScan { .. }) => self.entity_command(command)?,
             ShellCommand::Help => HELP.trim_end().to_string(),
             ShellCommand::Quit => String::new(),
             ShellCommand::Show => format!(

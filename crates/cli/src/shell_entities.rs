@@ -2,7 +2,7 @@
 //! typed as text and checked against the catalog in lockd.
 
 use comfy_table::Table as TextTable;
-use megastore_schema::{Catalog, Entity, FieldValue, Label, Table, Value};
+use megastore_schema::{Catalog, Entity, FieldValue, Index, IndexEntry, Label, Table, Value};
 
 /// A table of the catalog, or an error listing the tables there are.
 pub(crate) fn table<'a>(catalog: &'a Catalog, name: &str) -> anyhow::Result<&'a Table> {
@@ -18,6 +18,83 @@ pub(crate) fn table<'a>(catalog: &'a Catalog, name: &str) -> anyhow::Result<&'a 
                 names.join(", ")
             )
         })
+}
+
+/// An index of the catalog, or an error listing the indexes there are.
+pub(crate) fn index<'a>(catalog: &'a Catalog, name: &str) -> anyhow::Result<&'a Index> {
+    catalog
+        .indexes
+        .iter()
+        .find(|i| i.name == name)
+        .ok_or_else(|| {
+            let names: Vec<&str> = catalog.indexes.iter().map(|i| i.name.as_str()).collect();
+            anyhow::anyhow!(
+                "schema {} has no index {name:?} (indexes: {})",
+                catalog.name,
+                names.join(", ")
+            )
+        })
+}
+
+/// The leading values of `index` (on `table`), typed from text in index order.
+pub(crate) fn index_values(
+    index: &Index,
+    table: &Table,
+    parts: &[String],
+) -> anyhow::Result<Vec<Value>> {
+    let columns: Vec<_> = index
+        .columns
+        .iter()
+        .map(|k| table.column_by_id(k.column))
+        .collect();
+    if parts.len() > columns.len() {
+        let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+        anyhow::bail!(
+            "{} indexes ({}): at most {} value(s), got {}",
+            index.name,
+            names.join(", "),
+            columns.len(),
+            parts.len()
+        );
+    }
+    parts
+        .iter()
+        .zip(&columns)
+        .map(|(text, column)| {
+            column
+                .ty
+                .parse_value(text)
+                .map_err(|e| anyhow::anyhow!("{}.{}: {e}", index.name, column.name))
+        })
+        .collect()
+}
+
+/// Index entries as a text table: the indexed values, the entity's key, and what the
+/// entry stores.
+pub(crate) fn render_entries(index: &Index, table: &Table, entries: &[IndexEntry]) -> String {
+    if entries.is_empty() {
+        return format!("(no {} entries)", index.name);
+    }
+    let column = |id| table.column_by_id(id).name.clone();
+    let mut header: Vec<String> = index.columns.iter().map(|k| column(k.column)).collect();
+    header.push(format!("{} key", table.name));
+    header.extend(index.storing.iter().map(|c| column(*c)));
+    let mut text = TextTable::new();
+    text.load_style(comfy_table::presets::ASCII_MARKDOWN);
+    text.set_header(header);
+    for e in entries {
+        let mut row: Vec<String> = e.values.iter().map(ToString::to_string).collect();
+        let key: Vec<String> = e.primary_key.iter().map(ToString::to_string).collect();
+        row.push(key.join(", "));
+        row.extend(
+            index
+                .storing
+                .iter()
+                .map(|c| show(e.stored.get(&column(*c)))),
+        );
+        text.add_row(row);
+    }
+    text.to_string()
 }
 
 /// The first `parts.len()` primary-key components of `table`, typed; `whole`: all of

@@ -54,6 +54,15 @@ pub(crate) enum ShellCommand {
         root: Vec<String>,
         limit: usize,
     },
+    /// The entries of an index whose leading values are these: a global index across
+    /// every group (`verify`: checked against each hit's entity), a local or inline
+    /// one in the group its values name.
+    IndexScan {
+        index: String,
+        values: Vec<String>,
+        limit: usize,
+        verify: bool,
+    },
     /// Show the schema's tables.
     Tables,
 }
@@ -81,6 +90,10 @@ commands (keys and values are text; \\xHH for any byte; quote words with spaces)
   entity delete TABLE KEY... delete an entity
   entity scan TABLE ROOTKEY... [--limit N]
                              the table's entities in the group of ROOTKEY
+  index scan INDEX VALUE... [--limit N] [--verify]
+                             an index's entries whose leading values these are: a
+                             global index across groups (--verify: no stale hit), a
+                             local one in the group its values start with
   tables                     the schema's tables, keys and columns
   mode current|snapshot|inconsistent
                              how reads outside a transaction are served
@@ -140,6 +153,37 @@ fn split_words(line: &str) -> Result<Vec<String>, String> {
     }
     words.extend(word);
     Ok(words)
+}
+
+fn parse_index(words: &[String]) -> Result<ShellCommand, String> {
+    let usage = "index scan INDEX VALUE... [--limit N] [--verify] (type help)";
+    let (Some("scan"), Some(index)) = (words.get(1).map(String::as_str), words.get(2)) else {
+        return Err(usage.to_string());
+    };
+    let mut values = words[3..].to_vec();
+    let mut limit = SCAN_LIMIT_DEFAULT;
+    if let Some(at) = values.iter().position(|w| w == "--limit") {
+        let n = values.get(at + 1).ok_or("--limit needs a number")?;
+        limit = n
+            .parse::<usize>()
+            .ok()
+            .filter(|l| *l > 0)
+            .ok_or_else(|| format!("the limit {n:?} is not a positive number"))?;
+        values.drain(at..at + 2);
+    }
+    let verify = match values.iter().position(|w| w == "--verify") {
+        Some(at) => {
+            values.remove(at);
+            true
+        }
+        None => false,
+    };
+    Ok(ShellCommand::IndexScan {
+        index: index.clone(),
+        values,
+        limit,
+        verify,
+    })
 }
 
 fn parse_entity(words: &[String]) -> Result<ShellCommand, String> {
@@ -280,6 +324,7 @@ pub(crate) fn parse_line(line: &str) -> Result<Option<ShellCommand>, String> {
         }
         "tables" => ShellCommand::Tables,
         "entity" => parse_entity(&words)?,
+        "index" => parse_index(&words)?,
         other => return Err(format!("unknown command {other:?} (type help)")),
     };
     if matches!(
@@ -383,5 +428,29 @@ mod tests {
         assert!(error("entity put User name").contains("COLUMN=VALUE"));
         assert!(error("entity scan Photo 1 --limit 0").contains("positive"));
         assert!(error("entity frob Photo 1").contains("entity get|put"));
+        assert!(error("index").contains("index scan INDEX"));
+        assert!(error("index scan T x --limit 0").contains("positive"));
+    }
+
+    #[test]
+    fn index_scans_parse() {
+        assert_eq!(
+            parse_line("index scan PhotosByTag sea --limit 5 --verify"),
+            Ok(Some(ShellCommand::IndexScan {
+                index: "PhotosByTag".into(),
+                values: vec!["sea".into()],
+                limit: 5,
+                verify: true,
+            }))
+        );
+        assert_eq!(
+            parse_line("index scan PhotosByTime 7"),
+            Ok(Some(ShellCommand::IndexScan {
+                index: "PhotosByTime".into(),
+                values: vec!["7".into()],
+                limit: SCAN_LIMIT_DEFAULT,
+                verify: false,
+            }))
+        );
     }
 }
