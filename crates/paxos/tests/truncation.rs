@@ -154,3 +154,71 @@ fn history_older_than_what_is_kept_is_collected_and_refused_to_reads() {
             .any(|o| matches!(o, ReplicaOutput::CollectGarbage { .. }))
     );
 }
+
+/// docs/protocol.md, "Global indexes": truncating entries that wrote global index rows
+/// (through the group's mirror) collects those rows' old versions up to the
+/// truncation point — they are read only at their newest version — and a witness,
+/// which holds no global rows, asks for nothing.
+#[test]
+fn truncation_collects_the_global_rows_its_entries_wrote() {
+    use megastore_paxos::{CellWrite, RowWrite, mirror_row_of};
+    let eg = EgId(b"g".to_vec());
+    let global = b"\xfdPhotosByTag\x01sea".to_vec();
+    let mirror_write = |p: u64, cell: CellWrite| SlotRecord {
+        ballot: Ballot::ZERO,
+        entry: LogEntry {
+            txn: Some(txn(p)),
+            writes: vec![RowWrite {
+                row: mirror_row_of(&eg, &global),
+                cells: vec![cell],
+            }],
+            ..LogEntry::noop()
+        },
+        visible: true,
+    };
+    let stored = StoredGroup {
+        slots: [
+            (
+                Position(1),
+                mirror_write(
+                    1,
+                    CellWrite::Set {
+                        column: b"PhotosByTag".to_vec(),
+                        value: Vec::new(),
+                    },
+                ),
+            ),
+            (
+                Position(2),
+                mirror_write(
+                    2,
+                    CellWrite::Delete {
+                        column: b"PhotosByTag".to_vec(),
+                    },
+                ),
+            ),
+        ]
+        .into_iter()
+        .collect(),
+        visible: Position(2),
+        applied: Position(2),
+        ..StoredGroup::default()
+    };
+    for (kind, expected) in [
+        (ReplicaKind::Full, Some(vec![global.clone()])),
+        (ReplicaKind::ReadOnly, Some(vec![global.clone()])),
+        (ReplicaKind::Witness, None),
+    ] {
+        let mut log = GroupLog::load(eg.clone(), stored.clone(), false, false);
+        let asked = truncate(&mut log, kind, Position(2))
+            .into_iter()
+            .find_map(|o| match o {
+                ReplicaOutput::CollectGlobalGarbage { rows, below } => {
+                    assert_eq!(below, Position(2));
+                    Some(rows)
+                }
+                _ => None,
+            });
+        assert_eq!(asked, expected, "{kind:?}");
+    }
+}

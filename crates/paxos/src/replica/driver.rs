@@ -203,6 +203,17 @@ fn carry_out<S: RowStore>(
             let reply = answer_snapshot(store, id, &eg, at, slot);
             batch.sends.push((to, Message::ReplicaReply(reply)));
         }
+        Output::CollectGlobalGarbage { rows, below } => {
+            for row in rows {
+                let mut end = row.clone();
+                end.push(0);
+                let just_this_row = KeyRange {
+                    start: row,
+                    end: Some(end),
+                };
+                store.collect_garbage(&just_this_row, below.0)?;
+            }
+        }
         Output::ReadData {
             to, id, at, query, ..
         } => {

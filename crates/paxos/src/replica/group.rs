@@ -5,12 +5,12 @@
 mod global;
 mod install;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use megastore_rowstore::RowMutation;
 use megastore_types::{Ballot, EgId, Position, ReplicaId, ReplicaKind, TxnId};
 
-use self::global::global_copies;
+use self::global::{global_copies, global_rows_of};
 use super::Output;
 use crate::bugs::ProtocolBugs;
 use crate::cells::{
@@ -491,11 +491,18 @@ impl GroupLog {
             return;
         }
         let mut write = self.write();
+        let mut global_rows = BTreeSet::new();
         for p in (self.truncated.0 + 1..=through.0).map(Position) {
             // Below `installed` there is no slot (nor history) to remember; of a long
             // stretch only the last few are kept.
             let remembered = p.0 + CHOSEN_REMEMBERED as u64 > through.0;
-            if let Some(slot) = self.slots.remove(&p)
+            let slot = self.slots.remove(&p);
+            if kind != ReplicaKind::Witness
+                && let Some(slot) = &slot
+            {
+                global_rows.extend(global_rows_of(&self.eg, &slot.entry));
+            }
+            if let Some(slot) = slot
                 && remembered
             {
                 let chosen = ChosenTxn::of(slot.entry.txn);
@@ -528,6 +535,16 @@ impl GroupLog {
             out.push(Output::CollectGarbage {
                 eg: self.eg.clone(),
                 below,
+            });
+        }
+        if !global_rows.is_empty() {
+            // Global index rows are read only at their newest version, never at a
+            // position: what the entries being truncated wrote there is collectible
+            // up to `through` at once (no history floor), and only this group writes
+            // those rows, always above `through` from now on.
+            out.push(Output::CollectGlobalGarbage {
+                rows: global_rows.into_iter().collect(),
+                below: through,
             });
         }
     }

@@ -124,6 +124,16 @@ pub enum Output {
         /// Reads below this position are refused from now on.
         below: Position,
     },
+    /// Drop the versions of these global index rows (each written only by one group,
+    /// whose entries up to `below` were just truncated) that no read of their newest
+    /// version can see: [`megastore_rowstore::RowStore::collect_garbage`] over each
+    /// row alone, at `below`.
+    CollectGlobalGarbage {
+        /// The rows.
+        rows: Vec<Vec<u8>>,
+        /// Their group's truncation point.
+        below: Position,
+    },
     /// Read the group's data as of `at` and reply with [`answer_snapshot`].
     ReadSnapshot {
         /// Who asked.

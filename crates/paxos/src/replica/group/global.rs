@@ -10,6 +10,11 @@
 //! position that replica applied of it (the paper's "global index scans may miss
 //! recent updates"), and it is exactly what the mirrors hold once the replica has
 //! applied everything — the simulator's `global-index` checker.
+//!
+//! A global row is read only at its newest version, so when the group truncates
+//! entries, the versions they wrote to global rows are collected up to the truncation
+//! point ([`super::Output::CollectGlobalGarbage`]), without the history floor the
+//! group's own rows keep for reads at old positions.
 
 use megastore_rowstore::RowMutation;
 use megastore_types::EgId;
@@ -27,4 +32,15 @@ pub(crate) fn global_copies(eg: &EgId, rows: &[RowMutation]) -> Vec<RowMutation>
             })
         })
         .collect()
+}
+
+/// The global index rows `entry` (of `eg`) writes through its mirror.
+pub(crate) fn global_rows_of<'e>(
+    eg: &'e EgId,
+    entry: &'e crate::entry::LogEntry,
+) -> impl Iterator<Item = Vec<u8>> + 'e {
+    entry
+        .writes
+        .iter()
+        .filter_map(move |w| mirrored_global_row(eg, &w.row).map(<[u8]>::to_vec))
 }
