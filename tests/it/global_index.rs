@@ -265,6 +265,28 @@ fn a_global_index_across_groups_converges_on_every_replica_through_a_replica_cra
         }
     });
 
+    // Every replica with data says it is not behind (its lag gauges, scraped).
+    for name in ["a", "b", "d"] {
+        let address = config
+            .replica(name)
+            .and_then(|r| r.metrics_address.clone())
+            .expect("a metrics address");
+        let started = Instant::now();
+        loop {
+            let text = megastore_e2e::scrape_metrics(&address);
+            let behind = megastore_e2e::metric_value(&text, "megastore_replica_positions_behind");
+            assert!(behind.is_some(), "replica {name} exports no lag:\n{text}");
+            if behind == Some(0.0) {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "replica {name} stays {behind:?} positions behind"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     // Verified scans agree once everything is applied.
     runtime.block_on(async {
         for client in [&at_a, &at_d] {

@@ -163,6 +163,8 @@ pub struct ReplicaMetrics {
     applied: Counter,
     snapshot_installs: Counter,
     catchup_requests: Counter,
+    groups_behind: Gauge,
+    positions_behind: Gauge,
 }
 
 impl Default for ReplicaMetrics {
@@ -175,6 +177,8 @@ impl Default for ReplicaMetrics {
             applied: Counter::default(),
             snapshot_installs: Counter::default(),
             catchup_requests: Counter::default(),
+            groups_behind: Gauge::default(),
+            positions_behind: Gauge::default(),
         }
     }
 }
@@ -214,6 +218,24 @@ impl ReplicaMetrics {
             "Log reads and snapshot requests this replica sent to catch up",
             self.catchup_requests.clone(),
         );
+        r.register(
+            "groups_behind",
+            "Loaded groups with positions this replica has seen but not applied (a global index scan here may miss them)",
+            self.groups_behind.clone(),
+        );
+        r.register(
+            "positions_behind",
+            "Positions this replica has seen (accepted, promised, marked visible) but not applied, over its loaded groups; writes it has not heard of are not counted",
+            self.positions_behind.clone(),
+        );
+    }
+
+    /// How far behind what it has heard of the replica is (updated every sweep tick).
+    pub fn lag(&self, groups: u64, positions: u64) {
+        self.groups_behind
+            .set(i64::try_from(groups).unwrap_or(i64::MAX));
+        self.positions_behind
+            .set(i64::try_from(positions).unwrap_or(i64::MAX));
     }
 
     /// A request of `kind` arrived.

@@ -47,6 +47,6 @@ pub use proposer::resolve::Resolution;
 pub use proposer::{ProposerConfig, Timeouts};
 pub use replica::{
     Batch, BatchCounts, CHOSEN_REMEMBERED, GroupLog, HISTORY_KEPT, Input as ReplicaInput,
-    Output as ReplicaOutput, Rejoin, Released, Replica, ReplicaConfig, SweepConfig, answer_read,
-    answer_snapshot,
+    Output as ReplicaOutput, Rejoin, Released, Replica, ReplicaConfig, ReplicaLag, SweepConfig,
+    answer_read, answer_snapshot,
 };

@@ -490,3 +490,35 @@ fn mirror_writes_are_copied_to_the_global_index_at_apply_and_checked_at_accept()
         "{refused:?}"
     );
 }
+
+/// A replica's lag is what it has seen but not applied: an accepted position not yet
+/// visible counts until it is marked and applied; a witness is never behind.
+#[test]
+fn lag_counts_positions_seen_but_not_applied() {
+    use megastore_paxos::ReplicaLag;
+    let mut full = Node::new(1);
+    assert_eq!(full.replica.lag(), ReplicaLag::default());
+    assert_eq!(
+        accept_result(full.ask(accept(1, ballot(1), write(1, None, "a"), false))),
+        AcceptResult::Accepted
+    );
+    assert_eq!(
+        full.replica.lag(),
+        ReplicaLag {
+            groups: 1,
+            positions: 1
+        }
+    );
+    assert!(matches!(
+        full.ask(mark(1, ballot(1), write(1, None, "a"))),
+        ReplicaReply::MarkedVisible { .. }
+    ));
+    assert_eq!(full.replica.lag(), ReplicaLag::default());
+
+    let mut witness = Node::new(3);
+    assert_eq!(
+        accept_result(witness.ask(accept(1, ballot(1), write(1, None, "a"), false))),
+        AcceptResult::Accepted
+    );
+    assert_eq!(witness.replica.lag(), ReplicaLag::default());
+}

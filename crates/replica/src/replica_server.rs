@@ -294,6 +294,8 @@ impl Driver {
             if self.wake.is_some_and(|w| w <= self.clock.now()) {
                 self.wake = None;
                 self.step(ReplicaInput::Tick, &mut batch);
+                let lag = self.core.lag();
+                self.metrics.lag(lag.groups, lag.positions);
             }
             if handled > 0 {
                 self.metrics.batch(handled);

@@ -169,6 +169,15 @@ pub enum Output {
     WakeAt(Time),
 }
 
+/// See [`Replica::lag`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplicaLag {
+    /// Groups with positions seen but not applied.
+    pub groups: u64,
+    /// Those positions, over every group.
+    pub positions: u64,
+}
+
 enum GroupSlot {
     /// Waiting for the root row; these requests wait with it.
     Loading(Vec<(NodeId, ReplicaRequest)>),
@@ -216,6 +225,31 @@ impl Replica {
             Some(GroupSlot::Ready(g)) => Some(g),
             _ => None,
         }
+    }
+
+    /// How far behind what it has heard of this replica's data is: the loaded groups
+    /// with positions seen (accepted, promised, granted or marked visible here, or
+    /// found visible at a peer by the sweep) but not applied, and how many such
+    /// positions in all — what a global index scan here may miss as far as this
+    /// replica knows (writes it has not heard of are not counted). Witnesses keep no
+    /// data: never behind.
+    pub fn lag(&self) -> ReplicaLag {
+        if self.me.kind == ReplicaKind::Witness {
+            return ReplicaLag::default();
+        }
+        self.groups().fold(ReplicaLag::default(), |lag, g| {
+            let state = g.log_state();
+            let seen = self
+                .sweeper
+                .as_ref()
+                .and_then(|s| s.catch_up_target(g.eg()))
+                .map_or(state.highest, |target| target.max(state.highest));
+            let behind = seen.0.saturating_sub(state.applied.0);
+            ReplicaLag {
+                groups: lag.groups + u64::from(behind > 0),
+                positions: lag.positions + behind,
+            }
+        })
     }
 
     /// Every loaded group.

@@ -115,6 +115,14 @@ impl Sweeper {
         }
     }
 
+    /// The position `eg` is being caught up to from the peers, if it is.
+    pub(crate) fn catch_up_target(&self, eg: &EgId) -> Option<Position> {
+        match self.tasks.get(eg) {
+            Some(Task::CatchUp(catch_up)) => Some(catch_up.target()),
+            _ => None,
+        }
+    }
+
     /// When the sweep next wants a tick.
     pub(crate) fn next_wake(&self) -> Time {
         let tasks = self.tasks.values().filter_map(|t| match t {
