@@ -2,7 +2,9 @@
 //! typed as text and checked against the catalog in lockd.
 
 use comfy_table::Table as TextTable;
-use megastore_schema::{Catalog, Entity, FieldValue, Index, IndexEntry, Label, Table, Value};
+use megastore_schema::{
+    Catalog, Column, Entity, FieldValue, Index, IndexEntry, Label, Table, Value,
+};
 
 /// A table of the catalog, or an error listing the tables there are.
 pub(crate) fn table<'a>(catalog: &'a Catalog, name: &str) -> anyhow::Result<&'a Table> {
@@ -57,16 +59,7 @@ pub(crate) fn index_values(
             parts.len()
         );
     }
-    parts
-        .iter()
-        .zip(&columns)
-        .map(|(text, column)| {
-            column
-                .ty
-                .parse_value(text)
-                .map_err(|e| anyhow::anyhow!("{}.{}: {e}", index.name, column.name))
-        })
-        .collect()
+    typed(&index.name, &columns, parts)
 }
 
 /// Index entries as a text table: the indexed values, the entity's key, and what the
@@ -115,14 +108,19 @@ pub(crate) fn key(table: &Table, parts: &[String], whole: bool) -> anyhow::Resul
             parts.len()
         );
     }
+    typed(&table.name, &columns, parts)
+}
+
+/// `parts` typed as `columns` (of the table or index called `object`), in order.
+fn typed(object: &str, columns: &[&Column], parts: &[String]) -> anyhow::Result<Vec<Value>> {
     parts
         .iter()
-        .zip(&columns)
+        .zip(columns)
         .map(|(text, column)| {
             column
                 .ty
                 .parse_value(text)
-                .map_err(|e| anyhow::anyhow!("{}.{}: {e}", table.name, column.name))
+                .map_err(|e| anyhow::anyhow!("{object}.{}: {e}", column.name))
         })
         .collect()
 }

@@ -155,22 +155,28 @@ fn split_words(line: &str) -> Result<Vec<String>, String> {
     Ok(words)
 }
 
+/// Takes `--limit N` out of `words`: N, or the default without one.
+fn take_limit(words: &mut Vec<String>) -> Result<usize, String> {
+    let Some(at) = words.iter().position(|w| w == "--limit") else {
+        return Ok(SCAN_LIMIT_DEFAULT);
+    };
+    let n = words.get(at + 1).ok_or("--limit needs a number")?;
+    let limit = n
+        .parse::<usize>()
+        .ok()
+        .filter(|l| *l > 0)
+        .ok_or_else(|| format!("the limit {n:?} is not a positive number"))?;
+    words.drain(at..at + 2);
+    Ok(limit)
+}
+
 fn parse_index(words: &[String]) -> Result<ShellCommand, String> {
     let usage = "index scan INDEX VALUE... [--limit N] [--verify] (type help)";
     let (Some("scan"), Some(index)) = (words.get(1).map(String::as_str), words.get(2)) else {
         return Err(usage.to_string());
     };
     let mut values = words[3..].to_vec();
-    let mut limit = SCAN_LIMIT_DEFAULT;
-    if let Some(at) = values.iter().position(|w| w == "--limit") {
-        let n = values.get(at + 1).ok_or("--limit needs a number")?;
-        limit = n
-            .parse::<usize>()
-            .ok()
-            .filter(|l| *l > 0)
-            .ok_or_else(|| format!("the limit {n:?} is not a positive number"))?;
-        values.drain(at..at + 2);
-    }
+    let limit = take_limit(&mut values)?;
     let verify = match values.iter().position(|w| w == "--verify") {
         Some(at) => {
             values.remove(at);
@@ -221,16 +227,7 @@ fn parse_entity(words: &[String]) -> Result<ShellCommand, String> {
         }
         "scan" => {
             let mut root = rest.to_vec();
-            let mut limit = SCAN_LIMIT_DEFAULT;
-            if let Some(at) = root.iter().position(|w| w == "--limit") {
-                let n = root.get(at + 1).ok_or("--limit needs a number")?;
-                limit = n
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|l| *l > 0)
-                    .ok_or_else(|| format!("the limit {n:?} is not a positive number"))?;
-                root.drain(at..at + 2);
-            }
+            let limit = take_limit(&mut root)?;
             if root.is_empty() {
                 return Err(format!(
                     "entity scan needs the root key of a {table}'s group"
