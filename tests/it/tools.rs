@@ -235,6 +235,13 @@ fn bench_runs_a_bounded_workload_and_reports_percentiles() {
         assert!(p50 > Some(0) && p50 <= p99 && p99 <= max, "{json_line}");
     }
     assert!(out.stdout.contains("P99.9 ms"), "{}", out.stdout);
+    // The tests run a debug build: it says so, and that its numbers mean little.
+    assert!(
+        out.stderr
+            .contains("warning: this megastore is a debug build"),
+        "{}",
+        out.stderr
+    );
 
     let bad = run_megastore(
         &["bench", "--config", config_arg, "--reads", "2"],

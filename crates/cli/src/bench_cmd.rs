@@ -109,6 +109,12 @@ fn render(report: &Report) -> String {
     text
 }
 
+/// What a debug build's bench says first: its client and (usually) its servers are
+/// unoptimized, so its numbers say little about megastore.
+const DEBUG_BUILD_WARNING: &str = "warning: this megastore is a debug build: its numbers are \
+     not what megastore does (build with `cargo build --release -p megastore-cli` and run \
+     the cluster from that binary to measure)";
+
 pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let config = args.cluster.load()?;
     anyhow::ensure!(
@@ -134,6 +140,10 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         ..Spec::default()
     };
     crate::logging::init_quiet();
+    if cfg!(debug_assertions) {
+        // On stderr, so the report (and its JSON line) stay what they are.
+        eprintln!("{DEBUG_BUILD_WARNING}");
+    }
     let bar = match spec.operations {
         Some(n) => ProgressBar::new(n),
         None => ProgressBar::new_spinner(),

@@ -64,7 +64,8 @@ enum Command {
     Bench(bench_cmd::BenchArgs),
     /// Make a CA and a certificate for every host of a config (for mutual TLS).
     Certs(certs_cmd::CertsArgs),
-    /// Back up a stopped replica's store (restored, it rejoins until caught up).
+    /// Back up a replica's store, streamed from it while it runs or copied from a stopped
+    /// one's directory (restored, it rejoins until caught up).
     Backup(backup_cmd::BackupArgs),
 }
 

@@ -186,7 +186,7 @@ impl Catalog {
 
     /// The entries of `index` whose leading values are `leading`. A local or inline
     /// index needs at least the group key; for an inline index, the parent's key gives
-    /// exactly the parent's virtual repeated property.
+    /// exactly the parent's entries.
     pub fn index_range(&self, index: &Index, leading: &[Value]) -> Result<KeyRange, EntityError> {
         let table = self
             .table_by_id(index.table)

@@ -109,7 +109,7 @@ pub enum IndexKind {
     Local,
     /// Across entity groups; may lag its entities.
     Global,
-    /// Stored in the parent entity, readable as its virtual repeated property.
+    /// Stored under the parent entity (read by scanning the index with its key).
     Inline,
 }
 
