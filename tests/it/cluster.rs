@@ -784,6 +784,17 @@ fn megastore_dev_runs_the_default_topology_with_a_demo_and_stops_cleanly() {
     ] {
         assert!(log.contains(expected), "missing {expected:?} in:\n{log}");
     }
+    // A second one, on the same default ports, says why it cannot start.
+    let second =
+        megastore_e2e::run_megastore(&["dev", "--no-demo"], dir.path(), Duration::from_secs(60));
+    assert!(!second.status.success(), "{second:?}");
+    assert!(
+        second
+            .stderr
+            .contains("is another `megastore dev` running?"),
+        "{}",
+        second.stderr
+    );
     // Its config lets other commands and clients in.
     let config = ClusterConfig::load(&data.join("cluster.toml")).unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();

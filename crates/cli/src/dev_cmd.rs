@@ -32,6 +32,10 @@ pub(crate) struct DevArgs {
     exit_after_demo: bool,
 }
 
+/// What a `dev` whose ports are taken says first.
+const ALREADY_RUNNING: &str = "its ports are taken: is another `megastore dev` running? Stop \
+     it, or give this one a --data-dir holding a cluster.toml with other addresses";
+
 pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let temporary;
     let dir = match args.data_dir {
@@ -56,11 +60,16 @@ pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         println!("megastore dev: data in {}", dir.display());
         let mut lockd = Vec::new();
         for node in &config.lockd {
-            lockd.push(
-                LockdNode::start(&config, &node.name)
-                    .await
-                    .with_context(|| format!("lockd {}", node.name))?,
-            );
+            let started = LockdNode::start(&config, &node.name).await;
+            let started = started.map_err(|e| {
+                let e = anyhow::Error::new(e).context(format!("lockd {}", node.name));
+                if format!("{e:#}").contains("in use") {
+                    e.context(ALREADY_RUNNING)
+                } else {
+                    e
+                }
+            })?;
+            lockd.push(started);
             println!(
                 "  lockd       {:<8} site {}  {}",
                 node.name, node.site, node.address
