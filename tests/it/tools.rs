@@ -510,6 +510,7 @@ fn the_shell_works_with_entities_of_the_schema() {
 tables
 entity put User user_id=7 name=Ann
 begin User 7
+entity get User 8
 entity put Photo user_id=7 photo_id=1 time=100 full_url=http://p/1 tag=cat tag=sea
 entity put Photo user_id=7 photo_id=2 time=200 full_url=http://p/2
 put raw column value
@@ -574,6 +575,15 @@ entity get User 7
     );
     assert!(
         text.contains("error: Photo.photo_id: \"x\" is not a valid int32"),
+        "{text}"
+    );
+    // Groups are named by their root entity, in the prompt and in errors.
+    assert!(text.contains("transaction begun on User(7)"), "{text}");
+    assert!(text.contains("User(7) (txn)> "), "{text}");
+    assert!(
+        text.contains(
+            "User(8) lives in the entity group of User(8), not in this transaction's, User(7)"
+        ),
         "{text}"
     );
     // Index scans: the global PhotosByTag across groups (photo 1 is tagged sea), the

@@ -67,8 +67,13 @@ fn mode_name(mode: ReadMode) -> &'static str {
 }
 
 /// How the shell shows a group: an untyped group by its name, a typed one by its prefix.
-fn group_label(eg: &EgId) -> String {
-    megastore_client::group_name(eg).map_or_else(|| show_bytes(&eg.0), |name| show_bytes(&name))
+/// An untyped group by its name (as typed at the shell), a typed one by its root
+/// entity (`User(7)`) when the schema is loaded.
+fn group_label(catalog: Option<&Catalog>, eg: &EgId) -> String {
+    match megastore_client::group_name(eg) {
+        Some(name) => show_bytes(&name),
+        None => megastore_client::describe_group(catalog, eg),
+    }
 }
 
 fn path_name(path: ReadPath) -> &'static str {
@@ -383,9 +388,10 @@ impl Session {
             ShellCommand::Quit => String::new(),
             ShellCommand::Show => format!(
                 "group {}, {} reads, site {}, {}",
-                self.group
-                    .as_ref()
-                    .map_or_else(|| "(none)".to_string(), group_label),
+                self.group.as_ref().map_or_else(
+                    || "(none)".to_string(),
+                    |g| group_label(self.catalog.as_ref().map(|(c, _)| c.as_ref()), g)
+                ),
                 mode_name(self.mode),
                 self.site,
                 if self.transaction.is_some() {
@@ -447,7 +453,8 @@ impl Session {
                 }
                 let group = self.group()?.clone();
                 self.transaction = Some(self.client.begin(&group));
-                format!("transaction begun on {}", group_label(&group))
+                let catalog = self.catalog.as_ref().map(|(c, _)| c.as_ref());
+                format!("transaction begun on {}", group_label(catalog, &group))
             }
             ShellCommand::Commit => {
                 let txn = self.transaction.take().context("no transaction is open")?;
@@ -529,9 +536,10 @@ pub(crate) fn run(args: ShellArgs) -> anyhow::Result<ExitCode> {
     }
     let mut failed = 0usize;
     loop {
+        let catalog = session.catalog.as_ref().map(|(c, _)| c.as_ref());
         let prompt = match (&session.group, &session.transaction) {
-            (Some(g), Some(_)) => format!("{} (txn)> ", group_label(g)),
-            (Some(g), None) => format!("{}> ", group_label(g)),
+            (Some(g), Some(_)) => format!("{} (txn)> ", group_label(catalog, g)),
+            (Some(g), None) => format!("{}> ", group_label(catalog, g)),
             (None, _) => "megastore> ".to_string(),
         };
         let Some(line) = input.line(&prompt)? else {

@@ -48,6 +48,40 @@ pub struct EntityRead {
     pub path: ReadPath,
 }
 
+/// A group as people name it: a typed group by its root entity, `User(7)` (when
+/// `catalog` knows it), an untyped one by its name; otherwise its escaped id.
+pub fn describe_group(catalog: Option<&Catalog>, eg: &EgId) -> String {
+    if let Some(name) = crate::groups::group_name(eg) {
+        return format!("{:?}", String::from_utf8_lossy(&name));
+    }
+    let root = catalog.and_then(|catalog| {
+        let megastore_schema::keyspace::RowOwner::Typed { root, .. } =
+            megastore_schema::keyspace::owner_of_row(Some(catalog), &eg.0)
+        else {
+            return None;
+        };
+        let table = catalog.table(&root)?;
+        let mut root_row = eg.0.clone();
+        megastore_schema::mapping::keys::encode_object_id(table.id, &mut root_row);
+        match catalog.decode_row_key(&root_row).ok()? {
+            megastore_schema::DecodedKey::Entity { primary_key, .. } => {
+                Some(format!("{root}({})", values_text(&primary_key)))
+            }
+            megastore_schema::DecodedKey::IndexEntry { .. } => None,
+        }
+    });
+    root.unwrap_or_else(|| eg.to_string())
+}
+
+/// Key values as text, `8, 1`.
+fn values_text(values: &[Value]) -> String {
+    values
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The root entity of the group an entity of `table` with primary key `key` (or at
 /// least its group key) belongs to: its table and key.
 pub fn group_root<'c>(
@@ -233,8 +267,10 @@ impl Transaction {
         let eg = entity_group(catalog, table, group_key)?;
         if &eg != self.eg() {
             return Err(ClientError::Schema(format!(
-                "{table} {key:?} lives in group {eg}, not in this transaction's group {}",
-                self.eg()
+                "{table}({}) lives in the entity group of {}, not in this transaction's, {}",
+                values_text(key),
+                describe_group(Some(catalog), &eg),
+                describe_group(Some(catalog), self.eg())
             )));
         }
         Ok(())

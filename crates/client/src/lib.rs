@@ -35,7 +35,9 @@ mod txn;
 mod versioned;
 
 pub use client::{Client, ClientError, Committed};
-pub use entities::{EntityRead, GlobalIndexScan, IndexRead, entity_group, group_root};
+pub use entities::{
+    EntityRead, GlobalIndexScan, IndexRead, describe_group, entity_group, group_root,
+};
 pub use groups::{check_cell_write, group, group_name};
 pub use settings::proposer_timeouts;
 pub use txn::{Attempt, AttemptFuture, Outcome, Transaction};
