@@ -610,3 +610,23 @@ entity get User 7
         "{text}"
     );
 }
+
+/// A config file that is not there is one clear error, naming it, said once.
+#[test]
+fn a_missing_config_file_is_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nowhere.toml");
+    let out = run_megastore(
+        &["status", "--config", missing.to_str().unwrap()],
+        dir.path(),
+        LIMIT,
+    );
+    assert!(!out.status.success(), "{out:?}");
+    assert!(out.stderr.contains("nowhere.toml"), "{}", out.stderr);
+    assert_eq!(
+        out.stderr.matches("No such file or directory").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+}

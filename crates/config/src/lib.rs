@@ -48,13 +48,14 @@ use megastore_types::{
 /// Why a config cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read.
-    #[error("{path}: {source}")]
+    /// The file could not be read. (The reason is in the message and is not also a
+    /// `source`, so a printed chain says it once.)
+    #[error("{path}: {why}")]
     Read {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        why: std::io::Error,
     },
     /// The text is not valid TOML of the expected shape.
     #[error("{origin}: {message}")]
@@ -254,9 +255,9 @@ impl ClusterConfig {
     /// Reads and validates a config file; relative data directories are resolved
     /// against the file's directory.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|why| ConfigError::Read {
             path: path.to_path_buf(),
-            source,
+            why,
         })?;
         let mut config = Self::parse(&text, &path.display().to_string())?;
         let base = path.parent().unwrap_or(Path::new("."));
