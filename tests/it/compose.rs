@@ -114,6 +114,20 @@ fn compose_runs_exactly_the_processes_cluster_up_would_start() {
             ),
             "{name}: port {port} is published as itself: {ports:?}"
         );
+        // So is its metrics port: a scraper on the host reaches it (docs/operations.md).
+        let metrics: u64 = process["metrics_address"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name} has no metrics address in the compose config"))
+            .rsplit_once(':')
+            .unwrap()
+            .1
+            .parse()
+            .unwrap();
+        assert!(
+            ports.iter().any(|p| p["target"].as_u64() == Some(metrics)
+                && p["published"].as_u64() == Some(metrics)),
+            "{name}: metrics port {metrics} is published as itself: {ports:?}"
+        );
         let volumes: Vec<String> = service["volumes"]
             .as_array()
             .expect("volumes")

@@ -61,6 +61,8 @@ struct Planned {
     address: String,
     /// Where it keeps its data (`None`: a coordinator keeps none).
     data_dir: Option<PathBuf>,
+    /// Where it serves `GET /metrics`, if the config gives it one.
+    metrics_address: Option<String>,
 }
 
 /// One started process, as recorded for `down`.
@@ -133,23 +135,38 @@ fn plan(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
             "replica" => config.replica(&id).map(|r| r.data_dir.clone()),
             _ => None,
         };
+        let metrics_address = match subcommand {
+            "lockd" => config
+                .lockd_node(&id)
+                .and_then(|l| l.metrics_address.clone()),
+            "replica" => config.replica(&id).and_then(|r| r.metrics_address.clone()),
+            _ => config
+                .replica(&id)
+                .and_then(|r| r.coordinator_metrics_address.clone()),
+        };
         let planned = Planned {
             name,
             subcommand,
             id,
             address,
             data_dir,
+            metrics_address,
         };
         if json {
             println!("{}", serde_json::to_string(&planned)?);
         } else {
             println!(
-                "{:<16} megastore {:<12} --config {} --id {:<8} listens on {}{}",
+                "{:<16} megastore {:<12} --config {} --id {:<8} listens on {}{}{}",
                 planned.name,
                 planned.subcommand,
                 config_path.display(),
                 planned.id,
                 planned.address,
+                planned
+                    .metrics_address
+                    .as_ref()
+                    .map(|m| format!(", metrics on {m}"))
+                    .unwrap_or_default(),
                 planned
                     .data_dir
                     .as_ref()
