@@ -93,6 +93,40 @@ put onlytwo words
         "{}",
         again.stdout
     );
+
+    // One-shot, for scripts: `-e` runs its commands without banner or prompts, and
+    // exits 1 when one of them fails.
+    let one_shot = run_megastore(
+        &[
+            "shell",
+            "--config",
+            config_arg,
+            "-e",
+            "use shell-group; get alice\nput carol name 'C; D'",
+        ],
+        dir.path(),
+        LIMIT,
+    );
+    assert!(one_shot.status.success(), "{one_shot:?}");
+    assert!(
+        one_shot.stdout.contains("| alice | name   | Alice2 |")
+            && one_shot.stdout.contains("committed at log position")
+            && !one_shot.stdout.contains("> "),
+        "{}",
+        one_shot.stdout
+    );
+    let failing = run_megastore(
+        &[
+            "shell",
+            "--config",
+            config_arg,
+            "-e",
+            "use shell-group; frobnicate",
+        ],
+        dir.path(),
+        LIMIT,
+    );
+    assert_eq!(failing.status.code(), Some(1), "{failing:?}");
 }
 
 #[test]

@@ -39,6 +39,10 @@ pub(crate) struct ShellArgs {
     /// Start on this entity group.
     #[arg(long, value_name = "GROUP")]
     group: Option<String>,
+    /// Run these commands (separated by `;` or new lines) and exit: no banner, no
+    /// prompts, exit status 1 if any failed. For scripts: `megastore shell -e 'use g; get r'`.
+    #[arg(short = 'e', long = "execute", value_name = "COMMANDS")]
+    execute: Option<String>,
 }
 
 struct Session {
@@ -526,8 +530,11 @@ pub(crate) fn run(args: ShellArgs) -> anyhow::Result<ExitCode> {
         mode: ReadMode::Current,
         transaction: None,
     };
-    let mut input = Input::open()?;
-    let piped = matches!(input, Input::Piped(_));
+    let mut input = match &args.execute {
+        Some(commands) => Input::script(commands).map_err(anyhow::Error::msg)?,
+        None => Input::open()?,
+    };
+    let piped = !matches!(input, Input::Terminal(..));
     if !piped {
         println!(
             "megastore shell on cluster {:?}, site {}; `help` lists the commands",
