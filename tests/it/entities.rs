@@ -139,7 +139,11 @@ fn photo_schema_entities_indexes_and_scans_without_phantoms() {
         // An entity of another group is refused, naming why.
         let mut txn = at_a.begin(&eg);
         let wrong = txn.put_entity(&catalog, &photo(8, 1, 1)).await.unwrap_err();
-        assert!(matches!(&wrong, ClientError::Schema(m) if m.contains("not in this transaction's group")), "{wrong}");
+        assert!(
+            matches!(&wrong, ClientError::Schema(m)
+                if m.contains("Photo(8, 1) lives in the entity group of User(8), not in this transaction's, User(7)")),
+            "{wrong}"
+        );
         let bad = txn
             .put_entity(&catalog, &Entity::new("Photo").set("user_id", 7i64))
             .await
