@@ -34,7 +34,10 @@ use crate::catalog::{Catalog, TableKind};
 use crate::key::{decode_tuple_prefix, scatter_prefix};
 use crate::mapping::keys::decode_object_id;
 
-/// Every reserved byte and range of the key space is named here, and only here.
+/// Every reserved byte and range of the key space is named here, and only here (the
+/// two the protocol core must also know, [`GLOBAL_INDEX_TAG`] and
+/// [`GLOBAL_MIRROR_OBJECT`], are defined in `megastore_types::reserved`, below both
+/// crates, and re-exported here).
 ///
 /// Object ids below this byte take one byte; larger ones take this byte and the id as a
 /// big-endian u32 ([`encode_object_id`](crate::mapping::keys::encode_object_id)).
