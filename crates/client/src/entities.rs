@@ -219,18 +219,24 @@ fn entry_still_in(
     let Some(written) = mutations.global.iter().find(|m| m.row == row) else {
         return Ok(false);
     };
-    let mut now = megastore_rowstore::Row {
-        key: row.to_vec(),
+    let now = written_row(written);
+    Ok(catalog.index_entry_from_row(&now).map_err(schema)?.as_ref() == Some(entry))
+}
+
+/// The row a mutation writes, as its cell sets leave it (its deletes left out).
+fn written_row(mutation: &megastore_rowstore::RowMutation) -> megastore_rowstore::Row {
+    let mut row = megastore_rowstore::Row {
+        key: mutation.row.clone(),
         cells: Default::default(),
     };
-    for m in &written.mutations {
+    for m in &mutation.mutations {
         if let megastore_rowstore::Mutation::Set {
             column,
             timestamp,
             value,
         } = m
         {
-            now.cells.insert(
+            row.cells.insert(
                 column.clone(),
                 megastore_rowstore::Cell {
                     timestamp: *timestamp,
@@ -239,7 +245,7 @@ fn entry_still_in(
             );
         }
     }
-    Ok(catalog.index_entry_from_row(&now).map_err(schema)?.as_ref() == Some(entry))
+    row
 }
 
 /// What a global index scan found, and where.
@@ -404,7 +410,7 @@ impl Transaction {
 mod tests {
     use megastore_schema::{Catalog, Entity};
 
-    use super::entry_still_in;
+    use super::{entry_still_in, written_row};
 
     fn catalog() -> Catalog {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../schema/photos.msdl");
@@ -434,30 +440,8 @@ mod tests {
             .global
             .iter()
             .map(|m| {
-                let mut row = megastore_rowstore::Row {
-                    key: m.row.clone(),
-                    cells: Default::default(),
-                };
-                for change in &m.mutations {
-                    if let megastore_rowstore::Mutation::Set {
-                        column,
-                        timestamp,
-                        value,
-                    } = change
-                    {
-                        row.cells.insert(
-                            column.clone(),
-                            megastore_rowstore::Cell {
-                                timestamp: *timestamp,
-                                value: value.clone(),
-                            },
-                        );
-                    }
-                }
-                (
-                    m.row.clone(),
-                    catalog.index_entry_from_row(&row).unwrap().unwrap(),
-                )
+                let entry = catalog.index_entry_from_row(&written_row(m)).unwrap();
+                (m.row.clone(), entry.unwrap())
             })
             .find(|(_, entry)| entry.values == vec!["sea".into()])
             .expect("an entry for the tag sea");

@@ -137,6 +137,7 @@ impl ReplicaProcess {
             next_caller: 0,
             wake: None,
             registered,
+            lag_measured: std::time::Instant::now() - LAG_EVERY,
         };
         let driver = std::thread::Builder::new()
             .name(format!("replica-{name}"))
@@ -239,7 +240,12 @@ struct Driver {
     wake: Option<Time>,
     /// Groups recorded in the store's registry.
     registered: BTreeSet<Vec<u8>>,
+    /// When the lag gauges were last updated.
+    lag_measured: std::time::Instant,
 }
+
+/// How often the lag gauges are updated (each update looks at every loaded group).
+const LAG_EVERY: Duration = Duration::from_secs(1);
 
 /// The caller id of the driver's own requests (their replies are dropped).
 const DRIVER: u32 = u32::MAX;
@@ -294,8 +300,12 @@ impl Driver {
             if self.wake.is_some_and(|w| w <= self.clock.now()) {
                 self.wake = None;
                 self.step(ReplicaInput::Tick, &mut batch);
-                let lag = self.core.lag();
-                self.metrics.lag(lag.groups, lag.positions);
+                // A look at every loaded group: at most once a second, not per tick.
+                if self.lag_measured.elapsed() >= LAG_EVERY {
+                    self.lag_measured = std::time::Instant::now();
+                    let lag = self.core.lag();
+                    self.metrics.lag(lag.groups, lag.positions);
+                }
             }
             if handled > 0 {
                 self.metrics.batch(handled);
