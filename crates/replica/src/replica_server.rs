@@ -137,7 +137,10 @@ impl ReplicaProcess {
             next_caller: 0,
             wake: None,
             registered,
-            lag_measured: std::time::Instant::now() - LAG_EVERY,
+            // Measured at the first tick.
+            lag_measured: std::time::Instant::now()
+                .checked_sub(LAG_EVERY)
+                .unwrap_or_else(std::time::Instant::now),
         };
         let driver = std::thread::Builder::new()
             .name(format!("replica-{name}"))
