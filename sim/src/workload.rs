@@ -150,6 +150,7 @@ impl ClientNode {
             DataQuery::Scan {
                 range: megastore_paxos::data_range(eg),
                 limit: None,
+                reverse: false,
             }
         } else {
             DataQuery::Rows(self.all_rows(eg))

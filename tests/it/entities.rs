@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use megastore_client::{Attempt, ClientError, entity_group};
+use megastore_client::{Attempt, ClientError, IndexQuery, entity_group};
 use megastore_config::ClusterConfig;
 use megastore_e2e::{LocalCluster, repo_root};
 use megastore_schema::{Catalog, Entity, Value};
@@ -76,10 +76,10 @@ fn photo_schema_entities_indexes_and_scans_without_phantoms() {
 
         // From the other site: the local index orders photos by time.
         let (by_time, _) = at_b
-            .transaction(&eg, async |txn| txn.scan_index(&catalog, "PhotosByTime", &user, None).await)
+            .transaction(&eg, async |txn| txn.scan_index(&catalog, &IndexQuery::new("PhotosByTime").equal(user.clone())).await)
             .await
             .unwrap();
-        let ids: Vec<Value> = by_time.iter().map(|e| e.primary_key[1].clone()).collect();
+        let ids: Vec<Value> = by_time.entries.iter().map(|e| e.primary_key[1].clone()).collect();
         assert_eq!(ids, vec![Value::Int32(2), Value::Int32(3), Value::Int32(1)]);
 
         // Moving a photo in time moves its index entry; deleting one removes both.
@@ -93,13 +93,13 @@ fn photo_schema_entities_indexes_and_scans_without_phantoms() {
         let ((photos, by_time), _) = at_a
             .transaction(&eg, async |txn| {
                 let photos = txn.scan_table(&catalog, "Photo", &user, None).await?;
-                let by_time = txn.scan_index(&catalog, "PhotosByTime", &user, None).await?;
+                let by_time = txn.scan_index(&catalog, &IndexQuery::new("PhotosByTime").equal(user.clone())).await?;
                 Ok((photos, by_time))
             })
             .await
             .unwrap();
         assert_eq!(photo_ids(&photos), vec![1, 2]);
-        let times: Vec<Value> = by_time.iter().map(|e| e.values[1].clone()).collect();
+        let times: Vec<Value> = by_time.entries.iter().map(|e| e.values[1].clone()).collect();
         assert_eq!(times, vec![Value::Int64(50), Value::Int64(100)]);
 
         // Outside transactions: a snapshot read of a photo at the read-only replica.

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use megastore_client::{Client, ClientError, IndexRead, entity_group};
+use megastore_client::{Client, ClientError, IndexQuery, IndexRead, entity_group};
 use megastore_config::ClusterConfig;
 use megastore_e2e::{LocalCluster, repo_root};
 use megastore_schema::{Catalog, Entity, FieldValue, Value};
@@ -40,7 +40,7 @@ type Expected = BTreeMap<String, BTreeMap<(i64, i32), String>>;
 /// Commits `write` in `user`'s group, retrying conflicts and unavailability (a
 /// replica is down for part of the run) for up to 60 s; an unknown outcome is
 /// resolved by the library's transaction loop or reported, and fails the test.
-async fn commit_in(
+pub(crate) async fn commit_in(
     client: &Client,
     catalog: &Catalog,
     user: i64,
@@ -158,11 +158,19 @@ async fn scanned(
 ) -> Result<Expected, ClientError> {
     let mut index = Expected::new();
     for tag in TAGS.iter().chain(&["all", "night"]) {
-        let scan = client
-            .scan_global_index(catalog, "PhotosByTag", &[Value::from(*tag)], None, read)
-            .await?;
+        // Page by page (a few entries each), as an application lists a large result.
+        let mut query = IndexQuery::new("PhotosByTag").equal([*tag]).limit(4);
+        let mut found = Vec::new();
+        loop {
+            let scan = client.scan_global_index(catalog, &query, read).await?;
+            found.extend(scan.entries);
+            match scan.next {
+                Some(token) => query = query.after(token),
+                None => break,
+            }
+        }
         let entries = index.entry(tag.to_string()).or_default();
-        for entry in scan.entries {
+        for entry in found {
             assert_eq!(entry.values, vec![Value::from(*tag)]);
             let (Value::Int64(user), Value::Int32(id)) =
                 (&entry.primary_key[0], &entry.primary_key[1])
@@ -192,7 +200,7 @@ async fn photos_tagged(
     read: IndexRead,
 ) -> std::collections::BTreeSet<(i64, i32)> {
     let scan = client
-        .scan_global_index(catalog, "PhotosByTag", &[Value::from(tag)], None, read)
+        .scan_global_index(catalog, &IndexQuery::new("PhotosByTag").equal([tag]), read)
         .await
         .unwrap();
     scan.entries
@@ -345,28 +353,38 @@ fn a_global_index_across_groups_converges_on_every_replica_through_a_replica_cra
     // Bad input is refused, naming the index.
     runtime.block_on(async {
         let local = at_a
-            .scan_global_index(&catalog, "PhotosByTime", &[], None, IndexRead::AsApplied)
+            .scan_global_index(
+                &catalog,
+                &IndexQuery::new("PhotosByTime"),
+                IndexRead::AsApplied,
+            )
             .await
             .unwrap_err();
         assert!(local.to_string().contains("PhotosByTime"), "{local}");
         let missing = at_a
-            .scan_global_index(&catalog, "NoSuchIndex", &[], None, IndexRead::AsApplied)
+            .scan_global_index(
+                &catalog,
+                &IndexQuery::new("NoSuchIndex"),
+                IndexRead::AsApplied,
+            )
             .await
             .unwrap_err();
         assert!(missing.to_string().contains("NoSuchIndex"), "{missing}");
         let too_many = at_a
             .scan_global_index(
                 &catalog,
-                "PhotosByTag",
-                &["a".into(), "b".into()],
-                None,
+                &IndexQuery::new("PhotosByTag").equal(["a", "b"]),
                 IndexRead::AsApplied,
             )
             .await
             .unwrap_err();
         assert!(too_many.to_string().contains("PhotosByTag"), "{too_many}");
         let limited = at_a
-            .scan_global_index(&catalog, "PhotosByTag", &[], Some(2), IndexRead::AsApplied)
+            .scan_global_index(
+                &catalog,
+                &IndexQuery::new("PhotosByTag").limit(2),
+                IndexRead::AsApplied,
+            )
             .await
             .unwrap();
         assert_eq!(limited.entries.len(), 2, "a limit bounds the scan");

@@ -190,6 +190,12 @@ fn python_grpc_client_runs_transactions_reads_and_versioned_txns() {
     );
     assert_eq!(seen["global_sea_verified"], seen["global_sea"]);
     assert_eq!(
+        seen["global_sea_streamed"],
+        serde_json::json!([[[5, 2]]]),
+        "one page per message, and the last says so"
+    );
+    assert_eq!(seen["global_sea_looked_up"], serde_json::json!(["u/2"]));
+    assert_eq!(
         errors["global_local_index"][0], "INVALID_ARGUMENT",
         "{errors}"
     );

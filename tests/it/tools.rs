@@ -547,6 +547,7 @@ begin User 7
 entity get User 8
 entity put Photo user_id=7 photo_id=1 time=100 full_url=http://p/1 tag=cat tag=sea
 entity put Photo user_id=7 photo_id=2 time=200 full_url=http://p/2
+entity put Photo user_id=7 photo_id=3 time=300 full_url=http://p/3 tag=sea tag=sun
 put raw column value
 entity scan Photo 7
 commit
@@ -555,6 +556,8 @@ entity delete Photo 7 2
 entity scan Photo 7 --limit 10
 index scan PhotosByTag sea --verify
 index scan PhotosByTime 7
+index scan PhotosByTime 7 --from 100 --reverse --limit 1
+index join PhotosByTag sea + PhotosByTag sun --verify
 index scan NoSuchIndex x
 entity get Photo 7 x
 use {user_group}
@@ -639,6 +642,27 @@ entity get User 7
         by_time.contains("7, 1") && !by_time.contains("7, 2"),
         "{text}"
     );
+    // A range read newest first, one per page: photo 3, and a token for the next page.
+    let newest = section("index scan PhotosByTime 7 --from 100 --reverse --limit 1");
+    assert!(
+        newest.contains("7, 3")
+            && !newest.contains("7, 1")
+            && newest.contains("(more: the same scan with --page "),
+        "{text}"
+    );
+    // Only photo 3 is tagged both sea and sun.
+    let joined = section("index join PhotosByTag sea + PhotosByTag sun --verify");
+    let rows: Vec<Vec<&str>> = joined
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.contains("user_id"))
+        .map(|l| {
+            l.split('|')
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows, vec![vec!["7", "3"]], "{text}");
     assert!(
         text.contains("error: schema PhotoApp has no index \"NoSuchIndex\" (indexes: "),
         "{text}"

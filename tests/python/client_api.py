@@ -202,6 +202,18 @@ def main():
         index="PhotosByTag", leading=[pb.Value(string="sea")], verify=True)).entries
     seen["global_sea_verified"] = sorted(
         [e.primary_key[0].int64, e.primary_key[1].int32] for e in verified)
+    # The same scan streamed a page per message, a merge-join of the tag with itself,
+    # and a parallel lookup of the hits.
+    pages = list(stub.StreamGlobalIndex(pb.ScanGlobalIndexRequest(
+        index="PhotosByTag", leading=[pb.Value(string="sea")], limit=1)))
+    seen["global_sea_streamed"] = [
+        [[e.primary_key[0].int64, e.primary_key[1].int32] for e in p.entries] for p in pages]
+    joined = stub.MergeJoin(pb.MergeJoinRequest(queries=[
+        pb.JoinQuery(index="PhotosByTag", equal=[pb.Value(string="sea")])] * 2)).hits
+    looked_up = stub.ReadEntities(pb.ReadEntitiesRequest(
+        table="Photo", keys=[pb.EntityKey(key=h.primary_key) for h in joined],
+        mode=pb.READ_MODE_CURRENT)).entities
+    seen["global_sea_looked_up"] = [r.entity.fields["full_url"].single.string for r in looked_up]
     expect_error("global_local_index", lambda: stub.ScanGlobalIndex(pb.ScanGlobalIndexRequest(
         index="PhotosByTime")))
     group_of = stub.GroupOf(pb.GroupOfRequest(table="Photo", key=[v64(5), pb.Value(int32=2)]))

@@ -14,7 +14,7 @@ use anyhow::Context;
 use clap::Args;
 use comfy_table::Table;
 use megastore_client::schema_store::load_catalog;
-use megastore_client::{Attempt, Client, IndexRead, Outcome, Transaction, entity_group};
+use megastore_client::{Attempt, Client, Outcome, Transaction, entity_group};
 use megastore_config::ClusterConfig;
 use megastore_paxos::{DataQuery, ReadMode, ReadPath, ReadResult};
 use megastore_rowstore::{KeyRange, Row};
@@ -27,6 +27,8 @@ use crate::cluster_arg::ClusterArg;
 use crate::shell_entities as entities;
 use crate::shell_input::Input;
 use crate::shell_parse::{HELP, ShellCommand, parse_line};
+
+mod indexes;
 
 /// An interactive client of a cluster.
 #[derive(Debug, Args)]
@@ -151,7 +153,7 @@ impl Session {
                     .block_on(txn.get(&rows[0]))?
                     .into_iter()
                     .collect(),
-                DataQuery::Scan { range, limit } => {
+                DataQuery::Scan { range, limit, .. } => {
                     self.runtime.block_on(txn.scan(range, limit))?
                 }
             };
@@ -314,64 +316,12 @@ impl Session {
                 };
                 entities::render(t, &found)
             }
-            ShellCommand::IndexScan {
-                index,
-                values,
+            ShellCommand::IndexScan(args) => self.index_scan(&catalog, args)?,
+            ShellCommand::IndexJoin {
+                queries,
                 limit,
                 verify,
-            } => {
-                let i = entities::index(&catalog, &index)?;
-                let t = catalog
-                    .table_by_id(i.table)
-                    .context("catalog invariant: an index's table exists")?;
-                let leading = entities::index_values(i, t, &values)?;
-                let found = if i.kind == megastore_schema::IndexKind::Global {
-                    let read = if verify {
-                        IndexRead::Verified
-                    } else {
-                        IndexRead::AsApplied
-                    };
-                    self.runtime
-                        .block_on(self.client.scan_global_index(
-                            &catalog,
-                            &index,
-                            &leading,
-                            Some(limit),
-                            read,
-                        ))?
-                        .entries
-                } else {
-                    anyhow::ensure!(
-                        !verify,
-                        "--verify is for global indexes: {index} is kept with its entities"
-                    );
-                    let group_len = catalog.group_key_len(t);
-                    anyhow::ensure!(
-                        values.len() >= group_len,
-                        "{index} is a {} index: its first {group_len} value(s) name the entity group",
-                        i.kind.keyword()
-                    );
-                    let (_, eg) = Self::root_group(&catalog, &t.name, &values[..group_len])?;
-                    match self.transaction.as_mut() {
-                        Some(txn) => self.runtime.block_on(txn.scan_index(
-                            &catalog,
-                            &index,
-                            &leading,
-                            Some(limit),
-                        ))?,
-                        None => {
-                            let mut txn = self.client.begin(&eg);
-                            self.runtime.block_on(txn.scan_index(
-                                &catalog,
-                                &index,
-                                &leading,
-                                Some(limit),
-                            ))?
-                        }
-                    }
-                };
-                entities::render_entries(i, t, &found)
-            }
+            } => self.index_join(&catalog, &queries, limit, verify)?,
             _ => unreachable!("only entity commands come here"),
         })
     }
@@ -387,7 +337,8 @@ impl Session {
             | ShellCommand::EntityPut { .. }
             | ShellCommand::EntityDelete { .. }
             | ShellCommand::EntityScan { .. }
-            | ShellCommand::IndexScan { .. }) => self.entity_command(command)?,
+            | ShellCommand::IndexScan(_)
+            | ShellCommand::IndexJoin { .. }) => self.entity_command(command)?,
             ShellCommand::Help => HELP.trim_end().to_string(),
             ShellCommand::Quit => String::new(),
             ShellCommand::Show => format!(
@@ -444,6 +395,7 @@ impl Session {
                 self.read(DataQuery::Scan {
                     range,
                     limit: Some(limit),
+                    reverse: false,
                 })?
             }
             ShellCommand::Put { row, column, value } => self.write(&row, &column, Some(&value))?,

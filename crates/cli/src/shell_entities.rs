@@ -90,6 +90,25 @@ pub(crate) fn render_entries(index: &Index, table: &Table, entries: &[IndexEntry
     text.to_string()
 }
 
+/// Primary keys of `table` as a text table.
+pub(crate) fn render_keys(table: &Table, keys: &[Vec<Value>]) -> String {
+    if keys.is_empty() {
+        return format!("(no {} found)", table.name);
+    }
+    let mut text = TextTable::new();
+    text.load_style(comfy_table::presets::ASCII_MARKDOWN);
+    text.set_header(
+        table
+            .primary_key
+            .iter()
+            .map(|k| table.column_by_id(k.column).name.clone()),
+    );
+    for key in keys {
+        text.add_row(key.iter().map(ToString::to_string));
+    }
+    text.to_string()
+}
+
 /// The first `parts.len()` primary-key components of `table`, typed; `whole`: all of
 /// them are required.
 pub(crate) fn key(table: &Table, parts: &[String], whole: bool) -> anyhow::Result<Vec<Value>> {

@@ -57,14 +57,32 @@ pub(crate) enum ShellCommand {
     /// The entries of an index whose leading values are these: a global index across
     /// every group (`verify`: checked against each hit's entity), a local or inline
     /// one in the group its values name.
-    IndexScan {
-        index: String,
-        values: Vec<String>,
+    IndexScan(IndexScanArgs),
+    /// The entities every one of several global index queries finds (a merge-join).
+    IndexJoin {
+        /// Each query: an index and a value for each of its columns.
+        queries: Vec<(String, Vec<String>)>,
         limit: usize,
         verify: bool,
     },
     /// Show the schema's tables.
     Tables,
+}
+
+/// An index scan as typed: the values, and the range on the next column as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct IndexScanArgs {
+    pub(crate) index: String,
+    pub(crate) values: Vec<String>,
+    /// The next column's smallest value, and whether it is included (`--from`, `--after`).
+    pub(crate) lower: Option<(String, bool)>,
+    /// Its largest (`--to`, `--before`).
+    pub(crate) upper: Option<(String, bool)>,
+    pub(crate) reverse: bool,
+    pub(crate) limit: usize,
+    /// A page token (hex) a previous scan printed.
+    pub(crate) page: Option<String>,
+    pub(crate) verify: bool,
 }
 
 /// Rows a scan shows when it is given no limit.
@@ -90,10 +108,15 @@ commands (keys and values are text; \\xHH for any byte; quote words with spaces)
   entity delete TABLE KEY... delete an entity
   entity scan TABLE ROOTKEY... [--limit N]
                              the table's entities in the group of ROOTKEY
-  index scan INDEX VALUE... [--limit N] [--verify]
-                             an index's entries whose leading values these are: a
-                             global index across groups (--verify: no stale hit), a
-                             local one in the group its values start with
+  index scan INDEX VALUE... [--from V|--after V] [--to V|--before V] [--reverse]
+             [--limit N] [--page TOKEN] [--verify]
+                             an index's entries whose leading values these are, the
+                             next column in a range: a global index across groups
+                             (--verify: no stale hit), a local one in the group its
+                             values start with; --page continues where one ended
+  index join INDEX VALUE... + INDEX VALUE... [--limit N] [--verify]
+                             the entities every global index query finds (a value
+                             for each index column; merge-join in key order)
   tables                     the schema's tables, keys and columns
   mode current|snapshot|inconsistent
                              how reads outside a transaction are served
@@ -170,26 +193,94 @@ fn take_limit(words: &mut Vec<String>) -> Result<usize, String> {
     Ok(limit)
 }
 
+/// Takes `flag` and the word after it out of `words`.
+fn take_value(words: &mut Vec<String>, flag: &str) -> Result<Option<String>, String> {
+    let Some(at) = words.iter().position(|w| w == flag) else {
+        return Ok(None);
+    };
+    let value = words
+        .get(at + 1)
+        .cloned()
+        .ok_or_else(|| format!("{flag} needs a value"))?;
+    words.drain(at..at + 2);
+    Ok(Some(value))
+}
+
+/// Takes `flag` out of `words`: whether it was there.
+fn take_flag(words: &mut Vec<String>, flag: &str) -> bool {
+    match words.iter().position(|w| w == flag) {
+        Some(at) => {
+            words.remove(at);
+            true
+        }
+        None => false,
+    }
+}
+
+/// One end of a range: `inclusive` or `exclusive` flag, not both.
+fn take_bound(
+    words: &mut Vec<String>,
+    inclusive: &str,
+    exclusive: &str,
+) -> Result<Option<(String, bool)>, String> {
+    match (take_value(words, inclusive)?, take_value(words, exclusive)?) {
+        (Some(_), Some(_)) => Err(format!("give {inclusive} or {exclusive}, not both")),
+        (Some(v), None) => Ok(Some((v, true))),
+        (None, Some(v)) => Ok(Some((v, false))),
+        (None, None) => Ok(None),
+    }
+}
+
 fn parse_index(words: &[String]) -> Result<ShellCommand, String> {
-    let usage = "index scan INDEX VALUE... [--limit N] [--verify] (type help)";
-    let (Some("scan"), Some(index)) = (words.get(1).map(String::as_str), words.get(2)) else {
+    let usage = "index scan INDEX VALUE... [--from V|--after V] [--to V|--before V] [--reverse] [--limit N] [--page TOKEN] [--verify], or index join INDEX VALUE... + INDEX VALUE... (type help)";
+    let (Some(verb), Some(index)) = (words.get(1).map(String::as_str), words.get(2)) else {
         return Err(usage.to_string());
     };
     let mut values = words[3..].to_vec();
     let limit = take_limit(&mut values)?;
-    let verify = match values.iter().position(|w| w == "--verify") {
-        Some(at) => {
-            values.remove(at);
-            true
+    let verify = take_flag(&mut values, "--verify");
+    match verb {
+        "scan" => {
+            let lower = take_bound(&mut values, "--from", "--after")?;
+            let upper = take_bound(&mut values, "--to", "--before")?;
+            let reverse = take_flag(&mut values, "--reverse");
+            let page = take_value(&mut values, "--page")?;
+            if let Some(flag) = values.iter().find(|w| w.starts_with("--")) {
+                return Err(format!("unknown option {flag}: {usage}"));
+            }
+            Ok(ShellCommand::IndexScan(IndexScanArgs {
+                index: index.clone(),
+                values,
+                lower,
+                upper,
+                reverse,
+                limit,
+                page,
+                verify,
+            }))
         }
-        None => false,
-    };
-    Ok(ShellCommand::IndexScan {
-        index: index.clone(),
-        values,
-        limit,
-        verify,
-    })
+        "join" => {
+            let mut queries = Vec::new();
+            let mut words = std::iter::once(index.clone()).chain(values).peekable();
+            while let Some(index) = words.next() {
+                let values: Vec<String> =
+                    std::iter::from_fn(|| words.next_if(|w| w != "+")).collect();
+                words.next(); // the `+` between queries
+                queries.push((index, values));
+            }
+            if queries.len() < 2 {
+                return Err(format!(
+                    "a join needs two queries or more, joined by +: {usage}"
+                ));
+            }
+            Ok(ShellCommand::IndexJoin {
+                queries,
+                limit,
+                verify,
+            })
+        }
+        _ => Err(usage.to_string()),
+    }
 }
 
 fn parse_entity(words: &[String]) -> Result<ShellCommand, String> {
@@ -433,21 +524,44 @@ mod tests {
     fn index_scans_parse() {
         assert_eq!(
             parse_line("index scan PhotosByTag sea --limit 5 --verify"),
-            Ok(Some(ShellCommand::IndexScan {
+            Ok(Some(ShellCommand::IndexScan(IndexScanArgs {
                 index: "PhotosByTag".into(),
                 values: vec!["sea".into()],
+                lower: None,
+                upper: None,
+                reverse: false,
                 limit: 5,
+                page: None,
                 verify: true,
-            }))
+            })))
         );
         assert_eq!(
-            parse_line("index scan PhotosByTime 7"),
-            Ok(Some(ShellCommand::IndexScan {
+            parse_line("index scan PhotosByTime 7 --after 10 --to 20 --reverse --page 0a"),
+            Ok(Some(ShellCommand::IndexScan(IndexScanArgs {
                 index: "PhotosByTime".into(),
                 values: vec!["7".into()],
+                lower: Some(("10".into(), false)),
+                upper: Some(("20".into(), true)),
+                reverse: true,
                 limit: SCAN_LIMIT_DEFAULT,
+                page: Some("0a".into()),
+                verify: false,
+            })))
+        );
+        assert_eq!(
+            parse_line("index join PhotosByTag sea + PhotosByTag sun --limit 3"),
+            Ok(Some(ShellCommand::IndexJoin {
+                queries: vec![
+                    ("PhotosByTag".into(), vec!["sea".into()]),
+                    ("PhotosByTag".into(), vec!["sun".into()]),
+                ],
+                limit: 3,
                 verify: false,
             }))
         );
+        let error = |line: &str| parse_line(line).unwrap_err();
+        assert!(error("index scan T 1 --from 1 --after 2").contains("not both"));
+        assert!(error("index scan T 1 --sideways").contains("unknown option --sideways"));
+        assert!(error("index join T 1").contains("two queries"));
     }
 }

@@ -96,6 +96,7 @@ enum Event {
     ScanGlobal {
         range: KeyRange,
         limit: Option<usize>,
+        reverse: bool,
         done: oneshot::Sender<Result<ReadResult, ReadError>>,
     },
     Answer {
@@ -261,15 +262,21 @@ impl Client {
     /// Global index rows in `range` (within `megastore_paxos::global_index_range`),
     /// newest versions, from the nearest full or read-only replica that answers: every
     /// group as of the position that replica has applied of it (docs/protocol.md,
-    /// "Global indexes").
+    /// "Global indexes"). In descending key order if `reverse`.
     pub(crate) async fn scan_global_rows(
         &self,
         range: KeyRange,
         limit: Option<usize>,
+        reverse: bool,
     ) -> Result<ReadResult, ClientError> {
         let (done, result) = oneshot::channel();
         self.events
-            .send(Event::ScanGlobal { range, limit, done })
+            .send(Event::ScanGlobal {
+                range,
+                limit,
+                reverse,
+                done,
+            })
             .map_err(|_| ClientError::Closed)?;
         match result.await.map_err(|_| ClientError::Closed)? {
             Ok(read) => Ok(read),
@@ -434,8 +441,13 @@ impl Driver {
                     self.waiting.insert(op, Waiting::Resolve(done));
                     out
                 }
-                Some(Event::ScanGlobal { range, limit, done }) => {
-                    let (op, out) = self.core.scan_global(now, range, limit);
+                Some(Event::ScanGlobal {
+                    range,
+                    limit,
+                    reverse,
+                    done,
+                }) => {
+                    let (op, out) = self.core.scan_global(now, range, limit, reverse);
                     self.waiting.insert(op, Waiting::Read(done));
                     out
                 }

@@ -8,10 +8,10 @@
 //! mirror to the global index when it applies the entry (docs/protocol.md, "Global
 //! indexes").
 
-use futures::StreamExt;
 use megastore_paxos::{CellWrite, DataQuery, ReadMode, ReadPath, RowWrite, mirror_row_of};
 use megastore_schema::{
-    Catalog, Entity, EntityError, EntityMutations, IndexEntry, IndexKind, Value,
+    Catalog, Entity, EntityError, EntityMutations, IndexEntry, IndexKind, IndexQuery, PageToken,
+    Value,
 };
 use megastore_types::{EgId, Position, ReplicaId};
 
@@ -33,6 +33,15 @@ pub fn entity_group(
         .group_prefix(table, root_key)
         .map(EgId)
         .map_err(schema)
+}
+
+/// One page of a local or inline index query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexPage {
+    /// The entries, in the query's order.
+    pub entries: Vec<IndexEntry>,
+    /// Where the next page starts (`None`: this was the last).
+    pub next: Option<PageToken>,
 }
 
 /// One entity read outside a transaction, and how it was read.
@@ -130,131 +139,6 @@ impl Client {
             path: read.path,
         })
     }
-
-    /// The entries of global index `index` whose leading values are `leading` (any
-    /// number, none for the whole index), in index order (at most `limit`), across
-    /// every entity group, from the nearest full or read-only replica that answers.
-    ///
-    /// Consistency, [`IndexRead::AsApplied`]: what that replica has applied of each
-    /// group — a group's entries are never half of one transaction's, but a write
-    /// acknowledged elsewhere may not show yet, and an entry may name an entity
-    /// changed since (the paper's "global index scans may miss recent updates";
-    /// docs/protocol.md, "Global indexes"). [`IndexRead::Verified`] re-reads each
-    /// hit's entity with a current read of its group (in parallel, a bounded number at
-    /// once) and drops the entries it no longer has: no hit is then stale, though one
-    /// written after the scan's replica applied may still be missing.
-    pub async fn scan_global_index(
-        &self,
-        catalog: &Catalog,
-        index: &str,
-        leading: &[Value],
-        limit: Option<usize>,
-        read: IndexRead,
-    ) -> Result<GlobalIndexScan, ClientError> {
-        let i = catalog.require_index(index).map_err(schema)?;
-        if i.kind != IndexKind::Global {
-            return Err(ClientError::Schema(format!(
-                "{index} is a {} index: scan it inside a transaction of its group",
-                i.kind.keyword()
-            )));
-        }
-        let range = catalog.index_range(i, leading).map_err(schema)?;
-        let scanned = self.scan_global_rows(range, limit).await?;
-        let mut entries = Vec::new();
-        for row in &scanned.rows {
-            if let Some(entry) = catalog.index_entry_from_row(row).map_err(schema)? {
-                entries.push((row.key.clone(), entry));
-            }
-        }
-        if read == IndexRead::Verified {
-            let table = catalog
-                .table_by_id(i.table)
-                .ok_or_else(|| ClientError::Schema(format!("{index}: its table is missing")))?;
-            let checks = entries.into_iter().map(|(row, entry)| async move {
-                let current = self
-                    .read_entity(catalog, ReadMode::Current, &table.name, &entry.primary_key)
-                    .await?;
-                let still = match current.entity {
-                    Some(entity) => entry_still_in(catalog, &entity, &row, &entry)?,
-                    None => false,
-                };
-                Ok::<_, ClientError>(still.then_some((row, entry)))
-            });
-            entries = futures::stream::iter(checks)
-                .buffered(VERIFY_IN_FLIGHT_MAX)
-                .collect::<Vec<_>>()
-                .await
-                .into_iter()
-                .filter_map(Result::transpose)
-                .collect::<Result<_, _>>()?;
-        }
-        Ok(GlobalIndexScan {
-            entries: entries.into_iter().map(|(_, entry)| entry).collect(),
-            replica: scanned.replica,
-        })
-    }
-}
-
-/// How many entities a verified global index scan reads at once.
-const VERIFY_IN_FLIGHT_MAX: usize = 32;
-
-/// How a global index scan treats what the replica it reads has applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IndexRead {
-    /// The entries as the replica has applied them: one read, possibly stale hits.
-    AsApplied,
-    /// Each hit checked against its entity by a current read: no stale hit.
-    Verified,
-}
-
-/// Whether `entity` (read now) still has the global index entry `entry` at row `row`,
-/// with the same stored properties.
-fn entry_still_in(
-    catalog: &Catalog,
-    entity: &Entity,
-    row: &[u8],
-    entry: &IndexEntry,
-) -> Result<bool, ClientError> {
-    let mutations = catalog.put_mutations(None, entity, 0).map_err(schema)?;
-    let Some(written) = mutations.global.iter().find(|m| m.row == row) else {
-        return Ok(false);
-    };
-    let now = written_row(written);
-    Ok(catalog.index_entry_from_row(&now).map_err(schema)?.as_ref() == Some(entry))
-}
-
-/// The row a mutation writes, as its cell sets leave it (its deletes left out).
-fn written_row(mutation: &megastore_rowstore::RowMutation) -> megastore_rowstore::Row {
-    let mut row = megastore_rowstore::Row {
-        key: mutation.row.clone(),
-        cells: Default::default(),
-    };
-    for m in &mutation.mutations {
-        if let megastore_rowstore::Mutation::Set {
-            column,
-            timestamp,
-            value,
-        } = m
-        {
-            row.cells.insert(
-                column.clone(),
-                megastore_rowstore::Cell {
-                    timestamp: *timestamp,
-                    value: value.clone(),
-                },
-            );
-        }
-    }
-    row
-}
-
-/// What a global index scan found, and where.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GlobalIndexScan {
-    /// The entries, in index order.
-    pub entries: Vec<IndexEntry>,
-    /// The replica that served it (its applied positions are what the scan reflects).
-    pub replica: ReplicaId,
 }
 
 impl Transaction {
@@ -342,7 +226,7 @@ impl Transaction {
         self.check_group(catalog, table, root_key)?;
         let t = catalog.require_table(table).map_err(schema)?;
         let range = catalog.table_range(t, root_key).map_err(schema)?;
-        let rows = self.scan_rows(range, limit).await?;
+        let rows = self.scan_rows(range, limit, false).await?;
         let mut entities = Vec::new();
         for row in &rows {
             if let Some(entity) = catalog.entity_from_row(row).map_err(schema)? {
@@ -352,34 +236,37 @@ impl Transaction {
         Ok(entities)
     }
 
-    /// The entries of a local (or inline) index whose leading values are `leading`
-    /// (at least the group key), in index order (at most `limit`).
+    /// One page of a query of a local (or inline) index (`query.equal`: at least the
+    /// group key), as of the transaction's position with its own writes applied. The
+    /// whole range the query could read joins the read set: a later write that adds,
+    /// changes or removes an entry in it conflicts with this transaction (no phantoms).
     pub async fn scan_index(
         &mut self,
         catalog: &Catalog,
-        index: &str,
-        leading: &[Value],
-        limit: Option<usize>,
-    ) -> Result<Vec<IndexEntry>, ClientError> {
-        let i = catalog.require_index(index).map_err(schema)?;
-        if i.kind == IndexKind::Global {
+        query: &IndexQuery,
+    ) -> Result<IndexPage, ClientError> {
+        let (index, range) = catalog.index_query_rows(query).map_err(schema)?;
+        if index.kind == IndexKind::Global {
             return Err(ClientError::Schema(format!(
-                "{index} is a global index, outside every entity group: scan it with Client::scan_global_index"
+                "{} is a global index, outside every entity group: scan it with Client::scan_global_index",
+                index.name
             )));
         }
         let table = catalog
-            .table_by_id(i.table)
-            .ok_or_else(|| ClientError::Schema(format!("{index}: its table is missing")))?;
-        self.check_group(catalog, &table.name, leading)?;
-        let range = catalog.index_range(i, leading).map_err(schema)?;
-        let rows = self.scan_rows(range, limit).await?;
+            .table_by_id(index.table)
+            .ok_or_else(|| ClientError::Schema(format!("{}: its table is missing", index.name)))?;
+        self.check_group(catalog, &table.name, &query.equal)?;
+        let rows = self
+            .scan_rows(range, query.rows_asked(), query.reverse)
+            .await?;
+        let (rows, next) = query.page_of(rows);
         let mut entries = Vec::new();
         for row in &rows {
             if let Some(entry) = catalog.index_entry_from_row(row).map_err(schema)? {
                 entries.push(entry);
             }
         }
-        Ok(entries)
+        Ok(IndexPage { entries, next })
     }
 
     /// Stages an entity write: its group rows, and its global index entries as rows of
@@ -403,59 +290,5 @@ impl Transaction {
                 CellWrite::Delete { column } => self.delete_row(&write.row, &column),
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use megastore_schema::{Catalog, Entity};
-
-    use super::{entry_still_in, written_row};
-
-    fn catalog() -> Catalog {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../schema/photos.msdl");
-        let text = std::fs::read_to_string(path).expect("the photo schema");
-        megastore_schema::compile("photos.msdl", &text, None).expect("it compiles")
-    }
-
-    fn photo(tags: &[&str], thumbnail: &str) -> Entity {
-        Entity::new("Photo")
-            .set("user_id", 7i64)
-            .set("photo_id", 1i32)
-            .set("time", 1i64)
-            .set("full_url", "f")
-            .set("thumbnail_url", thumbnail)
-            .set_repeated("tag", tags.iter().copied())
-    }
-
-    /// A verified scan keeps an entry only while the entity read now still has it,
-    /// stored properties included.
-    #[test]
-    fn an_entry_is_still_in_an_entity_only_if_the_entity_would_write_it_now() {
-        let catalog = catalog();
-        let written = catalog
-            .put_mutations(None, &photo(&["sea", "sun"], "t1"), 0)
-            .unwrap();
-        let sea = written
-            .global
-            .iter()
-            .map(|m| {
-                let entry = catalog.index_entry_from_row(&written_row(m)).unwrap();
-                (m.row.clone(), entry.unwrap())
-            })
-            .find(|(_, entry)| entry.values == vec!["sea".into()])
-            .expect("an entry for the tag sea");
-        let (row, entry) = (&sea.0, &sea.1);
-        let still = |entity: &Entity| entry_still_in(&catalog, entity, row, entry).unwrap();
-        assert!(still(&photo(&["sea", "sun"], "t1")), "unchanged");
-        assert!(
-            still(&photo(&["sea"], "t1")),
-            "another tag went, not this one"
-        );
-        assert!(!still(&photo(&["sun"], "t1")), "retagged");
-        assert!(
-            !still(&photo(&["sea"], "t2")),
-            "its stored thumbnail changed"
-        );
     }
 }

@@ -116,9 +116,14 @@ pub(crate) fn rows_of_query(eg: &EgId, query: DataQuery) -> Result<DataQuery, Cl
                 })
                 .collect::<Result<_, ClientError>>()?,
         ),
-        DataQuery::Scan { range, limit } => DataQuery::Scan {
+        DataQuery::Scan {
+            range,
+            limit,
+            reverse,
+        } => DataQuery::Scan {
             range: rows_of_range(eg, &range)?,
             limit,
+            reverse,
         },
     })
 }

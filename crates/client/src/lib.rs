@@ -28,6 +28,7 @@
 mod client;
 mod entities;
 mod groups;
+mod index_queries;
 pub mod schema_store;
 mod settings;
 pub mod status;
@@ -35,10 +36,10 @@ mod txn;
 mod versioned;
 
 pub use client::{Client, ClientError, Committed};
-pub use entities::{
-    EntityRead, GlobalIndexScan, IndexRead, describe_group, entity_group, group_root,
-};
+pub use entities::{EntityRead, IndexPage, describe_group, entity_group, group_root};
 pub use groups::{check_cell_write, group, group_name};
+pub use index_queries::{GlobalIndexScan, IndexRead, JoinHit, JoinedScan, LOOKUPS_IN_FLIGHT};
+pub use megastore_schema::{IndexQuery, PageToken};
 pub use settings::proposer_timeouts;
 pub use txn::{Attempt, AttemptFuture, Outcome, Transaction};
 pub use versioned::{Assert, Entry, Mutation, TxnResult, VERSION_MISSING};

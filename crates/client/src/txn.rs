@@ -105,7 +105,7 @@ impl Transaction {
         limit: Option<usize>,
     ) -> Result<Vec<Row>, ClientError> {
         let rows = rows_of_range(&self.eg, &range)?;
-        let found = self.scan_rows(rows, limit).await?;
+        let found = self.scan_rows(rows, limit, false).await?;
         Ok(found
             .into_iter()
             .map(|r| relative_row(&self.eg, r))
@@ -143,12 +143,13 @@ impl Transaction {
     }
 
     /// Reads the rows of a key range of the group as of the transaction's position,
-    /// with its own writes applied, in key order (at most `limit`), and puts the range
-    /// in the read set.
+    /// with its own writes applied, in key order or `reverse` (at most `limit`), and
+    /// puts the range in the read set.
     pub(crate) async fn scan_rows(
         &mut self,
         range: KeyRange,
         limit: Option<usize>,
+        reverse: bool,
     ) -> Result<Vec<Row>, ClientError> {
         self.reads.ranges.push(range.clone());
         // Own writes may remove rows from the answer: ask for enough to fill `limit`.
@@ -156,6 +157,7 @@ impl Transaction {
         let query = DataQuery::Scan {
             range: range.clone(),
             limit: asked,
+            reverse,
         };
         let rows = self.read_at_position(query).await?;
         let mut merged: BTreeMap<Vec<u8>, Option<Row>> =
@@ -165,6 +167,9 @@ impl Transaction {
             merged.insert(key.clone(), own_writes(key, before, cells));
         }
         let mut rows: Vec<Row> = merged.into_values().flatten().collect();
+        if reverse {
+            rows.reverse();
+        }
         if let Some(limit) = limit {
             rows.truncate(limit);
         }

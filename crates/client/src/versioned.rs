@@ -276,7 +276,11 @@ impl Client {
             .read_rows(
                 eg,
                 ReadMode::Current,
-                DataQuery::Scan { range, limit: None },
+                DataQuery::Scan {
+                    range,
+                    limit: None,
+                    reverse: false,
+                },
             )
             .await?;
         let skip = group_keys_prefix(eg).len();

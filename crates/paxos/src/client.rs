@@ -181,13 +181,18 @@ impl ClientCore {
         now: Time,
         range: KeyRange,
         limit: Option<usize>,
+        reverse: bool,
     ) -> (OpId, Vec<Output>) {
         let op = self.new_op();
         let mode = ReadMode::Inconsistent;
         let candidates = self.point_read_candidates(mode);
         let mut sends = Vec::new();
         let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, &mut sends);
-        let target = PointTarget::Global { range, limit };
+        let target = PointTarget::Global {
+            range,
+            limit,
+            reverse,
+        };
         let state = Op::Point(PointRead::start(&mut ctx, target, mode, candidates));
         self.ops.insert(op, state);
         (op, self.finish_step(now, sends))

@@ -34,6 +34,8 @@ pub enum DataQuery {
         range: KeyRange,
         /// At most this many.
         limit: Option<usize>,
+        /// In descending key order (with `limit`: the last rows of the range).
+        reverse: bool,
     },
 }
 
@@ -125,6 +127,8 @@ pub enum ReplicaRequest {
         range: KeyRange,
         /// At most this many rows.
         limit: Option<usize>,
+        /// In descending key order.
+        reverse: bool,
     },
 }
 

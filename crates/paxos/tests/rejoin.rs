@@ -59,6 +59,7 @@ fn read(node: &mut Node, at: ReadAt) -> ReplicaReply {
         query: DataQuery::Scan {
             range: megastore_paxos::data_range(&eg()),
             limit: None,
+            reverse: false,
         },
     })
 }

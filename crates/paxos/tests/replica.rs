@@ -154,6 +154,7 @@ fn visible_positions_apply_in_log_order_and_reads_wait_for_them() {
             query: DataQuery::Scan {
                 range: megastore_paxos::data_range(&eg()),
                 limit: None,
+                reverse: false,
             },
         })
     };
@@ -450,6 +451,7 @@ fn mirror_writes_are_copied_to_the_global_index_at_apply_and_checked_at_accept()
             id: 9,
             range,
             limit: None,
+            reverse: false,
         };
         match node.ask(scan(megastore_paxos::global_index_range())) {
             ReplicaReply::Data { rows, at: None, .. } if copies => {

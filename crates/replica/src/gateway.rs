@@ -4,29 +4,29 @@
 //! here, naming the field.
 
 use megastore_client::{
-    Assert, Attempt, Client, ClientError, Entry, IndexRead, Mutation, Outcome, TxnResult,
-    entity_group,
+    Assert, Attempt, Client, ClientError, Entry, Mutation, Outcome, TxnResult, entity_group,
 };
 use megastore_rpc::pb::client as pb;
 use megastore_rpc::pb::client::megastore_server::Megastore;
 use megastore_rpc::public::{
-    check_key, entity_from_wire, entity_to_wire, index_entry_to_wire, invalid_argument as invalid,
-    key_range_from_wire, query_from_wire, read_mode_from_wire, read_path_to_wire,
-    resolution_to_wire, row_to_wire, txn_id_from_wire, txn_id_to_wire, typed_row_to_wire,
-    value_to_wire, values_from_wire,
+    check_key, entity_from_wire, entity_to_wire, invalid_argument as invalid, key_range_from_wire,
+    query_from_wire, read_mode_from_wire, read_path_to_wire, resolution_to_wire, row_to_wire,
+    txn_id_from_wire, txn_id_to_wire, typed_row_to_wire, value_to_wire, values_from_wire,
 };
 use megastore_types::{EgId, TxnId};
 use tonic::{Request, Response, Status};
 
+use crate::gateway_indexes::entity_read_to_wire;
 use crate::gateway_sessions::{SessionState, Sessions, open};
+use tokio_stream::wrappers::ReceiverStream;
 
 use crate::gateway_catalog::Catalogs;
 
 /// The API's service on one replica.
 pub(crate) struct Gateway {
-    client: Client,
-    sessions: Sessions,
-    catalogs: Catalogs,
+    pub(crate) client: Client,
+    pub(crate) sessions: Sessions,
+    pub(crate) catalogs: Catalogs,
 }
 
 impl Gateway {
@@ -56,7 +56,7 @@ impl Gateway {
     }
 }
 
-fn status(e: ClientError) -> Status {
+pub(crate) fn status(e: ClientError) -> Status {
     match e {
         ClientError::Unavailable(why) => Status::unavailable(why),
         ClientError::Closed => Status::unavailable("replica stopping"),
@@ -468,18 +468,7 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::ScanIndexRequest>,
     ) -> Result<Response<pb::ScanIndexResponse>, Status> {
-        let request = request.into_inner();
-        let leading = values_from_wire("leading", request.leading)?;
-        let limit = (request.limit > 0).then_some(request.limit as usize);
-        let catalog = self.catalogs.current().await?;
-        let mut guard = self.sessions.locked(request.txn).await?;
-        let entries = open(&mut guard)?
-            .scan_index(&catalog, &request.index, &leading, limit)
-            .await
-            .map_err(status)?;
-        Ok(Response::new(pb::ScanIndexResponse {
-            entries: entries.into_iter().map(index_entry_to_wire).collect(),
-        }))
+        self.serve_scan_index(request).await
     }
 
     async fn read_entity(
@@ -495,36 +484,37 @@ impl Megastore for Gateway {
             .read_entity(&catalog, mode, &request.table, &key)
             .await
             .map_err(status)?;
-        Ok(Response::new(pb::ReadEntityResponse {
-            entity: read.entity.map(entity_to_wire),
-            position: read.position.map_or(0, |p| p.0),
-            replica: u32::from(read.replica.0),
-            path: read_path_to_wire(read.path).to_string(),
-        }))
+        Ok(Response::new(entity_read_to_wire(read)))
     }
 
     async fn scan_global_index(
         &self,
         request: Request<pb::ScanGlobalIndexRequest>,
     ) -> Result<Response<pb::ScanGlobalIndexResponse>, Status> {
-        let request = request.into_inner();
-        let leading = values_from_wire("leading", request.leading)?;
-        let limit = (request.limit > 0).then_some(request.limit as usize);
-        let catalog = self.catalogs.current().await?;
-        let read = if request.verify {
-            IndexRead::Verified
-        } else {
-            IndexRead::AsApplied
-        };
-        let scan = self
-            .client
-            .scan_global_index(&catalog, &request.index, &leading, limit, read)
-            .await
-            .map_err(status)?;
-        Ok(Response::new(pb::ScanGlobalIndexResponse {
-            entries: scan.entries.into_iter().map(index_entry_to_wire).collect(),
-            replica: u32::from(scan.replica.0),
-        }))
+        self.serve_scan_global_index(request).await
+    }
+
+    type StreamGlobalIndexStream = ReceiverStream<Result<pb::ScanGlobalIndexResponse, Status>>;
+
+    async fn stream_global_index(
+        &self,
+        request: Request<pb::ScanGlobalIndexRequest>,
+    ) -> Result<Response<Self::StreamGlobalIndexStream>, Status> {
+        self.serve_stream_global_index(request).await
+    }
+
+    async fn merge_join(
+        &self,
+        request: Request<pb::MergeJoinRequest>,
+    ) -> Result<Response<pb::MergeJoinResponse>, Status> {
+        self.serve_merge_join(request).await
+    }
+
+    async fn read_entities(
+        &self,
+        request: Request<pb::ReadEntitiesRequest>,
+    ) -> Result<Response<pb::ReadEntitiesResponse>, Status> {
+        self.serve_read_entities(request).await
     }
 
     async fn group_of(

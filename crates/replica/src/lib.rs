@@ -24,6 +24,7 @@ mod clock;
 mod coordinator;
 mod gateway;
 mod gateway_catalog;
+mod gateway_indexes;
 mod gateway_sessions;
 mod registry;
 mod replica_server;

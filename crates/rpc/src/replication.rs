@@ -274,7 +274,12 @@ impl From<ReplicaRequest> for pb::ReplicaRequest {
                 }),
             ),
             ReplicaRequest::Snapshot { id, eg } => (id, eg, r::Request::Snapshot(r::Snapshot {})),
-            ReplicaRequest::ScanGlobal { id, range, limit } => (
+            ReplicaRequest::ScanGlobal {
+                id,
+                range,
+                limit,
+                reverse,
+            } => (
                 id,
                 EgId(Vec::new()),
                 r::Request::ScanGlobal(r::ScanGlobal {
@@ -283,6 +288,7 @@ impl From<ReplicaRequest> for pb::ReplicaRequest {
                         end: range.end,
                     }),
                     limit: limit.map(|l| l as u64),
+                    reverse,
                 }),
             ),
         };
@@ -347,6 +353,7 @@ impl TryFrom<pb::ReplicaRequest> for ReplicaRequest {
                         .limit
                         .map(|l| narrow(l, "scan_global.limit"))
                         .transpose()?,
+                    reverse: scan.reverse,
                 }
             }
         })

@@ -43,12 +43,17 @@ pub(crate) fn row_from_wire(row: pb::Row) -> Row {
 pub(crate) fn query_to_wire(query: DataQuery) -> pb::DataQuery {
     let query = match query {
         DataQuery::Rows(rows) => pb::data_query::Query::Rows(pb::data_query::Rows { rows }),
-        DataQuery::Scan { range, limit } => pb::data_query::Query::Scan(pb::data_query::Scan {
+        DataQuery::Scan {
+            range,
+            limit,
+            reverse,
+        } => pb::data_query::Query::Scan(pb::data_query::Scan {
             range: Some(pb::KeyRange {
                 start: range.start,
                 end: range.end,
             }),
             limit: limit.map(|l| l as u64),
+            reverse,
         }),
     };
     pb::DataQuery { query: Some(query) }
@@ -69,6 +74,7 @@ pub(crate) fn query_from_wire(query: Option<pb::DataQuery>) -> Result<DataQuery,
                     .limit
                     .map(|l| narrow(l, "read.query.scan.limit"))
                     .transpose()?,
+                reverse: scan.reverse,
             }
         }
     })

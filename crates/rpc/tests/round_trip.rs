@@ -147,6 +147,7 @@ fn requests() -> Vec<ReplicaRequest> {
             query: DataQuery::Scan {
                 range: KeyRange::prefix(b"p".to_vec()),
                 limit: Some(10),
+                reverse: true,
             },
         },
         ReplicaRequest::Read {
@@ -156,6 +157,7 @@ fn requests() -> Vec<ReplicaRequest> {
             query: DataQuery::Scan {
                 range: KeyRange::all(),
                 limit: None,
+                reverse: false,
             },
         },
         ReplicaRequest::Snapshot { id, eg },

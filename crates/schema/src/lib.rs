@@ -48,7 +48,9 @@ pub use catalog::{
 };
 pub use compile::{compile, compile_ast};
 pub use diagnostic::{Diagnostic, Pos, SchemaError};
-pub use mapping::{DecodedKey, Entity, EntityError, EntityMutations, FieldValue, IndexEntry};
+pub use mapping::{
+    DecodedKey, Entity, EntityError, EntityMutations, FieldValue, IndexEntry, IndexQuery, PageToken,
+};
 pub use summary::summary;
 pub use syntax::ast::IndexKind;
 pub use types::{Direction, Label, ScalarType, Value};

@@ -566,6 +566,7 @@ pub(crate) enum PointTarget {
     Global {
         range: KeyRange,
         limit: Option<usize>,
+        reverse: bool,
     },
 }
 
@@ -634,7 +635,16 @@ impl PointRead {
         let target = self.target.clone();
         let id = ctx.send_replica(replica, |id| match target {
             PointTarget::Group { eg, query } => ReplicaRequest::Read { id, eg, at, query },
-            PointTarget::Global { range, limit } => ReplicaRequest::ScanGlobal { id, range, limit },
+            PointTarget::Global {
+                range,
+                limit,
+                reverse,
+            } => ReplicaRequest::ScanGlobal {
+                id,
+                range,
+                limit,
+                reverse,
+            },
         });
         self.id = Some((id, replica, ctx.now + ctx.config.timeouts.rpc));
     }

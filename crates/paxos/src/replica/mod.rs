@@ -269,8 +269,14 @@ impl Replica {
         match input {
             Input::Message {
                 from,
-                message: Message::ReplicaRequest(ReplicaRequest::ScanGlobal { id, range, limit }),
-            } => self.scan_global(from, id, range, limit, &mut out),
+                message:
+                    Message::ReplicaRequest(ReplicaRequest::ScanGlobal {
+                        id,
+                        range,
+                        limit,
+                        reverse,
+                    }),
+            } => self.scan_global(from, id, range, limit, reverse, &mut out),
             Input::Message {
                 from,
                 message: Message::ReplicaRequest(request),
@@ -420,6 +426,7 @@ impl Replica {
         id: u64,
         range: KeyRange,
         limit: Option<usize>,
+        reverse: bool,
         out: &mut Vec<Output>,
     ) {
         let global = global_index_range();
@@ -443,7 +450,11 @@ impl Replica {
                 to: from,
                 id,
                 at: None,
-                query: DataQuery::Scan { range, limit },
+                query: DataQuery::Scan {
+                    range,
+                    limit,
+                    reverse,
+                },
             }),
         }
     }
@@ -723,11 +734,16 @@ pub fn answer_read<S: RowRead>(
             .iter()
             .filter_map(|row| store.read_row(row, &KeyRange::all(), ts).transpose())
             .collect::<Result<Vec<Row>, _>>(),
-        DataQuery::Scan { range, limit } => store.scan(
+        DataQuery::Scan {
+            range,
+            limit,
+            reverse,
+        } => store.scan(
             range,
             ts,
             &ScanOptions {
                 limit: *limit,
+                reverse: *reverse,
                 ..ScanOptions::default()
             },
         ),

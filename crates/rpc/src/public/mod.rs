@@ -14,8 +14,8 @@ use tonic::Status;
 use crate::pb::client as pb;
 
 pub use typed::{
-    entity_from_wire, entity_to_wire, index_entry_to_wire, typed_row_to_wire, value_from_wire,
-    value_to_wire, values_from_wire,
+    IndexQueryWire, entity_from_wire, entity_to_wire, index_entry_to_wire, index_query_from_wire,
+    page_token_to_wire, typed_row_to_wire, value_from_wire, value_to_wire, values_from_wire,
 };
 
 /// A request's `field` is malformed: `INVALID_ARGUMENT` naming it.
@@ -54,7 +54,11 @@ pub fn query_from_wire(query: Option<pb::RowQuery>) -> Result<DataQuery, Status>
         }
         Some(Query::Range(range)) => {
             let (range, limit) = key_range_from_wire("query.range", range)?;
-            Ok(DataQuery::Scan { range, limit })
+            Ok(DataQuery::Scan {
+                range,
+                limit,
+                reverse: false,
+            })
         }
     }
 }

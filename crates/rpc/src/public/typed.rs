@@ -2,8 +2,11 @@
 //! cluster's schema as `megastore.client.v1` messages.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
-use megastore_schema::{Catalog, DecodedKey, Entity, FieldValue, IndexEntry, Value};
+use megastore_schema::{
+    Catalog, DecodedKey, Entity, FieldValue, IndexEntry, IndexQuery, PageToken, Value,
+};
 use tonic::Status;
 
 use super::invalid_argument;
@@ -142,4 +145,55 @@ pub fn typed_row_to_wire(catalog: &Catalog, row: &[u8]) -> Option<pb::TypedRow> 
         }),
     };
     Some(pb::TypedRow { row: Some(decoded) })
+}
+
+/// The parts of an index query as the API carries them (`ScanIndexRequest`,
+/// `ScanGlobalIndexRequest`).
+pub struct IndexQueryWire {
+    /// The index's name.
+    pub index: String,
+    /// Leading values.
+    pub leading: Vec<pb::Value>,
+    /// A range on the next column.
+    pub lower: Option<pb::IndexBound>,
+    /// Its other end.
+    pub upper: Option<pb::IndexBound>,
+    /// Against index order.
+    pub reverse: bool,
+    /// Entries per page (0: no limit).
+    pub limit: u32,
+    /// Where the page starts (empty: the first).
+    pub page_token: Vec<u8>,
+}
+
+/// An index query from the API; each field named in an error.
+pub fn index_query_from_wire(wire: IndexQueryWire) -> Result<IndexQuery, Status> {
+    let bound = |field: &str, bound: Option<pb::IndexBound>| -> Result<Bound<Value>, Status> {
+        let Some(bound) = bound else {
+            return Ok(Bound::Unbounded);
+        };
+        let value = bound
+            .value
+            .ok_or_else(|| invalid_argument(&format!("{field}.value"), "a bound needs a value"))?;
+        let value = value_from_wire(&format!("{field}.value"), value)?;
+        Ok(if bound.inclusive {
+            Bound::Included(value)
+        } else {
+            Bound::Excluded(value)
+        })
+    };
+    Ok(IndexQuery {
+        index: wire.index,
+        equal: values_from_wire("leading", wire.leading)?,
+        lower: bound("lower", wire.lower)?,
+        upper: bound("upper", wire.upper)?,
+        reverse: wire.reverse,
+        limit: (wire.limit > 0).then_some(wire.limit as usize),
+        page: (!wire.page_token.is_empty()).then(|| PageToken::from_bytes(wire.page_token)),
+    })
+}
+
+/// A page token as the API returns it (empty: no next page).
+pub fn page_token_to_wire(token: Option<PageToken>) -> Vec<u8> {
+    token.map(|t| t.as_bytes().to_vec()).unwrap_or_default()
 }

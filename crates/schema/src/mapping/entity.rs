@@ -128,4 +128,12 @@ pub enum EntityError {
         /// What does not decode.
         detail: String,
     },
+    /// An index query that cannot be asked of its index.
+    #[error("query of index `{index}`: {detail}")]
+    Query {
+        /// The index.
+        index: String,
+        /// What is wrong.
+        detail: String,
+    },
 }

@@ -188,6 +188,16 @@ impl Catalog {
     /// index needs at least the group key; for an inline index, the parent's key gives
     /// exactly the parent's entries.
     pub fn index_range(&self, index: &Index, leading: &[Value]) -> Result<KeyRange, EntityError> {
+        self.index_prefix(index, leading).map(KeyRange::prefix)
+    }
+
+    /// The key prefix every entry of `index` whose leading values are `leading` starts
+    /// with (see [`Catalog::index_range`]).
+    pub(crate) fn index_prefix(
+        &self,
+        index: &Index,
+        leading: &[Value],
+    ) -> Result<Vec<u8>, EntityError> {
         let table = self
             .table_by_id(index.table)
             .expect("catalog invariant: an index's table exists");
@@ -228,7 +238,7 @@ impl Catalog {
         };
         encode_tuple_into(&parts[skip..leading.len()], &leading[skip..], &mut prefix)
             .map_err(key_error(&index.name))?;
-        Ok(KeyRange::prefix(prefix))
+        Ok(prefix)
     }
 
     /// Says what a row key holds under this catalog.

@@ -26,8 +26,10 @@
 
 mod entity;
 pub mod keys;
+mod query;
 mod rows;
 
 pub use entity::{Entity, EntityError, FieldValue};
 pub use keys::DecodedKey;
+pub use query::{IndexQuery, PageToken};
 pub use rows::{EntityMutations, IndexEntry, column_name};
