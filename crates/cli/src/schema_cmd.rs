@@ -3,8 +3,11 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use std::io::IsTerminal;
+
 use anyhow::Context;
 use clap::Subcommand;
+use indicatif::{ProgressBar, ProgressStyle};
 use megastore_schema::{Catalog, compile, summary};
 
 use crate::cluster_arg::ClusterArg;
@@ -21,11 +24,25 @@ pub(crate) enum SchemaCommand {
         json: bool,
     },
     /// Store a schema as the cluster's catalog (in lockd), keeping the ids of an
-    /// earlier version; an incompatible change is refused.
+    /// earlier version; an incompatible change is refused. A new index on a table that
+    /// already existed is then backfilled (scans of it are refused until that is done).
     Apply {
         /// The schema file.
         #[arg(value_name = "FILE")]
         file: PathBuf,
+        /// Leave new indexes building; `megastore schema backfill` fills them later.
+        #[arg(long)]
+        no_backfill: bool,
+        #[command(flatten)]
+        cluster: ClusterArg,
+    },
+    /// Write the entries of every building index (or the named ones) for the entities
+    /// written before it was added, group by group, resuming where an interrupted
+    /// backfill stopped; then mark it ready.
+    Backfill {
+        /// Indexes (default: every building one).
+        #[arg(value_name = "INDEX")]
+        indexes: Vec<String>,
         #[command(flatten)]
         cluster: ClusterArg,
     },
@@ -34,7 +51,16 @@ pub(crate) enum SchemaCommand {
 pub(crate) fn run(command: SchemaCommand) -> anyhow::Result<ExitCode> {
     match command {
         SchemaCommand::Check { files, json } => check(&files, json),
-        SchemaCommand::Apply { file, cluster } => apply(&file, &cluster),
+        SchemaCommand::Apply {
+            file,
+            no_backfill,
+            cluster,
+        } => apply(&file, no_backfill, &cluster),
+        SchemaCommand::Backfill { indexes, cluster } => {
+            crate::logging::init_quiet();
+            let config = cluster.load()?;
+            backfill(&config, &indexes)
+        }
     }
 }
 
@@ -63,7 +89,7 @@ fn check(files: &[PathBuf], json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn apply(file: &Path, cluster: &ClusterArg) -> anyhow::Result<ExitCode> {
+fn apply(file: &Path, no_backfill: bool, cluster: &ClusterArg) -> anyhow::Result<ExitCode> {
     // Checked locally first: errors point at the file with line and column.
     load(file)?;
     let text = std::fs::read_to_string(file)?;
@@ -83,6 +109,113 @@ fn apply(file: &Path, cluster: &ClusterArg) -> anyhow::Result<ExitCode> {
         catalog.tables.len(),
         catalog.indexes.len()
     );
+    let building: Vec<&str> = catalog
+        .indexes
+        .iter()
+        .filter(|i| !i.state.is_ready())
+        .map(|i| i.name.as_str())
+        .collect();
+    if building.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if no_backfill {
+        println!(
+            "building (scans refused until `megastore schema backfill`): {}",
+            building.join(", ")
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    crate::logging::init_quiet();
+    backfill(&config, &[])
+}
+
+/// Backfills `indexes` (none: every building one) with progress on stderr.
+fn backfill(
+    config: &megastore_config::ClusterConfig,
+    indexes: &[String],
+) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    // The clients' channels are made in the runtime they will run on.
+    let _entered = runtime.enter();
+    let lockd = megastore_rpc::LockdClient::new(config).map_err(anyhow::Error::msg)?;
+    let (catalog, _) = runtime
+        .block_on(megastore_client::schema_store::load_catalog(&lockd))?
+        .context("no schema applied: `megastore schema apply FILE` first")?;
+    let names: Vec<String> = if indexes.is_empty() {
+        catalog
+            .indexes
+            .iter()
+            .filter(|i| !i.state.is_ready())
+            .map(|i| i.name.clone())
+            .collect()
+    } else {
+        for name in indexes {
+            let index = catalog.require_index(name)?;
+            anyhow::ensure!(
+                !index.state.is_ready(),
+                "index {name} is ready: nothing to backfill"
+            );
+        }
+        indexes.to_vec()
+    };
+    if names.is_empty() {
+        println!("every index is ready: nothing to backfill");
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Every gateway's writes use the new catalog once its cache expired; a program
+    // holding its own catalog must reload it (docs/schema-language.md, "Adding an index").
+    let settle = megastore_replica::CATALOG_FRESH * 2;
+    eprintln!(
+        "waiting {} ms for every gateway to load the new catalog",
+        settle.as_millis()
+    );
+    std::thread::sleep(settle);
+    let site = config
+        .replicas
+        .iter()
+        .find(|r| r.kind == megastore_types::ReplicaKind::Full)
+        .map(|r| r.site.clone())
+        .context("the config has no full replica")?;
+    let client = runtime.block_on(megastore_client::Client::connect(config, &site))?;
+    let terminal = std::io::stderr().is_terminal();
+    for name in &names {
+        let id = catalog.require_index(name)?.id;
+        let (before, _) =
+            runtime.block_on(megastore_client::backfill::load_progress(&lockd, id))?;
+        if before.groups > 0 {
+            eprintln!(
+                "backfill {name}: resuming after {} groups ({} entries)",
+                before.groups, before.entries
+            );
+        }
+        let bar = ProgressBar::new_spinner();
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+                .context("the progress bar template")?,
+        );
+        let ticker = bar.clone();
+        let done = runtime.block_on(client.backfill_index(config, &lockd, name, |p| {
+            let line = format!(
+                "backfill {name}: {} groups, {} entries",
+                p.groups, p.entries
+            );
+            if terminal {
+                ticker.set_message(line);
+                ticker.tick();
+            } else {
+                eprintln!("{line}");
+            }
+            std::ops::ControlFlow::Continue(())
+        }));
+        bar.finish_and_clear();
+        let done = done.with_context(|| {
+            format!("backfilling {name} (run `megastore schema backfill {name}` to resume)")
+        })?;
+        println!(
+            "index {name} is ready: {} groups, {} entries written",
+            done.groups, done.entries
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -152,6 +152,34 @@ pub(crate) fn render(status: &ClusterStatus) -> String {
     }
     out.push_str(&format!("{replicas}\n"));
 
+    if let Some(schema) = &status.schema {
+        out.push_str(&format!(
+            "\nschema {} (catalog version {})\n",
+            schema.name, schema.version
+        ));
+        let mut indexes = table(&["INDEX", "KIND", "TABLE", "STATE"]);
+        for i in &schema.indexes {
+            let state = match (&i.backfill, i.state.is_ready()) {
+                (_, true) => "ready".to_string(),
+                (Some(p), false) if p.groups > 0 => format!(
+                    "BUILDING: backfilled {} groups ({} entries); scans refused",
+                    p.groups, p.entries
+                ),
+                (_, false) => {
+                    "BUILDING: not backfilled yet (`megastore schema backfill`); scans refused"
+                        .to_string()
+                }
+            };
+            indexes.add_row(vec![
+                i.name.clone(),
+                i.kind.keyword().to_lowercase(),
+                i.table.clone(),
+                state,
+            ]);
+        }
+        out.push_str(&format!("{indexes}\n"));
+    }
+
     if let Some(group) = &status.group {
         let name = megastore_client::group_name(group).unwrap_or_else(|| group.0.clone());
         out.push_str(&format!("\nentity group {}\n", show_bytes(&name)));

@@ -272,7 +272,7 @@ impl Transaction {
     /// Stages an entity write: its group rows, and its global index entries as rows of
     /// the group's mirror (docs/protocol.md, "Global indexes"), which every replica
     /// copies to the global index when it applies the entry.
-    fn stage_mutations(&mut self, mutations: &EntityMutations) {
+    pub(crate) fn stage_mutations(&mut self, mutations: &EntityMutations) {
         for m in &mutations.group {
             self.stage(RowWrite::from_mutation(m));
         }

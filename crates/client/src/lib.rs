@@ -25,6 +25,7 @@
 //!   refuse any other group; entity calls write only rows the schema maps into the
 //!   transaction's group; writes over a size limit are refused before anything is sent.
 
+pub mod backfill;
 mod client;
 mod entities;
 mod groups;

@@ -117,5 +117,49 @@ fn check_compatible(old: &Catalog, new: &Catalog) -> Result<(), ClientError> {
             }
         }
     }
+    for before in &old.indexes {
+        let Some(after) = new.index(&before.name) else {
+            continue;
+        };
+        let shape =
+            |i: &megastore_schema::Index| (i.kind, i.table, i.columns.clone(), i.storing.clone());
+        if shape(before) != shape(after) {
+            return refuse(format!(
+                "index {}: its kind, table, columns or STORING changed, and its stored entries \
+                 would no longer match; give the new index another name (or drop it in one \
+                 version and add it again in the next)",
+                before.name
+            ));
+        }
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_compatible;
+
+    const V1: &str = "CREATE SCHEMA S;
+CREATE TABLE A { required int64 id; required string x; optional string y; } PRIMARY KEY(id), ENTITY GROUP ROOT;
+CREATE GLOBAL INDEX AByX ON A(x);";
+
+    /// An index redefined under its name would keep its id, and its stored entries
+    /// would no longer decode as the new definition's: refused.
+    #[test]
+    fn an_index_redefined_under_its_name_is_refused() {
+        let v1 = megastore_schema::compile("v1", V1, None).unwrap();
+        for changed in [
+            V1.replace("ON A(x)", "ON A(y)"),
+            V1.replace("ON A(x)", "ON A(x) STORING (y)"),
+            V1.replace("GLOBAL INDEX", "LOCAL INDEX")
+                .replace("ON A(x)", "ON A(id, x)"),
+        ] {
+            let v2 = megastore_schema::compile("v2", &changed, Some(&v1)).unwrap();
+            let refused = check_compatible(&v1, &v2).unwrap_err().to_string();
+            assert!(refused.contains("index AByX"), "{refused}");
+        }
+        let renamed = V1.replace("AByX ON A(x)", "AByY ON A(y)");
+        let v2 = megastore_schema::compile("v2", &renamed, Some(&v1)).unwrap();
+        check_compatible(&v1, &v2).unwrap();
+    }
 }

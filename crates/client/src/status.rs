@@ -93,6 +93,67 @@ pub struct ClusterStatus {
     pub lockd: Vec<LockdStatus>,
     /// The group whose log positions were asked for.
     pub group: Option<EgId>,
+    /// The applied schema, when lockd answered and one is applied.
+    pub schema: Option<SchemaStatus>,
+}
+
+/// The cluster's catalog: its version, and how each index stands.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchemaStatus {
+    /// The schema's name.
+    pub name: String,
+    /// The catalog's version in lockd.
+    pub version: u64,
+    /// Every index, in declaration order.
+    pub indexes: Vec<IndexStatus>,
+}
+
+/// One index of the catalog.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexStatus {
+    /// Its name.
+    pub name: String,
+    /// Local, inline or global.
+    pub kind: megastore_schema::IndexKind,
+    /// Its table.
+    pub table: String,
+    /// Ready, or building.
+    pub state: megastore_schema::IndexState,
+    /// A building index's recorded backfill progress.
+    pub backfill: Option<crate::backfill::BackfillProgress>,
+}
+
+/// The applied schema and its indexes' states (`None`: none applied, or lockd did not
+/// answer).
+async fn schema_status(peers: &Peers) -> Option<SchemaStatus> {
+    let (catalog, version) = crate::schema_store::load_catalog(peers.lockd())
+        .await
+        .ok()??;
+    let mut indexes = Vec::new();
+    for index in &catalog.indexes {
+        let backfill = if index.state.is_ready() {
+            None
+        } else {
+            crate::backfill::load_progress(peers.lockd(), index.id)
+                .await
+                .ok()
+                .map(|(progress, _)| progress)
+        };
+        indexes.push(IndexStatus {
+            name: index.name.clone(),
+            kind: index.kind,
+            table: catalog
+                .table_by_id(index.table)
+                .map_or_else(|| "?".into(), |t| t.name.clone()),
+            state: index.state,
+            backfill,
+        });
+    }
+    Some(SchemaStatus {
+        name: catalog.name.clone(),
+        version,
+        indexes,
+    })
 }
 
 impl ClusterStatus {
@@ -184,9 +245,13 @@ pub async fn cluster_status(
         replicas: Vec::new(),
         lockd,
         group: group.cloned(),
+        schema: None,
     };
     // Without a lockd leader a holder query would wait out an election's patience.
     let lockd_serving = status.lockd_leader().is_some();
+    if lockd_serving {
+        status.schema = schema_status(peers).await;
+    }
     for r in &config.replicas {
         let id = ReplicaId(r.id);
         let (health, log) = replica_log(peers, id, eg).await;
@@ -259,6 +324,7 @@ mod tests {
             replicas: Vec::new(),
             lockd,
             group: None,
+            schema: None,
         }
     }
 

@@ -44,8 +44,42 @@ pub(crate) fn remove_scratch(data_dir: &Path) {
     }
 }
 
+/// Groups one `ListGroups` answers at most.
+const LIST_GROUPS_MAX: u32 = 10_000;
+
 #[tonic::async_trait]
 impl Admin for AdminService {
+    async fn list_groups(
+        &self,
+        request: Request<pb::ListGroupsRequest>,
+    ) -> Result<Response<pb::ListGroupsResponse>, Status> {
+        let request = request.into_inner();
+        let limit = match request.limit {
+            0 => 1_000,
+            n if n <= LIST_GROUPS_MAX => n,
+            n => {
+                return Err(Status::invalid_argument(format!(
+                    "limit: at most {LIST_GROUPS_MAX} groups at once, not {n}"
+                )));
+            }
+        };
+        let (reply, listed) = oneshot::channel();
+        self.events
+            .send(Event::ListGroups {
+                range: megastore_rowstore::KeyRange {
+                    start: request.start,
+                    end: request.end,
+                },
+                limit: limit as usize,
+                reply,
+            })
+            .map_err(|_| Status::unavailable("the replica is stopping"))?;
+        let groups = listed
+            .await
+            .map_err(|_| Status::unavailable("the replica is stopping"))?;
+        Ok(Response::new(pb::ListGroupsResponse { groups }))
+    }
+
     type BackupStream = ReceiverStream<Result<pb::BackupChunk, Status>>;
 
     async fn backup(

@@ -9,8 +9,9 @@ use megastore_rpc::LockdClient;
 use megastore_schema::Catalog;
 use tonic::Status;
 
-/// How long a loaded catalog is used before lockd is asked again.
-const CATALOG_FRESH: Duration = Duration::from_secs(1);
+/// How long a loaded catalog is used before lockd is asked again: a new catalog
+/// version reaches every gateway's writes within this (a backfill waits it out).
+pub const CATALOG_FRESH: Duration = Duration::from_secs(1);
 
 /// The cluster's catalog, re-read from lockd at most once per [`CATALOG_FRESH`].
 pub(crate) struct Catalogs {

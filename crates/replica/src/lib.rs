@@ -36,6 +36,7 @@ pub use clock::Clock;
 pub use coordinator::{
     CoordinatorProcess, DisableOutcome, coordinator_config, disable_coordinator,
 };
+pub use gateway_catalog::CATALOG_FRESH;
 pub use replica_server::ReplicaProcess;
 pub use settings::sweep_config;
 

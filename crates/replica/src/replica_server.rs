@@ -65,6 +65,12 @@ pub(crate) enum Event {
         into: std::path::PathBuf,
         reply: oneshot::Sender<Result<(), String>>,
     },
+    /// The registered groups within `range`, in order, at most `limit`.
+    ListGroups {
+        range: megastore_rowstore::KeyRange,
+        limit: usize,
+        reply: oneshot::Sender<Vec<Vec<u8>>>,
+    },
     Stop,
 }
 
@@ -286,6 +292,20 @@ impl Driver {
                 match event {
                     Event::Stop => stop = true,
                     Event::Checkpoint { into, reply } => checkpoints.push((into, reply)),
+                    Event::ListGroups {
+                        range,
+                        limit,
+                        reply,
+                    } => {
+                        let groups = self
+                            .registered
+                            .range(range.start.clone()..)
+                            .take_while(|eg| range.contains(eg))
+                            .take(limit)
+                            .cloned()
+                            .collect();
+                        let _ = reply.send(groups);
+                    }
                     Event::Call { request, reply } => {
                         self.count(&request);
                         let caller = self.next_caller;

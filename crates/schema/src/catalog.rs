@@ -116,6 +116,30 @@ pub struct Index {
     pub columns: Vec<KeyColumn>,
     /// `STORING` columns.
     pub storing: Vec<ColumnId>,
+    /// Whether its entries are complete (absent from the JSON when ready, so a
+    /// catalog's fingerprint does not change with the field's introduction).
+    #[serde(default, skip_serializing_if = "IndexState::is_ready")]
+    pub state: IndexState,
+}
+
+/// Whether an index's entries are complete.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IndexState {
+    /// Every entity has its entries: scans are served.
+    #[default]
+    Ready,
+    /// Added to a table that already had entities: writers maintain it, and a
+    /// backfill is writing the entries of the entities written before; scans are
+    /// refused until it is done (`megastore schema backfill`).
+    Building,
+}
+
+impl IndexState {
+    /// Whether scans are served.
+    pub fn is_ready(&self) -> bool {
+        *self == IndexState::Ready
+    }
 }
 
 impl Catalog {

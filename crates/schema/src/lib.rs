@@ -44,7 +44,8 @@ pub mod syntax;
 mod types;
 
 pub use catalog::{
-    Catalog, Column, ColumnId, Fingerprint, Index, KeyColumn, ObjectId, Table, TableKind,
+    Catalog, Column, ColumnId, Fingerprint, Index, IndexState, KeyColumn, ObjectId, Table,
+    TableKind,
 };
 pub use compile::{compile, compile_ast};
 pub use diagnostic::{Diagnostic, Pos, SchemaError};

@@ -110,6 +110,7 @@ impl Compiler<'_> {
             }
         }
         let id = self.ids.index(&decl.name.text);
+        let state = self.ids.index_state(&decl.name.text, table.id);
         Some(Index {
             id,
             name: decl.name.text.clone(),
@@ -117,6 +118,7 @@ impl Compiler<'_> {
             table: table.id,
             columns,
             storing,
+            state,
         })
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::catalog::{Catalog, Column, Fingerprint, Index, KeyColumn, ObjectId, Table};
+use crate::catalog::{Catalog, Column, Fingerprint, Index, IndexState, KeyColumn, ObjectId, Table};
 use crate::diagnostic::{Diagnostics, Pos, SchemaError};
 use crate::syntax::ast::{KeyColumnDecl, Name, SchemaFile};
 use crate::syntax::parse;
@@ -105,6 +105,19 @@ impl<'p> IdAllocator<'p> {
         match self.previous.and_then(|p| p.index(name)) {
             Some(old) => old.id,
             None => self.fresh(),
+        }
+    }
+
+    /// An index keeps its state; a new one on a table the previous version had (which
+    /// may hold entities) is [`IndexState::Building`] until backfilled.
+    fn index_state(&self, name: &str, table: ObjectId) -> IndexState {
+        let Some(previous) = self.previous else {
+            return IndexState::Ready;
+        };
+        match previous.index(name) {
+            Some(old) => old.state,
+            None if previous.table_by_id(table).is_some() => IndexState::Building,
+            None => IndexState::Ready,
         }
     }
 }

@@ -145,6 +145,15 @@ impl Catalog {
         query: &IndexQuery,
     ) -> Result<(&'c Index, KeyRange), EntityError> {
         let index = self.require_index(&query.index)?;
+        if !index.state.is_ready() {
+            return Err(EntityError::Query {
+                index: index.name.clone(),
+                detail: "it is being backfilled (its entries for entities written before it \
+                         was added are not all there yet): scans wait until \
+                         `megastore schema backfill` finishes"
+                    .into(),
+            });
+        }
         if query.limit == Some(0) {
             return Err(EntityError::Query {
                 index: index.name.clone(),

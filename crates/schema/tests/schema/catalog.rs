@@ -80,3 +80,45 @@ fn the_catalog_round_trips_through_json_and_refuses_tampering() {
             .starts_with("not a catalog")
     );
 }
+
+/// A new index on a table that existed (and may hold entities) starts building; one on
+/// a new table, or in a first version, is ready; an index keeps its state; the JSON of
+/// a ready index is what it was before index states existed.
+#[test]
+fn a_new_index_on_an_existing_table_starts_building_until_backfilled() {
+    use megastore_schema::IndexState;
+    let v1 = compile("v1", V1, None).unwrap();
+    assert_eq!(v1.index("AByX").unwrap().state, IndexState::Ready);
+    assert!(!v1.to_json().contains("\"state\""), "{}", v1.to_json());
+    let with = |extra: &str| format!("{V2}\n{extra}");
+    let v2 = compile(
+        "v2",
+        &with("CREATE GLOBAL INDEX AByW ON A(w); CREATE GLOBAL INDEX CById ON C(id);"),
+        Some(&v1),
+    )
+    .unwrap();
+    assert_eq!(v2.index("AByX").unwrap().state, IndexState::Ready);
+    assert_eq!(v2.index("AByW").unwrap().state, IndexState::Building);
+    assert_eq!(
+        v2.index("CById").unwrap().state,
+        IndexState::Ready,
+        "C is new"
+    );
+    assert!(v2.to_json().contains("\"state\": \"building\""));
+    let again = Catalog::from_json(&v2.to_json()).unwrap();
+    assert_eq!(again, v2);
+    let v3 = compile(
+        "v3",
+        &with("CREATE GLOBAL INDEX AByW ON A(w); CREATE GLOBAL INDEX CById ON C(id);"),
+        Some(&v2),
+    )
+    .unwrap();
+    assert_eq!(
+        v3.index("AByW").unwrap().state,
+        IndexState::Building,
+        "kept"
+    );
+    let query = megastore_schema::IndexQuery::new("AByW");
+    let refused = v3.index_query_rows(&query).unwrap_err().to_string();
+    assert!(refused.contains("being backfilled"), "{refused}");
+}
