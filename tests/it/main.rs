@@ -7,6 +7,7 @@ mod compose;
 mod downstream;
 mod entities;
 mod global_index;
+mod index_kinds;
 mod index_queries;
 mod limits;
 mod operations;

@@ -251,7 +251,7 @@ impl Session {
                             .entity
                     }
                 };
-                entities::render(t, found.as_slice())
+                entities::render(&catalog, t, found.as_slice())
             }
             ShellCommand::EntityPut { table, fields } => {
                 let t = entities::table(&catalog, &table)?;
@@ -314,7 +314,7 @@ impl Session {
                         ))?
                     }
                 };
-                entities::render(t, &found)
+                entities::render(&catalog, t, &found)
             }
             ShellCommand::IndexScan(args) => self.index_scan(&catalog, args)?,
             ShellCommand::IndexJoin {

@@ -190,7 +190,7 @@ fn show(value: Option<&FieldValue>) -> String {
 }
 
 /// Entities of `table` as a text table, one row each, columns in declaration order.
-pub(crate) fn render(table: &Table, entities: &[Entity]) -> String {
+pub(crate) fn render(catalog: &Catalog, table: &Table, entities: &[Entity]) -> String {
     if entities.is_empty() {
         return format!("(no {} entities)", table.name);
     }
@@ -200,7 +200,32 @@ pub(crate) fn render(table: &Table, entities: &[Entity]) -> String {
     for e in entities {
         text.add_row(table.columns.iter().map(|c| show(e.fields.get(&c.name))));
     }
-    text.to_string()
+    let mut out = text.to_string();
+    // Virtual repeated properties: each entity's entries of the inline indexes under it.
+    for e in entities {
+        for (name, entries) in &e.inline {
+            let Some(index) = catalog.index(name) else {
+                continue;
+            };
+            let Some(child) = catalog.table_by_id(index.table) else {
+                continue;
+            };
+            let key: Vec<String> = table
+                .primary_key
+                .iter()
+                .filter_map(|k| e.value(&table.column_by_id(k.column).name))
+                .map(ToString::to_string)
+                .collect();
+            out.push_str(&format!(
+                "\n{}({}).{name} (inline, {} entries):\n{}",
+                table.name,
+                key.join(", "),
+                entries.len(),
+                render_entries(index, child, entries)
+            ));
+        }
+    }
+    out
 }
 
 /// The catalog's tables with their keys and columns.

@@ -82,6 +82,20 @@ pub fn describe_group(catalog: Option<&Catalog>, eg: &EgId) -> String {
     root.unwrap_or_else(|| eg.to_string())
 }
 
+/// The index entries stored in `rows` (rows without one left out).
+fn entries_of_rows(
+    catalog: &Catalog,
+    rows: &[megastore_rowstore::Row],
+) -> Result<Vec<IndexEntry>, ClientError> {
+    let mut entries = Vec::new();
+    for row in rows {
+        if let Some(entry) = catalog.index_entry_from_row(row).map_err(schema)? {
+            entries.push(entry);
+        }
+    }
+    Ok(entries)
+}
+
 /// Key values as text, `8, 1`.
 fn values_text(values: &[Value]) -> String {
     values
@@ -128,10 +142,28 @@ impl Client {
         let read = self
             .read_rows(&eg, mode, DataQuery::Rows(vec![row_key.clone()]))
             .await?;
-        let entity = match read.rows.iter().find(|r| r.key == row_key) {
+        let mut entity = match read.rows.iter().find(|r| r.key == row_key) {
             Some(row) => catalog.entity_from_row(row).map_err(schema)?,
             None => None,
         };
+        if let Some(entity) = entity.as_mut() {
+            // Its virtual repeated properties, at the position the entity was read at
+            // (an inconsistent read: whatever the replica has now).
+            let at = read.position.map_or(mode, ReadMode::AtPosition);
+            for index in catalog.inline_indexes_under(t) {
+                let range = catalog.index_range(index, key).map_err(schema)?;
+                let query = DataQuery::Scan {
+                    range,
+                    limit: None,
+                    reverse: false,
+                };
+                let rows = self.read_rows(&eg, at, query).await?.rows;
+                let entries = entries_of_rows(catalog, &rows)?;
+                catalog
+                    .attach_inline_entries(t, index, std::slice::from_mut(entity), &entries)
+                    .map_err(schema)?;
+            }
+        }
         Ok(EntityRead {
             entity,
             position: read.position,
@@ -166,8 +198,27 @@ impl Transaction {
         Ok(())
     }
 
-    /// The entity of `table` with primary key `key`, as of the transaction.
+    /// The entity of `table` with primary key `key`, as of the transaction, with its
+    /// virtual repeated properties (its entries of each inline index under it: their
+    /// rows join the read set like a scan's).
     pub async fn get_entity(
+        &mut self,
+        catalog: &Catalog,
+        table: &str,
+        key: &[Value],
+    ) -> Result<Option<Entity>, ClientError> {
+        let Some(entity) = self.get_stored_entity(catalog, table, key).await? else {
+            return Ok(None);
+        };
+        let t = catalog.require_table(table).map_err(schema)?;
+        let mut found = [entity];
+        self.fill_inline(catalog, t, key, &mut found).await?;
+        let [entity] = found;
+        Ok(Some(entity))
+    }
+
+    /// The entity's own properties, as of the transaction (what a write replaces).
+    async fn get_stored_entity(
         &mut self,
         catalog: &Catalog,
         table: &str,
@@ -182,6 +233,26 @@ impl Transaction {
         }
     }
 
+    /// Gives `entities` (of table `t`, all with primary keys starting with `leading`)
+    /// their virtual repeated properties: one scan per inline index under `t`.
+    async fn fill_inline(
+        &mut self,
+        catalog: &Catalog,
+        t: &megastore_schema::Table,
+        leading: &[Value],
+        entities: &mut [Entity],
+    ) -> Result<(), ClientError> {
+        for index in catalog.inline_indexes_under(t) {
+            let range = catalog.index_range(index, leading).map_err(schema)?;
+            let rows = self.scan_rows(range, None, false).await?;
+            let entries = entries_of_rows(catalog, &rows)?;
+            catalog
+                .attach_inline_entries(t, index, entities, &entries)
+                .map_err(schema)?;
+        }
+        Ok(())
+    }
+
     /// Writes `entity` (creating or replacing it) with its index entries: local and
     /// inline ones in the group, global ones through the group's mirror.
     pub async fn put_entity(
@@ -191,7 +262,7 @@ impl Transaction {
     ) -> Result<(), ClientError> {
         catalog.validate_entity(entity).map_err(schema)?;
         let key = catalog.primary_key_of(entity).map_err(schema)?;
-        let old = self.get_entity(catalog, &entity.table, &key).await?;
+        let old = self.get_stored_entity(catalog, &entity.table, &key).await?;
         let mutations = catalog
             .put_mutations(old.as_ref(), entity, 0)
             .map_err(schema)?;
@@ -207,7 +278,7 @@ impl Transaction {
         table: &str,
         key: &[Value],
     ) -> Result<bool, ClientError> {
-        let Some(old) = self.get_entity(catalog, table, key).await? else {
+        let Some(old) = self.get_stored_entity(catalog, table, key).await? else {
             return Ok(false);
         };
         let mutations = catalog.delete_mutations(&old, 0).map_err(schema)?;
@@ -233,6 +304,8 @@ impl Transaction {
                 entities.push(entity);
             }
         }
+        self.fill_inline(catalog, t, root_key, &mut entities)
+            .await?;
         Ok(entities)
     }
 
@@ -260,12 +333,7 @@ impl Transaction {
             .scan_rows(range, query.rows_asked(), query.reverse)
             .await?;
         let (rows, next) = query.page_of(rows);
-        let mut entries = Vec::new();
-        for row in &rows {
-            if let Some(entry) = catalog.index_entry_from_row(row).map_err(schema)? {
-                entries.push(entry);
-            }
-        }
+        let entries = entries_of_rows(catalog, &rows)?;
         Ok(IndexPage { entries, next })
     }
 

@@ -185,6 +185,20 @@ impl Catalog {
         self.indexes.iter().filter(move |i| i.table == table.id)
     }
 
+    /// The inline indexes whose entries live under entities of `table`: those on its
+    /// child tables (`IN TABLE table`) — each entity's virtual repeated properties.
+    pub fn inline_indexes_under<'a>(
+        &'a self,
+        table: &'a Table,
+    ) -> impl Iterator<Item = &'a Index> + 'a {
+        self.indexes.iter().filter(move |i| {
+            i.kind == IndexKind::Inline
+                && self.table_by_id(i.table).is_some_and(|child| {
+                    matches!(child.kind, TableKind::Child { parent, .. } if parent == table.id)
+                })
+        })
+    }
+
     /// How many leading primary-key components of `table` are its entity group's key.
     pub fn group_key_len(&self, table: &Table) -> usize {
         self.root_of(table).primary_key.len()

@@ -84,6 +84,14 @@ pub fn entity_to_wire(entity: Entity) -> pb::Entity {
     pb::Entity {
         table: entity.table,
         fields: fields_to_wire(entity.fields),
+        inline: entity
+            .inline
+            .into_iter()
+            .map(|(index, entries)| {
+                let entries = entries.into_iter().map(index_entry_to_wire).collect();
+                (index, pb::IndexEntries { entries })
+            })
+            .collect(),
     }
 }
 
@@ -112,6 +120,7 @@ pub fn entity_from_wire(field: &str, entity: Option<pb::Entity>) -> Result<Entit
     Ok(Entity {
         table: entity.table,
         fields,
+        inline: BTreeMap::new(),
     })
 }
 

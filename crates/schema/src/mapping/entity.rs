@@ -1,5 +1,6 @@
 use std::collections::BTreeMap;
 
+use super::rows::IndexEntry;
 use crate::key::KeyError;
 use crate::types::{ScalarType, Value};
 
@@ -19,6 +20,12 @@ pub struct Entity {
     pub table: String,
     /// Property name → value. Absent optional properties are simply missing.
     pub fields: BTreeMap<String, FieldValue>,
+    /// Virtual repeated properties (the paper's §2.2.3): for each inline index on a
+    /// child table stored under this one, this entity's entries of it, in index order
+    /// — its children's indexed values, keys and stored properties, read with the
+    /// entity at the same position. Filled by reads; writes ignore it (the entries
+    /// follow the children).
+    pub inline: BTreeMap<String, Vec<IndexEntry>>,
 }
 
 impl Entity {
@@ -27,6 +34,7 @@ impl Entity {
         Self {
             table: table.into(),
             fields: BTreeMap::new(),
+            inline: BTreeMap::new(),
         }
     }
 

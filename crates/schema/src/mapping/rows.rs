@@ -361,6 +361,29 @@ impl Catalog {
         Ok(Some(entity))
     }
 
+    /// Gives each entity of `parents` (all of `parent`'s table) its virtual repeated
+    /// property of inline index `index`: the entries among `entries` whose leading
+    /// values are its primary key, in their order (an empty list when none).
+    pub fn attach_inline_entries(
+        &self,
+        parent: &Table,
+        index: &Index,
+        parents: &mut [Entity],
+        entries: &[IndexEntry],
+    ) -> Result<(), EntityError> {
+        let key_len = parent.primary_key.len();
+        for entity in parents {
+            let key = self.primary_key_of(entity)?;
+            let own = entries
+                .iter()
+                .filter(|e| e.index == index.name && e.values.get(..key_len) == Some(&key[..]))
+                .cloned()
+                .collect();
+            entity.inline.insert(index.name.clone(), own);
+        }
+        Ok(())
+    }
+
     /// The index entry stored in `row`, or `None` if its marker is absent.
     pub fn index_entry_from_row(&self, row: &Row) -> Result<Option<IndexEntry>, EntityError> {
         let DecodedKey::IndexEntry {
