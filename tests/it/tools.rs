@@ -181,7 +181,14 @@ fn status_shows_every_process_and_a_groups_log() {
             .find(|l| l.trim_start().starts_with(&format!("{replica} ")) && l.contains(kind))
             .unwrap_or_else(|| panic!("no line for replica {replica}:\n{text}"));
         assert!(line.contains("serving"), "{line}");
+        // How far behind it is: a number for replicas with data, none for a witness.
+        let behind = line.split_whitespace().nth(5).unwrap_or_default();
+        match kind {
+            "witness" => assert_eq!(behind, "-", "{line}"),
+            _ => assert!(behind.parse::<u64>().is_ok(), "{line}"),
+        }
     }
+    assert!(text.contains(" BEHIND "), "{text}");
     assert!(text.contains("(coordinator/1) sequencer"), "{text}");
     assert!(text.contains("(coordinator/2) sequencer"), "{text}");
     // The group's log: the first commit is at position 1 on both full replicas.

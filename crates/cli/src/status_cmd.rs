@@ -109,6 +109,7 @@ pub(crate) fn render(status: &ClusterStatus) -> String {
         "KIND",
         "ADDRESS",
         "HEALTH",
+        "BEHIND",
         "COORDINATOR",
         "EPOCH",
         "LOCK HOLDER",
@@ -145,6 +146,13 @@ pub(crate) fn render(status: &ClusterStatus) -> String {
             r.kind.to_string(),
             r.address.clone(),
             health(&r.health),
+            r.behind.map_or_else(
+                || "-".into(),
+                |lag| match lag.positions {
+                    0 => "0".to_string(),
+                    n => format!("{n} positions in {} groups", lag.groups),
+                },
+            ),
             coordinator,
             epoch,
             holder,

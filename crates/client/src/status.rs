@@ -50,6 +50,28 @@ pub struct ReplicaStatus {
     pub log: Option<LogState>,
     /// Its coordinator, for a full replica.
     pub coordinator: Option<CoordinatorStatus>,
+    /// For a replica with data that answered: how far behind what it has heard of it
+    /// is (`groups`, `positions`) — what a global index scan there may miss.
+    pub behind: Option<megastore_paxos::ReplicaLag>,
+}
+
+/// How far behind a replica is, asked of its admin service.
+async fn replica_lag(config: &ClusterConfig, address: &str) -> Option<megastore_paxos::ReplicaLag> {
+    let channel = megastore_rpc::Transport::from_config(config)
+        .ok()?
+        .channel(address, config.timeouts.rpc())
+        .ok()?;
+    let mut admin = megastore_rpc::pb::admin::admin_client::AdminClient::new(channel);
+    let call = admin.lag(megastore_rpc::pb::admin::LagRequest {});
+    let answer = tokio::time::timeout(config.timeouts.rpc(), call)
+        .await
+        .ok()?
+        .ok()?
+        .into_inner();
+    Some(megastore_paxos::ReplicaLag {
+        groups: answer.groups_behind,
+        positions: answer.positions_behind,
+    })
 }
 
 /// The coordinator of one full replica.
@@ -282,6 +304,11 @@ pub async fn cluster_status(
             }
             _ => None,
         };
+        let behind = if r.kind != ReplicaKind::Witness && health == Health::Serving {
+            replica_lag(config, &r.address).await
+        } else {
+            None
+        };
         status.replicas.push(ReplicaStatus {
             id,
             name: r.name.clone(),
@@ -291,6 +318,7 @@ pub async fn cluster_status(
             health,
             log: group.and(log),
             coordinator,
+            behind,
         });
     }
     status

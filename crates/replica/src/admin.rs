@@ -49,6 +49,23 @@ const LIST_GROUPS_MAX: u32 = 10_000;
 
 #[tonic::async_trait]
 impl Admin for AdminService {
+    async fn lag(
+        &self,
+        _request: Request<pb::LagRequest>,
+    ) -> Result<Response<pb::LagResponse>, Status> {
+        let (reply, measured) = oneshot::channel();
+        self.events
+            .send(Event::Lag { reply })
+            .map_err(|_| Status::unavailable("the replica is stopping"))?;
+        let lag = measured
+            .await
+            .map_err(|_| Status::unavailable("the replica is stopping"))?;
+        Ok(Response::new(pb::LagResponse {
+            groups_behind: lag.groups,
+            positions_behind: lag.positions,
+        }))
+    }
+
     async fn list_groups(
         &self,
         request: Request<pb::ListGroupsRequest>,

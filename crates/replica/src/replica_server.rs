@@ -65,6 +65,10 @@ pub(crate) enum Event {
         into: std::path::PathBuf,
         reply: oneshot::Sender<Result<(), String>>,
     },
+    /// How far behind what it has heard of the replica is, now.
+    Lag {
+        reply: oneshot::Sender<megastore_paxos::ReplicaLag>,
+    },
     /// The registered groups within `range`, in order, at most `limit`.
     ListGroups {
         range: megastore_rowstore::KeyRange,
@@ -292,6 +296,9 @@ impl Driver {
                 match event {
                     Event::Stop => stop = true,
                     Event::Checkpoint { into, reply } => checkpoints.push((into, reply)),
+                    Event::Lag { reply } => {
+                        let _ = reply.send(self.core.lag());
+                    }
                     Event::ListGroups {
                         range,
                         limit,
