@@ -136,6 +136,28 @@ fn photo_schema_entities_indexes_and_scans_without_phantoms() {
             Attempt::Done(outcome) => panic!("a phantom slipped through: {outcome:?}"),
         }
 
+        // Nor through an index range: a transaction that read the photos taken at 950
+        // or later conflicts with one that added such a photo, naming its entry.
+        let mut late = at_a.begin(&eg);
+        let recent = IndexQuery::new("PhotosByTime").equal(user.clone()).at_least(950i64);
+        assert!(late.scan_index(&catalog, &recent).await.unwrap().entries.is_empty());
+        late.put_entity(&catalog, &Entity::new("User").set("user_id", 7i64).set("name", "ann (none late)"))
+            .await
+            .unwrap();
+        at_b.transaction(&eg, async |txn| txn.put_entity(&catalog, &photo(7, 10, 1000)).await)
+            .await
+            .unwrap();
+        match late.commit().await.unwrap() {
+            Attempt::Retry { keys, .. } => {
+                let i = catalog.index("PhotosByTime").unwrap();
+                let entry = catalog
+                    .index_entry_key(i, &[7i64.into(), 1000i64.into()], &[7i64.into(), 10i32.into()])
+                    .unwrap();
+                assert!(keys.contains(&entry), "the conflict names the new entry: {keys:?}");
+            }
+            Attempt::Done(outcome) => panic!("a phantom slipped through the index range: {outcome:?}"),
+        }
+
         // An entity of another group is refused, naming why.
         let mut txn = at_a.begin(&eg);
         let wrong = txn.put_entity(&catalog, &photo(8, 1, 1)).await.unwrap_err();

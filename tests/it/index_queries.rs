@@ -411,3 +411,73 @@ fn index_queries_over_grpc_answer_exactly_the_acknowledged_writes_through_a_repl
         );
     });
 }
+
+/// `megastore bench --queries` writes its photos, then times each cross-group query and
+/// reports what each found: 100 hits per scan and join, 1,000 photos looked up.
+#[test]
+fn the_query_benchmark_times_each_query_and_finds_what_it_names() {
+    let _alone = megastore_e2e::one_cluster_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(dir.path());
+    let config_arg = cluster.config_path.to_str().unwrap().to_string();
+    let without_schema = megastore_e2e::run_megastore(
+        &["bench", "--queries", "--runs", "2", "--config", &config_arg],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert!(
+        !without_schema.status.success()
+            && without_schema
+                .stderr
+                .contains("megastore schema apply schema/photos.msdl"),
+        "{without_schema:?}"
+    );
+    let photos = repo_root().join("schema/photos.msdl");
+    let applied = megastore_e2e::run_megastore(
+        &[
+            "schema",
+            "apply",
+            photos.to_str().unwrap(),
+            "--config",
+            &config_arg,
+        ],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert!(applied.status.success(), "{applied:?}");
+    let out = megastore_e2e::run_megastore(
+        &["bench", "--queries", "--runs", "2", "--config", &config_arg],
+        dir.path(),
+        Duration::from_secs(300),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let json = out.stdout.lines().last().unwrap_or_default();
+    let report: serde_json::Value =
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let hits: Vec<(String, u64, u64)> = report["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["kind"].as_str().unwrap().to_string(),
+                k["hits"].as_u64().unwrap(),
+                k["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        hits,
+        vec![
+            ("scan 100 hits".to_string(), 100, 2),
+            ("scan 100 hits, verified".to_string(), 100, 2),
+            ("merge-join of two tags".to_string(), 100, 2),
+            (
+                "lookup of 1,000 photos in 1,000 groups".to_string(),
+                1000,
+                2
+            ),
+        ],
+        "{out:?}"
+    );
+}

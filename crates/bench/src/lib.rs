@@ -2,7 +2,8 @@
 //!
 //! Responsibility: run a bounded mix of reads and writes over a set of entity groups
 //! with a number of concurrent clients, and measure each operation's latency into an
-//! hdrhistogram per operation kind.
+//! hdrhistogram per operation kind; and time the cross-group queries of the photo
+//! schema (global index scans, merge-joins, parallel lookups) one at a time.
 //!
 //! Invariants:
 //! - every run is bounded: it stops at its operation count or its duration, whichever
@@ -11,8 +12,10 @@
 //!   error of its kind (with the first few messages kept), never as a latency sample,
 //!   and a write that gave up on conflicts is counted as a conflict, not an error.
 
+mod queries;
 mod report;
 mod workload;
 
+pub use queries::{QueryKind, QueryReport, run_queries};
 pub use report::{KindReport, Report};
 pub use workload::{Spec, SpecError, run};

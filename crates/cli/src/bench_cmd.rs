@@ -56,6 +56,64 @@ pub(crate) struct BenchArgs {
     /// the site of the group's position leader (the site of its last writer).
     #[arg(long)]
     rotate_sites: bool,
+    /// Time the photo schema's cross-group queries instead (a global index scan of 100
+    /// hits as applied and verified, a merge-join of two tags, a lookup of 1,000
+    /// photos from 1,000 groups), each `--runs` times, from the first --site; needs
+    /// `megastore schema apply schema/photos.msdl`.
+    #[arg(long)]
+    queries: bool,
+    /// Runs of each query with --queries.
+    #[arg(long, default_value_t = 50)]
+    runs: u32,
+}
+
+fn render_queries(report: &megastore_bench::QueryReport) -> String {
+    let mut table = Table::new();
+    table
+        .load_style(comfy_table::presets::NOTHING)
+        .set_header(["QUERY", "HITS", "RUNS", "P50 ms", "P99 ms", "MAX ms"]);
+    for k in &report.kinds {
+        table.add_row([
+            k.kind.clone(),
+            k.hits.to_string(),
+            k.count.to_string(),
+            millis(k.p50_us),
+            millis(k.p99_us),
+            millis(k.max_us),
+        ]);
+    }
+    format!(
+        "queries from site {}, one at a time\n{table}\n",
+        report.site
+    )
+}
+
+/// `--queries`: the cross-group query benchmark.
+fn run_queries(
+    site: Option<String>,
+    runs: u32,
+    config: &megastore_config::ClusterConfig,
+) -> anyhow::Result<ExitCode> {
+    let site = match site {
+        Some(site) => site,
+        None => config
+            .replicas
+            .iter()
+            .find(|r| r.kind == megastore_types::ReplicaKind::Full)
+            .map(|r| r.site.clone())
+            .context("the cluster has no full replica to act from")?,
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let _entered = runtime.enter();
+    let bar = ProgressBar::new_spinner();
+    bar.set_message("writing 1,000 photos, then timing each query");
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let report = runtime.block_on(megastore_bench::run_queries(config, &site, runs));
+    bar.finish_and_clear();
+    let report = report?;
+    print!("{}", render_queries(&report));
+    println!("{}", report.json_line());
+    Ok(ExitCode::SUCCESS)
 }
 
 fn millis(micros: u64) -> String {
@@ -122,6 +180,9 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         "--duration must be between 0 and 86400 seconds, not {}",
         args.duration
     );
+    let queries = args
+        .queries
+        .then(|| (args.sites.first().cloned(), args.runs));
     let spec = Spec {
         groups: args.groups,
         clients: args.clients,
@@ -143,6 +204,9 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if cfg!(debug_assertions) {
         // On stderr, so the report (and its JSON line) stay what they are.
         eprintln!("{DEBUG_BUILD_WARNING}");
+    }
+    if let Some((site, runs)) = queries {
+        return run_queries(site, runs, &config);
     }
     let bar = match spec.operations {
         Some(n) => ProgressBar::new(n),
