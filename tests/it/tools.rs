@@ -204,6 +204,26 @@ fn status_shows_every_process_and_a_groups_log() {
     let a = log_of(text, "a").expect("a's log");
     assert_eq!(a[3], "1", "a applied what it wrote: {a:?}");
 
+    // The same facts for scripts: `-o json`.
+    let out = run_megastore(
+        &["status", "--config", &config_arg, "--group", "eg-0007", "-o", "json"],
+        dir.path(),
+        LIMIT,
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert!(json["lockd_leader"].is_u64(), "{json}");
+    assert_eq!(json["group"], "eg-0007");
+    let replicas = json["replicas"].as_array().unwrap();
+    let names: Vec<&str> = replicas.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["a", "b", "c", "d"]);
+    for r in replicas {
+        assert_eq!(r["health"]["state"], "serving", "{r}");
+    }
+    assert_eq!(replicas[0]["log"]["applied"], 1, "{json}");
+    assert!(replicas[0]["coordinator"]["epoch"].is_u64(), "{json}");
+    assert!(replicas[2]["behind"].is_null(), "a witness holds no data: {json}");
+
     cluster.process("replica-c").kill();
     let out = run_megastore(&["status", "--config", &config_arg], dir.path(), LIMIT);
     let c = out

@@ -22,6 +22,15 @@ pub(crate) struct StatusArgs {
     /// `\xHH` for other bytes).
     #[arg(long, value_name = "GROUP")]
     group: Option<String>,
+    /// Output format: `text` (tables) or `json` (one object, for scripts).
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
+    output: Output,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    Text,
+    Json,
 }
 
 pub(crate) fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
@@ -33,8 +42,104 @@ pub(crate) fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         let peers = Peers::new(&config).map_err(anyhow::Error::msg)?;
         anyhow::Ok(cluster_status(&config, &peers, group.as_ref()).await)
     })?;
-    print!("{}", render(&status));
+    match args.output {
+        Output::Text => print!("{}", render(&status)),
+        Output::Json => println!("{}", to_json(&status)),
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The status as one JSON object: the same facts as [`render`]'s tables, with the
+/// names of the text's columns in snake case (`null` where the text shows `-`).
+pub(crate) fn to_json(status: &ClusterStatus) -> serde_json::Value {
+    use serde_json::json;
+    let health = |h: &Health| match h {
+        Health::Serving => json!({"state": "serving"}),
+        Health::Rejoining => json!({"state": "rejoining"}),
+        Health::Failing(why) => json!({"state": "failing", "why": why}),
+        Health::Unreachable => json!({"state": "unreachable"}),
+    };
+    let lockd: Vec<_> = status
+        .lockd
+        .iter()
+        .map(|l| {
+            json!({
+                "name": l.name,
+                "site": l.site,
+                "address": l.address,
+                "id": l.id,
+                "raft": l.raft.as_ref().map(|r| json!({
+                    "state": r.state,
+                    "term": r.term,
+                    "leader": r.leader,
+                    "voters": r.voters,
+                    "learners": r.learners,
+                    "last_log_index": r.last_log_index,
+                    "applied_index": r.applied_index,
+                })),
+            })
+        })
+        .collect();
+    let replicas: Vec<_> = status
+        .replicas
+        .iter()
+        .map(|r| {
+            json!({
+                "name": r.name,
+                "id": r.id.0,
+                "site": r.site,
+                "kind": r.kind.to_string(),
+                "address": r.address,
+                "health": health(&r.health),
+                "behind": r.behind.map(|lag| json!({"groups": lag.groups, "positions": lag.positions})),
+                "coordinator": r.coordinator.as_ref().map(|c| json!({
+                    "address": c.address,
+                    "answering": c.answering,
+                    "epoch": c.epoch.map(|e| e.0),
+                    "vouched": c.vouched,
+                    "holder": c.holder.as_ref().map(|h| json!({
+                        "session": h.session.0,
+                        "owner": h.owner,
+                        "sequencer": h.sequencer.0,
+                    })),
+                })),
+                "log": r.log.map(|log| json!({
+                    "highest": log.highest.0,
+                    "visible": log.visible.0,
+                    "applied": log.applied.0,
+                    "truncated": log.truncated.0,
+                    "next_leader": log.next_leader.map(|l| l.0),
+                })),
+            })
+        })
+        .collect();
+    let schema = status.schema.as_ref().map(|s| {
+        let indexes: Vec<_> = s
+            .indexes
+            .iter()
+            .map(|i| {
+                json!({
+                    "name": i.name,
+                    "kind": i.kind.keyword().to_lowercase(),
+                    "table": i.table,
+                    "state": if i.state.is_ready() { "ready" } else { "building" },
+                    "backfill": i.backfill.as_ref().map(|p| json!({"groups": p.groups, "entries": p.entries})),
+                })
+            })
+            .collect();
+        json!({"name": s.name, "version": s.version, "indexes": indexes})
+    });
+    json!({
+        "cluster": status.cluster,
+        "lockd_leader": status.lockd_leader(),
+        "lockd": lockd,
+        "replicas": replicas,
+        "group": status.group.as_ref().map(|g| {
+            let name = megastore_client::group_name(g).unwrap_or_else(|| g.0.clone());
+            show_bytes(&name)
+        }),
+        "schema": schema,
+    })
 }
 
 fn table(header: &[&str]) -> Table {
