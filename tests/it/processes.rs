@@ -431,3 +431,45 @@ fn a_data_directory_of_the_old_row_layout_is_refused_at_start() {
         out.stderr
     );
 }
+
+/// A data directory that cannot be created is one plain sentence naming it and the OS's
+/// reason — no debug text, no misleading `config:` — for a replica and a lockd node.
+#[test]
+fn a_data_directory_that_cannot_be_made_is_named_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = megastore_e2e::write_cluster_config(dir.path());
+    // Every data directory lies under a plain file.
+    std::fs::write(dir.path().join("file"), "not a directory").unwrap();
+    let text = std::fs::read_to_string(&config).unwrap();
+    let blocked = text.replace("data_dir = \"", "data_dir = \"file/");
+    assert_ne!(text, blocked, "the config names data directories");
+    std::fs::write(&config, blocked).unwrap();
+    let config = config.to_str().unwrap();
+    let names = {
+        let loaded = megastore_config::ClusterConfig::load(std::path::Path::new(config)).unwrap();
+        (
+            loaded.replicas[0].name.clone(),
+            loaded.lockd[0].name.clone(),
+        )
+    };
+    for (command, id) in [("replica", &names.0), ("lockd", &names.1)] {
+        let out = run_megastore(
+            &[command, "--config", config, "--id", id],
+            dir.path(),
+            Duration::from_secs(30),
+        );
+        assert!(!out.status.success(), "{out:?}");
+        assert!(
+            out.stderr
+                .contains("cannot create the directory: Not a directory")
+                && out.stderr.contains("file/data/"),
+            "{command}: {}",
+            out.stderr
+        );
+        assert!(
+            !out.stderr.contains("Os {") && !out.stderr.contains("config:"),
+            "{command}: {}",
+            out.stderr
+        );
+    }
+}

@@ -206,7 +206,15 @@ fn status_shows_every_process_and_a_groups_log() {
 
     // The same facts for scripts: `-o json`.
     let out = run_megastore(
-        &["status", "--config", &config_arg, "--group", "eg-0007", "-o", "json"],
+        &[
+            "status",
+            "--config",
+            &config_arg,
+            "--group",
+            "eg-0007",
+            "-o",
+            "json",
+        ],
         dir.path(),
         LIMIT,
     );
@@ -215,14 +223,20 @@ fn status_shows_every_process_and_a_groups_log() {
     assert!(json["lockd_leader"].is_u64(), "{json}");
     assert_eq!(json["group"], "eg-0007");
     let replicas = json["replicas"].as_array().unwrap();
-    let names: Vec<&str> = replicas.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = replicas
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["a", "b", "c", "d"]);
     for r in replicas {
         assert_eq!(r["health"]["state"], "serving", "{r}");
     }
     assert_eq!(replicas[0]["log"]["applied"], 1, "{json}");
     assert!(replicas[0]["coordinator"]["epoch"].is_u64(), "{json}");
-    assert!(replicas[2]["behind"].is_null(), "a witness holds no data: {json}");
+    assert!(
+        replicas[2]["behind"].is_null(),
+        "a witness holds no data: {json}"
+    );
 
     cluster.process("replica-c").kill();
     let out = run_megastore(&["status", "--config", &config_arg], dir.path(), LIMIT);

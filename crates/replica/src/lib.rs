@@ -49,6 +49,9 @@ pub enum ProcessError {
     /// A setting is unusable.
     #[error("config: {0}")]
     Config(String),
+    /// The data directory's store cannot be opened or read (the message names it).
+    #[error("{0}")]
+    Store(String),
     /// The address could not be bound.
     #[error("cannot listen on {0}: {1}")]
     Bind(String, String),

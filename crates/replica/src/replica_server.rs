@@ -107,7 +107,7 @@ impl ReplicaProcess {
             .await
             .map_err(|e| ProcessError::Bind(me.address.clone(), e.to_string()))?;
         let store = RocksStore::open(&me.data_dir)
-            .map_err(|e| ProcessError::Config(format!("replica {name}: {e}")))?;
+            .map_err(|e| ProcessError::Store(format!("replica {name}: {e}")))?;
         crate::admin::remove_scratch(&me.data_dir);
         registry::check_layout(&store).map_err(|e| {
             ProcessError::Config(format!(
@@ -121,7 +121,7 @@ impl ReplicaProcess {
             tracing::warn!(replica = %name, "store lost since this replica last served: rejoining (no vote per group until caught up)");
         }
         let registered = registry::load(&store).map_err(|e| {
-            ProcessError::Config(format!("replica {name}: reading its group registry: {e}"))
+            ProcessError::Store(format!("replica {name}: reading its group registry: {e}"))
         })?;
         let core = Replica::new(ReplicaConfig {
             id,

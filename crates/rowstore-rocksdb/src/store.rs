@@ -74,6 +74,11 @@ impl RocksStore {
         options: &RocksOptions,
     ) -> Result<Self, RowStoreError> {
         let path = path.as_ref().to_path_buf();
+        // Made here, not by RocksDB, whose message would show the OS error's debug form.
+        std::fs::create_dir_all(&path).map_err(|e| RowStoreError::Io {
+            path: path.clone(),
+            detail: format!("cannot create the directory: {e}"),
+        })?;
         let cache =
             Cache::new_lru_cache(options.block_cache_bytes).map_err(|e| engine_error(&path, e))?;
         let db =
