@@ -683,6 +683,12 @@ entity get User 7
         by_time.contains("7, 1") && !by_time.contains("7, 2"),
         "{text}"
     );
+    // An entity read outside a transaction says how it was served, as row reads do.
+    let read = section("entity get User 7");
+    assert!(
+        read.contains("current read at position") && read.contains("from replica"),
+        "{text}"
+    );
     // A range read newest first, one per page: photo 3, and a token for the next page.
     let newest = section("index scan PhotosByTime 7 --from 100 --reverse --limit 1");
     assert!(

@@ -130,18 +130,28 @@ impl Session {
     }
 
     fn describe_read(&self, read: &ReadResult) -> String {
+        self.describe(read.replica, read.position, read.path)
+    }
+
+    /// How a read outside a transaction was served: mode, position, replica and path.
+    fn describe(
+        &self,
+        replica: megastore_types::ReplicaId,
+        position: Option<megastore_types::Position>,
+        path: ReadPath,
+    ) -> String {
         let replica = self
             .config
-            .replica_by_id(read.replica)
-            .map_or_else(|| format!("#{}", read.replica.0), |r| r.name.clone());
-        let position = read.position.map_or_else(
+            .replica_by_id(replica)
+            .map_or_else(|| format!("#{}", replica.0), |r| r.name.clone());
+        let position = position.map_or_else(
             || "no position".to_string(),
             |p| format!("position {}", p.0),
         );
         format!(
             "{} read at {position} from replica {replica} ({})",
             mode_name(self.mode),
-            path_name(read.path)
+            path_name(path)
         )
     }
 
@@ -241,17 +251,21 @@ impl Session {
             ShellCommand::EntityGet { table, key } => {
                 let t = entities::table(&catalog, &table)?;
                 let key = entities::key(t, &key, true)?;
-                let found = match self.transaction.as_mut() {
-                    Some(txn) => self
-                        .runtime
-                        .block_on(txn.get_entity(&catalog, &table, &key))?,
-                    None => {
+                let (found, how) = match self.transaction.as_mut() {
+                    Some(txn) => (
                         self.runtime
-                            .block_on(self.client.read_entity(&catalog, mode, &table, &key))?
-                            .entity
+                            .block_on(txn.get_entity(&catalog, &table, &key))?,
+                        "(in the transaction)".to_string(),
+                    ),
+                    None => {
+                        let read = self
+                            .runtime
+                            .block_on(self.client.read_entity(&catalog, mode, &table, &key))?;
+                        let how = self.describe(read.replica, read.position, read.path);
+                        (read.entity, how)
                     }
                 };
-                entities::render(&catalog, t, found.as_slice())
+                format!("{}\n{how}", entities::render(&catalog, t, found.as_slice()))
             }
             ShellCommand::EntityPut { table, fields } => {
                 let t = entities::table(&catalog, &table)?;
