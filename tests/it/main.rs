@@ -6,6 +6,7 @@ mod cluster;
 mod compose;
 mod downstream;
 mod entities;
+mod examples;
 mod global_index;
 mod index_kinds;
 mod index_queries;
