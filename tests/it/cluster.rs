@@ -784,6 +784,16 @@ fn megastore_dev_runs_the_default_topology_with_a_demo_and_stops_cleanly() {
     ] {
         assert!(log.contains(expected), "missing {expected:?} in:\n{log}");
     }
+    // The headline: a current read served locally, vouched by the coordinator, at
+    // both sites with a full replica.
+    for site in ["A", "B"] {
+        let lines: Vec<&str> = log.lines().collect();
+        let local = lines.windows(2).any(|w| {
+            w[0].contains(&format!("current      at site {site}:"))
+                && w[1].contains("local replica; its coordinator vouched it is current")
+        });
+        assert!(local, "no local current read at site {site}:\n{log}");
+    }
     // A second one, on the same default ports, says why it cannot start.
     let second =
         megastore_e2e::run_megastore(&["dev", "--no-demo"], dir.path(), Duration::from_secs(60));
