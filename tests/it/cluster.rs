@@ -1004,3 +1004,53 @@ fn transactions_spawned_on_a_multi_threaded_runtime_commit_each_exactly_once() {
         );
     });
 }
+
+/// `megastore dev | tee`, interrupted: `tee` goes first and closes the pipe, and dev
+/// must still stop its servers and remove its temporary data directory.
+#[test]
+fn megastore_dev_cleans_up_its_temporary_data_when_its_stdout_is_gone() {
+    use std::io::BufRead;
+    use wait_timeout::ChildExt;
+    let _alone = megastore_e2e::one_cluster_at_a_time();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut dev = std::process::Command::new(megastore_e2e::megastore_bin())
+        .args(["dev", "--no-demo"])
+        .env("TMPDIR", tmp.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(dev.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let data = first
+        .strip_prefix("megastore dev: data in ")
+        .unwrap_or_else(|| panic!("first line: {first}"))
+        .to_string();
+    assert!(std::path::Path::new(&data).is_dir(), "{data}");
+    let started = Instant::now();
+    for line in lines.by_ref() {
+        if line.unwrap().contains("runs until Ctrl-C") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "dev did not come up"
+        );
+    }
+    drop(lines); // the reader is gone: the next write to stdout fails
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &dev.id().to_string()])
+        .status();
+    let status = dev
+        .wait_timeout(Duration::from_secs(60))
+        .unwrap()
+        .unwrap_or_else(|| {
+            let _ = dev.kill();
+            panic!("dev did not stop after SIGINT with its stdout closed")
+        });
+    assert!(status.success(), "{status}");
+    assert!(
+        !std::path::Path::new(&data).exists(),
+        "{data} was left behind"
+    );
+}

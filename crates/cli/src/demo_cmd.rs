@@ -48,10 +48,10 @@ fn show(config: &ClusterConfig, site: &str, mode: &str, read: &ReadResult, colum
     let position = read
         .position
         .map_or_else(|| "-".to_string(), |p| p.0.to_string());
-    println!(
+    crate::say!(
         "  {mode:<12} at site {site}: {value:<10} position {position:<3} from replica {replica}"
     );
-    println!("               why: {}", why(read));
+    crate::say!("               why: {}", why(read));
 }
 
 async fn connect(config: &ClusterConfig, site: &str) -> anyhow::Result<Client> {
@@ -99,7 +99,7 @@ pub(crate) async fn demo(config: &ClusterConfig, flag: Option<&str>) -> anyhow::
         let group = megastore_client::group(name.as_bytes())?;
         let profile = b"profile".to_vec();
 
-        println!("1. A transaction at site {home} on entity group {name}: set alice's name.");
+        crate::say!("1. A transaction at site {home} on entity group {name}: set alice's name.");
         let started = Instant::now();
         let (_, outcome) = loop {
             let attempt = at_home
@@ -124,13 +124,15 @@ pub(crate) async fn demo(config: &ClusterConfig, flag: Option<&str>) -> anyhow::
             }
         };
         if let Outcome::Committed { position, txn, .. } = outcome {
-            println!(
+            crate::say!(
                 "   committed at log position {} (transaction {}:{})",
-                position.0, txn.client.0, txn.seq
+                position.0,
+                txn.client.0,
+                txn.seq
             );
         }
 
-        println!("\n2. Reads of it in every mode:");
+        crate::say!("\n2. Reads of it in every mode:");
         // The first current read at a site may need a majority (its coordinator has
         // not vouched for a group it never saw, or a write elsewhere invalidated it); it
         // validates the local replica, and once the coordinator has taken that in, the
@@ -156,7 +158,7 @@ pub(crate) async fn demo(config: &ClusterConfig, flag: Option<&str>) -> anyhow::
                     break;
                 }
                 if started.elapsed() > LOCAL_READ_PATIENCE {
-                    println!(
+                    crate::say!(
                         "               (site {site}'s coordinator did not vouch for {name} within {} s: \
                          `megastore status --group {name}` shows whether it holds its lock)",
                         LOCAL_READ_PATIENCE.as_secs()
@@ -186,7 +188,7 @@ pub(crate) async fn demo(config: &ClusterConfig, flag: Option<&str>) -> anyhow::
             show(config, &far, "snapshot", &read, b"name");
         }
 
-        println!("\n3. Versioned keys: two sites race to claim task/1 (assert: absent).");
+        crate::say!("\n3. Versioned keys: two sites race to claim task/1 (assert: absent).");
         let key = b"task/1".to_vec();
         let claim = |who: &str| {
             (
@@ -205,10 +207,10 @@ pub(crate) async fn demo(config: &ClusterConfig, flag: Option<&str>) -> anyhow::
         for (site, result) in [(&home, a?), (&away, b?)] {
             match result {
                 TxnResult::Applied { versions } => {
-                    println!("   site {site}: claimed it (version {})", versions[&key])
+                    crate::say!("   site {site}: claimed it (version {})", versions[&key])
                 }
                 TxnResult::AssertFailed { .. } => {
-                    println!("   site {site}: lost (the key was no longer absent)")
+                    crate::say!("   site {site}: lost (the key was no longer absent)")
                 }
             }
         }
@@ -218,10 +220,10 @@ pub(crate) async fn demo(config: &ClusterConfig, flag: Option<&str>) -> anyhow::
             .as_deref()
             .map(String::from_utf8_lossy)
             .unwrap_or_default();
-        println!("   task/1 = {owner:?} at version {}", entry[0].version);
+        crate::say!("   task/1 = {owner:?} at version {}", entry[0].version);
 
         if let Some(flag) = flag {
-            println!(
+            crate::say!(
                 "\nLook around with `megastore shell{flag}` and `megastore status{flag}`; \
                  measure with `megastore bench{flag}`."
             );

@@ -57,7 +57,7 @@ pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     crate::logging::init_quiet();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
-        println!("megastore dev: data in {}", dir.display());
+        crate::say!("megastore dev: data in {}", dir.display());
         let mut lockd = Vec::new();
         for node in &config.lockd {
             let started = LockdNode::start(&config, &node.name).await;
@@ -70,7 +70,7 @@ pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
                 }
             })?;
             lockd.push(started);
-            println!(
+            crate::say!(
                 "  lockd       {:<8} site {}  {}",
                 node.name, node.site, node.address
             );
@@ -82,7 +82,7 @@ pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
                     .await
                     .with_context(|| format!("replica {}", r.name))?,
             );
-            println!(
+            crate::say!(
                 "  replica     {:<8} site {}  {}  ({})",
                 r.name, r.site, r.address, r.kind
             );
@@ -99,7 +99,7 @@ pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
                     .with_context(|| format!("coordinator {}", r.name))?,
             );
             let address = r.coordinator_address.as_deref().unwrap_or_default();
-            println!("  coordinator {:<8} site {}  {}", r.name, r.site, address);
+            crate::say!("  coordinator {:<8} site {}  {}", r.name, r.site, address);
         }
         let lockd_client = LockdClient::new(&config).map_err(anyhow::Error::msg)?;
         let applied = megastore_client::schema_store::apply_schema(
@@ -110,12 +110,12 @@ pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         .await;
         match applied {
             Ok((catalog, version)) => {
-                println!("  schema      {} (catalog version {version})", catalog.name)
+                crate::say!("  schema      {} (catalog version {version})", catalog.name)
             }
-            Err(e) => println!("  schema      not applied: {e}"),
+            Err(e) => crate::say!("  schema      not applied: {e}"),
         }
         if !args.no_demo {
-            println!();
+            crate::say!();
             crate::demo_cmd::demo(&config, None).await?;
         }
         let lifetime = if args.exit_after_demo {
@@ -128,7 +128,7 @@ pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
             .as_deref()
             .map(|a| format!("\n  metrics:  http://{a}/metrics (every process has one; see cluster.toml)"))
             .unwrap_or_default();
-        println!(
+        crate::say!(
             "\n{lifetime} How to connect (no --config needed for the default ports):\n  \
              megastore shell                          # interactive: use demo-user-alice, get profile\n  \
              megastore status --group demo-user-alice\n  \
@@ -141,7 +141,7 @@ pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         if !args.exit_after_demo {
             crate::signals::until_interrupted().await?;
         }
-        println!("stopping");
+        crate::say!("stopping");
         for c in coordinators {
             c.shutdown().await;
         }

@@ -6,6 +6,17 @@
 // A command-line tool talks to its terminal.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+/// Prints a line to stdout, going on if stdout has closed (`megastore dev | tee`, the
+/// `tee` interrupted first): what runs after — stopping the servers, removing a
+/// temporary data directory — must still run, where `println!` would panic.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod backup_cmd;
 mod bench_cmd;
 mod bytes_arg;
