@@ -954,6 +954,21 @@ fn disabling_an_unreachable_coordinator_ends_the_write_stall_at_once() {
         out.stdout
     );
     cluster.process("replica-b").signal("CONT");
+    // Status says so: the coordinator answers, and is disabled until it restarts.
+    let status = megastore_e2e::run_megastore(
+        &["status", "--config", cluster.config_path.to_str().unwrap()],
+        cluster.config_path.parent().unwrap(),
+        Duration::from_secs(60),
+    );
+    let line = status
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("b ") && l.contains("full"))
+        .unwrap_or_else(|| panic!("no line for b:\n{}", status.stdout));
+    assert!(
+        line.contains("DISABLED (until its process restarts)"),
+        "{line}"
+    );
 }
 
 #[test]

@@ -96,6 +96,7 @@ pub(crate) fn to_json(status: &ClusterStatus) -> serde_json::Value {
                     "address": c.address,
                     "answering": c.answering,
                     "epoch": c.epoch.map(|e| e.0),
+                    "disabled": c.disabled,
                     "vouched": c.vouched,
                     "holder": c.holder.as_ref().map(|h| json!({
                         "session": h.session.0,
@@ -232,8 +233,11 @@ pub(crate) fn render(status: &ClusterStatus) -> String {
                         "UNREACHABLE"
                     }
                 ),
-                c.epoch
-                    .map_or_else(|| "none (holds no lock)".into(), |e| e.0.to_string()),
+                match (c.epoch, c.disabled) {
+                    (_, true) => "DISABLED (until its process restarts)".into(),
+                    (Some(e), false) => e.0.to_string(),
+                    (None, false) => "none (holds no lock)".into(),
+                },
                 c.holder.as_ref().map_or_else(
                     || "nobody".into(),
                     |h| {

@@ -85,6 +85,9 @@ pub struct CoordinatorStatus {
     pub epoch: Option<Epoch>,
     /// Whether it vouches for the named group.
     pub vouched: Option<bool>,
+    /// It says it is disabled (or stopping): it vouches for nothing until its process
+    /// restarts.
+    pub disabled: bool,
     /// Who holds its lock, as lockd says (`None`: nobody, or lockd did not answer).
     pub holder: Option<LockHolder>,
 }
@@ -224,7 +227,7 @@ async fn coordinator_query(
     peers: &Peers,
     replica: ReplicaId,
     eg: &EgId,
-) -> Option<(bool, Option<Epoch>)> {
+) -> Option<(bool, Option<Epoch>, bool)> {
     let request = CoordinatorRequest::Query {
         id: 0,
         eg: eg.clone(),
@@ -236,9 +239,12 @@ async fn coordinator_query(
         )
         .await?
     {
-        Message::CoordinatorReply(CoordinatorReply::Query { vouched, epoch, .. }) => {
-            Some((vouched, epoch))
-        }
+        Message::CoordinatorReply(CoordinatorReply::Query {
+            vouched,
+            epoch,
+            retired,
+            ..
+        }) => Some((vouched, epoch, retired)),
         _ => None,
     }
 }
@@ -297,8 +303,9 @@ pub async fn cluster_status(
                 Some(CoordinatorStatus {
                     address: address.clone(),
                     answering: answer.is_some(),
-                    epoch: answer.and_then(|(_, epoch)| epoch),
-                    vouched: group.and(answer.map(|(vouched, _)| vouched)),
+                    epoch: answer.and_then(|(_, epoch, _)| epoch),
+                    vouched: group.and(answer.map(|(vouched, _, _)| vouched)),
+                    disabled: answer.is_some_and(|(_, _, retired)| retired),
                     holder,
                 })
             }

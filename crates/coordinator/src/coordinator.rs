@@ -537,6 +537,7 @@ impl Coordinator {
                     id,
                     vouched: self.vouches(now, &eg),
                     epoch: self.epoch(),
+                    retired: self.retired(),
                 };
                 out.push(Output::Reply { to: from, reply });
             }

@@ -46,6 +46,9 @@ pub enum CoordinatorReply {
         /// The current epoch, if the coordinator holds its lock (to send back with a
         /// validate).
         epoch: Option<Epoch>,
+        /// It stopped for good (disabled by an operator, or stopping): it will not
+        /// vouch again until its process restarts.
+        retired: bool,
     },
     /// The invalidation is recorded.
     Invalidated {

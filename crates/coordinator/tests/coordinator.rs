@@ -119,6 +119,7 @@ fn query(c: &mut Coordinator, now: Time) -> (bool, Option<Epoch>) {
                     id: 1,
                     vouched,
                     epoch,
+                    ..
                 },
         } if *to == READER => (*vouched, *epoch),
         other => panic!("expected a query reply, got {other:?}"),

@@ -63,10 +63,16 @@ impl TryFrom<pb::CoordinatorRequest> for CoordinatorRequest {
 pub fn reply_to_wire(reply: Option<CoordinatorReply>) -> pb::CoordinatorReply {
     use pb::coordinator_reply as r;
     let reply = match reply {
-        Some(CoordinatorReply::Query { id, vouched, epoch }) => r::Reply::Query(r::Query {
+        Some(CoordinatorReply::Query {
+            id,
+            vouched,
+            epoch,
+            retired,
+        }) => r::Reply::Query(r::Query {
             id,
             vouched,
             epoch: epoch.map(|e| e.0),
+            retired,
         }),
         Some(CoordinatorReply::Invalidated { id }) => r::Reply::Invalidated(r::Invalidated { id }),
         None => r::Reply::None(r::None {}),
@@ -82,6 +88,7 @@ pub fn reply_from_wire(reply: pb::CoordinatorReply) -> Result<Option<Coordinator
             id: q.id,
             vouched: q.vouched,
             epoch: q.epoch.map(Epoch),
+            retired: q.retired,
         }),
         r::Reply::Invalidated(i) => Some(CoordinatorReply::Invalidated { id: i.id }),
         r::Reply::None(_) => None,

@@ -310,11 +310,13 @@ fn every_coordinator_message_survives_the_wire() {
             id: 1,
             vouched: true,
             epoch: Some(Epoch(7)),
+            retired: false,
         }),
         Some(CoordinatorReply::Query {
             id: 1,
             vouched: false,
             epoch: None,
+            retired: true,
         }),
         Some(CoordinatorReply::Invalidated { id: 9 }),
         None,

@@ -312,7 +312,10 @@ impl CurrentRead {
         let Phase::Query { query, .. } = &mut self.phase else {
             return;
         };
-        let CoordinatorReply::Query { id, vouched, epoch } = reply else {
+        let CoordinatorReply::Query {
+            id, vouched, epoch, ..
+        } = reply
+        else {
             return;
         };
         if id != *query {
