@@ -96,6 +96,18 @@ impl Diagnostics {
         });
     }
 
+    /// Whether nothing was reported.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.found.is_empty()
+    }
+
+    /// The diagnostics reported, in source order.
+    pub(crate) fn into_sorted(mut self) -> Vec<Diagnostic> {
+        self.found.sort_by_key(|d| d.pos);
+        self.found.dedup();
+        self.found
+    }
+
     /// `Ok(value)` if nothing was reported, else every diagnostic in source order.
     pub(crate) fn finish<T>(mut self, value: T) -> Result<T, SchemaError> {
         if self.found.is_empty() {

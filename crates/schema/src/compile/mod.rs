@@ -6,16 +6,38 @@ use std::collections::{HashMap, HashSet};
 use crate::catalog::{Catalog, Column, Fingerprint, Index, IndexState, KeyColumn, ObjectId, Table};
 use crate::diagnostic::{Diagnostics, Pos, SchemaError};
 use crate::syntax::ast::{KeyColumnDecl, Name, SchemaFile};
-use crate::syntax::parse;
+use crate::syntax::{Broken, parse_partial};
 
 /// Parses and validates schema text into a catalog. `file` names the source in errors.
 ///
 /// With `previous`, tables, indexes and columns keep the ids they had there (matched by
 /// name) and new ones get ids never used before, so rows written under the previous
 /// catalog keep their meaning.
+///
+/// After a syntax error it still checks the statements that parsed, so every
+/// independent error is reported — the syntax errors (root causes) first, then the
+/// others — leaving out the follow-ons of a broken statement: errors naming a table or
+/// index whose statement broke, a missing `CREATE SCHEMA` when that one broke (and all
+/// of them when a statement broke before naming what it declared).
 pub fn compile(file: &str, text: &str, previous: Option<&Catalog>) -> Result<Catalog, SchemaError> {
-    let ast = parse(file, text)?;
-    compile_ast(file, &ast, previous)
+    let (ast, syntax, broken) = parse_partial(file, text);
+    if syntax.is_empty() {
+        return compile_ast(file, &ast, previous);
+    }
+    let mut diagnostics = syntax.into_sorted();
+    if !broken.contains(&Broken::Unnamed) {
+        if let Err(semantic) = compile_ast(file, &ast, previous) {
+            let follow_on = |d: &crate::diagnostic::Diagnostic| {
+                broken.iter().any(|b| match b {
+                    Broken::Schema => d.message.contains("CREATE SCHEMA"),
+                    Broken::Named(name) => d.message.contains(&format!("`{name}`")),
+                    Broken::Unnamed => true,
+                })
+            };
+            diagnostics.extend(semantic.diagnostics.into_iter().filter(|d| !follow_on(d)));
+        }
+    }
+    Err(SchemaError { diagnostics })
 }
 
 /// Validates a parsed schema; see [`compile`].

@@ -21,3 +21,4 @@ mod lexer;
 mod parser;
 
 pub use parser::parse;
+pub(crate) use parser::{Broken, parse_partial};

@@ -13,6 +13,24 @@ use crate::types::{Direction, Label};
 /// Never panics, whatever the input; every problem comes back as a diagnostic with a
 /// position.
 pub fn parse(file: &str, text: &str) -> Result<SchemaFile, SchemaError> {
+    let (ast, diagnostics, _) = parse_partial(file, text);
+    diagnostics.finish(ast)
+}
+
+/// A statement abandoned after a syntax error, as far as it got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Broken {
+    /// A `CREATE SCHEMA`.
+    Schema,
+    /// A table or index whose name was read.
+    Named(String),
+    /// One that broke before its name.
+    Unnamed,
+}
+
+/// Parses what it can: the statements that parsed, the syntax errors, and what each
+/// abandoned statement was declaring (so a compiler can tell follow-on errors).
+pub(crate) fn parse_partial(file: &str, text: &str) -> (SchemaFile, Diagnostics, Vec<Broken>) {
     let mut diagnostics = Diagnostics::new(file);
     let tokens = tokenize(text, &mut diagnostics);
     let mut parser = Parser {
@@ -21,12 +39,17 @@ pub fn parse(file: &str, text: &str) -> Result<SchemaFile, SchemaError> {
         depth: 0,
         diagnostics,
         file: SchemaFile::default(),
+        declaring: Broken::Unnamed,
+        broken: Vec::new(),
     };
     parser.parse_file();
     let Parser {
-        diagnostics, file, ..
+        diagnostics,
+        file,
+        broken,
+        ..
     } = parser;
-    diagnostics.finish(file)
+    (file, diagnostics, broken)
 }
 
 /// The statement being parsed was abandoned after a reported error.
@@ -41,6 +64,10 @@ struct Parser {
     depth: usize,
     diagnostics: Diagnostics,
     file: SchemaFile,
+    /// What the statement being parsed declares, as far as known.
+    declaring: Broken,
+    /// The statements abandoned so far.
+    broken: Vec<Broken>,
 }
 
 impl Parser {
@@ -152,7 +179,9 @@ impl Parser {
     fn parse_file(&mut self) {
         while self.peek().kind != TokenKind::Eof {
             let start = self.next;
+            self.declaring = Broken::Unnamed;
             if self.statement().is_err() {
+                self.broken.push(self.declaring.clone());
                 self.recover();
             }
             // Never loop without consuming a token.
@@ -187,6 +216,7 @@ impl Parser {
         )?;
         if self.at_keyword("SCHEMA") {
             self.bump();
+            self.declaring = Broken::Schema;
             let name = self.name("a schema name")?;
             self.punct(';', None)?;
             self.file.schemas.push(name);
@@ -218,6 +248,7 @@ impl Parser {
 
     fn table(&mut self) -> Parsed<TableDecl> {
         let name = self.name("a table name")?;
+        self.declaring = Broken::Named(name.text.clone());
         self.punct('{', Some("a table lists its properties in braces: CREATE TABLE T { required int64 id; } PRIMARY KEY(id), ENTITY GROUP ROOT;"))?;
         let mut fields = Vec::new();
         while !self.at_punct('}') {
@@ -312,6 +343,7 @@ impl Parser {
     fn index(&mut self, pos: Pos, kind: IndexKind) -> Parsed<IndexDecl> {
         self.keyword("INDEX", None)?;
         let name = self.name("an index name")?;
+        self.declaring = Broken::Named(name.text.clone());
         self.keyword("ON", Some("CREATE … INDEX Name ON Table(columns)"))?;
         let table = self.name("a table name")?;
         let columns = self.key_columns()?;

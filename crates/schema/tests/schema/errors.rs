@@ -325,3 +325,31 @@ fn syntax_errors_point_at_the_token_and_every_statement_is_checked() {
         "{strange}"
     );
 }
+
+/// After a syntax error the statements that parsed are still checked: every
+/// independent error is reported, the syntax errors (root causes) first; a follow-on
+/// of a broken statement (an index on the table whose statement broke) is not.
+#[test]
+fn errors_after_a_syntax_error_are_reported_without_their_follow_ons() {
+    let found = errors(
+        "CREATE TABLE Broken { required int64 id;; } PRIMARY KEY(id), ENTITY GROUP ROOT;
+CREATE GLOBAL INDEX OnBroken ON Broken(id);
+CREATE TABLE C { required int64 id; required int64 c; } PRIMARY KEY(id, c), IN TABLE Rr, ENTITY GROUP KEY(id) REFERENCES R;
+",
+    );
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(
+        found[0].contains("found `;`"),
+        "the syntax error first: {found:#?}"
+    );
+    assert!(
+        found[1].contains("unknown table `Rr` in IN TABLE of `C`"),
+        "{found:#?}"
+    );
+    assert!(!found.iter().any(|e| e.contains("`Broken`")), "{found:#?}");
+    // A statement that broke before its name could be anything: only syntax errors.
+    let found = errors(
+        "CREATE TABBLE X { required int64 id; } PRIMARY KEY(id), ENTITY GROUP ROOT;\nCREATE GLOBAL INDEX I ON X(id);\n",
+    );
+    assert_eq!(found.len(), 1, "{found:#?}");
+}
