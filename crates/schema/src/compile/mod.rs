@@ -25,17 +25,17 @@ pub fn compile(file: &str, text: &str, previous: Option<&Catalog>) -> Result<Cat
         return compile_ast(file, &ast, previous);
     }
     let mut diagnostics = syntax.into_sorted();
-    if !broken.contains(&Broken::Unnamed) {
-        if let Err(semantic) = compile_ast(file, &ast, previous) {
-            let follow_on = |d: &crate::diagnostic::Diagnostic| {
-                broken.iter().any(|b| match b {
-                    Broken::Schema => d.message.contains("CREATE SCHEMA"),
-                    Broken::Named(name) => d.message.contains(&format!("`{name}`")),
-                    Broken::Unnamed => true,
-                })
-            };
-            diagnostics.extend(semantic.diagnostics.into_iter().filter(|d| !follow_on(d)));
-        }
+    if !broken.contains(&Broken::Unnamed)
+        && let Err(semantic) = compile_ast(file, &ast, previous)
+    {
+        let follow_on = |d: &crate::diagnostic::Diagnostic| {
+            broken.iter().any(|b| match b {
+                Broken::Schema => d.message.contains("CREATE SCHEMA"),
+                Broken::Named(name) => d.message.contains(&format!("`{name}`")),
+                Broken::Unnamed => true,
+            })
+        };
+        diagnostics.extend(semantic.diagnostics.into_iter().filter(|d| !follow_on(d)));
     }
     Err(SchemaError { diagnostics })
 }
