@@ -280,11 +280,29 @@ fn bench_runs_a_bounded_workload_and_reports_percentiles() {
             "10",
             "--reads",
             "0.5",
+            "--plot",
+            "latency.svg",
         ],
         dir.path(),
         LIMIT,
     );
     assert!(out.status.success(), "{out:?}");
+    // The plot: an SVG document with one line per operation kind, each in the legend.
+    let svg = std::fs::read_to_string(dir.path().join("latency.svg")).expect("the plot");
+    assert!(
+        svg.trim_start().starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+        "{svg}"
+    );
+    // Each series is a 2-px line of its own colour (drawn again, short, in the legend).
+    let series: std::collections::BTreeSet<&str> = svg
+        .lines()
+        .filter(|l| l.starts_with("<polyline") && l.contains("stroke-width=\"2\""))
+        .filter_map(|l| l.split("stroke=\"").nth(1)?.split('"').next())
+        .collect();
+    assert_eq!(series.len(), 2, "one series per kind: {svg}");
+    for kind in ["read (p50", "write (p50"] {
+        assert!(svg.contains(kind), "no {kind} in the legend: {svg}");
+    }
     let json_line = out.stdout.lines().last().expect("a JSON line");
     let report: serde_json::Value = serde_json::from_str(json_line).expect("the last line is JSON");
     let kinds = report["kinds"].as_array().expect("kinds");

@@ -95,6 +95,10 @@ impl Recorder {
             p999_us: h.value_at_quantile(0.999),
             max_us: h.max(),
             mean_us: h.mean(),
+            curve: h
+                .iter_quantiles(4)
+                .map(|v| (v.quantile_iterated_to(), v.value_iterated_to()))
+                .collect(),
         };
         Report {
             groups: spec.groups,
@@ -144,6 +148,11 @@ pub struct KindReport {
     pub max_us: u64,
     /// Mean.
     pub mean_us: f64,
+    /// The latency distribution: (quantile, latency µs) points from the median-less
+    /// start to the slowest, finer towards the tail (for a percentile plot; not in the
+    /// JSON line).
+    #[serde(skip)]
+    pub curve: Vec<(f64, u64)>,
 }
 
 /// What a run measured.

@@ -65,6 +65,10 @@ pub(crate) struct BenchArgs {
     /// Runs of each query with --queries.
     #[arg(long, default_value_t = 50)]
     runs: u32,
+    /// Also draw each operation kind's latency distribution (a percentile plot) into
+    /// this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<std::path::PathBuf>,
 }
 
 fn render_queries(report: &megastore_bench::QueryReport) -> String {
@@ -183,6 +187,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let queries = args
         .queries
         .then(|| (args.sites.first().cloned(), args.runs));
+    let plot = args.plot.clone();
     let spec = Spec {
         groups: args.groups,
         clients: args.clients,
@@ -225,6 +230,10 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }))?;
     bar.finish_and_clear();
     print!("{}", render(&report));
+    if let Some(path) = &plot {
+        crate::bench_plot::write_plot(path, &report)?;
+        eprintln!("latency plot: {}", path.display());
+    }
     println!("{}", report.json_line());
     Ok(if report.operations() == 0 {
         ExitCode::FAILURE

@@ -19,6 +19,7 @@ macro_rules! say {
 
 mod backup_cmd;
 mod bench_cmd;
+mod bench_plot;
 mod bytes_arg;
 mod certs_cmd;
 mod cluster_arg;
