@@ -1,0 +1,31 @@
+# Sourced by the cluster benchmarks: a `megastore dev` cluster (release build) in a fresh
+# directory, with extra config lines (e.g. [[wan]] links), started and stopped.
+#   start_dev "$extra_config_lines"   # sets DEV_DIR and DEV_PID; waits until it serves
+#   stop_dev                          # SIGINT, wait, remove the directory
+target=${CARGO_TARGET_DIR:-target}
+cargo build --release --locked -p megastore-cli
+megastore="$target/release/megastore"
+
+start_dev() {
+    DEV_DIR=$(mktemp -d)
+    cp crates/config/cluster.example.toml "$DEV_DIR/cluster.toml"
+    printf '%b' "$1" >> "$DEV_DIR/cluster.toml"
+    "$megastore" dev --no-demo --data-dir "$DEV_DIR" > "$DEV_DIR/dev.log" 2>&1 &
+    DEV_PID=$!
+    until grep -q "runs until Ctrl-C" "$DEV_DIR/dev.log"; do sleep 0.2; done
+}
+
+stop_dev() {
+    kill -INT "$DEV_PID"; wait "$DEV_PID" || true
+    rm -rf "$DEV_DIR"
+}
+
+# [[wan]] links of 80 ms between every pair of the default topology's four sites.
+wan80() {
+    local wan="" pair
+    for pair in "A B" "A C" "A D" "B C" "B D" "C D"; do
+        set -- $pair
+        wan+="\n[[wan]]\nbetween = [\"$1\", \"$2\"]\nrtt_ms = 80\n"
+    done
+    printf '%s' "$wan"
+}
