@@ -1069,3 +1069,92 @@ fn megastore_dev_cleans_up_its_temporary_data_when_its_stdout_is_gone() {
         "{data} was left behind"
     );
 }
+
+/// Fault drills at the `megastore dev` prompt: a replica stopped and started again, a
+/// coordinator stopped and started again, while a client keeps committing; `status`
+/// shows each; a bad command is named, and the cluster still stops cleanly.
+#[test]
+fn megastore_dev_runs_fault_drills_from_its_prompt() {
+    use std::io::{BufRead, Write};
+    use wait_timeout::ChildExt;
+    let _alone = megastore_e2e::one_cluster_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("dev");
+    let mut dev = std::process::Command::new(megastore_e2e::megastore_bin())
+        .args([
+            "dev",
+            "--no-demo",
+            "--drills",
+            "--data-dir",
+            data.to_str().unwrap(),
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut prompt = dev.stdin.take().unwrap();
+    let mut said = std::io::BufReader::new(dev.stdout.take().unwrap()).lines();
+    let mut wait_for = |text: &str| {
+        let started = Instant::now();
+        for line in said.by_ref() {
+            let line = line.unwrap();
+            if line.contains(text) {
+                return line;
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "no {text:?}");
+        }
+        panic!("dev stopped before saying {text:?}");
+    };
+    wait_for("fault drills:");
+    let config_path = data.join("cluster.toml");
+    let config_arg = config_path.to_str().unwrap().to_string();
+    let config = ClusterConfig::load(&config_path).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let client = runtime.block_on(connect(&config, "A"));
+    let group = eg(91);
+    runtime.block_on(first_commit(&client, &group));
+    let status_line = |replica: &str| {
+        let out = megastore_e2e::run_megastore(
+            &["status", "--config", &config_arg],
+            dir.path(),
+            Duration::from_secs(60),
+        );
+        out.stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{replica} ")))
+            .unwrap_or_else(|| panic!("no line for {replica}:\n{}", out.stdout))
+            .to_string()
+    };
+    let mut drill = |command: &str, expect: &str| {
+        writeln!(prompt, "{command}").unwrap();
+        wait_for(expect)
+    };
+
+    drill("stop replica b", "replica b stopped");
+    assert!(status_line("b").contains("UNREACHABLE"));
+    runtime
+        .block_on(increment(&client, &group, "drill"))
+        .expect("writes go on with replica b down");
+    drill("start replica b", "replica b started");
+    assert!(status_line("b").contains("serving"));
+    drill("stop coordinator a", "coordinator a stopped");
+    assert!(status_line("a").contains("UNREACHABLE"), "its coordinator");
+    runtime
+        .block_on(increment(&client, &group, "drill"))
+        .expect("writes go on without coordinator a");
+    drill("start coordinator a", "coordinator a started");
+    let bad = drill("stop replica z", "error:");
+    assert!(bad.contains("no replica z (replicas: a, b, c, d)"), "{bad}");
+    let unknown = drill("reboot everything", "error:");
+    assert!(unknown.contains("unknown command"), "{unknown}");
+
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &dev.id().to_string()])
+        .status();
+    let status = dev
+        .wait_timeout(Duration::from_secs(60))
+        .unwrap()
+        .expect("dev stops after SIGINT");
+    assert!(status.success(), "{status}");
+}

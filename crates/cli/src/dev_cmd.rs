@@ -3,6 +3,7 @@
 //! demo; then it serves until interrupted. Its `cluster.toml` (in the data directory)
 //! lets every other command and client connect.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -11,6 +12,8 @@ use clap::Args;
 use megastore_config::ClusterConfig;
 use megastore_lockd::LockdNode;
 use megastore_replica::{CoordinatorProcess, ReplicaProcess};
+
+use crate::dev_drills::Servers;
 use megastore_rpc::LockdClient;
 use megastore_types::ReplicaKind;
 
@@ -30,6 +33,10 @@ pub(crate) struct DevArgs {
     /// Stop cleanly after the demo instead of serving until interrupted (for scripts).
     #[arg(long, conflicts_with = "no_demo")]
     exit_after_demo: bool,
+    /// Read fault drills (`stop replica b`, `start coordinator a`, …) from stdin while
+    /// serving, also when it is not a terminal (at a terminal they are read anyway).
+    #[arg(long, conflicts_with = "exit_after_demo")]
+    drills: bool,
 }
 
 /// What a `dev` whose ports are taken says first.
@@ -56,7 +63,7 @@ pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let config = ClusterConfig::load(&config_path)?;
     crate::logging::init_quiet();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    runtime.block_on(async {
+    let served = runtime.block_on(async {
         crate::say!("megastore dev: data in {}", dir.display());
         let mut lockd = Vec::new();
         for node in &config.lockd {
@@ -75,28 +82,36 @@ pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
                 node.name, node.site, node.address
             );
         }
-        let mut replicas = Vec::new();
+        let mut servers = Servers {
+            replicas: Default::default(),
+            coordinators: Default::default(),
+        };
         for r in &config.replicas {
-            replicas.push(
-                ReplicaProcess::start(&config, &r.name)
-                    .await
-                    .with_context(|| format!("replica {}", r.name))?,
+            servers.replicas.insert(
+                r.name.clone(),
+                Some(
+                    ReplicaProcess::start(&config, &r.name)
+                        .await
+                        .with_context(|| format!("replica {}", r.name))?,
+                ),
             );
             crate::say!(
                 "  replica     {:<8} site {}  {}  ({})",
                 r.name, r.site, r.address, r.kind
             );
         }
-        let mut coordinators = Vec::new();
         for r in config
             .replicas
             .iter()
             .filter(|r| r.kind == ReplicaKind::Full)
         {
-            coordinators.push(
-                CoordinatorProcess::start(&config, &r.name)
-                    .await
-                    .with_context(|| format!("coordinator {}", r.name))?,
+            servers.coordinators.insert(
+                r.name.clone(),
+                Some(
+                    CoordinatorProcess::start(&config, &r.name)
+                        .await
+                        .with_context(|| format!("coordinator {}", r.name))?,
+                ),
             );
             let address = r.coordinator_address.as_deref().unwrap_or_default();
             crate::say!("  coordinator {:<8} site {}  {}", r.name, r.site, address);
@@ -138,20 +153,21 @@ pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
             config_path.display(),
             config.replicas[0].address
         );
-        if !args.exit_after_demo {
+        if args.drills || (!args.exit_after_demo && std::io::stdin().is_terminal()) {
+            crate::dev_drills::serve_with_drills(&config, &mut servers).await?;
+        } else if !args.exit_after_demo {
             crate::signals::until_interrupted().await?;
         }
         crate::say!("stopping");
-        for c in coordinators {
-            c.shutdown().await;
-        }
-        for r in replicas {
-            r.shutdown().await;
-        }
+        servers.shutdown().await;
         for l in lockd {
             l.shutdown().await;
         }
         Ok::<(), anyhow::Error>(())
-    })?;
+    });
+    // A prompt's pending read of stdin is a blocking task that never ends by itself:
+    // the runtime must not wait for it.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    served?;
     Ok(ExitCode::SUCCESS)
 }

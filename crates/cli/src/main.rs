@@ -27,6 +27,7 @@ mod cluster_cmd;
 mod coordinator_cmd;
 mod demo_cmd;
 mod dev_cmd;
+mod dev_drills;
 mod lockd_cmd;
 mod logging;
 mod replica_cmd;
