@@ -4,10 +4,12 @@
 //!
 //! Why this is complete: from the catalog version that added the index, every writer
 //! that loaded it writes the index's entries with the entity (the index is in the
-//! catalog, only marked [`IndexState::Building`]). The backfill starts only after the
-//! gateways' catalog caches have expired, and lists the groups from a majority of the
-//! replicas — every group with a committed write is registered at a majority (its
-//! accept quorum), so the union of a majority's registries holds it. A group's
+//! catalog, only marked [`IndexState::Building`]). `megastore schema backfill` starts
+//! only after the gateways' catalog caches have expired (a program that calls
+//! [`Client::backfill_index`] itself waits that second out first). The groups are
+//! listed from a majority of the voters (full replicas and witnesses): every group
+//! with a committed write is registered at a majority of them (its accept quorum), so
+//! the union of a majority's registries holds it. A group's
 //! transaction reads all its entities of the table, so a write racing it conflicts
 //! and one of them retries. Rewriting an entry is idempotent: a backfill stopped
 //! anywhere is run again from its last recorded group (`schema/backfill/<index>` in
