@@ -2,7 +2,10 @@
 //!
 //! Responsibility: drive `megastore-paxos`'s [`ClientCore`](megastore_paxos::ClientCore)
 //! over gRPC — carry its messages to replicas, coordinators and lockd, feed their
-//! answers and timer ticks back, and hand each operation's result to the caller. No
+//! answers and timer ticks back, and hand each operation's result to the caller; and,
+//! on top of those operations, typed entities of a schema, index queries, cross-group
+//! queries (global index scans, merge-joins, parallel lookups) and the backfill of a
+//! new index — each a composition of single-group transactions and reads. No
 //! protocol decision is taken here. Not here either: any server code — the library
 //! links neither RocksDB nor openraft (it reaches lockd through
 //! `megastore_rpc::LockdClient`), so a program outside this workspace that depends on it
