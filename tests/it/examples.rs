@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use megastore_e2e::{LocalCluster, megastore_bin, repo_root, run_megastore};
+use megastore_e2e::{LocalCluster, megastore_bin};
 use wait_timeout::ChildExt;
 
 /// An example's binary, built with the workspace (`cargo build --workspace --all-targets`).
@@ -67,19 +67,7 @@ fn the_client_examples_run_against_a_local_cluster() {
     assert!(again.contains("visit 2 committed"), "{again}");
     assert!(again.contains("job/1 was claimed already"), "{again}");
 
-    let photos = repo_root().join("schema/photos.msdl");
-    let applied = run_megastore(
-        &[
-            "schema",
-            "apply",
-            photos.to_str().unwrap(),
-            "--config",
-            &config,
-        ],
-        dir.path(),
-        Duration::from_secs(60),
-    );
-    assert!(applied.status.success(), "{applied:?}");
+    crate::support::apply_schema(&config, "schema/photos.msdl", dir.path());
     let out = run("photos", &config);
     assert!(out.contains("beach: 6 photos (verified"), "{out}");
     assert!(out.contains("beach and sunset: 3 photos"), "{out}");

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use megastore_client::{Client, IndexQuery, IndexRead, entity_group};
 use megastore_config::ClusterConfig;
-use megastore_e2e::{LocalCluster, repo_root, run_megastore};
+use megastore_e2e::LocalCluster;
 use megastore_paxos::ReadMode;
 use megastore_rpc::pb::client as pb;
 use megastore_schema::{Catalog, Entity, FieldValue, IndexEntry, Value};
 
 use crate::global_index::commit_in;
-use crate::support::{api_at, connect};
+use crate::support::{api_at, apply_schema, connect};
 
 fn photo(user: i64, id: i32, tags: &[&str], version: u32) -> Entity {
     Entity::new("Photo")
@@ -95,21 +95,7 @@ fn repeated_stored_and_inline_indexes_hold_exactly_what_the_writes_imply() {
     let dir = tempfile::tempdir().unwrap();
     let mut cluster = LocalCluster::start(dir.path());
     let config_arg = cluster.config_path.to_str().unwrap().to_string();
-    let path = repo_root().join("schema/photos-inline.msdl");
-    let applied = run_megastore(
-        &[
-            "schema",
-            "apply",
-            path.to_str().unwrap(),
-            "--config",
-            &config_arg,
-        ],
-        dir.path(),
-        Duration::from_secs(60),
-    );
-    assert!(applied.status.success(), "{applied:?}");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let catalog = megastore_schema::compile("photos-inline.msdl", &text, None).unwrap();
+    let catalog = apply_schema(&config_arg, "schema/photos-inline.msdl", dir.path());
     let config = ClusterConfig::load(&cluster.config_path).unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (at_a, at_b, at_d) = runtime.block_on(async {

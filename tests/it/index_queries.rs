@@ -9,13 +9,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use megastore_config::ClusterConfig;
-use megastore_e2e::{LocalCluster, repo_root};
+use megastore_e2e::LocalCluster;
 use megastore_rpc::pb::client as pb;
 use megastore_schema::{Catalog, Entity};
 use tonic::Code;
 
 use crate::global_index::commit_in;
-use crate::support::{api_at, connect};
+use crate::support::{api_at, apply_schema, connect};
 
 type Api = pb::megastore_client::MegastoreClient<tonic::transport::Channel>;
 
@@ -215,21 +215,7 @@ fn index_queries_over_grpc_answer_exactly_the_acknowledged_writes_through_a_repl
     let dir = tempfile::tempdir().unwrap();
     let mut cluster = LocalCluster::start(dir.path());
     let config_arg = cluster.config_path.to_str().unwrap().to_string();
-    let photos = repo_root().join("schema/photos.msdl");
-    let applied = megastore_e2e::run_megastore(
-        &[
-            "schema",
-            "apply",
-            photos.to_str().unwrap(),
-            "--config",
-            &config_arg,
-        ],
-        dir.path(),
-        Duration::from_secs(60),
-    );
-    assert!(applied.status.success(), "{applied:?}");
-    let text = std::fs::read_to_string(&photos).unwrap();
-    let catalog = megastore_schema::compile("photos.msdl", &text, None).unwrap();
+    let catalog = apply_schema(&config_arg, "schema/photos.msdl", dir.path());
     let config = ClusterConfig::load(&cluster.config_path).unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (at_a, at_b) =
@@ -432,19 +418,7 @@ fn the_query_benchmark_times_each_query_and_finds_what_it_names() {
                 .contains("megastore schema apply schema/photos.msdl"),
         "{without_schema:?}"
     );
-    let photos = repo_root().join("schema/photos.msdl");
-    let applied = megastore_e2e::run_megastore(
-        &[
-            "schema",
-            "apply",
-            photos.to_str().unwrap(),
-            "--config",
-            &config_arg,
-        ],
-        dir.path(),
-        Duration::from_secs(60),
-    );
-    assert!(applied.status.success(), "{applied:?}");
+    apply_schema(&config_arg, "schema/photos.msdl", dir.path());
     let out = megastore_e2e::run_megastore(
         &["bench", "--queries", "--runs", "2", "--config", &config_arg],
         dir.path(),

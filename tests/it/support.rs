@@ -165,3 +165,23 @@ pub(crate) fn api_at(
         .max_decoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX)
         .max_encoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX)
 }
+
+/// `megastore schema apply` of the repository's schema file `file` (e.g.
+/// `schema/photos.msdl`) to the cluster of `config` (a path), run in `dir`; fails the
+/// test if it is refused. The catalog the file compiles to, for the typed calls.
+pub(crate) fn apply_schema(
+    config: &str,
+    file: &str,
+    dir: &std::path::Path,
+) -> megastore_schema::Catalog {
+    let path = megastore_e2e::repo_root().join(file);
+    let path = path.to_str().expect("a UTF-8 path");
+    let applied = megastore_e2e::run_megastore(
+        &["schema", "apply", path, "--config", config],
+        dir,
+        Duration::from_secs(60),
+    );
+    assert!(applied.status.success(), "{applied:?}");
+    let text = std::fs::read_to_string(path).expect("the schema file");
+    megastore_schema::compile(file, &text, None).expect("the schema compiles")
+}

@@ -29,7 +29,7 @@ use megastore_rpc::pb::admin::ListGroupsRequest;
 use megastore_rpc::pb::admin::admin_client::AdminClient;
 use megastore_rpc::{LockdClient, Transport};
 use megastore_schema::{Catalog, DecodedKey, IndexState, ObjectId};
-use megastore_types::{EgId, ReplicaKind};
+use megastore_types::EgId;
 use serde::{Deserialize, Serialize};
 
 use crate::client::{Client, ClientError};
@@ -153,7 +153,9 @@ pub async fn list_groups(
         Some(last) => std::cmp::max([last, &[0]].concat(), range.start.clone()),
         None => range.start.clone(),
     };
-    let voter = |kind: ReplicaKind| kind != ReplicaKind::ReadOnly;
+    let topology = config
+        .topology()
+        .map_err(|e| ClientError::Config(e.to_string()))?;
     let asks = config.replicas.iter().map(|replica| {
         let transport = &transport;
         let start = start.clone();
@@ -174,12 +176,12 @@ pub async fn list_groups(
                 Err(_) => Err(format!("replica {}: no answer", replica.name)),
             }
         };
-        async move { (voter(replica.kind), ask.await) }
+        let voter = topology.is_voter(megastore_types::ReplicaId(replica.id));
+        async move { (voter, ask.await) }
     });
     // (whether a voter answered, and what).
     let answers = futures::future::join_all(asks).await;
-    let voters = config.replicas.iter().filter(|r| voter(r.kind)).count();
-    let majority = voters / 2 + 1;
+    let (voters, majority) = (topology.voters().count(), topology.majority());
     let answered = answers.iter().filter(|(v, a)| *v && a.is_ok()).count();
     if answered < majority {
         let why: Vec<&str> = answers

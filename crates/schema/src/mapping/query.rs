@@ -130,8 +130,9 @@ impl IndexQuery {
         match self.limit {
             Some(limit) if rows.len() > limit => {
                 rows.truncate(limit);
+                // A limit is at least 1 (`index_query_rows` refuses 0): a row is left.
                 let last = rows.last().map(|r| PageToken(r.key.clone()));
-                (rows, last.or_else(|| self.page.clone()))
+                (rows, last)
             }
             _ => (rows, None),
         }
