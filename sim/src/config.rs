@@ -56,6 +56,10 @@ pub struct SimConfig {
     pub quiet: bool,
     /// Clients only write (blind writes), for measuring commits.
     pub writes_only: bool,
+    /// Clients now and then run a verified global index scan (off: exactly the
+    /// operations of the workload before there were any, for scripted interleavings
+    /// tuned to it).
+    pub verified_scans: bool,
     /// Each client waits up to this long (uniformly) between operations.
     pub think_ms: u32,
     /// Mean time between disruptive faults (partitions, crashes, leader changes).
@@ -181,6 +185,7 @@ impl SimConfig {
             lagging,
             quiet: false,
             writes_only: false,
+            verified_scans: true,
             think_ms: 30,
             fault_interval: Duration::from_millis(pick(rng, &[400, 1000, 2500, 6000])),
             max_drift_ppm: pick(rng, &[0, 200, 1000]),

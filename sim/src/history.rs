@@ -19,6 +19,8 @@ pub enum OpKind {
     AtPositionRead,
     /// A commit.
     Commit,
+    /// A global index scan's hits in one group, verified by a current read of it.
+    VerifiedScan,
 }
 
 /// How an operation ended.
@@ -58,8 +60,26 @@ pub enum Outcome {
     },
     /// A write whose outcome the client could not tell: it may be in the log.
     Unknown,
+    /// A verified scan's check of its hits in one group, by a current read there.
+    Verified {
+        /// The position the group was read at.
+        position: Position,
+        /// The hits, each with whether the verification kept it.
+        hits: Vec<VerifiedHit>,
+    },
     /// A read that gave up.
     Failed,
+}
+
+/// One global index hit a verified scan checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedHit {
+    /// The global index row.
+    pub row: Vec<u8>,
+    /// Its value as the scan found it.
+    pub value: Option<Vec<u8>>,
+    /// Whether the verification kept it (found it current).
+    pub kept: bool,
 }
 
 /// One finished operation.
@@ -80,12 +100,14 @@ pub struct OpRecord {
 }
 
 impl OpRecord {
-    /// The log position the operation is pinned to, if any: a current read's state or
-    /// an acknowledged write's position.
+    /// The log position the operation is pinned to, if any: a current read's state, an
+    /// acknowledged write's position, or the current read a verified scan made.
     pub fn pinned_position(&self) -> Option<Position> {
         match &self.outcome {
             Outcome::Read { position, .. } if self.kind == OpKind::CurrentRead => *position,
-            Outcome::Committed { position, .. } => Some(*position),
+            Outcome::Committed { position, .. } | Outcome::Verified { position, .. } => {
+                Some(*position)
+            }
             _ => None,
         }
     }
@@ -94,7 +116,7 @@ impl OpRecord {
     pub fn succeeded(&self) -> bool {
         matches!(
             self.outcome,
-            Outcome::Read { .. } | Outcome::Committed { .. }
+            Outcome::Read { .. } | Outcome::Committed { .. } | Outcome::Verified { .. }
         )
     }
 }

@@ -69,6 +69,7 @@ pub const BUG_NAMES: &[&str] = &[
     "reply-before-sync",
     "global-copies-skip-deletes",
     "install-without-global",
+    "verify-trusts-the-scan",
 ];
 
 /// The knob called `name`.
@@ -101,6 +102,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "reply-before-sync" => p.reply_before_sync = true,
         "global-copies-skip-deletes" => p.global_copies_skip_deletes = true,
         "install-without-global" => p.install_without_global = true,
+        "verify-trusts-the-scan" => p.verify_trusts_the_scan = true,
         _ => return None,
     }
     Some(Bugs {

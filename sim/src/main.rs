@@ -76,6 +76,8 @@ fn add(total: &mut Stats, s: &Stats) {
     total.reads_snapshot += s.reads_snapshot;
     total.reads_inconsistent += s.reads_inconsistent;
     total.reads_at_position += s.reads_at_position;
+    total.hits_verified += s.hits_verified;
+    total.hits_stale += s.hits_stale;
     total.failed += s.failed;
     total.wipes += s.wipes;
     total.installs += s.installs;
@@ -84,7 +86,7 @@ fn add(total: &mut Stats, s: &Stats) {
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, messages {}, violations {violations}",
         s.commits,
         s.conflicts,
         s.resolved_not_committed,
@@ -94,6 +96,8 @@ fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
         s.reads_snapshot,
         s.reads_inconsistent,
         s.reads_at_position,
+        s.hits_verified,
+        s.hits_stale,
         s.failed,
         s.faults,
         s.wipes,

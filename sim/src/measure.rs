@@ -127,6 +127,7 @@ pub fn three_sites_with_witness_at(rtt_ms: u32, witness_rtt_ms: u32, clients: &[
         lagging: None,
         quiet: true,
         writes_only: false,
+        verified_scans: false,
         think_ms: 30,
     }
 }

@@ -77,6 +77,10 @@ pub struct Stats {
     pub reads_inconsistent: u64,
     /// Reads at the position an earlier current read found.
     pub reads_at_position: u64,
+    /// Global index hits a verified scan kept (found current in their group).
+    pub hits_verified: u64,
+    /// Global index hits a verified scan dropped (stale: the group's mirror changed).
+    pub hits_stale: u64,
     /// Operations that failed.
     pub failed: u64,
     /// Replica stores wiped.

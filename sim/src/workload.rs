@@ -1,16 +1,18 @@
-//! The simulated clients' workload: read-modify-write transactions, blind writes, and
-//! reads in all three modes, over a few keys per group so that writers contend.
+//! The simulated clients' workload: read-modify-write transactions, blind writes,
+//! reads in all three modes, and verified global index scans, over a few keys per
+//! group so that writers contend.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use megastore_paxos::{
-    CellWrite, ClientCore, ClientOutput, CommitResult, DataQuery, OpId, OpResult, ReadMode,
-    ReadResult, Resolution, RowWrite, global_mirror_range, mirror_row_of,
+    CellWrite, CheckedHit, ClientCore, ClientOutput, CommitResult, DataQuery, GlobalHit, OpId,
+    OpResult, ReadMode, ReadResult, Resolution, RowWrite, global_mirror_range, mirror_row_of,
 };
+use megastore_rowstore::KeyRange;
 use megastore_types::reserved::GLOBAL_INDEX_TAG;
 use megastore_types::{ClientId, EgId, Position, SiteId, Time, TxnId};
 
-use crate::history::{OpKind, OpRecord, Outcome};
+use crate::history::{OpKind, OpRecord, Outcome, VerifiedHit};
 use crate::rng::Rng;
 
 /// What a client mostly does.
@@ -34,7 +36,29 @@ pub(crate) fn group(g: u16) -> EgId {
 
 /// Row `k` of a group.
 pub(crate) fn row(eg: &EgId, k: u8) -> Vec<u8> {
-    [eg.0.as_slice(), &[1, b'k', b'0' + k]].concat()
+    [eg.0.as_slice(), &[KEY_ENTRIES, b'k', b'0' + k]].concat()
+}
+
+/// The byte after the group in a data row (and in its global index entry,
+/// `0xFD ‖ row`).
+const KEY_ENTRIES: u8 = 1;
+
+/// The byte after the group in a commit's own global index entry.
+const LOG_ENTRIES: u8 = 2;
+
+/// The global index row `0xFD ‖ eg ‖ rest`: every simulated entry names its group
+/// (as an entity's entry names its primary key, hence its group), so a verified scan
+/// knows which group's mirror to read.
+fn global_row(eg: &EgId, rest: &[u8]) -> Vec<u8> {
+    [&[GLOBAL_INDEX_TAG], eg.0.as_slice(), rest].concat()
+}
+
+/// The group a global index row names (group names are `g` and digits, so the first
+/// byte below a digit ends it).
+fn group_of_global_row(row: &[u8]) -> Option<EgId> {
+    let rest = row.strip_prefix(&[GLOBAL_INDEX_TAG])?;
+    let end = rest.iter().position(|b| *b < b'0')?;
+    Some(EgId(rest[..end].to_vec()))
 }
 
 #[derive(Debug)]
@@ -73,7 +97,21 @@ enum State {
         op: OpId,
         commit: Unresolved,
     },
+    /// A global index scan, whose hits are verified next.
+    Scanning {
+        op: OpId,
+        start: u64,
+    },
+    /// Checking a scan's hits against their groups' mirrors.
+    Verifying {
+        op: OpId,
+        start: u64,
+    },
 }
+
+/// How many groups a verification reads at once (the client library's bound is
+/// larger; two is enough to interleave).
+const VERIFY_IN_FLIGHT: usize = 2;
 
 /// A commit whose outcome is being resolved.
 #[derive(Debug)]
@@ -103,6 +141,8 @@ pub(crate) struct ClientNode {
     writes: u64,
     /// Only blind writes (for measuring commits).
     pub writes_only: bool,
+    /// Whether it runs verified global index scans, one operation in twenty.
+    pub verified_scans: bool,
     /// What it mostly does.
     pub role: Role,
     /// Per group, an older position one of its reads found: a transaction open for a
@@ -130,6 +170,7 @@ impl ClientNode {
             keys,
             writes: 0,
             writes_only: false,
+            verified_scans: false,
             role: Role::Mixed,
             remembered: BTreeMap::new(),
         }
@@ -172,6 +213,9 @@ impl ClientNode {
     /// Starts the next operation.
     pub(crate) fn start_next(&mut self, real: u64, now: Time) -> Vec<ClientOutput> {
         let eg = group(self.rng.below(u64::from(self.groups)) as u16);
+        if self.verified_scans && !self.writes_only && self.rng.chance(0.05) {
+            return self.scan_global(real, now, &eg);
+        }
         let query = self.group_query(&eg);
         let dice = match (self.writes_only, self.role) {
             (true, _) => 50,
@@ -339,9 +383,66 @@ impl ClientNode {
                     outcome,
                 });
             }
+            State::Scanning {
+                op: expected,
+                start,
+            } if expected == op => {
+                let OpResult::Read(result) = result else {
+                    unreachable!("a scan returns a read result")
+                };
+                // A failed scan constrains nothing; only its hits are checked.
+                if let Ok(read) = result {
+                    let hits: Vec<GlobalHit> = read
+                        .rows
+                        .into_iter()
+                        .filter_map(|row| {
+                            Some(GlobalHit {
+                                eg: group_of_global_row(&row.key)?,
+                                row,
+                            })
+                        })
+                        .collect();
+                    if !hits.is_empty() {
+                        let (op, more) = self.core.verify_global(now, hits, VERIFY_IN_FLIGHT);
+                        self.state = State::Verifying { op, start };
+                        out = more;
+                    }
+                }
+            }
+            State::Verifying {
+                op: expected,
+                start,
+            } if expected == op => {
+                let OpResult::Verify(result) = result else {
+                    unreachable!("a verification returns its verdicts")
+                };
+                records = verified_records(self.id, start, real, result);
+            }
             other => self.state = other,
         }
         (records, out)
+    }
+
+    /// Scans the global index (one group's key entries, or the start of the whole
+    /// index), then verifies the hits.
+    fn scan_global(&mut self, real: u64, now: Time, eg: &EgId) -> Vec<ClientOutput> {
+        let (range, limit) = if self.rng.chance(0.5) {
+            let start = global_row(eg, &[KEY_ENTRIES]);
+            let end = global_row(eg, &[KEY_ENTRIES + 1]);
+            (
+                KeyRange {
+                    start,
+                    end: Some(end),
+                },
+                None,
+            )
+        } else {
+            (megastore_paxos::global_index_range(), Some(8))
+        };
+        let reverse = self.rng.chance(0.3);
+        let (op, out) = self.core.scan_global(now, range, limit, reverse);
+        self.state = State::Scanning { op, start: real };
+        out
     }
 
     /// Reads the group again at `read`'s position.
@@ -418,7 +519,7 @@ impl ClientNode {
         // Now and then a key is deleted rather than set. Each key also has an entry in
         // a global index (the key's value by key, `0xFD ‖ key`), kept in the group's
         // mirror and copied to the global index at apply, as an entity's global index
-        // entries are; and each commit one of its own (`0xFD ‖ "log/" ‖ tag`).
+        // entries are; and each commit one of its own (`0xFD ‖ group ‖ 2 ‖ tag`).
         let writes = rows
             .iter()
             .flat_map(|row| {
@@ -447,7 +548,7 @@ impl ClientNode {
             .chain(std::iter::once(RowWrite {
                 // And one entry per commit, never rewritten: a replica that installs a
                 // snapshot has only the snapshot to bring it.
-                row: global_mirror_row(&eg, &[b"log/".as_slice(), &tag].concat()),
+                row: mirror_row_of(&eg, &global_row(&eg, &[&[LOG_ENTRIES], &tag[..]].concat())),
                 cells: vec![CellWrite::Set {
                     column: COLUMN.to_vec(),
                     value: tag.clone(),
@@ -482,6 +583,45 @@ impl ClientNode {
 /// (`0xFD ‖ key`).
 pub(crate) fn global_mirror_row(eg: &EgId, key: &[u8]) -> Vec<u8> {
     mirror_row_of(eg, &[&[GLOBAL_INDEX_TAG], key].concat())
+}
+
+/// The records of a verified scan: one per group it read, with each hit's verdict;
+/// one failed record if a group read failed.
+fn verified_records(
+    client: megastore_types::ClientId,
+    start: u64,
+    end: u64,
+    result: Result<Vec<CheckedHit>, megastore_paxos::ReadError>,
+) -> Vec<OpRecord> {
+    let record = |eg: EgId, outcome| OpRecord {
+        client,
+        eg,
+        kind: OpKind::VerifiedScan,
+        start,
+        end,
+        outcome,
+    };
+    let Ok(checked) = result else {
+        return vec![record(EgId(b"(global)".to_vec()), Outcome::Failed)];
+    };
+    let mut by_group: BTreeMap<EgId, (Position, Vec<VerifiedHit>)> = BTreeMap::new();
+    for c in checked {
+        let position = c.position.expect("a current read names its position");
+        let hit = VerifiedHit {
+            row: c.hit.row.key.clone(),
+            value: c.hit.row.value(COLUMN).map(<[u8]>::to_vec),
+            kept: c.current,
+        };
+        by_group
+            .entry(c.hit.eg)
+            .or_insert((position, Vec::new()))
+            .1
+            .push(hit);
+    }
+    by_group
+        .into_iter()
+        .map(|(eg, (position, hits))| record(eg, Outcome::Verified { position, hits }))
+        .collect()
 }
 
 /// A read's record; `at`, for a read at a position, is the position it asked for.

@@ -150,7 +150,8 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         10,
     ),
     ("global-copies-skip-deletes", &["global-index"], 5),
-    ("install-without-global", &["global-index"], 10),
+    ("install-without-global", &["global-index"], 15),
+    ("verify-trusts-the-scan", &["verified-scan"], 5),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -217,6 +218,7 @@ knob_tests! {
     reply_before_sync_is_caught => 20,
     global_copies_skip_deletes_is_caught => 21,
     install_without_global_is_caught => 22,
+    verify_trusts_the_scan_is_caught => 23,
 }
 
 #[test]
@@ -225,7 +227,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 25);
+    assert_eq!(BUG_NAMES.len(), 26);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

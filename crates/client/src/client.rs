@@ -8,9 +8,9 @@ use megastore_coordinator::CoordinatorRequest;
 use megastore_lock::{LockCommand, LockError, LockReply};
 use megastore_metrics::{ClientMetrics, ReadPathLabel};
 use megastore_paxos::{
-    ClientConfig, ClientCore, ClientInput, ClientOutput, CommitResult, DataQuery, Message, OpId,
-    OpResult, ProposerConfig, ReadError, ReadMode, ReadPath, ReadResult, ReadSet, Resolution,
-    RowWrite,
+    CheckedHit, ClientConfig, ClientCore, ClientInput, ClientOutput, CommitResult, DataQuery,
+    GlobalHit, Message, OpId, OpResult, ProposerConfig, ReadError, ReadMode, ReadPath, ReadResult,
+    ReadSet, Resolution, RowWrite,
 };
 use megastore_rowstore::KeyRange;
 use megastore_types::{ClientId, EgId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
@@ -99,6 +99,11 @@ enum Event {
         reverse: bool,
         done: oneshot::Sender<Result<ReadResult, ReadError>>,
     },
+    Verify {
+        hits: Vec<GlobalHit>,
+        in_flight: usize,
+        done: oneshot::Sender<Result<Vec<CheckedHit>, ReadError>>,
+    },
     Answer {
         from: NodeId,
         message: Message,
@@ -107,6 +112,7 @@ enum Event {
 
 enum Waiting {
     Read(oneshot::Sender<Result<ReadResult, ReadError>>),
+    Verify(oneshot::Sender<Result<Vec<CheckedHit>, ReadError>>),
     Commit(oneshot::Sender<Committed>, std::time::Instant),
     Resolve(oneshot::Sender<Resolution>),
 }
@@ -284,6 +290,31 @@ impl Client {
         }
     }
 
+    /// Checks global index hits against their groups' mirrors by current reads, at
+    /// most `in_flight` groups at once (the protocol core's verification,
+    /// docs/protocol.md "Global indexes"): each hit with whether it is still current.
+    pub(crate) async fn verify_hits(
+        &self,
+        hits: Vec<GlobalHit>,
+        in_flight: usize,
+    ) -> Result<Vec<CheckedHit>, ClientError> {
+        if hits.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (done, result) = oneshot::channel();
+        self.events
+            .send(Event::Verify {
+                hits,
+                in_flight,
+                done,
+            })
+            .map_err(|_| ClientError::Closed)?;
+        match result.await.map_err(|_| ClientError::Closed)? {
+            Ok(checked) => Ok(checked),
+            Err(ReadError::Unavailable(why)) => Err(ClientError::Unavailable(why)),
+        }
+    }
+
     /// Reads rows (keys of the row store) of one entity group in `mode`.
     #[tracing::instrument(level = "debug", name = "read", skip(self, query), fields(client = self.id.0, eg = %eg))]
     pub(crate) async fn read_rows(
@@ -451,6 +482,15 @@ impl Driver {
                     self.waiting.insert(op, Waiting::Read(done));
                     out
                 }
+                Some(Event::Verify {
+                    hits,
+                    in_flight,
+                    done,
+                }) => {
+                    let (op, out) = self.core.verify_global(now, hits, in_flight);
+                    self.waiting.insert(op, Waiting::Verify(done));
+                    out
+                }
             };
             self.carry_out(outputs);
         }
@@ -504,6 +544,9 @@ impl Driver {
                     }
                     (Some(Waiting::Resolve(done)), OpResult::Resolve(resolution)) => {
                         let _ = done.send(resolution);
+                    }
+                    (Some(Waiting::Verify(done)), OpResult::Verify(checked)) => {
+                        let _ = done.send(checked);
                     }
                     _ => {}
                 },

@@ -7,19 +7,19 @@
 //! each page from a different replica, each page consistent per group.
 
 use futures::StreamExt;
-use megastore_paxos::ReadMode;
+use megastore_paxos::{GlobalHit, ReadMode};
 use megastore_rowstore::{KeyRange, Row};
-use megastore_schema::{Catalog, Entity, IndexEntry, IndexKind, IndexQuery, PageToken, Value};
-use megastore_types::ReplicaId;
+use megastore_schema::{Catalog, IndexEntry, IndexKind, IndexQuery, PageToken, Value};
+use megastore_types::{EgId, ReplicaId};
 
 use crate::client::{Client, ClientError};
-use crate::entities::EntityRead;
+use crate::entities::{EntityRead, entity_group};
 
 fn schema(e: megastore_schema::EntityError) -> ClientError {
     ClientError::Schema(e.to_string())
 }
 
-/// How many entities a verified scan or a lookup reads at once, unless told.
+/// How many groups a verified scan, or entities a lookup, reads at once, unless told.
 pub const LOOKUPS_IN_FLIGHT: usize = 32;
 
 /// How many entries a merge-join reads from one index at a time.
@@ -30,7 +30,7 @@ const JOIN_PAGE: usize = 64;
 pub enum IndexRead {
     /// The entries as the replica has applied them: one read, possibly stale hits.
     AsApplied,
-    /// Each hit checked against its entity by a current read: no stale hit.
+    /// Each hit checked by a current read of its entity's group: no stale hit.
     Verified,
 }
 
@@ -72,11 +72,13 @@ impl Client {
     /// group — a group's entries are never half of one transaction's, but a write
     /// acknowledged elsewhere may not show yet, and an entry may name an entity
     /// changed since (the paper's "global index scans may miss recent updates";
-    /// docs/protocol.md, "Global indexes"). [`IndexRead::Verified`] re-reads each
-    /// hit's entity with a current read of its group (in parallel, a bounded number at
-    /// once) and drops the entries it no longer has: no hit is then stale, though one
-    /// written after the scan's replica applied may still be missing, and a page may
-    /// hold fewer entries than the limit while more pages follow.
+    /// docs/protocol.md, "Global indexes"). [`IndexRead::Verified`] checks each hit
+    /// by a current read of its entity's group — of the group's copy of its entries,
+    /// which the entity's writes keep (the protocol core's verification, in parallel,
+    /// a bounded number of groups at once) — and drops the entries the group no
+    /// longer has as found: no hit is then stale, though one written after the scan's
+    /// replica applied may still be missing, and a page may hold fewer entries than
+    /// the limit while more pages follow.
     pub async fn scan_global_index(
         &self,
         catalog: &Catalog,
@@ -91,23 +93,17 @@ impl Client {
         let mut entries = entries_of(catalog, rows)?;
         if read == IndexRead::Verified {
             let table = table_of(catalog, index)?;
-            let checks = entries.into_iter().map(|(row, entry)| async move {
-                let current = self
-                    .read_entity(catalog, ReadMode::Current, table, &entry.primary_key)
-                    .await?;
-                let still = match current.entity {
-                    Some(entity) => entry_still_in(catalog, &entity, &row, &entry)?,
-                    None => false,
-                };
-                Ok::<_, ClientError>(still.then_some((row, entry)))
-            });
-            entries = futures::stream::iter(checks)
-                .buffered(LOOKUPS_IN_FLIGHT)
-                .collect::<Vec<_>>()
-                .await
-                .into_iter()
-                .filter_map(Result::transpose)
+            let hits = entries
+                .iter()
+                .map(|(row, entry)| global_hit(catalog, table, row, entry))
                 .collect::<Result<_, _>>()?;
+            let checked = self.verify_hits(hits, LOOKUPS_IN_FLIGHT).await?;
+            entries = entries
+                .into_iter()
+                .zip(checked)
+                .filter(|(_, check)| check.current)
+                .map(|(entry, _)| entry)
+                .collect();
         }
         Ok(GlobalIndexScan {
             entries: entries.into_iter().map(|(_, entry)| entry).collect(),
@@ -122,8 +118,8 @@ impl Client {
     /// primary key order; the join skips ahead in each index to the largest key the
     /// others reached (a zig-zag join: it reads about as many entries as the rarest
     /// value has, not as the commonest). At most `limit` hits, after the page that
-    /// ended with `after`; with [`IndexRead::Verified`], each hit's entity is re-read
-    /// and kept only if it still has every entry.
+    /// ended with `after`; with [`IndexRead::Verified`], each hit is checked by a
+    /// current read of its group and kept only if the entity still has every entry.
     pub async fn merge_join(
         &self,
         catalog: &Catalog,
@@ -133,10 +129,11 @@ impl Client {
         read: IndexRead,
     ) -> Result<JoinedScan, ClientError> {
         let table = join_table(catalog, queries)?;
-        let (mut hits, next) = zig_zag(self, catalog, queries, limit, after).await?;
-        if read == IndexRead::Verified {
-            hits = self.still_joined(catalog, table, hits).await?;
-        }
+        let (joined, next) = zig_zag(self, catalog, queries, limit, after).await?;
+        let hits = match read {
+            IndexRead::AsApplied => joined.into_iter().map(|j| j.hit).collect(),
+            IndexRead::Verified => self.still_joined(catalog, table, joined).await?,
+        };
         Ok(JoinedScan { hits, next })
     }
 
@@ -166,39 +163,50 @@ impl Client {
             .collect()
     }
 
-    /// The hits whose entity, read now, still has each entry.
+    /// The hits whose group, read now, still has each of their entries.
     async fn still_joined(
         &self,
         catalog: &Catalog,
         table: &str,
-        hits: Vec<JoinHit>,
+        joined: Vec<Joined>,
     ) -> Result<Vec<JoinHit>, ClientError> {
-        let checks = hits.into_iter().map(|hit| async move {
-            let current = self
-                .read_entity(catalog, ReadMode::Current, table, &hit.primary_key)
-                .await?;
-            let Some(entity) = current.entity else {
-                return Ok(None);
-            };
-            for entry in &hit.entries {
-                let index = catalog.require_index(&entry.index).map_err(schema)?;
-                let row = catalog
-                    .index_entry_key(index, &entry.values, &entry.primary_key)
-                    .map_err(schema)?;
-                if !entry_still_in(catalog, &entity, &row, entry)? {
-                    return Ok(None);
-                }
+        let mut hits = Vec::new();
+        for j in &joined {
+            for (row, entry) in j.rows.iter().zip(&j.hit.entries) {
+                hits.push(global_hit(catalog, table, row, entry)?);
             }
-            Ok::<_, ClientError>(Some(hit))
-        });
-        futures::stream::iter(checks)
-            .buffered(LOOKUPS_IN_FLIGHT)
-            .collect::<Vec<_>>()
-            .await
+        }
+        let mut checked = self.verify_hits(hits, LOOKUPS_IN_FLIGHT).await?.into_iter();
+        Ok(joined
             .into_iter()
-            .filter_map(Result::transpose)
-            .collect()
+            .filter_map(|j| {
+                let all = checked.by_ref().take(j.rows.len()).all(|c| c.current);
+                all.then_some(j.hit)
+            })
+            .collect())
     }
+}
+
+/// A scanned global index row of `table` as a hit for verification: its entity's group
+/// (from the entry's primary key) and the row.
+fn global_hit(
+    catalog: &Catalog,
+    table: &str,
+    row: &Row,
+    entry: &IndexEntry,
+) -> Result<GlobalHit, ClientError> {
+    let t = catalog.require_table(table).map_err(schema)?;
+    let group_key = entry
+        .primary_key
+        .get(..catalog.group_key_len(t))
+        .ok_or_else(|| {
+            ClientError::Corrupt(format!("{}: an entry without its group key", entry.index))
+        })?;
+    let eg: EgId = entity_group(catalog, table, group_key)?;
+    Ok(GlobalHit {
+        eg,
+        row: row.clone(),
+    })
 }
 
 /// The smallest key after `key`.
@@ -287,6 +295,13 @@ impl GlobalRows for Client {
     }
 }
 
+/// A merge-join's hit and the index rows it was found in (for verification).
+pub(crate) struct Joined {
+    pub(crate) hit: JoinHit,
+    /// Each entry's row, in the order of the entries.
+    pub(crate) rows: Vec<Row>,
+}
+
 /// The hits of a merge-join (checked by [`join_table`]) in primary key order, and the
 /// token of the page after them if `limit` cut it short: each source skips ahead to
 /// the largest key any other reached, until all stand on one key.
@@ -296,7 +311,7 @@ pub(crate) async fn zig_zag<S: GlobalRows>(
     queries: &[IndexQuery],
     limit: Option<usize>,
     after: Option<&PageToken>,
-) -> Result<(Vec<JoinHit>, Option<PageToken>), ClientError> {
+) -> Result<(Vec<Joined>, Option<PageToken>), ClientError> {
     let mut sources = queries
         .iter()
         .map(|q| JoinSource::new(catalog, q))
@@ -318,10 +333,14 @@ pub(crate) async fn zig_zag<S: GlobalRows>(
             target = highest;
             continue;
         }
-        let entries = sources.iter_mut().map(JoinSource::pop).collect::<Vec<_>>();
-        hits.push(JoinHit {
-            primary_key: entries[0].primary_key.clone(),
-            entries,
+        let (rows, entries): (Vec<Row>, Vec<IndexEntry>) =
+            sources.iter_mut().map(JoinSource::pop).unzip();
+        hits.push(Joined {
+            hit: JoinHit {
+                primary_key: entries[0].primary_key.clone(),
+                entries,
+            },
+            rows,
         });
         target = successor(&highest);
         last = Some(highest);
@@ -336,7 +355,7 @@ struct JoinSource {
     /// The rows of the query (every entry's key is `prefix ‖ primary key`).
     range: KeyRange,
     /// Entries read and not yet passed, by primary key suffix, in order.
-    buffered: std::collections::VecDeque<(Vec<u8>, IndexEntry)>,
+    buffered: std::collections::VecDeque<(Vec<u8>, Row, IndexEntry)>,
     /// Where the buffer's rows end: nothing between the last buffered row and this
     /// was skipped (`None`: the index's rows end there).
     read_to: Option<Vec<u8>>,
@@ -362,7 +381,7 @@ impl JoinSource {
         while self
             .buffered
             .front()
-            .is_some_and(|(k, _)| k.as_slice() < target)
+            .is_some_and(|(k, _, _)| k.as_slice() < target)
         {
             self.buffered.pop_front();
         }
@@ -387,74 +406,32 @@ impl JoinSource {
             let entries = entries_of(catalog, scanned)?;
             self.buffered = entries
                 .into_iter()
-                .map(|(row, entry)| (row[prefix_len..].to_vec(), entry))
+                .map(|(row, entry)| (row.key[prefix_len..].to_vec(), row, entry))
                 .collect();
         }
-        Ok(self.buffered.front().map(|(k, _)| k))
+        Ok(self.buffered.front().map(|(k, _, _)| k))
     }
 
-    /// Takes the head entry (there is one: [`JoinSource::head_from`] found it).
-    fn pop(&mut self) -> IndexEntry {
-        self.buffered
+    /// Takes the head entry and its row (there is one: [`JoinSource::head_from`] found
+    /// it).
+    fn pop(&mut self) -> (Row, IndexEntry) {
+        let (_, row, entry) = self
+            .buffered
             .pop_front()
-            .expect("a join pops only a source whose head it saw")
-            .1
+            .expect("a join pops only a source whose head it saw");
+        (row, entry)
     }
 }
 
-/// The index entries of `rows` with their row keys (rows that hold none left out).
-fn entries_of(
-    catalog: &Catalog,
-    rows: Vec<Row>,
-) -> Result<Vec<(Vec<u8>, IndexEntry)>, ClientError> {
+/// The index entries of `rows` with their rows (rows that hold none left out).
+fn entries_of(catalog: &Catalog, rows: Vec<Row>) -> Result<Vec<(Row, IndexEntry)>, ClientError> {
     let mut entries = Vec::new();
     for row in rows {
         if let Some(entry) = catalog.index_entry_from_row(&row).map_err(schema)? {
-            entries.push((row.key, entry));
+            entries.push((row, entry));
         }
     }
     Ok(entries)
-}
-
-/// Whether `entity` (read now) still has the global index entry `entry` at row `row`,
-/// with the same stored properties.
-pub(crate) fn entry_still_in(
-    catalog: &Catalog,
-    entity: &Entity,
-    row: &[u8],
-    entry: &IndexEntry,
-) -> Result<bool, ClientError> {
-    let mutations = catalog.put_mutations(None, entity, 0).map_err(schema)?;
-    let Some(written) = mutations.global.iter().find(|m| m.row == row) else {
-        return Ok(false);
-    };
-    let now = written_row(written);
-    Ok(catalog.index_entry_from_row(&now).map_err(schema)?.as_ref() == Some(entry))
-}
-
-/// The row a mutation writes, as its cell sets leave it (its deletes left out).
-fn written_row(mutation: &megastore_rowstore::RowMutation) -> Row {
-    let mut row = Row {
-        key: mutation.row.clone(),
-        cells: Default::default(),
-    };
-    for m in &mutation.mutations {
-        if let megastore_rowstore::Mutation::Set {
-            column,
-            timestamp,
-            value,
-        } = m
-        {
-            row.cells.insert(
-                column.clone(),
-                megastore_rowstore::Cell {
-                    timestamp: *timestamp,
-                    value: value.clone(),
-                },
-            );
-        }
-    }
-    row
 }
 
 #[cfg(test)]

@@ -63,5 +63,8 @@ megastore_types::bug_knobs! {
         /// A snapshot install writes the group's data and mirror but copies none of
         /// the mirror to the global index.
         install_without_global,
+        /// A verified global index scan keeps every hit its scan found: it reads each
+        /// hit's group but never compares the hit with the mirror there.
+        verify_trusts_the_scan,
     }
 }

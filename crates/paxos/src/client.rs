@@ -1,6 +1,8 @@
 //! The client side of the protocol as one state machine: what the client library (and
-//! the simulator's clients) drive. It hosts reads and commits, routes replies to them
-//! by request id, and reports each operation's result.
+//! the simulator's clients) drive. It hosts reads, commits, resolutions and the
+//! verification of global index hits (current reads it starts itself, a bounded
+//! number at once), routes replies to them by request id, and reports each
+//! operation's result.
 
 use std::collections::BTreeMap;
 
@@ -16,6 +18,7 @@ use crate::proposer::commit::{Commit, CommitResult, ReadSet};
 use crate::proposer::read::{CurrentRead, PointRead, PointTarget, ReadError, ReadMode, ReadResult};
 use crate::proposer::resolve::{Resolution, Resolve};
 use crate::proposer::{Ctx, ProposerConfig, Wiring};
+use crate::verify::{CheckedHit, GlobalHit, Verify};
 
 /// How a client runs.
 #[derive(Debug, Clone)]
@@ -50,6 +53,9 @@ pub enum OpResult {
     },
     /// A resolution of an unknown commit outcome finished.
     Resolve(Resolution),
+    /// A verification of global index hits finished: each hit with its verdict, in
+    /// the order given, or the error of a group read that failed.
+    Verify(Result<Vec<CheckedHit>, ReadError>),
 }
 
 /// An event for the client.
@@ -93,6 +99,7 @@ enum Op {
     Point(PointRead),
     Commit(Box<Commit>),
     Resolve(Box<Resolve>),
+    Verify(Box<Verify>),
 }
 
 /// A client of the database.
@@ -100,6 +107,9 @@ pub struct ClientCore {
     config: ClientConfig,
     local: Option<ReplicaId>,
     ops: BTreeMap<OpId, Op>,
+    /// The current reads a verification started: each one's verification, and the
+    /// hits its group holds. Their results go to the verification, not the driver.
+    verify_reads: BTreeMap<OpId, (OpId, Vec<usize>)>,
     wiring: Wiring<OpId>,
     next_op: u64,
 }
@@ -118,6 +128,7 @@ impl ClientCore {
             config,
             local,
             ops: BTreeMap::new(),
+            verify_reads: BTreeMap::new(),
             wiring,
             next_op: 1,
         }
@@ -156,11 +167,23 @@ impl ClientCore {
         mode: ReadMode,
         query: DataQuery,
     ) -> (OpId, Vec<Output>) {
+        let mut sends = Vec::new();
+        let op = self.start_read(now, eg, mode, query, &mut sends);
+        (op, self.finish_step(now, sends))
+    }
+
+    fn start_read(
+        &mut self,
+        now: Time,
+        eg: EgId,
+        mode: ReadMode,
+        query: DataQuery,
+        sends: &mut Vec<(NodeId, Message)>,
+    ) -> OpId {
         let op = self.new_op();
         let candidates = self.point_read_candidates(mode);
         let local = self.local;
-        let mut sends = Vec::new();
-        let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, &mut sends);
+        let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, sends);
         let state = match mode {
             ReadMode::Current => Op::Current(CurrentRead::start(&mut ctx, eg, query, local)),
             ReadMode::Snapshot | ReadMode::Inconsistent | ReadMode::AtPosition(_) => {
@@ -169,7 +192,40 @@ impl ClientCore {
             }
         };
         self.ops.insert(op, state);
+        op
+    }
+
+    /// Checks global index hits (from [`ClientCore::scan_global`]) against their
+    /// groups' mirrors, read now: one current read per group, at most `in_flight` at
+    /// once. Its result says of each hit whether its group, at the position read,
+    /// still holds the same row with the same cells; a verified scan keeps only those
+    /// (docs/protocol.md, "Global indexes").
+    pub fn verify_global(
+        &mut self,
+        now: Time,
+        hits: Vec<GlobalHit>,
+        in_flight: usize,
+    ) -> (OpId, Vec<Output>) {
+        let op = self.new_op();
+        let verify = Verify::new(hits, in_flight, self.config.proposer.bugs);
+        self.ops.insert(op, Op::Verify(Box::new(verify)));
+        let mut sends = Vec::new();
+        self.start_verify_reads(now, op, &mut sends);
         (op, self.finish_step(now, sends))
+    }
+
+    /// Starts the group reads verification `op` may run now.
+    fn start_verify_reads(&mut self, now: Time, op: OpId, sends: &mut Vec<(NodeId, Message)>) {
+        loop {
+            let Some(Op::Verify(verify)) = self.ops.get_mut(&op) else {
+                return;
+            };
+            let Some((eg, hits, query)) = verify.next_read() else {
+                return;
+            };
+            let read = self.start_read(now, eg, ReadMode::Current, query, sends);
+            self.verify_reads.insert(read, (op, hits));
+        }
     }
 
     /// Scans global index rows (within [`crate::global_index_range`]) at the nearest
@@ -311,6 +367,7 @@ impl ClientCore {
                     Op::Point(read) => read.on_replica_reply(ctx, reply),
                     Op::Commit(commit) => commit.on_replica_reply(ctx, r, reply),
                     Op::Resolve(resolve) => resolve.on_replica_reply(ctx, r, reply),
+                    Op::Verify(_) => {}
                 });
             }
             (NodeId::Coordinator(r), Message::CoordinatorReply(reply)) => {
@@ -326,7 +383,7 @@ impl ClientCore {
                     Op::Current(read) => read.on_coordinator_reply(ctx, r, reply),
                     Op::Commit(commit) => commit.on_coordinator_reply(ctx, r, reply),
                     Op::Resolve(resolve) => resolve.on_coordinator_reply(ctx, r, reply),
-                    Op::Point(_) => {}
+                    Op::Point(_) | Op::Verify(_) => {}
                 });
             }
             (NodeId::LockNode(n), Message::LockResponse(response)) => {
@@ -356,7 +413,7 @@ impl ClientCore {
             Op::Current(read) => read.on_lock_outcome(ctx, outcome.id, outcome.result),
             Op::Commit(commit) => commit.on_lock_outcome(ctx, outcome.id, outcome.result),
             Op::Resolve(resolve) => resolve.on_lock_outcome(ctx, outcome.id, outcome.result),
-            Op::Point(_) => {}
+            Op::Point(_) | Op::Verify(_) => {}
         });
     }
 
@@ -382,6 +439,7 @@ impl ClientCore {
                 Op::Point(read) => read.on_tick(ctx),
                 Op::Commit(commit) => commit.on_tick(ctx),
                 Op::Resolve(resolve) => resolve.on_tick(ctx),
+                Op::Verify(_) => {}
             });
         }
     }
@@ -400,62 +458,32 @@ impl ClientCore {
         f(state, &mut ctx);
     }
 
-    /// Reports finished operations, drops their state, and says when to wake next.
-    fn finish_step(&mut self, _now: Time, sends: Vec<(NodeId, Message)>) -> Vec<Output> {
+    /// Reports finished operations (a verification's reads to it, which may start
+    /// more), drops their state, and says when to wake next.
+    fn finish_step(&mut self, now: Time, mut sends: Vec<(NodeId, Message)>) -> Vec<Output> {
+        let mut done = Vec::new();
+        loop {
+            let results = self.take_results();
+            if results.is_empty() {
+                break;
+            }
+            for (op, result) in results {
+                match (self.verify_reads.remove(&op), result) {
+                    (Some((verify, hits)), OpResult::Read(read)) => {
+                        if let Some(Op::Verify(state)) = self.ops.get_mut(&verify) {
+                            state.on_read(&hits, read);
+                        }
+                        self.start_verify_reads(now, verify, &mut sends);
+                    }
+                    (_, result) => done.push(Output::Done { op, result }),
+                }
+            }
+        }
         let mut out: Vec<Output> = sends
             .into_iter()
             .map(|(to, message)| Output::Send { to, message })
             .collect();
-        let mut finished = Vec::new();
-        for (op, state) in &mut self.ops {
-            match state {
-                Op::Current(read) => {
-                    if let Some(result) = read.result() {
-                        out.push(Output::Done {
-                            op: *op,
-                            result: OpResult::Read(result.clone()),
-                        });
-                        finished.push(*op);
-                    }
-                }
-                Op::Point(read) => {
-                    if let Some(result) = read.result() {
-                        out.push(Output::Done {
-                            op: *op,
-                            result: OpResult::Read(result.clone()),
-                        });
-                        finished.push(*op);
-                    }
-                }
-                Op::Commit(commit) => {
-                    if let Some(result) = commit.take_result() {
-                        out.push(Output::Done {
-                            op: *op,
-                            result: OpResult::Commit {
-                                txn: commit.txn(),
-                                result,
-                            },
-                        });
-                    }
-                    if commit.finished() {
-                        finished.push(*op);
-                    }
-                }
-                Op::Resolve(resolve) => {
-                    if let Some(resolution) = resolve.result() {
-                        out.push(Output::Done {
-                            op: *op,
-                            result: OpResult::Resolve(resolution),
-                        });
-                        finished.push(*op);
-                    }
-                }
-            }
-        }
-        for op in finished {
-            self.ops.remove(&op);
-            self.wiring.forget(&op);
-        }
+        out.extend(done);
         let next = self
             .ops
             .values()
@@ -464,6 +492,38 @@ impl ClientCore {
             .min();
         out.extend(next.map(Output::WakeAt));
         out
+    }
+
+    /// The results operations have now, in operation order; finished ones dropped.
+    fn take_results(&mut self) -> Vec<(OpId, OpResult)> {
+        let mut results = Vec::new();
+        let mut finished = Vec::new();
+        for (op, state) in &mut self.ops {
+            let (result, over) = match state {
+                Op::Current(read) => (read.result().cloned().map(OpResult::Read), None),
+                Op::Point(read) => (read.result().cloned().map(OpResult::Read), None),
+                Op::Commit(commit) => {
+                    let result = commit.take_result().map(|result| OpResult::Commit {
+                        txn: commit.txn(),
+                        result,
+                    });
+                    (result, Some(commit.finished()))
+                }
+                Op::Resolve(resolve) => (resolve.result().map(OpResult::Resolve), None),
+                Op::Verify(verify) => (verify.result().map(OpResult::Verify), None),
+            };
+            // Everything but a commit (which settles on after reporting) is over once
+            // it has a result.
+            if over.unwrap_or(result.is_some()) {
+                finished.push(*op);
+            }
+            results.extend(result.map(|r| (*op, r)));
+        }
+        for op in finished {
+            self.ops.remove(&op);
+            self.wiring.forget(&op);
+        }
+        results
     }
 
     /// The time limits this client runs by (a host resolving an unknown outcome asks
@@ -486,5 +546,7 @@ fn op_deadline(state: &Op) -> Option<Time> {
         Op::Point(read) => read.deadline(),
         Op::Commit(commit) => commit.deadline(),
         Op::Resolve(resolve) => resolve.deadline(),
+        // Its reads have their own.
+        Op::Verify(_) => None,
     }
 }

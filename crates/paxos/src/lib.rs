@@ -2,7 +2,8 @@
 //!
 //! Responsibility: every protocol decision, once. [`Replica`] is the acceptor and
 //! apply side of a replica server; the proposer side (settling positions, the
-//! invalidation step, reads and commits) is hosted by [`ClientCore`] in the client
+//! invalidation step, reads, commits, and the verification of global index hits
+//! against their groups) is hosted by [`ClientCore`] in the client
 //! library and by replicas finishing abandoned positions. Time, randomness and
 //! messages are inputs; outputs are messages and storage mutations, with the
 //! durability order stated by the output types.
@@ -28,6 +29,7 @@ pub mod entry;
 pub mod messages;
 pub mod proposer;
 pub mod replica;
+pub mod verify;
 
 pub use bugs::ProtocolBugs;
 pub use client::{
@@ -50,3 +52,4 @@ pub use replica::{
     Output as ReplicaOutput, Rejoin, Released, Replica, ReplicaConfig, ReplicaLag, SweepConfig,
     answer_read, answer_snapshot,
 };
+pub use verify::{CheckedHit, GlobalHit};

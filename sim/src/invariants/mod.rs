@@ -1,5 +1,6 @@
 //! Safety checkers, one per invariant of docs/protocol.md, "Invariants" (seven from
-//! the design, and acceptor-monotone). Each reads the obs's durable state (the replicas'
+//! the design, acceptor-monotone, and the global index's global-index and
+//! verified-scan). Each reads the obs's durable state (the replicas'
 //! stores), the messages replicas send and the clients' history; none trusts what a
 //! protocol core believes about itself.
 
@@ -12,6 +13,7 @@ mod global_index;
 mod linearizable_eg;
 mod prefix_snapshots;
 mod single_value;
+mod verified_scan;
 mod visible_after_invalidate;
 mod vouched_is_current;
 
@@ -131,6 +133,7 @@ impl Checkers {
         visible_after_invalidate::on_op_done(obs, &self.chosen, record, &mut found);
         prefix_snapshots::on_op_done(&self.chosen, record, &mut found);
         linearizable_eg::check_read_state(&self.chosen, record, &mut found);
+        verified_scan::on_op_done(&self.chosen, record, &mut found);
         for (invariant, detail) in found {
             self.violation(obs, invariant, detail);
         }

@@ -86,14 +86,33 @@ impl ChosenLog {
 
     /// The group's data rows after applying positions `1..=p` (key → value), or
     /// `None` if some position up to `p` was never seen chosen. Not its global index
-    /// mirror, which the workload's reads do not cover (the global-index checker
-    /// looks after it).
+    /// mirror, which the workload's reads do not cover (see [`ChosenLog::mirror_at`]).
     pub fn state_at(&self, eg: &EgId, p: Position) -> Option<BTreeMap<Vec<u8>, Option<Vec<u8>>>> {
+        self.rows_at(eg, p, false)
+    }
+
+    /// The group's global index mirror after applying positions `1..=p` (mirror row →
+    /// value), or `None` if some position up to `p` was never seen chosen.
+    pub fn mirror_at(&self, eg: &EgId, p: Position) -> Option<BTreeMap<Vec<u8>, Option<Vec<u8>>>> {
+        self.rows_at(eg, p, true)
+    }
+
+    /// The data rows, or (`mirror`) the mirror rows, after positions `1..=p`.
+    fn rows_at(
+        &self,
+        eg: &EgId,
+        p: Position,
+        mirror: bool,
+    ) -> Option<BTreeMap<Vec<u8>, Option<Vec<u8>>>> {
         let mut state = BTreeMap::new();
-        let mirror = megastore_paxos::global_mirror_range(eg);
+        let range = megastore_paxos::global_mirror_range(eg);
         for q in 1..=p.0 {
             let entry = self.get(eg, Position(q))?;
-            for write in entry.writes.iter().filter(|w| !mirror.contains(&w.row)) {
+            for write in entry
+                .writes
+                .iter()
+                .filter(|w| range.contains(&w.row) == mirror)
+            {
                 for cell in &write.cells {
                     match cell {
                         megastore_paxos::CellWrite::Set { column, value } if column == COLUMN => {

@@ -238,6 +238,11 @@ impl World {
                 },
             ) => self.stats.reads_local += 1,
             (_, Outcome::Read { .. }) => self.stats.reads_majority += 1,
+            (_, Outcome::Verified { hits, .. }) => {
+                let kept = hits.iter().filter(|h| h.kept).count() as u64;
+                self.stats.hits_verified += kept;
+                self.stats.hits_stale += hits.len() as u64 - kept;
+            }
         }
         let mut checks = self.checks.take().expect("checkers are present");
         checks.on_op_done(&self.observation(), &record);
