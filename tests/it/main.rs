@@ -21,3 +21,4 @@ mod support;
 mod tidy;
 mod tls;
 mod tools;
+mod top;

@@ -38,6 +38,8 @@ mod shell_input;
 mod shell_parse;
 mod signals;
 mod status_cmd;
+mod top_cmd;
+mod top_view;
 
 use std::process::ExitCode;
 
@@ -71,6 +73,9 @@ enum Command {
     Coordinator(coordinator_cmd::CoordinatorArgs),
     /// Show how every process of a cluster stands (and one group's log positions).
     Status(status_cmd::StatusArgs),
+    /// Watch a running cluster live: commits, conflicts and reads per site, replica
+    /// lag, and the hottest entity groups.
+    Top(top_cmd::TopArgs),
     /// An interactive client: choose a group, read, write, run transactions.
     Shell(shell_cmd::ShellArgs),
     /// Run a closed-loop workload and report throughput and latency percentiles.
@@ -93,6 +98,7 @@ fn main() -> ExitCode {
         Command::Replica(args) => replica_cmd::run(args),
         Command::Coordinator(args) => coordinator_cmd::run(args),
         Command::Status(args) => status_cmd::run(args),
+        Command::Top(args) => top_cmd::run(args),
         Command::Shell(args) => shell_cmd::run(args),
         Command::Bench(args) => bench_cmd::run(args),
         Command::Certs(args) => certs_cmd::run(args),

@@ -16,6 +16,7 @@ use megastore_rowstore::KeyRange;
 use megastore_types::{ClientId, EgId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::hot_groups::{HotGroups, HotGroupsNow};
 use crate::settings::proposer_timeouts;
 use megastore_rpc::Peers;
 
@@ -104,6 +105,10 @@ enum Event {
         in_flight: usize,
         done: oneshot::Sender<Result<Vec<CheckedHit>, ReadError>>,
     },
+    HotGroups {
+        n: usize,
+        done: oneshot::Sender<HotGroupsNow>,
+    },
     Answer {
         from: NodeId,
         message: Message,
@@ -113,8 +118,8 @@ enum Event {
 enum Waiting {
     Read(oneshot::Sender<Result<ReadResult, ReadError>>),
     Verify(oneshot::Sender<Result<Vec<CheckedHit>, ReadError>>),
-    Commit(oneshot::Sender<Committed>, std::time::Instant),
-    Resolve(oneshot::Sender<Resolution>),
+    Commit(oneshot::Sender<Committed>, std::time::Instant, EgId),
+    Resolve(oneshot::Sender<Resolution>, EgId),
 }
 
 /// A client of one cluster, at one site (its local replica serves its current reads
@@ -207,6 +212,7 @@ impl Client {
             waiting: BTreeMap::new(),
             wake: None,
             metrics: metrics.clone(),
+            hot: HotGroups::new(),
         };
         tokio::spawn(driver.run(events));
         Ok(Self {
@@ -288,6 +294,17 @@ impl Client {
             Ok(read) => Ok(read),
             Err(ReadError::Unavailable(why)) => Err(ClientError::Unavailable(why)),
         }
+    }
+
+    /// The `n` hottest entity groups this client committed in, and those it lost
+    /// positions in most (estimated counts since it started, bounded memory:
+    /// [`crate::HOT_GROUPS_TRACKED`] per kind): `megastore top`'s hot groups.
+    pub async fn hot_groups(&self, n: usize) -> Result<HotGroupsNow, ClientError> {
+        let (done, result) = oneshot::channel();
+        self.events
+            .send(Event::HotGroups { n, done })
+            .map_err(|_| ClientError::Closed)?;
+        result.await.map_err(|_| ClientError::Closed)
     }
 
     /// Checks global index hits against their groups' mirrors by current reads, at
@@ -405,6 +422,7 @@ struct Driver {
     waiting: BTreeMap<OpId, Waiting>,
     wake: Option<Time>,
     metrics: ClientMetrics,
+    hot: HotGroups,
 }
 
 impl Driver {
@@ -455,11 +473,17 @@ impl Driver {
                     reads,
                     done,
                 }) => {
-                    let (op, out) =
-                        self.core
-                            .commit(now, txn, eg, read_position, leader, writes, reads);
-                    self.waiting
-                        .insert(op, Waiting::Commit(done, std::time::Instant::now()));
+                    let (op, out) = self.core.commit(
+                        now,
+                        txn,
+                        eg.clone(),
+                        read_position,
+                        leader,
+                        writes,
+                        reads,
+                    );
+                    let started = std::time::Instant::now();
+                    self.waiting.insert(op, Waiting::Commit(done, started, eg));
                     out
                 }
                 Some(Event::Resolve {
@@ -468,8 +492,8 @@ impl Driver {
                     txn,
                     done,
                 }) => {
-                    let (op, out) = self.core.resolve(now, eg, position, txn);
-                    self.waiting.insert(op, Waiting::Resolve(done));
+                    let (op, out) = self.core.resolve(now, eg.clone(), position, txn);
+                    self.waiting.insert(op, Waiting::Resolve(done, eg));
                     out
                 }
                 Some(Event::ScanGlobal {
@@ -490,6 +514,10 @@ impl Driver {
                     let (op, out) = self.core.verify_global(now, hits, in_flight);
                     self.waiting.insert(op, Waiting::Verify(done));
                     out
+                }
+                Some(Event::HotGroups { n, done }) => {
+                    let _ = done.send(self.hot.top(n));
+                    Vec::new()
                 }
             };
             self.carry_out(outputs);
@@ -531,18 +559,31 @@ impl Driver {
                         }
                         let _ = done.send(result);
                     }
-                    (Some(Waiting::Commit(done, started)), OpResult::Commit { txn, result }) => {
+                    (
+                        Some(Waiting::Commit(done, started, eg)),
+                        OpResult::Commit { txn, result },
+                    ) => {
                         match &result {
-                            CommitResult::Committed { fast, .. } => self
-                                .metrics
-                                .committed(*fast, started.elapsed().as_secs_f64()),
-                            CommitResult::Conflict { .. } => self.metrics.conflicted(),
+                            CommitResult::Committed { fast, .. } => {
+                                self.metrics
+                                    .committed(*fast, started.elapsed().as_secs_f64());
+                                self.hot.committed(&eg);
+                            }
+                            CommitResult::Conflict { .. } => {
+                                self.metrics.conflicted();
+                                self.hot.conflicted(&eg);
+                            }
                             CommitResult::Unknown { .. } => self.metrics.outcome_unknown(),
                             CommitResult::Aborted => self.metrics.aborted(),
                         }
                         let _ = done.send(Committed { txn, result });
                     }
-                    (Some(Waiting::Resolve(done)), OpResult::Resolve(resolution)) => {
+                    (Some(Waiting::Resolve(done, eg)), OpResult::Resolve(resolution)) => {
+                        // A commit whose outcome was unknown, found committed: the
+                        // group's count includes it (the metrics counted it unknown).
+                        if matches!(resolution, Resolution::Committed(_)) {
+                            self.hot.committed(&eg);
+                        }
                         let _ = done.send(resolution);
                     }
                     (Some(Waiting::Verify(done)), OpResult::Verify(checked)) => {

@@ -28,10 +28,12 @@
 //!   refuse any other group; entity calls write only rows the schema maps into the
 //!   transaction's group; writes over a size limit are refused before anything is sent.
 
+pub mod activity;
 pub mod backfill;
 mod client;
 mod entities;
 mod groups;
+mod hot_groups;
 mod index_queries;
 pub mod schema_store;
 mod settings;
@@ -42,6 +44,7 @@ mod versioned;
 pub use client::{Client, ClientError, Committed};
 pub use entities::{EntityRead, IndexPage, describe_group, entity_group, group_root};
 pub use groups::{check_cell_write, group, group_name};
+pub use hot_groups::{GroupCount, HOT_GROUPS_TRACKED, HotGroupsNow};
 pub use index_queries::{GlobalIndexScan, IndexRead, JoinHit, JoinedScan, LOOKUPS_IN_FLIGHT};
 pub use megastore_schema::{IndexQuery, PageToken};
 pub use settings::proposer_timeouts;

@@ -41,6 +41,26 @@ impl ReadPathLabel {
     }
 }
 
+/// The counters of a [`ClientMetrics`] now (what its scrape would say), for views that
+/// take differences over time (`megastore top`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientTotals {
+    /// Transactions committed (either path).
+    pub commits: u64,
+    /// Commits that lost their position.
+    pub conflicts: u64,
+    /// Commits whose outcome was unknown.
+    pub unknown_outcomes: u64,
+    /// Current reads served locally (vouched).
+    pub reads_local: u64,
+    /// Current reads that asked a majority.
+    pub reads_majority: u64,
+    /// Snapshot, inconsistent and at-a-position reads.
+    pub reads_other: u64,
+    /// Reads that gave up.
+    pub read_failures: u64,
+}
+
 /// What a client library (a program's, or a replica's public-API gateway) did.
 #[derive(Debug, Clone)]
 pub struct ClientMetrics {
@@ -150,6 +170,27 @@ impl ClientMetrics {
     /// An invalidation was sent.
     pub fn invalidation_sent(&self) {
         self.invalidations.inc();
+    }
+
+    /// Every counter's value now.
+    pub fn totals(&self) -> ClientTotals {
+        // `get`, not `get_or_create`: reading adds no series to the scrape.
+        let commits = |path| self.commits.get(&[("path", path)]).map_or(0, |c| c.get());
+        let reads = |path: ReadPathLabel| {
+            let label = [("path", path.name())];
+            self.reads.get(&label).map_or(0, |c| c.get())
+        };
+        ClientTotals {
+            commits: commits("fast") + commits("slow"),
+            conflicts: self.conflicts.get(),
+            unknown_outcomes: self.unknown.get(),
+            reads_local: reads(ReadPathLabel::Local),
+            reads_majority: reads(ReadPathLabel::Majority),
+            reads_other: reads(ReadPathLabel::Snapshot)
+                + reads(ReadPathLabel::Inconsistent)
+                + reads(ReadPathLabel::AtPosition),
+            read_failures: self.read_failures.get(),
+        }
     }
 }
 

@@ -16,7 +16,7 @@ mod server;
 mod tls;
 
 pub use families::{
-    ClientMetrics, CoordinatorMetrics, LockdMetrics, ReadPathLabel, ReplicaMetrics,
+    ClientMetrics, ClientTotals, CoordinatorMetrics, LockdMetrics, ReadPathLabel, ReplicaMetrics,
 };
 pub use prometheus_client::registry::Registry;
 pub use server::{MetricsError, MetricsServer, encode};

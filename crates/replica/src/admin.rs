@@ -1,5 +1,5 @@
-//! `megastore.admin.v1.Admin`, served by every replica: a backup of its store while it
-//! serves. The driver thread takes a RocksDB checkpoint between two of its batches (so
+//! `megastore.admin.v1.Admin`, served by every replica: its groups, its lag, its public
+//! API's activity (for `megastore top`), and a backup of its store while it serves. The driver thread takes a RocksDB checkpoint between two of its batches (so
 //! the copy holds whole batches), into a scratch directory inside the data directory
 //! (hard links on the same file system); a task then streams its files and removes it.
 
@@ -25,6 +25,8 @@ const CHUNK_BYTES: usize = 1 << 20;
 
 pub(crate) struct AdminService {
     pub(crate) events: mpsc::Sender<Event>,
+    /// The public API's client library (its counters and hot groups).
+    pub(crate) gateway: megastore_client::Client,
     pub(crate) data_dir: PathBuf,
     pub(crate) next: AtomicU64,
 }
@@ -47,22 +49,78 @@ pub(crate) fn remove_scratch(data_dir: &Path) {
 /// Groups one `ListGroups` answers at most.
 const LIST_GROUPS_MAX: u32 = 10_000;
 
+/// Hot groups one `Activity` answers when not told.
+const HOT_GROUPS_DEFAULT: u32 = 10;
+
+impl AdminService {
+    async fn measure_lag(&self) -> Result<megastore_paxos::ReplicaLag, Status> {
+        let (reply, measured) = oneshot::channel();
+        self.events
+            .send(Event::Lag { reply })
+            .map_err(|_| Status::unavailable("the replica is stopping"))?;
+        measured
+            .await
+            .map_err(|_| Status::unavailable("the replica is stopping"))
+    }
+}
+
+fn group_counts(counts: Vec<megastore_client::GroupCount>) -> Vec<pb::GroupCount> {
+    counts
+        .into_iter()
+        .map(|c| pb::GroupCount {
+            group: c.group.0,
+            count: c.count,
+            error: c.error,
+        })
+        .collect()
+}
+
 #[tonic::async_trait]
 impl Admin for AdminService {
     async fn lag(
         &self,
         _request: Request<pb::LagRequest>,
     ) -> Result<Response<pb::LagResponse>, Status> {
-        let (reply, measured) = oneshot::channel();
-        self.events
-            .send(Event::Lag { reply })
-            .map_err(|_| Status::unavailable("the replica is stopping"))?;
-        let lag = measured
-            .await
-            .map_err(|_| Status::unavailable("the replica is stopping"))?;
+        let lag = self.measure_lag().await?;
         Ok(Response::new(pb::LagResponse {
             groups_behind: lag.groups,
             positions_behind: lag.positions,
+        }))
+    }
+
+    async fn activity(
+        &self,
+        request: Request<pb::ActivityRequest>,
+    ) -> Result<Response<pb::ActivityResponse>, Status> {
+        let tracked = megastore_client::HOT_GROUPS_TRACKED as u32;
+        let top = match request.into_inner().top {
+            0 => HOT_GROUPS_DEFAULT,
+            n if n <= tracked => n,
+            n => {
+                return Err(Status::invalid_argument(format!(
+                    "top: at most {tracked} groups (what is tracked), not {n}"
+                )));
+            }
+        };
+        let lag = self.measure_lag().await?;
+        let totals = self.gateway.metrics().totals();
+        let hot = self
+            .gateway
+            .hot_groups(top as usize)
+            .await
+            .map_err(|_| Status::unavailable("the public API is stopping"))?;
+        Ok(Response::new(pb::ActivityResponse {
+            commits: totals.commits,
+            conflicts: totals.conflicts,
+            unknown_outcomes: totals.unknown_outcomes,
+            reads_local: totals.reads_local,
+            reads_majority: totals.reads_majority,
+            reads_other: totals.reads_other,
+            read_failures: totals.read_failures,
+            groups_behind: lag.groups,
+            positions_behind: lag.positions,
+            hot_commits: group_counts(hot.commits),
+            hot_conflicts: group_counts(hot.conflicts),
         }))
     }
 

@@ -172,17 +172,18 @@ impl ReplicaProcess {
             None => None,
         };
         let lockd = megastore_rpc::LockdClient::new(config).map_err(ProcessError::Config)?;
+        let admin = AdminServer::new(AdminService {
+            events: events_tx.clone(),
+            gateway: gateway.clone(),
+            data_dir: me.data_dir.clone(),
+            next: AtomicU64::new(0),
+        });
         // The public API takes what the library can commit: one message holds the
         // largest transaction (documented in docs/client-api.md, "Limits").
         let gateway = MegastoreServer::new(Gateway::new(gateway, lockd))
             .max_decoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX)
             .max_encoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX);
 
-        let admin = AdminServer::new(AdminService {
-            events: events_tx.clone(),
-            data_dir: me.data_dir.clone(),
-            next: AtomicU64::new(0),
-        });
         let (stop_serving, stopped) = oneshot::channel::<()>();
         let service = ReplicationServer::new(Service {
             events: events_tx.clone(),
