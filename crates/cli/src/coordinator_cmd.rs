@@ -70,11 +70,12 @@ pub(crate) fn run(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
             let config = ClusterConfig::load(&config_path)?;
             crate::logging::init();
             runtime.block_on(async {
+                let mut interrupts = crate::signals::Interrupts::listen()?;
                 let process = CoordinatorProcess::start(&config, &name)
                     .await
                     .with_context(|| format!("starting the coordinator of {name:?}"))?;
                 tracing::info!(replica = %name, "coordinator serving");
-                crate::signals::until_interrupted().await?;
+                interrupts.until().await;
                 tracing::info!(replica = %name, "coordinator shutting down");
                 process.shutdown().await;
                 Ok(ExitCode::SUCCESS)

@@ -64,6 +64,7 @@ pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     crate::logging::init_quiet();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let served = runtime.block_on(async {
+        let mut interrupts = crate::signals::Interrupts::listen()?;
         crate::say!("megastore dev: data in {}", dir.display());
         let mut lockd = Vec::new();
         for node in &config.lockd {
@@ -154,9 +155,9 @@ pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
             config.replicas[0].address
         );
         if args.drills || (!args.exit_after_demo && std::io::stdin().is_terminal()) {
-            crate::dev_drills::serve_with_drills(&config, &mut servers).await?;
+            crate::dev_drills::serve_with_drills(&config, &mut servers, &mut interrupts).await?;
         } else if !args.exit_after_demo {
-            crate::signals::until_interrupted().await?;
+            interrupts.until().await;
         }
         crate::say!("stopping");
         servers.shutdown().await;

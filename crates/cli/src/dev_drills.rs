@@ -132,15 +132,16 @@ impl Servers {
 pub(crate) async fn serve_with_drills(
     config: &ClusterConfig,
     servers: &mut Servers,
+    interrupts: &mut crate::signals::Interrupts,
 ) -> anyhow::Result<()> {
     crate::say!("{DRILLS_HELP}");
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     let mut reading = true;
-    let interrupted = crate::signals::until_interrupted();
+    let interrupted = interrupts.until();
     tokio::pin!(interrupted);
     loop {
         tokio::select! {
-            done = &mut interrupted => return done,
+            () = &mut interrupted => return Ok(()),
             line = lines.next_line(), if reading => match line.context("reading the prompt")? {
                 Some(line) => {
                     let said = servers.run(config, &line).await;

@@ -24,6 +24,7 @@ pub(crate) fn run(args: LockdArgs) -> anyhow::Result<ExitCode> {
     crate::logging::init();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
+        let mut interrupts = crate::signals::Interrupts::listen()?;
         let node = LockdNode::start(&config, &args.id)
             .await
             .with_context(|| format!("starting lockd node {:?}", args.id))?;
@@ -32,7 +33,7 @@ pub(crate) fn run(args: LockdArgs) -> anyhow::Result<ExitCode> {
             .map(|l| l.address.clone())
             .unwrap_or_default();
         tracing::info!(node = %args.id, %address, "lockd serving");
-        crate::signals::until_interrupted().await?;
+        interrupts.until().await;
         tracing::info!(node = %args.id, "lockd shutting down");
         node.shutdown().await;
         Ok(ExitCode::SUCCESS)

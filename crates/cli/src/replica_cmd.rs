@@ -24,11 +24,12 @@ pub(crate) fn run(args: ReplicaArgs) -> anyhow::Result<ExitCode> {
     crate::logging::init();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
+        let mut interrupts = crate::signals::Interrupts::listen()?;
         let replica = ReplicaProcess::start(&config, &args.id)
             .await
             .with_context(|| format!("starting replica {:?}", args.id))?;
         tracing::info!(replica = %args.id, rejoining = replica.rejoining(), "replica serving");
-        crate::signals::until_interrupted().await?;
+        interrupts.until().await;
         tracing::info!(replica = %args.id, "replica shutting down");
         replica.shutdown().await;
         Ok(ExitCode::SUCCESS)
