@@ -60,6 +60,9 @@ pub struct SimConfig {
     /// operations of the workload before there were any, for scripted interleavings
     /// tuned to it).
     pub verified_scans: bool,
+    /// Clients send queue messages in some commits, deliver groups' outboxes and
+    /// consume their inboxes (off, like `verified_scans`, for scripted interleavings).
+    pub queues: bool,
     /// Each client waits up to this long (uniformly) between operations.
     pub think_ms: u32,
     /// Mean time between disruptive faults (partitions, crashes, leader changes).
@@ -186,6 +189,7 @@ impl SimConfig {
             quiet: false,
             writes_only: false,
             verified_scans: true,
+            queues: true,
             think_ms: 30,
             fault_interval: Duration::from_millis(pick(rng, &[400, 1000, 2500, 6000])),
             max_drift_ppm: pick(rng, &[0, 200, 1000]),

@@ -21,6 +21,8 @@ pub enum OpKind {
     Commit,
     /// A global index scan's hits in one group, verified by a current read of it.
     VerifiedScan,
+    /// A delivery of a group's queue messages.
+    Deliver,
 }
 
 /// How an operation ended.
@@ -66,6 +68,16 @@ pub enum Outcome {
         position: Position,
         /// The hits, each with whether the verification kept it.
         hits: Vec<VerifiedHit>,
+    },
+    /// A delivery finished.
+    Delivered {
+        /// The sender's position its outbox was read at.
+        read_at: Option<megastore_types::Position>,
+        /// Messages it committed into inboxes.
+        delivered: u64,
+        /// It handled every receiver of every message it read: every message the
+        /// sender chose at or below `read_at` is delivered now.
+        complete: bool,
     },
     /// A read that gave up.
     Failed,
@@ -116,7 +128,10 @@ impl OpRecord {
     pub fn succeeded(&self) -> bool {
         matches!(
             self.outcome,
-            Outcome::Read { .. } | Outcome::Committed { .. } | Outcome::Verified { .. }
+            Outcome::Read { .. }
+                | Outcome::Committed { .. }
+                | Outcome::Verified { .. }
+                | Outcome::Delivered { .. }
         )
     }
 }

@@ -70,6 +70,8 @@ pub const BUG_NAMES: &[&str] = &[
     "global-copies-skip-deletes",
     "install-without-global",
     "verify-trusts-the-scan",
+    "deliver-without-dedup",
+    "consume-outside-txn",
 ];
 
 /// The knob called `name`.
@@ -103,6 +105,8 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "global-copies-skip-deletes" => p.global_copies_skip_deletes = true,
         "install-without-global" => p.install_without_global = true,
         "verify-trusts-the-scan" => p.verify_trusts_the_scan = true,
+        "deliver-without-dedup" => p.deliver_without_dedup = true,
+        "consume-outside-txn" => p.consume_outside_txn = true,
         _ => return None,
     }
     Some(Bugs {

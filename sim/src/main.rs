@@ -78,6 +78,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.reads_at_position += s.reads_at_position;
     total.hits_verified += s.hits_verified;
     total.hits_stale += s.hits_stale;
+    total.messages_delivered += s.messages_delivered;
     total.failed += s.failed;
     total.wipes += s.wipes;
     total.installs += s.installs;
@@ -86,7 +87,7 @@ fn add(total: &mut Stats, s: &Stats) {
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, messages {}, violations {violations}",
         s.commits,
         s.conflicts,
         s.resolved_not_committed,
@@ -98,6 +99,7 @@ fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
         s.reads_at_position,
         s.hits_verified,
         s.hits_stale,
+        s.messages_delivered,
         s.failed,
         s.faults,
         s.wipes,

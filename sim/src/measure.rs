@@ -128,6 +128,7 @@ pub fn three_sites_with_witness_at(rtt_ms: u32, witness_rtt_ms: u32, clients: &[
         quiet: true,
         writes_only: false,
         verified_scans: false,
+        queues: false,
         think_ms: 30,
     }
 }

@@ -81,6 +81,8 @@ pub struct Stats {
     pub hits_verified: u64,
     /// Global index hits a verified scan dropped (stale: the group's mirror changed).
     pub hits_stale: u64,
+    /// Queue messages committed into inboxes by deliveries.
+    pub messages_delivered: u64,
     /// Operations that failed.
     pub failed: u64,
     /// Replica stores wiped.

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use megastore_paxos::queue::{self, Delivery};
 use megastore_paxos::{
     CellWrite, CheckedHit, ClientCore, ClientOutput, CommitResult, DataQuery, GlobalHit, OpId,
     OpResult, ReadMode, ReadResult, Resolution, RowWrite, global_mirror_range, mirror_row_of,
@@ -70,6 +71,8 @@ enum Plan {
     /// Read the group again at the position the first read found, as a
     /// transaction's later reads do.
     ReadAgain,
+    /// Consume the queue messages read (the read was of the group's inbox).
+    Consume,
 }
 
 #[derive(Debug)]
@@ -107,7 +110,16 @@ enum State {
         op: OpId,
         start: u64,
     },
+    /// Delivering a group's outbox.
+    Delivering {
+        op: OpId,
+        eg: EgId,
+        start: u64,
+    },
 }
+
+/// The queue the workload's messages go to.
+pub(crate) const QUEUE: &str = "q";
 
 /// How many groups a verification reads at once (the client library's bound is
 /// larger; two is enough to interleave).
@@ -143,6 +155,8 @@ pub(crate) struct ClientNode {
     pub writes_only: bool,
     /// Whether it runs verified global index scans, one operation in twenty.
     pub verified_scans: bool,
+    /// Whether it sends, delivers and consumes queue messages.
+    pub queues: bool,
     /// What it mostly does.
     pub role: Role,
     /// Per group, an older position one of its reads found: a transaction open for a
@@ -171,6 +185,7 @@ impl ClientNode {
             writes: 0,
             writes_only: false,
             verified_scans: false,
+            queues: false,
             role: Role::Mixed,
             remembered: BTreeMap::new(),
         }
@@ -215,6 +230,36 @@ impl ClientNode {
         let eg = group(self.rng.below(u64::from(self.groups)) as u16);
         if self.verified_scans && !self.writes_only && self.rng.chance(0.05) {
             return self.scan_global(real, now, &eg);
+        }
+        if self.queues && !self.writes_only {
+            if self.rng.chance(0.05) {
+                let (op, out) = self.core.deliver(now, eg.clone());
+                self.state = State::Delivering {
+                    op,
+                    eg,
+                    start: real,
+                };
+                return out;
+            }
+            if self.rng.chance(0.05) {
+                // The whole group, inbox included, as every workload read does (the
+                // checkers compare a current read with the whole state).
+                let query = DataQuery::Scan {
+                    range: megastore_paxos::data_range(&eg),
+                    limit: None,
+                    reverse: false,
+                };
+                let (op, out) = self.core.read(now, eg.clone(), ReadMode::Current, query);
+                self.state = State::Reading {
+                    op,
+                    kind: OpKind::CurrentRead,
+                    eg,
+                    start: real,
+                    plan: Some(Plan::Consume),
+                    at: None,
+                };
+                return out;
+            }
         }
         let query = self.group_query(&eg);
         let dice = match (self.writes_only, self.role) {
@@ -409,6 +454,26 @@ impl ClientNode {
                     }
                 }
             }
+            State::Delivering {
+                op: expected,
+                eg,
+                start,
+            } if expected == op => {
+                let OpResult::Deliver(result) = result else {
+                    unreachable!("a delivery returns what it delivered")
+                };
+                records.push(OpRecord {
+                    client: self.id,
+                    eg,
+                    kind: OpKind::Deliver,
+                    start,
+                    end: real,
+                    outcome: match result {
+                        Ok(delivery) => delivered_outcome(&delivery),
+                        Err(_) => Outcome::Failed,
+                    },
+                });
+            }
             State::Verifying {
                 op: expected,
                 start,
@@ -486,6 +551,52 @@ impl ClientNode {
         out
     }
 
+    /// Consumes the messages `read` found in `eg`'s inbox, as the library's
+    /// `Transaction::receive` does: deletes them, having declared them read.
+    fn consume(
+        &mut self,
+        real: u64,
+        now: Time,
+        eg: EgId,
+        read: &ReadResult,
+        position: Position,
+    ) -> Vec<ClientOutput> {
+        let messages: Vec<_> = read
+            .rows
+            .iter()
+            .filter_map(|r| queue::incoming(&eg, r))
+            .filter(|m| m.queue == QUEUE)
+            .take(2)
+            .collect();
+        if messages.is_empty() {
+            return Vec::new();
+        }
+        let (writes, reads) = queue::consume(&messages, self.core.bugs());
+        self.writes += 1;
+        let txn = TxnId {
+            client: self.id,
+            seq: self.writes,
+        };
+        let read_keys: BTreeSet<Vec<u8>> = reads.into_iter().collect();
+        let (op, out) = self.core.commit(
+            now,
+            txn,
+            eg.clone(),
+            position,
+            read.next_leader,
+            writes,
+            read_keys.clone(),
+        );
+        self.state = State::Committing {
+            op,
+            eg,
+            start: real,
+            read_position: position,
+            read_keys,
+        };
+        out
+    }
+
     /// Asks the protocol to resolve `commit` (once more).
     fn resolve(&mut self, now: Time, commit: Unresolved) -> Vec<ClientOutput> {
         let (op, out) = self
@@ -513,9 +624,14 @@ impl ClientNode {
             }
             Plan::Blind(rows) => (rows, BTreeSet::new()),
             Plan::ReadAgain => unreachable!("a read-again plan reads, it does not commit"),
+            Plan::Consume => return self.consume(real, now, eg, read, position),
         };
         self.writes += 1;
         let tag = format!("c{}.{}", self.id.0, self.writes).into_bytes();
+        let txn = TxnId {
+            client: self.id,
+            seq: self.writes,
+        };
         // Now and then a key is deleted rather than set. Each key also has an entry in
         // a global index (the key's value by key, `0xFD ‖ key`), kept in the group's
         // mirror and copied to the global index at apply, as an entity's global index
@@ -554,11 +670,17 @@ impl ClientNode {
                     value: tag.clone(),
                 }],
             }))
-            .collect();
-        let txn = TxnId {
-            client: self.id,
-            seq: self.writes,
-        };
+            .collect::<Vec<_>>();
+        let mut writes = writes;
+        // Now and then the transaction also sends a message or two (to any group, its
+        // own included).
+        if self.queues && self.rng.chance(0.2) {
+            for index in 0..1 + self.rng.below(2) as u32 {
+                let to = group(self.rng.below(u64::from(self.groups)) as u16);
+                let body = [&tag[..], format!("/{index}").as_bytes()].concat();
+                writes.push(queue::send_write(&eg, txn, index, &to, QUEUE, &body));
+            }
+        }
         let (op, out) = self.core.commit(
             now,
             txn,
@@ -576,6 +698,15 @@ impl ClientNode {
             read_keys,
         };
         out
+    }
+}
+
+/// A delivery's record.
+fn delivered_outcome(delivery: &Delivery) -> Outcome {
+    Outcome::Delivered {
+        read_at: delivery.read_at,
+        delivered: delivery.delivered,
+        complete: delivery.skipped.is_empty() && !delivery.more,
     }
 }
 

@@ -152,6 +152,12 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ("global-copies-skip-deletes", &["global-index"], 5),
     ("install-without-global", &["global-index"], 15),
     ("verify-trusts-the-scan", &["verified-scan"], 5),
+    (
+        "deliver-without-dedup",
+        &["queue-exactly-once-in-order"],
+        10,
+    ),
+    ("consume-outside-txn", &["queue-exactly-once-in-order"], 10),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -219,6 +225,8 @@ knob_tests! {
     global_copies_skip_deletes_is_caught => 21,
     install_without_global_is_caught => 22,
     verify_trusts_the_scan_is_caught => 23,
+    deliver_without_dedup_is_caught => 24,
+    consume_outside_txn_is_caught => 25,
 }
 
 #[test]
@@ -227,7 +235,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 26);
+    assert_eq!(BUG_NAMES.len(), 28);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

@@ -15,6 +15,7 @@ mod operations;
 mod outcomes;
 mod processes;
 mod python_api;
+mod queues;
 mod roles;
 mod schema_check;
 mod support;

@@ -109,6 +109,10 @@ enum Event {
         n: usize,
         done: oneshot::Sender<HotGroupsNow>,
     },
+    Deliver {
+        sender: EgId,
+        done: oneshot::Sender<Result<megastore_paxos::queue::Delivery, ReadError>>,
+    },
     Answer {
         from: NodeId,
         message: Message,
@@ -118,6 +122,7 @@ enum Event {
 enum Waiting {
     Read(oneshot::Sender<Result<ReadResult, ReadError>>),
     Verify(oneshot::Sender<Result<Vec<CheckedHit>, ReadError>>),
+    Deliver(oneshot::Sender<Result<megastore_paxos::queue::Delivery, ReadError>>),
     Commit(oneshot::Sender<Committed>, std::time::Instant, EgId),
     Resolve(oneshot::Sender<Resolution>, EgId),
 }
@@ -305,6 +310,24 @@ impl Client {
             .send(Event::HotGroups { n, done })
             .map_err(|_| ClientError::Closed)?;
         result.await.map_err(|_| ClientError::Closed)
+    }
+
+    /// Runs the protocol core's delivery of `sender`'s outbox.
+    pub(crate) async fn deliver_outbox(
+        &self,
+        sender: EgId,
+    ) -> Result<megastore_paxos::queue::Delivery, ClientError> {
+        if sender.0.is_empty() {
+            return Err(ClientError::InvalidArgument("sender: name a group".into()));
+        }
+        let (done, result) = oneshot::channel();
+        self.events
+            .send(Event::Deliver { sender, done })
+            .map_err(|_| ClientError::Closed)?;
+        match result.await.map_err(|_| ClientError::Closed)? {
+            Ok(delivery) => Ok(delivery),
+            Err(ReadError::Unavailable(why)) => Err(ClientError::Unavailable(why)),
+        }
     }
 
     /// Checks global index hits against their groups' mirrors by current reads, at
@@ -515,6 +538,11 @@ impl Driver {
                     self.waiting.insert(op, Waiting::Verify(done));
                     out
                 }
+                Some(Event::Deliver { sender, done }) => {
+                    let (op, out) = self.core.deliver(now, sender);
+                    self.waiting.insert(op, Waiting::Deliver(done));
+                    out
+                }
                 Some(Event::HotGroups { n, done }) => {
                     let _ = done.send(self.hot.top(n));
                     Vec::new()
@@ -588,6 +616,9 @@ impl Driver {
                     }
                     (Some(Waiting::Verify(done)), OpResult::Verify(checked)) => {
                         let _ = done.send(checked);
+                    }
+                    (Some(Waiting::Deliver(done)), OpResult::Deliver(delivery)) => {
+                        let _ = done.send(delivery);
                     }
                     _ => {}
                 },

@@ -35,6 +35,7 @@ mod entities;
 mod groups;
 mod hot_groups;
 mod index_queries;
+mod queues;
 pub mod schema_store;
 mod settings;
 pub mod status;
@@ -46,7 +47,9 @@ pub use entities::{EntityRead, IndexPage, describe_group, entity_group, group_ro
 pub use groups::{check_cell_write, group, group_name};
 pub use hot_groups::{GroupCount, HOT_GROUPS_TRACKED, HotGroupsNow};
 pub use index_queries::{GlobalIndexScan, IndexRead, JoinHit, JoinedScan, LOOKUPS_IN_FLIGHT};
+pub use megastore_paxos::queue::Delivery;
 pub use megastore_schema::{IndexQuery, PageToken};
+pub use queues::{Message, QUEUE_NAME_BYTES_MAX};
 pub use settings::proposer_timeouts;
 pub use txn::{Attempt, AttemptFuture, Outcome, Transaction};
 pub use versioned::{Assert, Entry, Mutation, TxnResult, VERSION_MISSING};

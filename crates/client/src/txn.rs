@@ -47,6 +47,8 @@ pub struct Transaction {
     position: Option<(Position, Option<ReplicaId>)>,
     reads: ReadSet,
     writes: BTreeMap<Vec<u8>, Vec<CellWrite>>,
+    /// How many queue messages it sent (the next one's index).
+    sent: u32,
 }
 
 impl Transaction {
@@ -58,7 +60,19 @@ impl Transaction {
             position: None,
             reads: ReadSet::default(),
             writes: BTreeMap::new(),
+            sent: 0,
         }
+    }
+
+    /// The index of the next queue message this transaction sends.
+    pub(crate) fn next_send(&mut self) -> u32 {
+        self.sent += 1;
+        self.sent - 1
+    }
+
+    /// Declares rows read (they conflict with writes after its position).
+    pub(crate) fn declare_read(&mut self, rows: impl IntoIterator<Item = Vec<u8>>) {
+        self.reads.rows.extend(rows);
     }
 
     /// The entity group.

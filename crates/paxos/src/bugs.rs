@@ -66,5 +66,11 @@ megastore_types::bug_knobs! {
         /// A verified global index scan keeps every hit its scan found: it reads each
         /// hit's group but never compares the hit with the mirror there.
         verify_trusts_the_scan,
+        /// A delivery ignores the receiver's mark of what it delivered from the sender:
+        /// a retry, or two deliverers racing, deliver a message again.
+        deliver_without_dedup,
+        /// Consuming queue messages deletes their inbox rows without declaring them
+        /// read: two consumers of one message both commit.
+        consume_outside_txn,
     }
 }

@@ -1,8 +1,9 @@
 //! The client side of the protocol as one state machine: what the client library (and
-//! the simulator's clients) drive. It hosts reads, commits, resolutions and the
-//! verification of global index hits (current reads it starts itself, a bounded
-//! number at once), routes replies to them by request id, and reports each
-//! operation's result.
+//! the simulator's clients) drive. It hosts reads, commits, resolutions, and two
+//! operations made of those it starts itself: the verification of global index hits
+//! (a bounded number of current reads at once) and the delivery of a group's queue
+//! messages (reads and commits, one after another). It routes replies by request id
+//! and reports each operation's result.
 
 use std::collections::BTreeMap;
 
@@ -18,6 +19,7 @@ use crate::proposer::commit::{Commit, CommitResult, ReadSet};
 use crate::proposer::read::{CurrentRead, PointRead, PointTarget, ReadError, ReadMode, ReadResult};
 use crate::proposer::resolve::{Resolution, Resolve};
 use crate::proposer::{Ctx, ProposerConfig, Wiring};
+use crate::queue::{Deliver, Delivery, Step};
 use crate::verify::{CheckedHit, GlobalHit, Verify};
 
 /// How a client runs.
@@ -56,6 +58,8 @@ pub enum OpResult {
     /// A verification of global index hits finished: each hit with its verdict, in
     /// the order given, or the error of a group read that failed.
     Verify(Result<Vec<CheckedHit>, ReadError>),
+    /// A delivery of a group's queue messages finished.
+    Deliver(Result<Delivery, ReadError>),
 }
 
 /// An event for the client.
@@ -100,16 +104,32 @@ enum Op {
     Commit(Box<Commit>),
     Resolve(Box<Resolve>),
     Verify(Box<Verify>),
+    Deliver(Box<Deliver>),
 }
+
+/// An operation the core started for another one: its result goes to that one.
+#[derive(Debug)]
+enum Child {
+    /// A group read of a verification, for the hits at these indexes.
+    Verify { parent: OpId, hits: Vec<usize> },
+    /// A read or commit of a delivery.
+    Deliver { parent: OpId },
+}
+
+/// The first sequence number of the transactions the core names itself (a delivery's):
+/// hosts number their own from 1, so the two never meet under one client id.
+const CORE_TXNS: u64 = 1 << 63;
 
 /// A client of the database.
 pub struct ClientCore {
     config: ClientConfig,
     local: Option<ReplicaId>,
     ops: BTreeMap<OpId, Op>,
-    /// The current reads a verification started: each one's verification, and the
-    /// hits its group holds. Their results go to the verification, not the driver.
-    verify_reads: BTreeMap<OpId, (OpId, Vec<usize>)>,
+    /// The operations started for another one (their results go to it, not the
+    /// driver).
+    children: BTreeMap<OpId, Child>,
+    /// The sequence number of the next transaction the core names itself.
+    next_core_txn: u64,
     wiring: Wiring<OpId>,
     next_op: u64,
 }
@@ -128,7 +148,8 @@ impl ClientCore {
             config,
             local,
             ops: BTreeMap::new(),
-            verify_reads: BTreeMap::new(),
+            children: BTreeMap::new(),
+            next_core_txn: CORE_TXNS,
             wiring,
             next_op: 1,
         }
@@ -224,8 +245,52 @@ impl ClientCore {
                 return;
             };
             let read = self.start_read(now, eg, ReadMode::Current, query, sends);
-            self.verify_reads.insert(read, (op, hits));
+            self.children
+                .insert(read, Child::Verify { parent: op, hits });
         }
+    }
+
+    /// Delivers the queue messages in `sender`'s outbox (up to
+    /// [`crate::queue::DELIVERY_BATCH`]) into their receivers' inboxes, exactly once
+    /// each and in order, then trims what was delivered (docs/protocol.md, "Queues").
+    /// Any number of deliverers may run for one sender at once.
+    pub fn deliver(&mut self, now: Time, sender: EgId) -> (OpId, Vec<Output>) {
+        let op = self.new_op();
+        let (deliver, step) = Deliver::start(sender, self.config.proposer.bugs);
+        self.ops.insert(op, Op::Deliver(Box::new(deliver)));
+        let mut sends = Vec::new();
+        self.start_step(now, op, step, &mut sends);
+        (op, self.finish_step(now, sends))
+    }
+
+    /// Starts a delivery's next read or commit.
+    fn start_step(
+        &mut self,
+        now: Time,
+        parent: OpId,
+        step: Step,
+        sends: &mut Vec<(NodeId, Message)>,
+    ) {
+        let child = match step {
+            Step::Read { eg, query } => self.start_read(now, eg, ReadMode::Current, query, sends),
+            Step::Commit {
+                eg,
+                read_position,
+                leader,
+                writes,
+                reads,
+            } => {
+                let txn = TxnId {
+                    client: self.config.id,
+                    seq: self.next_core_txn,
+                };
+                self.next_core_txn += 1;
+                let reads =
+                    ReadSet::from(reads.into_iter().collect::<std::collections::BTreeSet<_>>());
+                self.start_commit(now, txn, eg, read_position, leader, writes, reads, sends)
+            }
+        };
+        self.children.insert(child, Child::Deliver { parent });
     }
 
     /// Scans global index rows (within [`crate::global_index_range`]) at the nearest
@@ -301,6 +366,32 @@ impl ClientCore {
             txn.client, self.config.id,
             "a client commits its own transactions only"
         );
+        let mut sends = Vec::new();
+        let op = self.start_commit(
+            now,
+            txn,
+            eg,
+            read_position,
+            leader,
+            writes,
+            reads.into(),
+            &mut sends,
+        );
+        (op, self.finish_step(now, sends))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_commit(
+        &mut self,
+        now: Time,
+        txn: TxnId,
+        eg: EgId,
+        read_position: Position,
+        leader: Option<ReplicaId>,
+        writes: Vec<RowWrite>,
+        reads: ReadSet,
+        sends: &mut Vec<(NodeId, Message)>,
+    ) -> OpId {
         let op = self.new_op();
         let entry = LogEntry {
             txn: Some(txn),
@@ -308,18 +399,10 @@ impl ClientCore {
             writes,
             ..LogEntry::noop()
         };
-        let mut sends = Vec::new();
-        let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, &mut sends);
-        let commit = Commit::start(
-            &mut ctx,
-            eg,
-            read_position.next(),
-            leader,
-            entry,
-            reads.into(),
-        );
+        let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, sends);
+        let commit = Commit::start(&mut ctx, eg, read_position.next(), leader, entry, reads);
         self.ops.insert(op, Op::Commit(Box::new(commit)));
-        (op, self.finish_step(now, sends))
+        op
     }
 
     /// Resolves a commit that ended [`CommitResult::Unknown`] at `position`: settles
@@ -367,7 +450,7 @@ impl ClientCore {
                     Op::Point(read) => read.on_replica_reply(ctx, reply),
                     Op::Commit(commit) => commit.on_replica_reply(ctx, r, reply),
                     Op::Resolve(resolve) => resolve.on_replica_reply(ctx, r, reply),
-                    Op::Verify(_) => {}
+                    Op::Verify(_) | Op::Deliver(_) => {}
                 });
             }
             (NodeId::Coordinator(r), Message::CoordinatorReply(reply)) => {
@@ -383,7 +466,7 @@ impl ClientCore {
                     Op::Current(read) => read.on_coordinator_reply(ctx, r, reply),
                     Op::Commit(commit) => commit.on_coordinator_reply(ctx, r, reply),
                     Op::Resolve(resolve) => resolve.on_coordinator_reply(ctx, r, reply),
-                    Op::Point(_) | Op::Verify(_) => {}
+                    Op::Point(_) | Op::Verify(_) | Op::Deliver(_) => {}
                 });
             }
             (NodeId::LockNode(n), Message::LockResponse(response)) => {
@@ -413,7 +496,7 @@ impl ClientCore {
             Op::Current(read) => read.on_lock_outcome(ctx, outcome.id, outcome.result),
             Op::Commit(commit) => commit.on_lock_outcome(ctx, outcome.id, outcome.result),
             Op::Resolve(resolve) => resolve.on_lock_outcome(ctx, outcome.id, outcome.result),
-            Op::Point(_) | Op::Verify(_) => {}
+            Op::Point(_) | Op::Verify(_) | Op::Deliver(_) => {}
         });
     }
 
@@ -439,7 +522,7 @@ impl ClientCore {
                 Op::Point(read) => read.on_tick(ctx),
                 Op::Commit(commit) => commit.on_tick(ctx),
                 Op::Resolve(resolve) => resolve.on_tick(ctx),
-                Op::Verify(_) => {}
+                Op::Verify(_) | Op::Deliver(_) => {}
             });
         }
     }
@@ -468,12 +551,25 @@ impl ClientCore {
                 break;
             }
             for (op, result) in results {
-                match (self.verify_reads.remove(&op), result) {
-                    (Some((verify, hits)), OpResult::Read(read)) => {
-                        if let Some(Op::Verify(state)) = self.ops.get_mut(&verify) {
+                match (self.children.remove(&op), result) {
+                    (Some(Child::Verify { parent, hits }), OpResult::Read(read)) => {
+                        if let Some(Op::Verify(state)) = self.ops.get_mut(&parent) {
                             state.on_read(&hits, read);
                         }
-                        self.start_verify_reads(now, verify, &mut sends);
+                        self.start_verify_reads(now, parent, &mut sends);
+                    }
+                    (Some(Child::Deliver { parent }), result) => {
+                        let Some(Op::Deliver(state)) = self.ops.get_mut(&parent) else {
+                            continue;
+                        };
+                        let step = match &result {
+                            OpResult::Read(read) => state.on_read(read.clone()),
+                            OpResult::Commit { result, .. } => state.on_commit(result),
+                            _ => None,
+                        };
+                        if let Some(step) = step {
+                            self.start_step(now, parent, step, &mut sends);
+                        }
                     }
                     (_, result) => done.push(Output::Done { op, result }),
                 }
@@ -511,6 +607,7 @@ impl ClientCore {
                 }
                 Op::Resolve(resolve) => (resolve.result().map(OpResult::Resolve), None),
                 Op::Verify(verify) => (verify.result().map(OpResult::Verify), None),
+                Op::Deliver(deliver) => (deliver.result().map(OpResult::Deliver), None),
             };
             // Everything but a commit (which settles on after reporting) is over once
             // it has a result.
@@ -533,6 +630,12 @@ impl ClientCore {
         &self.config.proposer.timeouts
     }
 
+    /// The knobs this client runs with (empty in production builds): for hosts that
+    /// call the core's pure helpers, such as [`crate::queue::consume`].
+    pub fn bugs(&self) -> &crate::ProtocolBugs {
+        &self.config.proposer.bugs
+    }
+
     /// How many operations are in flight (including commits settling after their
     /// result was reported).
     pub fn in_flight(&self) -> usize {
@@ -546,7 +649,7 @@ fn op_deadline(state: &Op) -> Option<Time> {
         Op::Point(read) => read.deadline(),
         Op::Commit(commit) => commit.deadline(),
         Op::Resolve(resolve) => resolve.deadline(),
-        // Its reads have their own.
-        Op::Verify(_) => None,
+        // Their reads and commits have their own.
+        Op::Verify(_) | Op::Deliver(_) => None,
     }
 }

@@ -95,7 +95,9 @@ impl RowWrite {
 }
 
 /// A message for another entity group's queue, sent by the entry's transaction.
-/// (The queue issue fills these in; the format is fixed now.)
+/// Unused: messages travel as outbox rows among the entry's `writes`
+/// ([`crate::queue`]), which snapshots, truncation and collection already handle; the
+/// field stays so that stored entries keep their format.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueMessage {
     /// The queue's name.
@@ -139,7 +141,7 @@ pub struct LogEntry {
     pub next_leader: Option<ReplicaId>,
     /// Row writes, all inside the entity group, never its root row.
     pub writes: Vec<RowWrite>,
-    /// Queue messages sent by the transaction.
+    /// Always empty: queue messages are outbox rows among `writes` ([`crate::queue`]).
     pub queue: Vec<QueueMessage>,
     /// Two-phase commit records.
     pub two_phase: Vec<TwoPhaseRecord>,

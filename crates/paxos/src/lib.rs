@@ -28,6 +28,7 @@ mod client;
 pub mod entry;
 pub mod messages;
 pub mod proposer;
+pub mod queue;
 pub mod replica;
 pub mod verify;
 

@@ -503,6 +503,27 @@ impl Megastore for Gateway {
         self.serve_stream_global_index(request).await
     }
 
+    async fn send_message(
+        &self,
+        request: Request<pb::SendMessageRequest>,
+    ) -> Result<Response<pb::SendMessageResponse>, Status> {
+        self.serve_send_message(request).await
+    }
+
+    async fn receive(
+        &self,
+        request: Request<pb::ReceiveRequest>,
+    ) -> Result<Response<pb::ReceiveResponse>, Status> {
+        self.serve_receive(request).await
+    }
+
+    async fn deliver(
+        &self,
+        request: Request<pb::DeliverRequest>,
+    ) -> Result<Response<pb::DeliverResponse>, Status> {
+        self.serve_deliver(request).await
+    }
+
     async fn merge_join(
         &self,
         request: Request<pb::MergeJoinRequest>,

@@ -21,7 +21,7 @@ use megastore_config::{ClusterConfig, resolve_address};
 use megastore_paxos::{
     Batch, Message, Replica, ReplicaConfig, ReplicaInput, ReplicaReply, ReplicaRequest,
 };
-use megastore_rowstore::{Durability, RowStore};
+use megastore_rowstore::{Durability, RowRead, RowStore};
 use megastore_rowstore_rocksdb::RocksStore;
 use megastore_rpc::Transport;
 use megastore_rpc::pb::replication as pb;
@@ -135,7 +135,11 @@ impl ReplicaProcess {
         let mut registry = Registry::default();
         metrics.register(&mut registry);
         let (events_tx, events) = mpsc::channel();
+        // A full replica delivers the queue messages of the groups it applies.
+        let delivery = crate::delivery::turn(config, name);
+        let (outboxes, outboxes_rx) = tokio::sync::mpsc::unbounded_channel();
         let driver = Driver {
+            outboxes: delivery.is_some().then_some(outboxes),
             metrics,
             core,
             store,
@@ -163,6 +167,13 @@ impl ReplicaProcess {
             .await
             .map_err(|e| ProcessError::Lock(format!("starting the public API: {e}")))?;
         gateway.metrics().register(&mut registry);
+        if let Some(delay) = delivery {
+            tokio::spawn(crate::delivery::deliver(
+                gateway.clone(),
+                delay,
+                outboxes_rx,
+            ));
+        }
         let metrics_server = match &me.metrics_address {
             Some(address) => Some(
                 MetricsServer::start(address, registry, None, config.tls.as_ref())
@@ -256,6 +267,8 @@ struct Driver {
     registered: BTreeSet<Vec<u8>>,
     /// When the lag gauges were last updated.
     lag_measured: std::time::Instant,
+    /// Groups with queue messages to deliver, for a full replica's delivery task.
+    outboxes: Option<tokio::sync::mpsc::UnboundedSender<EgId>>,
 }
 
 /// How often the lag gauges are updated (each update looks at every loaded group).
@@ -279,6 +292,7 @@ impl Driver {
         }
         self.step(ReplicaInput::Tick, &mut batch);
         self.release(batch);
+        self.find_outboxes();
         loop {
             let timeout = self
                 .wake
@@ -382,9 +396,37 @@ impl Driver {
         }
     }
 
+    /// Hands the delivery task every registered group whose outbox holds messages (at
+    /// start: messages sent before a restart are delivered too).
+    fn find_outboxes(&self) {
+        let Some(outboxes) = &self.outboxes else {
+            return;
+        };
+        let first = megastore_rowstore::ScanOptions {
+            limit: Some(1),
+            ..Default::default()
+        };
+        for eg in &self.registered {
+            let eg = EgId(eg.clone());
+            let range = megastore_paxos::queue::outbox_range(&eg);
+            match self.store.scan(&range, megastore_rowstore::LATEST, &first) {
+                Ok(rows) if !rows.is_empty() => {
+                    let _ = outboxes.send(eg);
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(group = %eg, "cannot read its outbox: {e}"),
+            }
+        }
+    }
+
     /// Registers the batch's new groups, then one WAL sync for everything the batch
     /// persisted, then its messages leave.
     fn release(&mut self, batch: Batch) {
+        if let Some(outboxes) = &self.outboxes {
+            for eg in batch.outbox_groups() {
+                let _ = outboxes.send(eg.clone());
+            }
+        }
         for eg in batch.persisted_groups() {
             if self.registered.contains(&eg.0) {
                 continue;

@@ -13,3 +13,11 @@ pub const GLOBAL_INDEX_TAG: u8 = 0xFD;
 /// collected with it — and every full and read-only replica copies each mirror write
 /// to the global row it names when it applies (or installs) it.
 pub const GLOBAL_MIRROR_OBJECT: [u8; 5] = [0xF8, 0xFF, 0xFF, 0xFF, 0xFE];
+
+/// Inside a group, the object id (long form of `u32::MAX − 2`, which no schema hands
+/// out) under which the group keeps its queues: its *outbox* of messages it sent
+/// (`G ‖ 0xF8 FFFFFFFD ‖ 0x01 ‖ sender txn ‖ index`), its *inbox* of messages delivered
+/// to it (`… ‖ 0x02 ‖ queue ‖ sender group ‖ sender position ‖ index`), and per sender
+/// the last message delivered (`… ‖ 0x03 ‖ sender group`). Group data like any other:
+/// written by log entries, carried by snapshots (docs/protocol.md, "Queues").
+pub const QUEUE_OBJECT: [u8; 5] = [0xF8, 0xFF, 0xFF, 0xFF, 0xFD];

@@ -1,6 +1,6 @@
 //! Safety checkers, one per invariant of docs/protocol.md, "Invariants" (seven from
-//! the design, acceptor-monotone, and the global index's global-index and
-//! verified-scan). Each reads the obs's durable state (the replicas'
+//! the design, acceptor-monotone, the global index's global-index and verified-scan,
+//! and the queues' queue-exactly-once-in-order). Each reads the obs's durable state (the replicas'
 //! stores), the messages replicas send and the clients' history; none trusts what a
 //! protocol core believes about itself.
 
@@ -12,6 +12,7 @@ mod durable_ack;
 mod global_index;
 mod linearizable_eg;
 mod prefix_snapshots;
+mod queue_exactly_once;
 mod single_value;
 mod verified_scan;
 mod visible_after_invalidate;
@@ -146,6 +147,7 @@ impl Checkers {
         global_index::check(obs, &self.chosen, &mut found);
         durable_ack::check_history(&self.chosen, obs.history, &mut found);
         linearizable_eg::check_history(&self.chosen, obs.history, &mut found);
+        queue_exactly_once::check(&self.chosen, obs.history, &mut found);
         for (invariant, detail) in found {
             self.violation(obs, invariant, detail);
         }

@@ -158,6 +158,7 @@ impl World {
             let mut node = node;
             node.writes_only = config.writes_only;
             node.verified_scans = config.verified_scans;
+            node.queues = config.queues;
             node.role = config
                 .client_roles
                 .get(i)

@@ -238,6 +238,7 @@ impl World {
                 },
             ) => self.stats.reads_local += 1,
             (_, Outcome::Read { .. }) => self.stats.reads_majority += 1,
+            (_, Outcome::Delivered { delivered, .. }) => self.stats.messages_delivered += delivered,
             (_, Outcome::Verified { hits, .. }) => {
                 let kept = hits.iter().filter(|h| h.kept).count() as u64;
                 self.stats.hits_verified += kept;

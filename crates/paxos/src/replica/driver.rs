@@ -35,6 +35,7 @@ pub struct Batch {
     reply_before_sync: bool,
     wake: Option<Time>,
     persisted: BTreeSet<EgId>,
+    outboxes: BTreeSet<EgId>,
     counts: BatchCounts,
 }
 
@@ -74,6 +75,12 @@ impl Batch {
     /// groups writes their entries before releasing the batch).
     pub fn persisted_groups(&self) -> &BTreeSet<EgId> {
         &self.persisted
+    }
+
+    /// The groups whose applied entries (or installed snapshots) in this batch hold
+    /// queue messages in their outbox: what a host that delivers them looks at.
+    pub fn outbox_groups(&self) -> &BTreeSet<EgId> {
+        &self.outboxes
     }
 
     /// What the batch did so far.
@@ -151,6 +158,20 @@ fn global_index_knobs(bugs: &crate::ProtocolBugs, output: Output) -> Output {
     }
 }
 
+/// Notes `eg` in the batch if `rows` set any of its outbox rows (queue messages sent).
+fn note_outbox(batch: &mut Batch, eg: EgId, rows: &[megastore_rowstore::RowMutation]) {
+    let outbox = crate::queue::outbox_range(&eg);
+    let sends = rows.iter().any(|m| {
+        outbox.contains(&m.row)
+            && m.mutations
+                .iter()
+                .any(|m| matches!(m, megastore_rowstore::Mutation::Set { .. }))
+    });
+    if sends {
+        batch.outboxes.insert(eg);
+    }
+}
+
 /// Carries out one output; a load's answer is the next input.
 fn carry_out<S: RowStore>(
     output: Output,
@@ -178,6 +199,7 @@ fn carry_out<S: RowStore>(
             }
             store.mutate_rows(&group_range(&eg), &rows, Durability::Buffered)?;
             batch.counts.applies += 1;
+            note_outbox(batch, eg, &rows);
         }
         Output::Install { eg, global, rows } => {
             if !global.is_empty() {
@@ -186,6 +208,7 @@ fn carry_out<S: RowStore>(
             store.mutate_rows(&group_range(&eg), &rows, Durability::Buffered)?;
             batch.needs_sync = true;
             batch.counts.installs += 1;
+            note_outbox(batch, eg, &rows);
         }
         Output::CollectGarbage { eg, below } => {
             // After the `collected` watermark's write, in the same order in the store's

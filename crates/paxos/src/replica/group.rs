@@ -454,7 +454,12 @@ impl GroupLog {
                 .slots
                 .get(p)
                 .expect("positions up to `visible` (or the one just marked) have slots");
-            rows.extend(slot.entry.writes.iter().map(|w| w.at(p.0)));
+            rows.extend(
+                slot.entry
+                    .writes
+                    .iter()
+                    .map(|w| crate::queue::stamped(&self.eg, w, *p).at(p.0)),
+            );
         }
         self.applied = last;
         let global = global_copies(&self.eg, &rows);

@@ -1,0 +1,195 @@
+//! The queue keys, and a delivery's steps against answers given by hand.
+
+use megastore_rowstore::{Cell, Row};
+use megastore_types::{ClientId, EgId, Position, ReplicaId, TxnId};
+
+use super::*;
+use crate::proposer::read::ReadPath;
+
+fn g(name: &str) -> EgId {
+    EgId(name.as_bytes().to_vec())
+}
+
+/// The row a write leaves after applying at `position` (sets only).
+fn applied(write: &RowWrite, position: u64) -> Row {
+    Row {
+        key: write.row.clone(),
+        cells: write
+            .cells
+            .iter()
+            .filter_map(|c| match c {
+                CellWrite::Set { column, value } => Some((
+                    column.clone(),
+                    Cell {
+                        timestamp: position,
+                        value: value.clone(),
+                    },
+                )),
+                CellWrite::Delete { .. } => None,
+            })
+            .collect(),
+    }
+}
+
+fn read(position: u64, rows: Vec<Row>) -> ReadResult {
+    ReadResult {
+        position: Some(Position(position)),
+        rows,
+        replica: ReplicaId(1),
+        next_leader: None,
+        path: ReadPath::Majority,
+    }
+}
+
+fn txn(seq: u64) -> TxnId {
+    TxnId {
+        client: ClientId(9),
+        seq,
+    }
+}
+
+#[test]
+fn keys_name_their_parts_and_sort_in_delivery_order() {
+    let (a, b) = (g("a"), g("b"));
+    let place = |p: u64, i: u32| Place {
+        position: Position(p),
+        index: i,
+    };
+    let row = inbox_row(&b, "mail", &a, place(7, 1));
+    assert_eq!(
+        parse_inbox_row(&b, &row),
+        Some(("mail".into(), a.clone(), place(7, 1)))
+    );
+    assert!(inbox_range(&b, "mail").contains(&row));
+    assert!(
+        !inbox_range(&b, "mai").contains(&row),
+        "a queue's name is delimited"
+    );
+    assert!(inbox_row(&b, "mail", &a, place(7, 2)) > row);
+    assert!(inbox_row(&b, "mail", &a, place(8, 0)) > inbox_row(&b, "mail", &a, place(7, 9)));
+    let sent = send_write(&a, txn(3), 2, &b, "mail", b"hi");
+    assert!(
+        outgoing(&a, &applied(&sent, 41)).is_none(),
+        "not stamped: not a message yet"
+    );
+    let stamped_row = applied(&stamped(&a, &sent, Position(41)), 41);
+    let message = outgoing(&a, &stamped_row).expect("an outbox row");
+    assert_eq!(
+        (message.to, message.queue.as_str(), &message.body[..]),
+        (b.clone(), "mail", &b"hi"[..])
+    );
+    assert_eq!(message.place, place(41, 2), "the position that chose it");
+    assert!(outbox_range(&a).contains(&sent.row) && !outbox_range(&b).contains(&sent.row));
+}
+
+/// A delivery reads the outbox, then per receiver its mark, commits what is after the
+/// mark with the new mark, and trims what every handled receiver holds.
+#[test]
+fn a_delivery_commits_only_what_the_receivers_mark_lacks_then_trims() {
+    let (a, b, c) = (g("a"), g("b"), g("c"));
+    let sends = [
+        send_write(&a, txn(1), 0, &b, "q", b"one"),
+        send_write(&a, txn(1), 1, &c, "q", b"two"),
+        send_write(&a, txn(2), 0, &b, "q", b"three"),
+    ];
+    let at = |write: &RowWrite, p: u64| applied(&stamped(&a, write, Position(p)), p);
+    let outbox = vec![at(&sends[0], 5), at(&sends[1], 5), at(&sends[2], 6)];
+    let (mut deliver, first) = Deliver::start(a.clone(), ProtocolBugs::default());
+    assert!(matches!(first, Step::Read { ref eg, .. } if *eg == a));
+    // To b first (receivers in key order): b already has the first message.
+    let Some(Step::Read { eg, query }) = deliver.on_read(Ok(read(6, outbox))) else {
+        panic!("b's mark is read next");
+    };
+    assert_eq!(
+        (eg.clone(), query),
+        (b.clone(), DataQuery::Rows(vec![mark_row(&b, &a)]))
+    );
+    let b_mark = Row {
+        key: mark_row(&b, &a),
+        cells: [(
+            THROUGH.to_vec(),
+            Cell {
+                timestamp: 3,
+                value: Place {
+                    position: Position(5),
+                    index: 0,
+                }
+                .encode()
+                .to_vec(),
+            },
+        )]
+        .into(),
+    };
+    let Some(Step::Commit {
+        eg, writes, reads, ..
+    }) = deliver.on_read(Ok(read(3, vec![b_mark])))
+    else {
+        panic!("b's new messages are committed");
+    };
+    assert_eq!(eg, b);
+    assert_eq!(reads, vec![mark_row(&b, &a)]);
+    let inboxed: Vec<_> = writes
+        .iter()
+        .filter_map(|w| parse_inbox_row(&b, &w.row))
+        .collect();
+    assert_eq!(
+        inboxed,
+        vec![(
+            "q".into(),
+            a.clone(),
+            Place {
+                position: Position(6),
+                index: 0
+            }
+        )]
+    );
+    let committed = CommitResult::Committed {
+        position: Position(4),
+        fast: true,
+    };
+    // Then c, which has nothing yet, but loses its commit to another deliverer.
+    let Some(Step::Read { eg, .. }) = deliver.on_commit(&committed) else {
+        panic!("c's mark next");
+    };
+    assert_eq!(eg, c);
+    let Some(Step::Commit { .. }) = deliver.on_read(Ok(read(1, Vec::new()))) else {
+        panic!("c's message is committed");
+    };
+    let Some(Step::Commit {
+        eg, writes, reads, ..
+    }) = deliver.on_commit(&CommitResult::Conflict { keys: vec![] })
+    else {
+        panic!("the outbox is trimmed");
+    };
+    assert_eq!((eg, reads), (a.clone(), Vec::new()));
+    let trimmed: Vec<_> = writes.iter().map(|w| w.row.clone()).collect();
+    assert_eq!(
+        trimmed,
+        vec![sends[0].row.clone(), sends[2].row.clone()],
+        "b's only"
+    );
+    assert!(deliver.result().is_none());
+    assert_eq!(deliver.on_commit(&committed).map(|_| ()), None);
+    let done = deliver.result().unwrap().unwrap();
+    assert_eq!(
+        (done.delivered, done.already, done.skipped),
+        (1, 1, vec![c])
+    );
+}
+
+#[test]
+fn consuming_declares_the_consumed_rows_read() {
+    let message = Incoming {
+        row: b"r".to_vec(),
+        queue: "q".into(),
+        sender: g("a"),
+        place: Place {
+            position: Position(1),
+            index: 0,
+        },
+        body: b"x".to_vec(),
+    };
+    let (writes, reads) = consume(std::slice::from_ref(&message), &ProtocolBugs::default());
+    assert_eq!(writes.len(), 1);
+    assert_eq!(reads, vec![b"r".to_vec()]);
+}

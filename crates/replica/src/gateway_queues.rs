@@ -1,0 +1,81 @@
+//! The public API's queues: sending and receiving inside a transaction, and a
+//! delivery on request. Requests become library calls here.
+
+use megastore_rpc::pb::client as pb;
+use megastore_rpc::public::invalid_argument as invalid;
+use megastore_types::EgId;
+use tonic::{Request, Response, Status};
+
+use crate::gateway::{Gateway, status};
+use crate::gateway_sessions::open;
+
+/// Messages one `Receive` takes when not told.
+const RECEIVE_DEFAULT: usize = 100;
+/// Messages one `Receive` takes at most.
+const RECEIVE_MAX: u32 = 10_000;
+
+impl Gateway {
+    pub(crate) async fn serve_send_message(
+        &self,
+        request: Request<pb::SendMessageRequest>,
+    ) -> Result<Response<pb::SendMessageResponse>, Status> {
+        let request = request.into_inner();
+        if request.to.is_empty() {
+            return Err(invalid("to", "name the receiving group (its id)"));
+        }
+        let mut guard = self.sessions.locked(request.txn).await?;
+        let txn = open(&mut guard)?;
+        txn.send(&EgId(request.to), &request.queue, &request.body)
+            .map_err(status)?;
+        Ok(Response::new(pb::SendMessageResponse {}))
+    }
+
+    pub(crate) async fn serve_receive(
+        &self,
+        request: Request<pb::ReceiveRequest>,
+    ) -> Result<Response<pb::ReceiveResponse>, Status> {
+        let request = request.into_inner();
+        let limit = match request.limit {
+            0 => RECEIVE_DEFAULT,
+            n if n <= RECEIVE_MAX => n as usize,
+            n => {
+                return Err(invalid(
+                    "limit",
+                    format!("at most {RECEIVE_MAX} messages at once, not {n}"),
+                ));
+            }
+        };
+        let mut guard = self.sessions.locked(request.txn).await?;
+        let txn = open(&mut guard)?;
+        let messages = txn
+            .receive(&request.queue, limit)
+            .await
+            .map_err(status)?
+            .into_iter()
+            .map(|m| pb::QueueMessage {
+                sender: m.sender.0,
+                sent_at: m.sent_at.0,
+                index: m.index,
+                body: m.body,
+            })
+            .collect();
+        Ok(Response::new(pb::ReceiveResponse { messages }))
+    }
+
+    pub(crate) async fn serve_deliver(
+        &self,
+        request: Request<pb::DeliverRequest>,
+    ) -> Result<Response<pb::DeliverResponse>, Status> {
+        let sender = request.into_inner().sender;
+        if sender.is_empty() {
+            return Err(invalid("sender", "name the sending group (its id)"));
+        }
+        let done = self.client.deliver(&EgId(sender)).await.map_err(status)?;
+        Ok(Response::new(pb::DeliverResponse {
+            delivered: done.delivered,
+            already: done.already,
+            skipped: done.skipped.into_iter().map(|g| g.0).collect(),
+            more: done.more,
+        }))
+    }
+}
