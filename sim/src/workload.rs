@@ -678,7 +678,10 @@ impl ClientNode {
             for index in 0..1 + self.rng.below(2) as u32 {
                 let to = group(self.rng.below(u64::from(self.groups)) as u16);
                 let body = [&tag[..], format!("/{index}").as_bytes()].concat();
-                writes.push(queue::send_write(&eg, txn, index, &to, QUEUE, &body));
+                let sent_ms = now.as_nanos() / 1_000_000;
+                writes.push(queue::send_write(
+                    &eg, txn, index, &to, QUEUE, &body, sent_ms,
+                ));
             }
         }
         let (op, out) = self.core.commit(

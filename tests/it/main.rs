@@ -5,6 +5,7 @@ mod bank;
 mod cluster;
 mod compose;
 mod downstream;
+mod email;
 mod entities;
 mod examples;
 mod global_index;

@@ -124,7 +124,27 @@ async fn consume(api: &mut MegastoreClient<Channel>, r: usize) -> Option<Consume
 
 #[test]
 fn queue_messages_are_consumed_exactly_once_in_order_through_a_senders_replica_crash() {
-    let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
+    let (_alone, dir, mut cluster, config, runtime) = start_cluster();
+    let config_arg = cluster.config_path.to_str().unwrap().to_string();
+    // A group's queues as `megastore status --group NAME -o json` shows them.
+    let status_of = |group: &str| {
+        let out = megastore_e2e::run_megastore(
+            &[
+                "status",
+                "--config",
+                &config_arg,
+                "--group",
+                group,
+                "-o",
+                "json",
+            ],
+            dir.path(),
+            Duration::from_secs(30),
+        );
+        assert!(out.status.success(), "{out:?}");
+        let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        json["queues"].clone()
+    };
     let address = |name: &str| {
         config
             .replicas
@@ -169,6 +189,8 @@ fn queue_messages_are_consumed_exactly_once_in_order_through_a_senders_replica_c
             let (address, consumed, stop) = (b.clone(), Arc::clone(&consumed), Arc::clone(&stop));
             runtime.spawn(async move {
                 let mut api = api_at(&address);
+                // Consumers start late, so a backlog builds first.
+                tokio::time::sleep(Duration::from_millis(1_500)).await;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     match consume(&mut api, r).await {
                         Some((position, bodies)) if !bodies.is_empty() => {
@@ -204,7 +226,13 @@ fn queue_messages_are_consumed_exactly_once_in_order_through_a_senders_replica_c
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_millis(1_000));
+    // Delivered, not yet consumed: status shows the backlog, with its age.
+    let backlog = status_of("receiver-0");
+    let waiting = &backlog["inbox"][QUEUE];
+    assert!(waiting["messages"].as_u64().unwrap_or(0) > 0, "{backlog}");
+    assert!(waiting["oldest_sent_ms"].as_u64().is_some(), "{backlog}");
+    std::thread::sleep(Duration::from_millis(1_000));
     cluster.process("replica-a").kill();
     std::thread::sleep(Duration::from_secs(2));
     cluster.start_process("replica-a");
@@ -252,6 +280,19 @@ fn queue_messages_are_consumed_exactly_once_in_order_through_a_senders_replica_c
             task.await.unwrap();
         }
     });
+    // Nothing waits any more: every inbox consumed, every outbox trimmed.
+    for r in 0..RECEIVERS {
+        let queues = status_of(&format!("receiver-{r}"));
+        assert_eq!(
+            queues["inbox"][QUEUE]["messages"].as_u64().unwrap_or(0),
+            0,
+            "{queues}"
+        );
+    }
+    for s in 0..SENDERS {
+        let queues = status_of(&format!("sender-{s}"));
+        assert_eq!(queues["outbox"]["messages"], 0, "{queues}");
+    }
     let consumed = consumed.lock().unwrap();
     for r in 0..RECEIVERS {
         let mut by_position = consumed.get(&r).cloned().unwrap_or_default();

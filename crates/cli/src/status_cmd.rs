@@ -140,7 +140,36 @@ pub(crate) fn to_json(status: &ClusterStatus) -> serde_json::Value {
             show_bytes(&name)
         }),
         "schema": schema,
+        "queues": status.queues.as_ref().map(|q| {
+            let depth = |d: &megastore_paxos::queue::Depth| {
+                json!({"messages": d.messages, "oldest_sent_ms": d.oldest_sent_ms})
+            };
+            let inbox: serde_json::Map<String, serde_json::Value> =
+                q.backlog.inbox.iter().map(|(name, d)| (name.clone(), depth(d))).collect();
+            json!({
+                "replica": q.replica,
+                "at": q.at.map(|p| p.0),
+                "inbox": inbox,
+                "outbox": depth(&q.backlog.outbox),
+            })
+        }),
     })
+}
+
+/// A queue's depth as text: how many wait, and how long the oldest has (by its
+/// sender's clock, so skew between machines shows in it).
+fn depth_text(depth: &megastore_paxos::queue::Depth, now_ms: u64) -> String {
+    let age = depth.oldest_sent_ms.map_or_else(String::new, |sent| {
+        format!(
+            ", oldest sent {:.1} s ago",
+            now_ms.saturating_sub(sent) as f64 / 1000.0
+        )
+    });
+    format!(
+        "{} message{}{age}",
+        depth.messages,
+        if depth.messages == 1 { "" } else { "s" }
+    )
 }
 
 fn table(header: &[&str]) -> Table {
@@ -338,6 +367,25 @@ pub(crate) fn render(status: &ClusterStatus) -> String {
             };
         }
         out.push_str(&format!("{log}\n"));
+        if let Some(queues) = &status.queues {
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            let at = queues.at.map_or_else(String::new, |p| format!(" at {p}"));
+            out.push_str(&format!(
+                "\nqueues (as applied at replica {}{at})\n",
+                queues.replica
+            ));
+            let mut table = table(&["QUEUE", "WAITING"]);
+            table.add_row(vec![
+                "(outbox: sent, not yet delivered)".to_string(),
+                depth_text(&queues.backlog.outbox, now_ms),
+            ]);
+            for (name, depth) in &queues.backlog.inbox {
+                table.add_row(vec![name.clone(), depth_text(depth, now_ms)]);
+            }
+            out.push_str(&format!("{table}\n"));
+        }
     }
     out
 }

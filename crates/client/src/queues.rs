@@ -47,7 +47,10 @@ impl Transaction {
             return Err(ClientError::InvalidArgument("to: name a group".into()));
         }
         let index = self.next_send();
-        let write = queue::send_write(self.eg(), self.id(), index, to, queue, body);
+        let sent_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let write = queue::send_write(self.eg(), self.id(), index, to, queue, body, sent_ms);
         for cell in write.cells {
             if let megastore_paxos::CellWrite::Set { column, value } = cell {
                 self.set_row(&write.row, &column, &value);

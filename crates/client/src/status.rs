@@ -1,6 +1,6 @@
 //! What a cluster looks like from outside, for `megastore status`: which processes
 //! answer, who holds the coordinator locks, how lockd's Raft cluster stands, and how far
-//! each replica's log of one entity group goes.
+//! each replica's log of one entity group goes, with that group's queue backlog.
 //!
 //! Everything here is a read: a replica's `LogState`, a coordinator `Query`, lockd's
 //! `Status` and `Holder` — none of them changes what they are asked about.
@@ -118,6 +118,8 @@ pub struct ClusterStatus {
     pub lockd: Vec<LockdStatus>,
     /// The group whose log positions were asked for.
     pub group: Option<EgId>,
+    /// That group's queue backlog.
+    pub queues: Option<QueueStatus>,
     /// The applied schema, when lockd answered and one is applied.
     pub schema: Option<SchemaStatus>,
 }
@@ -223,6 +225,52 @@ async fn replica_log(peers: &Peers, replica: ReplicaId, eg: &EgId) -> (Health, O
     }
 }
 
+/// A group's queue backlog as a replica with data has applied it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueStatus {
+    /// The replica it was read at.
+    pub replica: String,
+    /// The position it reflects.
+    pub at: Option<megastore_types::Position>,
+    /// The backlog.
+    pub backlog: megastore_paxos::queue::Backlog,
+}
+
+/// `eg`'s queue backlog at the first replica with data that answers (its applied
+/// state: a snapshot read of the group's queue rows).
+async fn queue_status(config: &ClusterConfig, peers: &Peers, eg: &EgId) -> Option<QueueStatus> {
+    for r in config
+        .replicas
+        .iter()
+        .filter(|r| r.kind != ReplicaKind::Witness)
+    {
+        let request = ReplicaRequest::Read {
+            id: 0,
+            eg: eg.clone(),
+            at: megastore_paxos::ReadAt::Applied,
+            query: megastore_paxos::DataQuery::Scan {
+                range: megastore_paxos::queue::queue_range(eg),
+                limit: None,
+                reverse: false,
+            },
+        };
+        let answer = peers
+            .request(
+                NodeId::Replica(ReplicaId(r.id)),
+                Message::ReplicaRequest(request),
+            )
+            .await;
+        if let Some(Message::ReplicaReply(ReplicaReply::Data { at, rows, .. })) = answer {
+            return Some(QueueStatus {
+                replica: r.name.clone(),
+                at,
+                backlog: megastore_paxos::queue::backlog(eg, &rows),
+            });
+        }
+    }
+    None
+}
+
 async fn coordinator_query(
     peers: &Peers,
     replica: ReplicaId,
@@ -273,6 +321,7 @@ pub async fn cluster_status(
         replicas: Vec::new(),
         lockd,
         group: group.cloned(),
+        queues: None,
         schema: None,
     };
     // Without a lockd leader a holder query would wait out an election's patience.
@@ -328,6 +377,9 @@ pub async fn cluster_status(
             behind,
         });
     }
+    if let Some(eg) = group {
+        status.queues = queue_status(config, peers, eg).await;
+    }
     status
 }
 
@@ -359,6 +411,7 @@ mod tests {
             replicas: Vec::new(),
             lockd,
             group: None,
+            queues: None,
             schema: None,
         }
     }

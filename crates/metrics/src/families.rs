@@ -206,6 +206,8 @@ pub struct ReplicaMetrics {
     catchup_requests: Counter,
     groups_behind: Gauge,
     positions_behind: Gauge,
+    outboxes_waiting: Gauge,
+    messages_delivered: Counter,
 }
 
 impl Default for ReplicaMetrics {
@@ -220,6 +222,8 @@ impl Default for ReplicaMetrics {
             catchup_requests: Counter::default(),
             groups_behind: Gauge::default(),
             positions_behind: Gauge::default(),
+            outboxes_waiting: Gauge::default(),
+            messages_delivered: Counter::default(),
         }
     }
 }
@@ -269,6 +273,27 @@ impl ReplicaMetrics {
             "Positions this replica has seen (accepted, promised, marked visible) but not applied, over its loaded groups; writes it has not heard of are not counted",
             self.positions_behind.clone(),
         );
+        r.register(
+            "outboxes_waiting",
+            "Groups whose queue messages this full replica has yet to deliver (or see delivered)",
+            self.outboxes_waiting.clone(),
+        );
+        r.register(
+            "messages_delivered",
+            "Queue messages this replica's deliveries committed into receivers' inboxes",
+            self.messages_delivered.clone(),
+        );
+    }
+
+    /// How many groups' outboxes wait for this replica's delivery.
+    pub fn outboxes_waiting(&self, groups: usize) {
+        self.outboxes_waiting
+            .set(i64::try_from(groups).unwrap_or(i64::MAX));
+    }
+
+    /// A delivery committed `messages` into inboxes.
+    pub fn delivered(&self, messages: u64) {
+        self.messages_delivered.inc_by(messages);
     }
 
     /// How far behind what it has heard of the replica is (updated every sweep tick).

@@ -47,6 +47,9 @@ pub const BODY: &[u8] = b"body";
 const THROUGH: &[u8] = b"through";
 /// The outbox row's column holding the position that chose it (filled at apply).
 const AT: &[u8] = b"at";
+/// When the sender sent it, by the sender's clock (ms since the Unix epoch): in the
+/// outbox row and the inbox row, for a backlog's age.
+const SENT_MS: &[u8] = b"sent_ms";
 
 /// Messages one delivery reads from a sender's outbox at most.
 pub const DELIVERY_BATCH: usize = 64;
@@ -136,7 +139,8 @@ pub fn parse_inbox_row(receiver: &EgId, row: &[u8]) -> Option<(String, EgId, Pla
 }
 
 /// The outbox write that sends `body` to `queue` of `to`: the `index`-th message of
-/// transaction `txn` of `from` (the index orders the messages of one transaction).
+/// transaction `txn` of `from` (the index orders the messages of one transaction),
+/// sent at `sent_ms` by the sender's clock (for the backlog's age only).
 pub fn send_write(
     from: &EgId,
     txn: TxnId,
@@ -144,6 +148,7 @@ pub fn send_write(
     to: &EgId,
     queue: &str,
     body: &[u8],
+    sent_ms: u64,
 ) -> RowWrite {
     let mut row = queue_prefix(from, OUTBOX);
     row.extend_from_slice(&txn.client.0.to_be_bytes());
@@ -159,6 +164,7 @@ pub fn send_write(
             set(TO, &to.0),
             set(QUEUE, queue.as_bytes()),
             set(BODY, body),
+            set(SENT_MS, &sent_ms.to_be_bytes()),
             // Filled with the position that chose it, at apply.
             set(AT, &[]),
         ],
@@ -206,6 +212,8 @@ pub struct Incoming {
     pub place: Place,
     /// Its body.
     pub body: Vec<u8>,
+    /// When it was sent, by the sender's clock (ms since the Unix epoch; 0 unknown).
+    pub sent_ms: u64,
 }
 
 /// The message an inbox row of `receiver` holds, if `row` is one.
@@ -217,6 +225,7 @@ pub fn incoming(receiver: &EgId, row: &Row) -> Option<Incoming> {
         sender,
         place,
         body: row.value(BODY)?.to_vec(),
+        sent_ms: sent_ms_of(row),
     })
 }
 
@@ -228,9 +237,11 @@ pub fn consume(messages: &[Incoming], bugs: &ProtocolBugs) -> (Vec<RowWrite>, Ve
         .iter()
         .map(|m| RowWrite {
             row: m.row.clone(),
-            cells: vec![CellWrite::Delete {
-                column: BODY.to_vec(),
-            }],
+            cells: [BODY, SENT_MS]
+                .map(|column| CellWrite::Delete {
+                    column: column.to_vec(),
+                })
+                .to_vec(),
         })
         .collect();
     let reads = if bugs.consume_outside_txn() {
@@ -254,6 +265,8 @@ pub struct Outgoing {
     pub body: Vec<u8>,
     /// Its place in the sender's log.
     pub place: Place,
+    /// When it was sent, by the sender's clock (ms since the Unix epoch; 0 unknown).
+    pub sent_ms: u64,
 }
 
 /// The message an outbox row of `eg` holds, as applied ([`stamped`]), if `row` is one.
@@ -271,7 +284,67 @@ pub fn outgoing(eg: &EgId, row: &Row) -> Option<Outgoing> {
             position: Position(at),
             index,
         },
+        sent_ms: sent_ms_of(row),
     })
+}
+
+fn sent_ms_of(row: &Row) -> u64 {
+    row.value(SENT_MS)
+        .and_then(|v| v.try_into().ok())
+        .map_or(0, u64::from_be_bytes)
+}
+
+/// Every queue row of `eg`: its outbox, inbox and marks.
+pub fn queue_range(eg: &EgId) -> KeyRange {
+    let mut prefix = eg.0.clone();
+    prefix.extend_from_slice(&QUEUE_OBJECT);
+    KeyRange::prefix(prefix)
+}
+
+/// How many messages wait, and since when (the oldest's send time, by its sender's
+/// clock, ms since the Unix epoch).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Depth {
+    /// Messages waiting.
+    pub messages: u64,
+    /// The oldest one's send time (`None`: none waits, or its time is unknown).
+    pub oldest_sent_ms: Option<u64>,
+}
+
+impl Depth {
+    fn add(&mut self, sent_ms: u64) {
+        self.messages += 1;
+        if sent_ms > 0 {
+            self.oldest_sent_ms = Some(self.oldest_sent_ms.map_or(sent_ms, |o| o.min(sent_ms)));
+        }
+    }
+}
+
+/// A group's queue backlog: per queue, the messages delivered to it and not yet
+/// consumed; and the messages it sent that are not yet delivered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// Per queue name, its inbox.
+    pub inbox: BTreeMap<String, Depth>,
+    /// Its outbox.
+    pub outbox: Depth,
+}
+
+/// The backlog `rows` (of `eg`'s [`queue_range`]) show.
+pub fn backlog(eg: &EgId, rows: &[Row]) -> Backlog {
+    let mut backlog = Backlog::default();
+    for row in rows {
+        if let Some(message) = outgoing(eg, row) {
+            backlog.outbox.add(message.sent_ms);
+        } else if let Some(message) = incoming(eg, row) {
+            backlog
+                .inbox
+                .entry(message.queue)
+                .or_default()
+                .add(message.sent_ms);
+        }
+    }
+    backlog
 }
 
 /// What a delivery did.
@@ -415,10 +488,16 @@ impl Deliver {
                     .iter()
                     .map(|m| RowWrite {
                         row: inbox_row(&receiver, &m.queue, &self.sender, m.place),
-                        cells: vec![CellWrite::Set {
-                            column: BODY.to_vec(),
-                            value: m.body.clone(),
-                        }],
+                        cells: vec![
+                            CellWrite::Set {
+                                column: BODY.to_vec(),
+                                value: m.body.clone(),
+                            },
+                            CellWrite::Set {
+                                column: SENT_MS.to_vec(),
+                                value: m.sent_ms.to_be_bytes().to_vec(),
+                            },
+                        ],
                     })
                     .collect();
                 let mark = mark_row(&receiver, &self.sender);
@@ -504,7 +583,7 @@ impl Deliver {
             .into_iter()
             .map(|row| RowWrite {
                 row,
-                cells: [TO, QUEUE, BODY, AT]
+                cells: [TO, QUEUE, BODY, SENT_MS, AT]
                     .map(|column| CellWrite::Delete {
                         column: column.to_vec(),
                     })

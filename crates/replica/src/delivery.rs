@@ -25,11 +25,13 @@ const RETRY: Duration = Duration::from_millis(200);
 /// channel closes.
 pub(crate) async fn deliver(
     client: Client,
+    metrics: megastore_metrics::ReplicaMetrics,
     delay: Duration,
     mut groups: mpsc::UnboundedReceiver<EgId>,
 ) {
     let mut due: BTreeMap<EgId, Instant> = BTreeMap::new();
     loop {
+        metrics.outboxes_waiting(due.len());
         let next = due.values().min().copied();
         tokio::select! {
             group = groups.recv() => match group {
@@ -49,7 +51,10 @@ pub(crate) async fn deliver(
                 for eg in ready {
                     due.remove(&eg);
                     let again = match client.deliver(&eg).await {
-                        Ok(done) => done.more || !done.skipped.is_empty(),
+                        Ok(done) => {
+                            metrics.delivered(done.delivered);
+                            done.more || !done.skipped.is_empty()
+                        }
                         Err(e) => {
                             tracing::debug!(group = %eg, "delivery failed: {e}; trying again");
                             true

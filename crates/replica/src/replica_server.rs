@@ -134,6 +134,7 @@ impl ReplicaProcess {
         let metrics = ReplicaMetrics::default();
         let mut registry = Registry::default();
         metrics.register(&mut registry);
+        let delivery_metrics = metrics.clone();
         let (events_tx, events) = mpsc::channel();
         // A full replica delivers the queue messages of the groups it applies.
         let delivery = crate::delivery::turn(config, name);
@@ -170,6 +171,7 @@ impl ReplicaProcess {
         if let Some(delay) = delivery {
             tokio::spawn(crate::delivery::deliver(
                 gateway.clone(),
+                delivery_metrics.clone(),
                 delay,
                 outboxes_rx,
             ));

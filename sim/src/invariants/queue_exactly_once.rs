@@ -82,7 +82,10 @@ pub(crate) fn check(
                 else {
                     continue;
                 };
-                for cell in &write.cells {
+                // A row write is one delivery (its body set) or one consumption (its
+                // body deleted); its other cells go with it.
+                let body = write.cells.iter().find(|c| c.column() == queue::BODY);
+                if let Some(cell) = body {
                     match cell {
                         CellWrite::Set { value, .. } => {
                             match sent.get(&(sender.clone(), place)) {

@@ -67,7 +67,7 @@ fn keys_name_their_parts_and_sort_in_delivery_order() {
     );
     assert!(inbox_row(&b, "mail", &a, place(7, 2)) > row);
     assert!(inbox_row(&b, "mail", &a, place(8, 0)) > inbox_row(&b, "mail", &a, place(7, 9)));
-    let sent = send_write(&a, txn(3), 2, &b, "mail", b"hi");
+    let sent = send_write(&a, txn(3), 2, &b, "mail", b"hi", 7);
     assert!(
         outgoing(&a, &applied(&sent, 41)).is_none(),
         "not stamped: not a message yet"
@@ -88,9 +88,9 @@ fn keys_name_their_parts_and_sort_in_delivery_order() {
 fn a_delivery_commits_only_what_the_receivers_mark_lacks_then_trims() {
     let (a, b, c) = (g("a"), g("b"), g("c"));
     let sends = [
-        send_write(&a, txn(1), 0, &b, "q", b"one"),
-        send_write(&a, txn(1), 1, &c, "q", b"two"),
-        send_write(&a, txn(2), 0, &b, "q", b"three"),
+        send_write(&a, txn(1), 0, &b, "q", b"one", 7),
+        send_write(&a, txn(1), 1, &c, "q", b"two", 7),
+        send_write(&a, txn(2), 0, &b, "q", b"three", 7),
     ];
     let at = |write: &RowWrite, p: u64| applied(&stamped(&a, write, Position(p)), p);
     let outbox = vec![at(&sends[0], 5), at(&sends[1], 5), at(&sends[2], 6)];
@@ -188,8 +188,82 @@ fn consuming_declares_the_consumed_rows_read() {
             index: 0,
         },
         body: b"x".to_vec(),
+        sent_ms: 7,
     };
     let (writes, reads) = consume(std::slice::from_ref(&message), &ProtocolBugs::default());
     assert_eq!(writes.len(), 1);
     assert_eq!(reads, vec![b"r".to_vec()]);
+}
+
+#[test]
+fn a_backlog_counts_each_queue_and_the_outbox_with_its_oldest_message() {
+    let (a, b) = (g("a"), g("b"));
+    let sent = |seq: u64, ms: u64| {
+        applied(
+            &stamped(
+                &a,
+                &send_write(&a, txn(seq), 0, &b, "q", b"x", ms),
+                Position(seq),
+            ),
+            seq,
+        )
+    };
+    let inbox = |queue: &str, p: u64, ms: u64| Row {
+        key: inbox_row(
+            &a,
+            queue,
+            &b,
+            Place {
+                position: Position(p),
+                index: 0,
+            },
+        ),
+        cells: [
+            (
+                BODY.to_vec(),
+                Cell {
+                    timestamp: 1,
+                    value: b"y".to_vec(),
+                },
+            ),
+            (
+                SENT_MS.to_vec(),
+                Cell {
+                    timestamp: 1,
+                    value: ms.to_be_bytes().to_vec(),
+                },
+            ),
+        ]
+        .into(),
+    };
+    let rows = vec![
+        sent(1, 50),
+        sent(2, 40),
+        inbox("mail", 3, 30),
+        inbox("mail", 4, 20),
+        inbox("jobs", 1, 10),
+    ];
+    let backlog = backlog(&a, &rows);
+    assert_eq!(
+        backlog.outbox,
+        Depth {
+            messages: 2,
+            oldest_sent_ms: Some(40)
+        }
+    );
+    assert_eq!(
+        backlog.inbox["mail"],
+        Depth {
+            messages: 2,
+            oldest_sent_ms: Some(20)
+        }
+    );
+    assert_eq!(
+        backlog.inbox["jobs"],
+        Depth {
+            messages: 1,
+            oldest_sent_ms: Some(10)
+        }
+    );
+    assert!(rows.iter().all(|r| queue_range(&a).contains(&r.key)));
 }
