@@ -9,6 +9,57 @@ use crate::support::{connect, eg, first_commit, increment, start_cluster};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
+/// Queues from the shell: messages sent from one group, delivered, received and
+/// consumed in another — in a transaction that aborts (they stay) and outside one.
+#[test]
+fn the_shell_sends_and_receives_queue_messages() {
+    let (_alone, dir, cluster, config, runtime) = start_cluster();
+    let config_arg = cluster.config_path.to_str().expect("UTF-8 path");
+    runtime.block_on(async {
+        let client = connect(&config, "A").await;
+        first_commit(&client, &eg(1)).await;
+    });
+    let shell = |script: &str| {
+        let out = run_megastore(
+            &["shell", "--config", config_arg, "-e", script],
+            dir.path(),
+            LIMIT,
+        );
+        assert!(out.status.success(), "{script}: {out:?}");
+        out.stdout
+    };
+    let sent = shell("use alice; send bob mail hello; begin; send bob mail world; commit; deliver");
+    assert_eq!(
+        sent.matches("committed at log position").count(),
+        2,
+        "{sent}"
+    );
+    assert!(sent.contains("delivered"), "{sent}");
+    // Received in a transaction that is dropped: still there.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let peeked = shell("use bob; begin; receive mail; abort");
+        if peeked.contains("hello") && peeked.contains("world") {
+            assert!(peeked.contains("from alice"), "{peeked}");
+            assert!(
+                peeked.find("hello") < peeked.find("world"),
+                "in send order: {peeked}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "never delivered: {peeked}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let consumed = shell("use bob; receive mail");
+    assert!(
+        consumed.contains("hello") && consumed.contains("world"),
+        "{consumed}"
+    );
+    assert!(consumed.contains("committed at log position"), "{consumed}");
+    let again = shell("use bob; receive mail");
+    assert!(again.contains("no messages"), "consumed for good: {again}");
+}
+
 #[test]
 fn the_shell_reads_writes_and_runs_transactions() {
     let (_alone, dir, cluster, config, runtime) = start_cluster();

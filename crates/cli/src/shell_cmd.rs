@@ -199,6 +199,60 @@ impl Session {
         Ok(describe_outcome(&outcome))
     }
 
+    fn send(&mut self, to: &[u8], queue: &str, body: &[u8]) -> anyhow::Result<String> {
+        let to = megastore_client::group(to)?;
+        if let Some(txn) = self.transaction.as_mut() {
+            txn.send(&to, queue, body)?;
+            return Ok("staged (sent when the transaction commits)".to_string());
+        }
+        let group = self.group()?.clone();
+        let (_, outcome) = self.runtime.block_on(
+            self.client
+                .transaction(&group, async |txn| txn.send(&to, queue, body)),
+        )?;
+        Ok(describe_outcome(&outcome))
+    }
+
+    fn receive(&mut self, queue: &str, limit: usize) -> anyhow::Result<String> {
+        let show = |messages: &[megastore_client::Message]| {
+            if messages.is_empty() {
+                return "no messages".to_string();
+            }
+            messages
+                .iter()
+                .map(|m| {
+                    let from = megastore_client::group_name(&m.sender)
+                        .unwrap_or_else(|| m.sender.0.clone());
+                    format!(
+                        "from {} (sent at {}, #{}): {}",
+                        show_bytes(&from),
+                        m.sent_at,
+                        m.index,
+                        show_bytes(&m.body)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        if let Some(txn) = self.transaction.as_mut() {
+            let messages = self.runtime.block_on(txn.receive(queue, limit))?;
+            return Ok(format!(
+                "{}\n(consumed when the transaction commits)",
+                show(&messages)
+            ));
+        }
+        let group = self.group()?.clone();
+        let (messages, outcome) = self.runtime.block_on(
+            self.client
+                .transaction(&group, async |txn| txn.receive(queue, limit).await),
+        )?;
+        Ok(format!(
+            "{}\n{}",
+            show(&messages),
+            describe_outcome(&outcome)
+        ))
+    }
+
     fn catalog(&mut self) -> anyhow::Result<Arc<Catalog>> {
         match &self.catalog {
             Some((catalog, _)) => Ok(Arc::clone(catalog)),
@@ -413,6 +467,23 @@ impl Session {
                 })?
             }
             ShellCommand::Put { row, column, value } => self.write(&row, &column, Some(&value))?,
+            ShellCommand::Send { to, queue, body } => self.send(&to, &queue, &body)?,
+            ShellCommand::Receive { queue, limit } => self.receive(&queue, limit)?,
+            ShellCommand::Deliver => {
+                let group = self.group()?.clone();
+                let done = self.runtime.block_on(self.client.deliver(&group))?;
+                let skipped = if done.skipped.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {} receivers to try again", done.skipped.len())
+                };
+                format!(
+                    "delivered {} messages ({} were there already){skipped}{}",
+                    done.delivered,
+                    done.already,
+                    if done.more { "; more wait" } else { "" }
+                )
+            }
             ShellCommand::Delete { row, column } => self.write(&row, &column, None)?,
             ShellCommand::Begin(of_entity) => {
                 anyhow::ensure!(self.transaction.is_none(), "a transaction is already open");

@@ -67,6 +67,16 @@ pub(crate) enum ShellCommand {
     },
     /// Show the schema's tables.
     Tables,
+    /// Send a message from the current group to a queue of another (untyped) group.
+    Send {
+        to: Vec<u8>,
+        queue: String,
+        body: Vec<u8>,
+    },
+    /// Receive (and consume) messages of a queue of the current group.
+    Receive { queue: String, limit: usize },
+    /// Deliver the current group's outbox now.
+    Deliver,
 }
 
 /// An index scan as typed: the values, and the range on the next column as text.
@@ -117,6 +127,12 @@ commands (keys and values are text; \\xHH for any byte; quote words with spaces)
   index join INDEX VALUE... + INDEX VALUE... [--limit N] [--verify]
                              the entities every global index query finds (a value
                              for each index column; merge-join in key order)
+  send GROUP QUEUE BODY      send a message to QUEUE of GROUP (in a transaction: when it
+                             commits; outside one: committed at once)
+  receive QUEUE [LIMIT]      receive the group's messages (default limit 10): consumed
+                             when the transaction commits (outside one: at once)
+  deliver                    deliver the group's sent messages now (the replicas do
+                             it by themselves within a second or so)
   tables                     the schema's tables, keys and columns
   mode current|snapshot|inconsistent
                              how reads outside a transaction are served
@@ -411,6 +427,30 @@ pub(crate) fn parse_line(line: &str) -> Result<Option<ShellCommand>, String> {
             }
         }
         "tables" => ShellCommand::Tables,
+        "send" => {
+            check("GROUP QUEUE BODY", 3, 3)?;
+            ShellCommand::Send {
+                to: bytes(&words[1], "the group")?,
+                queue: words[2].clone(),
+                body: bytes(&words[3], "the body")?,
+            }
+        }
+        "receive" => {
+            check("QUEUE [LIMIT]", 1, 2)?;
+            let limit = match words.get(2) {
+                None => 10,
+                Some(w) => w
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|l| *l > 0)
+                    .ok_or_else(|| format!("the limit {w:?} is not a positive number"))?,
+            };
+            ShellCommand::Receive {
+                queue: words[1].clone(),
+                limit,
+            }
+        }
+        "deliver" => ShellCommand::Deliver,
         "entity" => parse_entity(&words)?,
         "index" => parse_index(&words)?,
         other => return Err(format!("unknown command {other:?} (type help)")),
@@ -423,6 +463,7 @@ pub(crate) fn parse_line(line: &str) -> Result<Option<ShellCommand>, String> {
             | ShellCommand::Commit
             | ShellCommand::Abort
             | ShellCommand::Tables
+            | ShellCommand::Deliver
     ) && words.len() > 1
     {
         return Err(format!("{command} takes no arguments"));
@@ -439,6 +480,23 @@ mod tests {
         assert_eq!(parse_line("  "), Ok(None));
         assert_eq!(parse_line("# a comment"), Ok(None));
         assert_eq!(parse_line("HELP"), Ok(Some(ShellCommand::Help)));
+        assert_eq!(
+            parse_line(r#"send bob mail "hi there""#),
+            Ok(Some(ShellCommand::Send {
+                to: b"bob".to_vec(),
+                queue: "mail".into(),
+                body: b"hi there".to_vec(),
+            }))
+        );
+        assert_eq!(
+            parse_line("receive mail 3"),
+            Ok(Some(ShellCommand::Receive {
+                queue: "mail".into(),
+                limit: 3,
+            }))
+        );
+        assert!(parse_line("receive mail 0").unwrap_err().contains("positive"));
+        assert!(parse_line("deliver now").unwrap_err().contains("no arguments"));
         assert_eq!(
             parse_line(r#"put alice name "Alice Liddell""#),
             Ok(Some(ShellCommand::Put {
