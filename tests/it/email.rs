@@ -40,26 +40,6 @@ fn account(address: &str) -> pb::GroupRoot {
     }
 }
 
-/// The id of an account's group (what `SendMessage` names as `to`).
-async fn group_id(api: &mut MegastoreClient<Channel>, address: &str) -> Vec<u8> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let asked = api
-            .group_of(pb::GroupOfRequest {
-                table: "Account".into(),
-                key: vec![string(address)],
-            })
-            .await;
-        match asked {
-            Ok(answer) => return answer.into_inner().id,
-            Err(e) => {
-                assert!(Instant::now() < deadline, "GroupOf: {e}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    }
-}
-
 fn now_micros() -> i64 {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -78,7 +58,7 @@ fn committed(response: Result<tonic::Response<pb::CommitResponse>, tonic::Status
 
 /// Mail `n` from the sender to every recipient, in one transaction of the sender's
 /// group: whether it committed.
-async fn send_mail(api: &mut MegastoreClient<Channel>, to: &[Vec<u8>], n: u64) -> bool {
+async fn send_mail(api: &mut MegastoreClient<Channel>, n: u64) -> bool {
     let Ok(begun) = api
         .begin(pb::BeginRequest {
             eg: Vec::new(),
@@ -89,10 +69,11 @@ async fn send_mail(api: &mut MegastoreClient<Channel>, to: &[Vec<u8>], n: u64) -
         return false;
     };
     let txn = begun.into_inner().txn;
-    for recipient in to {
+    for recipient in RECIPIENTS {
         let message = pb::SendMessageRequest {
             txn,
-            to: recipient.clone(),
+            to: Vec::new(),
+            to_root: Some(account(recipient)),
             queue: QUEUE.into(),
             body: format!("{n}").into_bytes(),
         };
@@ -222,25 +203,17 @@ fn mail_to_three_recipients_is_filed_once_in_each_mailbox_through_a_replica_cras
             .clone()
     };
     let (a, b) = (address("a"), address("b"));
-    let to: Vec<Vec<u8>> = runtime.block_on(async {
-        let mut api = api_at(&a);
-        let mut ids = Vec::new();
-        for r in RECIPIENTS {
-            ids.push(group_id(&mut api, r).await);
-        }
-        ids
-    });
     let acked: Arc<Mutex<BTreeSet<u64>>> = Arc::default();
     let started = Instant::now();
     let sender = {
-        let (a, acked, to) = (a.clone(), Arc::clone(&acked), to.clone());
+        let (a, acked) = (a.clone(), Arc::clone(&acked));
         runtime.spawn(async move {
             let mut api = api_at(&a);
             for n in 0..MAILS_MAX {
                 if started.elapsed() > SENDING {
                     break;
                 }
-                if send_mail(&mut api, &to, n).await {
+                if send_mail(&mut api, n).await {
                     acked.lock().unwrap().insert(n);
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;

@@ -126,6 +126,19 @@ fn python_grpc_client_runs_transactions_reads_and_versioned_txns() {
         );
     }
     assert_eq!(seen["after_errors"], serde_json::json!(["Ada"]));
+    assert_eq!(
+        seen["queue"],
+        serde_json::json!({"sent": "committed", "bodies": ["from python"], "senders": ["py-group-0001"], "left": 0}),
+        "a message sent from Python is received once"
+    );
+    assert_eq!(errors["send_nowhere"][0], "INVALID_ARGUMENT", "{errors}");
+    assert!(
+        errors["send_nowhere"][1]
+            .as_str()
+            .unwrap()
+            .starts_with("to: "),
+        "the field is named: {errors}"
+    );
     // An untyped group's write stays in that group (issue 11's first defect: group
     // 0x01 once held User 5's rows, and this write corrupted the entity).
     assert_eq!(seen["stray_commit"], "committed");

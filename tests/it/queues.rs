@@ -73,7 +73,8 @@ async fn send(api: &mut MegastoreClient<Channel>, s: usize, i: u64) -> bool {
     for r in 0..RECEIVERS {
         let message = pb::SendMessageRequest {
             txn,
-            to: group_id(&format!("receiver-{r}")),
+            to: format!("receiver-{r}").into_bytes(),
+            to_root: None,
             queue: QUEUE.into(),
             body: format!("{s}/{i}").into_bytes(),
         };
@@ -115,6 +116,7 @@ async fn consume(api: &mut MegastoreClient<Channel>, r: usize) -> Option<Consume
             let text = String::from_utf8(m.body.clone()).unwrap();
             let (s, i) = text.split_once('/').unwrap();
             assert_eq!(m.sender, group_id(&format!("sender-{s}")), "its sender");
+            assert_eq!(m.sender_name, format!("sender-{s}").into_bytes());
             (s.parse().unwrap(), i.parse().unwrap())
         })
         .collect();
@@ -217,8 +219,12 @@ fn queue_messages_are_consumed_exactly_once_in_order_through_a_senders_replica_c
                 let mut api = api_at(&address);
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     for s in 0..SENDERS {
-                        let sender = group_id(&format!("sender-{s}"));
-                        if api.deliver(pb::DeliverRequest { sender }).await.is_err() {
+                        let sender = format!("sender-{s}").into_bytes();
+                        let deliver = pb::DeliverRequest {
+                            sender,
+                            sender_root: None,
+                        };
+                        if api.deliver(deliver).await.is_err() {
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
                     }

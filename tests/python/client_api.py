@@ -290,6 +290,33 @@ def main():
     read = stub.Read(pb.ReadRequest(eg=eg, mode=pb.READ_MODE_CURRENT, query=pb.RowQuery(
         keys=pb.RowQuery.Keys(keys=[name_key]))))
     seen["after_errors"] = [c.value.decode() for r in read.rows for c in r.cells if c.column == b"name"]
+
+    # 8. Queues: a message sent from eg to the group "py-inbox", delivered, received.
+    txn = stub.Begin(pb.BeginRequest(eg=eg)).txn
+    stub.SendMessage(pb.SendMessageRequest(txn=txn, to=b"py-inbox", queue="mail", body=b"from python"))
+    sent = stub.Commit(pb.CommitRequest(txn=txn)).WhichOneof("outcome")
+    stub.Deliver(pb.DeliverRequest(sender=eg))
+    got = []
+    deadline = time.time() + 20
+    while not got and time.time() < deadline:
+        txn = stub.Begin(pb.BeginRequest(eg=b"py-inbox")).txn
+        got = list(stub.Receive(pb.ReceiveRequest(txn=txn, queue="mail")).messages)
+        if got:
+            stub.Commit(pb.CommitRequest(txn=txn))
+        else:
+            stub.Abort(pb.AbortRequest(txn=txn))
+            time.sleep(0.2)
+    txn = stub.Begin(pb.BeginRequest(eg=b"py-inbox")).txn
+    left = list(stub.Receive(pb.ReceiveRequest(txn=txn, queue="mail")).messages)
+    stub.Abort(pb.AbortRequest(txn=txn))
+    seen["queue"] = {
+        "sent": sent,
+        "bodies": [m.body.decode() for m in got],
+        "senders": [m.sender_name.decode() for m in got],
+        "left": len(left),
+    }
+    expect_error("send_nowhere", lambda: stub.SendMessage(pb.SendMessageRequest(
+        txn=stub.Begin(pb.BeginRequest(eg=eg)).txn, queue="mail", body=b"x")))
     print(json.dumps(seen, sort_keys=True))
 
 

@@ -495,8 +495,16 @@ mod tests {
                 limit: 3,
             }))
         );
-        assert!(parse_line("receive mail 0").unwrap_err().contains("positive"));
-        assert!(parse_line("deliver now").unwrap_err().contains("no arguments"));
+        assert!(
+            parse_line("receive mail 0")
+                .unwrap_err()
+                .contains("positive")
+        );
+        assert!(
+            parse_line("deliver now")
+                .unwrap_err()
+                .contains("no arguments")
+        );
         assert_eq!(
             parse_line(r#"put alice name "Alice Liddell""#),
             Ok(Some(ShellCommand::Put {

@@ -40,17 +40,33 @@ impl Gateway {
 
     /// The group a request names: untyped by `eg`, or typed by its root entity.
     async fn named_group(&self, eg: Vec<u8>, root: Option<pb::GroupRoot>) -> Result<EgId, Status> {
+        self.group_named(("eg", "root"), eg, root).await
+    }
+
+    /// The group a request names in its fields `fields` (`(name, root)`): by an
+    /// untyped group's name, or by its root entity.
+    pub(crate) async fn group_named(
+        &self,
+        (name_field, root_field): (&str, &str),
+        eg: Vec<u8>,
+        root: Option<pb::GroupRoot>,
+    ) -> Result<EgId, Status> {
         match (eg.is_empty(), root) {
-            (false, None) => group(&eg),
+            (false, None) => megastore_client::group(&eg).map_err(|e| invalid(name_field, e)),
             (true, Some(root)) => {
-                let key = values_from_wire("root.key", root.key)?;
+                let key = values_from_wire(&format!("{root_field}.key"), root.key)?;
                 let catalog = self.catalogs.current().await?;
-                entity_group(&catalog, &root.table, &key).map_err(|e| invalid("root", e))
+                entity_group(&catalog, &root.table, &key).map_err(|e| invalid(root_field, e))
             }
-            (false, Some(_)) => Err(invalid("eg", "give eg or root, not both")),
+            (false, Some(_)) => Err(invalid(
+                name_field,
+                format!("give {name_field} or {root_field}, not both"),
+            )),
             (true, None) => Err(invalid(
-                "eg",
-                "name an entity group: by its name (eg) or by its root entity (root)",
+                name_field,
+                format!(
+                    "name an entity group: by its name ({name_field}) or by its root entity ({root_field})"
+                ),
             )),
         }
     }

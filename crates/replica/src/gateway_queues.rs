@@ -3,7 +3,6 @@
 
 use megastore_rpc::pb::client as pb;
 use megastore_rpc::public::invalid_argument as invalid;
-use megastore_types::EgId;
 use tonic::{Request, Response, Status};
 
 use crate::gateway::{Gateway, status};
@@ -20,12 +19,12 @@ impl Gateway {
         request: Request<pb::SendMessageRequest>,
     ) -> Result<Response<pb::SendMessageResponse>, Status> {
         let request = request.into_inner();
-        if request.to.is_empty() {
-            return Err(invalid("to", "name the receiving group (its id)"));
-        }
+        let to = self
+            .group_named(("to", "to_root"), request.to, request.to_root)
+            .await?;
         let mut guard = self.sessions.locked(request.txn).await?;
         let txn = open(&mut guard)?;
-        txn.send(&EgId(request.to), &request.queue, &request.body)
+        txn.send(&to, &request.queue, &request.body)
             .map_err(status)?;
         Ok(Response::new(pb::SendMessageResponse {}))
     }
@@ -53,6 +52,7 @@ impl Gateway {
             .map_err(status)?
             .into_iter()
             .map(|m| pb::QueueMessage {
+                sender_name: megastore_client::group_name(&m.sender).unwrap_or_default(),
                 sender: m.sender.0,
                 sent_at: m.sent_at.0,
                 index: m.index,
@@ -66,11 +66,15 @@ impl Gateway {
         &self,
         request: Request<pb::DeliverRequest>,
     ) -> Result<Response<pb::DeliverResponse>, Status> {
-        let sender = request.into_inner().sender;
-        if sender.is_empty() {
-            return Err(invalid("sender", "name the sending group (its id)"));
-        }
-        let done = self.client.deliver(&EgId(sender)).await.map_err(status)?;
+        let request = request.into_inner();
+        let sender = self
+            .group_named(
+                ("sender", "sender_root"),
+                request.sender,
+                request.sender_root,
+            )
+            .await?;
+        let done = self.client.deliver(&sender).await.map_err(status)?;
         Ok(Response::new(pb::DeliverResponse {
             delivered: done.delivered,
             already: done.already,
