@@ -553,14 +553,7 @@ impl ClientNode {
 
     /// Consumes the messages `read` found in `eg`'s inbox, as the library's
     /// `Transaction::receive` does: deletes them, having declared them read.
-    fn consume(
-        &mut self,
-        real: u64,
-        now: Time,
-        eg: EgId,
-        read: &ReadResult,
-        position: Position,
-    ) -> Vec<ClientOutput> {
+    fn consume(&mut self, real: u64, now: Time, eg: EgId, read: &ReadResult) -> Vec<ClientOutput> {
         let messages: Vec<_> = read
             .rows
             .iter()
@@ -572,12 +565,33 @@ impl ClientNode {
             return Vec::new();
         }
         let (writes, reads) = queue::consume(&messages, self.core.bugs());
+        let txn = self.next_txn();
+        let read_keys: BTreeSet<Vec<u8>> = reads.into_iter().collect();
+        self.start_commit(real, now, eg, read, txn, writes, read_keys)
+    }
+
+    /// This client's next transaction id.
+    fn next_txn(&mut self) -> TxnId {
         self.writes += 1;
-        let txn = TxnId {
+        TxnId {
             client: self.id,
             seq: self.writes,
-        };
-        let read_keys: BTreeSet<Vec<u8>> = reads.into_iter().collect();
+        }
+    }
+
+    /// Commits `writes` as `txn` after `read` (of `eg`), and waits for it.
+    #[allow(clippy::too_many_arguments)]
+    fn start_commit(
+        &mut self,
+        real: u64,
+        now: Time,
+        eg: EgId,
+        read: &ReadResult,
+        txn: TxnId,
+        writes: Vec<RowWrite>,
+        read_keys: BTreeSet<Vec<u8>>,
+    ) -> Vec<ClientOutput> {
+        let position = read.position.expect("a current read names its position");
         let (op, out) = self.core.commit(
             now,
             txn,
@@ -614,9 +628,9 @@ impl ClientNode {
         read: &ReadResult,
         plan: Plan,
     ) -> Vec<ClientOutput> {
-        let Some(position) = read.position else {
+        if read.position.is_none() {
             return Vec::new();
-        };
+        }
         let (rows, read_keys) = match plan {
             Plan::ReadModifyWrite(rows) => {
                 let read_keys: BTreeSet<Vec<u8>> = rows.iter().cloned().collect();
@@ -624,14 +638,10 @@ impl ClientNode {
             }
             Plan::Blind(rows) => (rows, BTreeSet::new()),
             Plan::ReadAgain => unreachable!("a read-again plan reads, it does not commit"),
-            Plan::Consume => return self.consume(real, now, eg, read, position),
+            Plan::Consume => return self.consume(real, now, eg, read),
         };
-        self.writes += 1;
-        let tag = format!("c{}.{}", self.id.0, self.writes).into_bytes();
-        let txn = TxnId {
-            client: self.id,
-            seq: self.writes,
-        };
+        let txn = self.next_txn();
+        let tag = format!("c{}.{}", self.id.0, txn.seq).into_bytes();
         // Now and then a key is deleted rather than set. Each key also has an entry in
         // a global index (the key's value by key, `0xFD ‖ key`), kept in the group's
         // mirror and copied to the global index at apply, as an entity's global index
@@ -684,23 +694,7 @@ impl ClientNode {
                 ));
             }
         }
-        let (op, out) = self.core.commit(
-            now,
-            txn,
-            eg.clone(),
-            position,
-            read.next_leader,
-            writes,
-            read_keys.clone(),
-        );
-        self.state = State::Committing {
-            op,
-            eg,
-            start: real,
-            read_position: position,
-            read_keys,
-        };
-        out
+        self.start_commit(real, now, eg, read, txn, writes, read_keys)
     }
 }
 

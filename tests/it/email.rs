@@ -12,7 +12,7 @@ use megastore_rpc::pb::client as pb;
 use megastore_rpc::pb::client::megastore_client::MegastoreClient;
 use tonic::transport::Channel;
 
-use crate::support::{api_at, apply_schema, start_cluster};
+use crate::support::{api_at, apply_schema, grpc_committed, start_cluster};
 
 const RECIPIENTS: [&str; 3] = ["ann@example.com", "bob@example.com", "cy@example.com"];
 const SENDER: &str = "dee@example.com";
@@ -47,15 +47,6 @@ fn now_micros() -> i64 {
     i64::try_from(since.as_micros()).unwrap()
 }
 
-fn committed(response: Result<tonic::Response<pb::CommitResponse>, tonic::Status>) -> bool {
-    response.is_ok_and(|r| {
-        matches!(
-            r.into_inner().outcome,
-            Some(pb::commit_response::Outcome::Committed(_))
-        )
-    })
-}
-
 /// Mail `n` from the sender to every recipient, in one transaction of the sender's
 /// group: whether it committed.
 async fn send_mail(api: &mut MegastoreClient<Channel>, n: u64) -> bool {
@@ -81,7 +72,7 @@ async fn send_mail(api: &mut MegastoreClient<Channel>, n: u64) -> bool {
             return false;
         }
     }
-    committed(api.commit(pb::CommitRequest { txn }).await)
+    grpc_committed(api.commit(pb::CommitRequest { txn }).await).is_some()
 }
 
 /// One transaction of a recipient: receives its mail and files each as a Message in
@@ -151,7 +142,9 @@ async fn file_mail(api: &mut MegastoreClient<Channel>, address: &str) -> Option<
         .await
         .ok()?;
     }
-    committed(api.commit(pb::CommitRequest { txn }).await).then_some(mails.len())
+    grpc_committed(api.commit(pb::CommitRequest { txn }).await)
+        .is_some()
+        .then_some(mails.len())
 }
 
 /// The message ids in a recipient's inbox folder (a current read).

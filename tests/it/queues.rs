@@ -14,7 +14,7 @@ use megastore_rpc::pb::client as pb;
 use megastore_rpc::pb::client::megastore_client::MegastoreClient;
 use tonic::transport::Channel;
 
-use crate::support::{api_at, start_cluster};
+use crate::support::{api_at, grpc_begin_with_write, grpc_committed, start_cluster};
 
 const SENDERS: usize = 2;
 const RECEIVERS: usize = 3;
@@ -33,43 +33,14 @@ fn group_id(name: &str) -> Vec<u8> {
     megastore_client::group(name.as_bytes()).unwrap().0
 }
 
-fn committed(response: Result<tonic::Response<pb::CommitResponse>, tonic::Status>) -> Option<u64> {
-    match response.ok()?.into_inner().outcome {
-        Some(pb::commit_response::Outcome::Committed(c)) => Some(c.position),
-        _ => None,
-    }
-}
-
 /// One transaction of sender `s`: a row write and message `i` to every receiver.
 /// Whether it committed.
 async fn send(api: &mut MegastoreClient<Channel>, s: usize, i: u64) -> bool {
-    let Ok(begun) = api
-        .begin(pb::BeginRequest {
-            eg: format!("sender-{s}").into_bytes(),
-            root: None,
-        })
-        .await
-    else {
+    let name = format!("sender-{s}").into_bytes();
+    let count = i.to_string().into_bytes();
+    let Some(txn) = grpc_begin_with_write(api, &name, (b"sent", b"n", &count)).await else {
         return false;
     };
-    let txn = begun.into_inner().txn;
-    let row = pb::RowWrite {
-        key: b"sent".to_vec(),
-        cells: vec![pb::CellWrite {
-            column: b"n".to_vec(),
-            change: Some(pb::cell_write::Change::Set(i.to_string().into_bytes())),
-        }],
-    };
-    if api
-        .write(pb::WriteRequest {
-            txn,
-            rows: vec![row],
-        })
-        .await
-        .is_err()
-    {
-        return false;
-    }
     for r in 0..RECEIVERS {
         let message = pb::SendMessageRequest {
             txn,
@@ -82,7 +53,7 @@ async fn send(api: &mut MegastoreClient<Channel>, s: usize, i: u64) -> bool {
             return false;
         }
     }
-    committed(api.commit(pb::CommitRequest { txn }).await).is_some()
+    grpc_committed(api.commit(pb::CommitRequest { txn }).await).is_some()
 }
 
 /// One consuming transaction at receiver `r`: the messages it consumed, with the
@@ -120,7 +91,7 @@ async fn consume(api: &mut MegastoreClient<Channel>, r: usize) -> Option<Consume
             (s.parse().unwrap(), i.parse().unwrap())
         })
         .collect();
-    let position = committed(api.commit(pb::CommitRequest { txn }).await)?;
+    let position = grpc_committed(api.commit(pb::CommitRequest { txn }).await)?;
     Some((position, bodies))
 }
 

@@ -185,3 +185,48 @@ pub(crate) fn apply_schema(
     let text = std::fs::read_to_string(path).expect("the schema file");
     megastore_schema::compile(file, &text, None).expect("the schema compiles")
 }
+
+/// Begins a transaction on the untyped group `name` through the public gRPC API and
+/// stages `key`'s `column` = `value`: the transaction's handle, or `None` if a call
+/// failed (the replica may be down).
+pub(crate) async fn grpc_begin_with_write(
+    api: &mut megastore_rpc::pb::client::megastore_client::MegastoreClient<
+        tonic::transport::Channel,
+    >,
+    name: &[u8],
+    (key, column, value): (&[u8], &[u8], &[u8]),
+) -> Option<u64> {
+    use megastore_rpc::pb::client as pb;
+    let begun = api
+        .begin(pb::BeginRequest {
+            eg: name.to_vec(),
+            root: None,
+        })
+        .await
+        .ok()?;
+    let txn = begun.into_inner().txn;
+    let row = pb::RowWrite {
+        key: key.to_vec(),
+        cells: vec![pb::CellWrite {
+            column: column.to_vec(),
+            change: Some(pb::cell_write::Change::Set(value.to_vec())),
+        }],
+    };
+    api.write(pb::WriteRequest {
+        txn,
+        rows: vec![row],
+    })
+    .await
+    .ok()?;
+    Some(txn)
+}
+
+/// The position a gRPC `Commit` answered committed at, if it committed.
+pub(crate) fn grpc_committed(
+    response: Result<tonic::Response<megastore_rpc::pb::client::CommitResponse>, tonic::Status>,
+) -> Option<u64> {
+    match response.ok()?.into_inner().outcome {
+        Some(megastore_rpc::pb::client::commit_response::Outcome::Committed(c)) => Some(c.position),
+        _ => None,
+    }
+}
