@@ -294,3 +294,37 @@ fn queue_messages_are_consumed_exactly_once_in_order_through_a_senders_replica_c
         assert!(acked.is_subset(&seen), "receiver {r} missed some");
     }
 }
+
+/// `megastore bench --queues` times each message's send, delivery and consumption,
+/// every message consumed once (it fails otherwise), from site A to site B.
+#[test]
+fn the_queue_benchmark_times_each_message_from_send_to_consumption() {
+    let (_alone, dir, cluster, _config, _runtime) = start_cluster();
+    let config_arg = cluster.config_path.to_str().unwrap().to_string();
+    let out = megastore_e2e::run_megastore(
+        &["bench", "--queues", "--runs", "20", "--config", &config_arg],
+        dir.path(),
+        Duration::from_secs(120),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let json = out.stdout.lines().last().unwrap_or_default();
+    let report: serde_json::Value =
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(
+        (
+            report["sender_site"].as_str(),
+            report["receiver_site"].as_str()
+        ),
+        (Some("A"), Some("B"))
+    );
+    let kinds = report["kinds"].as_array().unwrap();
+    assert_eq!(kinds.len(), 3, "{report}");
+    let delivery = &kinds[1];
+    assert!(
+        delivery["kind"].as_str().unwrap().starts_with("delivery"),
+        "{report}"
+    );
+    assert_eq!(delivery["count"], 20, "every message timed once: {report}");
+    assert_eq!(kinds[0]["count"], 20, "{report}");
+    assert!(delivery["p50_us"].as_u64().unwrap() > 0, "{report}");
+}

@@ -3,7 +3,8 @@
 //! Responsibility: run a bounded mix of reads and writes over a set of entity groups
 //! with a number of concurrent clients, and measure each operation's latency into an
 //! hdrhistogram per operation kind; and time the cross-group queries of the photo
-//! schema (global index scans, merge-joins, parallel lookups) one at a time.
+//! schema (global index scans, merge-joins, parallel lookups) one at a time, and a
+//! queue message's way from its sender's commit to its consumption at another site.
 //!
 //! Invariants:
 //! - every run is bounded: it stops at its operation count or its duration, whichever
@@ -13,9 +14,11 @@
 //!   and a write that gave up on conflicts is counted as a conflict, not an error.
 
 mod queries;
+mod queues;
 mod report;
 mod workload;
 
 pub use queries::{QueryKind, QueryReport, run_queries};
+pub use queues::{QueueReport, run_queues};
 pub use report::{KindReport, Report};
 pub use workload::{Spec, SpecError, run};

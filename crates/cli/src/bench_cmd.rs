@@ -62,7 +62,12 @@ pub(crate) struct BenchArgs {
     /// `megastore schema apply schema/photos.msdl`.
     #[arg(long)]
     queries: bool,
-    /// Runs of each query with --queries.
+    /// Time queue messages instead: sent one at a time from the first --site, consumed
+    /// at the second (default: the first two full replicas' sites), delivered by the
+    /// replicas; `--runs` messages.
+    #[arg(long, conflicts_with = "queries")]
+    queues: bool,
+    /// Runs of each query with --queries (messages with --queues).
     #[arg(long, default_value_t = 50)]
     runs: u32,
     /// Also draw each operation kind's latency distribution (a percentile plot) into
@@ -90,6 +95,57 @@ fn render_queries(report: &megastore_bench::QueryReport) -> String {
         "queries from site {}, one at a time\n{table}\n",
         report.site
     )
+}
+
+/// `--queues`: a queue message's way from its sender's commit to its consumption.
+fn run_queues(
+    sites: &[String],
+    messages: u32,
+    config: &megastore_config::ClusterConfig,
+) -> anyhow::Result<ExitCode> {
+    let full: Vec<String> = config
+        .replicas
+        .iter()
+        .filter(|r| r.kind == megastore_types::ReplicaKind::Full)
+        .map(|r| r.site.clone())
+        .collect();
+    let pick = |i: usize| {
+        sites
+            .get(i)
+            .or_else(|| full.get(i))
+            .or_else(|| full.first())
+            .cloned()
+    };
+    let (from, to) = (
+        pick(0).context("the cluster has no full replica to act from")?,
+        pick(1).context("the cluster has no full replica to act from")?,
+    );
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let _entered = runtime.enter();
+    let bar = ProgressBar::new_spinner();
+    bar.set_message(format!(
+        "sending {messages} messages from site {from}, consuming them at site {to}"
+    ));
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let report = runtime.block_on(megastore_bench::run_queues(config, &from, &to, messages));
+    bar.finish_and_clear();
+    let report = report?;
+    let mut table = Table::new();
+    table
+        .load_style(comfy_table::presets::NOTHING)
+        .set_header(["MEASURE", "COUNT", "P50 ms", "P99 ms", "MAX ms"]);
+    for k in &report.kinds {
+        table.add_row([
+            k.kind.clone(),
+            k.count.to_string(),
+            millis(k.p50_us),
+            millis(k.p99_us),
+            millis(k.max_us),
+        ]);
+    }
+    print!("queue messages from site {from} to site {to}, delivered by the replicas\n{table}\n");
+    println!("{}", report.json_line());
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `--queries`: the cross-group query benchmark.
@@ -212,6 +268,9 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some((site, runs)) = queries {
         return run_queries(site, runs, &config);
+    }
+    if args.queues {
+        return run_queues(&spec.sites, args.runs, &config);
     }
     let bar = match spec.operations {
         Some(n) => ProgressBar::new(n),
