@@ -51,7 +51,7 @@ const AT: &[u8] = b"at";
 /// outbox row and the inbox row, for a backlog's age.
 const SENT_MS: &[u8] = b"sent_ms";
 
-/// Messages one delivery reads from a sender's outbox at most.
+/// Messages one delivery delivers at most (the first of the outbox in place order).
 pub const DELIVERY_BATCH: usize = 64;
 
 /// A message's place in its sender's log: the position that chose it and its index
@@ -409,8 +409,12 @@ impl Deliver {
         let read = Step::Read {
             eg: sender.clone(),
             query: DataQuery::Scan {
+                // All of it: outbox rows sort by their transaction, not by their
+                // place, and a batch must be the first messages *in place order* —
+                // a later one delivered first would move the mark past an earlier one,
+                // which would then pass for delivered.
                 range: outbox_range(&sender),
-                limit: Some(DELIVERY_BATCH),
+                limit: None,
                 reverse: false,
             },
         };
@@ -442,21 +446,22 @@ impl Deliver {
             Stage::ReadOutbox => {
                 self.outbox_read = Some((position, read.next_leader));
                 self.done.read_at = Some(position);
-                self.done.more = read.rows.len() >= DELIVERY_BATCH;
+                let mut sent: Vec<Outgoing> = read
+                    .rows
+                    .iter()
+                    .filter_map(|r| outgoing(&self.sender, r))
+                    .collect();
+                sent.sort_by_key(|m| m.place);
+                self.done.more = sent.len() > DELIVERY_BATCH;
+                sent.truncate(DELIVERY_BATCH);
                 let mut by_receiver: BTreeMap<EgId, Vec<Outgoing>> = BTreeMap::new();
-                for message in read.rows.iter().filter_map(|r| outgoing(&self.sender, r)) {
+                for message in sent {
                     by_receiver
                         .entry(message.to.clone())
                         .or_default()
                         .push(message);
                 }
-                self.waiting = by_receiver
-                    .into_iter()
-                    .map(|(to, mut messages)| {
-                        messages.sort_by_key(|m| m.place);
-                        (to, messages)
-                    })
-                    .collect();
+                self.waiting = by_receiver.into_iter().collect();
                 self.next_receiver()
             }
             Stage::ReadMark { receiver } => {

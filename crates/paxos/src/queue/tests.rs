@@ -267,3 +267,45 @@ fn a_backlog_counts_each_queue_and_the_outbox_with_its_oldest_message() {
     );
     assert!(rows.iter().all(|r| queue_range(&a).contains(&r.key)));
 }
+
+/// A delivery takes the first messages in place order, whatever order their outbox
+/// rows sort in (by transaction): a batch that took a later message first would move
+/// the mark past an earlier one, which would then pass for delivered.
+#[test]
+fn a_batch_is_the_first_messages_in_place_order() {
+    let (a, b) = (g("a"), g("b"));
+    // Transaction seq 1000 + i is chosen at position 1000 − i: rows sort against place.
+    let outbox: Vec<Row> = (0..DELIVERY_BATCH as u64 + 5)
+        .map(|i| {
+            let write = send_write(&a, txn(1_000 + i), 0, &b, "q", b"m", 7);
+            applied(&stamped(&a, &write, Position(1_000 - i)), 1_000 - i)
+        })
+        .collect();
+    let (mut deliver, first) = Deliver::start(a.clone(), ProtocolBugs::default());
+    assert!(
+        matches!(
+            first,
+            Step::Read {
+                query: DataQuery::Scan { limit: None, .. },
+                ..
+            }
+        ),
+        "the whole outbox is read: {first:?}"
+    );
+    let Some(Step::Read { .. }) = deliver.on_read(Ok(read(1_000, outbox))) else {
+        panic!("b's mark next");
+    };
+    let Some(Step::Commit { writes, .. }) = deliver.on_read(Ok(read(1, Vec::new()))) else {
+        panic!("b's messages are committed");
+    };
+    let places: Vec<u64> = writes
+        .iter()
+        .filter_map(|w| parse_inbox_row(&b, &w.row))
+        .map(|(_, _, place)| place.position.0)
+        .collect();
+    let lowest: Vec<u64> = (1_000 - (DELIVERY_BATCH as u64 + 4)..)
+        .take(DELIVERY_BATCH)
+        .collect();
+    assert_eq!(places, lowest, "the lowest places, in order");
+    assert!(deliver.done.more, "more wait");
+}
