@@ -63,6 +63,9 @@ pub struct SimConfig {
     /// Clients send queue messages in some commits, deliver groups' outboxes and
     /// consume their inboxes (off, like `verified_scans`, for scripted interleavings).
     pub queues: bool,
+    /// Clients deliver nothing until the liveness phase: outboxes grow past one
+    /// delivery's batch during the faults, then drain batch by batch.
+    pub deliver_late: bool,
     /// Each client waits up to this long (uniformly) between operations.
     pub think_ms: u32,
     /// Mean time between disruptive faults (partitions, crashes, leader changes).
@@ -195,6 +198,7 @@ impl SimConfig {
             max_drift_ppm: pick(rng, &[0, 200, 1000]),
             lock_lease: Duration::from_millis(pick(rng, &[1000, 2000, 3000])),
             crash_after_persist: pick(rng, &[0.0, 0.0, 0.01, 0.05, 0.25]),
+            deliver_late: rng.chance(0.25),
         }
     }
 

@@ -72,6 +72,7 @@ pub const BUG_NAMES: &[&str] = &[
     "verify-trusts-the-scan",
     "deliver-without-dedup",
     "consume-outside-txn",
+    "batch-in-row-order",
 ];
 
 /// The knob called `name`.
@@ -107,6 +108,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "verify-trusts-the-scan" => p.verify_trusts_the_scan = true,
         "deliver-without-dedup" => p.deliver_without_dedup = true,
         "consume-outside-txn" => p.consume_outside_txn = true,
+        "batch-in-row-order" => p.batch_in_row_order = true,
         _ => return None,
     }
     Some(Bugs {

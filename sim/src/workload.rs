@@ -157,6 +157,9 @@ pub(crate) struct ClientNode {
     pub verified_scans: bool,
     /// Whether it sends, delivers and consumes queue messages.
     pub queues: bool,
+    /// The real time (ns) from which it delivers (before it, its deliveries are
+    /// skipped, so outboxes grow).
+    pub deliver_from: u64,
     /// What it mostly does.
     pub role: Role,
     /// Per group, an older position one of its reads found: a transaction open for a
@@ -186,6 +189,7 @@ impl ClientNode {
             writes_only: false,
             verified_scans: false,
             queues: false,
+            deliver_from: 0,
             role: Role::Mixed,
             remembered: BTreeMap::new(),
         }
@@ -232,7 +236,7 @@ impl ClientNode {
             return self.scan_global(real, now, &eg);
         }
         if self.queues && !self.writes_only {
-            if self.rng.chance(0.05) {
+            if self.rng.chance(0.05) && real >= self.deliver_from {
                 let (op, out) = self.core.deliver(now, eg.clone());
                 self.state = State::Delivering {
                     op,

@@ -158,6 +158,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         10,
     ),
     ("consume-outside-txn", &["queue-exactly-once-in-order"], 10),
+    ("batch-in-row-order", &["queue-exactly-once-in-order"], 5),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -227,6 +228,7 @@ knob_tests! {
     verify_trusts_the_scan_is_caught => 23,
     deliver_without_dedup_is_caught => 24,
     consume_outside_txn_is_caught => 25,
+    batch_in_row_order_is_caught => 26,
 }
 
 #[test]
@@ -235,7 +237,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 28);
+    assert_eq!(BUG_NAMES.len(), 29);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

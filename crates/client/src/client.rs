@@ -206,6 +206,7 @@ impl Client {
                 bugs: megastore_paxos::ProtocolBugs::NONE,
             },
             seed: rand::random(),
+            delivery_batch: megastore_paxos::queue::DELIVERY_BATCH,
         });
         let (events_tx, events) = mpsc::unbounded_channel();
         let metrics = ClientMetrics::default();

@@ -72,5 +72,9 @@ megastore_types::bug_knobs! {
         /// Consuming queue messages deletes their inbox rows without declaring them
         /// read: two consumers of one message both commit.
         consume_outside_txn,
+        /// A delivery takes its batch in outbox-row order (by transaction), not in the
+        /// order the sender's log chose the messages: a later message delivered first
+        /// moves the mark past an earlier one, which then passes for delivered.
+        batch_in_row_order,
     }
 }

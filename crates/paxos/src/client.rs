@@ -35,6 +35,9 @@ pub struct ClientConfig {
     /// value on every process start, or a reply to the previous process could be taken
     /// for the answer to a new request.
     pub seed: u64,
+    /// Messages one delivery delivers at most ([`crate::queue::DELIVERY_BATCH`] in a
+    /// deployment; a few in the simulator, so that outboxes span many batches).
+    pub delivery_batch: usize,
 }
 
 /// One operation of a client.
@@ -256,7 +259,11 @@ impl ClientCore {
     /// Any number of deliverers may run for one sender at once.
     pub fn deliver(&mut self, now: Time, sender: EgId) -> (OpId, Vec<Output>) {
         let op = self.new_op();
-        let (deliver, step) = Deliver::start(sender, self.config.proposer.bugs);
+        let (deliver, step) = Deliver::start(
+            sender,
+            self.config.delivery_batch,
+            self.config.proposer.bugs,
+        );
         self.ops.insert(op, Op::Deliver(Box::new(deliver)));
         let mut sends = Vec::new();
         self.start_step(now, op, step, &mut sends);

@@ -400,12 +400,14 @@ pub(crate) struct Deliver {
     trim: Vec<Vec<u8>>,
     done: Delivery,
     failed: Option<ReadError>,
+    /// Messages it delivers at most.
+    batch: usize,
     bugs: ProtocolBugs,
 }
 
 impl Deliver {
     /// A delivery of `sender`'s outbox, and its first step.
-    pub(crate) fn start(sender: EgId, bugs: ProtocolBugs) -> (Self, Step) {
+    pub(crate) fn start(sender: EgId, batch: usize, bugs: ProtocolBugs) -> (Self, Step) {
         let read = Step::Read {
             eg: sender.clone(),
             query: DataQuery::Scan {
@@ -426,6 +428,7 @@ impl Deliver {
             trim: Vec::new(),
             done: Delivery::default(),
             failed: None,
+            batch: batch.max(1),
             bugs,
         };
         (deliver, read)
@@ -451,9 +454,12 @@ impl Deliver {
                     .iter()
                     .filter_map(|r| outgoing(&self.sender, r))
                     .collect();
+                if !self.bugs.batch_in_row_order() {
+                    sent.sort_by_key(|m| m.place);
+                }
+                self.done.more = sent.len() > self.batch;
+                sent.truncate(self.batch);
                 sent.sort_by_key(|m| m.place);
-                self.done.more = sent.len() > DELIVERY_BATCH;
-                sent.truncate(DELIVERY_BATCH);
                 let mut by_receiver: BTreeMap<EgId, Vec<Outgoing>> = BTreeMap::new();
                 for message in sent {
                     by_receiver

@@ -146,6 +146,8 @@ impl World {
                 site: *site,
                 proposer,
                 seed: rng.next_u64(),
+                // A few: outboxes then span many batches.
+                delivery_batch: 3,
             });
             let node = ClientNode::new(
                 id,
@@ -159,6 +161,9 @@ impl World {
             node.writes_only = config.writes_only;
             node.verified_scans = config.verified_scans;
             node.queues = config.queues;
+            if config.deliver_late {
+                node.deliver_from = ns(config.safety_phase);
+            }
             node.role = config
                 .client_roles
                 .get(i)

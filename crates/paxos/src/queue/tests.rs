@@ -94,7 +94,7 @@ fn a_delivery_commits_only_what_the_receivers_mark_lacks_then_trims() {
     ];
     let at = |write: &RowWrite, p: u64| applied(&stamped(&a, write, Position(p)), p);
     let outbox = vec![at(&sends[0], 5), at(&sends[1], 5), at(&sends[2], 6)];
-    let (mut deliver, first) = Deliver::start(a.clone(), ProtocolBugs::default());
+    let (mut deliver, first) = Deliver::start(a.clone(), DELIVERY_BATCH, ProtocolBugs::default());
     assert!(matches!(first, Step::Read { ref eg, .. } if *eg == a));
     // To b first (receivers in key order): b already has the first message.
     let Some(Step::Read { eg, query }) = deliver.on_read(Ok(read(6, outbox))) else {
@@ -281,7 +281,7 @@ fn a_batch_is_the_first_messages_in_place_order() {
             applied(&stamped(&a, &write, Position(1_000 - i)), 1_000 - i)
         })
         .collect();
-    let (mut deliver, first) = Deliver::start(a.clone(), ProtocolBugs::default());
+    let (mut deliver, first) = Deliver::start(a.clone(), DELIVERY_BATCH, ProtocolBugs::default());
     assert!(
         matches!(
             first,

@@ -50,6 +50,7 @@ pub(crate) fn client_core(topology: Topology) -> megastore_paxos::ClientCore {
             bugs: ProtocolBugs::NONE,
         },
         seed: 7,
+        delivery_batch: megastore_paxos::queue::DELIVERY_BATCH,
     })
 }
 
