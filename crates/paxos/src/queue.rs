@@ -275,10 +275,16 @@ pub fn outgoing(eg: &EgId, row: &Row) -> Option<Outgoing> {
     // After the sender transaction's client (4 bytes) and sequence number (8).
     let index = u32::from_be_bytes(rest.get(12..16)?.try_into().ok()?);
     let at = u64::from_be_bytes(row.value(AT)?.try_into().ok()?);
+    // A receiver and queue name the inbox key can hold (length-prefixed fields); any
+    // other row is not a message this protocol wrote, and is left alone.
+    let (to, queue) = (row.value(TO)?, row.value(QUEUE)?);
+    if to.is_empty() || to.len() > usize::from(u16::MAX) || queue.len() > usize::from(u16::MAX) {
+        return None;
+    }
     Some(Outgoing {
         row: row.key.clone(),
-        to: EgId(row.value(TO)?.to_vec()),
-        queue: String::from_utf8(row.value(QUEUE)?.to_vec()).ok()?,
+        to: EgId(to.to_vec()),
+        queue: String::from_utf8(queue.to_vec()).ok()?,
         body: row.value(BODY)?.to_vec(),
         place: Place {
             position: Position(at),
