@@ -21,6 +21,11 @@ impl Clock {
         }
     }
 
+    /// How far ahead of real time it started, in ms.
+    pub(crate) fn offset_ms(&self) -> i64 {
+        i64::try_from(self.offset_ns / 1_000_000).unwrap_or(i64::MAX)
+    }
+
     /// The node's reading at real time `real_ns`.
     pub(crate) fn local(&self, real_ns: u64) -> Time {
         let scaled = i128::from(real_ns) * (MILLION + i128::from(self.drift_ppm)) / MILLION;

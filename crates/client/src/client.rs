@@ -140,6 +140,13 @@ pub struct Client {
     metrics: ClientMetrics,
 }
 
+/// The wall clock, in ms since the Unix epoch.
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// The lockd file whose version hands out client ids.
 const CLIENT_IDS: &str = "clients/next-id";
 
@@ -207,6 +214,8 @@ impl Client {
             },
             seed: rand::random(),
             delivery_batch: megastore_paxos::queue::DELIVERY_BATCH,
+            // The driver's clock starts now (just below).
+            wall_clock_offset_ms: wall_clock_ms(),
         });
         let (events_tx, events) = mpsc::unbounded_channel();
         let metrics = ClientMetrics::default();

@@ -76,5 +76,20 @@ megastore_types::bug_knobs! {
         /// order the sender's log chose the messages: a later message delivered first
         /// moves the mark past an earlier one, which then passes for delivered.
         batch_in_row_order,
+        /// A two-phase commit records its decision as soon as it sends the prepares,
+        /// without waiting for every participant to be prepared: a participant that
+        /// then refuses to prepare never gets the writes the decision committed.
+        decide_before_all_prepared,
+        /// Whoever meets a prepared transaction with no decision after the timeout
+        /// aborts it in the participant without recording abort in the coordinator
+        /// group first: a late commit decision then contradicts the participant.
+        abort_without_recording,
+        /// Commits ignore the locks of prepared transactions (at their read position and
+        /// in the entries they rebase over): a transaction writes rows a prepared one
+        /// read or writes, which its commit then overwrites or contradicts.
+        ignore_prepared_on_commit,
+        /// Recording abort does not read the decision row (a blind write): a commit
+        /// decision and an abort both land, and the decision changes.
+        record_abort_blind,
     }
 }

@@ -1,9 +1,12 @@
 //! The client side of the protocol as one state machine: what the client library (and
-//! the simulator's clients) drive. It hosts reads, commits, resolutions, and two
-//! operations made of those it starts itself: the verification of global index hits
-//! (a bounded number of current reads at once) and the delivery of a group's queue
-//! messages (reads and commits, one after another). It routes replies by request id
-//! and reports each operation's result.
+//! the simulator's clients) drive. It hosts reads, commits, resolutions, and operations
+//! made of those it starts itself: the verification of global index hits (a bounded
+//! number of current reads at once), the delivery of a group's queue messages, and the
+//! two-phase commit across groups with everything that settles a prepared transaction
+//! (a current read that meets one, a commit one locks out, a sweep of a group). It
+//! routes replies by request id and reports each operation's result.
+
+mod composite;
 
 use std::collections::BTreeMap;
 
@@ -19,8 +22,14 @@ use crate::proposer::commit::{Commit, CommitResult, ReadSet};
 use crate::proposer::read::{CurrentRead, PointRead, PointTarget, ReadError, ReadMode, ReadResult};
 use crate::proposer::resolve::{Resolution, Resolve};
 use crate::proposer::{Ctx, ProposerConfig, Wiring};
-use crate::queue::{Deliver, Delivery, Step};
+use crate::queue::{Deliver, Delivery};
+use crate::steps::{Ended, Step, Tagged};
+use crate::two_phase::TwoPhaseError;
+use crate::two_phase::commit::{Participant, TwoPhaseCommit, TwoPhaseResult};
+use crate::two_phase::decide::{Decide, DecideOutcome, MayAbort, Patience, TwoPhaseClock};
+use crate::two_phase::settle::{Blocked, SettleGroup, SettledGroup, SettlingRead};
 use crate::verify::{CheckedHit, GlobalHit, Verify};
+use composite::Composite;
 
 /// How a client runs.
 #[derive(Debug, Clone)]
@@ -38,6 +47,10 @@ pub struct ClientConfig {
     /// Messages one delivery delivers at most ([`crate::queue::DELIVERY_BATCH`] in a
     /// deployment; a few in the simulator, so that outboxes span many batches).
     pub delivery_batch: usize,
+    /// The wall clock (ms since the Unix epoch) minus the host's `Time` (in ms): how
+    /// the core dates the two-phase records it writes and judges their age. Only
+    /// liveness depends on it (a clock far ahead aborts prepared transactions early).
+    pub wall_clock_offset_ms: i64,
 }
 
 /// One operation of a client.
@@ -63,6 +76,17 @@ pub enum OpResult {
     Verify(Result<Vec<CheckedHit>, ReadError>),
     /// A delivery of a group's queue messages finished.
     Deliver(Result<Delivery, ReadError>),
+    /// A cross-group commit finished.
+    TwoPhase {
+        /// The transaction.
+        txn: TxnId,
+        /// How.
+        result: TwoPhaseResult,
+    },
+    /// Settling a group's prepared transactions finished.
+    Settled(Result<SettledGroup, ReadError>),
+    /// A lookup of a cross-group transaction's decision finished.
+    Decision(DecideOutcome),
 }
 
 /// An event for the client.
@@ -107,7 +131,7 @@ enum Op {
     Commit(Box<Commit>),
     Resolve(Box<Resolve>),
     Verify(Box<Verify>),
-    Deliver(Box<Deliver>),
+    Composite(Box<Composite>),
 }
 
 /// An operation the core started for another one: its result goes to that one.
@@ -115,12 +139,13 @@ enum Op {
 enum Child {
     /// A group read of a verification, for the hits at these indexes.
     Verify { parent: OpId, hits: Vec<usize> },
-    /// A read or commit of a delivery.
-    Deliver { parent: OpId },
+    /// Step `tag` of a composite operation.
+    Step { parent: OpId, tag: u32 },
 }
 
-/// The first sequence number of the transactions the core names itself (a delivery's):
-/// hosts number their own from 1, so the two never meet under one client id.
+/// The first sequence number of the transactions the core names itself (a delivery's,
+/// a finish's): hosts number their own from 1, so the two never meet under one client
+/// id.
 const CORE_TXNS: u64 = 1 << 63;
 
 /// A client of the database.
@@ -133,6 +158,8 @@ pub struct ClientCore {
     children: BTreeMap<OpId, Child>,
     /// The sequence number of the next transaction the core names itself.
     next_core_txn: u64,
+    /// Composite operations' pauses: when, whose, which step.
+    wakes: Vec<(Time, OpId, u32)>,
     wiring: Wiring<OpId>,
     next_op: u64,
 }
@@ -153,6 +180,7 @@ impl ClientCore {
             ops: BTreeMap::new(),
             children: BTreeMap::new(),
             next_core_txn: CORE_TXNS,
+            wakes: Vec::new(),
             wiring,
             next_op: 1,
         }
@@ -196,7 +224,26 @@ impl ClientCore {
         (op, self.finish_step(now, sends))
     }
 
+    /// Starts a read; a current read settles the prepared transactions it meets whose
+    /// writes it reads (docs/protocol.md, "Two-phase commit").
     fn start_read(
+        &mut self,
+        now: Time,
+        eg: EgId,
+        mode: ReadMode,
+        query: DataQuery,
+        sends: &mut Vec<(NodeId, Message)>,
+    ) -> OpId {
+        if mode == ReadMode::Current {
+            let (read, step) = SettlingRead::start(eg, query, self.two_phase_clock());
+            return self.start_composite(now, Composite::SettlingRead(read), vec![step], sends);
+        }
+        self.start_raw_read(now, eg, mode, query, sends)
+    }
+
+    /// Starts a read as the protocol's read paths make it (a current read settles
+    /// nothing).
+    fn start_raw_read(
         &mut self,
         now: Time,
         eg: EgId,
@@ -258,46 +305,164 @@ impl ClientCore {
     /// each and in order, then trims what was delivered (docs/protocol.md, "Queues").
     /// Any number of deliverers may run for one sender at once.
     pub fn deliver(&mut self, now: Time, sender: EgId) -> (OpId, Vec<Output>) {
-        let op = self.new_op();
         let (deliver, step) = Deliver::start(
             sender,
             self.config.delivery_batch,
             self.config.proposer.bugs,
         );
-        self.ops.insert(op, Op::Deliver(Box::new(deliver)));
         let mut sends = Vec::new();
-        self.start_step(now, op, step, &mut sends);
+        let op = self.start_composite(
+            now,
+            Composite::Deliver(deliver),
+            vec![(0, step)],
+            &mut sends,
+        );
         (op, self.finish_step(now, sends))
     }
 
-    /// Starts a delivery's next read or commit.
-    fn start_step(
+    /// Commits one transaction across groups by two-phase commit (docs/protocol.md,
+    /// "Two-phase commit"): `participants` are the groups it read and writes, each with
+    /// its read position, writes and read set (with the prepared transactions its reads
+    /// saw); the first is the coordinator group, whose log records the decision. Its
+    /// result says committed (every current read in every participant sees all of its
+    /// writes from then on), aborted (nowhere, and never), or unknown (the coordinator
+    /// group's decision row tells later: [`ClientCore::two_phase_decision`]).
+    pub fn commit_two_phase(
+        &mut self,
+        now: Time,
+        txn: TxnId,
+        participants: Vec<Participant>,
+    ) -> Result<(OpId, Vec<Output>), TwoPhaseError> {
+        assert_eq!(
+            txn.client, self.config.id,
+            "a client commits its own transactions only"
+        );
+        let (commit, steps) = TwoPhaseCommit::start(
+            now,
+            txn,
+            participants,
+            self.preferred_leader(),
+            self.two_phase_clock(),
+        )?;
+        let mut sends = Vec::new();
+        let op = self.start_composite(now, Composite::TwoPhase(commit), steps, &mut sends);
+        Ok((op, self.finish_step(now, sends)))
+    }
+
+    /// Settles the cross-group transactions prepared in `eg`: each is looked up in its
+    /// coordinator group and finished here if decided; one still undecided after the
+    /// prepared timeout is aborted (recorded in its coordinator group first). What a
+    /// replica's sweep runs for a group with prepared records.
+    pub fn settle_prepared(&mut self, now: Time, eg: EgId) -> (OpId, Vec<Output>) {
+        let (settle, step) = SettleGroup::start(eg, self.two_phase_clock());
+        let mut sends = Vec::new();
+        let op = self.start_composite(now, Composite::SettleGroup(settle), vec![step], &mut sends);
+        (op, self.finish_step(now, sends))
+    }
+
+    /// Looks up the decision of cross-group transaction `txn` in its coordinator
+    /// group: how to resolve a commit whose outcome was unknown. With `prepared_ms`
+    /// (when it began preparing, by [`ClientCore::wall_ms`]), a transaction still
+    /// undecided after the prepared timeout is aborted, recorded first.
+    pub fn two_phase_decision(
+        &mut self,
+        now: Time,
+        coordinator: EgId,
+        txn: TxnId,
+        prepared_ms: Option<u64>,
+    ) -> (OpId, Vec<Output>) {
+        let may_abort = prepared_ms.map_or(MayAbort::Never, MayAbort::After);
+        let (decide, step) = Decide::start(
+            coordinator,
+            txn,
+            may_abort,
+            Patience::Report,
+            self.two_phase_clock(),
+        );
+        let mut sends = Vec::new();
+        let op = self.start_composite(now, Composite::Decide(decide), vec![(0, step)], &mut sends);
+        (op, self.finish_step(now, sends))
+    }
+
+    /// The wall clock at the core's time `now` (ms since the Unix epoch), as the
+    /// two-phase records are dated.
+    pub fn wall_ms(&self, now: Time) -> u64 {
+        self.two_phase_clock().wall_ms(now)
+    }
+
+    fn two_phase_clock(&self) -> TwoPhaseClock {
+        let timeouts = &self.config.proposer.timeouts;
+        TwoPhaseClock {
+            timeout: timeouts.prepared,
+            wall_offset_ms: self.config.wall_clock_offset_ms,
+            poll: timeouts.leader.max(std::time::Duration::from_millis(10)),
+            bugs: self.config.proposer.bugs,
+        }
+    }
+
+    /// Starts a composite operation and its first steps.
+    fn start_composite(
+        &mut self,
+        now: Time,
+        composite: Composite,
+        steps: Vec<Tagged>,
+        sends: &mut Vec<(NodeId, Message)>,
+    ) -> OpId {
+        let op = self.new_op();
+        self.ops.insert(op, Op::Composite(Box::new(composite)));
+        self.start_steps(now, op, steps, sends);
+        op
+    }
+
+    /// Starts a composite operation's steps.
+    fn start_steps(
         &mut self,
         now: Time,
         parent: OpId,
-        step: Step,
+        steps: Vec<Tagged>,
         sends: &mut Vec<(NodeId, Message)>,
     ) {
-        let child = match step {
-            Step::Read { eg, query } => self.start_read(now, eg, ReadMode::Current, query, sends),
-            Step::Commit {
-                eg,
-                read_position,
-                leader,
-                writes,
-                reads,
-            } => {
-                let txn = TxnId {
-                    client: self.config.id,
-                    seq: self.next_core_txn,
-                };
-                self.next_core_txn += 1;
-                let reads =
-                    ReadSet::from(reads.into_iter().collect::<std::collections::BTreeSet<_>>());
-                self.start_commit(now, txn, eg, read_position, leader, writes, reads, sends)
-            }
-        };
-        self.children.insert(child, Child::Deliver { parent });
+        for (tag, step) in steps {
+            let child = match step {
+                Step::Read { eg, query, settle } => {
+                    if settle {
+                        self.start_read(now, eg, ReadMode::Current, query, sends)
+                    } else {
+                        self.start_raw_read(now, eg, ReadMode::Current, query, sends)
+                    }
+                }
+                Step::Commit {
+                    eg,
+                    read_position,
+                    leader,
+                    writes,
+                    reads,
+                    txn,
+                } => {
+                    let txn = txn.unwrap_or_else(|| {
+                        let txn = TxnId {
+                            client: self.config.id,
+                            seq: self.next_core_txn,
+                        };
+                        self.next_core_txn += 1;
+                        txn
+                    });
+                    self.start_commit(now, txn, eg, read_position, leader, writes, reads, sends)
+                }
+                Step::Resolve { eg, position, txn } => {
+                    let op = self.new_op();
+                    let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, sends);
+                    let resolve = Resolve::start(&mut ctx, eg, position, txn);
+                    self.ops.insert(op, Op::Resolve(Box::new(resolve)));
+                    op
+                }
+                Step::Wake { at } => {
+                    self.wakes.push((at, parent, tag));
+                    continue;
+                }
+            };
+            self.children.insert(child, Child::Step { parent, tag });
+        }
     }
 
     /// Scans global index rows (within [`crate::global_index_range`]) at the nearest
@@ -399,6 +564,16 @@ impl ClientCore {
         reads: ReadSet,
         sends: &mut Vec<(NodeId, Message)>,
     ) -> OpId {
+        // Prepared transactions its reads saw lock it out if it writes what they read or
+        // write, or read what they write: settle them first, then report a conflict.
+        if !self.config.proposer.bugs.ignore_prepared_on_commit() {
+            let (blocking, keys) = reads.blocked_by(writes.iter().map(|w| w.row.as_slice()));
+            if !blocking.is_empty() {
+                let (blocked, steps) =
+                    Blocked::start(&eg, txn, &blocking, keys, self.two_phase_clock());
+                return self.start_composite(now, Composite::Blocked(blocked), steps, sends);
+            }
+        }
         let op = self.new_op();
         let entry = LogEntry {
             txn: Some(txn),
@@ -457,7 +632,7 @@ impl ClientCore {
                     Op::Point(read) => read.on_replica_reply(ctx, reply),
                     Op::Commit(commit) => commit.on_replica_reply(ctx, r, reply),
                     Op::Resolve(resolve) => resolve.on_replica_reply(ctx, r, reply),
-                    Op::Verify(_) | Op::Deliver(_) => {}
+                    Op::Verify(_) | Op::Composite(_) => {}
                 });
             }
             (NodeId::Coordinator(r), Message::CoordinatorReply(reply)) => {
@@ -473,7 +648,7 @@ impl ClientCore {
                     Op::Current(read) => read.on_coordinator_reply(ctx, r, reply),
                     Op::Commit(commit) => commit.on_coordinator_reply(ctx, r, reply),
                     Op::Resolve(resolve) => resolve.on_coordinator_reply(ctx, r, reply),
-                    Op::Point(_) | Op::Verify(_) | Op::Deliver(_) => {}
+                    Op::Point(_) | Op::Verify(_) | Op::Composite(_) => {}
                 });
             }
             (NodeId::LockNode(n), Message::LockResponse(response)) => {
@@ -503,7 +678,7 @@ impl ClientCore {
             Op::Current(read) => read.on_lock_outcome(ctx, outcome.id, outcome.result),
             Op::Commit(commit) => commit.on_lock_outcome(ctx, outcome.id, outcome.result),
             Op::Resolve(resolve) => resolve.on_lock_outcome(ctx, outcome.id, outcome.result),
-            Op::Point(_) | Op::Verify(_) | Op::Deliver(_) => {}
+            Op::Point(_) | Op::Verify(_) | Op::Composite(_) => {}
         });
     }
 
@@ -529,9 +704,31 @@ impl ClientCore {
                 Op::Point(read) => read.on_tick(ctx),
                 Op::Commit(commit) => commit.on_tick(ctx),
                 Op::Resolve(resolve) => resolve.on_tick(ctx),
-                Op::Verify(_) | Op::Deliver(_) => {}
+                Op::Verify(_) | Op::Composite(_) => {}
             });
         }
+        let (woken, waiting): (Vec<_>, Vec<_>) =
+            self.wakes.drain(..).partition(|(at, _, _)| *at <= now);
+        self.wakes = waiting;
+        for (_, parent, tag) in woken {
+            self.step_ended(now, parent, tag, Ended::Woke, sends);
+        }
+    }
+
+    /// Step `tag` of composite operation `parent` ended: starts what it asks next.
+    fn step_ended(
+        &mut self,
+        now: Time,
+        parent: OpId,
+        tag: u32,
+        ended: Ended,
+        sends: &mut Vec<(NodeId, Message)>,
+    ) {
+        let Some(Op::Composite(composite)) = self.ops.get_mut(&parent) else {
+            return;
+        };
+        let steps = composite.on_ended(now, tag, ended);
+        self.start_steps(now, parent, steps, sends);
     }
 
     fn with_op(
@@ -565,18 +762,14 @@ impl ClientCore {
                         }
                         self.start_verify_reads(now, parent, &mut sends);
                     }
-                    (Some(Child::Deliver { parent }), result) => {
-                        let Some(Op::Deliver(state)) = self.ops.get_mut(&parent) else {
-                            continue;
+                    (Some(Child::Step { parent, tag }), result) => {
+                        let ended = match result {
+                            OpResult::Read(read) => Ended::Read(read),
+                            OpResult::Commit { result, .. } => Ended::Commit(result),
+                            OpResult::Resolve(resolution) => Ended::Resolve(resolution),
+                            _ => continue,
                         };
-                        let step = match &result {
-                            OpResult::Read(read) => state.on_read(read.clone()),
-                            OpResult::Commit { result, .. } => state.on_commit(result),
-                            _ => None,
-                        };
-                        if let Some(step) = step {
-                            self.start_step(now, parent, step, &mut sends);
-                        }
+                        self.step_ended(now, parent, tag, ended, &mut sends);
                     }
                     (_, result) => done.push(Output::Done { op, result }),
                 }
@@ -592,6 +785,7 @@ impl ClientCore {
             .values()
             .filter_map(op_deadline)
             .chain(self.wiring.lock_client().next_deadline())
+            .chain(self.wakes.iter().map(|(at, _, _)| *at))
             .min();
         out.extend(next.map(Output::WakeAt));
         out
@@ -614,7 +808,7 @@ impl ClientCore {
                 }
                 Op::Resolve(resolve) => (resolve.result().map(OpResult::Resolve), None),
                 Op::Verify(verify) => (verify.result().map(OpResult::Verify), None),
-                Op::Deliver(deliver) => (deliver.result().map(OpResult::Deliver), None),
+                Op::Composite(composite) => (composite.result(), None),
             };
             // Everything but a commit (which settles on after reporting) is over once
             // it has a result.
@@ -626,6 +820,7 @@ impl ClientCore {
         for op in finished {
             self.ops.remove(&op);
             self.wiring.forget(&op);
+            self.wakes.retain(|(_, parent, _)| *parent != op);
         }
         results
     }
@@ -656,7 +851,7 @@ fn op_deadline(state: &Op) -> Option<Time> {
         Op::Point(read) => read.deadline(),
         Op::Commit(commit) => commit.deadline(),
         Op::Resolve(resolve) => resolve.deadline(),
-        // Their reads and commits have their own.
-        Op::Verify(_) | Op::Deliver(_) => None,
+        // Their reads and commits have their own (and pauses are the core's).
+        Op::Verify(_) | Op::Composite(_) => None,
     }
 }

@@ -2,9 +2,10 @@
 //!
 //! Responsibility: every protocol decision, once. [`Replica`] is the acceptor and
 //! apply side of a replica server; the proposer side (settling positions, the
-//! invalidation step, reads, commits, and the verification of global index hits
-//! against their groups) is hosted by [`ClientCore`] in the client
-//! library and by replicas finishing abandoned positions. Time, randomness and
+//! invalidation step, reads, commits, the verification of global index hits against
+//! their groups, the delivery of queue messages, and two-phase commit across groups
+//! with its recovery) is hosted by [`ClientCore`] in the client library and by
+//! replicas finishing abandoned positions. Time, randomness and
 //! messages are inputs; outputs are messages and storage mutations, with the
 //! durability order stated by the output types.
 //!
@@ -20,7 +21,8 @@
 //!
 //! Invariants kept here and checked by the simulator (docs/protocol.md, "Invariants"): single-value,
 //! ballot-zero-once, visible-after-invalidate, vouched-is-current (with the
-//! coordinator), durable-ack, linearizable-eg, prefix-snapshots.
+//! coordinator), durable-ack, linearizable-eg, prefix-snapshots; and across groups
+//! queue-exactly-once-in-order, multi-group-atomicity and decision-stable.
 
 pub mod bugs;
 pub mod cells;
@@ -30,6 +32,8 @@ pub mod messages;
 pub mod proposer;
 pub mod queue;
 pub mod replica;
+mod steps;
+pub mod two_phase;
 pub mod verify;
 
 pub use bugs::ProtocolBugs;
@@ -53,4 +57,8 @@ pub use replica::{
     Output as ReplicaOutput, Rejoin, Released, Replica, ReplicaConfig, ReplicaLag, SweepConfig,
     answer_read, answer_snapshot,
 };
+pub use two_phase::commit::{Participant, TwoPhaseResult};
+pub use two_phase::decide::DecideOutcome;
+pub use two_phase::settle::{SettleOutcome, SettledGroup};
+pub use two_phase::{Decision, Prepared, TwoPhaseError};
 pub use verify::{CheckedHit, GlobalHit};

@@ -347,6 +347,10 @@ pub enum ReplicaReply {
         at: Option<Position>,
         /// The rows.
         rows: Vec<Row>,
+        /// The group's pending two-phase records at `at` (their summary column only;
+        /// none for a latest read): the locks a transaction reading here must respect
+        /// (docs/protocol.md, "Two-phase commit").
+        pending: Vec<Row>,
     },
     /// The request failed.
     Error {

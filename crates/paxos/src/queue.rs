@@ -30,8 +30,10 @@ use megastore_types::{EgId, Position, TxnId};
 use crate::bugs::ProtocolBugs;
 use crate::entry::{CellWrite, RowWrite};
 use crate::messages::DataQuery;
-use crate::proposer::commit::CommitResult;
+use crate::proposer::commit::{CommitResult, ReadSet};
 use crate::proposer::read::{ReadError, ReadResult};
+use crate::steps::{Ended, Step};
+use crate::two_phase::Prepared;
 
 const OUTBOX: u8 = 0x01;
 const INBOX: u8 = 0x02;
@@ -378,28 +380,14 @@ enum Stage {
     Done,
 }
 
-/// What the delivery asks its host to run next.
-#[derive(Debug)]
-pub(crate) enum Step {
-    /// A current read of `eg`.
-    Read { eg: EgId, query: DataQuery },
-    /// A commit to `eg` after a read at `read_position`.
-    Commit {
-        eg: EgId,
-        read_position: Position,
-        leader: Option<megastore_types::ReplicaId>,
-        writes: Vec<RowWrite>,
-        reads: Vec<Vec<u8>>,
-    },
-}
-
 /// One delivery of a sender's outbox.
 #[derive(Debug)]
 pub(crate) struct Deliver {
     sender: EgId,
     stage: Stage,
-    /// The outbox read: its position and next leader, for the trim's commit.
-    outbox_read: Option<(Position, Option<megastore_types::ReplicaId>)>,
+    /// The outbox read: its position, next leader and the prepared transactions it
+    /// found, for the trim's commit.
+    outbox_read: Option<(Position, Option<megastore_types::ReplicaId>, Vec<Prepared>)>,
     /// The messages read, per receiver, in place order; receivers not yet handled.
     waiting: VecDeque<(EgId, Vec<Outgoing>)>,
     /// The outbox rows to delete: delivered now or before.
@@ -416,6 +404,7 @@ impl Deliver {
     pub(crate) fn start(sender: EgId, batch: usize, bugs: ProtocolBugs) -> (Self, Step) {
         let read = Step::Read {
             eg: sender.clone(),
+            settle: true,
             query: DataQuery::Scan {
                 // All of it: outbox rows sort by their transaction, not by their
                 // place, and a batch must be the first messages *in place order* —
@@ -440,6 +429,15 @@ impl Deliver {
         (deliver, read)
     }
 
+    /// A step it asked for ended: its next step, if any.
+    pub(crate) fn on_ended(&mut self, ended: Ended) -> Option<Step> {
+        match ended {
+            Ended::Read(read) => self.on_read(read),
+            Ended::Commit(result) => self.on_commit(&result),
+            Ended::Resolve(_) | Ended::Woke => None,
+        }
+    }
+
     /// A read it asked for finished: its next step, if any.
     pub(crate) fn on_read(&mut self, result: Result<ReadResult, ReadError>) -> Option<Step> {
         let read = match result {
@@ -453,7 +451,7 @@ impl Deliver {
         let position = read.position.expect("a current read names its position");
         match std::mem::replace(&mut self.stage, Stage::Done) {
             Stage::ReadOutbox => {
-                self.outbox_read = Some((position, read.next_leader));
+                self.outbox_read = Some((position, read.next_leader, read.prepared.clone()));
                 self.done.read_at = Some(position);
                 let mut sent: Vec<Outgoing> = read
                     .rows
@@ -530,13 +528,16 @@ impl Deliver {
                     receiver: receiver.clone(),
                     count,
                 };
+                // The mark: a deliverer racing this one conflicts on it.
+                let mut reads = ReadSet::from(std::collections::BTreeSet::from([mark]));
+                reads.saw_prepared(&read.prepared);
                 Some(Step::Commit {
                     eg: receiver,
                     read_position: position,
                     leader: read.next_leader,
                     writes,
-                    // The mark: a deliverer racing this one conflicts on it.
-                    reads: vec![mark],
+                    reads,
+                    txn: None,
                 })
             }
             other => {
@@ -588,9 +589,10 @@ impl Deliver {
             return Some(Step::Read {
                 eg: receiver,
                 query: DataQuery::Rows(vec![mark]),
+                settle: true,
             });
         }
-        let (position, leader) = self.outbox_read?;
+        let (position, leader, prepared) = self.outbox_read.clone()?;
         if self.trim.is_empty() {
             self.stage = Stage::Done;
             return None;
@@ -609,12 +611,15 @@ impl Deliver {
             .collect();
         // Blind deletes: nobody else writes a delivered message's outbox row but
         // another deliverer deleting it too, which is harmless.
+        let mut reads = ReadSet::default();
+        reads.saw_prepared(&prepared);
         Some(Step::Commit {
             eg: self.sender.clone(),
             read_position: position,
             leader,
             writes,
-            reads: Vec::new(),
+            reads,
+            txn: None,
         })
     }
 

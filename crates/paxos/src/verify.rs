@@ -187,6 +187,7 @@ mod tests {
             replica: ReplicaId(1),
             next_leader: None,
             path: ReadPath::Majority,
+            prepared: Vec::new(),
         }
     }
 

@@ -529,11 +529,17 @@ impl From<ReplicaReply> for pb::ReplicaReply {
                     slot: slot.map(slot_to_wire),
                 }),
             ),
-            ReplicaReply::Data { id, at, rows } => (
+            ReplicaReply::Data {
+                id,
+                at,
+                rows,
+                pending,
+            } => (
                 id,
                 r::Reply::Data(r::Data {
                     at: at.map(|p| p.0),
                     rows: rows.into_iter().map(row_to_wire).collect(),
+                    pending: pending.into_iter().map(row_to_wire).collect(),
                 }),
             ),
             ReplicaReply::Snapshot { id, at, slot, rows } => (
@@ -584,6 +590,7 @@ impl TryFrom<pb::ReplicaReply> for ReplicaReply {
                 id,
                 at: d.at.map(Position),
                 rows: d.rows.into_iter().map(row_from_wire).collect(),
+                pending: d.pending.into_iter().map(row_from_wire).collect(),
             },
             r::Reply::Snapshot(s) => ReplicaReply::Snapshot {
                 id,

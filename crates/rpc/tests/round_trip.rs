@@ -194,11 +194,13 @@ fn replies() -> Vec<ReplicaReply> {
             id,
             at: Some(Position(4)),
             rows: rows(),
+            pending: rows(),
         },
         ReplicaReply::Data {
             id,
             at: None,
             rows: Vec::new(),
+            pending: Vec::new(),
         },
         ReplicaReply::Snapshot {
             id,

@@ -18,9 +18,10 @@
 //! row `G ‖ 0x01 ‖ k`; a typed group's rows start with a table or index id), and
 //! `G ‖ 0xF8 FFFFFFFF …` ([`VERSIONED_KEYS_OBJECT`]) holds the versioned primitives'
 //! keys, `G ‖ 0xF8 FFFFFFFE ‖ global key` ([`GLOBAL_MIRROR_OBJECT`]) the group's
-//! mirror of the global index entries it owns, and `G ‖ 0xF8 FFFFFFFD ‖ …`
-//! ([`QUEUE_OBJECT`]) its queues' outbox, inbox and delivery marks (object ids no
-//! schema hands out: ids count up from 1).
+//! mirror of the global index entries it owns, `G ‖ 0xF8 FFFFFFFD ‖ …`
+//! ([`QUEUE_OBJECT`]) its queues' outbox, inbox and delivery marks, and
+//! `G ‖ 0xF8 FFFFFFFC ‖ …` ([`TWO_PHASE_OBJECT`]) its two-phase commit records (object
+//! ids no schema hands out: ids count up from 1).
 //!
 //! A group name is any non-empty byte string up to
 //! [`GROUP_NAME_BYTES_MAX`]: escaping
@@ -46,9 +47,14 @@ pub const LONG_OBJECT_ID: u8 = 0xF8;
 /// Inside a group, the object id no schema hands out (`u32::MAX` in its long form): the
 /// versioned primitives' keys live under it (`G ‖ 0xF8 FFFFFFFF ‖ escape(key)`).
 pub const VERSIONED_KEYS_OBJECT: [u8; 5] = [LONG_OBJECT_ID, 0xFF, 0xFF, 0xFF, 0xFF];
-pub use megastore_types::reserved::{GLOBAL_INDEX_TAG, GLOBAL_MIRROR_OBJECT, QUEUE_OBJECT};
-const _: () =
-    assert!(GLOBAL_MIRROR_OBJECT[0] == LONG_OBJECT_ID && QUEUE_OBJECT[0] == LONG_OBJECT_ID);
+pub use megastore_types::reserved::{
+    GLOBAL_INDEX_TAG, GLOBAL_MIRROR_OBJECT, QUEUE_OBJECT, TWO_PHASE_OBJECT,
+};
+const _: () = assert!(
+    GLOBAL_MIRROR_OBJECT[0] == LONG_OBJECT_ID
+        && QUEUE_OBJECT[0] == LONG_OBJECT_ID
+        && TWO_PHASE_OBJECT[0] == LONG_OBJECT_ID
+);
 
 /// The first byte of every untyped group's prefix.
 pub const UNTYPED_GROUP_TAG: u8 = 0xFE;

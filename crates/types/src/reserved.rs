@@ -21,3 +21,12 @@ pub const GLOBAL_MIRROR_OBJECT: [u8; 5] = [0xF8, 0xFF, 0xFF, 0xFF, 0xFE];
 /// the last message delivered (`… ‖ 0x03 ‖ sender group`). Group data like any other:
 /// written by log entries, carried by snapshots (docs/protocol.md, "Queues").
 pub const QUEUE_OBJECT: [u8; 5] = [0xF8, 0xFF, 0xFF, 0xFF, 0xFD];
+
+/// Inside a group, the object id (long form of `u32::MAX − 3`, which no schema hands
+/// out) under which the group keeps its two-phase commit records: a participant's
+/// *prepared* record of a cross-group transaction it is prepared to commit
+/// (`G ‖ 0xF8 FFFFFFFC ‖ 0x01 ‖ txn`: the transaction's locks here and its staged
+/// writes), and a coordinator group's *decision* for one (`… ‖ 0x02 ‖ txn`). Group data
+/// like any other: written by log entries, carried by snapshots (docs/protocol.md,
+/// "Two-phase commit").
+pub const TWO_PHASE_OBJECT: [u8; 5] = [0xF8, 0xFF, 0xFF, 0xFF, 0xFC];

@@ -89,7 +89,9 @@ impl World {
                 rng.below(2 * u64::from(config.max_drift_ppm) + 1) as i64
                     - i64::from(config.max_drift_ppm)
             };
-            clocks.insert(node, Clock::new(rng.below(10_000_000_000), drift));
+            let node_clock = Clock::new(rng.below(10_000_000_000), drift);
+            clocks.insert(node, node_clock);
+            node_clock
         };
         let mut replicas = BTreeMap::new();
         let mut coordinators = BTreeMap::new();
@@ -133,7 +135,7 @@ impl World {
         let mut clients = BTreeMap::new();
         for (i, site) in config.client_sites.iter().enumerate() {
             let id = ClientId(i as u32 + 1);
-            clock(&mut rng, NodeId::Client(id));
+            let client_clock = clock(&mut rng, NodeId::Client(id));
             let proposer = ProposerConfig {
                 topology: config.topology.clone(),
                 proposer: ProposerId::client(id),
@@ -148,6 +150,9 @@ impl World {
                 seed: rng.next_u64(),
                 // A few: outboxes then span many batches.
                 delivery_batch: 3,
+                // Its wall clock reads real time (plus its drift): the clients' clocks
+                // disagree by no more than the drift bound allows.
+                wall_clock_offset_ms: -client_clock.offset_ms(),
             });
             let node = ClientNode::new(
                 id,

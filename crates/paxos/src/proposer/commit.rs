@@ -17,6 +17,7 @@ use super::Ctx;
 use super::settle::{Settle, SettleOutcome};
 use crate::entry::LogEntry;
 use crate::messages::ReplicaReply;
+use crate::two_phase::{Prepared, prepared_in};
 
 /// Rebases before a commit reports a conflict (with no conflicting keys: a retry is
 /// safe).
@@ -24,13 +25,17 @@ const REBASES_MAX: u32 = 4;
 
 /// What a transaction read, for conflicts: rows by key, and key ranges it scanned (a
 /// write anywhere in a scanned range conflicts, also to a row that did not exist when
-/// it was scanned: no phantoms).
+/// it was scanned: no phantoms); and the cross-group transactions its reads found
+/// prepared at its position, whose locks its commit must respect
+/// (docs/protocol.md, "Two-phase commit").
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReadSet {
     /// Rows read by key.
     pub rows: BTreeSet<Vec<u8>>,
     /// Ranges scanned.
     pub ranges: Vec<KeyRange>,
+    /// Prepared transactions pending in the group at the read position.
+    pub prepared: Vec<Prepared>,
 }
 
 impl ReadSet {
@@ -38,13 +43,40 @@ impl ReadSet {
     pub fn covers(&self, row: &[u8]) -> bool {
         self.rows.contains(row) || self.ranges.iter().any(|r| r.contains(row))
     }
+
+    /// Notes prepared transactions a read found pending (each once).
+    pub fn saw_prepared(&mut self, prepared: &[Prepared]) {
+        for p in prepared {
+            if !self.prepared.iter().any(|q| q.txn == p.txn) {
+                self.prepared.push(p.clone());
+            }
+        }
+    }
+
+    /// The prepared transactions it saw that lock out a commit of `writes` after these
+    /// reads, with the rows they lock (sorted, de-duplicated).
+    pub fn blocked_by<'w>(
+        &self,
+        writes: impl IntoIterator<Item = &'w [u8]> + Clone,
+    ) -> (Vec<Prepared>, Vec<Vec<u8>>) {
+        let mut keys = BTreeSet::new();
+        let mut blocking = Vec::new();
+        for p in &self.prepared {
+            let locked = p.conflicts_with(self, writes.clone());
+            if !locked.is_empty() {
+                keys.extend(locked);
+                blocking.push(p.clone());
+            }
+        }
+        (blocking, keys.into_iter().collect())
+    }
 }
 
 impl From<BTreeSet<Vec<u8>>> for ReadSet {
     fn from(rows: BTreeSet<Vec<u8>>) -> Self {
         Self {
             rows,
-            ranges: Vec::new(),
+            ..Self::default()
         }
     }
 }
@@ -191,11 +223,21 @@ impl Commit {
                     });
                     return;
                 }
-                let keys: BTreeSet<Vec<u8>> = entry
+                let mut keys: BTreeSet<Vec<u8>> = entry
                     .written_rows()
                     .filter(|r| self.reads.covers(r))
                     .map(<[u8]>::to_vec)
                     .collect();
+                // A transaction the winner prepared locks rows from now on: a commit
+                // that writes what it read or writes, or read what it writes, cannot
+                // go after it until it is decided.
+                if !ctx.config.bugs.ignore_prepared_on_commit() {
+                    for prepared in prepared_in(&self.eg, &entry) {
+                        keys.extend(
+                            prepared.conflicts_with(&self.reads, self.entry.written_rows()),
+                        );
+                    }
+                }
                 if keys.is_empty() && self.rebases < REBASES_MAX {
                     // None of our reads changed: the same entry is still right one
                     // position later.
@@ -271,6 +313,7 @@ mod tests {
         let reads = ReadSet {
             rows: [b"g\x01a".to_vec()].into(),
             ranges: vec![KeyRange::prefix(b"g\x02".to_vec())],
+            prepared: Vec::new(),
         };
         assert!(reads.covers(b"g\x01a"));
         assert!(!reads.covers(b"g\x01b"));

@@ -49,6 +49,11 @@ pub struct Timeouts {
     /// position again and again) before it reports the outcome unknown: long enough
     /// for a sweep to finish the position once a majority is reachable again.
     pub resolve_patience: Duration,
+    /// How long a cross-group transaction may stay prepared and undecided before
+    /// anyone who meets it (a reader, a writer it locks out, a replica's sweep) records
+    /// abort in its coordinator group: how long a client that died between prepare and
+    /// decision can lock rows (docs/protocol.md, "Two-phase commit").
+    pub prepared: Duration,
 }
 
 impl Timeouts {
@@ -56,7 +61,8 @@ impl Timeouts {
     /// accept-leader step gets a quarter of a round before two-phase Paxos; an
     /// invalidate half a round before the lock service is asked; the first backoff up
     /// to a tenth of a round; the invalidation step waits for a lease three times over
-    /// before giving up, and resolving an unknown outcome five leases.
+    /// before giving up, and resolving an unknown outcome five leases; a prepared
+    /// transaction is aborted by others after half a lease undecided.
     pub fn from_rpc_and_lease(rpc: Duration, lease: Duration) -> Self {
         Self {
             rpc,
@@ -67,6 +73,7 @@ impl Timeouts {
             max_rounds: 10,
             invalidate_patience: lease * 3,
             resolve_patience: lease * 5,
+            prepared: lease / 2,
         }
     }
 

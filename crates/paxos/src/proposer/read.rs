@@ -21,6 +21,7 @@ use megastore_types::{EgId, Epoch, Position, ReplicaId, ReplicaKind, Time};
 use super::Ctx;
 use super::catch_up::{CatchUp, CatchUpProgress};
 use crate::messages::{DataQuery, LogState, ReadAt, ReplicaError, ReplicaReply, ReplicaRequest};
+use crate::two_phase::{Prepared, pending};
 
 /// Positions a read's catch-up settles at once. One: a current read's tail is the
 /// writes in flight at its replica, usually one or two positions.
@@ -73,6 +74,10 @@ pub struct ReadResult {
     pub next_leader: Option<ReplicaId>,
     /// How the position was found.
     pub path: ReadPath,
+    /// The cross-group transactions prepared in the group at `position` (none for an
+    /// inconsistent read or a global index scan): what a transaction reading here must
+    /// respect when it commits (docs/protocol.md, "Two-phase commit").
+    pub prepared: Vec<Prepared>,
 }
 
 /// Why a read gave up.
@@ -417,8 +422,8 @@ impl CurrentRead {
                 }
                 let (replica, target, next_leader) = (*replica, *target, *next_leader);
                 match reply {
-                    ReplicaReply::Data { rows, .. } => {
-                        self.finish(ctx, replica, target, next_leader, rows)
+                    ReplicaReply::Data { rows, pending, .. } => {
+                        self.finish(ctx, replica, target, next_leader, rows, pending)
                     }
                     ReplicaReply::Error {
                         error: ReplicaError::NotApplied { applied },
@@ -490,6 +495,7 @@ impl CurrentRead {
         target: Position,
         next_leader: Option<ReplicaId>,
         rows: Vec<Row>,
+        pending_rows: Vec<Row>,
     ) {
         // Validate only when the replica caught up was the local one, with the epoch of
         // the first query; never after a vouched read (nothing to validate).
@@ -515,6 +521,7 @@ impl CurrentRead {
             replica,
             next_leader,
             path,
+            prepared: pending(&self.eg, &pending_rows),
         }));
         self.phase = Phase::Done;
     }
@@ -672,7 +679,13 @@ impl PointRead {
             return;
         }
         match reply {
-            ReplicaReply::Data { at, rows, .. } => {
+            ReplicaReply::Data {
+                at, rows, pending, ..
+            } => {
+                let prepared = match &self.target {
+                    PointTarget::Group { eg, .. } => crate::two_phase::pending(eg, &pending),
+                    PointTarget::Global { .. } => Vec::new(),
+                };
                 let path = match self.mode {
                     ReadMode::Snapshot => ReadPath::Snapshot,
                     ReadMode::AtPosition(_) => ReadPath::AtPosition,
@@ -684,6 +697,7 @@ impl PointRead {
                     replica,
                     next_leader: None,
                     path,
+                    prepared,
                 }));
                 self.id = None;
             }

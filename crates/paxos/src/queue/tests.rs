@@ -38,6 +38,7 @@ fn read(position: u64, rows: Vec<Row>) -> ReadResult {
         replica: ReplicaId(1),
         next_leader: None,
         path: ReadPath::Majority,
+        prepared: Vec::new(),
     }
 }
 
@@ -102,7 +103,7 @@ fn a_delivery_commits_only_what_the_receivers_mark_lacks_then_trims() {
     let (mut deliver, first) = Deliver::start(a.clone(), DELIVERY_BATCH, ProtocolBugs::default());
     assert!(matches!(first, Step::Read { ref eg, .. } if *eg == a));
     // To b first (receivers in key order): b already has the first message.
-    let Some(Step::Read { eg, query }) = deliver.on_read(Ok(read(6, outbox))) else {
+    let Some(Step::Read { eg, query, .. }) = deliver.on_read(Ok(read(6, outbox))) else {
         panic!("b's mark is read next");
     };
     assert_eq!(
@@ -132,7 +133,10 @@ fn a_delivery_commits_only_what_the_receivers_mark_lacks_then_trims() {
         panic!("b's new messages are committed");
     };
     assert_eq!(eg, b);
-    assert_eq!(reads, vec![mark_row(&b, &a)]);
+    assert_eq!(
+        reads,
+        ReadSet::from(std::collections::BTreeSet::from([mark_row(&b, &a)]))
+    );
     let inboxed: Vec<_> = writes
         .iter()
         .filter_map(|w| parse_inbox_row(&b, &w.row))
@@ -166,7 +170,7 @@ fn a_delivery_commits_only_what_the_receivers_mark_lacks_then_trims() {
     else {
         panic!("the outbox is trimmed");
     };
-    assert_eq!((eg, reads), (a.clone(), Vec::new()));
+    assert_eq!((eg, reads), (a.clone(), ReadSet::default()));
     let trimmed: Vec<_> = writes.iter().map(|w| w.row.clone()).collect();
     assert_eq!(
         trimmed,

@@ -238,9 +238,13 @@ fn carry_out<S: RowStore>(
             }
         }
         Output::ReadData {
-            to, id, at, query, ..
+            to,
+            id,
+            eg,
+            at,
+            query,
         } => {
-            let reply = answer_read(store, id, at, &query);
+            let reply = answer_read(store, id, eg.as_ref(), at, &query);
             batch.sends.push((to, Message::ReplicaReply(reply)));
         }
         Output::Send { to, message } => {

@@ -160,6 +160,8 @@ pub enum Output {
         to: NodeId,
         /// Their request id.
         id: u64,
+        /// The group (`None`: the global index).
+        eg: Option<EgId>,
         /// The timestamp (`None`: latest).
         at: Option<Position>,
         /// What to read.
@@ -449,6 +451,7 @@ impl Replica {
             None => out.push(Output::ReadData {
                 to: from,
                 id,
+                eg: None,
                 at: None,
                 query: DataQuery::Scan {
                     range,
@@ -647,6 +650,7 @@ impl Replica {
                     out.push(Output::ReadData {
                         to: from,
                         id,
+                        eg: Some(eg),
                         at,
                         query,
                     });
@@ -725,6 +729,7 @@ pub fn answer_snapshot<S: RowRead>(
 pub fn answer_read<S: RowRead>(
     store: &S,
     id: u64,
+    eg: Option<&EgId>,
     at: Option<Position>,
     query: &DataQuery,
 ) -> ReplicaReply {
@@ -748,9 +753,27 @@ pub fn answer_read<S: RowRead>(
             },
         ),
     };
-    match result {
-        Ok(rows) => ReplicaReply::Data { id, at, rows },
-        Err(e) => ReplicaReply::Error {
+    // With every read at a position, the locks of the cross-group transactions
+    // prepared there (none for a latest read, which no transaction builds on).
+    let pending = match (eg, at) {
+        (Some(eg), Some(_)) => store.scan(
+            &crate::two_phase::records_range(eg),
+            ts,
+            &ScanOptions {
+                columns: crate::two_phase::locks_column(),
+                ..ScanOptions::default()
+            },
+        ),
+        _ => Ok(Vec::new()),
+    };
+    match (result, pending) {
+        (Ok(rows), Ok(pending)) => ReplicaReply::Data {
+            id,
+            at,
+            rows,
+            pending,
+        },
+        (Err(e), _) | (_, Err(e)) => ReplicaReply::Error {
             id,
             error: ReplicaError::Storage(e.to_string()),
         },

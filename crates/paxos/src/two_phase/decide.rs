@@ -1,0 +1,225 @@
+//! Learning a cross-group transaction's decision from its coordinator group — and,
+//! when there is none after the prepared timeout, recording **abort** there first, so
+//! that a late `commit` can never contradict what the transaction's participants are
+//! then told (docs/protocol.md, "Two-phase commit", recovery).
+
+use std::time::Duration;
+
+use megastore_types::{EgId, Time, TxnId};
+
+use super::{Decision, decision_of, decision_row, decision_write};
+use crate::bugs::ProtocolBugs;
+use crate::messages::DataQuery;
+use crate::proposer::commit::{CommitResult, ReadSet};
+use crate::steps::{Ended, Step};
+
+/// Tries to record abort (each after a fresh read of the decision) before giving up.
+const RECORD_ATTEMPTS_MAX: u32 = 8;
+
+/// The clock and limits the two-phase operations run by.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TwoPhaseClock {
+    /// How long a prepared transaction may stay undecided before anyone who meets it
+    /// records abort.
+    pub(crate) timeout: Duration,
+    /// The wall clock (ms since the Unix epoch) minus the core's clock, in ms: how the
+    /// core dates records and judges their age from the host's `Time`.
+    pub(crate) wall_offset_ms: i64,
+    /// How often a writer blocked by an undecided transaction asks again.
+    pub(crate) poll: Duration,
+    /// The knobs.
+    pub(crate) bugs: ProtocolBugs,
+}
+
+impl TwoPhaseClock {
+    /// The wall clock at the core's time `now`.
+    pub(crate) fn wall_ms(&self, now: Time) -> u64 {
+        let ms = i64::try_from(now.as_nanos() / 1_000_000).unwrap_or(i64::MAX);
+        u64::try_from(ms.saturating_add(self.wall_offset_ms)).unwrap_or(0)
+    }
+
+    /// Whether a transaction prepared at `prepared_ms` has expired at the core's time
+    /// `now`.
+    pub(crate) fn expired(&self, prepared_ms: u64, now: Time) -> bool {
+        self.wall_ms(now) >= self.expiry_wall_ms(prepared_ms)
+    }
+
+    fn expiry_wall_ms(&self, prepared_ms: u64) -> u64 {
+        let timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
+        prepared_ms.saturating_add(timeout_ms)
+    }
+
+    /// The core's time at which a transaction prepared at `prepared_ms` expires.
+    fn expiry(&self, prepared_ms: u64) -> Time {
+        let wall = i64::try_from(self.expiry_wall_ms(prepared_ms)).unwrap_or(i64::MAX);
+        let core_ms = u64::try_from(wall.saturating_sub(self.wall_offset_ms)).unwrap_or(0);
+        Time::from_nanos(core_ms.saturating_mul(1_000_000))
+    }
+}
+
+/// What to do while the decision is not there and the transaction has not expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Patience {
+    /// Say it is undecided (a reader serializes before it; a sweep comes back later).
+    Report,
+    /// Ask again until it is decided or expired (a writer it blocks).
+    Wait,
+}
+
+/// What a decision lookup found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecideOutcome {
+    /// Decided (now, or before).
+    Decided(Decision),
+    /// No decision yet, and it may not be aborted yet.
+    Undecided,
+    /// The coordinator group could not be read or written in time.
+    Failed(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Reading,
+    Recording,
+    Waiting,
+    Done,
+}
+
+/// When a lookup that finds no decision records abort.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MayAbort {
+    /// Never: it only looks (a resolution by the transaction's id).
+    Never,
+    /// Once the transaction prepared at this wall-clock time (ms) has expired.
+    After(u64),
+    /// At once: the transaction's own client, which decided nothing, aborts it.
+    Now,
+}
+
+/// One lookup of `txn`'s decision in `coordinator`.
+#[derive(Debug)]
+pub(crate) struct Decide {
+    coordinator: EgId,
+    txn: TxnId,
+    /// When it may record abort.
+    may_abort: MayAbort,
+    patience: Patience,
+    clock: TwoPhaseClock,
+    stage: Stage,
+    attempts: u32,
+    outcome: Option<DecideOutcome>,
+}
+
+impl Decide {
+    /// A lookup, and its first step.
+    pub(crate) fn start(
+        coordinator: EgId,
+        txn: TxnId,
+        may_abort: MayAbort,
+        patience: Patience,
+        clock: TwoPhaseClock,
+    ) -> (Self, Step) {
+        let decide = Self {
+            coordinator,
+            txn,
+            may_abort,
+            patience,
+            clock,
+            stage: Stage::Reading,
+            attempts: 0,
+            outcome: None,
+        };
+        let step = decide.read();
+        (decide, step)
+    }
+
+    fn read(&self) -> Step {
+        Step::Read {
+            eg: self.coordinator.clone(),
+            query: DataQuery::Rows(vec![decision_row(&self.coordinator, self.txn)]),
+            settle: false,
+        }
+    }
+
+    fn done(&mut self, outcome: DecideOutcome) -> Option<Step> {
+        self.stage = Stage::Done;
+        self.outcome = Some(outcome);
+        None
+    }
+
+    /// A step it asked for ended: its next step, if any.
+    pub(crate) fn on_ended(&mut self, now: Time, ended: Ended) -> Option<Step> {
+        match (self.stage, ended) {
+            (Stage::Reading, Ended::Read(Err(e))) => {
+                self.done(DecideOutcome::Failed(format!("{e:?}")))
+            }
+            (Stage::Reading, Ended::Read(Ok(read))) => {
+                let row = decision_row(&self.coordinator, self.txn);
+                if let Some(decision) = decision_of(read.rows.iter().find(|r| r.key == row)) {
+                    return self.done(DecideOutcome::Decided(decision));
+                }
+                let (abort, recovering) = match self.may_abort {
+                    MayAbort::Never => (false, false),
+                    MayAbort::After(at) => (self.clock.expired(at, now), true),
+                    MayAbort::Now => (true, false),
+                };
+                if abort {
+                    if recovering && self.clock.bugs.abort_without_recording() {
+                        // The mistake: the participants are told "abort" while the
+                        // coordinator group may still record "commit".
+                        return self.done(DecideOutcome::Decided(Decision::Abort));
+                    }
+                    self.stage = Stage::Recording;
+                    // The decision row is read: a `commit` decision chosen meanwhile
+                    // conflicts with this abort, and the other way round.
+                    let reads = if self.clock.bugs.record_abort_blind() {
+                        ReadSet::default()
+                    } else {
+                        ReadSet::from(std::collections::BTreeSet::from([row]))
+                    };
+                    return Some(Step::Commit {
+                        eg: self.coordinator.clone(),
+                        read_position: read.position.unwrap_or_default(),
+                        leader: read.next_leader,
+                        writes: vec![decision_write(&self.coordinator, self.txn, Decision::Abort)],
+                        reads,
+                        txn: None,
+                    });
+                }
+                match (self.patience, self.may_abort) {
+                    (Patience::Wait, MayAbort::After(at)) => {
+                        self.stage = Stage::Waiting;
+                        let wake = (now + self.clock.poll).min(self.clock.expiry(at));
+                        Some(Step::Wake { at: wake.max(now) })
+                    }
+                    _ => self.done(DecideOutcome::Undecided),
+                }
+            }
+            (Stage::Recording, Ended::Commit(CommitResult::Committed { .. })) => {
+                self.done(DecideOutcome::Decided(Decision::Abort))
+            }
+            (Stage::Recording, Ended::Commit(_)) => {
+                // Another decision (or another recorder) got there first, or the outcome
+                // is unknown: read the decision again.
+                self.attempts += 1;
+                if self.attempts >= RECORD_ATTEMPTS_MAX {
+                    return self.done(DecideOutcome::Failed(
+                        "could not record the abort decision".into(),
+                    ));
+                }
+                self.stage = Stage::Reading;
+                Some(self.read())
+            }
+            (Stage::Waiting, Ended::Woke) => {
+                self.stage = Stage::Reading;
+                Some(self.read())
+            }
+            _ => None,
+        }
+    }
+
+    /// What it found, once done.
+    pub(crate) fn outcome(&self) -> Option<&DecideOutcome> {
+        self.outcome.as_ref()
+    }
+}

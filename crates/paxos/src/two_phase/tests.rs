@@ -1,0 +1,585 @@
+//! The two-phase records and lock rule, and the operations' steps against answers
+//! given by hand.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use megastore_rowstore::{Cell, KeyRange, Row};
+use megastore_types::{ClientId, EgId, Position, ReplicaId, Time, TxnId};
+
+use super::commit::{Participant, TwoPhaseCommit, TwoPhaseResult};
+use super::decide::{Decide, DecideOutcome, MayAbort, Patience, TwoPhaseClock};
+use super::settle::{SettleOutcome, SettlePrepared};
+use super::*;
+use crate::bugs::ProtocolBugs;
+use crate::proposer::commit::CommitResult;
+use crate::proposer::read::{ReadPath, ReadResult};
+use crate::proposer::resolve::Resolution;
+use crate::steps::{Ended, Step};
+
+fn g(name: &str) -> EgId {
+    EgId(name.as_bytes().to_vec())
+}
+
+fn row_of(eg: &EgId, key: &str) -> Vec<u8> {
+    [eg.0.as_slice(), b"\x01", key.as_bytes()].concat()
+}
+
+fn txn(seq: u64) -> TxnId {
+    TxnId {
+        client: ClientId(3),
+        seq,
+    }
+}
+
+fn set(row: Vec<u8>, value: &str) -> RowWrite {
+    RowWrite {
+        row,
+        cells: vec![CellWrite::Set {
+            column: b"v".to_vec(),
+            value: value.as_bytes().to_vec(),
+        }],
+    }
+}
+
+fn prepared(eg: &EgId, writes: &[&str], reads: &[&str]) -> Prepared {
+    Prepared {
+        txn: txn(1),
+        coordinator: g("c"),
+        participants: vec![g("c"), eg.clone()],
+        prepared_ms: 1_000,
+        writes: writes.iter().map(|k| row_of(eg, k)).collect(),
+        read_rows: reads.iter().map(|k| row_of(eg, k)).collect(),
+        read_ranges: Vec::new(),
+    }
+}
+
+/// The row a write leaves (sets only).
+fn stored(write: &RowWrite) -> Row {
+    Row {
+        key: write.row.clone(),
+        cells: write
+            .cells
+            .iter()
+            .filter_map(|c| match c {
+                CellWrite::Set { column, value } => Some((
+                    column.clone(),
+                    Cell {
+                        timestamp: 5,
+                        value: value.clone(),
+                    },
+                )),
+                CellWrite::Delete { .. } => None,
+            })
+            .collect(),
+    }
+}
+
+fn read(position: u64, rows: Vec<Row>, prepared: Vec<Prepared>) -> ReadResult {
+    ReadResult {
+        position: Some(Position(position)),
+        rows,
+        replica: ReplicaId(1),
+        next_leader: Some(ReplicaId(1)),
+        path: ReadPath::Majority,
+        prepared,
+    }
+}
+
+fn clock() -> TwoPhaseClock {
+    TwoPhaseClock {
+        timeout: Duration::from_secs(2),
+        wall_offset_ms: 0,
+        poll: Duration::from_millis(100),
+        bugs: ProtocolBugs::NONE,
+    }
+}
+
+fn at_ms(ms: u64) -> Time {
+    Time::from_nanos(ms * 1_000_000)
+}
+
+#[test]
+fn a_record_reads_back_as_it_was_staged_in_order() {
+    let b = g("b");
+    let staged = vec![
+        RowWrite {
+            row: row_of(&b, "x"),
+            cells: vec![
+                CellWrite::Set {
+                    column: b"v".to_vec(),
+                    value: b"1".to_vec(),
+                },
+                CellWrite::Delete {
+                    column: b"w".to_vec(),
+                },
+                CellWrite::Set {
+                    column: b"a".to_vec(),
+                    value: b"2".to_vec(),
+                },
+            ],
+        },
+        set(row_of(&b, "y"), "3"),
+    ];
+    let p = prepared(&b, &["x", "y"], &[]);
+    let write = prepare_write(&b, &p, &staged).unwrap();
+    assert_eq!(write.row, record_row(&b, p.txn));
+    assert!(records_range(&b).contains(&write.row));
+    assert!(two_phase_range(&b).contains(&decision_row(&b, p.txn)));
+    let record = record_of(&b, &stored(&write)).expect("decodes");
+    assert_eq!(record.prepared, p);
+    assert_eq!(record.staged, staged, "cells keep their order within a row");
+    assert_eq!(pending(&b, &[stored(&write)]), vec![p.clone()]);
+    assert_eq!(
+        prepared_in(
+            &b,
+            &LogEntry {
+                writes: vec![write.clone()],
+                ..LogEntry::noop()
+            }
+        ),
+        vec![p.clone()]
+    );
+    // Another group's rows are not its records.
+    assert_eq!(pending(&g("other"), &[stored(&write)]), Vec::new());
+
+    let commit = finish_writes(&b, &record, Decision::Commit);
+    assert_eq!(&commit[..2], &staged[..]);
+    let removal = commit.last().unwrap();
+    assert_eq!(removal.row, write.row);
+    assert_eq!(
+        removal.cells.len(),
+        write.cells.len(),
+        "every column of the record is deleted"
+    );
+    let abort = finish_writes(&b, &record, Decision::Abort);
+    assert_eq!(abort.len(), 1, "an abort applies nothing");
+    let entry = |writes| LogEntry {
+        writes,
+        ..LogEntry::noop()
+    };
+    assert_eq!(
+        finished_in(&b, &entry(commit)),
+        vec![(write.row.clone(), true)]
+    );
+    assert_eq!(
+        finished_in(&b, &entry(abort)),
+        vec![(write.row.clone(), false)]
+    );
+}
+
+#[test]
+fn a_record_over_the_limits_is_refused_naming_them() {
+    let b = g("b");
+    let p = prepared(&b, &["x"], &[]);
+    let long_column = RowWrite {
+        row: row_of(&b, "x"),
+        cells: vec![CellWrite::Delete {
+            column: vec![b'c'; COLUMN_BYTES_MAX - 2],
+        }],
+    };
+    assert!(matches!(
+        prepare_write(&b, &p, &[long_column]),
+        Err(TwoPhaseError::ColumnTooLong { .. })
+    ));
+    let big: Vec<RowWrite> = (0..20)
+        .map(|i| RowWrite {
+            row: row_of(&b, &format!("k{i}")),
+            cells: vec![CellWrite::Set {
+                column: b"v".to_vec(),
+                value: vec![0; VALUE_BYTES_MAX],
+            }],
+        })
+        .collect();
+    let err = prepare_write(&b, &p, &big).unwrap_err();
+    assert!(matches!(err, TwoPhaseError::RecordTooLarge { .. }), "{err}");
+    assert!(err.to_string().contains("group eg:b"), "{err}");
+    assert_eq!(
+        check_no_reserved_writes(&b, &[set(record_row(&b, p.txn), "x")]),
+        Err(TwoPhaseError::ReservedWrite(b.clone()))
+    );
+}
+
+#[test]
+fn a_prepared_transaction_locks_what_it_read_and_writes() {
+    let b = g("b");
+    let mut p = prepared(&b, &["w"], &["r"]);
+    p.read_ranges = vec![(row_of(&b, "s0"), Some(row_of(&b, "s9")))];
+    let reads = |rows: &[&str], ranges: Vec<KeyRange>| ReadSet {
+        rows: rows.iter().map(|k| row_of(&b, k)).collect(),
+        ranges,
+        prepared: Vec::new(),
+    };
+    let locked = |reads: &ReadSet, writes: &[&str]| {
+        let writes: Vec<Vec<u8>> = writes.iter().map(|k| row_of(&b, k)).collect();
+        p.conflicts_with(reads, writes.iter().map(Vec::as_slice))
+    };
+    // Writers of what it read or writes, readers of what it writes.
+    assert_eq!(locked(&reads(&[], vec![]), &["w"]), vec![row_of(&b, "w")]);
+    assert_eq!(locked(&reads(&[], vec![]), &["r"]), vec![row_of(&b, "r")]);
+    assert_eq!(
+        locked(&reads(&[], vec![]), &["s5"]),
+        vec![row_of(&b, "s5")],
+        "its scanned range"
+    );
+    assert_eq!(
+        locked(&reads(&["w"], vec![]), &["z"]),
+        vec![row_of(&b, "w")]
+    );
+    let scan = KeyRange::prefix(b.0.clone());
+    assert_eq!(
+        locked(&reads(&[], vec![scan]), &[]),
+        vec![row_of(&b, "w")],
+        "a scan over its write"
+    );
+    // Readers of what it only read, and everything else, go on.
+    assert!(locked(&reads(&["r", "z"], vec![]), &["z"]).is_empty());
+    // Reads learn its decision only of rows it writes.
+    assert!(p.writes_any_of(&DataQuery::Rows(vec![row_of(&b, "w")])));
+    assert!(!p.writes_any_of(&DataQuery::Rows(vec![row_of(&b, "r")])));
+    assert!(p.writes_any_of(&DataQuery::Scan {
+        range: KeyRange::prefix(b.0.clone()),
+        limit: None,
+        reverse: false
+    }));
+    // The read set's view: which prepared transactions block a commit.
+    let mut seen = reads(&[], vec![]);
+    seen.saw_prepared(&[p.clone(), p.clone()]);
+    assert_eq!(seen.prepared.len(), 1, "each once");
+    let (blocking, keys) = seen.blocked_by([row_of(&b, "w")].iter().map(Vec::as_slice));
+    assert_eq!((blocking, keys), (vec![p.clone()], vec![row_of(&b, "w")]));
+    assert!(
+        seen.blocked_by([row_of(&b, "z")].iter().map(Vec::as_slice))
+            .0
+            .is_empty()
+    );
+    assert!(!p.expired(2_999, Duration::from_secs(2)));
+    assert!(p.expired(3_000, Duration::from_secs(2)));
+}
+
+fn participant(eg: &EgId, position: u64, write: &str) -> Participant {
+    Participant {
+        eg: eg.clone(),
+        read_position: Position(position),
+        leader: Some(ReplicaId(1)),
+        writes: vec![set(row_of(eg, write), "new")],
+        reads: ReadSet::from(BTreeSet::from([row_of(eg, write)])),
+    }
+}
+
+fn committed(position: u64) -> Ended {
+    Ended::Commit(CommitResult::Committed {
+        position: Position(position),
+        fast: true,
+    })
+}
+
+#[test]
+fn a_commit_prepares_then_decides_then_finishes() {
+    let (c, b, d) = (g("c"), g("b"), g("d"));
+    let parts = vec![
+        participant(&c, 4, "x"),
+        participant(&b, 7, "y"),
+        participant(&d, 2, "z"),
+    ];
+    let (mut commit, steps) =
+        TwoPhaseCommit::start(at_ms(500), txn(1), parts, Some(ReplicaId(2)), clock()).unwrap();
+    // The prepares, in parallel, as the transaction's own commits of a record.
+    assert_eq!(steps.len(), 2);
+    for (tag, step) in &steps {
+        let Step::Commit {
+            eg,
+            writes,
+            reads,
+            txn: t,
+            ..
+        } = step
+        else {
+            panic!("{step:?}");
+        };
+        assert_eq!(*t, Some(txn(1)));
+        assert_eq!(writes.len(), 1);
+        assert!(records_range(eg).contains(&writes[0].row));
+        assert!(reads.covers(&row_of(eg, if *tag == 1 { "y" } else { "z" })));
+    }
+    assert!(
+        commit.on_ended(at_ms(510), 1, committed(8)).is_empty(),
+        "waits for d"
+    );
+    let decision = commit.on_ended(at_ms(520), 2, committed(3));
+    let [
+        (
+            0,
+            Step::Commit {
+                eg,
+                writes,
+                reads,
+                txn: t,
+                ..
+            },
+        ),
+    ] = &decision[..]
+    else {
+        panic!("{decision:?}");
+    };
+    assert_eq!((eg, *t), (&c, Some(txn(1))));
+    assert_eq!(
+        writes[0],
+        set(row_of(&c, "x"), "new"),
+        "its own writes there"
+    );
+    assert_eq!(writes[1], decision_write(&c, txn(1), Decision::Commit));
+    assert!(
+        reads.covers(&decision_row(&c, txn(1))),
+        "an abort recorded first conflicts"
+    );
+    let finishes = commit.on_ended(at_ms(530), 0, committed(5));
+    assert_eq!(finishes.len(), 2);
+    for (tag, step) in finishes {
+        let Step::Commit {
+            eg,
+            read_position,
+            leader,
+            writes,
+            reads,
+            txn: t,
+        } = step
+        else {
+            panic!("{step:?}");
+        };
+        assert_eq!(t, None, "a finish is the core's own transaction");
+        assert_eq!(
+            leader,
+            Some(ReplicaId(2)),
+            "through the leader its prepare named"
+        );
+        let (at, key) = if eg == b { (8, "y") } else { (3, "z") };
+        assert_eq!(read_position, Position(at), "right after its prepare");
+        assert_eq!(writes[0], set(row_of(&eg, key), "new"));
+        assert!(
+            reads.covers(&record_row(&eg, txn(1))),
+            "two finishers conflict"
+        );
+        assert!(commit.result().is_none());
+        commit.on_ended(at_ms(540), tag, committed(at + 1));
+    }
+    assert_eq!(
+        commit.result(),
+        Some(&TwoPhaseResult::Committed {
+            position: Position(5),
+            finished: true
+        })
+    );
+}
+
+#[test]
+fn a_refused_prepare_aborts_recorded_first_and_finishes_the_prepared() {
+    let (c, b, d) = (g("c"), g("b"), g("d"));
+    let parts = vec![
+        participant(&c, 4, "x"),
+        participant(&b, 7, "y"),
+        participant(&d, 2, "z"),
+    ];
+    let (mut commit, _) = TwoPhaseCommit::start(at_ms(500), txn(1), parts, None, clock()).unwrap();
+    commit.on_ended(at_ms(510), 1, committed(8));
+    let conflict = Ended::Commit(CommitResult::Conflict {
+        keys: vec![row_of(&d, "z")],
+    });
+    let record = commit.on_ended(at_ms(520), 2, conflict);
+    let [
+        (
+            tag,
+            Step::Read {
+                eg,
+                query,
+                settle: false,
+            },
+        ),
+    ] = &record[..]
+    else {
+        panic!("{record:?}");
+    };
+    assert_eq!(eg, &c, "the decision row is read first");
+    assert_eq!(query, &DataQuery::Rows(vec![decision_row(&c, txn(1))]));
+    let abort = commit.on_ended(at_ms(530), *tag, Ended::Read(Ok(read(6, vec![], vec![]))));
+    let [
+        (
+            tag,
+            Step::Commit {
+                eg,
+                writes,
+                reads,
+                read_position,
+                ..
+            },
+        ),
+    ] = &abort[..]
+    else {
+        panic!("{abort:?}");
+    };
+    assert_eq!((eg, *read_position), (&c, Position(6)));
+    assert_eq!(writes, &vec![decision_write(&c, txn(1), Decision::Abort)]);
+    assert!(reads.covers(&decision_row(&c, txn(1))));
+    let finishes = commit.on_ended(at_ms(540), *tag, committed(7));
+    let [(tag, Step::Commit { eg, writes, .. })] = &finishes[..] else {
+        panic!("only b was prepared: {finishes:?}");
+    };
+    assert_eq!(eg, &b);
+    assert_eq!(writes.len(), 1, "the record's removal, nothing applied");
+    commit.on_ended(at_ms(550), *tag, committed(9));
+    assert_eq!(
+        commit.result(),
+        Some(&TwoPhaseResult::Aborted {
+            keys: vec![row_of(&d, "z")]
+        })
+    );
+}
+
+#[test]
+fn an_unknown_decision_is_resolved_by_the_transaction_id() {
+    let (c, b) = (g("c"), g("b"));
+    let parts = vec![participant(&c, 4, "x"), participant(&b, 7, "y")];
+    let (mut commit, _) = TwoPhaseCommit::start(at_ms(500), txn(1), parts, None, clock()).unwrap();
+    commit.on_ended(at_ms(510), 1, committed(8));
+    let unknown = Ended::Commit(CommitResult::Unknown {
+        position: Position(5),
+    });
+    let resolve = commit.on_ended(at_ms(520), 0, unknown);
+    assert!(
+        matches!(&resolve[..], [(0, Step::Resolve { eg, position: Position(5), txn: t })] if *eg == c && *t == txn(1)),
+        "{resolve:?}"
+    );
+    assert!(
+        commit
+            .on_ended(at_ms(530), 0, Ended::Resolve(Resolution::Undecided))
+            .is_empty()
+    );
+    assert_eq!(
+        commit.result(),
+        Some(&TwoPhaseResult::Unknown { coordinator: c })
+    );
+}
+
+#[test]
+fn two_groups_at_least_each_once() {
+    let c = g("c");
+    let start = |parts| TwoPhaseCommit::start(at_ms(0), txn(1), parts, None, clock()).map(|_| ());
+    assert_eq!(
+        start(vec![participant(&c, 1, "x")]),
+        Err(TwoPhaseError::TooFewGroups)
+    );
+    assert_eq!(
+        start(vec![participant(&c, 1, "x"), participant(&c, 1, "y")]),
+        Err(TwoPhaseError::GroupTwice(c.clone()))
+    );
+}
+
+#[test]
+fn an_undecided_transaction_is_aborted_only_after_its_timeout_and_recorded_first() {
+    let (c, b) = (g("c"), g("b"));
+    let p = prepared(&b, &["w"], &[]);
+    // Before the timeout a reader is told it is undecided.
+    let (mut settle, first) = SettlePrepared::start(b.clone(), &p, Patience::Report, clock());
+    assert!(matches!(&first, Step::Read { eg, settle: false, .. } if *eg == c));
+    assert!(
+        settle
+            .on_ended(at_ms(2_500), Ended::Read(Ok(read(3, vec![], vec![]))))
+            .is_none()
+    );
+    assert_eq!(settle.outcome(), Some(&SettleOutcome::Undecided));
+    // A writer waits, asking again, until it expires (3,000 ms by the preparer's clock).
+    let (mut decide, _) = Decide::start(
+        c.clone(),
+        p.txn,
+        MayAbort::After(p.prepared_ms),
+        Patience::Wait,
+        clock(),
+    );
+    let wake = decide.on_ended(at_ms(2_950), Ended::Read(Ok(read(3, vec![], vec![]))));
+    assert!(
+        matches!(wake, Some(Step::Wake { at }) if at == at_ms(3_000)),
+        "{wake:?}"
+    );
+    assert!(matches!(
+        decide.on_ended(at_ms(3_000), Ended::Woke),
+        Some(Step::Read { .. })
+    ));
+    let record = decide.on_ended(at_ms(3_000), Ended::Read(Ok(read(3, vec![], vec![]))));
+    let Some(Step::Commit { writes, reads, .. }) = record else {
+        panic!("{record:?}");
+    };
+    assert_eq!(writes, vec![decision_write(&c, p.txn, Decision::Abort)]);
+    assert!(reads.covers(&decision_row(&c, p.txn)));
+    // A commit decision chosen meanwhile wins: the abort conflicts, and the decision is
+    // read again.
+    let again = decide.on_ended(
+        at_ms(3_010),
+        Ended::Commit(CommitResult::Conflict { keys: vec![] }),
+    );
+    assert!(matches!(again, Some(Step::Read { .. })));
+    let decided = Row {
+        key: decision_row(&c, p.txn),
+        cells: stored(&decision_write(&c, p.txn, Decision::Commit)).cells,
+    };
+    assert!(
+        decide
+            .on_ended(
+                at_ms(3_020),
+                Ended::Read(Ok(read(4, vec![decided], vec![])))
+            )
+            .is_none()
+    );
+    assert_eq!(
+        decide.outcome(),
+        Some(&DecideOutcome::Decided(Decision::Commit))
+    );
+}
+
+#[test]
+fn a_settle_finishes_what_was_decided_and_a_finished_record_is_left_alone() {
+    let (c, b) = (g("c"), g("b"));
+    let p = prepared(&b, &["w"], &[]);
+    let staged = vec![set(row_of(&b, "w"), "new")];
+    let record = stored(&prepare_write(&b, &p, &staged).unwrap());
+    let decided = Row {
+        key: decision_row(&c, p.txn),
+        cells: stored(&decision_write(&c, p.txn, Decision::Commit)).cells,
+    };
+    let (mut settle, _) = SettlePrepared::start(b.clone(), &p, Patience::Report, clock());
+    let read_record = settle.on_ended(at_ms(10), Ended::Read(Ok(read(3, vec![decided], vec![]))));
+    assert!(matches!(&read_record, Some(Step::Read { eg, settle: false, .. }) if *eg == b));
+    let finish = settle.on_ended(
+        at_ms(20),
+        Ended::Read(Ok(read(9, vec![record], vec![p.clone()]))),
+    );
+    let Some(Step::Commit {
+        writes,
+        read_position,
+        reads,
+        ..
+    }) = finish
+    else {
+        panic!("{finish:?}");
+    };
+    assert_eq!(read_position, Position(9));
+    assert_eq!(writes[0], staged[0]);
+    assert!(
+        reads.prepared.is_empty(),
+        "a finish is not locked out by its own record"
+    );
+    // Another finisher got there first: the record is gone when read again.
+    let again = settle.on_ended(
+        at_ms(30),
+        Ended::Commit(CommitResult::Conflict { keys: vec![] }),
+    );
+    assert!(matches!(again, Some(Step::Read { .. })));
+    assert!(
+        settle
+            .on_ended(at_ms(40), Ended::Read(Ok(read(10, vec![], vec![]))))
+            .is_none()
+    );
+    assert_eq!(
+        settle.outcome(),
+        Some(&SettleOutcome::Finished(Decision::Commit))
+    );
+}
