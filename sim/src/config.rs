@@ -63,6 +63,10 @@ pub struct SimConfig {
     /// Clients send queue messages in some commits, deliver groups' outboxes and
     /// consume their inboxes (off, like `verified_scans`, for scripted interleavings).
     pub queues: bool,
+    /// Clients run transactions across groups by two-phase commit (some of them dying
+    /// mid-commit) and settle groups' prepared transactions (off, like `queues`, for
+    /// scripted interleavings and measurements).
+    pub two_phase: bool,
     /// Clients deliver nothing until the liveness phase: outboxes grow past one
     /// delivery's batch during the faults, then drain batch by batch.
     pub deliver_late: bool,
@@ -193,6 +197,7 @@ impl SimConfig {
             writes_only: false,
             verified_scans: true,
             queues: true,
+            two_phase: true,
             think_ms: 30,
             fault_interval: Duration::from_millis(pick(rng, &[400, 1000, 2500, 6000])),
             max_drift_ppm: pick(rng, &[0, 200, 1000]),

@@ -23,6 +23,22 @@ pub enum OpKind {
     VerifiedScan,
     /// A delivery of a group's queue messages.
     Deliver,
+    /// A transaction across groups (its record names the coordinator group; each
+    /// group it committed in also gets a `Commit` record).
+    TwoPhase,
+    /// Settling the prepared transactions of a group.
+    Settle,
+}
+
+/// How a transaction across groups ended, as its client saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TwoPhaseOutcome {
+    /// Decided commit, and acknowledged.
+    Committed,
+    /// Aborted (decided, or never decidable as commit).
+    Aborted,
+    /// Not known: its client gave up resolving it, or died.
+    Unknown,
 }
 
 /// How an operation ended.
@@ -79,6 +95,22 @@ pub enum Outcome {
         /// sender chose at or below `read_at` is delivered now.
         complete: bool,
     },
+    /// A transaction across groups ended.
+    TwoPhase {
+        /// The transaction.
+        txn: TxnId,
+        /// Its groups, the coordinator first.
+        groups: Vec<EgId>,
+        /// How.
+        result: TwoPhaseOutcome,
+    },
+    /// A settle of a group's prepared transactions finished.
+    Settled {
+        /// Finished as committed.
+        committed: u64,
+        /// Finished as aborted.
+        aborted: u64,
+    },
     /// A read that gave up.
     Failed,
 }
@@ -132,6 +164,8 @@ impl OpRecord {
                 | Outcome::Committed { .. }
                 | Outcome::Verified { .. }
                 | Outcome::Delivered { .. }
+                | Outcome::TwoPhase { .. }
+                | Outcome::Settled { .. }
         )
     }
 }

@@ -73,6 +73,11 @@ pub const BUG_NAMES: &[&str] = &[
     "deliver-without-dedup",
     "consume-outside-txn",
     "batch-in-row-order",
+    "decide-before-all-prepared",
+    "abort-without-recording",
+    "ignore-prepared-on-commit",
+    "record-abort-blind",
+    "read-ignores-prepared",
 ];
 
 /// The knob called `name`.
@@ -109,6 +114,11 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "deliver-without-dedup" => p.deliver_without_dedup = true,
         "consume-outside-txn" => p.consume_outside_txn = true,
         "batch-in-row-order" => p.batch_in_row_order = true,
+        "decide-before-all-prepared" => p.decide_before_all_prepared = true,
+        "abort-without-recording" => p.abort_without_recording = true,
+        "ignore-prepared-on-commit" => p.ignore_prepared_on_commit = true,
+        "record-abort-blind" => p.record_abort_blind = true,
+        "read-ignores-prepared" => p.read_ignores_prepared = true,
         _ => return None,
     }
     Some(Bugs {

@@ -79,6 +79,10 @@ fn add(total: &mut Stats, s: &Stats) {
     total.hits_verified += s.hits_verified;
     total.hits_stale += s.hits_stale;
     total.messages_delivered += s.messages_delivered;
+    total.two_phase_committed += s.two_phase_committed;
+    total.two_phase_aborted += s.two_phase_aborted;
+    total.two_phase_unknown += s.two_phase_unknown;
+    total.prepared_settled += s.prepared_settled;
     total.failed += s.failed;
     total.wipes += s.wipes;
     total.installs += s.installs;
@@ -87,7 +91,7 @@ fn add(total: &mut Stats, s: &Stats) {
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, messages {}, violations {violations}",
         s.commits,
         s.conflicts,
         s.resolved_not_committed,
@@ -100,6 +104,10 @@ fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
         s.hits_verified,
         s.hits_stale,
         s.messages_delivered,
+        s.two_phase_committed,
+        s.two_phase_aborted,
+        s.two_phase_unknown,
+        s.prepared_settled,
         s.failed,
         s.faults,
         s.wipes,

@@ -129,6 +129,7 @@ pub fn three_sites_with_witness_at(rtt_ms: u32, witness_rtt_ms: u32, clients: &[
         writes_only: false,
         verified_scans: false,
         queues: false,
+        two_phase: false,
         deliver_late: false,
         think_ms: 30,
     }

@@ -83,6 +83,15 @@ pub struct Stats {
     pub hits_stale: u64,
     /// Queue messages committed into inboxes by deliveries.
     pub messages_delivered: u64,
+    /// Transactions across groups committed, aborted, of unknown outcome (their
+    /// clients died or gave up resolving).
+    pub two_phase_committed: u64,
+    /// See `two_phase_committed`.
+    pub two_phase_aborted: u64,
+    /// See `two_phase_committed`.
+    pub two_phase_unknown: u64,
+    /// Prepared transactions a settle of their group finished.
+    pub prepared_settled: u64,
     /// Operations that failed.
     pub failed: u64,
     /// Replica stores wiped.

@@ -1,6 +1,9 @@
 //! The simulated clients' workload: read-modify-write transactions, blind writes,
-//! reads in all three modes, and verified global index scans, over a few keys per
-//! group so that writers contend.
+//! reads in all three modes, verified global index scans, queue messages and
+//! transactions across groups (`two_phase.rs`), over a few keys per group so that
+//! writers contend.
+
+mod two_phase;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -116,6 +119,8 @@ enum State {
         eg: EgId,
         start: u64,
     },
+    /// A transaction across groups: reading them, committing, resolving, settling.
+    TwoPhase(two_phase::Multi),
 }
 
 /// The queue the workload's messages go to.
@@ -157,6 +162,13 @@ pub(crate) struct ClientNode {
     pub verified_scans: bool,
     /// Whether it sends, delivers and consumes queue messages.
     pub queues: bool,
+    /// Whether it runs transactions across groups and settles groups' prepared ones.
+    pub two_phase: bool,
+    /// A crash it plans for itself (real time from now, ns), during a cross-group
+    /// commit: the world carries it out ([`ClientNode::take_planned_crash`]).
+    planned_crash: Option<u64>,
+    /// Its cross-group commits so far (a planned crash names the one it meant).
+    two_phase_serial: u64,
     /// The real time (ns) from which it delivers (before it, its deliveries are
     /// skipped, so outboxes grow).
     pub deliver_from: u64,
@@ -189,6 +201,9 @@ impl ClientNode {
             writes_only: false,
             verified_scans: false,
             queues: false,
+            two_phase: false,
+            planned_crash: None,
+            two_phase_serial: 0,
             deliver_from: 0,
             role: Role::Mixed,
             remembered: BTreeMap::new(),
@@ -231,6 +246,14 @@ impl ClientNode {
 
     /// Starts the next operation.
     pub(crate) fn start_next(&mut self, real: u64, now: Time) -> Vec<ClientOutput> {
+        if self.two_phase && !self.writes_only {
+            if self.rng.chance(0.06) {
+                return self.start_two_phase(real, now);
+            }
+            if self.rng.chance(0.03) {
+                return self.start_settle(real, now);
+            }
+        }
         let eg = group(self.rng.below(u64::from(self.groups)) as u16);
         if self.verified_scans && !self.writes_only && self.rng.chance(0.05) {
             return self.scan_global(real, now, &eg);
@@ -487,6 +510,9 @@ impl ClientNode {
                 };
                 records = verified_records(self.id, start, real, result);
             }
+            State::TwoPhase(multi) if multi.op() == op => {
+                return self.on_two_phase_done(real, now, multi, result);
+            }
             other => self.state = other,
         }
         (records, out)
@@ -578,7 +604,8 @@ impl ClientNode {
     fn next_txn(&mut self) -> TxnId {
         self.writes += 1;
         TxnId {
-            client: self.id,
+            // The core's: after a crash it runs under a new id.
+            client: self.core.config().id,
             seq: self.writes,
         }
     }
@@ -596,6 +623,10 @@ impl ClientNode {
         read_keys: BTreeSet<Vec<u8>>,
     ) -> Vec<ClientOutput> {
         let position = read.position.expect("a current read names its position");
+        // As the client library's transactions do: the prepared transactions its read
+        // found come with its read set, and their locks hold against its commit.
+        let mut reads = megastore_paxos::ReadSet::from(read_keys.clone());
+        reads.saw_prepared(&read.prepared);
         let (op, out) = self.core.commit(
             now,
             txn,
@@ -603,7 +634,7 @@ impl ClientNode {
             position,
             read.next_leader,
             writes,
-            read_keys.clone(),
+            reads,
         );
         self.state = State::Committing {
             op,
@@ -645,12 +676,20 @@ impl ClientNode {
             Plan::Consume => return self.consume(real, now, eg, read),
         };
         let txn = self.next_txn();
-        let tag = format!("c{}.{}", self.id.0, txn.seq).into_bytes();
+        let writes = self.writes_of(now, &eg, &rows, txn);
+        self.start_commit(real, now, eg, read, txn, writes, read_keys)
+    }
+
+    /// What transaction `txn` writes to `rows` of `eg`: a value or a delete per row, its
+    /// global index mirror, one global entry of its own, and now and then a message or
+    /// two.
+    fn writes_of(&mut self, now: Time, eg: &EgId, rows: &[Vec<u8>], txn: TxnId) -> Vec<RowWrite> {
+        let tag = format!("c{}.{}", txn.client.0, txn.seq).into_bytes();
         // Now and then a key is deleted rather than set. Each key also has an entry in
         // a global index (the key's value by key, `0xFD ‖ key`), kept in the group's
         // mirror and copied to the global index at apply, as an entity's global index
         // entries are; and each commit one of its own (`0xFD ‖ group ‖ 2 ‖ tag`).
-        let writes = rows
+        let mut writes = rows
             .iter()
             .flat_map(|row| {
                 let cell = if self.rng.chance(0.15) {
@@ -664,7 +703,7 @@ impl ClientNode {
                     }
                 };
                 let mirror = RowWrite {
-                    row: global_mirror_row(&eg, row),
+                    row: global_mirror_row(eg, row),
                     cells: vec![cell.clone()],
                 };
                 [
@@ -678,14 +717,13 @@ impl ClientNode {
             .chain(std::iter::once(RowWrite {
                 // And one entry per commit, never rewritten: a replica that installs a
                 // snapshot has only the snapshot to bring it.
-                row: mirror_row_of(&eg, &global_row(&eg, &[&[LOG_ENTRIES], &tag[..]].concat())),
+                row: mirror_row_of(eg, &global_row(eg, &[&[LOG_ENTRIES], &tag[..]].concat())),
                 cells: vec![CellWrite::Set {
                     column: COLUMN.to_vec(),
                     value: tag.clone(),
                 }],
             }))
             .collect::<Vec<_>>();
-        let mut writes = writes;
         // Now and then the transaction also sends a message or two (to any group, its
         // own included).
         if self.queues && self.rng.chance(0.2) {
@@ -694,11 +732,11 @@ impl ClientNode {
                 let body = [&tag[..], format!("/{index}").as_bytes()].concat();
                 let sent_ms = now.as_nanos() / 1_000_000;
                 writes.push(queue::send_write(
-                    &eg, txn, index, &to, QUEUE, &body, sent_ms,
+                    eg, txn, index, &to, QUEUE, &body, sent_ms,
                 ));
             }
         }
-        self.start_commit(real, now, eg, read, txn, writes, read_keys)
+        writes
     }
 }
 

@@ -150,7 +150,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         10,
     ),
     ("global-copies-skip-deletes", &["global-index"], 5),
-    ("install-without-global", &["global-index"], 15),
+    ("install-without-global", &["global-index"], 25),
     ("verify-trusts-the-scan", &["verified-scan"], 5),
     (
         "deliver-without-dedup",
@@ -159,6 +159,11 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ),
     ("consume-outside-txn", &["queue-exactly-once-in-order"], 10),
     ("batch-in-row-order", &["queue-exactly-once-in-order"], 5),
+    ("decide-before-all-prepared", &["multi-group-atomicity"], 10),
+    ("abort-without-recording", &["multi-group-atomicity"], 10),
+    ("ignore-prepared-on-commit", &["multi-group-atomicity"], 10),
+    ("record-abort-blind", &["decision-stable"], 20),
+    ("read-ignores-prepared", &["multi-group-atomicity"], 10),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -229,6 +234,11 @@ knob_tests! {
     deliver_without_dedup_is_caught => 24,
     consume_outside_txn_is_caught => 25,
     batch_in_row_order_is_caught => 26,
+    decide_before_all_prepared_is_caught => 27,
+    abort_without_recording_is_caught => 28,
+    ignore_prepared_on_commit_is_caught => 29,
+    record_abort_blind_is_caught => 30,
+    read_ignores_prepared_is_caught => 31,
 }
 
 #[test]
@@ -237,7 +247,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 29);
+    assert_eq!(BUG_NAMES.len(), 34);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

@@ -7,10 +7,11 @@ use megastore_config::ClusterConfig;
 use megastore_coordinator::CoordinatorRequest;
 use megastore_lock::{LockCommand, LockError, LockReply};
 use megastore_metrics::{ClientMetrics, ReadPathLabel};
+use megastore_paxos::Decision;
 use megastore_paxos::{
     CheckedHit, ClientConfig, ClientCore, ClientInput, ClientOutput, CommitResult, DataQuery,
-    GlobalHit, Message, OpId, OpResult, ProposerConfig, ReadError, ReadMode, ReadPath, ReadResult,
-    ReadSet, Resolution, RowWrite,
+    DecideOutcome, GlobalHit, Message, OpId, OpResult, Participant, ProposerConfig, ReadError,
+    ReadMode, ReadPath, ReadResult, ReadSet, Resolution, RowWrite, SettledGroup, TwoPhaseResult,
 };
 use megastore_rowstore::KeyRange;
 use megastore_types::{ClientId, EgId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
@@ -113,6 +114,21 @@ enum Event {
         sender: EgId,
         done: oneshot::Sender<Result<megastore_paxos::queue::Delivery, ReadError>>,
     },
+    TwoPhase {
+        txn: TxnId,
+        participants: Vec<Participant>,
+        done: oneshot::Sender<Result<TwoPhaseResult, ClientError>>,
+    },
+    Decision {
+        coordinator: EgId,
+        txn: TxnId,
+        prepared_ms: Option<u64>,
+        done: oneshot::Sender<DecideOutcome>,
+    },
+    Settle {
+        eg: EgId,
+        done: oneshot::Sender<Result<SettledGroup, ReadError>>,
+    },
     Answer {
         from: NodeId,
         message: Message,
@@ -123,6 +139,9 @@ enum Waiting {
     Read(oneshot::Sender<Result<ReadResult, ReadError>>),
     Verify(oneshot::Sender<Result<Vec<CheckedHit>, ReadError>>),
     Deliver(oneshot::Sender<Result<megastore_paxos::queue::Delivery, ReadError>>),
+    TwoPhase(oneshot::Sender<Result<TwoPhaseResult, ClientError>>),
+    Decision(oneshot::Sender<DecideOutcome>),
+    Settle(oneshot::Sender<Result<SettledGroup, ReadError>>),
     Commit(oneshot::Sender<Committed>, std::time::Instant, EgId),
     Resolve(oneshot::Sender<Resolution>, EgId),
 }
@@ -340,6 +359,71 @@ impl Client {
         }
     }
 
+    /// Runs the protocol core's two-phase commit of `txn` over `participants` (the
+    /// first is the coordinator group).
+    pub(crate) async fn commit_two_phase(
+        &self,
+        txn: TxnId,
+        participants: Vec<Participant>,
+    ) -> Result<TwoPhaseResult, ClientError> {
+        let (done, result) = oneshot::channel();
+        self.events
+            .send(Event::TwoPhase {
+                txn,
+                participants,
+                done,
+            })
+            .map_err(|_| ClientError::Closed)?;
+        result.await.map_err(|_| ClientError::Closed)?
+    }
+
+    /// The decision of cross-group transaction `txn`, read in its coordinator group
+    /// (docs/protocol.md, "Two-phase commit"): `Some` once decided, `None` while it is
+    /// not. With `prepared_ms` (when it began preparing), one still undecided after
+    /// the prepared timeout is aborted, the abort recorded first — so it is decided.
+    pub(crate) async fn two_phase_decision(
+        &self,
+        coordinator: &EgId,
+        txn: TxnId,
+        prepared_ms: Option<u64>,
+    ) -> Result<Option<Decision>, ClientError> {
+        let (done, result) = oneshot::channel();
+        self.events
+            .send(Event::Decision {
+                coordinator: coordinator.clone(),
+                txn,
+                prepared_ms,
+                done,
+            })
+            .map_err(|_| ClientError::Closed)?;
+        match result.await.map_err(|_| ClientError::Closed)? {
+            DecideOutcome::Decided(decision) => Ok(Some(decision)),
+            DecideOutcome::Undecided => Ok(None),
+            DecideOutcome::Failed(why) => Err(ClientError::Unavailable(why)),
+        }
+    }
+
+    /// Settles the cross-group transactions prepared in group `eg` (any group, typed
+    /// or not): each is finished as its coordinator group decided, and one undecided
+    /// after the prepared timeout is aborted, recorded first. Replicas' sweeps do this
+    /// by themselves; readers and writers that meet a prepared transaction do too.
+    pub async fn settle_prepared(&self, eg: &EgId) -> Result<SettledGroup, ClientError> {
+        if eg.0.is_empty() {
+            return Err(ClientError::InvalidArgument("eg: name a group".into()));
+        }
+        let (done, result) = oneshot::channel();
+        self.events
+            .send(Event::Settle {
+                eg: eg.clone(),
+                done,
+            })
+            .map_err(|_| ClientError::Closed)?;
+        match result.await.map_err(|_| ClientError::Closed)? {
+            Ok(settled) => Ok(settled),
+            Err(ReadError::Unavailable(why)) => Err(ClientError::Unavailable(why)),
+        }
+    }
+
     /// Checks global index hits against their groups' mirrors by current reads, at
     /// most `in_flight` groups at once (the protocol core's verification,
     /// docs/protocol.md "Global indexes"): each hit with whether it is still current.
@@ -553,6 +637,37 @@ impl Driver {
                     self.waiting.insert(op, Waiting::Deliver(done));
                     out
                 }
+                Some(Event::TwoPhase {
+                    txn,
+                    participants,
+                    done,
+                }) => match self.core.commit_two_phase(now, txn, participants) {
+                    Ok((op, out)) => {
+                        self.waiting.insert(op, Waiting::TwoPhase(done));
+                        out
+                    }
+                    Err(e) => {
+                        let _ = done.send(Err(ClientError::InvalidArgument(e.to_string())));
+                        Vec::new()
+                    }
+                },
+                Some(Event::Decision {
+                    coordinator,
+                    txn,
+                    prepared_ms,
+                    done,
+                }) => {
+                    let (op, out) =
+                        self.core
+                            .two_phase_decision(now, coordinator, txn, prepared_ms);
+                    self.waiting.insert(op, Waiting::Decision(done));
+                    out
+                }
+                Some(Event::Settle { eg, done }) => {
+                    let (op, out) = self.core.settle_prepared(now, eg);
+                    self.waiting.insert(op, Waiting::Settle(done));
+                    out
+                }
                 Some(Event::HotGroups { n, done }) => {
                     let _ = done.send(self.hot.top(n));
                     Vec::new()
@@ -629,6 +744,20 @@ impl Driver {
                     }
                     (Some(Waiting::Deliver(done)), OpResult::Deliver(delivery)) => {
                         let _ = done.send(delivery);
+                    }
+                    (Some(Waiting::TwoPhase(done)), OpResult::TwoPhase { result, .. }) => {
+                        match &result {
+                            TwoPhaseResult::Committed { .. } => self.metrics.two_phase("committed"),
+                            TwoPhaseResult::Aborted { .. } => self.metrics.two_phase("aborted"),
+                            TwoPhaseResult::Unknown { .. } => self.metrics.two_phase("unknown"),
+                        }
+                        let _ = done.send(Ok(result));
+                    }
+                    (Some(Waiting::Decision(done)), OpResult::Decision(outcome)) => {
+                        let _ = done.send(outcome);
+                    }
+                    (Some(Waiting::Settle(done)), OpResult::Settled(settled)) => {
+                        let _ = done.send(settled);
                     }
                     _ => {}
                 },

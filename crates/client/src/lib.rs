@@ -4,9 +4,9 @@
 //! over gRPC — carry its messages to replicas, coordinators and lockd, feed their
 //! answers and timer ticks back, and hand each operation's result to the caller; and,
 //! on top of those operations, typed entities of a schema, index queries, cross-group
-//! queries (global index scans, merge-joins, parallel lookups) and the backfill of a
-//! new index — each a composition of single-group transactions and reads. No
-//! protocol decision is taken here. Not here either: any server code — the library
+//! queries (global index scans, merge-joins, parallel lookups), transactions across
+//! groups (the core's two-phase commit, `multi.rs`) and the backfill of a new index —
+//! each a composition of the core's operations. No protocol decision is taken here. Not here either: any server code — the library
 //! links neither RocksDB nor openraft (it reaches lockd through
 //! `megastore_rpc::LockdClient`), so a program outside this workspace that depends on it
 //! compiles in minutes.
@@ -23,7 +23,8 @@
 //! - request ids start at a random point on every start;
 //! - a transaction's reads all come from one log position (the first read's; later
 //!   reads are served at that position); it commits at the next one or reports a
-//!   conflict naming the keys written in between;
+//!   conflict naming the keys written in between; the cross-group transactions its
+//!   reads found prepared go with its read set, so their locks hold against its commit;
 //! - *rows stay in their group*: row calls take keys within an untyped group and
 //!   refuse any other group; entity calls write only rows the schema maps into the
 //!   transaction's group; writes over a size limit are refused before anything is sent.
@@ -35,6 +36,7 @@ mod entities;
 mod groups;
 mod hot_groups;
 mod index_queries;
+mod multi;
 mod queues;
 pub mod schema_store;
 mod settings;
@@ -47,8 +49,10 @@ pub use entities::{EntityRead, IndexPage, describe_group, entity_group, group_ro
 pub use groups::{check_cell_write, group, group_name};
 pub use hot_groups::{GroupCount, HOT_GROUPS_TRACKED, HotGroupsNow};
 pub use index_queries::{GlobalIndexScan, IndexRead, JoinHit, JoinedScan, LOOKUPS_IN_FLIGHT};
+pub use megastore_paxos::SettledGroup;
 pub use megastore_paxos::queue::Delivery;
 pub use megastore_schema::{IndexQuery, PageToken};
+pub use multi::MultiTransaction;
 pub use queues::{Message, QUEUE_NAME_BYTES_MAX};
 pub use settings::proposer_timeouts;
 pub use txn::{Attempt, AttemptFuture, Outcome, Transaction};

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use megastore_paxos::{
-    CellWrite, CommitResult, DataQuery, ReadMode, ReadSet, Resolution, RowWrite,
+    CellWrite, CommitResult, DataQuery, Participant, ReadMode, ReadSet, Resolution, RowWrite,
     check_proposed_writes,
 };
 use megastore_rowstore::{KeyRange, Row};
@@ -198,6 +198,9 @@ impl Transaction {
             Some((p, _)) => ReadMode::AtPosition(p),
         };
         let read = self.client.read_rows(&self.eg, mode, query).await?;
+        // The locks of cross-group transactions prepared at its position hold against
+        // its commit (every read at the position names the same ones).
+        self.reads.saw_prepared(&read.prepared);
         if self.position.is_none() {
             self.position = Some((read.position.unwrap_or(Position::NONE), read.next_leader));
         }
@@ -261,7 +264,9 @@ pub enum Outcome {
     Committed {
         /// The transaction's id.
         txn: TxnId,
-        /// Its log position.
+        /// Its log position (for a transaction across groups, its coordinator group's
+        /// position of the decision; 0 when that was unknown and then found by the
+        /// decision).
         position: Position,
         /// The commit first ended without knowing whether it was chosen (its writer
         /// lost contact); settling its position then found its transaction there.
@@ -302,6 +307,7 @@ impl Transaction {
         }
         let client = self.client;
         let eg = self.eg;
+        let mut reads = self.reads;
         let (position, leader) = match self.position {
             Some(p) => p,
             // Blind writes: read the group's position first.
@@ -309,6 +315,7 @@ impl Transaction {
                 let read = client
                     .read_rows(&eg, ReadMode::Current, DataQuery::Rows(Vec::new()))
                     .await?;
+                reads.saw_prepared(&read.prepared);
                 (read.position.unwrap_or(Position::NONE), read.next_leader)
             }
         };
@@ -320,9 +327,45 @@ impl Transaction {
         check_proposed_writes(&eg, &writes)
             .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
         let committed = client
-            .commit(self.id, &eg, position, leader, writes, self.reads)
+            .commit(self.id, &eg, position, leader, writes, reads)
             .await?;
         Self::outcome(&client, &eg, committed.txn, committed.result).await
+    }
+
+    /// Whether the attempt read or wrote anything.
+    pub(crate) fn touched(&self) -> bool {
+        self.position.is_some() || !self.writes.is_empty()
+    }
+
+    /// This attempt as one group of a cross-group commit: its read position (a current
+    /// read now, for blind writes), writes and read set, checked like a commit's.
+    pub(crate) async fn into_participant(self) -> Result<Participant, ClientError> {
+        let mut reads = self.reads;
+        let (position, leader) = match self.position {
+            Some(p) => p,
+            None => {
+                let read = self
+                    .client
+                    .read_rows(&self.eg, ReadMode::Current, DataQuery::Rows(Vec::new()))
+                    .await?;
+                reads.saw_prepared(&read.prepared);
+                (read.position.unwrap_or(Position::NONE), read.next_leader)
+            }
+        };
+        let writes: Vec<RowWrite> = self
+            .writes
+            .into_iter()
+            .map(|(row, cells)| RowWrite { row, cells })
+            .collect();
+        check_proposed_writes(&self.eg, &writes)
+            .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
+        Ok(Participant {
+            eg: self.eg,
+            read_position: position,
+            leader,
+            writes,
+            reads,
+        })
     }
 
     async fn outcome(

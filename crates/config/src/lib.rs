@@ -224,6 +224,11 @@ pub struct Timeouts {
     /// Time between a replica's sweeps (finishing abandoned positions, catching up,
     /// truncating the log).
     pub sweep_ms: u64,
+    /// How long a cross-group transaction may stay prepared and undecided before
+    /// whoever meets it (a reader, a writer it locks out, a replica's sweep) aborts it:
+    /// how long a client that died mid-commit can lock rows. Half the lock lease when
+    /// not given.
+    pub prepared_ms: Option<u64>,
 }
 
 impl Default for Timeouts {
@@ -235,6 +240,7 @@ impl Default for Timeouts {
             rpc_ms: 2_000,
             max_clock_drift_ppm: 200,
             sweep_ms: 1_000,
+            prepared_ms: None,
         }
     }
 }
@@ -248,6 +254,13 @@ impl Timeouts {
     /// The RPC timeout.
     pub fn rpc(&self) -> Duration {
         Duration::from_millis(self.rpc_ms)
+    }
+
+    /// The prepared timeout of cross-group transactions (half the lock lease unless
+    /// set).
+    pub fn prepared(&self) -> Duration {
+        self.prepared_ms
+            .map_or(self.lock_lease() / 2, Duration::from_millis)
     }
 }
 

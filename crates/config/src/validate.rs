@@ -192,6 +192,7 @@ fn check_timeouts(config: &ClusterConfig) -> Result<(), Failure> {
         ("heartbeat_ms", t.heartbeat_ms),
         ("rpc_ms", t.rpc_ms),
         ("sweep_ms", t.sweep_ms),
+        ("prepared_ms", t.prepared_ms.unwrap_or(1)),
     ] {
         if value == 0 {
             return fail(format!("timeouts.{field}"), "must be positive");

@@ -72,6 +72,7 @@ pub struct ClientMetrics {
     read_failures: Counter,
     invalidations: Counter,
     commit_seconds: Family<Label, Histogram, fn() -> Histogram>,
+    two_phase: Family<Label, Counter>,
 }
 
 impl Default for ClientMetrics {
@@ -85,6 +86,7 @@ impl Default for ClientMetrics {
             read_failures: Counter::default(),
             invalidations: Counter::default(),
             commit_seconds: Family::new_with_constructor(latency_buckets),
+            two_phase: Family::default(),
         }
     }
 }
@@ -133,6 +135,16 @@ impl ClientMetrics {
             "Time from commit request to outcome, by path",
             self.commit_seconds.clone(),
         );
+        r.register(
+            "two_phase_commits",
+            "Transactions across groups, by outcome (committed, aborted, unknown)",
+            self.two_phase.clone(),
+        );
+    }
+
+    /// A transaction across groups ended so (`committed`, `aborted`, `unknown`).
+    pub fn two_phase(&self, outcome: &'static str) {
+        self.two_phase.get_or_create(&[("outcome", outcome)]).inc();
     }
 
     /// A transaction committed (on the fast path or not) after `seconds`.
@@ -208,6 +220,8 @@ pub struct ReplicaMetrics {
     positions_behind: Gauge,
     outboxes_waiting: Gauge,
     messages_delivered: Counter,
+    prepared_waiting: Gauge,
+    prepared_settled: Family<Label, Counter>,
 }
 
 impl Default for ReplicaMetrics {
@@ -224,6 +238,8 @@ impl Default for ReplicaMetrics {
             positions_behind: Gauge::default(),
             outboxes_waiting: Gauge::default(),
             messages_delivered: Counter::default(),
+            prepared_waiting: Gauge::default(),
+            prepared_settled: Family::default(),
         }
     }
 }
@@ -283,6 +299,32 @@ impl ReplicaMetrics {
             "Queue messages this replica's deliveries committed into receivers' inboxes",
             self.messages_delivered.clone(),
         );
+        r.register(
+            "prepared_waiting",
+            "Groups with cross-group transactions prepared that this full replica has yet to see finished",
+            self.prepared_waiting.clone(),
+        );
+        r.register(
+            "prepared_settled",
+            "Prepared cross-group transactions this replica's sweep finished, by decision (committed, aborted)",
+            self.prepared_settled.clone(),
+        );
+    }
+
+    /// How many groups' prepared transactions wait for this replica's sweep.
+    pub fn prepared_waiting(&self, groups: usize) {
+        self.prepared_waiting
+            .set(i64::try_from(groups).unwrap_or(i64::MAX));
+    }
+
+    /// The sweep finished prepared transactions: `committed` and `aborted` of them.
+    pub fn prepared_settled(&self, committed: u64, aborted: u64) {
+        self.prepared_settled
+            .get_or_create(&[("decision", "committed")])
+            .inc_by(committed);
+        self.prepared_settled
+            .get_or_create(&[("decision", "aborted")])
+            .inc_by(aborted);
     }
 
     /// How many groups' outboxes wait for this replica's delivery.

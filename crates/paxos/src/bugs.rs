@@ -91,5 +91,9 @@ megastore_types::bug_knobs! {
         /// Recording abort does not read the decision row (a blind write): a commit
         /// decision and an abort both land, and the decision changes.
         record_abort_blind,
+        /// A current read that meets a prepared transaction whose writes it reads
+        /// returns what it read without learning the decision: after a commit decision,
+        /// a participant not yet finished is read without the transaction's writes.
+        read_ignores_prepared,
     }
 }

@@ -186,6 +186,11 @@ impl ClientCore {
         }
     }
 
+    /// How this client runs.
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
     /// The full replica at this client's site, if any.
     pub fn local_replica(&self) -> Option<ReplicaId> {
         self.local
@@ -567,7 +572,9 @@ impl ClientCore {
         // Prepared transactions its reads saw lock it out if it writes what they read or
         // write, or read what they write: settle them first, then report a conflict.
         if !self.config.proposer.bugs.ignore_prepared_on_commit() {
-            let (blocking, keys) = reads.blocked_by(writes.iter().map(|w| w.row.as_slice()));
+            // A prepare writes, in effect, what its transaction will write.
+            let effective = crate::two_phase::effective_writes(&eg, &writes);
+            let (blocking, keys) = reads.blocked_by(effective.iter().map(Vec::as_slice));
             if !blocking.is_empty() {
                 let (blocked, steps) =
                     Blocked::start(&eg, txn, &blocking, keys, self.two_phase_clock());

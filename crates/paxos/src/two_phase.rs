@@ -440,6 +440,17 @@ pub fn finish_writes(eg: &EgId, record: &Record, decision: Decision) -> Vec<RowW
     writes
 }
 
+/// Whether applying `rows` (of `eg`) prepares a transaction there.
+pub fn prepares_any(eg: &EgId, rows: &[megastore_rowstore::RowMutation]) -> bool {
+    let range = records_range(eg);
+    rows.iter().any(|m| {
+        range.contains(&m.row)
+            && m.mutations.iter().any(
+                |c| matches!(c, megastore_rowstore::Mutation::Set { column, .. } if column == LOCKS),
+            )
+    })
+}
+
 /// The transactions `entry` (of `eg`) prepares there.
 pub fn prepared_in(eg: &EgId, entry: &LogEntry) -> Vec<Prepared> {
     let range = records_range(eg);
@@ -474,6 +485,20 @@ pub fn finished_in(eg: &EgId, entry: &LogEntry) -> Vec<(Vec<u8>, bool)> {
         })
         .map(|w| (w.row.clone(), applies))
         .collect()
+}
+
+/// The rows an entry's `writes` (of `eg`) write in effect, for conflicts and locks:
+/// its rows, and for a prepare, the rows its prepared transaction will write there.
+pub fn effective_writes(eg: &EgId, writes: &[RowWrite]) -> Vec<Vec<u8>> {
+    let entry = LogEntry {
+        writes: writes.to_vec(),
+        ..LogEntry::noop()
+    };
+    let mut rows: Vec<Vec<u8>> = writes.iter().map(|w| w.row.clone()).collect();
+    for prepared in prepared_in(eg, &entry) {
+        rows.extend(prepared.writes);
+    }
+    rows
 }
 
 /// Whether `writes` stay out of `eg`'s two-phase rows (which only the protocol writes).

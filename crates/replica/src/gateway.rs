@@ -43,6 +43,15 @@ impl Gateway {
         self.group_named(("eg", "root"), eg, root).await
     }
 
+    /// [`Gateway::named_group`], for the gateway's other modules.
+    pub(crate) async fn named_group_pub(
+        &self,
+        eg: Vec<u8>,
+        root: Option<pb::GroupRoot>,
+    ) -> Result<EgId, Status> {
+        self.named_group(eg, root).await
+    }
+
     /// The group a request names in its fields `fields` (`(name, root)`): by an
     /// untyped group's name, or by its root entity.
     pub(crate) async fn group_named(
@@ -93,7 +102,7 @@ fn group(eg: &[u8]) -> Result<EgId, Status> {
 
 /// A commit's answer. Every error but one that says nothing was sent is indefinite:
 /// UNKNOWN with the transaction's id, to resolve.
-fn commit_answer(
+pub(crate) fn commit_answer(
     result: Result<Attempt, ClientError>,
     id: TxnId,
     eg: &EgId,
@@ -317,6 +326,33 @@ impl Megastore for Gateway {
         let (txn, position) = txn_id_from_wire("id", request.id)?;
         let resolution = self.client.resolve_patiently(&eg, position, txn).await;
         Ok(Response::new(resolution_to_wire(resolution, position)))
+    }
+
+    async fn commit_multi(
+        &self,
+        request: Request<pb::CommitMultiRequest>,
+    ) -> Result<Response<pb::CommitResponse>, Status> {
+        Gateway::commit_multi(self, request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn resolve_multi(
+        &self,
+        request: Request<pb::ResolveRequest>,
+    ) -> Result<Response<pb::ResolveResponse>, Status> {
+        Gateway::resolve_multi(self, request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn settle_prepared(
+        &self,
+        request: Request<pb::SettlePreparedRequest>,
+    ) -> Result<Response<pb::SettlePreparedResponse>, Status> {
+        Gateway::settle_prepared(self, request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn abort(

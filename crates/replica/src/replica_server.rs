@@ -136,11 +136,15 @@ impl ReplicaProcess {
         metrics.register(&mut registry);
         let delivery_metrics = metrics.clone();
         let (events_tx, events) = mpsc::channel();
-        // A full replica delivers the queue messages of the groups it applies.
-        let delivery = crate::delivery::turn(config, name);
+        // A full replica delivers the queue messages of the groups it applies, and
+        // settles the cross-group transactions prepared there once their own clients
+        // had time to.
+        let turn = crate::group_work::turn(config, name);
         let (outboxes, outboxes_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (prepared, prepared_rx) = tokio::sync::mpsc::unbounded_channel();
         let driver = Driver {
-            outboxes: delivery.is_some().then_some(outboxes),
+            outboxes: turn.is_some().then_some(outboxes),
+            prepared: turn.is_some().then_some(prepared),
             metrics,
             core,
             store,
@@ -168,12 +172,20 @@ impl ReplicaProcess {
             .await
             .map_err(|e| ProcessError::Lock(format!("starting the public API: {e}")))?;
         gateway.metrics().register(&mut registry);
-        if let Some(delay) = delivery {
-            tokio::spawn(crate::delivery::deliver(
+        if let Some(turn) = turn {
+            tokio::spawn(crate::group_work::deliver(
                 gateway.clone(),
                 delivery_metrics.clone(),
-                delay,
+                turn,
                 outboxes_rx,
+            ));
+            let prepared_timeout = megastore_client::proposer_timeouts(config).prepared;
+            tokio::spawn(crate::group_work::settle(
+                gateway.clone(),
+                delivery_metrics.clone(),
+                prepared_timeout + turn,
+                prepared_timeout,
+                prepared_rx,
             ));
         }
         let metrics_server = match &me.metrics_address {
@@ -271,6 +283,9 @@ struct Driver {
     lag_measured: std::time::Instant,
     /// Groups with queue messages to deliver, for a full replica's delivery task.
     outboxes: Option<tokio::sync::mpsc::UnboundedSender<EgId>>,
+    /// Groups with prepared cross-group transactions, for a full replica's settling
+    /// task.
+    prepared: Option<tokio::sync::mpsc::UnboundedSender<EgId>>,
 }
 
 /// How often the lag gauges are updated (each update looks at every loaded group).
@@ -398,25 +413,35 @@ impl Driver {
         }
     }
 
-    /// Hands the delivery task every registered group whose outbox holds messages (at
-    /// start: messages sent before a restart are delivered too).
+    /// Hands the delivery task every registered group whose outbox holds messages, and
+    /// the settling task every one with prepared transactions (at start: work left
+    /// from before a restart is done too).
     fn find_outboxes(&self) {
-        let Some(outboxes) = &self.outboxes else {
-            return;
-        };
         let first = megastore_rowstore::ScanOptions {
             limit: Some(1),
             ..Default::default()
         };
+        let tasks = [
+            (
+                &self.outboxes,
+                megastore_paxos::queue::outbox_range as fn(&EgId) -> _,
+            ),
+            (&self.prepared, megastore_paxos::two_phase::records_range),
+        ];
         for eg in &self.registered {
             let eg = EgId(eg.clone());
-            let range = megastore_paxos::queue::outbox_range(&eg);
-            match self.store.scan(&range, megastore_rowstore::LATEST, &first) {
-                Ok(rows) if !rows.is_empty() => {
-                    let _ = outboxes.send(eg);
+            for (task, range) in &tasks {
+                let Some(task) = task else { continue };
+                match self
+                    .store
+                    .scan(&range(&eg), megastore_rowstore::LATEST, &first)
+                {
+                    Ok(rows) if !rows.is_empty() => {
+                        let _ = task.send(eg.clone());
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(group = %eg, "cannot read its pending work: {e}"),
                 }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(group = %eg, "cannot read its outbox: {e}"),
             }
         }
     }
@@ -427,6 +452,11 @@ impl Driver {
         if let Some(outboxes) = &self.outboxes {
             for eg in batch.outbox_groups() {
                 let _ = outboxes.send(eg.clone());
+            }
+        }
+        if let Some(prepared) = &self.prepared {
+            for eg in batch.prepared_groups() {
+                let _ = prepared.send(eg.clone());
             }
         }
         for eg in batch.persisted_groups() {

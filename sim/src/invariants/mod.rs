@@ -1,6 +1,7 @@
 //! Safety checkers, one per invariant of docs/protocol.md, "Invariants" (seven from
 //! the design, acceptor-monotone, the global index's global-index and verified-scan,
-//! and the queues' queue-exactly-once-in-order). Each reads the obs's durable state (the replicas'
+//! the queues' queue-exactly-once-in-order, and two-phase commit's
+//! multi-group-atomicity and decision-stable). Each reads the obs's durable state (the replicas'
 //! stores), the messages replicas send and the clients' history; none trusts what a
 //! protocol core believes about itself.
 
@@ -8,9 +9,11 @@ mod acceptor_monotone;
 
 mod ballot_zero_once;
 mod convergence;
+mod decision_stable;
 mod durable_ack;
 mod global_index;
 mod linearizable_eg;
+mod multi_group_atomicity;
 mod prefix_snapshots;
 mod queue_exactly_once;
 mod single_value;
@@ -148,6 +151,8 @@ impl Checkers {
         durable_ack::check_history(&self.chosen, obs.history, &mut found);
         linearizable_eg::check_history(&self.chosen, obs.history, &mut found);
         queue_exactly_once::check(&self.chosen, obs.history, &mut found);
+        multi_group_atomicity::check(&self.chosen, obs.history, obs.now, &mut found);
+        decision_stable::check(&self.chosen, &mut found);
         for (invariant, detail) in found {
             self.violation(obs, invariant, detail);
         }

@@ -166,6 +166,7 @@ impl World {
             node.writes_only = config.writes_only;
             node.verified_scans = config.verified_scans;
             node.queues = config.queues;
+            node.two_phase = config.two_phase;
             if config.deliver_late {
                 node.deliver_from = ns(config.safety_phase);
             }
@@ -213,6 +214,7 @@ impl World {
             timeouts,
             held: BTreeMap::new(),
             wiped: false,
+            next_client_id: 1 << 16,
         };
         if let Some((r, extra)) = world.config.lagging {
             world.net.slow_down(NodeId::Replica(r), extra);

@@ -13,6 +13,7 @@ use megastore_types::{ClientId, LockNodeId, NodeId, ReplicaId};
 
 use crate::history::OpRecord;
 use crate::network::Network;
+use crate::workload::ClientNode;
 
 use super::{Event, World};
 
@@ -193,6 +194,13 @@ impl World {
     }
 
     pub(super) fn client_outputs(&mut self, c: ClientId, outputs: Vec<ClientOutput>) {
+        if let Some((after, serial)) = self
+            .clients
+            .get_mut(&c)
+            .and_then(ClientNode::take_planned_crash)
+        {
+            self.schedule(self.now + after, Event::ClientCrash(c, serial));
+        }
         let mut queue = VecDeque::from(outputs);
         while let Some(output) = queue.pop_front() {
             match output {
@@ -203,8 +211,12 @@ impl World {
                     let now = self.now;
                     let client = self.clients.get_mut(&c).expect("client exists");
                     let (records, more) = client.on_done(now, local, op, result);
+                    let crash = client.take_planned_crash();
                     queue.extend(more);
                     let idle = !client.busy();
+                    if let Some((after, serial)) = crash {
+                        self.schedule(now + after, Event::ClientCrash(c, serial));
+                    }
                     for record in records {
                         self.op_done(record);
                     }
@@ -239,6 +251,14 @@ impl World {
             ) => self.stats.reads_local += 1,
             (_, Outcome::Read { .. }) => self.stats.reads_majority += 1,
             (_, Outcome::Delivered { delivered, .. }) => self.stats.messages_delivered += delivered,
+            (_, Outcome::TwoPhase { result, .. }) => match result {
+                crate::history::TwoPhaseOutcome::Committed => self.stats.two_phase_committed += 1,
+                crate::history::TwoPhaseOutcome::Aborted => self.stats.two_phase_aborted += 1,
+                crate::history::TwoPhaseOutcome::Unknown => self.stats.two_phase_unknown += 1,
+            },
+            (_, Outcome::Settled { committed, aborted }) => {
+                self.stats.prepared_settled += committed + aborted
+            }
             (_, Outcome::Verified { hits, .. }) => {
                 let kept = hits.iter().filter(|h| h.kept).count() as u64;
                 self.stats.hits_verified += kept;

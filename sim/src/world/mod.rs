@@ -35,6 +35,9 @@ enum Event {
     },
     Wake(NodeId),
     ClientNext(ClientId),
+    /// A client's process dies in the middle of this cross-group commit of its own (it
+    /// planned it), and a new one starts under a new client id.
+    ClientCrash(ClientId, u64),
     Fault,
     Restart(NodeId),
     /// A crash planned by an earlier fault, down for this long.
@@ -89,6 +92,8 @@ pub(crate) struct World {
     /// A replica was wiped (at most one per run: two wiped voters out of three lose
     /// data, and no protocol can rejoin them).
     pub(crate) wiped: bool,
+    /// The id the next restarted client process runs under (ids no client had).
+    next_client_id: u32,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -242,6 +247,23 @@ impl World {
                 }
                 let outputs = client.start_next(now, local);
                 self.client_outputs(c, outputs);
+            }
+            Event::ClientCrash(c, serial) => {
+                let now = self.now;
+                let new_id = ClientId(self.next_client_id);
+                let seed = self.rng.next_u64();
+                let Some(client) = self.clients.get_mut(&c) else {
+                    return;
+                };
+                if let Some(record) = client.crash_in_two_phase(now, serial, new_id, seed) {
+                    self.next_client_id += 1;
+                    self.trace.note(
+                        now,
+                        &format!("client {} dies, restarts as {}", c.0, new_id.0),
+                    );
+                    self.op_done(record);
+                    self.schedule(now, Event::ClientNext(c));
+                }
             }
             Event::Fault => {
                 if self.faults_on {

@@ -17,7 +17,7 @@ use super::Ctx;
 use super::settle::{Settle, SettleOutcome};
 use crate::entry::LogEntry;
 use crate::messages::ReplicaReply;
-use crate::two_phase::{Prepared, prepared_in};
+use crate::two_phase::{Prepared, effective_writes, prepared_in};
 
 /// Rebases before a commit reports a conflict (with no conflicting keys: a retry is
 /// safe).
@@ -232,9 +232,12 @@ impl Commit {
                 // that writes what it read or writes, or read what it writes, cannot
                 // go after it until it is decided.
                 if !ctx.config.bugs.ignore_prepared_on_commit() {
+                    // What this entry writes in effect: for a prepare, the rows its
+                    // transaction will write.
+                    let writes = effective_writes(&self.eg, &self.entry.writes);
                     for prepared in prepared_in(&self.eg, &entry) {
                         keys.extend(
-                            prepared.conflicts_with(&self.reads, self.entry.written_rows()),
+                            prepared.conflicts_with(&self.reads, writes.iter().map(Vec::as_slice)),
                         );
                     }
                 }

@@ -36,6 +36,7 @@ pub struct Batch {
     wake: Option<Time>,
     persisted: BTreeSet<EgId>,
     outboxes: BTreeSet<EgId>,
+    prepared: BTreeSet<EgId>,
     counts: BatchCounts,
 }
 
@@ -81,6 +82,13 @@ impl Batch {
     /// queue messages in their outbox: what a host that delivers them looks at.
     pub fn outbox_groups(&self) -> &BTreeSet<EgId> {
         &self.outboxes
+    }
+
+    /// The groups whose applied entries (or installed snapshots) in this batch prepared
+    /// cross-group transactions there: what a host that settles abandoned ones looks
+    /// at.
+    pub fn prepared_groups(&self) -> &BTreeSet<EgId> {
+        &self.prepared
     }
 
     /// What the batch did so far.
@@ -158,8 +166,12 @@ fn global_index_knobs(bugs: &crate::ProtocolBugs, output: Output) -> Output {
     }
 }
 
-/// Notes `eg` in the batch if `rows` set any of its outbox rows (queue messages sent).
+/// Notes `eg` in the batch if `rows` set any of its outbox rows (queue messages sent)
+/// or prepare a cross-group transaction there.
 fn note_outbox(batch: &mut Batch, eg: EgId, rows: &[megastore_rowstore::RowMutation]) {
+    if crate::two_phase::prepares_any(&eg, rows) {
+        batch.prepared.insert(eg.clone());
+    }
     let outbox = crate::queue::outbox_range(&eg);
     let sends = rows.iter().any(|m| {
         outbox.contains(&m.row)

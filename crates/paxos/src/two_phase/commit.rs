@@ -46,6 +46,9 @@ pub enum TwoPhaseResult {
     Committed {
         /// The coordinator group's position holding the decision and its writes there.
         position: Position,
+        /// Where each other participant (in the order given) prepared it: its
+        /// transaction's entry there.
+        prepared: Vec<Position>,
         /// Every participant finished.
         finished: bool,
     },
@@ -62,6 +65,9 @@ pub enum TwoPhaseResult {
     Unknown {
         /// The coordinator group.
         coordinator: EgId,
+        /// When it began preparing (ms since the Unix epoch, by this client's clock):
+        /// once that is past the prepared timeout, whoever resolves it may abort it.
+        prepared_ms: u64,
     },
 }
 
@@ -102,6 +108,8 @@ impl std::fmt::Debug for Part {
 pub(crate) struct TwoPhaseCommit {
     txn: TxnId,
     parts: Vec<Part>,
+    /// When it began preparing (its records' date).
+    prepared_ms: u64,
     /// The leader the prepare entries name (this client's preferred one): a finish of
     /// a participant it prepared goes through it.
     leader: Option<ReplicaId>,
@@ -188,6 +196,7 @@ impl TwoPhaseCommit {
         }
         let mut commit = Self {
             txn,
+            prepared_ms,
             parts,
             leader,
             clock,
@@ -249,10 +258,14 @@ impl TwoPhaseCommit {
                     Some(DecideOutcome::Decided(Decision::Abort)) => {
                         self.finish_all(Decision::Abort)
                     }
-                    // It never decided commit, so no one ever will: aborted, whether or
-                    // not the abort is recorded yet (a participant's next reader, or a
-                    // sweep, records it after the timeout).
-                    _ => self.finish_all(Decision::Abort),
+                    // It never decided commit, so no one ever will: aborted. But a
+                    // participant drops its writes only once the abort is recorded, so
+                    // they stay prepared until someone who meets them records it after
+                    // the timeout.
+                    _ => {
+                        self.finished_one();
+                        Vec::new()
+                    }
                 }
             }
             t if t >= FINISH => {
@@ -333,6 +346,7 @@ impl TwoPhaseCommit {
                 // Its entry may yet be chosen: only the decision row will tell.
                 self.done(TwoPhaseResult::Unknown {
                     coordinator: self.parts[0].participant.eg.clone(),
+                    prepared_ms: self.prepared_ms,
                 });
                 Vec::new()
             }
@@ -408,6 +422,15 @@ impl TwoPhaseCommit {
         let result = match self.decided_at {
             Some(position) => TwoPhaseResult::Committed {
                 position,
+                prepared: self
+                    .parts
+                    .iter()
+                    .skip(1)
+                    .map(|p| match p.prepare {
+                        Prepare::Prepared(at) => at,
+                        _ => Position::NONE,
+                    })
+                    .collect(),
                 finished: self.all_finished,
             },
             None => TwoPhaseResult::Aborted {

@@ -307,6 +307,7 @@ impl SettlingRead {
                     .prepared
                     .iter()
                     .filter(|p| p.writes_any_of(&self.query))
+                    .filter(|_| !self.clock.bugs.read_ignores_prepared())
                     .cloned()
                     .collect();
                 if met.is_empty() {

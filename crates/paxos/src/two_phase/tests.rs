@@ -367,6 +367,7 @@ fn a_commit_prepares_then_decides_then_finishes() {
         commit.result(),
         Some(&TwoPhaseResult::Committed {
             position: Position(5),
+            prepared: vec![Position(8), Position(3)],
             finished: true
         })
     );
@@ -456,7 +457,10 @@ fn an_unknown_decision_is_resolved_by_the_transaction_id() {
     );
     assert_eq!(
         commit.result(),
-        Some(&TwoPhaseResult::Unknown { coordinator: c })
+        Some(&TwoPhaseResult::Unknown {
+            coordinator: c,
+            prepared_ms: 500
+        })
     );
 }
 

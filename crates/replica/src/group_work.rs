@@ -1,0 +1,159 @@
+//! The replica server's work on groups that outlives the clients that caused it: the
+//! delivery of queue messages its applied entries sent (docs/protocol.md, "Queues"),
+//! and the settling of cross-group transactions prepared in its groups whose clients
+//! may be gone ("Two-phase commit", recovery). Both run the protocol core's operations
+//! through the replica's embedded client library — exactly-once and safe however many
+//! replicas run them — so this module only decides *when*: a group comes in when the
+//! replica applies such an entry (or finds one at start), waits its turn, and is
+//! worked on again until nothing is left.
+//!
+//! So that every full replica does not race for the same work, they take turns by
+//! config order: the first delivers at once, the next a second later (finding the
+//! outbox empty if the first succeeded), and so on. Prepared transactions are left to
+//! their own clients for the prepared timeout first: a live client finishes its own in
+//! milliseconds.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use megastore_client::Client;
+use megastore_types::EgId;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// How long a full replica waits per full replica before it in config order.
+const TURN: Duration = Duration::from_secs(1);
+
+/// How long after a delivery that could not finish it is tried again.
+const DELIVERY_RETRY: Duration = Duration::from_millis(200);
+
+/// Works on each group that comes in on `groups`, `delay` after it came in, and again
+/// `retry` later while `work` says there is more, until the channel closes; `waiting`
+/// hears how many groups wait.
+async fn per_group<F, Fut>(
+    mut groups: mpsc::UnboundedReceiver<EgId>,
+    delay: Duration,
+    retry: Duration,
+    waiting: impl Fn(usize),
+    mut work: F,
+) where
+    F: FnMut(EgId) -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let mut due: BTreeMap<EgId, Instant> = BTreeMap::new();
+    loop {
+        waiting(due.len());
+        let next = due.values().min().copied();
+        tokio::select! {
+            group = groups.recv() => match group {
+                Some(eg) => {
+                    let at = Instant::now() + delay;
+                    due.entry(eg).or_insert(at);
+                }
+                None => return,
+            },
+            () = sleep_until(next) => {
+                let now = Instant::now();
+                let ready: Vec<EgId> = due
+                    .iter()
+                    .filter(|(_, at)| **at <= now)
+                    .map(|(eg, _)| eg.clone())
+                    .collect();
+                for eg in ready {
+                    due.remove(&eg);
+                    if work(eg.clone()).await {
+                        due.insert(eg, Instant::now() + retry);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Delivers the outboxes of the groups that come in on `groups`, each after `delay`.
+pub(crate) async fn deliver(
+    client: Client,
+    metrics: megastore_metrics::ReplicaMetrics,
+    delay: Duration,
+    groups: mpsc::UnboundedReceiver<EgId>,
+) {
+    let waiting = metrics.clone();
+    per_group(
+        groups,
+        delay,
+        DELIVERY_RETRY,
+        move |n| waiting.outboxes_waiting(n),
+        |eg| {
+            let (client, metrics) = (client.clone(), metrics.clone());
+            async move {
+                match client.deliver(&eg).await {
+                    Ok(done) => {
+                        metrics.delivered(done.delivered);
+                        done.more || !done.skipped.is_empty()
+                    }
+                    Err(e) => {
+                        tracing::debug!(group = %eg, "delivery failed: {e}; trying again");
+                        true
+                    }
+                }
+            }
+        },
+    )
+    .await;
+}
+
+/// Settles the prepared transactions of the groups that come in on `groups`, each
+/// `delay` after it came in (the prepared timeout and this replica's turn), again
+/// every `retry` while some are undecided or could not be settled.
+pub(crate) async fn settle(
+    client: Client,
+    metrics: megastore_metrics::ReplicaMetrics,
+    delay: Duration,
+    retry: Duration,
+    groups: mpsc::UnboundedReceiver<EgId>,
+) {
+    let waiting = metrics.clone();
+    per_group(
+        groups,
+        delay,
+        retry,
+        move |n| waiting.prepared_waiting(n),
+        |eg| {
+            let (client, metrics) = (client.clone(), metrics.clone());
+            async move {
+                match client.settle_prepared(&eg).await {
+                    Ok(settled) => {
+                        metrics.prepared_settled(settled.committed, settled.aborted);
+                        settled.undecided > 0 || settled.failed > 0
+                    }
+                    Err(e) => {
+                        tracing::debug!(group = %eg, "settling prepared transactions failed: {e}; trying again");
+                        true
+                    }
+                }
+            }
+        },
+    )
+    .await;
+}
+
+/// This replica's wait before it works on a group: one turn per full replica before
+/// it.
+pub(crate) fn turn(config: &megastore_config::ClusterConfig, me: &str) -> Option<Duration> {
+    let full: Vec<&str> = config
+        .replicas
+        .iter()
+        .filter(|r| r.kind == megastore_types::ReplicaKind::Full)
+        .map(|r| r.name.as_str())
+        .collect();
+    let rank = full.iter().position(|n| *n == me)?;
+    Some(TURN * u32::try_from(rank).unwrap_or(u32::MAX))
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
