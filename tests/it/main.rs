@@ -24,3 +24,4 @@ mod tidy;
 mod tls;
 mod tools;
 mod top;
+mod two_phase;

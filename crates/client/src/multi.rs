@@ -17,7 +17,7 @@ use megastore_types::{EgId, Position, TxnId};
 
 use crate::client::{Client, ClientError};
 use crate::groups::relative_conflicts;
-use crate::txn::{ATTEMPTS_MAX, Attempt, Outcome, Transaction, retry_pause};
+use crate::txn::{ATTEMPTS_MAX, Attempt, AttemptFuture, Outcome, Transaction, retry_pause};
 
 /// Pause between looks at an undecided transaction's decision.
 const DECISION_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
@@ -42,6 +42,12 @@ impl MultiTransaction {
                 "group {eg} is not one of this transaction's groups"
             ))
         })
+    }
+
+    /// Its id if it commits across groups (its first group's transaction's: read or
+    /// write there first); what [`Client::resolve_multi`] looks for.
+    pub fn id(&self) -> TxnId {
+        self.parts[0].id()
     }
 
     /// The transaction on its `index`-th group.
@@ -177,6 +183,36 @@ impl Client {
     ) -> Result<(T, Outcome), ClientError>
     where
         F: AsyncFnMut(&mut MultiTransaction) -> Result<T, ClientError>,
+    {
+        let mut last_keys = Vec::new();
+        for attempt in 0..ATTEMPTS_MAX {
+            let mut txn = self.begin_multi(groups)?;
+            let value = body(&mut txn).await?;
+            match txn.commit().await? {
+                Attempt::Done(outcome) => return Ok((value, outcome)),
+                Attempt::Retry { keys, .. } => {
+                    last_keys = keys;
+                    retry_pause(attempt).await;
+                }
+            }
+        }
+        Err(ClientError::TooManyConflicts {
+            attempts: ATTEMPTS_MAX,
+            keys: last_keys,
+        })
+    }
+
+    /// [`Client::transaction_multi`] with a `Send` future, for `tokio::spawn` and other
+    /// multi-threaded executors: `body` returns its attempt boxed,
+    /// `|txn| Box::pin(async move { … })`.
+    pub async fn transaction_multi_send<T, F>(
+        &self,
+        groups: &[EgId],
+        mut body: F,
+    ) -> Result<(T, Outcome), ClientError>
+    where
+        T: Send,
+        F: for<'t> FnMut(&'t mut MultiTransaction) -> AttemptFuture<'t, T> + Send,
     {
         let mut last_keys = Vec::new();
         for attempt in 0..ATTEMPTS_MAX {
