@@ -67,6 +67,9 @@ pub struct SimConfig {
     /// mid-commit) and settle groups' prepared transactions (off, like `queues`, for
     /// scripted interleavings and measurements).
     pub two_phase: bool,
+    /// Clients run only transactions across groups, none of them dying (for measuring
+    /// their latency).
+    pub two_phase_only: bool,
     /// Clients deliver nothing until the liveness phase: outboxes grow past one
     /// delivery's batch during the faults, then drain batch by batch.
     pub deliver_late: bool,
@@ -198,6 +201,7 @@ impl SimConfig {
             verified_scans: true,
             queues: true,
             two_phase: true,
+            two_phase_only: false,
             think_ms: 30,
             fault_interval: Duration::from_millis(pick(rng, &[400, 1000, 2500, 6000])),
             max_drift_ppm: pick(rng, &[0, 200, 1000]),

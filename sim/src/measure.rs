@@ -34,6 +34,9 @@ pub struct Measured {
     pub groups: u16,
     /// Broken invariants (none expected).
     pub violations: usize,
+    /// Commit latencies of acknowledged transactions across groups (from the commit
+    /// call, after their reads, to the acknowledgement), microseconds.
+    pub two_phase_latency_us: Histogram<u64>,
 }
 
 impl Measured {
@@ -130,6 +133,7 @@ pub fn three_sites_with_witness_at(rtt_ms: u32, witness_rtt_ms: u32, clients: &[
         verified_scans: false,
         queues: false,
         two_phase: false,
+        two_phase_only: false,
         deliver_late: false,
         think_ms: 30,
     }
@@ -150,9 +154,19 @@ pub fn run_with_bugs(config: SimConfig, seed: u64, bugs: Bugs) -> Measured {
     let (mut checks, world) = world.into_checkers();
     checks.finish(&world.observation());
     let mut commit_latency_us = Histogram::new(3).expect("3 significant figures is valid");
+    let mut two_phase_latency_us = Histogram::new(3).expect("3 significant figures is valid");
     let (mut committed, mut conflicts) = (0, 0);
     for op in world.history.iter().filter(|op| op.end <= world.safety_end) {
         match (&op.kind, &op.outcome) {
+            (
+                OpKind::TwoPhase,
+                Outcome::TwoPhase {
+                    result: crate::history::TwoPhaseOutcome::Committed,
+                    ..
+                },
+            ) => {
+                let _ = two_phase_latency_us.record((op.end - op.start) / 1000);
+            }
             (OpKind::Commit, Outcome::Committed { .. }) => {
                 committed += 1;
                 let _ = commit_latency_us.record((op.end - op.start) / 1000);
@@ -170,6 +184,7 @@ pub fn run_with_bugs(config: SimConfig, seed: u64, bugs: Bugs) -> Measured {
         seconds,
         groups,
         violations: checks.violations.len(),
+        two_phase_latency_us,
     }
 }
 
@@ -208,6 +223,19 @@ pub fn report(rtt_ms: u32) -> String {
         "\nMixed workload (4 clients at the two full sites, reads and writes): {:.1} % of {} current reads served locally.\n",
         100.0 * mixed.local_read_share(),
         mixed.reads.0 + mixed.reads.1
+    ));
+    let mut config = three_sites(rtt_ms, &[0]);
+    config.groups = 2;
+    config.two_phase_only = true;
+    let m = run(config, 4);
+    let h = &m.two_phase_latency_us;
+    out.push_str(&format!(
+        "\nTransactions across two or three groups, one client at a full replica's site: {} committed; commit p50 {} ms, p90 {} ms, p99 {} ms, max {} ms.\n",
+        h.len(),
+        ms(h.value_at_quantile(0.5)),
+        ms(h.value_at_quantile(0.9)),
+        ms(h.value_at_quantile(0.99)),
+        ms(h.max())
     ));
     out.push_str("\nConflicts against the write rate of one group (4 writers, 2 at each full site):\n\n| think time | writes/s per group | conflicts | fast path |\n|---|---|---|---|\n");
     for think_ms in [2000, 500, 150, 40] {

@@ -164,6 +164,8 @@ pub(crate) struct ClientNode {
     pub queues: bool,
     /// Whether it runs transactions across groups and settles groups' prepared ones.
     pub two_phase: bool,
+    /// Whether it runs nothing but transactions across groups, and never dies in one.
+    pub two_phase_only: bool,
     /// A crash it plans for itself (real time from now, ns), during a cross-group
     /// commit: the world carries it out ([`ClientNode::take_planned_crash`]).
     planned_crash: Option<u64>,
@@ -202,6 +204,7 @@ impl ClientNode {
             verified_scans: false,
             queues: false,
             two_phase: false,
+            two_phase_only: false,
             planned_crash: None,
             two_phase_serial: 0,
             deliver_from: 0,
@@ -246,6 +249,9 @@ impl ClientNode {
 
     /// Starts the next operation.
     pub(crate) fn start_next(&mut self, real: u64, now: Time) -> Vec<ClientOutput> {
+        if self.two_phase_only {
+            return self.start_two_phase(real, now);
+        }
         if self.two_phase && !self.writes_only {
             if self.rng.chance(0.06) {
                 return self.start_two_phase(real, now);

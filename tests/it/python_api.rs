@@ -132,6 +132,21 @@ fn python_grpc_client_runs_transactions_reads_and_versioned_txns() {
         "a message sent from Python is received once"
     );
     assert_eq!(errors["send_nowhere"][0], "INVALID_ARGUMENT", "{errors}");
+    assert_eq!(
+        seen["two_phase"],
+        serde_json::json!({
+            "commit": "committed",
+            "again": "committed",
+            "resolved": "committed",
+            "right": ["right"],
+            "left_prepared": 0
+        }),
+        "a transaction across groups from Python"
+    );
+    assert_eq!(
+        errors["commit_multi_twice"][0], "INVALID_ARGUMENT",
+        "{errors}"
+    );
     assert!(
         errors["send_nowhere"][1]
             .as_str()

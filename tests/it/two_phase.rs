@@ -930,3 +930,38 @@ fn a_claim_whose_client_dies_mid_commit_locks_only_until_the_prepared_timeout() 
     }
     panic!("no claim died between its prepare and its decision and was aborted: {outcomes:?}");
 }
+
+/// `megastore bench --two-phase` times a transaction across two groups next to the same
+/// transaction in one, each run committed (it fails otherwise).
+#[test]
+fn the_two_phase_benchmark_times_both_kinds_of_transaction() {
+    let (_alone, dir, cluster, _config, _runtime) = start_cluster();
+    let config_arg = cluster.config_path.to_str().unwrap().to_string();
+    let out = megastore_e2e::run_megastore(
+        &[
+            "bench",
+            "--two-phase",
+            "--runs",
+            "10",
+            "--config",
+            &config_arg,
+        ],
+        dir.path(),
+        Duration::from_secs(120),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let json = out.stdout.lines().last().unwrap_or_default();
+    let report: serde_json::Value =
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(report["site"], "A", "{report}");
+    let kinds = report["kinds"].as_array().unwrap();
+    assert_eq!(kinds.len(), 2, "{report}");
+    assert!(
+        kinds[1]["kind"].as_str().unwrap().contains("two-phase"),
+        "{report}"
+    );
+    for kind in kinds {
+        assert_eq!(kind["count"], 10, "every run timed once: {report}");
+        assert!(kind["p50_us"].as_u64().unwrap() > 0, "{report}");
+    }
+}

@@ -317,6 +317,30 @@ def main():
     }
     expect_error("send_nowhere", lambda: stub.SendMessage(pb.SendMessageRequest(
         txn=stub.Begin(pb.BeginRequest(eg=eg)).txn, queue="mail", body=b"x")))
+
+    # 9. A transaction across two groups: a move from "py-left" to "py-right", both or
+    # neither; its id and coordinator group resolve it; a handle used twice is refused.
+    left = stub.Begin(pb.BeginRequest(eg=b"py-left"))
+    right = stub.Begin(pb.BeginRequest(eg=b"py-right")).txn
+    stub.Write(pb.WriteRequest(txn=left.txn, rows=[pb.RowWrite(
+        key=b"item", cells=[pb.CellWrite(column=b"where", delete=True)])]))
+    stub.Write(pb.WriteRequest(txn=right, rows=[pb.RowWrite(
+        key=b"item", cells=[pb.CellWrite(column=b"where", set=b"right")])]))
+    moved = stub.CommitMulti(pb.CommitMultiRequest(txns=[left.txn, right]))
+    again = stub.CommitMulti(pb.CommitMultiRequest(txns=[left.txn, right]))
+    resolved = stub.ResolveMulti(pb.ResolveRequest(eg=b"py-left", id=left.id))
+    read = stub.Read(pb.ReadRequest(eg=b"py-right", mode=pb.READ_MODE_CURRENT, query=pb.RowQuery(
+        keys=pb.RowQuery.Keys(keys=[b"item"]))))
+    settled = stub.SettlePrepared(pb.SettlePreparedRequest(eg=b"py-right"))
+    seen["two_phase"] = {
+        "commit": moved.WhichOneof("outcome"),
+        "again": again.WhichOneof("outcome"),
+        "resolved": resolved.WhichOneof("outcome"),
+        "right": [c.value.decode() for r in read.rows for c in r.cells if c.column == b"where"],
+        "left_prepared": settled.undecided + settled.committed + settled.aborted,
+    }
+    expect_error("commit_multi_twice", lambda: stub.CommitMulti(pb.CommitMultiRequest(
+        txns=[right, right])))
     print(json.dumps(seen, sort_keys=True))
 
 

@@ -3,8 +3,9 @@
 //! Responsibility: run a bounded mix of reads and writes over a set of entity groups
 //! with a number of concurrent clients, and measure each operation's latency into an
 //! hdrhistogram per operation kind; and time the cross-group queries of the photo
-//! schema (global index scans, merge-joins, parallel lookups) one at a time, and a
-//! queue message's way from its sender's commit to its consumption at another site.
+//! schema (global index scans, merge-joins, parallel lookups) one at a time, a queue
+//! message's way from its sender's commit to its consumption at another site, and a
+//! transaction across two groups next to the same transaction in one.
 //!
 //! Invariants:
 //! - every run is bounded: it stops at its operation count or its duration, whichever
@@ -16,9 +17,11 @@
 mod queries;
 mod queues;
 mod report;
+mod two_phase;
 mod workload;
 
 pub use queries::{QueryKind, QueryReport, run_queries};
 pub use queues::{QueueReport, run_queues};
 pub use report::{KindReport, Report};
+pub use two_phase::{TwoPhaseReport, run_two_phase};
 pub use workload::{Spec, SpecError, run};

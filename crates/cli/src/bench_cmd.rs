@@ -67,7 +67,13 @@ pub(crate) struct BenchArgs {
     /// replicas; `--runs` messages.
     #[arg(long, conflicts_with = "queries")]
     queues: bool,
-    /// Runs of each query with --queries (messages with --queues).
+    /// Time a transaction across two groups (two-phase commit) next to the same
+    /// transaction in one group instead: `--runs` of each, interleaved, from the first
+    /// --site.
+    #[arg(long, conflicts_with_all = ["queries", "queues"])]
+    two_phase: bool,
+    /// Runs of each query with --queries (messages with --queues, transactions of each
+    /// kind with --two-phase).
     #[arg(long, default_value_t = 50)]
     runs: u32,
     /// Also draw each operation kind's latency distribution (a percentile plot) into
@@ -144,6 +150,53 @@ fn run_queues(
         ]);
     }
     print!("queue messages from site {from} to site {to}, delivered by the replicas\n{table}\n");
+    println!("{}", report.json_line());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--two-phase`: a transaction across two groups next to one in a single group.
+fn run_two_phase(
+    site: Option<String>,
+    runs: u32,
+    config: &megastore_config::ClusterConfig,
+) -> anyhow::Result<ExitCode> {
+    let site = match site {
+        Some(site) => site,
+        None => config
+            .replicas
+            .iter()
+            .find(|r| r.kind == megastore_types::ReplicaKind::Full)
+            .map(|r| r.site.clone())
+            .context("the cluster has no full replica to act from")?,
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let _entered = runtime.enter();
+    let bar = ProgressBar::new_spinner();
+    bar.set_message(format!(
+        "{runs} transactions of each kind from site {site}, one at a time"
+    ));
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let report = runtime.block_on(megastore_bench::run_two_phase(config, &site, runs));
+    bar.finish_and_clear();
+    let report = report?;
+    let mut table = Table::new();
+    table.load_style(comfy_table::presets::NOTHING).set_header([
+        "TRANSACTION",
+        "COUNT",
+        "P50 ms",
+        "P99 ms",
+        "MAX ms",
+    ]);
+    for k in &report.kinds {
+        table.add_row([
+            k.kind.clone(),
+            k.count.to_string(),
+            millis(k.p50_us),
+            millis(k.p99_us),
+            millis(k.max_us),
+        ]);
+    }
+    print!("read-modify-write transactions from site {site}, first read to commit\n{table}\n");
     println!("{}", report.json_line());
     Ok(ExitCode::SUCCESS)
 }
@@ -271,6 +324,9 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     if args.queues {
         return run_queues(&spec.sites, args.runs, &config);
+    }
+    if args.two_phase {
+        return run_two_phase(spec.sites.first().cloned(), args.runs, &config);
     }
     let bar = match spec.operations {
         Some(n) => ProgressBar::new(n),

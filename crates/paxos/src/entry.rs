@@ -108,7 +108,10 @@ pub struct QueueMessage {
     pub body: Vec<u8>,
 }
 
-/// A two-phase commit record kept in this group's log. (The 2PC issue fills these in.)
+/// A two-phase commit record kept in this group's log. Unused: two-phase commit keeps
+/// its prepared records and decisions as rows of the groups' entries
+/// ([`crate::two_phase`]), which reads, snapshots and truncation already handle; the
+/// field stays so that stored entries keep their format.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TwoPhaseRecord {
     /// This group is prepared to commit `txn`, whose coordinator group is `coordinator`.
@@ -143,7 +146,8 @@ pub struct LogEntry {
     pub writes: Vec<RowWrite>,
     /// Always empty: queue messages are outbox rows among `writes` ([`crate::queue`]).
     pub queue: Vec<QueueMessage>,
-    /// Two-phase commit records.
+    /// Always empty: two-phase commit records are rows among `writes`
+    /// ([`crate::two_phase`]).
     pub two_phase: Vec<TwoPhaseRecord>,
 }
 

@@ -167,6 +167,7 @@ impl World {
             node.verified_scans = config.verified_scans;
             node.queues = config.queues;
             node.two_phase = config.two_phase;
+            node.two_phase_only = config.two_phase_only;
             if config.deliver_late {
                 node.deliver_from = ns(config.safety_phase);
             }
