@@ -153,6 +153,17 @@ pub(crate) fn assert_rejoined(
     assert!(stamp.contains("\"rejoining\": true"), "{stamp}");
 }
 
+/// The address (host:port) of replica `name`'s public API in `config`.
+pub(crate) fn replica_address(config: &ClusterConfig, name: &str) -> String {
+    config
+        .replicas
+        .iter()
+        .find(|r| r.name == name)
+        .unwrap_or_else(|| panic!("no replica {name}"))
+        .address
+        .clone()
+}
+
 /// A client of the public gRPC API at `address` (host:port): it connects on first use,
 /// so calls fail until the replica is up and reconnect after it restarts; messages up
 /// to the API's limit.

@@ -12,10 +12,11 @@
 //!   claims is SIGKILLed mid-way (its two-phase commits die with it, some between
 //!   prepare and decision). Exactly one blog owns the name, and after the prepared
 //!   timeout no name is half-claimed.
-//! - The Rust library and the blogs schema: a claim whose client dies between prepare
-//!   and decision (its runtime dropped) locks the blog's rows only until the prepared
-//!   timeout: another claim of the same name waits, then the dead one is aborted
-//!   (recorded) and the other commits; none of the dead claim's writes is ever seen.
+//! - The blogs schema: a claim whose client process (the `blog_names` example) is
+//!   SIGKILLed between prepare and decision locks the blog's rows only until the
+//!   prepared timeout: another claim of the same name waits, then the dead one is
+//!   aborted (recorded) and the other commits; none of the dead claim's writes is ever
+//!   seen.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -29,7 +30,7 @@ use megastore_schema::{Catalog, Entity, Value};
 use megastore_types::TxnId;
 use tonic::transport::Channel;
 
-use crate::support::{api_at, apply_schema, connect, start_cluster};
+use crate::support::{api_at, apply_schema, connect, replica_address, start_cluster};
 
 const ACCOUNTS: usize = 4;
 const OPENING_BALANCE: u64 = 100;
@@ -275,16 +276,7 @@ async fn settle_every_account(api: &mut MegastoreClient<Channel>) {
 #[test]
 fn transfers_across_groups_are_atomic_through_a_replica_crash() {
     let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
-    let address = |name: &str| {
-        config
-            .replicas
-            .iter()
-            .find(|r| r.name == name)
-            .unwrap()
-            .address
-            .clone()
-    };
-    let (a, b) = (address("a"), address("b"));
+    let (a, b) = (replica_address(&config, "a"), replica_address(&config, "b"));
     // Opening balances, one group at a time.
     runtime.block_on(async {
         let mut api = api_at(&a);
@@ -631,16 +623,7 @@ fn racing_claims_of_a_blog_name_leave_exactly_one_owner_through_a_gateway_crash(
     let (_alone, dir, mut cluster, config, runtime) = start_cluster();
     let config_arg = cluster.config_path.to_str().unwrap().to_string();
     apply_schema(&config_arg, "schema/blogs.msdl", dir.path());
-    let address = |name: &str| {
-        config
-            .replicas
-            .iter()
-            .find(|r| r.name == name)
-            .unwrap()
-            .address
-            .clone()
-    };
-    let (a, b) = (address("a"), address("b"));
+    let (a, b) = (replica_address(&config, "a"), replica_address(&config, "b"));
     // Every client claims name after name — each name for a blog of its own — until an
     // answer says who got it; replica a, whose public API runs half the claims'
     // two-phase commits, is SIGKILLed in the middle and restarted.
@@ -760,13 +743,42 @@ const PREPARED_TIMEOUT: Duration = Duration::from_secs(3);
 /// waiting to be sent for that long after its prepare is chosen.
 const DOOMED_RTT_MS: u64 = 600;
 
-/// Outcome of one claim whose client died: whether the survivor found the name free
-/// (the dead claim aborted), or `None` if the client did not die prepared and
-/// undecided.
+/// The example program `blog_names` (`crates/client/examples/`), built with the
+/// workspace.
+fn blog_names_example() -> std::path::PathBuf {
+    let bin = megastore_e2e::megastore_bin()
+        .parent()
+        .expect("the binary lives in target/<profile>")
+        .join("examples")
+        .join("blog_names");
+    assert!(
+        bin.is_file(),
+        "{} not found: build it with `cargo build -p megastore-client --examples`",
+        bin.display()
+    );
+    bin
+}
+
+/// The transaction id the `blog_names` example printed last.
+fn printed_txn(out: &str) -> Option<TxnId> {
+    let last = out
+        .lines()
+        .rev()
+        .find_map(|l| l.split("as transaction txn-").nth(1))?;
+    let (client, seq) = last.trim().split_once('.')?;
+    Some(TxnId {
+        client: megastore_types::ClientId(client.parse().ok()?),
+        seq: seq.parse().ok()?,
+    })
+}
+
+/// Outcome of one claim whose client process was SIGKILLed between its prepare and its
+/// decision: whether the survivor found the name free (the dead claim aborted), or
+/// `None` if the client did not die prepared and undecided.
 fn claim_and_die(
     runtime: &tokio::runtime::Runtime,
     survivor: &Client,
-    config: &megastore_config::ClusterConfig,
+    far_config: &std::path::Path,
     catalog: &Arc<Catalog>,
     (name, blog): (&str, i64),
 ) -> Option<bool> {
@@ -790,29 +802,20 @@ fn claim_and_die(
             .await
             .unwrap();
     });
-    // The doomed client, at site D, far from every replica, in a runtime of its own.
-    let far = far_config(config, DOOMED_RTT_MS);
-    let doomed = tokio::runtime::Runtime::new().unwrap();
-    let client = doomed.block_on(connect(&far, "D"));
-    let id: Arc<Mutex<Option<TxnId>>> = Arc::default();
-    let (task_catalog, task_groups, task_name, task_id) = (
-        Arc::clone(catalog),
-        groups.clone(),
-        name.to_string(),
-        Arc::clone(&id),
-    );
-    let claiming = doomed.spawn(async move {
-        let mut txn = task_client_multi(&client, &task_groups);
-        *task_id.lock().unwrap() = Some(txn.id());
-        if claim_typed(&mut txn, &task_catalog, (&task_name, blog, "doomed")).await == Ok(true) {
-            let _ = txn.commit().await;
-        }
-    });
-    // It dies as soon as its prepare shows in the blog's group: its decision is then
+    // The doomed client: the example program, at site D, far from every replica.
+    let out_path = far_config.with_file_name(format!("claim-{blog}.out"));
+    let mut doomed = std::process::Command::new(blog_names_example())
+        .arg(far_config)
+        .args(["D", name, &blog.to_string(), "doomed"])
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // SIGKILLed as soon as its prepare shows in the blog's group: its decision is then
     // still waiting out the round trip, and is never sent.
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut prepared = false;
-    while !claiming.is_finished() && Instant::now() < deadline {
+    while doomed.try_wait().unwrap().is_none() && Instant::now() < deadline {
         let settled = runtime.block_on(survivor.settle_prepared(&groups[1]));
         if settled.is_ok_and(|s| s.undecided > 0) {
             prepared = true;
@@ -820,11 +823,13 @@ fn claim_and_die(
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    drop(doomed);
+    let _ = doomed.kill();
+    let _ = doomed.wait();
     if !prepared {
         return None;
     }
-    let dead_txn = id.lock().unwrap().expect("its id");
+    let printed = std::fs::read_to_string(&out_path).unwrap();
+    let dead_txn = printed_txn(&printed).unwrap_or_else(|| panic!("no id printed: {printed}"));
     // The survivor claims the same name for the same blog: the dead claim locks the
     // blog's row, so it waits — until the prepared timeout, when the dead claim is
     // aborted (recorded in the name's group first) and the survivor's commits. (Unless
@@ -882,14 +887,10 @@ fn claim_and_die(
     Some(free)
 }
 
-fn task_client_multi(client: &Client, groups: &[megastore_types::EgId]) -> MultiTransaction {
-    client.begin_multi(groups).expect("two distinct groups")
-}
-
-/// Library clients and the blogs schema: a claim whose client dies between its prepare
-/// and its decision.
+/// The blogs schema: a claim whose client (the `blog_names` example program) is
+/// SIGKILLed between its prepare and its decision.
 #[test]
-fn a_claim_whose_client_dies_mid_commit_locks_only_until_the_prepared_timeout() {
+fn a_claim_whose_client_is_killed_mid_commit_locks_only_until_the_prepared_timeout() {
     let _alone = megastore_e2e::one_cluster_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let cluster = megastore_e2e::LocalCluster::start_configured(dir.path(), |path| {
@@ -913,22 +914,55 @@ fn a_claim_whose_client_dies_mid_commit_locks_only_until_the_prepared_timeout() 
         dir.path(),
     ));
     let survivor: Client = runtime.block_on(connect(&config, "A"));
+    // The doomed client's view of the cluster: from site D, every other site
+    // DOOMED_RTT_MS away, with an RPC timeout to match.
+    let far_config = dir.path().join("far.toml");
+    let mut text = std::fs::read_to_string(&cluster.config_path).unwrap();
+    text = text.replacen(
+        "rpc_ms = 500",
+        &format!("rpc_ms = {}", DOOMED_RTT_MS * 5),
+        1,
+    );
+    for site in ["A", "B", "C"] {
+        text += &format!("\n[[wan]]\nbetween = [\"D\", \"{site}\"]\nrtt_ms = {DOOMED_RTT_MS}\n");
+    }
+    std::fs::write(&far_config, text).unwrap();
     let mut outcomes = Vec::new();
     for attempt in 0..4i64 {
         let name = format!("name-{attempt}");
         let outcome = claim_and_die(
             &runtime,
             &survivor,
-            &config,
+            &far_config,
             &catalog,
             (&name, 7_000 + attempt),
         );
         outcomes.push(outcome);
         if outcome == Some(true) {
+            // And the example as a user runs it: a claim, then the same name again.
+            let run = |blog: &str| {
+                let out = std::process::Command::new(blog_names_example())
+                    .arg(&cluster.config_path)
+                    .args(["A", "example-name", blog])
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "{out:?}");
+                String::from_utf8(out.stdout).unwrap()
+            };
+            let first = run("9001");
+            assert!(
+                first.contains("claimed example-name for blog 9001"),
+                "{first}"
+            );
+            let second = run("9002");
+            assert!(
+                second.contains("example-name is taken by blog 9001"),
+                "{second}"
+            );
             return;
         }
     }
-    panic!("no claim died between its prepare and its decision and was aborted: {outcomes:?}");
+    panic!("no claim was killed between its prepare and its decision and aborted: {outcomes:?}");
 }
 
 /// `megastore bench --two-phase` times a transaction across two groups next to the same

@@ -17,11 +17,13 @@
 mod queries;
 mod queues;
 mod report;
+mod timing;
 mod two_phase;
 mod workload;
 
-pub use queries::{QueryKind, QueryReport, run_queries};
+pub use queries::{QueryReport, run_queries};
 pub use queues::{QueueReport, run_queues};
 pub use report::{KindReport, Report};
+pub use timing::QueryKind;
 pub use two_phase::{TwoPhaseReport, run_two_phase};
 pub use workload::{Spec, SpecError, run};

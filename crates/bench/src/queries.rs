@@ -8,7 +8,6 @@
 
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
 use megastore_client::schema_store::load_catalog;
 use megastore_client::{Client, ClientError, IndexQuery, IndexRead, entity_group};
 use megastore_config::ClusterConfig;
@@ -17,6 +16,7 @@ use megastore_schema::{Catalog, Entity, Value};
 use serde::Serialize;
 
 use crate::SpecError;
+use crate::timing::{self, QueryKind, failed, histogram, record};
 
 /// The users the benchmark writes: far from an application's.
 const BENCH_USER_FIRST: i64 = 9_000_000_000;
@@ -57,23 +57,6 @@ fn photo(n: i64) -> Entity {
         .set_repeated("tag", tags(n))
 }
 
-/// One query kind's latencies (microseconds).
-#[derive(Debug, Clone, Serialize)]
-pub struct QueryKind {
-    /// What was timed.
-    pub kind: String,
-    /// Entities each run found.
-    pub hits: usize,
-    /// Runs timed.
-    pub count: u64,
-    /// Median.
-    pub p50_us: u64,
-    /// 99th percentile.
-    pub p99_us: u64,
-    /// Slowest.
-    pub max_us: u64,
-}
-
 /// What `--queries` measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct QueryReport {
@@ -88,10 +71,6 @@ impl QueryReport {
     pub fn json_line(&self) -> String {
         serde_json::to_string(self).expect("the report always serializes")
     }
-}
-
-fn failed(what: &str) -> impl Fn(ClientError) -> SpecError + '_ {
-    move |e| SpecError::Invalid(format!("{what}: {e}"))
 }
 
 /// Writes the benchmark's photos (if they are not there yet) and waits until the
@@ -151,23 +130,14 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<usize, ClientError>>,
 {
-    let mut histogram =
-        Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds");
+    let mut latencies = histogram();
     let mut hits = 0;
     for _ in 0..runs {
         let started = Instant::now();
         hits = query().await.map_err(failed(kind))?;
-        let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-        histogram.saturating_record(micros.max(1));
+        record(&mut latencies, started.elapsed());
     }
-    Ok(QueryKind {
-        kind: kind.to_string(),
-        hits,
-        count: histogram.len(),
-        p50_us: histogram.value_at_quantile(0.5),
-        p99_us: histogram.value_at_quantile(0.99),
-        max_us: histogram.max(),
-    })
+    Ok(timing::kind(kind, hits, &latencies))
 }
 
 /// Runs the query benchmark from `site`, `runs` times per kind.

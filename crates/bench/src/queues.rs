@@ -8,13 +8,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
-use megastore_client::{Client, ClientError};
+use megastore_client::Client;
 use megastore_config::ClusterConfig;
 use serde::Serialize;
 
 use crate::SpecError;
-use crate::queries::QueryKind;
+use crate::timing::{QueryKind, failed, histogram, kind, record};
 
 const QUEUE: &str = "bench";
 /// Pause between two sends: messages are timed one by one, not as a backlog.
@@ -38,30 +37,6 @@ impl QueueReport {
     /// The report as one JSON line.
     pub fn json_line(&self) -> String {
         serde_json::to_string(self).expect("the report always serializes")
-    }
-}
-
-fn failed(what: &str) -> impl Fn(ClientError) -> SpecError + '_ {
-    move |e| SpecError::Invalid(format!("{what}: {e}"))
-}
-
-fn histogram() -> Histogram<u64> {
-    Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
-}
-
-fn record(histogram: &mut Histogram<u64>, elapsed: Duration) {
-    let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-    histogram.saturating_record(micros.max(1));
-}
-
-fn kind(name: &str, histogram: &Histogram<u64>) -> QueryKind {
-    QueryKind {
-        kind: name.to_string(),
-        hits: 1,
-        count: histogram.len(),
-        p50_us: histogram.value_at_quantile(0.5),
-        p99_us: histogram.value_at_quantile(0.99),
-        max_us: histogram.max(),
     }
 }
 
@@ -162,9 +137,9 @@ pub async fn run_queues(
         sender_site: sender_site.to_string(),
         receiver_site: receiver_site.to_string(),
         kinds: vec![
-            kind("send (the sender's commit)", &send_commits),
-            kind("delivery (send acknowledged → consumed)", &delivery),
-            kind("consume (the receiver's commit)", &consume_commits),
+            kind("send (the sender's commit)", 1, &send_commits),
+            kind("delivery (send acknowledged → consumed)", 1, &delivery),
+            kind("consume (the receiver's commit)", 1, &consume_commits),
         ],
     })
 }

@@ -4,16 +4,15 @@
 //! one key in each of two groups (two-phase commit); both are timed from the first
 //! read to the commit's return.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use hdrhistogram::Histogram;
 use megastore_client::{Client, ClientError, Outcome, Transaction};
 use megastore_config::ClusterConfig;
 use megastore_types::EgId;
 use serde::Serialize;
 
 use crate::SpecError;
-use crate::queries::QueryKind;
+use crate::timing::{QueryKind, failed, histogram, kind, record};
 
 /// What `--two-phase` measured.
 #[derive(Debug, Clone, Serialize)]
@@ -28,30 +27,6 @@ impl TwoPhaseReport {
     /// The report as one JSON line.
     pub fn json_line(&self) -> String {
         serde_json::to_string(self).expect("the report always serializes")
-    }
-}
-
-fn failed(what: &str) -> impl Fn(ClientError) -> SpecError + '_ {
-    move |e| SpecError::Invalid(format!("{what}: {e}"))
-}
-
-fn histogram() -> Histogram<u64> {
-    Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
-}
-
-fn record(histogram: &mut Histogram<u64>, elapsed: Duration) {
-    let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-    histogram.saturating_record(micros.max(1));
-}
-
-fn kind(name: &str, histogram: &Histogram<u64>) -> QueryKind {
-    QueryKind {
-        kind: name.to_string(),
-        hits: 1,
-        count: histogram.len(),
-        p50_us: histogram.value_at_quantile(0.5),
-        p99_us: histogram.value_at_quantile(0.99),
-        max_us: histogram.max(),
     }
 }
 
@@ -134,8 +109,8 @@ pub async fn run_two_phase(
     Ok(TwoPhaseReport {
         site: site.to_string(),
         kinds: vec![
-            kind("one group, two keys (one commit)", &one_group),
-            kind("two groups, a key each (two-phase commit)", &two_groups),
+            kind("one group, two keys (one commit)", 1, &one_group),
+            kind("two groups, a key each (two-phase commit)", 1, &two_groups),
         ],
     })
 }

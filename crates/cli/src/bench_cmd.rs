@@ -82,6 +82,35 @@ pub(crate) struct BenchArgs {
     plot: Option<std::path::PathBuf>,
 }
 
+/// The site of the cluster's first full replica: where a benchmark acts from unless
+/// told.
+fn first_full_site(config: &megastore_config::ClusterConfig) -> anyhow::Result<String> {
+    config
+        .replicas
+        .iter()
+        .find(|r| r.kind == megastore_types::ReplicaKind::Full)
+        .map(|r| r.site.clone())
+        .context("the cluster has no full replica to act from")
+}
+
+/// One row per measure: its name (under `first`), runs and percentiles.
+fn kinds_table(first: &str, kinds: &[megastore_bench::QueryKind]) -> Table {
+    let mut table = Table::new();
+    table
+        .load_style(comfy_table::presets::NOTHING)
+        .set_header([first, "COUNT", "P50 ms", "P99 ms", "MAX ms"]);
+    for k in kinds {
+        table.add_row([
+            k.kind.clone(),
+            k.count.to_string(),
+            millis(k.p50_us),
+            millis(k.p99_us),
+            millis(k.max_us),
+        ]);
+    }
+    table
+}
+
 fn render_queries(report: &megastore_bench::QueryReport) -> String {
     let mut table = Table::new();
     table
@@ -136,19 +165,7 @@ fn run_queues(
     let report = runtime.block_on(megastore_bench::run_queues(config, &from, &to, messages));
     bar.finish_and_clear();
     let report = report?;
-    let mut table = Table::new();
-    table
-        .load_style(comfy_table::presets::NOTHING)
-        .set_header(["MEASURE", "COUNT", "P50 ms", "P99 ms", "MAX ms"]);
-    for k in &report.kinds {
-        table.add_row([
-            k.kind.clone(),
-            k.count.to_string(),
-            millis(k.p50_us),
-            millis(k.p99_us),
-            millis(k.max_us),
-        ]);
-    }
+    let table = kinds_table("MEASURE", &report.kinds);
     print!("queue messages from site {from} to site {to}, delivered by the replicas\n{table}\n");
     println!("{}", report.json_line());
     Ok(ExitCode::SUCCESS)
@@ -162,12 +179,7 @@ fn run_two_phase(
 ) -> anyhow::Result<ExitCode> {
     let site = match site {
         Some(site) => site,
-        None => config
-            .replicas
-            .iter()
-            .find(|r| r.kind == megastore_types::ReplicaKind::Full)
-            .map(|r| r.site.clone())
-            .context("the cluster has no full replica to act from")?,
+        None => first_full_site(config)?,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let _entered = runtime.enter();
@@ -179,23 +191,7 @@ fn run_two_phase(
     let report = runtime.block_on(megastore_bench::run_two_phase(config, &site, runs));
     bar.finish_and_clear();
     let report = report?;
-    let mut table = Table::new();
-    table.load_style(comfy_table::presets::NOTHING).set_header([
-        "TRANSACTION",
-        "COUNT",
-        "P50 ms",
-        "P99 ms",
-        "MAX ms",
-    ]);
-    for k in &report.kinds {
-        table.add_row([
-            k.kind.clone(),
-            k.count.to_string(),
-            millis(k.p50_us),
-            millis(k.p99_us),
-            millis(k.max_us),
-        ]);
-    }
+    let table = kinds_table("TRANSACTION", &report.kinds);
     print!("read-modify-write transactions from site {site}, first read to commit\n{table}\n");
     println!("{}", report.json_line());
     Ok(ExitCode::SUCCESS)
@@ -209,12 +205,7 @@ fn run_queries(
 ) -> anyhow::Result<ExitCode> {
     let site = match site {
         Some(site) => site,
-        None => config
-            .replicas
-            .iter()
-            .find(|r| r.kind == megastore_types::ReplicaKind::Full)
-            .map(|r| r.site.clone())
-            .context("the cluster has no full replica to act from")?,
+        None => first_full_site(config)?,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let _entered = runtime.enter();

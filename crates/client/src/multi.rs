@@ -17,7 +17,7 @@ use megastore_types::{EgId, Position, TxnId};
 
 use crate::client::{Client, ClientError};
 use crate::groups::relative_conflicts;
-use crate::txn::{ATTEMPTS_MAX, Attempt, AttemptFuture, Outcome, Transaction, retry_pause};
+use crate::txn::{ATTEMPTS_MAX, Attempt, AttemptFuture, Outcome, Transaction, settle_attempt};
 
 /// Pause between looks at an undecided transaction's decision.
 const DECISION_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
@@ -188,12 +188,10 @@ impl Client {
         for attempt in 0..ATTEMPTS_MAX {
             let mut txn = self.begin_multi(groups)?;
             let value = body(&mut txn).await?;
-            match txn.commit().await? {
-                Attempt::Done(outcome) => return Ok((value, outcome)),
-                Attempt::Retry { keys, .. } => {
-                    last_keys = keys;
-                    retry_pause(attempt).await;
-                }
+            if let Some(outcome) =
+                settle_attempt(txn.commit().await?, attempt, &mut last_keys).await?
+            {
+                return Ok((value, outcome));
             }
         }
         Err(ClientError::TooManyConflicts {
@@ -218,12 +216,10 @@ impl Client {
         for attempt in 0..ATTEMPTS_MAX {
             let mut txn = self.begin_multi(groups)?;
             let value = body(&mut txn).await?;
-            match txn.commit().await? {
-                Attempt::Done(outcome) => return Ok((value, outcome)),
-                Attempt::Retry { keys, .. } => {
-                    last_keys = keys;
-                    retry_pause(attempt).await;
-                }
+            if let Some(outcome) =
+                settle_attempt(txn.commit().await?, attempt, &mut last_keys).await?
+            {
+                return Ok((value, outcome));
             }
         }
         Err(ClientError::TooManyConflicts {

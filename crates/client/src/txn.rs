@@ -305,31 +305,19 @@ impl Transaction {
         if self.writes.is_empty() {
             return Ok(Attempt::Done(Outcome::ReadOnly));
         }
-        let client = self.client;
-        let eg = self.eg;
-        let mut reads = self.reads;
-        let (position, leader) = match self.position {
-            Some(p) => p,
-            // Blind writes: read the group's position first.
-            None => {
-                let read = client
-                    .read_rows(&eg, ReadMode::Current, DataQuery::Rows(Vec::new()))
-                    .await?;
-                reads.saw_prepared(&read.prepared);
-                (read.position.unwrap_or(Position::NONE), read.next_leader)
-            }
-        };
-        let writes: Vec<RowWrite> = self
-            .writes
-            .into_iter()
-            .map(|(row, cells)| RowWrite { row, cells })
-            .collect();
-        check_proposed_writes(&eg, &writes)
-            .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
+        let (client, id) = (self.client.clone(), self.id);
+        let participant = self.into_participant().await?;
         let committed = client
-            .commit(self.id, &eg, position, leader, writes, reads)
+            .commit(
+                id,
+                &participant.eg,
+                participant.read_position,
+                participant.leader,
+                participant.writes,
+                participant.reads,
+            )
             .await?;
-        Self::outcome(&client, &eg, committed.txn, committed.result).await
+        Self::outcome(&client, &participant.eg, committed.txn, committed.result).await
     }
 
     /// Whether the attempt read or wrote anything.
@@ -337,12 +325,14 @@ impl Transaction {
         self.position.is_some() || !self.writes.is_empty()
     }
 
-    /// This attempt as one group of a cross-group commit: its read position (a current
-    /// read now, for blind writes), writes and read set, checked like a commit's.
+    /// What this attempt commits: its read position (a current read now, for blind
+    /// writes), its writes (checked) and its read set — for a commit of its own group,
+    /// or as one group of a cross-group commit.
     pub(crate) async fn into_participant(self) -> Result<Participant, ClientError> {
         let mut reads = self.reads;
         let (position, leader) = match self.position {
             Some(p) => p,
+            // Blind writes: read the group's position first.
             None => {
                 let read = self
                     .client
@@ -418,7 +408,17 @@ async fn finish_attempt(
     attempt: u32,
     last_keys: &mut Vec<Vec<u8>>,
 ) -> Result<Option<Outcome>, ClientError> {
-    match txn.commit().await? {
+    settle_attempt(txn.commit().await?, attempt, last_keys).await
+}
+
+/// What an attempt's commit came to: its outcome, or `None` after a pause when it must
+/// run again (`last_keys` then holds its conflicting rows).
+pub(crate) async fn settle_attempt(
+    committed: Attempt,
+    attempt: u32,
+    last_keys: &mut Vec<Vec<u8>>,
+) -> Result<Option<Outcome>, ClientError> {
+    match committed {
         Attempt::Done(outcome) => Ok(Some(outcome)),
         Attempt::Retry { keys, .. } => {
             *last_keys = keys;

@@ -70,6 +70,28 @@ impl RowWrite {
         }
     }
 
+    /// The row this write leaves in an empty store when applied at `timestamp`: its
+    /// sets (a delete leaves nothing).
+    pub fn as_row(&self, timestamp: Timestamp) -> megastore_rowstore::Row {
+        megastore_rowstore::Row {
+            key: self.row.clone(),
+            cells: self
+                .cells
+                .iter()
+                .filter_map(|c| match c {
+                    CellWrite::Set { column, value } => Some((
+                        column.clone(),
+                        megastore_rowstore::Cell {
+                            timestamp,
+                            value: value.clone(),
+                        },
+                    )),
+                    CellWrite::Delete { .. } => None,
+                })
+                .collect(),
+        }
+    }
+
     /// The row-store mutation that applies this write at `timestamp`.
     pub fn at(&self, timestamp: Timestamp) -> RowMutation {
         let mutations = self

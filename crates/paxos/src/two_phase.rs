@@ -30,8 +30,8 @@
 //! every read at a position (`ReplicaReply::Data::pending`), so every transaction knows
 //! the locks at its position without asking.
 //!
-//! This module keeps the keys, the records and the lock rule; [`decide`], [`finish`]
-//! and [`commit`] are the operations [`crate::ClientCore`] runs with them.
+//! This module keeps the keys, the records and the lock rule; `decide`, `finish`
+//! and `commit` (with `settle`) are the operations [`crate::ClientCore`] runs with them.
 
 pub(crate) mod commit;
 pub(crate) mod decide;
@@ -337,27 +337,7 @@ impl Record {
     /// The record a prepare write of `eg` ([`prepare_write`]) stages, as a replica would
     /// read it back.
     pub fn of_write(eg: &EgId, write: &RowWrite) -> Option<Self> {
-        let cells = write
-            .cells
-            .iter()
-            .filter_map(|c| match c {
-                CellWrite::Set { column, value } => Some((
-                    column.clone(),
-                    megastore_rowstore::Cell {
-                        timestamp: 0,
-                        value: value.clone(),
-                    },
-                )),
-                CellWrite::Delete { .. } => None,
-            })
-            .collect();
-        record_of(
-            eg,
-            &Row {
-                key: write.row.clone(),
-                cells,
-            },
-        )
+        record_of(eg, &write.as_row(0))
     }
 }
 

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use megastore_paxos::queue::{self, Place};
 use megastore_paxos::{CellWrite, LogEntry};
-use megastore_rowstore::{Cell, Row};
+
 use megastore_types::{EgId, Position};
 
 use super::ChosenLog;
@@ -28,30 +28,7 @@ fn sends_of(eg: &EgId, p: Position, entry: &LogEntry) -> Vec<queue::Outgoing> {
     entry
         .writes
         .iter()
-        .filter_map(|w| {
-            let w = queue::stamped(eg, w, p);
-            let cells = w
-                .cells
-                .iter()
-                .filter_map(|c| match c {
-                    CellWrite::Set { column, value } => Some((
-                        column.clone(),
-                        Cell {
-                            timestamp: p.0,
-                            value: value.clone(),
-                        },
-                    )),
-                    CellWrite::Delete { .. } => None,
-                })
-                .collect();
-            queue::outgoing(
-                eg,
-                &Row {
-                    key: w.row.clone(),
-                    cells,
-                },
-            )
-        })
+        .filter_map(|w| queue::outgoing(eg, &queue::stamped(eg, w, p).as_row(p.0)))
         .collect()
 }
 

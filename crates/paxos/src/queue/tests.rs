@@ -12,23 +12,7 @@ fn g(name: &str) -> EgId {
 
 /// The row a write leaves after applying at `position` (sets only).
 fn applied(write: &RowWrite, position: u64) -> Row {
-    Row {
-        key: write.row.clone(),
-        cells: write
-            .cells
-            .iter()
-            .filter_map(|c| match c {
-                CellWrite::Set { column, value } => Some((
-                    column.clone(),
-                    Cell {
-                        timestamp: position,
-                        value: value.clone(),
-                    },
-                )),
-                CellWrite::Delete { .. } => None,
-            })
-            .collect(),
-    }
+    write.as_row(position)
 }
 
 fn read(position: u64, rows: Vec<Row>) -> ReadResult {

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use megastore_rowstore::{Cell, KeyRange, Row};
+use megastore_rowstore::{KeyRange, Row};
 use megastore_types::{ClientId, EgId, Position, ReplicaId, Time, TxnId};
 
 use super::commit::{Participant, TwoPhaseCommit, TwoPhaseResult};
@@ -56,23 +56,7 @@ fn prepared(eg: &EgId, writes: &[&str], reads: &[&str]) -> Prepared {
 
 /// The row a write leaves (sets only).
 fn stored(write: &RowWrite) -> Row {
-    Row {
-        key: write.row.clone(),
-        cells: write
-            .cells
-            .iter()
-            .filter_map(|c| match c {
-                CellWrite::Set { column, value } => Some((
-                    column.clone(),
-                    Cell {
-                        timestamp: 5,
-                        value: value.clone(),
-                    },
-                )),
-                CellWrite::Delete { .. } => None,
-            })
-            .collect(),
-    }
+    write.as_row(5)
 }
 
 fn read(position: u64, rows: Vec<Row>, prepared: Vec<Prepared>) -> ReadResult {
