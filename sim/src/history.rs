@@ -110,6 +110,8 @@ pub enum Outcome {
         committed: u64,
         /// Finished as aborted.
         aborted: u64,
+        /// Left as they were: undecided and not expired, or not settled this time.
+        left: u64,
     },
     /// A read that gave up.
     Failed,

@@ -290,3 +290,166 @@ fn a_snapshot_installs_over_a_wiped_replicas_data_which_then_refuses_reads_below
         );
     }
 }
+
+/// Steps `replica` on `input` at `now` through the shared driver loop: its messages.
+fn step(
+    replica: &mut megastore_paxos::Replica,
+    store: &MemoryStore,
+    now: megastore_types::Time,
+    input: megastore_paxos::ReplicaInput,
+) -> Vec<(megastore_types::NodeId, megastore_paxos::Message)> {
+    let mut batch = megastore_paxos::Batch::new();
+    replica.step_into(now, input, store, &mut batch).unwrap();
+    batch.release(store).unwrap().sends
+}
+
+/// The replica requests among `sends`, with their destinations.
+fn requests(
+    sends: &[(megastore_types::NodeId, megastore_paxos::Message)],
+) -> Vec<(ReplicaId, ReplicaRequest)> {
+    sends
+        .iter()
+        .filter_map(|(to, m)| match (to, m) {
+            (megastore_types::NodeId::Replica(r), megastore_paxos::Message::ReplicaRequest(q)) => {
+                Some((*r, q.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// A wiped replica that learned a late position of a group every other replica has
+/// truncated far below it: its snapshot request is lost, and its sweep's catch-up of
+/// the abandoned position fails (everything below it is truncated everywhere). The next
+/// sweep must probe the group again — which asks for a snapshot — rather than start the
+/// same doomed catch-up (found by a 10,000-seed run: the catch-up restarted at every
+/// sweep, so the group was never probed and the replica never caught up).
+#[test]
+fn a_group_whose_catch_up_failed_is_probed_again_for_a_snapshot() {
+    use megastore_paxos::{ReplicaInput, SweepConfig};
+    use megastore_types::{NodeId, Time};
+    let ms = std::time::Duration::from_millis;
+    let at = |t: u64| Time::from_nanos(t * 1_000_000);
+    // Cleared, with floor 40: the store a wiped replica has after clearing.
+    let store = MemoryStore::new();
+    let mut group = reload(&store, true);
+    let mut out = Vec::new();
+    group.clear(Position(40), &mut out);
+    carry_out(&store, out);
+    let proposer = megastore_paxos::ProposerConfig {
+        topology: topology(),
+        proposer: megastore_types::ProposerId::replica(ReplicaId(1)),
+        lock_nodes: vec![megastore_types::LockNodeId(0)],
+        timeouts: megastore_paxos::Timeouts::from_rpc_and_lease(ms(100), ms(1000)),
+        bugs: ProtocolBugs::NONE,
+    };
+    let mut replica = megastore_paxos::Replica::new(megastore_paxos::ReplicaConfig {
+        id: ReplicaId(1),
+        topology: topology(),
+        bugs: ProtocolBugs::NONE,
+        sweep: Some(SweepConfig {
+            interval: ms(1000),
+            proposer,
+            seed: 3,
+            history_kept: 8,
+        }),
+        rejoining: true,
+    });
+    // It accepts position 50 (above its floor) and never hears it is visible.
+    let accept = ReplicaInput::Message {
+        from: CLIENT,
+        message: megastore_paxos::Message::ReplicaRequest(accept(
+            50,
+            ballot(1),
+            write(50, Some(1), "late"),
+            false,
+        )),
+    };
+    step(&mut replica, &store, at(0), accept);
+    let truncated_40 = megastore_paxos::LogState {
+        highest: Position(50),
+        visible: Position(50),
+        applied: Position(50),
+        truncated: Position(40),
+        next_leader: Some(ReplicaId(2)),
+    };
+    // Sweep 1 probes the group; every other replica answers: truncated through 40.
+    let sends = step(&mut replica, &store, at(1), ReplicaInput::Tick);
+    let probes = requests(&sends);
+    assert!(
+        probes
+            .iter()
+            .any(|(_, q)| matches!(q, ReplicaRequest::LogState { .. })),
+        "{probes:?}"
+    );
+    let mut snapshot_asked = false;
+    for (r, q) in probes {
+        let ReplicaRequest::LogState { id, .. } = q else {
+            continue;
+        };
+        let reply = ReplicaReply::LogState {
+            id,
+            state: truncated_40,
+        };
+        let sends = step(
+            &mut replica,
+            &store,
+            at(2),
+            ReplicaInput::Message {
+                from: NodeId::Replica(r),
+                message: megastore_paxos::Message::ReplicaReply(reply),
+            },
+        );
+        snapshot_asked |= requests(&sends)
+            .iter()
+            .any(|(_, q)| matches!(q, ReplicaRequest::Snapshot { .. }));
+    }
+    assert!(snapshot_asked, "the probe asks for a snapshot");
+    // The snapshot never comes. The next sweeps: the abandoned position's catch-up runs
+    // and fails (every position below it truncated at a majority)...
+    let mut now = 1_000;
+    let mut failed_catch_up = false;
+    let mut probed_again = false;
+    while now < 10_000 && !probed_again {
+        now += 50;
+        let sends = step(&mut replica, &store, at(now), ReplicaInput::Tick);
+        for (r, q) in requests(&sends) {
+            let reply = match q {
+                ReplicaRequest::ReadLog { id, position, .. } if position <= Position(40) => {
+                    failed_catch_up = true;
+                    ReplicaReply::Error {
+                        id,
+                        error: ReplicaError::Truncated {
+                            truncated: Position(40),
+                            chosen: None,
+                        },
+                    }
+                }
+                ReplicaRequest::Prepare { id, .. } => ReplicaReply::Prepare {
+                    id,
+                    result: megastore_paxos::messages::PrepareResult::Truncated,
+                },
+                // ...and only then is the group probed again.
+                ReplicaRequest::LogState { .. } if failed_catch_up => {
+                    probed_again = true;
+                    continue;
+                }
+                _ => continue,
+            };
+            step(
+                &mut replica,
+                &store,
+                at(now),
+                ReplicaInput::Message {
+                    from: NodeId::Replica(r),
+                    message: megastore_paxos::Message::ReplicaReply(reply),
+                },
+            );
+        }
+    }
+    assert!(failed_catch_up, "the abandoned position's catch-up ran");
+    assert!(
+        probed_again,
+        "the group was never probed again after its catch-up failed"
+    );
+}

@@ -115,9 +115,15 @@ impl ClientNode {
         out
     }
 
-    /// Settles a random group's prepared transactions, as a replica's sweep does.
+    /// Settles a random group's prepared transactions.
     pub(super) fn start_settle(&mut self, real: u64, now: Time) -> Vec<ClientOutput> {
         let eg = group(self.rng.below(self.two_phase_groups()) as u16);
+        self.settle_group(real, now, eg)
+    }
+
+    /// Settles `eg`'s prepared transactions (for the world's model of the full
+    /// replicas' sweep, which has no client of its own here).
+    pub(crate) fn settle_group(&mut self, real: u64, now: Time, eg: EgId) -> Vec<ClientOutput> {
         let (op, out) = self.core.settle_prepared(now, eg.clone());
         self.state = State::TwoPhase(Multi::Settling {
             op,
@@ -340,6 +346,7 @@ impl ClientNode {
                     Ok(settled) => Outcome::Settled {
                         committed: settled.committed,
                         aborted: settled.aborted,
+                        left: settled.undecided + settled.failed,
                     },
                     Err(_) => Outcome::Failed,
                 };

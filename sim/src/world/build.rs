@@ -216,6 +216,7 @@ impl World {
             held: BTreeMap::new(),
             wiped: false,
             next_client_id: 1 << 16,
+            prepared_due: BTreeMap::new(),
         };
         if let Some((r, extra)) = world.config.lagging {
             world.net.slow_down(NodeId::Replica(r), extra);

@@ -9,7 +9,7 @@ use megastore_coordinator::{Input as CoordinatorInput, Output as CoordinatorOutp
 use megastore_paxos::{
     Batch, ClientInput, ClientOutput, Message, ReplicaInput, ReplicaReply, ReplicaRequest,
 };
-use megastore_types::{ClientId, LockNodeId, NodeId, ReplicaId};
+use megastore_types::{ClientId, LockNodeId, NodeId, ReplicaId, ReplicaKind};
 
 use crate::history::OpRecord;
 use crate::network::Network;
@@ -102,6 +102,15 @@ impl World {
                 .expect("the memory store does not fail");
         }
         let counts = batch.counts();
+        // The full replicas' sweep of prepared transactions (`group_work.rs` on a real
+        // replica server): a group whose entries prepared some is settled one prepared
+        // timeout later — by a client here, the simulated replicas having none.
+        if self.config.two_phase && self.config.topology.kind(r) == Some(ReplicaKind::Full) {
+            let due = self.now + super::ns(self.timeouts.prepared);
+            for eg in batch.prepared_groups() {
+                self.prepared_due.entry(eg.clone()).or_insert(due);
+            }
+        }
         self.stats.installs += counts.installs;
         self.stats.collections += counts.collections;
         let voted = matches!(
@@ -238,6 +247,12 @@ impl World {
             (_, Outcome::NotCommitted) => self.stats.conflicts += 1,
             (_, Outcome::Unknown) => self.stats.unknown += 1,
             (_, Outcome::ResolvedNotCommitted { .. }) => self.stats.resolved_not_committed += 1,
+            (OpKind::Settle, Outcome::Failed) => {
+                self.stats.failed += 1;
+                self.prepared_due
+                    .entry(record.eg.clone())
+                    .or_insert(self.now + super::ns(self.timeouts.prepared));
+            }
             (_, Outcome::Failed) => self.stats.failed += 1,
             (OpKind::SnapshotRead, _) => self.stats.reads_snapshot += 1,
             (OpKind::InconsistentRead, _) => self.stats.reads_inconsistent += 1,
@@ -256,8 +271,20 @@ impl World {
                 crate::history::TwoPhaseOutcome::Aborted => self.stats.two_phase_aborted += 1,
                 crate::history::TwoPhaseOutcome::Unknown => self.stats.two_phase_unknown += 1,
             },
-            (_, Outcome::Settled { committed, aborted }) => {
-                self.stats.prepared_settled += committed + aborted
+            (
+                _,
+                Outcome::Settled {
+                    committed,
+                    aborted,
+                    left,
+                },
+            ) => {
+                self.stats.prepared_settled += committed + aborted;
+                if *left > 0 {
+                    self.prepared_due
+                        .entry(record.eg.clone())
+                        .or_insert(self.now + super::ns(self.timeouts.prepared));
+                }
             }
             (_, Outcome::Verified { hits, .. }) => {
                 let kept = hits.iter().filter(|h| h.kept).count() as u64;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use megastore_coordinator::Input as CoordinatorInput;
 use megastore_paxos::{ClientInput, Message, ReplicaInput, Timeouts};
-use megastore_types::{ClientId, NodeId, ReplicaId, SiteId, Time};
+use megastore_types::{ClientId, EgId, NodeId, ReplicaId, SiteId, Time};
 
 use crate::clock::Clock;
 use crate::config::SimConfig;
@@ -94,6 +94,9 @@ pub(crate) struct World {
     pub(crate) wiped: bool,
     /// The id the next restarted client process runs under (ids no client had).
     next_client_id: u32,
+    /// Groups whose prepared transactions the full replicas' sweep settles, and from
+    /// when (real time, ns).
+    prepared_due: BTreeMap<EgId, u64>,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -245,7 +248,22 @@ impl World {
                 if client.busy() || now >= end {
                     return;
                 }
-                let outputs = client.start_next(now, local);
+                let sweep = client
+                    .two_phase
+                    .then(|| {
+                        self.prepared_due
+                            .iter()
+                            .find(|(_, due)| **due <= now)
+                            .map(|(eg, _)| eg.clone())
+                    })
+                    .flatten();
+                let outputs = match sweep {
+                    Some(eg) => {
+                        self.prepared_due.remove(&eg);
+                        client.settle_group(now, local, eg)
+                    }
+                    None => client.start_next(now, local),
+                };
                 self.client_outputs(c, outputs);
             }
             Event::ClientCrash(c, serial) => {

@@ -99,6 +99,11 @@ pub(crate) struct Sweeper {
     pending_last: BTreeSet<(EgId, Position)>,
     /// Rotates which group is probed.
     cursor: usize,
+    /// Groups whose last catch-up failed: probed before any new catch-up. A position a
+    /// catch-up cannot settle is usually truncated everywhere else — only a snapshot
+    /// helps, and only a probe asks for one; a catch-up started again at every sweep
+    /// would keep the group from ever being probed.
+    failed: BTreeSet<EgId>,
 }
 
 impl Sweeper {
@@ -112,6 +117,7 @@ impl Sweeper {
             next_sweep: Time::ZERO,
             pending_last: BTreeSet::new(),
             cursor: 0,
+            failed: BTreeSet::new(),
         }
     }
 
@@ -199,7 +205,8 @@ impl Sweeper {
                 .iter()
                 .filter(|p| self.pending_last.contains(&(group.eg().clone(), **p)))
                 .max();
-            if let (Some(&target), false) = (abandoned, self.tasks.contains_key(group.eg())) {
+            let busy = self.tasks.contains_key(group.eg()) || self.failed.contains(group.eg());
+            if let (Some(&target), false) = (abandoned, busy) {
                 self.catch_up(
                     now,
                     group.eg().clone(),
@@ -214,6 +221,14 @@ impl Sweeper {
             if group.rejoin() == Rejoin::Uncleared {
                 self.clear(now, group.eg().clone(), sends);
             }
+        }
+        // A group whose catch-up failed is probed now (it may need a snapshot).
+        let failed: Vec<EgId> = std::mem::take(&mut self.failed).into_iter().collect();
+        for eg in failed {
+            if self.tasks.contains_key(&eg) || !groups.iter().any(|g| *g.eg() == eg) {
+                continue;
+            }
+            self.probe(now, eg, false, sends);
         }
         // Probe one idle group per sweep, round robin, at every other replica.
         let idle: Vec<&&GroupLog> = groups
@@ -405,10 +420,15 @@ impl Sweeper {
             None,
             CATCH_UP_IN_FLIGHT_MAX,
         );
-        if progress == CatchUpProgress::Running {
-            self.tasks.insert(eg, Task::CatchUp(catch_up));
-        } else {
-            self.finish(&eg);
+        match progress {
+            CatchUpProgress::Running => {
+                self.tasks.insert(eg, Task::CatchUp(catch_up));
+            }
+            CatchUpProgress::Failed => {
+                self.finish(&eg);
+                self.failed.insert(eg);
+            }
+            CatchUpProgress::Done { .. } => self.finish(&eg),
         }
     }
 
@@ -431,8 +451,13 @@ impl Sweeper {
         let mut ctx = self
             .wiring
             .ctx(now, &self.config.proposer, eg.clone(), sends);
-        if f(catch_up, &mut ctx) != CatchUpProgress::Running {
-            self.finish(eg);
+        match f(catch_up, &mut ctx) {
+            CatchUpProgress::Running => {}
+            CatchUpProgress::Failed => {
+                self.finish(eg);
+                self.failed.insert(eg.clone());
+            }
+            CatchUpProgress::Done { .. } => self.finish(eg),
         }
     }
 
