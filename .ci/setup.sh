@@ -9,7 +9,9 @@ export CARGO_TERM_COLOR=never CARGO_INCREMENTAL=0 DEBIAN_FRONTEND=noninteractive
 # protobuf-compiler: protoc, which crates/rpc's build script runs on proto/.
 # docker-compose: `docker-compose config` validates docker-compose.yml (no engine needed;
 #                 tests/it/compose.rs reads its output with the python3-yaml it brings).
-packages=(libclang-dev librocksdb-dev protobuf-compiler docker-compose)
+# etcd-server: the peer `megastore bench --etcd` and scripts/compare-etcd.sh measure
+#              side by side (tests/it/compare_etcd.rs runs one member).
+packages=(libclang-dev librocksdb-dev protobuf-compiler docker-compose etcd-server)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -116,20 +116,26 @@ pub struct Process {
 impl Process {
     /// Starts `megastore args…` in `dir`, logging to `dir/<name>.log`.
     pub fn start(name: &str, args: &[&str], dir: &Path) -> Self {
+        Self::start_program(name, &megastore_bin(), args, dir)
+    }
+
+    /// Starts `program args…` in `dir` (a peer's server, say), logging to
+    /// `dir/<name>.log`.
+    pub fn start_program(name: &str, program: &Path, args: &[&str], dir: &Path) -> Self {
         let log = dir.join(format!("{name}.log"));
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log)
             .expect("create the process log");
-        let child = Command::new(megastore_bin())
+        let child = Command::new(program)
             .args(args)
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("log handle"))
             .stderr(file)
             .spawn()
-            .expect("start megastore");
+            .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
         Self {
             child,
             name: name.to_string(),

@@ -5,7 +5,8 @@
 //! hdrhistogram per operation kind; and time the cross-group queries of the photo
 //! schema (global index scans, merge-joins, parallel lookups) one at a time, a queue
 //! message's way from its sender's commit to its consumption at another site, and a
-//! transaction across two groups next to the same transaction in one.
+//! transaction across two groups next to the same transaction in one; and the same
+//! closed loop against an etcd cluster, for a side-by-side comparison.
 //!
 //! Invariants:
 //! - every run is bounded: it stops at its operation count or its duration, whichever
@@ -14,6 +15,7 @@
 //!   error of its kind (with the first few messages kept), never as a latency sample,
 //!   and a write that gave up on conflicts is counted as a conflict, not an error.
 
+mod etcd;
 mod queries;
 mod queues;
 mod report;
@@ -21,6 +23,7 @@ mod timing;
 mod two_phase;
 mod workload;
 
+pub use etcd::run_etcd;
 pub use queries::{QueryReport, run_queries};
 pub use queues::{QueueReport, run_queues};
 pub use report::{KindReport, Report};

@@ -22,6 +22,28 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
 }
 
+/// CPU seconds (user and system) this process has spent so far, from
+/// `/proc/self/stat` (in clock ticks, 100 a second on Linux); 0 where there is none.
+pub(crate) fn process_cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // The command name (field 2) may hold spaces: count fields after its ')'.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line; what follows ')' starts at
+    // field 3.
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
 /// One client's (or all clients') measurements.
 pub(crate) struct Recorder {
     reads: Histogram<u64>,
@@ -101,6 +123,8 @@ impl Recorder {
                 .collect(),
         };
         Report {
+            system: "megastore".into(),
+            client_cpu_s: 0.0,
             groups: spec.groups,
             clients: spec.clients,
             read_fraction: spec.read_fraction,
@@ -158,6 +182,11 @@ pub struct KindReport {
 /// What a run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// What was measured: `megastore`, or `etcd` (`--etcd`).
+    pub system: String,
+    /// CPU seconds the benchmark's own process (its clients) spent, connecting
+    /// included: with the servers' CPU, what the work cost.
+    pub client_cpu_s: f64,
     /// Entity groups used.
     pub groups: u32,
     /// Concurrent clients.

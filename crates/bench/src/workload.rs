@@ -83,7 +83,8 @@ pub enum SpecError {
 }
 
 impl Spec {
-    fn check(&self, config: &ClusterConfig) -> Result<Vec<String>, SpecError> {
+    /// Checks what does not depend on the cluster: counts, sizes and shares.
+    pub(crate) fn check_shape(&self) -> Result<(), SpecError> {
         let invalid = |m: String| Err(SpecError::Invalid(m));
         if self.groups == 0 {
             return invalid("--groups must be at least 1".into());
@@ -112,6 +113,12 @@ impl Spec {
         if self.operations == Some(0) || self.duration.is_zero() {
             return invalid("--operations and --duration must be more than zero".into());
         }
+        Ok(())
+    }
+
+    fn check(&self, config: &ClusterConfig) -> Result<Vec<String>, SpecError> {
+        self.check_shape()?;
+        let invalid = |m: String| Err(SpecError::Invalid(m));
         let sites = if self.sites.is_empty() {
             config
                 .replicas
@@ -174,6 +181,7 @@ pub async fn run(
     progress: impl Fn(u64) + Send + Sync + 'static,
 ) -> Result<Report, SpecError> {
     let sites = spec.check(config)?;
+    let cpu_before = crate::report::process_cpu_seconds();
     let mut workers = Vec::new();
     for i in 0..spec.clients as usize {
         let at: Vec<&String> = if spec.rotate_sites {
@@ -253,5 +261,7 @@ pub async fn run(
             Err(e) => recorder.error(Kind::Write, format!("a client task failed: {e}")),
         }
     }
-    Ok(recorder.report(spec, &sites, started.elapsed()))
+    let mut report = recorder.report(spec, &sites, started.elapsed());
+    report.client_cpu_s = crate::report::process_cpu_seconds() - cpu_before;
+    Ok(report)
 }

@@ -72,6 +72,16 @@ pub(crate) struct BenchArgs {
     /// --site.
     #[arg(long, conflicts_with_all = ["queries", "queues"])]
     two_phase: bool,
+    /// Run the same closed loop against an etcd cluster instead (comma-separated
+    /// endpoints, e.g. `127.0.0.1:2379`): each client puts one of --groups keys (gets,
+    /// for the --reads share), one operation outstanding; no cluster.toml is read.
+    #[arg(
+        long,
+        value_name = "ENDPOINTS",
+        value_delimiter = ',',
+        conflicts_with_all = ["queries", "queues", "two_phase", "rotate_sites"]
+    )]
+    etcd: Vec<String>,
     /// Runs of each query with --queries (messages with --queues, transactions of each
     /// kind with --two-phase).
     #[arg(long, default_value_t = 50)]
@@ -278,7 +288,11 @@ const DEBUG_BUILD_WARNING: &str = "warning: this megastore is a debug build: its
      the cluster from that binary to measure)";
 
 pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    let config = args.cluster.load()?;
+    let config = if args.etcd.is_empty() {
+        Some(args.cluster.load()?)
+    } else {
+        None
+    };
     anyhow::ensure!(
         args.duration.is_finite() && args.duration > 0.0 && args.duration <= 86_400.0,
         "--duration must be between 0 and 86400 seconds, not {}",
@@ -310,6 +324,11 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         // On stderr, so the report (and its JSON line) stay what they are.
         eprintln!("{DEBUG_BUILD_WARNING}");
     }
+    let Some(config) = config else {
+        return run_closed_loop(&spec, plot.as_deref(), |runtime, progress| {
+            runtime.block_on(megastore_bench::run_etcd(&args.etcd, &spec, progress))
+        });
+    };
     if let Some((site, runs)) = queries {
         return run_queries(site, runs, &config);
     }
@@ -319,6 +338,21 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.two_phase {
         return run_two_phase(spec.sites.first().cloned(), args.runs, &config);
     }
+    run_closed_loop(&spec, plot.as_deref(), |runtime, progress| {
+        runtime.block_on(megastore_bench::run(&config, &spec, progress))
+    })
+}
+
+/// Runs a closed loop (`start` runs it on the runtime, reporting progress), with a
+/// progress bar; then the report as a table, a plot if asked, and one JSON line.
+fn run_closed_loop(
+    spec: &Spec,
+    plot: Option<&std::path::Path>,
+    start: impl FnOnce(
+        &tokio::runtime::Runtime,
+        Box<dyn Fn(u64) + Send + Sync>,
+    ) -> Result<Report, megastore_bench::SpecError>,
+) -> anyhow::Result<ExitCode> {
     let bar = match spec.operations {
         Some(n) => ProgressBar::new(n),
         None => ProgressBar::new_spinner(),
@@ -331,12 +365,10 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     );
     let ticker = bar.clone();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let report = runtime.block_on(megastore_bench::run(&config, &spec, move |done| {
-        ticker.set_position(done)
-    }))?;
+    let report = start(&runtime, Box::new(move |done| ticker.set_position(done)))?;
     bar.finish_and_clear();
     print!("{}", render(&report));
-    if let Some(path) = &plot {
+    if let Some(path) = plot {
         crate::bench_plot::write_plot(path, &report)?;
         eprintln!("latency plot: {}", path.display());
     }

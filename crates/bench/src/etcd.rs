@@ -1,0 +1,93 @@
+//! `megastore bench --etcd ENDPOINTS`: the same closed loop against an etcd cluster, for
+//! a side-by-side comparison (`scripts/compare-etcd.sh`): each client puts (or, for the
+//! read share, gets — linearizable, etcd's default) one of `groups` keys, with values of
+//! the same size, one operation outstanding, until the same deadline or count.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use rand::Rng;
+
+use crate::report::{Kind, Recorder, Report};
+use crate::{Spec, SpecError};
+
+/// The key of item `n` (`bench/000042`), under the spec's prefix.
+fn key(spec: &Spec, n: u32) -> String {
+    format!("{}/{n:06}", spec.group_prefix)
+}
+
+/// Runs `spec` (its groups are keys here; sites and read modes do not apply) against
+/// the etcd cluster at `endpoints`; `progress` hears how many operations are done.
+pub async fn run_etcd(
+    endpoints: &[String],
+    spec: &Spec,
+    progress: impl Fn(u64) + Send + Sync + 'static,
+) -> Result<Report, SpecError> {
+    if endpoints.is_empty() {
+        return Err(SpecError::Invalid("--etcd: name an endpoint".into()));
+    }
+    spec.check_shape()?;
+    let cpu_before = crate::report::process_cpu_seconds();
+    let mut clients = Vec::with_capacity(spec.clients as usize);
+    for _ in 0..spec.clients {
+        // One connection per client, as each megastore client has its own.
+        let client = etcd_client::Client::connect(endpoints, None)
+            .await
+            .map_err(|e| SpecError::Invalid(format!("connecting to etcd at {endpoints:?}: {e}")))?;
+        clients.push(client);
+    }
+    let started = Instant::now();
+    let deadline = started + spec.duration;
+    let issued = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let progress = Arc::new(progress);
+    let mut tasks = Vec::new();
+    for mut client in clients {
+        let spec = spec.clone();
+        let (issued, done, progress) = (issued.clone(), done.clone(), progress.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut recorder = Recorder::new();
+            let value = vec![b'x'; spec.value_size];
+            while Instant::now() < deadline {
+                let n = issued.fetch_add(1, Ordering::Relaxed);
+                if spec.operations.is_some_and(|limit| n >= limit) {
+                    break;
+                }
+                let (n, is_read) = {
+                    let mut rng = rand::rng();
+                    (
+                        rng.random_range(0..spec.groups),
+                        rng.random_bool(spec.read_fraction),
+                    )
+                };
+                let key = key(&spec, n);
+                let began = Instant::now();
+                if is_read {
+                    match client.get(key, None).await {
+                        Ok(_) => recorder.record(Kind::Read, began.elapsed()),
+                        Err(e) => recorder.error(Kind::Read, e.to_string()),
+                    }
+                } else {
+                    match client.put(key, value.clone(), None).await {
+                        Ok(_) => recorder.record(Kind::Write, began.elapsed()),
+                        Err(e) => recorder.error(Kind::Write, e.to_string()),
+                    }
+                }
+                progress(done.fetch_add(1, Ordering::Relaxed) + 1);
+            }
+            recorder
+        }));
+    }
+    let mut recorder = Recorder::new();
+    for task in tasks {
+        match task.await {
+            Ok(r) => recorder.merge(r),
+            Err(e) => recorder.error(Kind::Write, format!("a client task failed: {e}")),
+        }
+    }
+    let mut report = recorder.report(spec, &["etcd".to_string()], started.elapsed());
+    report.system = "etcd".into();
+    report.client_cpu_s = crate::report::process_cpu_seconds() - cpu_before;
+    Ok(report)
+}

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# megastore and etcd side by side on this machine (issue 13, docs/performance.md): a
+# `megastore dev` cluster (release build) and a 3-member etcd 3.4 cluster (Debian's
+# etcd-server, installed if missing), both on loopback, run the same closed-loop
+# workload — writes only, 256-byte values, 16, 32 and 64 clients — interleaved, ROUNDS
+# times, SECONDS each. megastore writes one key in each of 1,000 groups; etcd puts
+# 10,000 keys. Each run's JSON line (OUT) carries the servers' CPU seconds next to the
+# client's; after each pair, a line with the megastore/etcd ratios.
+#   scripts/compare-etcd.sh [OUT] [ROUNDS] [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-/tmp/megastore-vs-etcd.jsonl}
+rounds=${2:-3}
+seconds=${3:-20}
+
+if ! command -v etcd >/dev/null; then
+    echo "==> installing etcd-server" >&2
+    sudo_cmd=()
+    if [ "$(id -u)" != 0 ]; then sudo_cmd=(sudo); fi
+    "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends etcd-server >/dev/null
+fi
+source scripts/dev-cluster.sh
+: > "$out"
+
+# Three etcd members on loopback, in a fresh directory.
+ETCD_DIR=$(mktemp -d)
+etcd_pids=()
+cluster=""
+for i in 0 1 2; do cluster+="${cluster:+,}e$i=http://127.0.0.1:$((23800 + i))"; done
+for i in 0 1 2; do
+    etcd --name "e$i" --data-dir "$ETCD_DIR/e$i" \
+        --listen-client-urls "http://127.0.0.1:$((23790 + i))" \
+        --advertise-client-urls "http://127.0.0.1:$((23790 + i))" \
+        --listen-peer-urls "http://127.0.0.1:$((23800 + i))" \
+        --initial-advertise-peer-urls "http://127.0.0.1:$((23800 + i))" \
+        --initial-cluster "$cluster" --initial-cluster-state new \
+        --initial-cluster-token megastore-compare > "$ETCD_DIR/e$i.log" 2>&1 &
+    etcd_pids+=($!)
+done
+endpoints="127.0.0.1:23790,127.0.0.1:23791,127.0.0.1:23792"
+stop_all() {
+    kill "${etcd_pids[@]}" 2>/dev/null || true
+    wait "${etcd_pids[@]}" 2>/dev/null || true
+    rm -rf "$ETCD_DIR"
+    if [ -n "${DEV_PID:-}" ]; then stop_dev; fi
+}
+trap stop_all EXIT
+until ETCDCTL_API=3 etcdctl --endpoints "$endpoints" endpoint health >/dev/null 2>&1; do sleep 0.2; done
+start_dev ""
+
+# CPU seconds (user + system) the processes have spent so far.
+cpu_of() {
+    local ticks=0 pid
+    for pid in "$@"; do
+        ticks=$((ticks + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+    done
+    echo "$ticks"
+}
+
+# One run: prints its JSON line, with the round and the servers' CPU added.
+run_one() { # system, clients, round
+    local system=$1 clients=$2 round=$3 before after line
+    local pids=("$DEV_PID")
+    if [ "$system" = etcd ]; then pids=("${etcd_pids[@]}"); fi
+    before=$(cpu_of "${pids[@]}")
+    if [ "$system" = etcd ]; then
+        line=$("$megastore" bench --etcd "$endpoints" --groups 10000 --reads 0 --value-size 256 \
+            --clients "$clients" --duration "$seconds" --group-prefix "r$round" 2>/dev/null | tail -1)
+    else
+        line=$("$megastore" bench --config "$DEV_DIR/cluster.toml" --groups 1000 --reads 0 \
+            --value-size 256 --clients "$clients" --duration "$seconds" \
+            --group-prefix "r$round-c$clients" 2>/dev/null | tail -1)
+    fi
+    after=$(cpu_of "${pids[@]}")
+    python3 - "$line" "$round" "$(( after - before ))" <<'PY'
+import json, sys
+report = json.loads(sys.argv[1])
+report["round"] = int(sys.argv[2])
+report["server_cpu_s"] = int(sys.argv[3]) / 100
+print(json.dumps(report))
+PY
+}
+
+for round in $(seq "$rounds"); do
+    for clients in 16 32 64; do
+        # Interleaved, the order alternating by round.
+        systems=(megastore etcd)
+        if [ $((round % 2)) = 0 ]; then systems=(etcd megastore); fi
+        declare -A lines=()
+        for system in "${systems[@]}"; do
+            echo "==> round $round, $clients clients: $system" >&2
+            lines[$system]=$(run_one "$system" "$clients" "$round")
+            echo "${lines[$system]}" >> "$out"
+        done
+        python3 - "${lines[megastore]}" "${lines[etcd]}" <<'PY' | tee -a "$out"
+import json, sys
+m, e = (json.loads(a) for a in sys.argv[1:3])
+def writes(r):
+    return next(k for k in r["kinds"] if k["kind"] == "write")
+def per_1000(r):
+    count = writes(r)["count"]
+    return (r["server_cpu_s"] + r["client_cpu_s"]) * 1000 / count if count else None
+mw, ew = writes(m), writes(e)
+ratio = {
+    "round": m["round"],
+    "clients": m["clients"],
+    "megastore_writes_per_s": round(mw["per_second"], 1),
+    "etcd_writes_per_s": round(ew["per_second"], 1),
+    "ratio_writes_per_s": round(mw["per_second"] / ew["per_second"], 3) if ew["per_second"] else None,
+    "megastore_p50_ms": mw["p50_us"] / 1000,
+    "etcd_p50_ms": ew["p50_us"] / 1000,
+    "megastore_cpu_s_per_1000_writes": round(per_1000(m), 3),
+    "etcd_cpu_s_per_1000_writes": round(per_1000(e), 3),
+}
+ratio["ratio_cpu_per_write"] = round(
+    ratio["megastore_cpu_s_per_1000_writes"] / ratio["etcd_cpu_s_per_1000_writes"], 3)
+print(json.dumps(ratio))
+PY
+    done
+done
+echo "results: $out" >&2
