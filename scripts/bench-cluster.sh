@@ -31,5 +31,5 @@ run_cluster() { # name, extra config lines
 }
 
 run_cluster loopback ""
-run_cluster wan80 "$(wan80)"
+run_cluster wan80 "$(wan_links 80)"
 echo "results: $out" >&2

@@ -6,12 +6,19 @@
 # times, SECONDS each. megastore writes one key in each of 1,000 groups; etcd puts
 # 10,000 keys. Each run's JSON line (OUT) carries the servers' CPU seconds next to the
 # client's; after each pair, a line with the megastore/etcd ratios.
-#   scripts/compare-etcd.sh [OUT] [ROUNDS] [SECONDS]
+#
+# With RTT (ms) > 0, both run as across a wide-area network of that round trip between
+# every pair of sites: megastore with [[wan]] links between its four sites, etcd with its
+# peer links through scripts/wan-delay-proxy.py (RTT/2 each way; each member is a site,
+# and the clients' connections to their members are local, as megastore's to their
+# sites' replicas).
+#   scripts/compare-etcd.sh [OUT] [ROUNDS] [SECONDS] [RTT]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/megastore-vs-etcd.jsonl}
 rounds=${2:-3}
 seconds=${3:-20}
+rtt=${4:-0}
 
 if ! command -v etcd >/dev/null; then
     echo "==> installing etcd-server" >&2
@@ -23,30 +30,44 @@ source scripts/dev-cluster.sh
 : > "$out"
 
 # Three etcd members on loopback, in a fresh directory.
+# Over a WAN, each member is reached by its peers through the delay proxy (ports
+# 23810-2), and advertises that address.
 ETCD_DIR=$(mktemp -d)
 etcd_pids=()
+proxy_pid=""
+peer_port_base=23800
+if [ "$rtt" != 0 ]; then
+    peer_port_base=23810
+    maps=()
+    for i in 0 1 2; do maps+=(--map "127.0.0.1:$((23810 + i))=127.0.0.1:$((23800 + i))"); done
+    python3 scripts/wan-delay-proxy.py --delay-ms "$(python3 -c "print($rtt / 2)")" "${maps[@]}" \
+        --max-secs $((rounds * 6 * (seconds + 60) + 600)) > "$ETCD_DIR/proxy.log" 2>&1 &
+    proxy_pid=$!
+fi
 cluster=""
-for i in 0 1 2; do cluster+="${cluster:+,}e$i=http://127.0.0.1:$((23800 + i))"; done
+for i in 0 1 2; do cluster+="${cluster:+,}e$i=http://127.0.0.1:$((peer_port_base + i))"; done
 for i in 0 1 2; do
     etcd --name "e$i" --data-dir "$ETCD_DIR/e$i" \
         --listen-client-urls "http://127.0.0.1:$((23790 + i))" \
         --advertise-client-urls "http://127.0.0.1:$((23790 + i))" \
         --listen-peer-urls "http://127.0.0.1:$((23800 + i))" \
-        --initial-advertise-peer-urls "http://127.0.0.1:$((23800 + i))" \
+        --initial-advertise-peer-urls "http://127.0.0.1:$((peer_port_base + i))" \
         --initial-cluster "$cluster" --initial-cluster-state new \
         --initial-cluster-token megastore-compare > "$ETCD_DIR/e$i.log" 2>&1 &
     etcd_pids+=($!)
 done
 endpoints="127.0.0.1:23790,127.0.0.1:23791,127.0.0.1:23792"
 stop_all() {
-    kill "${etcd_pids[@]}" 2>/dev/null || true
-    wait "${etcd_pids[@]}" 2>/dev/null || true
+    kill "${etcd_pids[@]}" $proxy_pid 2>/dev/null || true
+    wait "${etcd_pids[@]}" $proxy_pid 2>/dev/null || true
     rm -rf "$ETCD_DIR"
     if [ -n "${DEV_PID:-}" ]; then stop_dev; fi
 }
-trap stop_all EXIT
+trap stop_all EXIT  # (replaces dev-cluster.sh's, and stops the cluster too)
 until ETCDCTL_API=3 etcdctl --endpoints "$endpoints" endpoint health >/dev/null 2>&1; do sleep 0.2; done
-start_dev ""
+wan=""
+if [ "$rtt" != 0 ]; then wan=$(wan_links "$rtt"); fi
+start_dev "$wan"
 
 # CPU seconds (user + system) the processes have spent so far.
 cpu_of() {
@@ -72,10 +93,11 @@ run_one() { # system, clients, round
             --group-prefix "r$round-c$clients" 2>/dev/null | tail -1)
     fi
     after=$(cpu_of "${pids[@]}")
-    python3 - "$line" "$round" "$(( after - before ))" <<'PY'
+    python3 - "$line" "$round" "$(( after - before ))" "$rtt" <<'PY'
 import json, sys
 report = json.loads(sys.argv[1])
 report["round"] = int(sys.argv[2])
+report["rtt_ms"] = int(sys.argv[4])
 report["server_cpu_s"] = int(sys.argv[3]) / 100
 print(json.dumps(report))
 PY
@@ -103,6 +125,7 @@ def per_1000(r):
 mw, ew = writes(m), writes(e)
 ratio = {
     "round": m["round"],
+    "rtt_ms": m["rtt_ms"],
     "clients": m["clients"],
     "megastore_writes_per_s": round(mw["per_second"], 1),
     "etcd_writes_per_s": round(ew["per_second"], 1),
