@@ -1,6 +1,6 @@
 //! Building a world: every node of the seed's topology, its clock and its core.
 
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::time::Duration;
 
 use megastore_coordinator::{Coordinator, CoordinatorConfig, Input as CoordinatorInput};
@@ -114,6 +114,7 @@ impl World {
                     site: info.site,
                     rejoining: false,
                     wipes: 0,
+                    registered: BTreeSet::new(),
                 },
             );
             if info.kind == ReplicaKind::Full {

@@ -17,6 +17,10 @@ use crate::workload::ClientNode;
 
 use super::{Event, World};
 
+/// The client id of a replica driver's own requests (the replica server's `DRIVER`):
+/// their replies go nowhere.
+pub(super) const REPLICA_DRIVER: ClientId = ClientId(u32::MAX);
+
 impl World {
     pub(super) fn deliver(&mut self, from: NodeId, to: NodeId, message: Message) {
         match to {
@@ -137,7 +141,9 @@ impl World {
             return;
         }
         let released = {
-            let node = self.replicas.get(&r).expect("replica exists");
+            let node = self.replicas.get_mut(&r).expect("replica exists");
+            node.registered
+                .extend(batch.persisted_groups().iter().cloned());
             batch
                 .release(&node.store)
                 .expect("the memory store does not fail")
@@ -163,7 +169,10 @@ impl World {
             return;
         }
         for (to, message) in released.sends {
-            self.send(NodeId::Replica(r), to, message);
+            // The replies to the driver's own requests are dropped, as the server does.
+            if to != NodeId::Client(REPLICA_DRIVER) {
+                self.send(NodeId::Replica(r), to, message);
+            }
         }
         if let Some(t) = released.wake {
             self.wake_at(NodeId::Replica(r), t);
