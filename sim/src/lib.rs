@@ -321,13 +321,17 @@ mod scripted {
         assert!(found.is_empty(), "{found:#?}");
     }
 
+    /// The stale interleaving needs the lagging replica's coordinator invalidated and
+    /// revalidated around one read, which about 4 seeds in 100 reach since a full
+    /// replica whose accept is on its way gets a grace before its invalidation (8 in
+    /// 100 before): hence 100 seeds.
     #[test]
     fn reading_the_position_before_the_vouch_returns_stale_state() {
         let bugs = crate::bug("read-position-before-vouch").unwrap();
-        let found: Vec<_> = (0..20)
+        let found: Vec<_> = (0..100)
             .flat_map(|seed| lagging_readers(bugs, seed))
             .collect();
-        let clean: Vec<_> = (0..20)
+        let clean: Vec<_> = (0..100)
             .flat_map(|seed| lagging_readers(Bugs::default(), seed))
             .collect();
         assert!(clean.is_empty(), "{clean:#?}");

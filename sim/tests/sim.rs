@@ -162,7 +162,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ("decide-before-all-prepared", &["multi-group-atomicity"], 10),
     ("abort-without-recording", &["multi-group-atomicity"], 10),
     ("ignore-prepared-on-commit", &["multi-group-atomicity"], 10),
-    ("record-abort-blind", &["decision-stable"], 20),
+    ("record-abort-blind", &["decision-stable"], 40),
     ("read-ignores-prepared", &["multi-group-atomicity"], 10),
 ];
 

@@ -92,6 +92,7 @@ impl Settle {
             });
         }
         self.deciding = self.outstanding.clone();
+        self.accepts_sent = ctx.now;
         let deadline = ctx.now + ctx.config.timeouts.rpc;
         self.phase = if round.ballot.is_zero() {
             Phase::FastAccept { deadline }

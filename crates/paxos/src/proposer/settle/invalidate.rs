@@ -2,7 +2,7 @@
 //! not known to hold it has its coordinator invalidated for the group — or a
 //! linearizable read of the lock service shows that coordinator's lock lapsed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
 use megastore_lock::{LockError, LockReply};
@@ -14,8 +14,16 @@ use super::{Chosen, Invalidation, Phase, Settle};
 impl Settle {
     /// Write step 5 for a value just chosen (not learned from a visible mark): every
     /// full replica not among its holders has its coordinator invalidated.
+    ///
+    /// A full replica whose accept of the deciding round is still on its way gets a
+    /// moment first — half as long again as the majority took — since its accept
+    /// makes it a holder: invalidating a replica that was merely slower than the
+    /// majority would cost its site local reads until its coordinator revalidates (a
+    /// majority's log states per read).
     pub(super) fn on_chosen<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, chosen: Chosen) {
+        let on_their_way: BTreeSet<ReplicaId> = self.outstanding.values().copied().collect();
         self.outstanding.clear();
+        let grace = ctx.now.since(self.accepts_sent) / 2;
         let bugs = ctx.config.bugs;
         if bugs.skip_invalidate() {
             self.mark_visible(ctx, chosen.ballot, chosen.entry);
@@ -38,14 +46,21 @@ impl Settle {
         };
         let mut pending = BTreeMap::new();
         for r in targets {
-            self.invalidate(ctx, r);
-            pending.insert(
-                r,
+            let invalidation = if on_their_way.contains(&r) && !grace.is_zero() {
+                Invalidation {
+                    retry_at: ctx.now + grace,
+                    lock_query: None,
+                    sent: false,
+                }
+            } else {
+                self.invalidate(ctx, r);
                 Invalidation {
                     retry_at: ctx.now + ctx.config.timeouts.invalidate,
                     lock_query: None,
-                },
-            );
+                    sent: true,
+                }
+            };
+            pending.insert(r, invalidation);
         }
         self.phase = Phase::Invalidate {
             chosen,

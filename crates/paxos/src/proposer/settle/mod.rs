@@ -102,6 +102,9 @@ struct Invalidation {
     retry_at: Time,
     /// The outstanding lock service query, if any.
     lock_query: Option<u64>,
+    /// Whether the invalidate went out (not while the replica's accept may still
+    /// come).
+    sent: bool,
 }
 
 /// The value being pushed at one ballot, and who has accepted it there.
@@ -125,6 +128,8 @@ pub(crate) struct Settle {
     outstanding: BTreeMap<u64, ReplicaId>,
     /// Requests of the round that chose the value, whose late accepts still count.
     deciding: BTreeMap<u64, ReplicaId>,
+    /// When the current round's accepts went out.
+    accepts_sent: Time,
     /// Every request and lock query this settle sent.
     mine: BTreeSet<u64>,
     round: Option<Round>,
@@ -160,6 +165,7 @@ impl Settle {
             phase: Phase::Backoff { until: ctx.now },
             outstanding: BTreeMap::new(),
             deciding: BTreeMap::new(),
+            accepts_sent: ctx.now,
             mine: BTreeSet::new(),
             round: None,
             max_seen: Ballot::ZERO,
@@ -444,6 +450,15 @@ impl Settle {
                     .collect();
                 for r in due {
                     self.invalidate(ctx, r);
+                    if let Phase::Invalidate { pending, .. } = &mut self.phase
+                        && let Some(p) = pending.get_mut(&r)
+                        && !p.sent
+                    {
+                        // Its accept did not come in time: the first invalidate.
+                        p.sent = true;
+                        p.retry_at = now + ctx.config.timeouts.invalidate;
+                        continue;
+                    }
                     let lock = lock_name(r);
                     let query = ctx.send_lock(LockCommand::Holder { lock });
                     self.mine.insert(query);
