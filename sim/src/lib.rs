@@ -78,6 +78,7 @@ pub const BUG_NAMES: &[&str] = &[
     "ignore-prepared-on-commit",
     "record-abort-blind",
     "read-ignores-prepared",
+    "settled-read-ignores-in-flight",
 ];
 
 /// The knob called `name`.
@@ -119,6 +120,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "ignore-prepared-on-commit" => p.ignore_prepared_on_commit = true,
         "record-abort-blind" => p.record_abort_blind = true,
         "read-ignores-prepared" => p.read_ignores_prepared = true,
+        "settled-read-ignores-in-flight" => p.settled_read_ignores_in_flight = true,
         _ => return None,
     }
     Some(Bugs {

@@ -89,7 +89,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     (
         "validate-ignores-position",
         &["vouched-is-current", "visible-after-invalidate"],
-        200,
+        250,
     ),
     (
         "validate-after-remote-catchup",
@@ -107,7 +107,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         5,
     ),
     ("read-local-unvouched", &["linearizable-eg"], 30),
-    ("ack-before-invalidate", &["visible-after-invalidate"], 5),
+    ("ack-before-invalidate", &["visible-after-invalidate"], 10),
     ("learn-from-single-accept", &["single-value"], 40),
     ("leader-from-unchosen-entry", &["ballot-zero-once"], 120),
     (
@@ -118,7 +118,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     (
         "apply-out-of-order",
         &["prefix-snapshots", "linearizable-eg"],
-        5,
+        15,
     ),
     (
         "rejoin-as-voter",
@@ -129,7 +129,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     (
         "release-while-vouching",
         &["visible-after-invalidate", "vouched-is-current"],
-        90,
+        240,
     ),
     ("resolve-any-remembered-txn", &["durable-ack"], 170),
     (
@@ -163,7 +163,8 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ("abort-without-recording", &["multi-group-atomicity"], 10),
     ("ignore-prepared-on-commit", &["multi-group-atomicity"], 10),
     ("record-abort-blind", &["decision-stable"], 40),
-    ("read-ignores-prepared", &["multi-group-atomicity"], 10),
+    ("read-ignores-prepared", &["multi-group-atomicity"], 20),
+    ("settled-read-ignores-in-flight", &["linearizable-eg"], 10),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -239,6 +240,7 @@ knob_tests! {
     ignore_prepared_on_commit_is_caught => 29,
     record_abort_blind_is_caught => 30,
     read_ignores_prepared_is_caught => 31,
+    settled_read_ignores_in_flight_is_caught => 32,
 }
 
 #[test]
@@ -247,7 +249,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 34);
+    assert_eq!(BUG_NAMES.len(), 35);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

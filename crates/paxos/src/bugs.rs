@@ -95,5 +95,10 @@ megastore_types::bug_knobs! {
         /// returns what it read without learning the decision: after a commit decision,
         /// a participant not yet finished is read without the transaction's writes.
         read_ignores_prepared,
+        /// A settled read (a vouched current read's one request) is served at the
+        /// replica's visible position even with positions above it in flight there: a
+        /// write this replica accepted and whose writer acknowledged it before the read
+        /// began — its visible mark still on the way — is missed.
+        settled_read_ignores_in_flight,
     }
 }

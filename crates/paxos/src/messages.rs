@@ -21,6 +21,13 @@ pub enum ReadAt {
     Applied,
     /// The newest cells, log ignored (inconsistent reads; may see half an entry).
     Latest,
+    /// A vouched current read's one request: the replica's visible position, if it
+    /// applied it and has seen nothing beyond it (no position accepted, promised or
+    /// granted above); the `Data` answer then names the next position's leader. Else
+    /// the answer is the replica's `LogState`, from which the reader catches up as
+    /// after a `LogState` request. Asked only once the coordinator vouched: the
+    /// position must not predate the vouch (docs/protocol.md, "Reads").
+    Settled,
 }
 
 /// What to read from a group's data rows.
@@ -351,6 +358,9 @@ pub enum ReplicaReply {
         /// none for a latest read): the locks a transaction reading here must respect
         /// (docs/protocol.md, "Two-phase commit").
         pending: Vec<Row>,
+        /// For a [`ReadAt::Settled`] read, the next position's leader named by the
+        /// entry at `at` (`None` for every other read).
+        next_leader: Option<ReplicaId>,
     },
     /// The request failed.
     Error {

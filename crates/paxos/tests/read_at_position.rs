@@ -86,6 +86,7 @@ fn a_read_at_a_position_is_served_at_exactly_it_by_a_replica_that_applied_it() {
             at: Some(p),
             rows: Vec::new(),
             pending: Vec::new(),
+            next_leader: None,
         },
     );
     let result = read_result(&out)

@@ -534,12 +534,14 @@ impl From<ReplicaReply> for pb::ReplicaReply {
                 at,
                 rows,
                 pending,
+                next_leader,
             } => (
                 id,
                 r::Reply::Data(r::Data {
                     at: at.map(|p| p.0),
                     rows: rows.into_iter().map(row_to_wire).collect(),
                     pending: pending.into_iter().map(row_to_wire).collect(),
+                    next_leader: next_leader.map(|r| u32::from(r.0)),
                 }),
             ),
             ReplicaReply::Snapshot { id, at, slot, rows } => (
@@ -591,6 +593,10 @@ impl TryFrom<pb::ReplicaReply> for ReplicaReply {
                 at: d.at.map(Position),
                 rows: d.rows.into_iter().map(row_from_wire).collect(),
                 pending: d.pending.into_iter().map(row_from_wire).collect(),
+                next_leader: d
+                    .next_leader
+                    .map(|r| replica_from_wire(r, "data.next_leader"))
+                    .transpose()?,
             },
             r::Reply::Snapshot(s) => ReplicaReply::Snapshot {
                 id,

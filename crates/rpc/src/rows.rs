@@ -85,6 +85,7 @@ pub(crate) fn read_at_to_wire(at: ReadAt) -> pb::ReadAt {
         ReadAt::Position(p) => pb::read_at::At::Position(p.0),
         ReadAt::Applied => pb::read_at::At::Applied(true),
         ReadAt::Latest => pb::read_at::At::Latest(true),
+        ReadAt::Settled => pb::read_at::At::Settled(true),
     };
     pb::ReadAt { at: Some(at) }
 }
@@ -94,5 +95,6 @@ pub(crate) fn read_at_from_wire(at: Option<pb::ReadAt>) -> Result<ReadAt, WireEr
         pb::read_at::At::Position(p) => ReadAt::Position(megastore_types::Position(p)),
         pb::read_at::At::Applied(_) => ReadAt::Applied,
         pb::read_at::At::Latest(_) => ReadAt::Latest,
+        pb::read_at::At::Settled(_) => ReadAt::Settled,
     })
 }

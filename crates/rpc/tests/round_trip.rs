@@ -153,6 +153,12 @@ fn requests() -> Vec<ReplicaRequest> {
         ReplicaRequest::Read {
             id,
             eg: eg.clone(),
+            at: ReadAt::Settled,
+            query: DataQuery::Rows(Vec::new()),
+        },
+        ReplicaRequest::Read {
+            id,
+            eg: eg.clone(),
             at: ReadAt::Latest,
             query: DataQuery::Scan {
                 range: KeyRange::all(),
@@ -195,12 +201,14 @@ fn replies() -> Vec<ReplicaReply> {
             at: Some(Position(4)),
             rows: rows(),
             pending: rows(),
+            next_leader: Some(ReplicaId(2)),
         },
         ReplicaReply::Data {
             id,
             at: None,
             rows: Vec::new(),
             pending: Vec::new(),
+            next_leader: None,
         },
         ReplicaReply::Snapshot {
             id,

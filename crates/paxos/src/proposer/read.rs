@@ -2,14 +2,17 @@
 //! inconsistent.
 //!
 //! ```text
-//!  current:  Query local coordinator ─ vouched ─► LocalState ─► CatchUp(local tail) ─► Read
+//!  current:  Query local coordinator ─ vouched ─► Read(settled) ─ rows ─► done
+//!                                                              └ its log state ─► CatchUp(local tail) ─► Read
 //!                                    └ not / timeout ─► Majority ─► CatchUp(R) ─► Read [─► Validate if R is local]
 //!  snapshot: Read at the replica's applied position     inconsistent: Read latest cells
 //!  at a position: Read at p, at each replica in turn until one has applied p
 //! ```
 //!
 //! The local position is read only after the coordinator vouched: read earlier, it can
-//! predate the write whose reader's validate made the coordinator vouch.
+//! predate the write whose reader's validate made the coordinator vouch. A vouched read
+//! is one request to the local replica ([`ReadAt::Settled`]): the rows at its visible
+//! position when nothing is in flight there, else its log state to catch up from.
 
 use std::collections::BTreeMap;
 
@@ -208,9 +211,16 @@ impl CurrentRead {
         }
     }
 
+    /// Reads at the local replica once it is vouched for: one request, answered with
+    /// the rows or with the log state to catch up from.
     fn local_state<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, local: ReplicaId) {
-        let eg = self.eg.clone();
-        let id = ctx.send_replica(local, |id| ReplicaRequest::LogState { id, eg });
+        let (eg, query) = (self.eg.clone(), self.query.clone());
+        let id = ctx.send_replica(local, |id| ReplicaRequest::Read {
+            id,
+            eg,
+            at: ReadAt::Settled,
+            query,
+        });
         self.phase = Phase::LocalState {
             id,
             deadline: ctx.now + ctx.config.timeouts.rpc,
@@ -390,6 +400,16 @@ impl CurrentRead {
                     state,
                 } if reply_id == *id => {
                     self.vouched_state(ctx, from, state);
+                }
+                ReplicaReply::Data {
+                    id: reply_id,
+                    at: Some(at),
+                    rows,
+                    pending,
+                    next_leader,
+                } if reply_id == *id => {
+                    self.vouched = true;
+                    self.finish(ctx, from, at, next_leader, rows, pending);
                 }
                 ReplicaReply::Error { id: reply_id, .. } if reply_id == *id => self.majority(ctx),
                 _ => {}

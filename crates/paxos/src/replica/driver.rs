@@ -255,8 +255,9 @@ fn carry_out<S: RowStore>(
             eg,
             at,
             query,
+            next_leader,
         } => {
-            let reply = answer_read(store, id, eg.as_ref(), at, &query);
+            let reply = answer_read(store, id, eg.as_ref(), at, &query, next_leader);
             batch.sends.push((to, Message::ReplicaReply(reply)));
         }
         Output::Send { to, message } => {

@@ -166,6 +166,8 @@ pub enum Output {
         at: Option<Position>,
         /// What to read.
         query: DataQuery,
+        /// The next position's leader to name in the answer (a settled read's).
+        next_leader: Option<ReplicaId>,
     },
     /// Feed [`Input::Tick`] at this time.
     WakeAt(Time),
@@ -453,6 +455,7 @@ impl Replica {
                 id,
                 eg: None,
                 at: None,
+                next_leader: None,
                 query: DataQuery::Scan {
                     range,
                     limit,
@@ -628,7 +631,26 @@ impl Replica {
                         error: ReplicaError::BadQuery(e),
                     }
                 } else {
+                    let mut next_leader = None;
                     let at = match at {
+                        ReadAt::Settled if group.rejoin() == Rejoin::Uncleared => {
+                            let error = ReplicaError::Rejoining;
+                            reply(out, from, ReplicaReply::Error { id, error });
+                            return;
+                        }
+                        ReadAt::Settled => {
+                            let state = group.log_state();
+                            let in_flight = state.highest > state.visible
+                                && !bugs.settled_read_ignores_in_flight();
+                            if in_flight || state.applied < state.visible {
+                                // In flight here, or not applied yet: the reader
+                                // catches up from this state.
+                                reply(out, from, ReplicaReply::LogState { id, state });
+                                return;
+                            }
+                            next_leader = state.next_leader;
+                            Some(state.visible)
+                        }
                         ReadAt::Position(p) if p > group.applied() => {
                             let error = ReplicaError::NotApplied {
                                 applied: group.applied(),
@@ -653,6 +675,7 @@ impl Replica {
                         eg: Some(eg),
                         at,
                         query,
+                        next_leader,
                     });
                     return;
                 }
@@ -732,6 +755,7 @@ pub fn answer_read<S: RowRead>(
     eg: Option<&EgId>,
     at: Option<Position>,
     query: &DataQuery,
+    next_leader: Option<ReplicaId>,
 ) -> ReplicaReply {
     let ts = at.map_or(megastore_rowstore::LATEST, |p| p.0);
     let result = match query {
@@ -772,6 +796,7 @@ pub fn answer_read<S: RowRead>(
             at,
             rows,
             pending,
+            next_leader,
         },
         (Err(e), _) | (_, Err(e)) => ReplicaReply::Error {
             id,
