@@ -64,7 +64,28 @@ stop_all() {
     if [ -n "${DEV_PID:-}" ]; then stop_dev; fi
 }
 trap stop_all EXIT  # (replaces dev-cluster.sh's, and stops the cluster too)
-until ETCDCTL_API=3 etcdctl --endpoints "$endpoints" endpoint health >/dev/null 2>&1; do sleep 0.2; done
+# Every member serves its /health once the cluster has a leader (etcd-server ships no
+# etcdctl). A cluster that does not come up says why.
+healthy() {
+    python3 -c 'import json, sys, urllib.request
+try:
+    body = urllib.request.urlopen(sys.argv[1], timeout=2).read()
+    sys.exit(0 if json.loads(body).get("health") == "true" else 1)
+except Exception:
+    sys.exit(1)' "http://127.0.0.1:$1/health"
+}
+for i in 0 1 2; do
+    waited=0
+    until healthy $((23790 + i)); do
+        if [ "$waited" -ge 300 ] || ! kill -0 "${etcd_pids[$i]}" 2>/dev/null; then
+            echo "etcd member e$i did not become healthy; its log:" >&2
+            tail -20 "$ETCD_DIR/e$i.log" >&2
+            exit 1
+        fi
+        sleep 0.2
+        waited=$((waited + 1))
+    done
+done
 wan=""
 if [ "$rtt" != 0 ]; then wan=$(wan_links "$rtt"); fi
 start_dev "$wan"
