@@ -159,7 +159,11 @@ fn db_options(options: &RocksOptions, cache: &Cache) -> Options {
     table.set_block_cache(cache);
     // Whole-key bloom filters skip SST files that cannot hold a cell.
     table.set_bloom_filter(10.0, false);
-    table.set_cache_index_and_filter_blocks(true);
+    // Index and filter blocks stay with their open tables, outside the block cache:
+    // every read makes an iterator, which needs every overlapping table's index, and
+    // in the cache they were evicted by data blocks and decompressed again per read
+    // (throughput halved once tables reached the ZSTD bottom level; docs/building.md).
+    table.set_cache_index_and_filter_blocks(false);
     db.set_block_based_table_factory(&table);
     db
 }
