@@ -99,7 +99,7 @@ enum Phase {
         early: Option<EarlyLogState>,
         deadline: Time,
     },
-    LocalState {
+    LocalRead {
         id: u64,
         deadline: Time,
     },
@@ -170,7 +170,7 @@ impl CurrentRead {
             None => read.majority(ctx),
             Some(local) if ctx.config.bugs.read_local_unvouched() => {
                 read.vouched = true;
-                read.local_state(ctx, local);
+                read.read_local(ctx, local);
             }
             Some(local) => {
                 let eg = read.eg.clone();
@@ -203,7 +203,7 @@ impl CurrentRead {
     pub(crate) fn deadline(&self) -> Option<Time> {
         match &self.phase {
             Phase::Query { deadline, .. }
-            | Phase::LocalState { deadline, .. }
+            | Phase::LocalRead { deadline, .. }
             | Phase::Majority { deadline, .. }
             | Phase::Reading { deadline, .. } => Some(*deadline),
             Phase::CatchUp { catch_up, .. } => catch_up.deadline(),
@@ -213,7 +213,7 @@ impl CurrentRead {
 
     /// Reads at the local replica once it is vouched for: one request, answered with
     /// the rows or with the log state to catch up from.
-    fn local_state<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, local: ReplicaId) {
+    fn read_local<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, local: ReplicaId) {
         let (eg, query) = (self.eg.clone(), self.query.clone());
         let id = ctx.send_replica(local, |id| ReplicaRequest::Read {
             id,
@@ -221,7 +221,7 @@ impl CurrentRead {
             at: ReadAt::Settled,
             query,
         });
-        self.phase = Phase::LocalState {
+        self.phase = Phase::LocalRead {
             id,
             deadline: ctx.now + ctx.config.timeouts.rpc,
         };
@@ -357,7 +357,7 @@ impl CurrentRead {
             return;
         }
         self.vouched = true;
-        self.local_state(ctx, local);
+        self.read_local(ctx, local);
     }
 
     fn vouched_state<K: Clone + Ord>(
@@ -394,7 +394,7 @@ impl CurrentRead {
                 }
             }
             Phase::Query { .. } => {}
-            Phase::LocalState { id, .. } => match reply {
+            Phase::LocalRead { id, .. } => match reply {
                 ReplicaReply::LogState {
                     id: reply_id,
                     state,
@@ -561,7 +561,7 @@ impl CurrentRead {
     pub(crate) fn on_tick<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
         let now = ctx.now;
         match &mut self.phase {
-            Phase::Query { deadline, .. } | Phase::LocalState { deadline, .. }
+            Phase::Query { deadline, .. } | Phase::LocalRead { deadline, .. }
                 if now >= *deadline =>
             {
                 self.majority(ctx)
