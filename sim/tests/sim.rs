@@ -67,10 +67,13 @@ fn seeds_150_to_199_are_clean() {
 
 /// Seeds that long runs found broken once, kept clean (5272 and 6079: a late answer
 /// about a coordinator's previous lock session sent it back to opening a session while
-/// it held its lock — fixed in `crates/coordinator`).
+/// it held its lock — fixed in `crates/coordinator`; 21355: idle groups after every
+/// replica restarted, the simulator's registry load; 3106: a position only a read-only
+/// replica still held visible — the learn step asks read-only replicas. Later changes
+/// reshuffle each seed's trace, so these guard the seeds, not the interleavings).
 #[test]
 fn seeds_long_runs_found_stay_clean() {
-    for seed in [5272, 6079] {
+    for seed in [5272, 6079, 21355, 3106] {
         clean(seed..seed + 1);
     }
 }
@@ -94,7 +97,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     (
         "validate-after-remote-catchup",
         &["vouched-is-current", "visible-after-invalidate"],
-        40,
+        60,
     ),
     (
         "validate-without-lock",

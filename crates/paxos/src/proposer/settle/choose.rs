@@ -17,7 +17,12 @@ impl Settle {
     pub(super) fn learn<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
         self.outstanding.clear();
         let position = self.position;
-        for r in Self::voters(ctx) {
+        // Read-only replicas are asked too: they hold visible marks, which are final
+        // (`on_replica_reply` takes one from anyone), and may be the last to hold one
+        // — after the voters' logs moved past it by snapshot installs, a replica that
+        // missed the mark and cannot install (its own log was truncated once) learns
+        // it nowhere else. Their other answers do not count.
+        for r in Self::voters(ctx).into_iter().chain(Self::read_only(ctx)) {
             self.send(ctx, r, |id, eg| ReplicaRequest::ReadLog {
                 id,
                 eg,
@@ -123,6 +128,9 @@ impl Settle {
     ) {
         // (A visible slot never gets here: `on_replica_reply` takes every visible
         // answer first.)
+        if !Self::voters(ctx).contains(&from) {
+            return;
+        }
         let Phase::Learn { replies, .. } = &mut self.phase else {
             return;
         };

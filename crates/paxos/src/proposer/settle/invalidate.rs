@@ -21,7 +21,13 @@ impl Settle {
     /// majority would cost its site local reads until its coordinator revalidates (a
     /// majority's log states per read).
     pub(super) fn on_chosen<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, chosen: Chosen) {
-        let on_their_way: BTreeSet<ReplicaId> = self.outstanding.values().copied().collect();
+        // Accepts of the deciding round still outstanding (not a learn's log reads).
+        let on_their_way: BTreeSet<ReplicaId> = self
+            .outstanding
+            .iter()
+            .filter(|(id, _)| self.deciding.contains_key(id))
+            .map(|(_, r)| *r)
+            .collect();
         self.outstanding.clear();
         let grace = ctx.now.since(self.accepts_sent) / 2;
         let bugs = ctx.config.bugs;

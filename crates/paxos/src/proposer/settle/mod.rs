@@ -276,6 +276,16 @@ impl Settle {
         ctx.config.topology.voters().collect()
     }
 
+    fn read_only<K>(ctx: &Ctx<'_, K>) -> Vec<ReplicaId> {
+        let topology = &ctx.config.topology;
+        topology
+            .replicas()
+            .iter()
+            .filter(|r| r.kind == megastore_types::ReplicaKind::ReadOnly)
+            .map(|r| r.id)
+            .collect()
+    }
+
     fn majority<K>(ctx: &Ctx<'_, K>) -> usize {
         ctx.config.topology.majority()
     }
@@ -383,8 +393,11 @@ impl Settle {
             // still hold — and a resolution, which needs only this, ends here.
             self.truncated_chosen = Some(chosen);
         }
+        let voter = Self::voters(ctx).contains(&from);
         match &mut self.phase {
             Phase::FastGrant { .. } => self.prepare(ctx),
+            // A read-only replica was asked only for a visible mark.
+            Phase::Learn { .. } if !voter => {}
             Phase::Learn { replies, .. } => {
                 replies.insert(from, None);
                 #[cfg(feature = "sim-bugs")]
