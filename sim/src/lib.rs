@@ -223,6 +223,11 @@ mod scripted {
                 Duration::from_millis(300),
             );
         }
+        run_to_the_end(world)
+    }
+
+    /// Runs the rest of the run and checks it: the violations, and the trace's lines.
+    fn run_to_the_end(mut world: World) -> (Vec<crate::Violation>, Vec<String>) {
         let end = world.end_time();
         world.run_until(end);
         let (mut checks, world) = world.into_checkers();
@@ -269,11 +274,7 @@ mod scripted {
             }
             now += tick;
         }
-        let end = world.end_time();
-        world.run_until(end);
-        let (mut checks, world) = world.into_checkers();
-        checks.finish(&world.observation());
-        checks.violations
+        run_to_the_end(world).0
     }
 
     #[test]
@@ -310,11 +311,7 @@ mod scripted {
         world.crash(NodeId::Replica(ReplicaId(1)), Duration::from_millis(200));
         world.crash(NodeId::Replica(ReplicaId(2)), Duration::from_millis(300));
         world.wipe(ReplicaId(3), Duration::from_millis(500));
-        let end = world.end_time();
-        world.run_until(end);
-        let (mut checks, world) = world.into_checkers();
-        checks.finish(&world.observation());
-        checks.violations
+        run_to_the_end(world).0
     }
 
     #[test]
