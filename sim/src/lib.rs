@@ -79,6 +79,7 @@ pub const BUG_NAMES: &[&str] = &[
     "record-abort-blind",
     "read-ignores-prepared",
     "settled-read-ignores-in-flight",
+    "combine-conflicting",
 ];
 
 /// The knob called `name`.
@@ -121,6 +122,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "record-abort-blind" => p.record_abort_blind = true,
         "read-ignores-prepared" => p.read_ignores_prepared = true,
         "settled-read-ignores-in-flight" => p.settled_read_ignores_in_flight = true,
+        "combine-conflicting" => p.combine_conflicting = true,
         _ => return None,
     }
     Some(Bugs {
@@ -168,11 +170,13 @@ pub fn run_seed(seed: u64, bugs: Bugs, readable: bool) -> SeedReport {
             });
         }
     }
+    let mut stats = world.stats;
+    stats.combined = checks.chosen.combined_count() as u64;
     SeedReport {
         seed,
         trace_hash: world.trace.hash(),
         violations,
-        stats: world.stats,
+        stats,
         trace: world.trace.lines().to_vec(),
     }
 }

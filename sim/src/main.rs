@@ -68,6 +68,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.messages += s.messages;
     total.faults += s.faults;
     total.commits += s.commits;
+    total.combined += s.combined;
     total.conflicts += s.conflicts;
     total.unknown += s.unknown;
     total.resolved_not_committed += s.resolved_not_committed;
@@ -91,8 +92,9 @@ fn add(total: &mut Stats, s: &Stats) {
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (in combined entries: {} entries; conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, messages {}, violations {violations}",
         s.commits,
+        s.combined,
         s.conflicts,
         s.resolved_not_committed,
         s.unknown,

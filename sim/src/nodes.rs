@@ -65,6 +65,8 @@ pub struct Stats {
     pub faults: u64,
     /// Writes acknowledged.
     pub commits: u64,
+    /// Chosen entries that combine two or more transactions.
+    pub combined: u64,
     /// Writes that did not commit (conflict or aborted).
     pub conflicts: u64,
     /// Writes with unknown outcome (after trying to resolve it).

@@ -143,6 +143,18 @@ struct Unresolved {
     since: Time,
 }
 
+/// A transaction committed beside the one in `State::Committing`, from the same read:
+/// the core makes it wait for its group's lane and may combine it with others
+/// (docs/protocol.md, "Combining commits").
+#[derive(Debug)]
+struct Companion {
+    op: OpId,
+    eg: EgId,
+    start: u64,
+    read_position: Position,
+    read_keys: BTreeSet<Vec<u8>>,
+}
+
 /// One simulated client: its protocol core and what it is doing.
 pub(crate) struct ClientNode {
     /// Its id.
@@ -152,6 +164,8 @@ pub(crate) struct ClientNode {
     /// The protocol.
     pub core: ClientCore,
     state: State,
+    /// Commits in flight beside the state's.
+    companions: Vec<Companion>,
     rng: Rng,
     groups: u16,
     keys: u8,
@@ -196,6 +210,7 @@ impl ClientNode {
             site,
             core,
             state: State::Idle,
+            companions: Vec::new(),
             rng: Rng::new(seed),
             groups,
             keys,
@@ -215,7 +230,7 @@ impl ClientNode {
 
     /// Whether it waits for an operation.
     pub(crate) fn busy(&self) -> bool {
-        !matches!(self.state, State::Idle)
+        !matches!(self.state, State::Idle) || !self.companions.is_empty()
     }
 
     fn all_rows(&self, eg: &EgId) -> Vec<Vec<u8>> {
@@ -343,6 +358,11 @@ impl ClientNode {
     ) -> (Vec<OpRecord>, Vec<ClientOutput>) {
         let mut records = Vec::new();
         let mut out = Vec::new();
+        if let Some(i) = self.companions.iter().position(|c| c.op == op) {
+            let companion = self.companions.swap_remove(i);
+            records.push(companion_record(self.id, companion, real, result));
+            return (records, out);
+        }
         match std::mem::replace(&mut self.state, State::Idle) {
             State::Reading {
                 op: expected,
@@ -683,7 +703,55 @@ impl ClientNode {
         };
         let txn = self.next_txn();
         let writes = self.writes_of(now, &eg, &rows, txn);
-        self.start_commit(real, now, eg, read, txn, writes, read_keys)
+        let mut out = self.start_commit(real, now, eg.clone(), read, txn, writes, read_keys);
+        // Now and then more transactions from the same read, at once: they wait behind
+        // this one in the core and may share an entry.
+        if self.rng.chance(0.3) {
+            for _ in 0..1 + self.rng.below(3) {
+                out.extend(self.start_companion(real, now, &eg, read));
+            }
+        }
+        out
+    }
+
+    /// Commits one more transaction of `eg` from `read`, beside the one in flight.
+    fn start_companion(
+        &mut self,
+        real: u64,
+        now: Time,
+        eg: &EgId,
+        read: &ReadResult,
+    ) -> Vec<ClientOutput> {
+        let Some(read_position) = read.position else {
+            return Vec::new();
+        };
+        let rows = self.some_rows(eg);
+        let read_keys: BTreeSet<Vec<u8>> = if self.rng.chance(0.6) {
+            rows.iter().cloned().collect()
+        } else {
+            BTreeSet::new()
+        };
+        let txn = self.next_txn();
+        let writes = self.writes_of(now, eg, &rows, txn);
+        let mut reads = megastore_paxos::ReadSet::from(read_keys.clone());
+        reads.saw_prepared(&read.prepared);
+        let (op, out) = self.core.commit(
+            now,
+            txn,
+            eg.clone(),
+            read_position,
+            read.next_leader,
+            writes,
+            reads,
+        );
+        self.companions.push(Companion {
+            op,
+            eg: eg.clone(),
+            start: real,
+            read_position,
+            read_keys,
+        });
+        out
     }
 
     /// What transaction `txn` writes to `rows` of `eg`: a value or a delete per row, its
@@ -743,6 +811,37 @@ impl ClientNode {
             }
         }
         writes
+    }
+}
+
+/// The record of a companion commit: its outcome as reported (one whose outcome is
+/// unknown is recorded so, without resolving it).
+fn companion_record(
+    client: ClientId,
+    companion: Companion,
+    end: u64,
+    result: OpResult,
+) -> OpRecord {
+    let OpResult::Commit { txn, result } = result else {
+        unreachable!("a commit op returns a commit result")
+    };
+    let outcome = match result {
+        CommitResult::Committed { position, .. } => Outcome::Committed {
+            txn,
+            position,
+            read_position: companion.read_position,
+            read_keys: companion.read_keys,
+        },
+        CommitResult::Conflict { .. } | CommitResult::Aborted => Outcome::NotCommitted,
+        CommitResult::Unknown { .. } => Outcome::Unknown,
+    };
+    OpRecord {
+        client,
+        eg: companion.eg,
+        kind: OpKind::Commit,
+        start: companion.start,
+        end,
+        outcome,
     }
 }
 

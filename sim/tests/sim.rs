@@ -168,6 +168,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ("record-abort-blind", &["decision-stable"], 40),
     ("read-ignores-prepared", &["multi-group-atomicity"], 20),
     ("settled-read-ignores-in-flight", &["linearizable-eg"], 10),
+    ("combine-conflicting", &["linearizable-eg"], 10),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -244,6 +245,7 @@ knob_tests! {
     record_abort_blind_is_caught => 30,
     read_ignores_prepared_is_caught => 31,
     settled_read_ignores_in_flight_is_caught => 32,
+    combine_conflicting_is_caught => 33,
 }
 
 #[test]
@@ -252,7 +254,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 35);
+    assert_eq!(BUG_NAMES.len(), 36);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

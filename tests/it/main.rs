@@ -3,6 +3,7 @@
 mod backfill;
 mod bank;
 mod cluster;
+mod combining;
 mod compare_etcd;
 mod compose;
 mod downstream;

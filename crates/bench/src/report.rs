@@ -138,6 +138,7 @@ impl Recorder {
             value_size: spec.value_size,
             sites: sites.to_vec(),
             rotate_sites: spec.rotate_sites,
+            connections: spec.connections,
             elapsed_s: elapsed.as_secs_f64(),
             kinds: vec![
                 kind("read", &self.reads, self.read_errors),
@@ -202,6 +203,9 @@ pub struct Report {
     /// Whether each client rotated through the sites per group (writes never from the
     /// leader's site).
     pub rotate_sites: bool,
+    /// Client connections per site the clients shared (`None`: one each).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connections: Option<u32>,
     /// How long the run took.
     pub elapsed_s: f64,
     /// Per operation kind.

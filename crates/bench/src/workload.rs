@@ -46,6 +46,12 @@ pub struct Spec {
     /// group's position leader (the last writer's). Otherwise each worker acts from
     /// one site (the sites taken in turn).
     pub rotate_sites: bool,
+    /// Client connections per site that the workers share (worker `i` uses
+    /// connection `i mod connections` at each site), as the request handlers of an
+    /// application server share its one client; `None`: one connection per worker.
+    /// Workers sharing a connection share its protocol core, which combines their
+    /// commits to one group (docs/protocol.md, "Combining commits").
+    pub connections: Option<u32>,
 }
 
 impl Default for Spec {
@@ -62,6 +68,7 @@ impl Default for Spec {
             group_prefix: "bench".into(),
             write_attempts: 8,
             rotate_sites: false,
+            connections: None,
         }
     }
 }
@@ -109,6 +116,9 @@ impl Spec {
                 "--reads must be between 0 and 1, not {}",
                 self.read_fraction
             ));
+        }
+        if self.connections == Some(0) {
+            return invalid("--connections must be at least 1".into());
         }
         if self.operations == Some(0) || self.duration.is_zero() {
             return invalid("--operations and --duration must be more than zero".into());
@@ -183,21 +193,30 @@ pub async fn run(
     let sites = spec.check(config)?;
     let cpu_before = crate::report::process_cpu_seconds();
     let mut workers = Vec::new();
+    // Connections by (site, number): shared by the workers that map to one.
+    let mut connections: std::collections::HashMap<(&String, usize), Client> = Default::default();
     for i in 0..spec.clients as usize {
         let at: Vec<&String> = if spec.rotate_sites {
             sites.iter().collect()
         } else {
             vec![&sites[i % sites.len()]]
         };
+        let number = spec.connections.map_or(i, |c| i % c as usize);
         let mut clients = Vec::new();
         for site in at {
-            let client =
-                Client::connect(config, site)
-                    .await
-                    .map_err(|error| SpecError::Connect {
-                        site: site.clone(),
-                        error,
+            let client = match connections.get(&(site, number)) {
+                Some(client) => client.clone(),
+                None => {
+                    let client = Client::connect(config, site).await.map_err(|error| {
+                        SpecError::Connect {
+                            site: site.clone(),
+                            error,
+                        }
                     })?;
+                    connections.insert((site, number), client.clone());
+                    client
+                }
+            };
             clients.push(client);
         }
         workers.push(clients);

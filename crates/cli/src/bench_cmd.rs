@@ -56,6 +56,11 @@ pub(crate) struct BenchArgs {
     /// the site of the group's position leader (the site of its last writer).
     #[arg(long)]
     rotate_sites: bool,
+    /// Client connections per site that the clients share (default: one per client),
+    /// as an application server's request handlers share one client: commits to one
+    /// group through one connection are combined into shared log entries.
+    #[arg(long, value_name = "N")]
+    connections: Option<u32>,
     /// Time the photo schema's cross-group queries instead (a global index scan of 100
     /// hits as applied and verified, a merge-join of two tags, a lookup of 1,000
     /// photos from 1,000 groups), each `--runs` times, from the first --site; needs
@@ -253,11 +258,14 @@ fn render(report: &Report) -> String {
         ]);
     }
     let mut text = format!(
-        "{} operations in {:.1} s ({:.1}/s); {} clients at {}{}, {} groups, {:.0}% {} reads, {}-byte values\n{table}\n",
+        "{} operations in {:.1} s ({:.1}/s); {} clients{} at {}{}, {} groups, {:.0}% {} reads, {}-byte values\n{table}\n",
         report.operations(),
         report.elapsed_s,
         report.operations() as f64 / report.elapsed_s.max(1e-9),
         report.clients,
+        report.connections.map_or(String::new(), |c| format!(
+            " over {c} connection(s) per site"
+        )),
         report.sites.join(","),
         if report.rotate_sites {
             " (rotating: no write from the leader's site)"
@@ -317,6 +325,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         sites: args.sites,
         group_prefix: args.group_prefix,
         rotate_sites: args.rotate_sites,
+        connections: args.connections,
         ..Spec::default()
     };
     crate::logging::init_quiet();

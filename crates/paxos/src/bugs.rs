@@ -100,5 +100,9 @@ megastore_types::bug_knobs! {
         /// write this replica accepted and whose writer acknowledged it before the read
         /// began — its visible mark still on the way — is missed.
         settled_read_ignores_in_flight,
+        /// A proposer combining waiting transactions into one entry forgets to check
+        /// each against the ones before it: a transaction that read a row an earlier
+        /// one in the entry writes commits on a stale read.
+        combine_conflicting,
     }
 }

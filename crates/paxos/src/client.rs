@@ -4,9 +4,12 @@
 //! number of current reads at once), the delivery of a group's queue messages, and the
 //! two-phase commit across groups with everything that settles a prepared transaction
 //! (a current read that meets one, a commit one locks out, a sweep of a group). It
-//! routes replies by request id and reports each operation's result.
+//! routes replies by request id and reports each operation's result. Its commits to
+//! one group go one at a time, later ones waiting and then combined into shared log
+//! entries ([`lanes`]).
 
 mod composite;
+mod lanes;
 
 use std::collections::BTreeMap;
 
@@ -16,9 +19,9 @@ use megastore_types::{
     ClientId, EgId, NodeId, Position, ReplicaId, ReplicaKind, SiteId, Time, TxnId,
 };
 
-use crate::entry::{LogEntry, RowWrite};
+use crate::entry::RowWrite;
 use crate::messages::{DataQuery, Message};
-use crate::proposer::commit::{Commit, CommitResult, ReadSet};
+use crate::proposer::commit::{Commit, CommitResult, Member, ReadSet};
 use crate::proposer::read::{CurrentRead, PointRead, PointTarget, ReadError, ReadMode, ReadResult};
 use crate::proposer::resolve::{Resolution, Resolve};
 use crate::proposer::{Ctx, ProposerConfig, Wiring};
@@ -30,6 +33,7 @@ use crate::two_phase::decide::{Decide, DecideOutcome, MayAbort, Patience, TwoPha
 use crate::two_phase::settle::{Blocked, SettleGroup, SettledGroup, SettlingRead};
 use crate::verify::{CheckedHit, GlobalHit, Verify};
 use composite::Composite;
+use lanes::{Lane, Start, Waiting};
 
 /// How a client runs.
 #[derive(Debug, Clone)]
@@ -128,10 +132,18 @@ pub enum Output {
 enum Op {
     Current(CurrentRead),
     Point(PointRead),
-    Commit(Box<Commit>),
+    Commit(Box<CommitOp>),
     Resolve(Box<Resolve>),
     Verify(Box<Verify>),
     Composite(Box<Composite>),
+}
+
+/// A commit, and the operation each of its transactions reports to (the first's is
+/// the commit's own).
+#[derive(Debug)]
+struct CommitOp {
+    commit: Commit,
+    ops: Vec<(TxnId, OpId)>,
 }
 
 /// An operation the core started for another one: its result goes to that one.
@@ -160,6 +172,8 @@ pub struct ClientCore {
     next_core_txn: u64,
     /// Composite operations' pauses: when, whose, which step.
     wakes: Vec<(Time, OpId, u32)>,
+    /// Per group, the commit in flight and the commits waiting to combine after it.
+    lanes: BTreeMap<EgId, Lane>,
     wiring: Wiring<OpId>,
     next_op: u64,
 }
@@ -181,6 +195,7 @@ impl ClientCore {
             children: BTreeMap::new(),
             next_core_txn: CORE_TXNS,
             wakes: Vec::new(),
+            lanes: BTreeMap::new(),
             wiring,
             next_op: 1,
         }
@@ -528,6 +543,10 @@ impl ClientCore {
     /// never used for another transaction), so it can tell it before committing and
     /// resolve it by that name. Committing the same `txn` at the same position again
     /// is safe: one value is chosen there, so it applies at most once.
+    ///
+    /// While another of this client's commits to the group is in flight, it waits,
+    /// and then may share a log entry with other waiting transactions
+    /// (docs/protocol.md, "Combining commits"); its result is its own either way.
     #[allow(clippy::too_many_arguments)]
     pub fn commit(
         &mut self,
@@ -544,17 +563,99 @@ impl ClientCore {
             "a client commits its own transactions only"
         );
         let mut sends = Vec::new();
-        let op = self.start_commit(
-            now,
-            txn,
-            eg,
-            read_position,
-            leader,
-            writes,
-            reads.into(),
-            &mut sends,
-        );
+        let reads = reads.into();
+        let op = match self.blocked_commit(now, txn, &eg, &writes, &reads, &mut sends) {
+            Some(op) => op,
+            None => {
+                let op = self.new_op();
+                let lane = self.lanes.entry(eg.clone()).or_default();
+                lane.wait(Waiting {
+                    op,
+                    member: Member { txn, writes, reads },
+                    read_position,
+                    leader,
+                });
+                op
+            }
+        };
         (op, self.finish_step(now, sends))
+    }
+
+    /// Prepared transactions its reads saw lock a commit out if it writes what they
+    /// read or write, or read what they write: settles them first, then reports a
+    /// conflict (the operation returned).
+    fn blocked_commit(
+        &mut self,
+        now: Time,
+        txn: TxnId,
+        eg: &EgId,
+        writes: &[RowWrite],
+        reads: &ReadSet,
+        sends: &mut Vec<(NodeId, Message)>,
+    ) -> Option<OpId> {
+        if self.config.proposer.bugs.ignore_prepared_on_commit() {
+            return None;
+        }
+        // A prepare writes, in effect, what its transaction will write.
+        let effective = crate::two_phase::effective_writes(eg, writes);
+        let (blocking, keys) = reads.blocked_by(effective.iter().map(Vec::as_slice));
+        if blocking.is_empty() {
+            return None;
+        }
+        let (blocked, steps) = Blocked::start(eg, txn, &blocking, keys, self.two_phase_clock());
+        Some(self.start_composite(now, Composite::Blocked(blocked), steps, sends))
+    }
+
+    /// Starts what the idle lanes have waiting (reporting conflicts known at once),
+    /// and drops lanes with nothing left.
+    fn run_lanes(
+        &mut self,
+        now: Time,
+        sends: &mut Vec<(NodeId, Message)>,
+        results: &mut Vec<(OpId, OpResult)>,
+    ) {
+        let bugs = self.config.proposer.bugs;
+        let mut starts: Vec<(EgId, Start)> = Vec::new();
+        for (eg, lane) in &mut self.lanes {
+            if let Some(busy) = lane.busy {
+                match self.ops.get(&busy) {
+                    Some(Op::Commit(op)) if !op.commit.decided() => continue,
+                    Some(Op::Commit(op)) => {
+                        let (first, winners) = op.commit.seen();
+                        lane.learned(first, winners);
+                    }
+                    _ => {}
+                }
+                lane.busy = None;
+            }
+            let (conflicts, start) = lane.next(eg, &bugs);
+            for (op, txn, result) in conflicts {
+                results.push((op, OpResult::Commit { txn, result }));
+            }
+            starts.extend(start.map(|s| (eg.clone(), s)));
+        }
+        for (eg, start) in starts {
+            let (first_op, _) = start.members[0];
+            let ops: Vec<(TxnId, OpId)> =
+                start.members.iter().map(|(op, m)| (m.txn, *op)).collect();
+            let members = start.members.into_iter().map(|(_, m)| m).collect();
+            let next_leader = self.preferred_leader();
+            let mut ctx = self.wiring.ctx(now, &self.config.proposer, first_op, sends);
+            let commit = Commit::start(
+                &mut ctx,
+                eg.clone(),
+                start.position,
+                start.leader,
+                members,
+                next_leader,
+            );
+            self.ops
+                .insert(first_op, Op::Commit(Box::new(CommitOp { commit, ops })));
+            if let Some(lane) = self.lanes.get_mut(&eg) {
+                lane.busy = Some(first_op);
+            }
+        }
+        self.lanes.retain(|_, lane| !lane.idle());
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -569,28 +670,28 @@ impl ClientCore {
         reads: ReadSet,
         sends: &mut Vec<(NodeId, Message)>,
     ) -> OpId {
-        // Prepared transactions its reads saw lock it out if it writes what they read or
-        // write, or read what they write: settle them first, then report a conflict.
-        if !self.config.proposer.bugs.ignore_prepared_on_commit() {
-            // A prepare writes, in effect, what its transaction will write.
-            let effective = crate::two_phase::effective_writes(&eg, &writes);
-            let (blocking, keys) = reads.blocked_by(effective.iter().map(Vec::as_slice));
-            if !blocking.is_empty() {
-                let (blocked, steps) =
-                    Blocked::start(&eg, txn, &blocking, keys, self.two_phase_clock());
-                return self.start_composite(now, Composite::Blocked(blocked), steps, sends);
-            }
+        if let Some(op) = self.blocked_commit(now, txn, &eg, &writes, &reads, sends) {
+            return op;
         }
         let op = self.new_op();
-        let entry = LogEntry {
-            txn: Some(txn),
-            next_leader: self.preferred_leader(),
-            writes,
-            ..LogEntry::noop()
-        };
+        let next_leader = self.preferred_leader();
+        let members = vec![Member { txn, writes, reads }];
         let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, sends);
-        let commit = Commit::start(&mut ctx, eg, read_position.next(), leader, entry, reads);
-        self.ops.insert(op, Op::Commit(Box::new(commit)));
+        let commit = Commit::start(
+            &mut ctx,
+            eg,
+            read_position.next(),
+            leader,
+            members,
+            next_leader,
+        );
+        self.ops.insert(
+            op,
+            Op::Commit(Box::new(CommitOp {
+                commit,
+                ops: vec![(txn, op)],
+            })),
+        );
         op
     }
 
@@ -637,7 +738,7 @@ impl ClientCore {
                 self.with_op(now, op, sends, |state, ctx| match state {
                     Op::Current(read) => read.on_replica_reply(ctx, r, reply),
                     Op::Point(read) => read.on_replica_reply(ctx, reply),
-                    Op::Commit(commit) => commit.on_replica_reply(ctx, r, reply),
+                    Op::Commit(op) => op.commit.on_replica_reply(ctx, r, reply),
                     Op::Resolve(resolve) => resolve.on_replica_reply(ctx, r, reply),
                     Op::Verify(_) | Op::Composite(_) => {}
                 });
@@ -653,7 +754,7 @@ impl ClientCore {
                 };
                 self.with_op(now, op, sends, |state, ctx| match state {
                     Op::Current(read) => read.on_coordinator_reply(ctx, r, reply),
-                    Op::Commit(commit) => commit.on_coordinator_reply(ctx, r, reply),
+                    Op::Commit(op) => op.commit.on_coordinator_reply(ctx, r, reply),
                     Op::Resolve(resolve) => resolve.on_coordinator_reply(ctx, r, reply),
                     Op::Point(_) | Op::Verify(_) | Op::Composite(_) => {}
                 });
@@ -683,7 +784,7 @@ impl ClientCore {
         };
         self.with_op(now, op, sends, |state, ctx| match state {
             Op::Current(read) => read.on_lock_outcome(ctx, outcome.id, outcome.result),
-            Op::Commit(commit) => commit.on_lock_outcome(ctx, outcome.id, outcome.result),
+            Op::Commit(op) => op.commit.on_lock_outcome(ctx, outcome.id, outcome.result),
             Op::Resolve(resolve) => resolve.on_lock_outcome(ctx, outcome.id, outcome.result),
             Op::Point(_) | Op::Verify(_) | Op::Composite(_) => {}
         });
@@ -709,7 +810,7 @@ impl ClientCore {
             self.with_op(now, op, sends, |state, ctx| match state {
                 Op::Current(read) => read.on_tick(ctx),
                 Op::Point(read) => read.on_tick(ctx),
-                Op::Commit(commit) => commit.on_tick(ctx),
+                Op::Commit(op) => op.commit.on_tick(ctx),
                 Op::Resolve(resolve) => resolve.on_tick(ctx),
                 Op::Verify(_) | Op::Composite(_) => {}
             });
@@ -757,7 +858,10 @@ impl ClientCore {
     fn finish_step(&mut self, now: Time, mut sends: Vec<(NodeId, Message)>) -> Vec<Output> {
         let mut done = Vec::new();
         loop {
-            let results = self.take_results();
+            // Lanes first: a commit that just decided is still there to learn from.
+            let mut results = Vec::new();
+            self.run_lanes(now, &mut sends, &mut results);
+            results.extend(self.take_results());
             if results.is_empty() {
                 break;
             }
@@ -807,11 +911,16 @@ impl ClientCore {
                 Op::Current(read) => (read.result().cloned().map(OpResult::Read), None),
                 Op::Point(read) => (read.result().cloned().map(OpResult::Read), None),
                 Op::Commit(commit) => {
-                    let result = commit.take_result().map(|result| OpResult::Commit {
-                        txn: commit.txn(),
-                        result,
-                    });
-                    (result, Some(commit.finished()))
+                    // Each transaction reports to its own operation.
+                    for (txn, result) in commit.commit.take_results() {
+                        let to = commit
+                            .ops
+                            .iter()
+                            .find(|(t, _)| *t == txn)
+                            .map_or(*op, |(_, to)| *to);
+                        results.push((to, OpResult::Commit { txn, result }));
+                    }
+                    (None, Some(commit.commit.finished()))
                 }
                 Op::Resolve(resolve) => (resolve.result().map(OpResult::Resolve), None),
                 Op::Verify(verify) => (verify.result().map(OpResult::Verify), None),
@@ -848,7 +957,7 @@ impl ClientCore {
     /// How many operations are in flight (including commits settling after their
     /// result was reported).
     pub fn in_flight(&self) -> usize {
-        self.ops.len()
+        self.ops.len() + self.lanes.values().map(Lane::waiting).sum::<usize>()
     }
 }
 
@@ -856,7 +965,7 @@ fn op_deadline(state: &Op) -> Option<Time> {
     match state {
         Op::Current(read) => read.deadline(),
         Op::Point(read) => read.deadline(),
-        Op::Commit(commit) => commit.deadline(),
+        Op::Commit(op) => op.commit.deadline(),
         Op::Resolve(resolve) => resolve.deadline(),
         // Their reads and commits have their own (and pauses are the core's).
         Op::Verify(_) | Op::Composite(_) => None,

@@ -1,5 +1,7 @@
 //! Log entries: what one transaction asks to write, plus what the protocol needs.
 
+use std::collections::BTreeSet;
+
 use megastore_rowstore::{KeyRange, Mutation, RowMutation, Timestamp};
 use megastore_types::limits::{
     COLUMN_BYTES_MAX, LimitError, ROW_BYTES_MAX, ROW_KEY_BYTES_MAX, TRANSACTION_BYTES_MAX,
@@ -116,18 +118,15 @@ impl RowWrite {
     }
 }
 
-/// A message for another entity group's queue, sent by the entry's transaction.
-/// Unused: messages travel as outbox rows among the entry's `writes`
-/// ([`crate::queue`]), which snapshots, truncation and collection already handle; the
-/// field stays so that stored entries keep their format.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QueueMessage {
-    /// The queue's name.
-    pub queue: String,
-    /// The receiving entity group.
-    pub to: EgId,
-    /// The message body.
-    pub body: Vec<u8>,
+/// A transaction combined into an entry after its first one (docs/protocol.md,
+/// "Combining commits"): its id, and where its writes begin among the entry's
+/// `writes`. A transaction's writes run to where the next one's begin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinedTxn {
+    /// The transaction.
+    pub txn: TxnId,
+    /// The index in `writes` of its first write.
+    pub first_write: u32,
 }
 
 /// A two-phase commit record kept in this group's log. Unused: two-phase commit keeps
@@ -164,10 +163,14 @@ pub struct LogEntry {
     /// The position leader of the next position (docs/protocol.md); `None` forces the next
     /// writer onto two-phase Paxos.
     pub next_leader: Option<ReplicaId>,
-    /// Row writes, all inside the entity group, never its root row.
+    /// Row writes, all inside the entity group, never its root row: the transactions'
+    /// in their serial order (`txn`'s, then each joined one's), applied in that order,
+    /// so a later transaction's write of a cell replaces an earlier one's.
     pub writes: Vec<RowWrite>,
-    /// Always empty: queue messages are outbox rows among `writes` ([`crate::queue`]).
-    pub queue: Vec<QueueMessage>,
+    /// The transactions combined into this entry after `txn`, in serial order; empty
+    /// for an entry of one transaction. (This field takes the place of a list that was
+    /// always empty, so entries stored before it decode as entries of one transaction.)
+    pub joined: Vec<JoinedTxn>,
     /// Always empty: two-phase commit records are rows among `writes`
     /// ([`crate::two_phase`]).
     pub two_phase: Vec<TwoPhaseRecord>,
@@ -193,6 +196,9 @@ pub enum EntryError {
         /// The row, escaped.
         row: String,
     },
+    /// A joined transaction listed twice or out of place.
+    #[error("combined transactions: {0}")]
+    BadJoin(String),
     /// Over a size limit ([`megastore_types::limits`]).
     #[error("{0}")]
     TooLarge(#[from] LimitError),
@@ -228,6 +234,24 @@ fn check_writes_for(eg: &EgId, writes: &[RowWrite]) -> Result<(), EntryError> {
         }
     }
     Ok(())
+}
+
+/// The bytes `writes` count against [`TRANSACTION_BYTES_MAX`]: row keys, columns and
+/// values.
+pub fn write_bytes(writes: &[RowWrite]) -> usize {
+    writes
+        .iter()
+        .map(|w| {
+            w.row.len()
+                + w.cells
+                    .iter()
+                    .map(|c| match c {
+                        CellWrite::Set { column, value } => column.len() + value.len(),
+                        CellWrite::Delete { column } => column.len(),
+                    })
+                    .sum::<usize>()
+        })
+        .sum()
 }
 
 /// Checks the writes of one transaction against the size limits (the same check on
@@ -275,7 +299,7 @@ impl LogEntry {
             schema: 0,
             next_leader: None,
             writes: Vec::new(),
-            queue: Vec::new(),
+            joined: Vec::new(),
             two_phase: Vec::new(),
         }
     }
@@ -285,10 +309,100 @@ impl LogEntry {
         self.txn.is_none()
     }
 
+    /// Whether `txn` is one of the transactions this entry commits.
+    pub fn holds(&self, txn: TxnId) -> bool {
+        self.txn == Some(txn) || self.joined.iter().any(|j| j.txn == txn)
+    }
+
+    /// The transactions this entry commits, in serial order, each with its writes.
+    /// A no-op has none; an entry whose joined list names impossible places (which
+    /// no proposer builds) gives each transaction the writes that lie in its range.
+    pub fn transactions(&self) -> Vec<(TxnId, &[RowWrite])> {
+        let Some(first) = self.txn else {
+            return Vec::new();
+        };
+        let len = self.writes.len();
+        let starts: Vec<(TxnId, usize)> = std::iter::once((first, 0))
+            .chain(
+                self.joined
+                    .iter()
+                    .map(|j| (j.txn, (j.first_write as usize).min(len))),
+            )
+            .collect();
+        starts
+            .iter()
+            .enumerate()
+            .map(|(i, &(txn, from))| {
+                let to = starts.get(i + 1).map_or(len, |&(_, next)| next.max(from));
+                (txn, &self.writes[from..to])
+            })
+            .collect()
+    }
+
+    /// An entry committing `transactions` (at least one) in this order.
+    pub fn combining(
+        transactions: impl IntoIterator<Item = (TxnId, Vec<RowWrite>)>,
+        next_leader: Option<ReplicaId>,
+    ) -> Self {
+        let mut entry = Self {
+            next_leader,
+            ..Self::noop()
+        };
+        for (txn, writes) in transactions {
+            if entry.txn.is_none() {
+                entry.txn = Some(txn);
+            } else {
+                entry.joined.push(JoinedTxn {
+                    txn,
+                    first_write: u32::try_from(entry.writes.len())
+                        .expect("an entry's writes are bounded by the transaction size limit"),
+                });
+            }
+            entry.writes.extend(writes);
+        }
+        assert!(
+            entry.txn.is_some(),
+            "an entry combines at least one transaction"
+        );
+        entry
+    }
+
     /// [`LogEntry::check_for`], and the size limits: for a value asked to be accepted
     /// (a value already chosen is only checked for its group, so limits can change).
     pub fn check_proposed_for(&self, eg: &EgId) -> Result<(), EntryError> {
+        self.check_joined()?;
         check_proposed_writes(eg, &self.writes)
+    }
+
+    /// Checks that the joined transactions are distinct, follow a first one, and
+    /// begin their writes in order within `writes`.
+    fn check_joined(&self) -> Result<(), EntryError> {
+        if self.joined.is_empty() {
+            return Ok(());
+        }
+        let Some(first) = self.txn else {
+            return Err(EntryError::BadJoin("a no-op joins no transaction".into()));
+        };
+        let mut seen = BTreeSet::from([first]);
+        let mut from = 0u32;
+        for joined in &self.joined {
+            if !seen.insert(joined.txn) {
+                return Err(EntryError::BadJoin(format!(
+                    "transaction {} appears twice",
+                    joined.txn
+                )));
+            }
+            if joined.first_write < from || joined.first_write as usize > self.writes.len() {
+                return Err(EntryError::BadJoin(format!(
+                    "transaction {} begins at write {}, outside {from}..={}",
+                    joined.txn,
+                    joined.first_write,
+                    self.writes.len()
+                )));
+            }
+            from = joined.first_write;
+        }
+        Ok(())
     }
 
     /// Checks that every write stays inside `eg` and off its root row.

@@ -41,7 +41,7 @@ pub use client::{
     ClientConfig, ClientCore, Input as ClientInput, OpId, OpResult, Output as ClientOutput,
 };
 pub use entry::{
-    CellWrite, EntryError, LogEntry, RowWrite, check_proposed_writes, check_write_sizes,
+    CellWrite, EntryError, JoinedTxn, LogEntry, RowWrite, check_proposed_writes, check_write_sizes,
     data_range, global_index_range, global_mirror_range, group_of_root_row, group_range,
     mirror_row_of, mirrored_global_row, root_row,
 };

@@ -229,18 +229,49 @@ pub enum AcceptResult {
 }
 
 /// What was chosen at a position, as a replica remembers it after truncating the entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ChosenTxn {
     /// This transaction's entry.
     Txn(TxnId),
     /// A no-op.
     NoOp,
+    /// An entry combining these transactions (two or more, in serial order).
+    Combined(Vec<TxnId>),
 }
 
 impl ChosenTxn {
-    /// What an entry whose transaction is `txn` is remembered as.
-    pub fn of(txn: Option<TxnId>) -> Self {
-        txn.map_or(Self::NoOp, Self::Txn)
+    /// What an entry of the transactions `txns` (in serial order) is remembered as.
+    pub fn of(txns: impl IntoIterator<Item = TxnId>) -> Self {
+        let txns: Vec<TxnId> = txns.into_iter().collect();
+        match txns.as_slice() {
+            [] => Self::NoOp,
+            [one] => Self::Txn(*one),
+            _ => Self::Combined(txns),
+        }
+    }
+
+    /// What `entry` is remembered as.
+    pub fn of_entry(entry: &LogEntry) -> Self {
+        Self::of(
+            entry
+                .txn
+                .into_iter()
+                .chain(entry.joined.iter().map(|j| j.txn)),
+        )
+    }
+
+    /// The transactions of the chosen entry, in serial order.
+    pub fn txns(&self) -> &[TxnId] {
+        match self {
+            Self::Txn(txn) => std::slice::from_ref(txn),
+            Self::NoOp => &[],
+            Self::Combined(txns) => txns,
+        }
+    }
+
+    /// Whether `txn` committed there.
+    pub fn holds(&self, txn: TxnId) -> bool {
+        self.txns().contains(&txn)
     }
 }
 

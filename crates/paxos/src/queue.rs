@@ -8,7 +8,9 @@
 //! transaction that read it: two consumers of one message conflict, so it is consumed
 //! at most once.
 //!
-//! Order: a message's place is (A's position that chose it, its index in the entry).
+//! Order: a message's place is (A's position that chose it, its index in the entry:
+//! for the `k`-th transaction of a combined entry, `k` × [`INDEXES_PER_TRANSACTION`]
+//! plus its index in the transaction).
 //! The writer cannot know that position (a commit that loses its position to a
 //! non-conflicting writer moves on to the next one), so its outbox row carries a
 //! placeholder cell that every replica fills with the position when it applies the
@@ -28,7 +30,7 @@ use megastore_types::reserved::QUEUE_OBJECT;
 use megastore_types::{EgId, Position, TxnId};
 
 use crate::bugs::ProtocolBugs;
-use crate::entry::{CellWrite, RowWrite};
+use crate::entry::{CellWrite, LogEntry, RowWrite};
 use crate::messages::DataQuery;
 use crate::proposer::commit::{CommitResult, ReadSet};
 use crate::proposer::read::{ReadError, ReadResult};
@@ -173,9 +175,43 @@ pub fn send_write(
     }
 }
 
-/// `write` (of `eg`'s entry chosen at `position`) as the replicas apply it: an outbox
-/// row gets the position in its placeholder cell; every other write is unchanged.
-pub fn stamped<'w>(eg: &EgId, write: &'w RowWrite, position: Position) -> Cow<'w, RowWrite> {
+/// How far apart the place indexes of two transactions combined into one entry are:
+/// the message indexes of one transaction stay below it (a transaction within
+/// [`TRANSACTION_BYTES_MAX`](megastore_types::limits::TRANSACTION_BYTES_MAX) sends far
+/// fewer messages).
+pub const INDEXES_PER_TRANSACTION: u32 = 1 << 24;
+
+/// `entry`'s writes (of `eg`, chosen at `position`) as the replicas apply them, in
+/// order ([`stamped`], each transaction of a combined entry by its ordinal).
+pub fn stamped_entry<'e>(
+    eg: &EgId,
+    entry: &'e LogEntry,
+    position: Position,
+) -> Vec<Cow<'e, RowWrite>> {
+    entry
+        .transactions()
+        .into_iter()
+        .enumerate()
+        .flat_map(|(ordinal, (_, writes))| {
+            let ordinal = u32::try_from(ordinal).expect("an entry combines few transactions");
+            writes
+                .iter()
+                .map(move |w| stamped(eg, w, position, ordinal))
+        })
+        .collect()
+}
+
+/// `write` (of the `ordinal`-th transaction of `eg`'s entry chosen at `position`) as
+/// the replicas apply it: an outbox row gets the position in its placeholder cell —
+/// followed by the ordinal past an entry's first transaction, so that two combined
+/// transactions' messages get distinct places, in their serial order — and every
+/// other write is unchanged.
+pub fn stamped<'w>(
+    eg: &EgId,
+    write: &'w RowWrite,
+    position: Position,
+    ordinal: u32,
+) -> Cow<'w, RowWrite> {
     let is_send = outbox_range(eg).contains(&write.row)
         && write
             .cells
@@ -184,13 +220,17 @@ pub fn stamped<'w>(eg: &EgId, write: &'w RowWrite, position: Position) -> Cow<'w
     if !is_send {
         return Cow::Borrowed(write);
     }
+    let mut at = position.0.to_be_bytes().to_vec();
+    if ordinal > 0 {
+        at.extend_from_slice(&ordinal.to_be_bytes());
+    }
     let cells = write
         .cells
         .iter()
         .map(|c| match c {
             CellWrite::Set { column, .. } if column == AT => CellWrite::Set {
                 column: AT.to_vec(),
-                value: position.0.to_be_bytes().to_vec(),
+                value: at.clone(),
             },
             other => other.clone(),
         })
@@ -276,7 +316,18 @@ pub fn outgoing(eg: &EgId, row: &Row) -> Option<Outgoing> {
     let rest = row.key.strip_prefix(queue_prefix(eg, OUTBOX).as_slice())?;
     // After the sender transaction's client (4 bytes) and sequence number (8).
     let index = u32::from_be_bytes(rest.get(12..16)?.try_into().ok()?);
-    let at = u64::from_be_bytes(row.value(AT)?.try_into().ok()?);
+    // The position, and past a combined entry's first transaction its ordinal.
+    let stamp = row.value(AT)?;
+    let at = u64::from_be_bytes(stamp.get(..8)?.try_into().ok()?);
+    let ordinal = match stamp.get(8..) {
+        Some([]) => 0,
+        Some(rest) => u32::from_be_bytes(rest.try_into().ok()?),
+        None => return None,
+    };
+    if index >= INDEXES_PER_TRANSACTION {
+        return None;
+    }
+    let index = ordinal.checked_mul(INDEXES_PER_TRANSACTION)? + index;
     // A receiver and queue name the inbox key can hold (length-prefixed fields); any
     // other row is not a message this protocol wrote, and is left alone.
     let (to, queue) = (row.value(TO)?, row.value(QUEUE)?);

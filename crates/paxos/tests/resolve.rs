@@ -83,7 +83,7 @@ fn resolve_truncated(chosen: Option<ChosenTxn>) -> (Resolution, u64) {
                     message: Message::ReplicaRequest(request),
                 } => {
                     let delay = if r == ReplicaId(2) { 30 } else { 1 };
-                    in_flight.push((now + delay, r, answer(r, &request, chosen)));
+                    in_flight.push((now + delay, r, answer(r, &request, chosen.clone())));
                 }
                 ClientOutput::Done {
                     op: done,
@@ -134,9 +134,22 @@ fn a_position_truncated_long_ago_resolves_by_the_transaction_a_replica_remembers
         client: ClientId(2),
         seq: 3,
     };
-    for chosen in [ChosenTxn::Txn(other), ChosenTxn::NoOp] {
+    // A combined entry commits each of its transactions.
+    assert_eq!(
+        resolve_truncated(Some(ChosenTxn::of([other, TXN]))).0,
+        Resolution::Committed(Position(30)),
+    );
+    let another = TxnId {
+        client: ClientId(2),
+        seq: 4,
+    };
+    for chosen in [
+        ChosenTxn::Txn(other),
+        ChosenTxn::NoOp,
+        ChosenTxn::of([other, another]),
+    ] {
         assert_eq!(
-            resolve_truncated(Some(chosen)).0,
+            resolve_truncated(Some(chosen.clone())).0,
             Resolution::NotCommitted,
             "{chosen:?}"
         );

@@ -17,10 +17,13 @@ fn txn(seq: u64) -> TxnId {
     }
 }
 
-/// Every fifth position a no-op, the others transaction `p`.
+/// Every fifth position a no-op, every seventh an entry combining transactions `p`
+/// and `p + 1000`, the others transaction `p`.
 fn chosen_at(p: u64) -> ChosenTxn {
     if p.is_multiple_of(5) {
         ChosenTxn::NoOp
+    } else if p.is_multiple_of(7) {
+        ChosenTxn::of([txn(p), txn(p + 1000)])
     } else {
         ChosenTxn::Txn(txn(p))
     }
@@ -30,12 +33,9 @@ fn chosen_at(p: u64) -> ChosenTxn {
 fn group(eg: &EgId, last: u64) -> GroupLog {
     let slot = |p: u64| SlotRecord {
         ballot: Ballot::ZERO,
-        entry: LogEntry {
-            txn: match chosen_at(p) {
-                ChosenTxn::Txn(t) => Some(t),
-                ChosenTxn::NoOp => None,
-            },
-            ..LogEntry::noop()
+        entry: match chosen_at(p) {
+            ChosenTxn::NoOp => LogEntry::noop(),
+            chosen => LogEntry::combining(chosen.txns().iter().map(|t| (*t, Vec::new())), None),
         },
         visible: true,
     };

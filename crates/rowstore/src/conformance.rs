@@ -186,6 +186,33 @@ pub fn mutations_in_one_row_apply_in_order<H: Harness>(h: &mut H) {
     );
 }
 
+/// A batch that changes one row twice applies its mutations in order: the last one
+/// at a (column, timestamp) wins (a log entry combining transactions writes a cell
+/// once per transaction that sets it, at one timestamp).
+pub fn a_batch_changing_a_row_twice_applies_in_order<H: Harness>(h: &mut H) {
+    let store = h.store();
+    let range = KeyRange::prefix(&b"eg1/"[..]);
+    let batch = vec![
+        set(b"eg1/r", b"c", 7, b"first"),
+        set(b"eg1/r", b"d", 7, b"kept"),
+        set(b"eg1/r", b"c", 7, b"second"),
+        set(b"eg1/s", b"c", 7, b"gone"),
+        RowMutation::new(&b"eg1/s"[..]).delete_column(b"c".to_vec(), 7),
+    ];
+    store
+        .mutate_rows(&range, &batch, Durability::Synced)
+        .unwrap();
+    assert_eq!(
+        value_at(store, b"eg1/r", b"c", LATEST).as_deref(),
+        Some(&b"second"[..])
+    );
+    assert_eq!(
+        value_at(store, b"eg1/r", b"d", LATEST).as_deref(),
+        Some(&b"kept"[..])
+    );
+    assert_eq!(value_at(store, b"eg1/s", b"c", LATEST), None);
+}
+
 /// A column range restricts a row read.
 pub fn row_reads_honour_the_column_range<H: Harness>(h: &mut H) {
     let store = h.store();
@@ -883,6 +910,7 @@ macro_rules! rowstore_conformance_tests {
             delete_column_hides_from_its_timestamp_on,
             delete_cell_removes_exactly_one_version,
             mutations_in_one_row_apply_in_order,
+            a_batch_changing_a_row_twice_applies_in_order,
             row_reads_honour_the_column_range,
             binary_keys_sort_in_byte_order,
             scans_honour_range_limit_reverse_and_timestamp,

@@ -1,7 +1,7 @@
 //! The replication messages: [`ReplicaRequest`] and [`ReplicaReply`] on the wire.
 
 use megastore_paxos::cells::SlotRecord;
-use megastore_paxos::entry::{QueueMessage, TwoPhaseRecord};
+use megastore_paxos::entry::{JoinedTxn, TwoPhaseRecord};
 use megastore_paxos::messages::{
     AcceptResult, ChosenTxn, GrantRefusal, LogState, PrepareResult, ReplicaError,
 };
@@ -62,16 +62,15 @@ pub fn entry_to_wire(entry: LogEntry) -> pb::LogEntry {
                 cells: w.cells.into_iter().map(cell_to_wire).collect(),
             })
             .collect(),
-        queue: entry
-            .queue
+        two_phase: entry.two_phase.into_iter().map(two_phase_to_wire).collect(),
+        joined: entry
+            .joined
             .into_iter()
-            .map(|m| pb::QueueMessage {
-                queue: m.queue,
-                to: m.to.0,
-                body: m.body,
+            .map(|j| pb::JoinedTxn {
+                txn: Some(txn_to_wire(j.txn)),
+                first_write: j.first_write,
             })
             .collect(),
-        two_phase: entry.two_phase.into_iter().map(two_phase_to_wire).collect(),
     }
 }
 
@@ -98,15 +97,16 @@ pub fn entry_from_wire(entry: Option<pb::LogEntry>) -> Result<LogEntry, WireErro
             .map(|r| replica_from_wire(r, "entry.next_leader"))
             .transpose()?,
         writes,
-        queue: entry
-            .queue
+        joined: entry
+            .joined
             .into_iter()
-            .map(|m| QueueMessage {
-                queue: m.queue,
-                to: EgId(m.to),
-                body: m.body,
+            .map(|j| {
+                Ok(JoinedTxn {
+                    txn: txn_from_wire(required(j.txn, "entry.joined.txn")?),
+                    first_write: j.first_write,
+                })
             })
-            .collect(),
+            .collect::<Result<_, WireError>>()?,
         two_phase: entry
             .two_phase
             .into_iter()
@@ -441,10 +441,14 @@ fn error_to_wire(error: ReplicaError) -> pb::ReplicaError {
             chosen: Some(chosen),
         } => E::TruncatedChosen(pb::TruncatedChosen {
             truncated: truncated.0,
-            txn: match chosen {
-                ChosenTxn::Txn(txn) => Some(txn_to_wire(txn)),
-                ChosenTxn::NoOp => None,
-            },
+            txn: chosen.txns().first().copied().map(txn_to_wire),
+            joined: chosen
+                .txns()
+                .iter()
+                .skip(1)
+                .copied()
+                .map(txn_to_wire)
+                .collect(),
         }),
         ReplicaError::BadEntry(e) => E::BadEntry(e),
         ReplicaError::BadQuery(e) => E::BadQuery(e),
@@ -471,7 +475,13 @@ fn error_from_wire(error: pb::ReplicaError) -> Result<ReplicaError, WireError> {
         },
         E::TruncatedChosen(t) => ReplicaError::Truncated {
             truncated: Position(t.truncated),
-            chosen: Some(ChosenTxn::of(t.txn.map(txn_from_wire))),
+            chosen: Some(match t.txn {
+                // Joined transactions follow a first one.
+                None if !t.joined.is_empty() => {
+                    return Err(WireError::Missing("truncated_chosen.txn"));
+                }
+                first => ChosenTxn::of(first.into_iter().chain(t.joined).map(txn_from_wire)),
+            }),
         },
         E::BadEntry(e) => ReplicaError::BadEntry(e),
         E::BadQuery(e) => ReplicaError::BadQuery(e),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
 use megastore_paxos::cells::SlotRecord;
-use megastore_paxos::entry::{QueueMessage, TwoPhaseRecord};
+use megastore_paxos::entry::{JoinedTxn, TwoPhaseRecord};
 use megastore_paxos::messages::{
     AcceptResult, ChosenTxn, GrantRefusal, LogState, PrepareResult, ReplicaError,
 };
@@ -56,10 +56,9 @@ fn entry() -> LogEntry {
                 },
             ],
         }],
-        queue: vec![QueueMessage {
-            queue: "inbox".into(),
-            to: EgId(b"other".to_vec()),
-            body: b"hello".to_vec(),
+        joined: vec![JoinedTxn {
+            txn: txn(10),
+            first_write: 1,
         }],
         two_phase: vec![
             TwoPhaseRecord::Prepared {
@@ -259,6 +258,19 @@ fn replies() -> Vec<ReplicaReply> {
                     client: ClientId(4),
                     seq: 9,
                 })),
+            },
+            ReplicaError::Truncated {
+                truncated: Position(2),
+                chosen: Some(ChosenTxn::of([
+                    TxnId {
+                        client: ClientId(4),
+                        seq: 9,
+                    },
+                    TxnId {
+                        client: ClientId(5),
+                        seq: 1,
+                    },
+                ])),
             },
             ReplicaError::BadEntry("e".into()),
             ReplicaError::BadQuery("q".into()),

@@ -51,7 +51,7 @@ pub(crate) fn on_op_done(
         return;
     };
     match chosen.get(&record.eg, *position) {
-        Some(entry) if entry.txn == Some(*txn) => {}
+        Some(entry) if entry.holds(*txn) => {}
         Some(entry) => found.push((
             "durable-ack",
             format!(

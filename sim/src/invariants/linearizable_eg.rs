@@ -6,10 +6,12 @@
 //! Exact and fast because every operation names its log position: the log order is the
 //! linearization, so it suffices that (1) a current read at p returns exactly the state
 //! after positions 1..=p, (2) an operation that starts after another finished is pinned
-//! at a position no lower (strictly higher, for a write), and (3) a committed
-//! transaction's reads were not written between its read position and its own. A
-//! timed-out write is "unknown", never "absent": it constrains nothing, but if it is in
-//! the log, reads that observed it are pinned past it like any other.
+//! at a position no lower (strictly higher, for a write: the transactions of one
+//! combined entry were all waiting before any of them finished), and (3) a committed
+//! transaction's reads were not written between its read position and its own, nor
+//! by a transaction before it in its own combined entry. A timed-out write is
+//! "unknown", never "absent": it constrains nothing, but if it is in the log, reads
+//! that observed it are pinned past it like any other.
 
 use std::collections::BTreeMap;
 
@@ -86,6 +88,26 @@ pub(crate) fn check_history(
                         "linearizable-eg",
                         format!(
                             "{} {txn} committed at {position} after reading at {read_position}, but p{q} wrote its read row {}",
+                            op.eg,
+                            row.escape_ascii()
+                        ),
+                    ));
+                }
+            }
+            // In an entry combining transactions, those before it are between its read
+            // and its commit too.
+            if let Some(entry) = chosen.get(&op.eg, *position) {
+                let earlier = entry
+                    .transactions()
+                    .into_iter()
+                    .take_while(|(t, _)| t != txn)
+                    .flat_map(|(t, writes)| writes.iter().map(move |w| (t, &w.row)))
+                    .find(|(_, row)| read_keys.contains(*row));
+                if let Some((other, row)) = earlier {
+                    found.push((
+                        "linearizable-eg",
+                        format!(
+                            "{} {txn} committed at {position} after reading at {read_position}, but {other}, before it in the same entry, wrote its read row {}",
                             op.eg,
                             row.escape_ascii()
                         ),

@@ -25,10 +25,9 @@ type Sent = (EgId, String, Vec<u8>);
 /// The outbox rows `entry` (chosen at `p` in `eg`) sets, as messages (stamped with
 /// `p`, as every replica applies them).
 fn sends_of(eg: &EgId, p: Position, entry: &LogEntry) -> Vec<queue::Outgoing> {
-    entry
-        .writes
+    queue::stamped_entry(eg, entry, p)
         .iter()
-        .filter_map(|w| queue::outgoing(eg, &queue::stamped(eg, w, p).as_row(p.0)))
+        .filter_map(|w| queue::outgoing(eg, &w.as_row(p.0)))
         .collect()
 }
 

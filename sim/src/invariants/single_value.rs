@@ -42,9 +42,17 @@ impl ChosenLog {
         self.chosen
             .range((eg.clone(), Position::NONE)..)
             .take_while(|((g, _), _)| g == eg)
-            .filter(|(_, e)| e.txn == Some(txn))
+            .filter(|(_, e)| e.holds(txn))
             .map(|((_, p), _)| *p)
             .collect()
+    }
+
+    /// Chosen positions whose entry combines two or more transactions.
+    pub fn combined_count(&self) -> usize {
+        self.chosen
+            .values()
+            .filter(|e| !e.joined.is_empty())
+            .count()
     }
 
     /// Chosen positions holding a transaction, and how many were chosen at ballot 0

@@ -1,10 +1,11 @@
-//! Committing one transaction's log entry at a position (docs/protocol.md "Write"; paper
-//! §4.6.3, Figure 8).
+//! Committing a log entry of one or more transactions at a position (docs/protocol.md
+//! "Write" and "Combining commits"; paper §4.6.3, Figure 8).
 //!
-//! The entry was built from a current read at `position - 1`. If another value wins
-//! the position, the transaction conflicts — unless none of its reads were written by
-//! the winner, in which case it is proposed again at the next position (a rebase),
-//! which stays serializable: its reads are still current there.
+//! Each transaction read the group at or below `position - 1`, and nothing chosen
+//! between its read and `position` wrote what it read. If another value wins the
+//! position, each transaction whose reads the winner wrote (or locked) conflicts; the
+//! others are proposed again at the next position (a rebase), which stays
+//! serializable: their reads are still current there.
 
 use std::collections::BTreeSet;
 
@@ -15,7 +16,8 @@ use megastore_types::{EgId, Position, ReplicaId, Time, TxnId};
 
 use super::Ctx;
 use super::settle::{Settle, SettleOutcome};
-use crate::entry::LogEntry;
+use crate::bugs::ProtocolBugs;
+use crate::entry::{LogEntry, RowWrite};
 use crate::messages::ReplicaReply;
 use crate::two_phase::{Prepared, effective_writes, prepared_in};
 
@@ -108,20 +110,85 @@ pub enum CommitResult {
     Aborted,
 }
 
+/// One transaction of a commit: what it writes, and what it read.
+#[derive(Debug, Clone)]
+pub(crate) struct Member {
+    pub(crate) txn: TxnId,
+    pub(crate) writes: Vec<RowWrite>,
+    pub(crate) reads: ReadSet,
+}
+
+/// What a chosen entry means to a transaction that read before it: the rows it
+/// wrote, the cross-group transactions it prepared (whose locks hold from there on),
+/// and the leader it named for the next position.
+#[derive(Debug, Clone)]
+pub(crate) struct Winner {
+    rows: BTreeSet<Vec<u8>>,
+    prepared: Vec<Prepared>,
+    pub(crate) next_leader: Option<ReplicaId>,
+}
+
+impl Winner {
+    pub(crate) fn of(eg: &EgId, entry: &LogEntry) -> Self {
+        Self {
+            rows: entry.written_rows().map(<[u8]>::to_vec).collect(),
+            prepared: prepared_in(eg, entry),
+            next_leader: entry.next_leader,
+        }
+    }
+
+    /// The rows `member` read that this entry wrote, or that a transaction it
+    /// prepared locks against `member`: empty if `member` may still commit after it.
+    pub(crate) fn conflicts(
+        &self,
+        eg: &EgId,
+        member: &Member,
+        bugs: &ProtocolBugs,
+    ) -> BTreeSet<Vec<u8>> {
+        let mut keys: BTreeSet<Vec<u8>> = self
+            .rows
+            .iter()
+            .filter(|r| member.reads.covers(r))
+            .cloned()
+            .collect();
+        // A transaction the winner prepared locks rows from now on: a commit that
+        // writes what it read or writes, or read what it writes, cannot go after it
+        // until it is decided.
+        if !bugs.ignore_prepared_on_commit() && !self.prepared.is_empty() {
+            // What the member writes in effect: for a prepare, the rows its
+            // transaction will write.
+            let writes = effective_writes(eg, &member.writes);
+            for prepared in &self.prepared {
+                keys.extend(
+                    prepared.conflicts_with(&member.reads, writes.iter().map(Vec::as_slice)),
+                );
+            }
+        }
+        keys
+    }
+}
+
 /// A commit in progress.
 #[derive(Debug)]
 pub(crate) struct Commit {
     eg: EgId,
-    txn: TxnId,
+    /// Its transactions, in serial order; those with a known result are out of it.
+    members: Vec<Member>,
+    /// Each member's result.
+    reports: Vec<Report>,
+    /// The leader its entries name for the position after theirs.
+    next_leader: Option<ReplicaId>,
     entry: LogEntry,
-    reads: ReadSet,
     settle: Settle,
     rebases: u32,
     sent_proposal: bool,
-    report: Report,
+    /// The first position it proposed at, and what was chosen at each position from
+    /// there on, as far as it learned.
+    first: Position,
+    seen: Vec<Winner>,
 }
 
-/// Where a commit's result stands. A result is reported once; the commit then lives
+/// Where a member's result stands. A result is reported once; the commit then lives
 /// on only while its settle still has work (with the acknowledge-early knob, which
 /// reports as soon as the value is chosen).
 #[derive(Debug)]
@@ -132,27 +199,34 @@ enum Report {
 }
 
 impl Commit {
-    /// Proposes `entry` at `position` (the read position plus one), through `leader`'s
-    /// fast path if there is one.
+    /// Proposes an entry of `members` (in this order) at `position`, through
+    /// `leader`'s fast path if there is one; the entry names `next_leader` for the
+    /// position after.
     pub(crate) fn start<K: Clone + Ord>(
         ctx: &mut Ctx<'_, K>,
         eg: EgId,
         position: Position,
         leader: Option<ReplicaId>,
-        entry: LogEntry,
-        reads: ReadSet,
+        members: Vec<Member>,
+        next_leader: Option<ReplicaId>,
     ) -> Self {
-        let txn = entry.txn.expect("a commit carries a transaction");
+        let entry = LogEntry::combining(
+            members.iter().map(|m| (m.txn, m.writes.clone())),
+            next_leader,
+        );
         let settle = Settle::start(ctx, eg.clone(), position, Some(entry.clone()), leader);
+        let reports = members.iter().map(|_| Report::NotYetKnown).collect();
         let mut commit = Commit {
             eg,
-            txn,
+            members,
+            reports,
+            next_leader,
             entry,
-            reads,
             settle,
             rebases: 0,
             sent_proposal: false,
-            report: Report::NotYetKnown,
+            first: position,
+            seen: Vec::new(),
         };
         commit.advance(ctx);
         commit
@@ -163,106 +237,130 @@ impl Commit {
         self.rebases == 0 && self.settle.later_rounds() == 0
     }
 
-    /// The transaction.
-    pub(crate) fn txn(&self) -> TxnId {
-        self.txn
-    }
-
-    /// The result, the first time it is known (then `None`).
-    pub(crate) fn take_result(&mut self) -> Option<CommitResult> {
-        match std::mem::replace(&mut self.report, Report::Reported) {
-            Report::Known(result) => Some(result),
-            unreported @ Report::NotYetKnown => {
-                self.report = unreported;
-                None
+    /// The results known and not yet taken, by transaction.
+    pub(crate) fn take_results(&mut self) -> Vec<(TxnId, CommitResult)> {
+        let mut results = Vec::new();
+        for (member, report) in self.members.iter().zip(&mut self.reports) {
+            if matches!(report, Report::Known(_))
+                && let Report::Known(result) = std::mem::replace(report, Report::Reported)
+            {
+                results.push((member.txn, result));
             }
-            Report::Reported => None,
         }
+        results
     }
 
-    /// Whether nothing is left to do (result reported and settling finished).
+    /// Whether every member's result is known (the settle may still have work).
+    pub(crate) fn decided(&self) -> bool {
+        !self
+            .reports
+            .iter()
+            .any(|r| matches!(r, Report::NotYetKnown))
+    }
+
+    /// Whether nothing is left to do (results reported and settling finished).
     pub(crate) fn finished(&self) -> bool {
-        matches!(self.report, Report::Reported) && self.settle.outcome().is_some()
+        self.reports.iter().all(|r| matches!(r, Report::Reported))
+            && self.settle.outcome().is_some()
+    }
+
+    /// What it learned was chosen, position by position from the first it proposed
+    /// at: the log's stretch a proposer combining later transactions may rely on.
+    pub(crate) fn seen(&self) -> (Position, &[Winner]) {
+        (self.first, &self.seen)
     }
 
     pub(crate) fn deadline(&self) -> Option<Time> {
         self.settle.deadline()
     }
 
+    /// Sets the result of every member still without one.
+    fn report_open(&mut self, result: impl Fn(&Member) -> CommitResult) {
+        for (member, report) in self.members.iter().zip(&mut self.reports) {
+            if matches!(report, Report::NotYetKnown) {
+                *report = Report::Known(result(member));
+            }
+        }
+    }
+
     fn advance<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
         self.sent_proposal |= self.settle.sent_proposal();
-        if !matches!(self.report, Report::NotYetKnown) {
+        if self.decided() {
             return;
         }
+        let position = self.settle.position();
+        let fast = self.on_fast_path();
         if ctx.config.bugs.ack_before_invalidate()
             && let Some((_, chosen)) = self.settle.chosen()
-            && chosen.txn == Some(self.txn)
+            && self.members.iter().any(|m| chosen.holds(m.txn))
         {
-            self.report = Report::Known(CommitResult::Committed {
-                position: self.settle.position(),
-                fast: self.on_fast_path(),
-            });
+            self.report_open(|_| CommitResult::Committed { position, fast });
             return;
         }
         match self.settle.outcome().cloned() {
             None => {}
             Some(SettleOutcome::Failed) => {
-                let position = self.settle.position();
-                self.report = Report::Known(if self.sent_proposal {
-                    CommitResult::Unknown { position }
-                } else {
-                    CommitResult::Aborted
+                let sent = self.sent_proposal;
+                self.report_open(|_| {
+                    if sent {
+                        CommitResult::Unknown { position }
+                    } else {
+                        CommitResult::Aborted
+                    }
                 });
             }
             Some(SettleOutcome::Settled { entry, .. }) => {
-                let position = self.settle.position();
-                if entry.txn == Some(self.txn) {
-                    self.report = Report::Known(CommitResult::Committed {
-                        position,
-                        fast: self.on_fast_path(),
-                    });
-                    return;
-                }
-                let mut keys: BTreeSet<Vec<u8>> = entry
-                    .written_rows()
-                    .filter(|r| self.reads.covers(r))
-                    .map(<[u8]>::to_vec)
-                    .collect();
-                // A transaction the winner prepared locks rows from now on: a commit
-                // that writes what it read or writes, or read what it writes, cannot
-                // go after it until it is decided.
-                if !ctx.config.bugs.ignore_prepared_on_commit() {
-                    // What this entry writes in effect: for a prepare, the rows its
-                    // transaction will write.
-                    let writes = effective_writes(&self.eg, &self.entry.writes);
-                    for prepared in prepared_in(&self.eg, &entry) {
-                        keys.extend(
-                            prepared.conflicts_with(&self.reads, writes.iter().map(Vec::as_slice)),
-                        );
-                    }
-                }
-                if keys.is_empty() && self.rebases < REBASES_MAX {
-                    // None of our reads changed: the same entry is still right one
-                    // position later.
-                    self.rebases += 1;
-                    // The next position's leader is named by the chosen entry — never
-                    // by our own, which lost (unless the knob says otherwise).
-                    let leader = if ctx.config.bugs.leader_from_unchosen_entry() {
-                        self.entry.next_leader
-                    } else {
-                        entry.next_leader
-                    };
-                    let entry = Some(self.entry.clone());
-                    self.settle =
-                        Settle::start(ctx, self.eg.clone(), position.next(), entry, leader);
-                    self.advance(ctx);
+                let winner = Winner::of(&self.eg, &entry);
+                // The chosen value is our entry (one value per position), so all of
+                // its transactions committed.
+                if self.members.iter().any(|m| entry.holds(m.txn)) {
+                    self.seen.push(winner);
+                    self.report_open(|_| CommitResult::Committed { position, fast });
                     return;
                 }
                 // An earlier position held our value only if it was chosen there; it
-                // was not, so nothing of ours is in the log.
-                self.report = Report::Known(CommitResult::Conflict {
-                    keys: keys.into_iter().collect(),
-                });
+                // was not, so nothing of ours is in the log. Whose reads it wrote
+                // conflicts; the others may go after it.
+                let bugs = ctx.config.bugs;
+                for (member, report) in self.members.iter().zip(&mut self.reports) {
+                    if matches!(report, Report::NotYetKnown) {
+                        let keys = winner.conflicts(&self.eg, member, &bugs);
+                        if !keys.is_empty() {
+                            *report = Report::Known(CommitResult::Conflict {
+                                keys: keys.into_iter().collect(),
+                            });
+                        }
+                    }
+                }
+                // The next position's leader is named by the chosen entry — never by
+                // our own, which lost (unless the knob says otherwise).
+                let leader = if bugs.leader_from_unchosen_entry() {
+                    self.entry.next_leader
+                } else {
+                    winner.next_leader
+                };
+                self.seen.push(winner);
+                if self.decided() {
+                    return;
+                }
+                if self.rebases >= REBASES_MAX {
+                    self.report_open(|_| CommitResult::Conflict { keys: Vec::new() });
+                    return;
+                }
+                // None of the others' reads changed: their writes are still right one
+                // position later.
+                self.rebases += 1;
+                self.entry = LogEntry::combining(
+                    self.members
+                        .iter()
+                        .zip(&self.reports)
+                        .filter(|(_, r)| matches!(r, Report::NotYetKnown))
+                        .map(|(m, _)| (m.txn, m.writes.clone())),
+                    self.next_leader,
+                );
+                let entry = Some(self.entry.clone());
+                self.settle = Settle::start(ctx, self.eg.clone(), position.next(), entry, leader);
+                self.advance(ctx);
             }
         }
     }

@@ -12,7 +12,7 @@ use megastore_types::{EgId, Position, ReplicaId, Time, TxnId};
 
 use super::Ctx;
 use super::settle::{Settle, SettleOutcome};
-use crate::messages::{ChosenTxn, ReplicaReply};
+use crate::messages::ReplicaReply;
 
 /// What a resolution found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,15 +59,16 @@ impl Resolve {
             return Some(Resolution::NotCommitted);
         }
         if let Some(chosen) = self.settle.truncated_chosen() {
-            return Some(match chosen {
-                ChosenTxn::Txn(txn) if txn == self.txn || self.any_remembered => {
-                    Resolution::Committed(self.settle.position())
-                }
-                _ => Resolution::NotCommitted,
+            let committed =
+                chosen.holds(self.txn) || (self.any_remembered && !chosen.txns().is_empty());
+            return Some(if committed {
+                Resolution::Committed(self.settle.position())
+            } else {
+                Resolution::NotCommitted
             });
         }
         Some(match self.settle.outcome()? {
-            SettleOutcome::Settled { entry, .. } if entry.txn == Some(self.txn) => {
+            SettleOutcome::Settled { entry, .. } if entry.holds(self.txn) => {
                 Resolution::Committed(self.settle.position())
             }
             SettleOutcome::Settled { .. } => Resolution::NotCommitted,

@@ -57,7 +57,7 @@ fn keys_name_their_parts_and_sort_in_delivery_order() {
         outgoing(&a, &applied(&sent, 41)).is_none(),
         "not stamped: not a message yet"
     );
-    let stamped_row = applied(&stamped(&a, &sent, Position(41)), 41);
+    let stamped_row = applied(&stamped(&a, &sent, Position(41), 0), 41);
     let message = outgoing(&a, &stamped_row).expect("an outbox row");
     assert_eq!(
         (message.to, message.queue.as_str(), &message.body[..]),
@@ -69,7 +69,47 @@ fn keys_name_their_parts_and_sort_in_delivery_order() {
     // is not a message: a deliverer skips it rather than fail.
     let huge = "q".repeat(70_000);
     let odd = send_write(&a, txn(4), 0, &b, &huge, b"x", 7);
-    assert!(outgoing(&a, &applied(&stamped(&a, &odd, Position(5)), 5)).is_none());
+    assert!(outgoing(&a, &applied(&stamped(&a, &odd, Position(5), 0), 5)).is_none());
+}
+
+/// Two transactions combined into one entry both send their message 0: each gets its
+/// own place, the later transaction's after the earlier one's.
+#[test]
+fn combined_transactions_messages_get_distinct_places_in_serial_order() {
+    let (a, b) = (g("a"), g("b"));
+    let entry = LogEntry::combining(
+        [
+            (
+                txn(1),
+                vec![
+                    send_write(&a, txn(1), 0, &b, "q", b"one", 7),
+                    send_write(&a, txn(1), 1, &b, "q", b"two", 7),
+                ],
+            ),
+            (
+                txn(2),
+                vec![send_write(&a, txn(2), 0, &b, "q", b"three", 7)],
+            ),
+        ],
+        None,
+    );
+    let place = |p: u64, index: u32| Place {
+        position: Position(p),
+        index,
+    };
+    let places: Vec<(Place, Vec<u8>)> = stamped_entry(&a, &entry, Position(9))
+        .iter()
+        .filter_map(|w| outgoing(&a, &applied(w, 9)))
+        .map(|m| (m.place, m.body))
+        .collect();
+    assert_eq!(
+        places,
+        vec![
+            (place(9, 0), b"one".to_vec()),
+            (place(9, 1), b"two".to_vec()),
+            (place(9, INDEXES_PER_TRANSACTION), b"three".to_vec()),
+        ]
+    );
 }
 
 /// A delivery reads the outbox, then per receiver its mark, commits what is after the
@@ -82,7 +122,7 @@ fn a_delivery_commits_only_what_the_receivers_mark_lacks_then_trims() {
         send_write(&a, txn(1), 1, &c, "q", b"two", 7),
         send_write(&a, txn(2), 0, &b, "q", b"three", 7),
     ];
-    let at = |write: &RowWrite, p: u64| applied(&stamped(&a, write, Position(p)), p);
+    let at = |write: &RowWrite, p: u64| applied(&stamped(&a, write, Position(p), 0), p);
     let outbox = vec![at(&sends[0], 5), at(&sends[1], 5), at(&sends[2], 6)];
     let (mut deliver, first) = Deliver::start(a.clone(), DELIVERY_BATCH, ProtocolBugs::default());
     assert!(matches!(first, Step::Read { ref eg, .. } if *eg == a));
@@ -197,6 +237,7 @@ fn a_backlog_counts_each_queue_and_the_outbox_with_its_oldest_message() {
                 &a,
                 &send_write(&a, txn(seq), 0, &b, "q", b"x", ms),
                 Position(seq),
+                0,
             ),
             seq,
         )
@@ -271,7 +312,7 @@ fn a_batch_is_the_first_messages_in_place_order() {
     let outbox: Vec<Row> = (0..DELIVERY_BATCH as u64 + 5)
         .map(|i| {
             let write = send_write(&a, txn(1_000 + i), 0, &b, "q", b"m", 7);
-            applied(&stamped(&a, &write, Position(1_000 - i)), 1_000 - i)
+            applied(&stamped(&a, &write, Position(1_000 - i), 0), 1_000 - i)
         })
         .collect();
     let (mut deliver, first) = Deliver::start(a.clone(), DELIVERY_BATCH, ProtocolBugs::default());

@@ -455,10 +455,9 @@ impl GroupLog {
                 .get(p)
                 .expect("positions up to `visible` (or the one just marked) have slots");
             rows.extend(
-                slot.entry
-                    .writes
+                crate::queue::stamped_entry(&self.eg, &slot.entry, *p)
                     .iter()
-                    .map(|w| crate::queue::stamped(&self.eg, w, *p).at(p.0)),
+                    .map(|w| w.at(p.0)),
             );
         }
         self.applied = last;
@@ -473,7 +472,7 @@ impl GroupLog {
 
     /// Whose entry was chosen at truncated position `p`, if still remembered.
     pub fn chosen_at(&self, p: Position) -> Option<ChosenTxn> {
-        self.chosen.get(&p).copied()
+        self.chosen.get(&p).cloned()
     }
 
     /// Drops the log below and at `through` (already applied everywhere it needs to
@@ -510,9 +509,9 @@ impl GroupLog {
             if let Some(slot) = slot
                 && remembered
             {
-                let chosen = ChosenTxn::of(slot.entry.txn);
+                let chosen = ChosenTxn::of_entry(&slot.entry);
+                write = write.chosen(p, chosen.clone());
                 self.chosen.insert(p, chosen);
-                write = write.chosen(p, chosen);
             }
             self.promises.remove(&p);
             self.grants.remove(&p);

@@ -221,8 +221,8 @@ impl Settle {
 
     /// Whose entry was chosen at the position, when a replica truncated it long ago
     /// and remembered.
-    pub(crate) fn truncated_chosen(&self) -> Option<ChosenTxn> {
-        self.truncated_chosen
+    pub(crate) fn truncated_chosen(&self) -> Option<&ChosenTxn> {
+        self.truncated_chosen.as_ref()
     }
 
     /// The chosen value, from the moment it is chosen (during the invalidation step,

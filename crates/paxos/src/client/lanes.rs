@@ -1,0 +1,366 @@
+//! Combining a client's commits to one group (docs/protocol.md, "Combining commits").
+//!
+//! While one of the client's commits to a group is in flight, its later commits to
+//! that group wait in the group's lane instead of racing it for the same position.
+//! When the commit ends, the lane knows what was chosen at every position it settled;
+//! the waiting transactions are then judged in arrival order:
+//! - one whose read is older than that known stretch starts alone, as without a lane
+//!   (and the others wait on, so the oldest goes first);
+//! - one whose reads a known position wrote (or locked) conflicts at once;
+//! - the others join one entry at the position after the stretch, each after those
+//!   before it only if it read nothing they write (else it waits for the next round,
+//!   where it will see their writes as chosen), within the transaction size limit.
+//!
+//! Each transaction keeps its own id, its own conflict set and its own result: an
+//! entry that loses its position drops the transactions whose reads the winner wrote
+//! and carries the others to the next position ([`Commit`](crate::proposer::commit)).
+
+use std::collections::{BTreeSet, VecDeque};
+
+use megastore_types::limits::TRANSACTION_BYTES_MAX;
+use megastore_types::{EgId, Position, ReplicaId, TxnId};
+
+use super::OpId;
+use crate::bugs::ProtocolBugs;
+use crate::entry::write_bytes;
+use crate::proposer::commit::{CommitResult, Member, Winner};
+
+/// Transactions one entry combines at most.
+pub(crate) const COMBINED_MAX: usize = 64;
+
+/// Positions a lane remembers what was chosen at (the newest): waiting transactions
+/// that read before them start alone.
+const KNOWN_MAX: usize = 32;
+
+/// A transaction waiting for its group's lane.
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    pub(crate) op: OpId,
+    pub(crate) member: Member,
+    /// The position it read at.
+    pub(crate) read_position: Position,
+    /// The leader its read named for the next position.
+    pub(crate) leader: Option<ReplicaId>,
+}
+
+/// A commit the lane starts.
+#[derive(Debug)]
+pub(crate) struct Start {
+    pub(crate) position: Position,
+    pub(crate) leader: Option<ReplicaId>,
+    /// Its transactions, in serial order, with the operation each reports to.
+    pub(crate) members: Vec<(OpId, Member)>,
+}
+
+/// One group's lane.
+#[derive(Debug, Default)]
+pub(crate) struct Lane {
+    /// The operation of the commit in flight (keyed by its first transaction's op).
+    pub(crate) busy: Option<OpId>,
+    waiting: VecDeque<Waiting>,
+    /// What was chosen at positions `known_from..known_from + known.len()`.
+    known_from: Position,
+    known: VecDeque<Winner>,
+}
+
+impl Lane {
+    /// Whether the lane has nothing in flight and nothing waiting.
+    pub(crate) fn idle(&self) -> bool {
+        self.busy.is_none() && self.waiting.is_empty()
+    }
+
+    /// How many transactions wait.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub(crate) fn wait(&mut self, waiting: Waiting) {
+        self.waiting.push_back(waiting);
+    }
+
+    /// Takes in what a commit learned was chosen from position `first` on.
+    pub(crate) fn learned(&mut self, first: Position, winners: &[Winner]) {
+        if winners.is_empty() {
+            return;
+        }
+        let end = self.known_from.0 + self.known.len() as u64;
+        if self.known.is_empty() || first.0 > end || first < self.known_from {
+            self.known_from = first;
+            self.known = winners.iter().cloned().collect();
+        } else {
+            // Overlapping positions were chosen once: keep what is known, add the rest.
+            let skip = (end - first.0) as usize;
+            self.known.extend(winners.iter().skip(skip).cloned());
+        }
+        while self.known.len() > KNOWN_MAX {
+            self.known.pop_front();
+            self.known_from = self.known_from.next();
+        }
+    }
+
+    /// The last position known chosen, if any.
+    fn head(&self) -> Option<Position> {
+        let len = self.known.len() as u64;
+        (len > 0).then(|| Position(self.known_from.0 + len - 1))
+    }
+
+    /// Whether a transaction that read at `read_position` can be judged against the
+    /// known stretch: every position after its read, through the head, is known.
+    fn judges(&self, read_position: Position) -> bool {
+        self.head()
+            .is_some_and(|head| read_position.next() >= self.known_from && read_position <= head)
+    }
+
+    /// The rows `member` read at `read_position` that a known later position wrote
+    /// or locks.
+    fn conflicts(
+        &self,
+        eg: &EgId,
+        member: &Member,
+        read_position: Position,
+        bugs: &ProtocolBugs,
+    ) -> BTreeSet<Vec<u8>> {
+        let skip = (read_position.next().0 - self.known_from.0) as usize;
+        self.known
+            .iter()
+            .skip(skip)
+            .flat_map(|winner| winner.conflicts(eg, member, bugs))
+            .collect()
+    }
+
+    /// With nothing in flight: the results known at once (conflicts with known
+    /// positions) and the next commit to start, if any is waiting.
+    pub(crate) fn next(
+        &mut self,
+        eg: &EgId,
+        bugs: &ProtocolBugs,
+    ) -> (Vec<(OpId, TxnId, CommitResult)>, Option<Start>) {
+        debug_assert!(self.busy.is_none(), "one commit per lane at a time");
+        let mut results = Vec::new();
+        // Conflicts first: they are final, and may leave an eligible transaction first.
+        let mut kept = VecDeque::new();
+        for waiting in std::mem::take(&mut self.waiting) {
+            let conflicts = if self.judges(waiting.read_position) {
+                self.conflicts(eg, &waiting.member, waiting.read_position, bugs)
+            } else {
+                BTreeSet::new()
+            };
+            if conflicts.is_empty() {
+                kept.push_back(waiting);
+            } else {
+                results.push((
+                    waiting.op,
+                    waiting.member.txn,
+                    CommitResult::Conflict {
+                        keys: conflicts.into_iter().collect(),
+                    },
+                ));
+            }
+        }
+        self.waiting = kept;
+        let Some(first) = self.waiting.front() else {
+            return (results, None);
+        };
+        let Some(head) = self.head().filter(|_| self.judges(first.read_position)) else {
+            // The oldest read before what the lane knows: it goes alone, as without one.
+            return (results, Some(self.start_first_alone()));
+        };
+        let leader = self.known.back().and_then(|w| w.next_leader);
+        let mut members: Vec<(OpId, Member)> = Vec::new();
+        let mut written: BTreeSet<Vec<u8>> = BTreeSet::new();
+        let mut bytes = 0usize;
+        let mut kept = VecDeque::new();
+        for waiting in std::mem::take(&mut self.waiting) {
+            let size = write_bytes(&waiting.member.writes);
+            let reads_combined = !bugs.combine_conflicting()
+                && written.iter().any(|row| waiting.member.reads.covers(row));
+            let fits = members.len() < COMBINED_MAX && bytes + size <= TRANSACTION_BYTES_MAX;
+            if !self.judges(waiting.read_position) || reads_combined || !fits {
+                kept.push_back(waiting);
+                continue;
+            }
+            bytes += size;
+            written.extend(waiting.member.writes.iter().map(|w| w.row.clone()));
+            members.push((waiting.op, waiting.member));
+        }
+        self.waiting = kept;
+        if members.is_empty() {
+            // Even the oldest alone is over the size limit: the replicas will say so.
+            return (results, Some(self.start_first_alone()));
+        }
+        let start = Start {
+            position: head.next(),
+            leader,
+            members,
+        };
+        (results, Some(start))
+    }
+
+    /// The oldest waiting transaction, alone at the position after its read.
+    fn start_first_alone(&mut self) -> Start {
+        let first = self.waiting.pop_front().expect("a transaction is waiting");
+        Start {
+            position: first.read_position.next(),
+            leader: first.leader,
+            members: vec![(first.op, first.member)],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use megastore_types::ClientId;
+
+    use super::*;
+    use crate::entry::{CellWrite, LogEntry, RowWrite};
+    use crate::proposer::commit::ReadSet;
+
+    fn eg() -> EgId {
+        EgId(b"g".to_vec())
+    }
+
+    fn txn(seq: u64) -> TxnId {
+        TxnId {
+            client: ClientId(1),
+            seq,
+        }
+    }
+
+    fn write(row: &str) -> RowWrite {
+        RowWrite {
+            row: format!("g\x01{row}").into_bytes(),
+            cells: vec![CellWrite::Set {
+                column: b"v".to_vec(),
+                value: b"x".to_vec(),
+            }],
+        }
+    }
+
+    /// Transaction `seq` that read `reads` at `read_position` and writes `writes`.
+    fn waiting(seq: u64, read_position: u64, reads: &[&str], writes: &[&str]) -> Waiting {
+        Waiting {
+            op: OpId(seq),
+            member: Member {
+                txn: txn(seq),
+                writes: writes.iter().map(|r| write(r)).collect(),
+                reads: ReadSet::from(
+                    reads
+                        .iter()
+                        .map(|r| format!("g\x01{r}").into_bytes())
+                        .collect::<BTreeSet<_>>(),
+                ),
+            },
+            read_position: Position(read_position),
+            leader: None,
+        }
+    }
+
+    fn chosen(seq: u64, writes: &[&str]) -> Winner {
+        let entry = LogEntry::combining(
+            [(txn(seq), writes.iter().map(|r| write(r)).collect())],
+            Some(ReplicaId(7)),
+        );
+        Winner::of(&eg(), &entry)
+    }
+
+    fn members(start: &Start) -> Vec<u64> {
+        start.members.iter().map(|(_, m)| m.txn.seq).collect()
+    }
+
+    #[test]
+    fn without_a_known_stretch_the_oldest_goes_alone_at_its_own_position() {
+        let mut lane = Lane::default();
+        lane.wait(waiting(1, 4, &["a"], &["a"]));
+        lane.wait(waiting(2, 4, &["b"], &["b"]));
+        let (results, start) = lane.next(&eg(), &ProtocolBugs::default());
+        let start = start.expect("a commit starts");
+        assert!(results.is_empty());
+        assert_eq!((start.position, members(&start)), (Position(5), vec![1]));
+        assert_eq!(lane.waiting(), 1);
+    }
+
+    #[test]
+    fn waiting_transactions_conflict_with_known_positions_or_join_one_entry() {
+        let mut lane = Lane::default();
+        lane.learned(Position(5), &[chosen(100, &["a"])]);
+        lane.wait(waiting(1, 4, &["a"], &["a"])); // read what p5 wrote: conflicts
+        lane.wait(waiting(2, 4, &["b"], &["b"])); // joins
+        lane.wait(waiting(3, 4, &["b"], &["c"])); // read what 2 writes: next round
+        lane.wait(waiting(4, 5, &[], &["b"])); // a blind write of 2's row: joins
+        let (results, start) = lane.next(&eg(), &ProtocolBugs::default());
+        assert_eq!(
+            results,
+            vec![(
+                OpId(1),
+                txn(1),
+                CommitResult::Conflict {
+                    keys: vec![b"g\x01a".to_vec()]
+                }
+            )]
+        );
+        let start = start.expect("a commit starts");
+        assert_eq!(
+            (start.position, start.leader, members(&start)),
+            (Position(6), Some(ReplicaId(7)), vec![2, 4])
+        );
+        assert_eq!(lane.waiting(), 1, "3 waits for the next round");
+        // The entry of 2 and 4 is chosen at 6: 3 read b, which 2 wrote.
+        lane.learned(Position(6), &[chosen(2, &["b"])]);
+        let (results, start) = lane.next(&eg(), &ProtocolBugs::default());
+        assert_eq!(results.len(), 1);
+        assert_eq!(results[0].1, txn(3));
+        assert!(start.is_none());
+    }
+
+    #[test]
+    fn a_transaction_that_read_before_the_known_stretch_goes_alone_first() {
+        let mut lane = Lane::default();
+        lane.learned(Position(8), &[chosen(100, &["z"])]);
+        lane.wait(waiting(1, 5, &["a"], &["a"]));
+        lane.wait(waiting(2, 7, &["b"], &["b"]));
+        let (results, start) = lane.next(&eg(), &ProtocolBugs::default());
+        let start = start.expect("a commit starts");
+        assert!(results.is_empty());
+        assert_eq!((start.position, members(&start)), (Position(6), vec![1]));
+    }
+
+    #[test]
+    fn the_knob_combines_a_transaction_with_one_whose_writes_it_read() {
+        let mut lane = Lane::default();
+        lane.learned(Position(5), &[chosen(100, &["z"])]);
+        lane.wait(waiting(1, 4, &["a"], &["a"]));
+        lane.wait(waiting(2, 4, &["a"], &["b"]));
+        let mut bugs = ProtocolBugs::default();
+        let (_, start) = lane.next(&eg(), &bugs);
+        assert_eq!(members(&start.unwrap()), vec![1]);
+        let mut lane = Lane::default();
+        lane.learned(Position(5), &[chosen(100, &["z"])]);
+        lane.wait(waiting(1, 4, &["a"], &["a"]));
+        lane.wait(waiting(2, 4, &["a"], &["b"]));
+        bugs.combine_conflicting = true;
+        let (_, start) = lane.next(&eg(), &bugs);
+        assert_eq!(members(&start.unwrap()), vec![1, 2]);
+    }
+
+    #[test]
+    fn learning_extends_the_stretch_and_keeps_only_the_newest() {
+        let mut lane = Lane::default();
+        lane.learned(Position(5), &[chosen(1, &["a"]), chosen(2, &["b"])]);
+        // Overlapping: position 6 again, then 7.
+        lane.learned(Position(6), &[chosen(2, &["b"]), chosen(3, &["c"])]);
+        assert_eq!(
+            (lane.known_from, lane.head()),
+            (Position(5), Some(Position(7)))
+        );
+        // A gap: starts over.
+        lane.learned(Position(20), &[chosen(4, &["d"])]);
+        assert_eq!(
+            (lane.known_from, lane.head()),
+            (Position(20), Some(Position(20)))
+        );
+        let many: Vec<Winner> = (0..40).map(|i| chosen(i, &["e"])).collect();
+        lane.learned(Position(21), &many);
+        assert_eq!(lane.known.len(), KNOWN_MAX);
+        assert_eq!(lane.head(), Some(Position(60)));
+    }
+}

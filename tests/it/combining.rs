@@ -1,0 +1,165 @@
+//! Combined commits over real processes (docs/protocol.md, "Combining commits"): many
+//! tasks share one client, as an application server's request handlers do, and commit
+//! to one hot group at once — each a read-modify-write of its own counter plus a row
+//! of its own — while the other full replica is killed and restarted. The client's
+//! core makes them share log entries; each keeps its own outcome. Checked: every
+//! acknowledged increment is in its counter exactly once (a counter is at least its
+//! acknowledged increments and at most those plus the ones whose outcome stayed
+//! unknown), every acknowledged row is present, every row of a transaction that did
+//! not commit is absent, and some positions did hold several acknowledged
+//! transactions.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use megastore_client::{Attempt, Client, ClientError, Outcome};
+use megastore_paxos::{DataQuery, ReadMode};
+use megastore_types::{EgId, Position};
+
+use crate::support::{connect, counter_value, start_cluster};
+
+/// Tasks sharing the client.
+const TASKS: usize = 16;
+/// Transactions each task tries at most (and the load stops after `LOAD` anyway).
+const ATTEMPTS: usize = 1_000;
+const LOAD: Duration = Duration::from_secs(12);
+
+fn group() -> EgId {
+    megastore_client::group(b"hot").unwrap()
+}
+
+fn counter(task: usize) -> Vec<u8> {
+    format!("count-{task:02}").into_bytes()
+}
+
+fn note(task: usize, attempt: usize) -> Vec<u8> {
+    format!("note-{task:02}-{attempt:03}").into_bytes()
+}
+
+/// What one task saw.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Attempts acknowledged, with their positions.
+    committed: Vec<(usize, Position)>,
+    /// Attempts that did not commit (conflict, or settled without them).
+    not_committed: Vec<usize>,
+    /// Attempts whose outcome stayed unknown (an error after the commit was sent).
+    unknown: Vec<usize>,
+}
+
+async fn task(client: Client, task: usize, deadline: Instant) -> Seen {
+    let eg = group();
+    let mut seen = Seen::default();
+    for attempt in 0..ATTEMPTS {
+        if Instant::now() >= deadline {
+            break;
+        }
+        let mut txn = client.begin(&eg);
+        let result: Result<Attempt, ClientError> = async {
+            let next = counter_value(txn.get(&counter(task)).await?) + 1;
+            txn.set(&counter(task), b"n", next.to_string().as_bytes())?;
+            txn.set(&note(task, attempt), b"n", b"1")?;
+            txn.commit().await
+        }
+        .await;
+        match result {
+            Ok(Attempt::Done(Outcome::Committed { position, .. })) => {
+                seen.committed.push((attempt, position));
+            }
+            Ok(Attempt::Done(other)) => panic!("task {task}: a write ended {other:?}"),
+            Ok(Attempt::Retry { .. }) => seen.not_committed.push(attempt),
+            // Before the commit was sent (a read failed during the fault) nothing can
+            // land, but the attempt is counted as unknown all the same: the checks
+            // below only allow an unknown one, never require it.
+            Err(_) => {
+                seen.unknown.push(attempt);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    seen
+}
+
+#[test]
+fn transactions_sharing_a_client_combine_and_each_applies_exactly_once_through_a_kill() {
+    let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
+    let client = runtime.block_on(connect(&config, "A"));
+    let eg = group();
+    // The group exists before the load.
+    runtime
+        .block_on(client.transaction(&eg, async |txn| {
+            txn.set(b"created", b"n", b"1")?;
+            Ok(())
+        }))
+        .expect("a first commit");
+    let deadline = Instant::now() + LOAD;
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| runtime.spawn(task(client.clone(), t, deadline)))
+        .collect();
+    // The other full replica dies under load and comes back while it goes on.
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.process("replica-b").kill();
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.start_process("replica-b");
+    let seen: Vec<Seen> = tasks
+        .into_iter()
+        .map(|t| runtime.block_on(t).unwrap())
+        .collect();
+    assert!(
+        Instant::now() >= deadline,
+        "the load ended before the fault was over: raise ATTEMPTS"
+    );
+
+    let read = runtime
+        .block_on(client.read(
+            &eg,
+            ReadMode::Current,
+            DataQuery::Scan {
+                range: megastore_rowstore::KeyRange::all(),
+                limit: None,
+                reverse: false,
+            },
+        ))
+        .expect("a current read after the load");
+    let rows: BTreeMap<Vec<u8>, megastore_rowstore::Row> =
+        read.rows.into_iter().map(|r| (r.key.clone(), r)).collect();
+    let mut by_position: BTreeMap<Position, usize> = BTreeMap::new();
+    for (t, seen) in seen.iter().enumerate() {
+        assert!(
+            seen.committed.len() >= 5,
+            "task {t} barely committed: {seen:?}"
+        );
+        let value = counter_value(rows.get(&counter(t)).cloned());
+        let acked = seen.committed.len() as u64;
+        assert!(
+            (acked..=acked + seen.unknown.len() as u64).contains(&value),
+            "task {t}: counter {value}, {acked} increments acknowledged, {} unknown",
+            seen.unknown.len()
+        );
+        for (attempt, position) in &seen.committed {
+            assert!(
+                rows.contains_key(&note(t, *attempt)),
+                "task {t}: attempt {attempt}, acknowledged at {position}, is missing"
+            );
+            *by_position.entry(*position).or_default() += 1;
+        }
+        for attempt in &seen.not_committed {
+            assert!(
+                !rows.contains_key(&note(t, *attempt)),
+                "task {t}: attempt {attempt} did not commit, yet its row is there"
+            );
+        }
+    }
+    let shared: BTreeSet<&Position> = by_position
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(p, _)| p)
+        .collect();
+    let committed: usize = by_position.values().sum();
+    assert!(
+        shared.len() * 10 >= by_position.len(),
+        "only {} of {} positions held several of the {committed} acknowledged transactions",
+        shared.len(),
+        by_position.len()
+    );
+}
