@@ -79,6 +79,7 @@ fn witnesses_serve_no_reads_read_only_replicas_never_vote_and_bad_input_is_refus
             ballot: Ballot::ZERO,
             entry: LogEntry::noop(),
             grant: false,
+            previous_visible: None,
         };
         assert_eq!(
             ask(read_only, accept).await,

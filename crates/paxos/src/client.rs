@@ -95,6 +95,10 @@ pub enum OpResult {
 
 /// An event for the client.
 #[derive(Debug, Clone)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "nearly every input is a message, moved once into the core: boxing it would add an allocation to each"
+)]
 pub enum Input {
     /// A message arrived.
     Message {
@@ -645,7 +649,7 @@ impl ClientCore {
                 &mut ctx,
                 eg.clone(),
                 start.position,
-                start.leader,
+                (start.leader, start.previous_visible),
                 members,
                 next_leader,
             );
@@ -681,7 +685,7 @@ impl ClientCore {
             &mut ctx,
             eg,
             read_position.next(),
-            leader,
+            (leader, None),
             members,
             next_leader,
         );

@@ -75,6 +75,12 @@ pub enum ReplicaRequest {
         entry: LogEntry,
         /// Ask for the ballot-0 grant.
         grant: bool,
+        /// With `grant`: the writer finished `position - 1` itself — chosen at this
+        /// ballot, invalidation step done, its visible marks on their way — so the
+        /// leader, holding that position's value at that ballot (one value per ballot
+        /// at a position), marks it visible before judging the grant instead of
+        /// refusing it for a mark that is merely slower than this request.
+        previous_visible: Option<Ballot>,
     },
     /// The value at `position` is chosen and its invalidation step is done: record it
     /// as visible (and apply it, on replicas with data).

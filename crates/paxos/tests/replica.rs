@@ -56,6 +56,43 @@ fn ballot_zero_is_granted_once_by_the_position_leader_only_and_survives_a_restar
     );
 }
 
+/// A writer that finished position 1 itself asks for position 2's grant before its
+/// visible mark of 1 arrived: saying at which ballot 1 was chosen, it is granted, and 1
+/// is visible at the leader from then on. A ballot the leader does not hold 1 at is no
+/// such proof.
+#[test]
+fn a_grant_request_carrying_the_previous_positions_ballot_marks_it_visible_first() {
+    let mut node = Node::new(1);
+    node.ask(accept(1, ballot(1), write(1, Some(1), "one"), false));
+    let mut wrong = accept(2, Ballot::ZERO, write(2, Some(1), "a"), true);
+    if let ReplicaRequest::Accept {
+        previous_visible, ..
+    } = &mut wrong
+    {
+        *previous_visible = Some(ballot(2));
+    }
+    assert_eq!(
+        accept_result(node.ask(wrong)),
+        AcceptResult::GrantRefused(GrantRefusal::NotLeader),
+        "not the ballot 1 was accepted at here"
+    );
+    let mut right = accept(2, Ballot::ZERO, write(2, Some(1), "a"), true);
+    if let ReplicaRequest::Accept {
+        previous_visible, ..
+    } = &mut right
+    {
+        *previous_visible = Some(ballot(1));
+    }
+    assert_eq!(accept_result(node.ask(right)), AcceptResult::Accepted);
+    node.restart();
+    let ReplicaReply::LogState { state, .. } =
+        node.ask(ReplicaRequest::LogState { id: 9, eg: eg() })
+    else {
+        panic!("a log state")
+    };
+    assert_eq!(state.visible, Position(1), "1 is durably visible");
+}
+
 #[test]
 fn an_accepted_but_not_visible_entry_names_no_leader() {
     let mut node = Node::new(1);

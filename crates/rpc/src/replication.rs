@@ -232,6 +232,7 @@ impl From<ReplicaRequest> for pb::ReplicaRequest {
                 ballot,
                 entry,
                 grant,
+                previous_visible,
             } => (
                 id,
                 eg,
@@ -240,6 +241,7 @@ impl From<ReplicaRequest> for pb::ReplicaRequest {
                     ballot: Some(ballot_to_wire(ballot)),
                     entry: Some(entry_to_wire(entry)),
                     grant,
+                    previous_visible: previous_visible.map(ballot_to_wire),
                 }),
             ),
             ReplicaRequest::MarkVisible {
@@ -320,6 +322,10 @@ impl TryFrom<pb::ReplicaRequest> for ReplicaRequest {
                 ballot: ballot_from_wire(a.ballot, "accept.ballot")?,
                 entry: entry_from_wire(a.entry)?,
                 grant: a.grant,
+                previous_visible: a
+                    .previous_visible
+                    .map(|b| ballot_from_wire(Some(b), "accept.previous_visible"))
+                    .transpose()?,
             },
             r::Request::MarkVisible(m) => ReplicaRequest::MarkVisible {
                 id,

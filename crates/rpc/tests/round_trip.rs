@@ -111,6 +111,7 @@ fn requests() -> Vec<ReplicaRequest> {
             ballot: Ballot::ZERO,
             entry: entry(),
             grant: true,
+            previous_visible: Some(ballot()),
         },
         ReplicaRequest::Accept {
             id,
@@ -119,6 +120,7 @@ fn requests() -> Vec<ReplicaRequest> {
             ballot: ballot(),
             entry: LogEntry::noop(),
             grant: false,
+            previous_visible: None,
         },
         ReplicaRequest::MarkVisible {
             id,

@@ -18,7 +18,7 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use megastore_types::limits::TRANSACTION_BYTES_MAX;
-use megastore_types::{EgId, Position, ReplicaId, TxnId};
+use megastore_types::{Ballot, EgId, Position, ReplicaId, TxnId};
 
 use super::OpId;
 use crate::bugs::ProtocolBugs;
@@ -48,6 +48,8 @@ pub(crate) struct Waiting {
 pub(crate) struct Start {
     pub(crate) position: Position,
     pub(crate) leader: Option<ReplicaId>,
+    /// The ballot `position - 1` was chosen at, when this client settled it.
+    pub(crate) previous_visible: Option<Ballot>,
     /// Its transactions, in serial order, with the operation each reports to.
     pub(crate) members: Vec<(OpId, Member)>,
 }
@@ -165,7 +167,10 @@ impl Lane {
             // The oldest read before what the lane knows: it goes alone, as without one.
             return (results, Some(self.start_first_alone()));
         };
-        let leader = self.known.back().and_then(|w| w.next_leader);
+        let (leader, previous_visible) = self
+            .known
+            .back()
+            .map_or((None, None), |w| (w.next_leader, Some(w.ballot)));
         let mut members: Vec<(OpId, Member)> = Vec::new();
         let mut written: BTreeSet<Vec<u8>> = BTreeSet::new();
         let mut bytes = 0usize;
@@ -191,6 +196,7 @@ impl Lane {
         let start = Start {
             position: head.next(),
             leader,
+            previous_visible,
             members,
         };
         (results, Some(start))
@@ -202,6 +208,7 @@ impl Lane {
         Start {
             position: first.read_position.next(),
             leader: first.leader,
+            previous_visible: None,
             members: vec![(first.op, first.member)],
         }
     }
@@ -260,7 +267,7 @@ mod tests {
             [(txn(seq), writes.iter().map(|r| write(r)).collect())],
             Some(ReplicaId(7)),
         );
-        Winner::of(&eg(), &entry)
+        Winner::of(&eg(), &entry, megastore_types::Ballot::ZERO)
     }
 
     fn members(start: &Start) -> Vec<u64> {

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use megastore_coordinator::CoordinatorReply;
 use megastore_lock::{LockError, LockReply};
 use megastore_rowstore::KeyRange;
-use megastore_types::{EgId, Position, ReplicaId, Time, TxnId};
+use megastore_types::{Ballot, EgId, Position, ReplicaId, Time, TxnId};
 
 use super::Ctx;
 use super::settle::{Settle, SettleOutcome};
@@ -120,20 +120,23 @@ pub(crate) struct Member {
 
 /// What a chosen entry means to a transaction that read before it: the rows it
 /// wrote, the cross-group transactions it prepared (whose locks hold from there on),
-/// and the leader it named for the next position.
+/// the leader it named for the next position, and the ballot it was chosen at (by a
+/// settle of this proposer, which sent its visible marks).
 #[derive(Debug, Clone)]
 pub(crate) struct Winner {
     rows: BTreeSet<Vec<u8>>,
     prepared: Vec<Prepared>,
     pub(crate) next_leader: Option<ReplicaId>,
+    pub(crate) ballot: Ballot,
 }
 
 impl Winner {
-    pub(crate) fn of(eg: &EgId, entry: &LogEntry) -> Self {
+    pub(crate) fn of(eg: &EgId, entry: &LogEntry, ballot: Ballot) -> Self {
         Self {
             rows: entry.written_rows().map(<[u8]>::to_vec).collect(),
             prepared: prepared_in(eg, entry),
             next_leader: entry.next_leader,
+            ballot,
         }
     }
 
@@ -201,12 +204,13 @@ enum Report {
 impl Commit {
     /// Proposes an entry of `members` (in this order) at `position`, through
     /// `leader`'s fast path if there is one; the entry names `next_leader` for the
-    /// position after.
+    /// position after. `previous_visible`: this proposer settled `position - 1`
+    /// itself, chosen at that ballot.
     pub(crate) fn start<K: Clone + Ord>(
         ctx: &mut Ctx<'_, K>,
         eg: EgId,
         position: Position,
-        leader: Option<ReplicaId>,
+        (leader, previous_visible): (Option<ReplicaId>, Option<Ballot>),
         members: Vec<Member>,
         next_leader: Option<ReplicaId>,
     ) -> Self {
@@ -214,7 +218,14 @@ impl Commit {
             members.iter().map(|m| (m.txn, m.writes.clone())),
             next_leader,
         );
-        let settle = Settle::start(ctx, eg.clone(), position, Some(entry.clone()), leader);
+        let settle = Settle::start_after(
+            ctx,
+            eg.clone(),
+            position,
+            Some(entry.clone()),
+            leader,
+            previous_visible,
+        );
         let reports = members.iter().map(|_| Report::NotYetKnown).collect();
         let mut commit = Commit {
             eg,
@@ -309,8 +320,8 @@ impl Commit {
                     }
                 });
             }
-            Some(SettleOutcome::Settled { entry, .. }) => {
-                let winner = Winner::of(&self.eg, &entry);
+            Some(SettleOutcome::Settled { entry, ballot }) => {
+                let winner = Winner::of(&self.eg, &entry, ballot);
                 // The chosen value is our entry (one value per position), so all of
                 // its transactions committed.
                 if self.members.iter().any(|m| entry.holds(m.txn)) {
@@ -359,7 +370,14 @@ impl Commit {
                     self.next_leader,
                 );
                 let entry = Some(self.entry.clone());
-                self.settle = Settle::start(ctx, self.eg.clone(), position.next(), entry, leader);
+                self.settle = Settle::start_after(
+                    ctx,
+                    self.eg.clone(),
+                    position.next(),
+                    entry,
+                    leader,
+                    Some(ballot),
+                );
                 self.advance(ctx);
             }
         }

@@ -371,6 +371,33 @@ impl GroupLog {
             .is_some_and(|s| s.entry.next_leader == Some(me))
     }
 
+    /// A writer's grant request for `p` says it finished `p - 1` itself, chosen at
+    /// `ballot` (its visible mark may still be on the way): if this replica holds
+    /// `p - 1` at that ballot — the one value of that ballot there — it marks it
+    /// visible now, as the mark would.
+    pub fn mark_previous_visible(
+        &mut self,
+        kind: ReplicaKind,
+        bugs: &ProtocolBugs,
+        p: Position,
+        ballot: Ballot,
+        out: &mut Vec<Output>,
+    ) {
+        if p.0 <= 1 {
+            return;
+        }
+        let Some(slot) = self
+            .slots
+            .get(&p.prev())
+            .filter(|s| !s.visible && s.ballot == ballot)
+        else {
+            return;
+        };
+        let entry = slot.entry.clone();
+        // Marking the value it holds cannot conflict with it.
+        let _ = self.mark_visible(kind, bugs, p.prev(), ballot, entry, out);
+    }
+
     /// Records `entry` as the visible value at `p`, advances the visible watermark,
     /// and applies what became applicable (not on witnesses).
     // `bugs` is read only by the out-of-order knob, which production builds lack.

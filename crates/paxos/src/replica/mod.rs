@@ -531,6 +531,7 @@ impl Replica {
                 ballot,
                 entry,
                 grant,
+                previous_visible,
                 ..
             } => match entry.check_proposed_for(&eg) {
                 Err(e) => ReplicaReply::Error {
@@ -539,17 +540,22 @@ impl Replica {
                 },
                 Ok(()) => ReplicaReply::Accept {
                     id,
-                    result: group.accept(
-                        me,
-                        &bugs,
-                        Proposal {
-                            position,
-                            ballot,
-                            entry,
-                            grant,
-                        },
-                        out,
-                    ),
+                    result: {
+                        if grant && let Some(previous) = previous_visible {
+                            group.mark_previous_visible(kind, &bugs, position, previous, out);
+                        }
+                        group.accept(
+                            me,
+                            &bugs,
+                            Proposal {
+                                position,
+                                ballot,
+                                entry,
+                                grant,
+                            },
+                            out,
+                        )
+                    },
                 },
             },
             ReplicaRequest::MarkVisible {

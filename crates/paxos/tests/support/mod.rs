@@ -169,6 +169,7 @@ pub(crate) fn accept(p: u64, b: Ballot, entry: LogEntry, grant: bool) -> Replica
         ballot: b,
         entry,
         grant,
+        previous_visible: None,
     }
 }
 

@@ -31,6 +31,7 @@ impl Settle {
         }
         self.phase = Phase::Learn {
             replies: BTreeMap::new(),
+            sent: ctx.now,
             deadline: ctx.now + ctx.config.timeouts.rpc,
         };
     }
@@ -94,6 +95,7 @@ impl Settle {
                 ballot,
                 entry,
                 grant: false,
+                previous_visible: None,
             });
         }
         self.deciding = self.outstanding.clone();
@@ -187,7 +189,28 @@ impl Settle {
                     },
                 );
             }
-            None => self.prepare(ctx),
+            None => {
+                // A voter holds a ballot-0 value: a writer's fast path is under way,
+                // and most likely chosen within a round trip. Preparing now would
+                // refuse its remaining accepts and push it onto the slow path (a duel
+                // a hot group's readers would start at every position): wait about as
+                // long as this learn took, once, and learn again. Waiting is always
+                // safe; only liveness needs the Paxos round after it.
+                let write_in_flight = replies.values().flatten().next().is_some();
+                if write_in_flight && !self.waited_for_writer {
+                    let Phase::Learn { sent, .. } = &self.phase else {
+                        unreachable!("checked above")
+                    };
+                    let took = ctx.now.since(*sent).min(ctx.config.timeouts.leader);
+                    self.waited_for_writer = true;
+                    self.outstanding.clear();
+                    self.phase = Phase::Patience {
+                        until: ctx.now + took,
+                    };
+                } else {
+                    self.prepare(ctx);
+                }
+            }
         }
     }
 

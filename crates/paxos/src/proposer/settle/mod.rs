@@ -5,7 +5,7 @@
 //! ```text
 //!  writer with a leader:  FastGrant ─► FastAccept ─┐
 //!  writer without:        Prepare ─► Accept ───────┼─► Invalidate ─► MarkVisible ─► Done
-//!  reader / sweep:        Learn ─► (Prepare ─► Accept, proposing a no-op) ─┘
+//!  reader / sweep:        Learn ─► [Patience ─► Learn] ─► (Prepare ─► Accept, proposing a no-op) ─┘
 //!  any phase: a replica that has the position visible ends the search (no step 5)
 //! ```
 //!
@@ -73,7 +73,13 @@ enum Phase {
     },
     Learn {
         replies: BTreeMap<ReplicaId, Option<SlotRecord>>,
+        sent: Time,
         deadline: Time,
+    },
+    /// A writer's fast-path accept was found on its way: give it about the round trip
+    /// the learn took before running Paxos over it.
+    Patience {
+        until: Time,
     },
     Prepare {
         ballot: Ballot,
@@ -146,6 +152,8 @@ pub(crate) struct Settle {
     /// Voters that answered that the position is truncated there: chosen long ago,
     /// and once a majority says so no round can learn or choose anything.
     truncated_at: BTreeSet<ReplicaId>,
+    /// Whether it already waited for a fast-path write in flight (once per settle).
+    waited_for_writer: bool,
 }
 
 impl Settle {
@@ -157,6 +165,20 @@ impl Settle {
         position: Position,
         proposal: Option<LogEntry>,
         leader: Option<ReplicaId>,
+    ) -> Settle {
+        Self::start_after(ctx, eg, position, proposal, leader, None)
+    }
+
+    /// [`Settle::start`] by a writer that itself finished `position - 1`, chosen at
+    /// ballot `previous_visible`: its grant request says so
+    /// ([`ReplicaRequest::Accept`]'s `previous_visible`).
+    pub(crate) fn start_after<K: Clone + Ord>(
+        ctx: &mut Ctx<'_, K>,
+        eg: EgId,
+        position: Position,
+        proposal: Option<LogEntry>,
+        leader: Option<ReplicaId>,
+        previous_visible: Option<Ballot>,
     ) -> Settle {
         let mut settle = Settle {
             eg,
@@ -175,6 +197,7 @@ impl Settle {
             sent_proposal: false,
             truncated_chosen: None,
             truncated_at: BTreeSet::new(),
+            waited_for_writer: false,
         };
         let leader = leader.filter(|l| ctx.config.topology.is_voter(*l));
         match (&settle.proposal, leader) {
@@ -193,6 +216,7 @@ impl Settle {
                     ballot: Ballot::ZERO,
                     entry,
                     grant: true,
+                    previous_visible,
                 });
                 settle.sent_proposal = true;
                 settle.phase = Phase::FastGrant {
@@ -254,7 +278,7 @@ impl Settle {
             | Phase::Learn { deadline, .. }
             | Phase::Prepare { deadline, .. }
             | Phase::Accept { deadline } => Some(*deadline),
-            Phase::Backoff { until } => Some(*until),
+            Phase::Backoff { until } | Phase::Patience { until } => Some(*until),
             Phase::Invalidate { pending, .. } => pending.values().map(|p| p.retry_at).min(),
             Phase::Done(_) => None,
         }
@@ -449,6 +473,7 @@ impl Settle {
                 self.backoff(ctx)
             }
             Phase::Backoff { until } if now >= *until => self.prepare(ctx),
+            Phase::Patience { until } if now >= *until => self.learn(ctx),
             Phase::Invalidate {
                 pending, started, ..
             } => {
