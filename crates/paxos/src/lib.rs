@@ -53,9 +53,9 @@ pub use proposer::read::{ReadError, ReadMode, ReadPath, ReadResult};
 pub use proposer::resolve::Resolution;
 pub use proposer::{ProposerConfig, Timeouts};
 pub use replica::{
-    Batch, BatchCounts, CHOSEN_REMEMBERED, GroupLog, HISTORY_KEPT, Input as ReplicaInput,
-    Output as ReplicaOutput, Rejoin, Released, Replica, ReplicaConfig, ReplicaLag, SweepConfig,
-    answer_read, answer_snapshot,
+    Batch, BatchCounts, CHOSEN_REMEMBERED, DRIVER_CLIENT, GroupLog, HISTORY_KEPT,
+    Input as ReplicaInput, Output as ReplicaOutput, Rejoin, Released, Replica, ReplicaConfig,
+    ReplicaLag, SweepConfig, answer_read, answer_snapshot, load_group,
 };
 pub use two_phase::commit::{Participant, TwoPhaseResult};
 pub use two_phase::decide::DecideOutcome;

@@ -291,21 +291,16 @@ struct Driver {
 /// How often the lag gauges are updated (each update looks at every loaded group).
 const LAG_EVERY: Duration = Duration::from_secs(1);
 
-/// The caller id of the driver's own requests (their replies are dropped).
-const DRIVER: u32 = u32::MAX;
+/// The caller id of the driver's own requests (their replies are dropped); callers
+/// are numbered below it.
+const DRIVER: u32 = megastore_paxos::DRIVER_CLIENT.0;
 
 impl Driver {
     fn run(mut self, events: &mpsc::Receiver<Event>) {
         let mut batch = Batch::new();
         // Load every group this replica holds, so the sweep looks after idle ones too.
         for eg in self.registered.clone() {
-            let request = ReplicaRequest::LogState {
-                id: 0,
-                eg: EgId(eg),
-            };
-            let from = NodeId::Client(ClientId(DRIVER));
-            let message = Message::ReplicaRequest(request);
-            self.step(ReplicaInput::Message { from, message }, &mut batch);
+            self.step(megastore_paxos::load_group(EgId(eg)), &mut batch);
         }
         self.step(ReplicaInput::Tick, &mut batch);
         self.release(batch);

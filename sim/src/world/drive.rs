@@ -17,9 +17,8 @@ use crate::workload::ClientNode;
 
 use super::{Event, World};
 
-/// The client id of a replica driver's own requests (the replica server's `DRIVER`):
-/// their replies go nowhere.
-pub(super) const REPLICA_DRIVER: ClientId = ClientId(u32::MAX);
+/// The client id of a replica driver's own requests: their replies go nowhere.
+pub(super) const REPLICA_DRIVER: ClientId = megastore_paxos::DRIVER_CLIENT;
 
 impl World {
     pub(super) fn deliver(&mut self, from: NodeId, to: NodeId, message: Message) {

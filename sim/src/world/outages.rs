@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use megastore_coordinator::{Coordinator, Input as CoordinatorInput};
 use megastore_lock::LockCommand;
-use megastore_paxos::{Message, Replica, ReplicaInput, ReplicaRequest};
+use megastore_paxos::Replica;
 use megastore_rowstore::MemoryStore;
 use megastore_types::{LockNodeId, NodeId, ReplicaId};
 
 use crate::nodes::CoordinatorNode;
 
 use super::build::replica_config;
-use super::drive::{REPLICA_DRIVER, lock_link};
+use super::drive::lock_link;
 use super::{Event, World, ns};
 use crate::faults::{Fault, Hold, Scene};
 
@@ -89,10 +89,7 @@ impl World {
                     // As the replica server starts: every registered group is loaded
                     // (its state asked for by the driver), so the sweep sees it.
                     for eg in registered {
-                        let message =
-                            Message::ReplicaRequest(ReplicaRequest::LogState { id: 0, eg });
-                        let from = NodeId::Client(REPLICA_DRIVER);
-                        self.run_replica(r, ReplicaInput::Message { from, message }, None);
+                        self.run_replica(r, megastore_paxos::load_group(eg), None);
                     }
                     let now = self.now;
                     self.schedule(now, Event::Wake(NodeId::Replica(r)));

@@ -20,11 +20,25 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use megastore_rowstore::{Durability, KeyRange, LATEST, RowStore, RowStoreError};
-use megastore_types::{EgId, NodeId, Time};
+use megastore_types::{ClientId, EgId, NodeId, Time};
 
 use super::{Input, Output, Replica, answer_read, answer_snapshot};
 use crate::entry::{data_range, global_index_range, group_of_root_row, group_range};
 use crate::messages::{Message, ReplicaRequest};
+
+/// The caller a host names for its own requests to its replica: their replies go
+/// nowhere.
+pub const DRIVER_CLIENT: ClientId = ClientId(u32::MAX);
+
+/// The input that loads group `eg` (its state asked for by the host itself): what a
+/// host steps for every registered group when its replica starts, so the sweep looks
+/// after idle groups too.
+pub fn load_group(eg: EgId) -> Input {
+    Input::Message {
+        from: NodeId::Client(DRIVER_CLIENT),
+        message: Message::ReplicaRequest(ReplicaRequest::LogState { id: 0, eg }),
+    }
+}
 
 /// The effects of one or more steps, written to the store but not yet synced, and the
 /// messages that wait for the sync.
