@@ -649,19 +649,7 @@ impl ClientNode {
         read_keys: BTreeSet<Vec<u8>>,
     ) -> Vec<ClientOutput> {
         let position = read.position.expect("a current read names its position");
-        // As the client library's transactions do: the prepared transactions its read
-        // found come with its read set, and their locks hold against its commit.
-        let mut reads = megastore_paxos::ReadSet::from(read_keys.clone());
-        reads.saw_prepared(&read.prepared);
-        let (op, out) = self.core.commit(
-            now,
-            txn,
-            eg.clone(),
-            position,
-            read.next_leader,
-            writes,
-            reads,
-        );
+        let (op, out) = self.commit_after(now, &eg, read, position, txn, writes, &read_keys);
         self.state = State::Committing {
             op,
             eg,
@@ -670,6 +658,33 @@ impl ClientNode {
             read_keys,
         };
         out
+    }
+
+    /// Asks the core to commit `txn` after `read` (of `eg`, at `position`), having read
+    /// `read_keys`. As the client library's transactions do: the prepared transactions
+    /// its read found come with its read set, and their locks hold against its commit.
+    #[allow(clippy::too_many_arguments)]
+    fn commit_after(
+        &mut self,
+        now: Time,
+        eg: &EgId,
+        read: &ReadResult,
+        position: Position,
+        txn: TxnId,
+        writes: Vec<RowWrite>,
+        read_keys: &BTreeSet<Vec<u8>>,
+    ) -> (OpId, Vec<ClientOutput>) {
+        let mut reads = megastore_paxos::ReadSet::from(read_keys.clone());
+        reads.saw_prepared(&read.prepared);
+        self.core.commit(
+            now,
+            txn,
+            eg.clone(),
+            position,
+            read.next_leader,
+            writes,
+            reads,
+        )
     }
 
     /// Asks the protocol to resolve `commit` (once more).
@@ -733,17 +748,7 @@ impl ClientNode {
         };
         let txn = self.next_txn();
         let writes = self.writes_of(now, eg, &rows, txn);
-        let mut reads = megastore_paxos::ReadSet::from(read_keys.clone());
-        reads.saw_prepared(&read.prepared);
-        let (op, out) = self.core.commit(
-            now,
-            txn,
-            eg.clone(),
-            read_position,
-            read.next_leader,
-            writes,
-            reads,
-        );
+        let (op, out) = self.commit_after(now, eg, read, read_position, txn, writes, &read_keys);
         self.companions.push(Companion {
             op,
             eg: eg.clone(),

@@ -307,8 +307,19 @@ mod tests {
         );
         let start = start.expect("a commit starts");
         assert_eq!(
-            (start.position, start.leader, members(&start)),
-            (Position(6), Some(ReplicaId(7)), vec![2, 4])
+            (
+                start.position,
+                start.leader,
+                start.previous_visible,
+                members(&start)
+            ),
+            (
+                Position(6),
+                Some(ReplicaId(7)),
+                Some(megastore_types::Ballot::ZERO),
+                vec![2, 4]
+            ),
+            "at the position after the stretch, through its leader, saying how 5 was chosen"
         );
         assert_eq!(lane.waiting(), 1, "3 waits for the next round");
         // The entry of 2 and 4 is chosen at 6: 3 read b, which 2 wrote.
