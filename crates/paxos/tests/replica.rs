@@ -93,6 +93,48 @@ fn a_grant_request_carrying_the_previous_positions_ballot_marks_it_visible_first
     assert_eq!(state.visible, Position(1), "1 is durably visible");
 }
 
+/// A combined entry whose joined transactions are out of place, repeated, or follow
+/// no first one is refused, naming what is wrong; a well-formed one is accepted.
+#[test]
+fn a_combined_entry_is_checked_before_it_is_accepted() {
+    let mut node = Node::new(1);
+    let txn = |seq| TxnId {
+        client: ClientId(1),
+        seq,
+    };
+    let row = |name: &str| RowWrite {
+        row: [eg().0.as_slice(), &[1], name.as_bytes()].concat(),
+        cells: vec![CellWrite::Set {
+            column: b"v".to_vec(),
+            value: b"x".to_vec(),
+        }],
+    };
+    let good = LogEntry::combining([(txn(1), vec![row("a")]), (txn(2), vec![row("b")])], None);
+    let mut repeated = good.clone();
+    repeated.joined[0].txn = txn(1);
+    let mut outside = good.clone();
+    outside.joined[0].first_write = 5;
+    let mut no_first = good.clone();
+    no_first.txn = None;
+    for (bad, says) in [
+        (repeated, "appears twice"),
+        (outside, "outside"),
+        (no_first, "no-op"),
+    ] {
+        match node.ask(accept(1, ballot(1), bad, false)) {
+            ReplicaReply::Error {
+                error: ReplicaError::BadEntry(why),
+                ..
+            } => assert!(why.contains(says), "{why}"),
+            other => panic!("accepted a malformed combined entry: {other:?}"),
+        }
+    }
+    assert_eq!(
+        accept_result(node.ask(accept(1, ballot(1), good, false))),
+        AcceptResult::Accepted
+    );
+}
+
 #[test]
 fn an_accepted_but_not_visible_entry_names_no_leader() {
     let mut node = Node::new(1);

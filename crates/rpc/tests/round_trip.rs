@@ -385,6 +385,31 @@ fn malformed_messages_are_errors_naming_the_field() {
         }),
         Err(WireError::Missing("error"))
     );
+    let mut joined = pb::ReplicaRequest::from(requests()[1].clone());
+    if let Some(pb::replica_request::Request::Accept(a)) = &mut joined.request {
+        a.entry.as_mut().unwrap().joined[0].txn = None;
+    }
+    assert_eq!(
+        ReplicaRequest::try_from(joined),
+        Err(WireError::Missing("entry.joined.txn"))
+    );
+    // Joined transactions follow a first one.
+    let chosen_without_first = pb::ReplicaReply {
+        id: 1,
+        reply: Some(pb::replica_reply::Reply::Error(pb::ReplicaError {
+            error: Some(pb::replica_error::Error::TruncatedChosen(
+                pb::TruncatedChosen {
+                    truncated: 4,
+                    txn: None,
+                    joined: vec![pb::TxnId { client: 1, seq: 2 }],
+                },
+            )),
+        })),
+    };
+    assert_eq!(
+        ReplicaReply::try_from(chosen_without_first),
+        Err(WireError::Missing("truncated_chosen.txn"))
+    );
     assert_eq!(
         CoordinatorRequest::try_from(cpb::CoordinatorRequest::default()),
         Err(WireError::Missing("request"))
