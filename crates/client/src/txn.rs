@@ -299,7 +299,7 @@ impl Transaction {
     /// Commits the attempt's writes at the position after its reads (nothing, for a
     /// read-only attempt). A commit whose outcome cannot be known at first is resolved
     /// by its transaction id before this returns: its position is settled and the
-    /// chosen entry's transaction compared ([`Client::resolve_commit`]);
+    /// transaction looked for in the chosen entry ([`Client::resolve_commit`]);
     /// [`ClientError::Unknown`] only when even that could not be decided.
     pub async fn commit(self) -> Result<Attempt, ClientError> {
         if self.writes.is_empty() {

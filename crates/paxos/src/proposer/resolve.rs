@@ -1,7 +1,7 @@
 //! Resolving a commit whose outcome its writer could not learn, by its transaction id:
 //! settle the position it may hold — learn the chosen value, or choose one (a value an
-//! acceptor already accepted, which Paxos must carry on, else a no-op) — and compare
-//! the chosen entry's transaction with it. After this the position is decided, so a
+//! acceptor already accepted, which Paxos must carry on, else a no-op) — and look for
+//! it among the chosen entry's transactions. After this the position is decided, so a
 //! retry can never be applied as well as the original. A position truncated long ago
 //! is resolved by what a replica remembers was chosen there (its last truncated
 //! positions' transaction ids).
