@@ -14,6 +14,11 @@
 //! Each transaction keeps its own id, its own conflict set and its own result: an
 //! entry that loses its position drops the transactions whose reads the winner wrote
 //! and carries the others to the next position ([`Commit`](crate::proposer::commit)).
+//!
+//! Invariants: *one commit per lane* — a lane starts a commit only with none in flight
+//! (asserted in [`Lane::next`]); *known is a contiguous stretch of chosen positions* —
+//! what a lane learns extends its stretch only where it continues it, and otherwise
+//! replaces it.
 
 use std::collections::{BTreeSet, VecDeque};
 
