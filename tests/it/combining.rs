@@ -10,6 +10,8 @@
 //! transactions.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use megastore_client::{Attempt, Client, ClientError, Outcome};
@@ -47,7 +49,20 @@ struct Seen {
     unknown: Vec<usize>,
 }
 
-async fn task(client: Client, task: usize, deadline: Instant) -> Seen {
+/// Waits until the tasks together have acknowledged `count` transactions.
+fn wait_for_commits(acked: &AtomicUsize, count: usize) {
+    let started = Instant::now();
+    while acked.load(Ordering::Relaxed) < count {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "only {} of {count} transactions acknowledged",
+            acked.load(Ordering::Relaxed)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+async fn task(client: Client, task: usize, deadline: Instant, acked: Arc<AtomicUsize>) -> Seen {
     let eg = group();
     let mut seen = Seen::default();
     for attempt in 0..ATTEMPTS {
@@ -65,6 +80,7 @@ async fn task(client: Client, task: usize, deadline: Instant) -> Seen {
         match result {
             Ok(Attempt::Done(Outcome::Committed { position, .. })) => {
                 seen.committed.push((attempt, position));
+                acked.fetch_add(1, Ordering::Relaxed);
             }
             Ok(Attempt::Done(other)) => panic!("task {task}: a write ended {other:?}"),
             Ok(Attempt::Retry { .. }) => seen.not_committed.push(attempt),
@@ -93,13 +109,16 @@ fn transactions_sharing_a_client_combine_and_each_applies_exactly_once_through_a
         }))
         .expect("a first commit");
     let deadline = Instant::now() + LOAD;
+    let acked = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..TASKS)
-        .map(|t| runtime.spawn(task(client.clone(), t, deadline)))
+        .map(|t| runtime.spawn(task(client.clone(), t, deadline, acked.clone())))
         .collect();
-    // The other full replica dies under load and comes back while it goes on.
-    std::thread::sleep(Duration::from_secs(3));
+    // The other full replica dies under load, commits go on without it, and it comes
+    // back while they still do.
+    wait_for_commits(&acked, 200);
     cluster.process("replica-b").kill();
-    std::thread::sleep(Duration::from_secs(3));
+    let at_kill = acked.load(Ordering::Relaxed);
+    wait_for_commits(&acked, at_kill + 200);
     cluster.start_process("replica-b");
     let seen: Vec<Seen> = tasks
         .into_iter()
