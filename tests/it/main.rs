@@ -2,6 +2,7 @@
 
 mod backfill;
 mod bank;
+mod batching;
 mod cluster;
 mod combining;
 mod compare_etcd;

@@ -213,6 +213,7 @@ pub struct ReplicaMetrics {
     accepts: Family<Label, Counter>,
     wal_syncs: Histogram,
     batch_events: Histogram,
+    call_requests: Histogram,
     applied: Counter,
     snapshot_installs: Counter,
     catchup_requests: Counter,
@@ -231,6 +232,7 @@ impl Default for ReplicaMetrics {
             accepts: Family::default(),
             wal_syncs: latency_buckets(),
             batch_events: Histogram::new(exponential_buckets(1.0, 2.0, 10)),
+            call_requests: Histogram::new(exponential_buckets(1.0, 2.0, 9)),
             applied: Counter::default(),
             snapshot_installs: Counter::default(),
             catchup_requests: Counter::default(),
@@ -267,6 +269,11 @@ impl ReplicaMetrics {
             "batch_events",
             "Events handled per batch (that share one WAL sync)",
             self.batch_events.clone(),
+        );
+        r.register(
+            "call_requests",
+            "Replication gRPC calls received and the requests each carried (Call: one; CallMany: a sender's batch)",
+            self.call_requests.clone(),
         );
         r.register("applied", "Log entries applied", self.applied.clone());
         r.register(
@@ -360,6 +367,11 @@ impl ReplicaMetrics {
     /// The WAL was synced in `seconds`.
     pub fn wal_synced(&self, seconds: f64) {
         self.wal_syncs.observe(seconds);
+    }
+
+    /// A gRPC call carrying `requests` requests arrived.
+    pub fn call(&self, requests: usize) {
+        self.call_requests.observe(requests as f64);
     }
 
     /// A batch of `events` was handled.

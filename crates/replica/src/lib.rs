@@ -31,6 +31,7 @@ mod gateway_sessions;
 mod group_work;
 mod registry;
 mod replica_server;
+mod replication_service;
 mod settings;
 mod stamp;
 

@@ -1,4 +1,5 @@
-//! `megastore replica`: one replica on its RocksDB directory, serving `Replication.Call`.
+//! `megastore replica`: one replica on its RocksDB directory, serving `Replication`
+//! (`replication_service.rs` turns its calls into events).
 //!
 //! ```text
 //!   gRPC calls ─┐                        ┌─► RocksDB (persists buffered; one WAL sync per batch)
@@ -24,18 +25,17 @@ use megastore_paxos::{
 use megastore_rowstore::{Durability, RowRead, RowStore};
 use megastore_rowstore_rocksdb::RocksStore;
 use megastore_rpc::Transport;
-use megastore_rpc::pb::replication as pb;
-use megastore_rpc::pb::replication::replication_server::{Replication, ReplicationServer};
+use megastore_rpc::pb::replication::replication_server::ReplicationServer;
 use megastore_types::{ClientId, EgId, NodeId, ReplicaId, Time};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use tonic::{Request, Response, Status};
 
 use crate::ProcessError;
 use crate::admin::AdminService;
 use crate::clock::Clock;
 use crate::gateway::Gateway;
 use crate::registry;
+use crate::replication_service::ReplicationService;
 use crate::settings::sweep_config;
 use crate::stamp::check_or_stamp;
 use megastore_client::Client;
@@ -210,8 +210,9 @@ impl ReplicaProcess {
             .max_encoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX);
 
         let (stop_serving, stopped) = oneshot::channel::<()>();
-        let service = ReplicationServer::new(Service {
+        let service = ReplicationServer::new(ReplicationService {
             events: events_tx.clone(),
+            metrics: delivery_metrics.clone(),
         })
         .max_decoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX)
         .max_encoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX);
@@ -503,34 +504,5 @@ impl Driver {
                 }
             }
         }
-    }
-}
-
-struct Service {
-    events: mpsc::Sender<Event>,
-}
-
-#[tonic::async_trait]
-impl Replication for Service {
-    async fn call(
-        &self,
-        request: Request<pb::ReplicaRequest>,
-    ) -> Result<Response<pb::ReplicaReply>, Status> {
-        let request = ReplicaRequest::try_from(request.into_inner())
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let eg = request
-            .eg()
-            .map_or_else(|| "global index".to_string(), ToString::to_string);
-        let span = tracing::debug_span!("replica_call", eg = %eg, id = request.id());
-        span.in_scope(|| tracing::debug!(?request, "received"));
-        let (reply, answer) = oneshot::channel();
-        self.events
-            .send(Event::Call { request, reply })
-            .map_err(|_| Status::unavailable("replica stopping"))?;
-        let answer = answer
-            .await
-            .map_err(|_| Status::unavailable("replica stopping"))?;
-        span.in_scope(|| tracing::debug!(reply = ?answer, "answered"));
-        Ok(Response::new(answer.into()))
     }
 }

@@ -24,6 +24,7 @@ mod lock;
 mod lockd_client;
 mod peers;
 pub mod public;
+mod replica_lane;
 mod replication;
 mod rows;
 mod transport;

@@ -2,7 +2,8 @@
 //!
 //! Every service has one `Call` RPC: a request goes out, its reply comes back as the
 //! call's response, and is handed to the sender's state machine as a message *from*
-//! the process it was sent to — exactly as the simulator delivers it.
+//! the process it was sent to — exactly as the simulator delivers it. Requests to a
+//! replica travel through its [`ReplicaLane`], which batches them under load.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,11 +20,12 @@ use crate::lockd_client::LockdClient;
 use crate::pb;
 use crate::pb::coordinator::coordinator_client::CoordinatorClient;
 use crate::pb::replication::replication_client::ReplicationClient;
+use crate::replica_lane::ReplicaLane;
 use crate::transport::Transport;
 
 /// Connections to every replica, coordinator and lockd node of a cluster.
 pub struct Peers {
-    replicas: BTreeMap<ReplicaId, ReplicationClient<Channel>>,
+    replicas: BTreeMap<ReplicaId, ReplicaLane>,
     coordinators: BTreeMap<ReplicaId, CoordinatorClient<Channel>>,
     lockd: LockdClient,
     rpc_timeout: Duration,
@@ -62,7 +64,7 @@ impl Peers {
             let client = ReplicationClient::new(channel(&r.address, rpc_timeout)?)
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX);
-            replicas.insert(id, client);
+            replicas.insert(id, ReplicaLane::new(client));
             if let Some(address) = &r.coordinator_address {
                 coordinators.insert(id, CoordinatorClient::new(channel(address, rpc_timeout)?));
             }
@@ -101,10 +103,9 @@ impl Peers {
         }
         match (to, message) {
             (NodeId::Replica(r), Message::ReplicaRequest(request)) => {
-                let mut client = self.replicas.get(&r)?.clone();
-                let mut call = tonic::Request::new(pb::replication::ReplicaRequest::from(request));
-                call.set_timeout(self.rpc_timeout);
-                let reply = client.call(call).await.ok()?.into_inner();
+                let lane = self.replicas.get(&r)?;
+                let request = pb::replication::ReplicaRequest::from(request);
+                let reply = lane.request(request, self.rpc_timeout).await?;
                 megastore_paxos::ReplicaReply::try_from(reply)
                     .map(Message::ReplicaReply)
                     .map_err(|e| tracing::warn!("malformed reply from replica {}: {e}", r.0))

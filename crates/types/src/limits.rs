@@ -39,7 +39,15 @@ pub const ROW_KEY_BYTES_MAX: usize = GROUP_PREFIX_BYTES_MAX + 1 + KEY_BYTES_MAX;
 /// behind the others' truncation point.
 pub const MESSAGE_BYTES_MAX: usize = 64 << 20;
 
+/// The most requests one batched call to a replica carries (`CallMany`).
+pub const BATCH_REQUESTS_MAX: usize = 256;
+
+/// A sender stops adding requests to a batch once it holds this many bytes: with one
+/// more request of at most a transaction, a batch stays within [`MESSAGE_BYTES_MAX`].
+pub const BATCH_BYTES_TARGET: usize = 1 << 20;
+
 const _: () = assert!(VALUE_BYTES_MAX < ROW_BYTES_MAX);
+const _: () = assert!(BATCH_BYTES_TARGET + TRANSACTION_BYTES_MAX + (1 << 20) < MESSAGE_BYTES_MAX);
 const _: () = assert!(ROW_BYTES_MAX <= TRANSACTION_BYTES_MAX);
 const _: () = assert!(TRANSACTION_BYTES_MAX + (1 << 20) < MESSAGE_BYTES_MAX);
 

@@ -1,0 +1,154 @@
+//! Batched calls to a replica (`Replication.CallMany`), against real processes: a
+//! sender's concurrent requests share calls, each still gets its own reply, a stopped
+//! replica costs its requests their answers but not the lane, and malformed batches
+//! are refused whole.
+
+use std::time::{Duration, Instant};
+
+use megastore_e2e::{metric_value, scrape_metrics};
+use megastore_paxos::{Message, ReplicaReply, ReplicaRequest};
+use megastore_rpc::Peers;
+use megastore_rpc::pb::replication as pb;
+use megastore_rpc::pb::replication::replication_client::ReplicationClient;
+use megastore_types::{NodeId, ReplicaId};
+
+use crate::support::{connect, start_cluster};
+
+/// How many requests and calls replica `metrics` has received so far.
+fn calls_and_requests(metrics: &str) -> (f64, f64) {
+    let text = scrape_metrics(metrics);
+    let value = |sample| metric_value(&text, sample).unwrap_or(0.0);
+    (
+        value("megastore_replica_call_requests_count"),
+        value("megastore_replica_call_requests_sum"),
+    )
+}
+
+/// Sends `n` log-state requests for distinct groups at once through one `Peers`;
+/// returns how many came back, checking each is the answer to its own request.
+async fn ask_at_once(peers: &Peers, to: ReplicaId, n: u64, first_id: u64) -> usize {
+    let asks = (0..n).map(|i| {
+        let id = first_id + i;
+        let eg = megastore_client::group(format!("batching-{i:04}").as_bytes()).unwrap();
+        let request = ReplicaRequest::LogState { id, eg: eg.clone() };
+        async move {
+            let reply = peers
+                .request(NodeId::Replica(to), Message::ReplicaRequest(request))
+                .await;
+            if let Some(reply) = &reply {
+                match reply {
+                    Message::ReplicaReply(ReplicaReply::LogState { id: got, .. }) => {
+                        assert_eq!(*got, id, "a reply reached the wrong request");
+                    }
+                    other => panic!("request {id} got {other:?}"),
+                }
+            }
+            reply.is_some()
+        }
+    });
+    futures::future::join_all(asks)
+        .await
+        .into_iter()
+        .filter(|answered| *answered)
+        .count()
+}
+
+#[test]
+fn batched_replica_calls_answer_each_request_and_survive_a_stopped_replica() {
+    let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
+    let replica_a = config.replica("a").unwrap();
+    let a = ReplicaId(replica_a.id);
+    let metrics = replica_a.metrics_address.clone().unwrap();
+    runtime.block_on(async {
+        // Wait until the cluster serves (a commit goes through).
+        let client = connect(&config, "A").await;
+        let group = megastore_client::group(b"batching-ready").unwrap();
+        let started = Instant::now();
+        while client
+            .transaction(&group, async |txn| txn.set(b"k", b"c", b"v"))
+            .await
+            .is_err()
+        {
+            assert!(started.elapsed() < Duration::from_secs(30), "no commit");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+
+        // 300 requests at once: all answered, each by its own reply, in far fewer
+        // calls than requests.
+        let peers = Peers::new(&config).unwrap();
+        let (calls_before, requests_before) = calls_and_requests(&metrics);
+        assert_eq!(ask_at_once(&peers, a, 300, 1_000).await, 300);
+        let (calls_after, requests_after) = calls_and_requests(&metrics);
+        let (calls, requests) = (calls_after - calls_before, requests_after - requests_before);
+        assert!(requests >= 300.0, "{requests} requests arrived");
+        // The sweeps' own calls add a few; unbatched, there would be 300 or more.
+        assert!(calls <= 50.0, "300 concurrent requests took {calls} calls");
+
+        // A stopped replica: its requests go unanswered within the RPC timeout (the
+        // test cluster's 500 ms, plus the lane's short linger), not forever.
+        cluster.process("replica-a").signal("STOP");
+        let stopped = Instant::now();
+        assert_eq!(ask_at_once(&peers, a, 100, 2_000).await, 0);
+        assert!(
+            stopped.elapsed() < Duration::from_secs(3),
+            "requests to a stopped replica waited {:?}",
+            stopped.elapsed()
+        );
+        cluster.process("replica-a").signal("CONT");
+        // Resumed, the same lane answers again.
+        let resumed = Instant::now();
+        loop {
+            if ask_at_once(&peers, a, 100, 3_000).await == 100 {
+                break;
+            }
+            assert!(resumed.elapsed() < Duration::from_secs(20), "no answers");
+        }
+
+        // Malformed batches are refused whole, naming what is wrong.
+        let mut raw = ReplicationClient::connect(format!("http://{}", replica_a.address))
+            .await
+            .unwrap();
+        let good = |id: u64| {
+            pb::ReplicaRequest::from(ReplicaRequest::LogState {
+                id,
+                eg: group.clone(),
+            })
+        };
+        let malformed = pb::ReplicaRequest {
+            id: 7,
+            eg: group.0.clone(),
+            request: None,
+        };
+        let refused = raw
+            .call_many(pb::ReplicaRequests {
+                requests: vec![good(6), malformed],
+            })
+            .await
+            .expect_err("a batch with a malformed request is refused");
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        assert!(refused.message().contains("request 1"), "{refused:?}");
+        let too_many = raw
+            .call_many(pb::ReplicaRequests {
+                requests: (0..257).map(good).collect(),
+            })
+            .await
+            .expect_err("a batch of 257 requests is refused");
+        assert_eq!(too_many.code(), tonic::Code::InvalidArgument);
+        assert!(too_many.message().contains("at most 256"), "{too_many:?}");
+        // A good batch streams one numbered reply per request.
+        let mut stream = raw
+            .call_many(pb::ReplicaRequests {
+                requests: (10..13).map(good).collect(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut numbered = Vec::new();
+        while let Some(reply) = stream.message().await.unwrap() {
+            let answer = ReplicaReply::try_from(reply.reply.unwrap()).unwrap();
+            numbered.push((reply.index, answer.id()));
+        }
+        numbered.sort_unstable();
+        assert_eq!(numbered, vec![(0, 10), (1, 11), (2, 12)]);
+    });
+}
