@@ -1,13 +1,16 @@
-//! Batched calls to a replica (`Replication.CallMany`), against real processes: a
-//! sender's concurrent requests share calls, each still gets its own reply, a stopped
-//! replica costs its requests their answers but not the lane, and malformed batches
-//! are refused whole.
+//! Batched calls to replicas and coordinators (`CallMany`), against real processes:
+//! a sender's concurrent requests share calls, each still gets its own reply, a
+//! stopped replica costs its requests their answers but not the lane, and malformed
+//! batches are refused whole.
 
 use std::time::{Duration, Instant};
 
+use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
 use megastore_e2e::{metric_value, scrape_metrics};
 use megastore_paxos::{Message, ReplicaReply, ReplicaRequest};
 use megastore_rpc::Peers;
+use megastore_rpc::pb::coordinator as coordinator_pb;
+use megastore_rpc::pb::coordinator::coordinator_client::CoordinatorClient;
 use megastore_rpc::pb::replication as pb;
 use megastore_rpc::pb::replication::replication_client::ReplicationClient;
 use megastore_types::{NodeId, ReplicaId};
@@ -54,7 +57,7 @@ async fn ask_at_once(peers: &Peers, to: ReplicaId, n: u64, first_id: u64) -> usi
 }
 
 #[test]
-fn batched_replica_calls_answer_each_request_and_survive_a_stopped_replica() {
+fn batched_calls_answer_each_request_and_survive_a_stopped_replica() {
     let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
     let replica_a = config.replica("a").unwrap();
     let a = ReplicaId(replica_a.id);
@@ -150,5 +153,44 @@ fn batched_replica_calls_answer_each_request_and_survive_a_stopped_replica() {
         }
         numbered.sort_unstable();
         assert_eq!(numbered, vec![(0, 10), (1, 11), (2, 12)]);
+
+        // Coordinators take batches the same way.
+        let coordinator = replica_a.coordinator_address.clone().unwrap();
+        let queries = (0..200u64).map(|id| {
+            let eg = megastore_client::group(format!("batching-{id:04}").as_bytes()).unwrap();
+            let peers = &peers;
+            async move {
+                let query = CoordinatorRequest::Query { id, eg };
+                match peers
+                    .request(NodeId::Coordinator(a), Message::CoordinatorRequest(query))
+                    .await
+                {
+                    Some(Message::CoordinatorReply(CoordinatorReply::Query {
+                        id: got, ..
+                    })) => {
+                        assert_eq!(got, id, "a coordinator reply reached the wrong query");
+                        true
+                    }
+                    other => panic!("query {id} got {other:?}"),
+                }
+            }
+        });
+        assert!(
+            futures::future::join_all(queries)
+                .await
+                .into_iter()
+                .all(|ok| ok)
+        );
+        let mut raw = CoordinatorClient::connect(format!("http://{coordinator}"))
+            .await
+            .unwrap();
+        let refused = raw
+            .call_many(coordinator_pb::CoordinatorRequests {
+                requests: vec![coordinator_pb::CoordinatorRequest { request: None }],
+            })
+            .await
+            .expect_err("a batch with a malformed request is refused");
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        assert!(refused.message().contains("request 0"), "{refused:?}");
     });
 }

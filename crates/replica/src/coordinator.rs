@@ -16,20 +16,17 @@ use megastore_coordinator::{
 };
 use megastore_lock::{LockCommand, LockReply, LockResponse, SessionId};
 use megastore_rpc::LockdClient;
-use megastore_rpc::pb::coordinator as pb;
-use megastore_rpc::pb::coordinator::coordinator_server::{
-    Coordinator as CoordinatorRpc, CoordinatorServer,
-};
-use megastore_rpc::{Transport, coordinator_reply_to_wire};
+use megastore_rpc::Transport;
+use megastore_rpc::pb::coordinator::coordinator_server::CoordinatorServer;
 use megastore_types::{ClientId, Epoch, LockNodeId, NodeId, ReplicaId, ReplicaKind, Time};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
-use tonic::{Request, Response, Status};
 
 use megastore_metrics::{CoordinatorMetrics, MetricsServer, Registry};
 
 use crate::ProcessError;
 use crate::clock::Clock;
+use crate::coordinator_service::CoordinatorService;
 
 /// The coordinator settings for full replica `replica` of `config`.
 pub fn coordinator_config(config: &ClusterConfig, replica: ReplicaId) -> CoordinatorConfig {
@@ -48,7 +45,7 @@ pub fn coordinator_config(config: &ClusterConfig, replica: ReplicaId) -> Coordin
     }
 }
 
-enum Event {
+pub(crate) enum Event {
     Request {
         request: CoordinatorRequest,
         reply: oneshot::Sender<Option<CoordinatorReply>>,
@@ -124,7 +121,7 @@ impl CoordinatorProcess {
             wake: None,
             stop_grace: config.timeouts.rpc() * 2,
         };
-        let service = CoordinatorServer::new(Service {
+        let service = CoordinatorServer::new(CoordinatorService {
             events: events_tx.clone(),
         });
         let mut server = Transport::from_config(config)
@@ -318,30 +315,6 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-struct Service {
-    events: mpsc::Sender<Event>,
-}
-
-#[tonic::async_trait]
-impl CoordinatorRpc for Service {
-    async fn call(
-        &self,
-        request: Request<pb::CoordinatorRequest>,
-    ) -> Result<Response<pb::CoordinatorReply>, Status> {
-        let request = CoordinatorRequest::try_from(request.into_inner())
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let (reply, answer) = oneshot::channel();
-        self.events
-            .send(Event::Request { request, reply })
-            .await
-            .map_err(|_| Status::unavailable("coordinator stopping"))?;
-        let answer = answer
-            .await
-            .map_err(|_| Status::unavailable("coordinator stopping"))?;
-        Ok(Response::new(coordinator_reply_to_wire(answer)))
     }
 }
 

@@ -22,6 +22,7 @@ mod admin;
 mod backup;
 mod clock;
 mod coordinator;
+mod coordinator_service;
 mod gateway;
 mod gateway_catalog;
 mod gateway_indexes;

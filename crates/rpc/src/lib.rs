@@ -20,11 +20,11 @@
 
 mod coordinator;
 mod error;
+mod lane;
 mod lock;
 mod lockd_client;
 mod peers;
 pub mod public;
-mod replica_lane;
 mod replication;
 mod rows;
 mod transport;

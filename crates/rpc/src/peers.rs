@@ -1,9 +1,9 @@
 //! Sending protocol messages to other processes over gRPC.
 //!
-//! Every service has one `Call` RPC: a request goes out, its reply comes back as the
-//! call's response, and is handed to the sender's state machine as a message *from*
-//! the process it was sent to — exactly as the simulator delivers it. Requests to a
-//! replica travel through its [`ReplicaLane`], which batches them under load.
+//! A request goes out, its reply comes back, and is handed to the sender's state
+//! machine as a message *from* the process it was sent to — exactly as the simulator
+//! delivers it. Requests to a replica or a coordinator travel through its [`Lane`],
+//! which carries them in `Call` alone or, under load, several in one `CallMany`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,17 +16,17 @@ use megastore_types::{NodeId, ReplicaId};
 use tonic::transport::Channel;
 
 use crate::coordinator::reply_from_wire as coordinator_reply_from_wire;
+use crate::lane::Lane;
 use crate::lockd_client::LockdClient;
 use crate::pb;
 use crate::pb::coordinator::coordinator_client::CoordinatorClient;
 use crate::pb::replication::replication_client::ReplicationClient;
-use crate::replica_lane::ReplicaLane;
 use crate::transport::Transport;
 
 /// Connections to every replica, coordinator and lockd node of a cluster.
 pub struct Peers {
-    replicas: BTreeMap<ReplicaId, ReplicaLane>,
-    coordinators: BTreeMap<ReplicaId, CoordinatorClient<Channel>>,
+    replicas: BTreeMap<ReplicaId, Lane<ReplicationClient<Channel>>>,
+    coordinators: BTreeMap<ReplicaId, Lane<CoordinatorClient<Channel>>>,
     lockd: LockdClient,
     rpc_timeout: Duration,
     /// The emulated round trip to each replica's site (and its coordinator's), from
@@ -64,9 +64,12 @@ impl Peers {
             let client = ReplicationClient::new(channel(&r.address, rpc_timeout)?)
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX);
-            replicas.insert(id, ReplicaLane::new(client));
+            replicas.insert(id, Lane::new(client));
             if let Some(address) = &r.coordinator_address {
-                coordinators.insert(id, CoordinatorClient::new(channel(address, rpc_timeout)?));
+                coordinators.insert(
+                    id,
+                    Lane::new(CoordinatorClient::new(channel(address, rpc_timeout)?)),
+                );
             }
         }
         let wan_rtt = config
@@ -112,11 +115,9 @@ impl Peers {
                     .ok()
             }
             (NodeId::Coordinator(r), Message::CoordinatorRequest(request)) => {
-                let mut client = self.coordinators.get(&r)?.clone();
-                let mut call =
-                    tonic::Request::new(pb::coordinator::CoordinatorRequest::from(request));
-                call.set_timeout(self.rpc_timeout);
-                let reply = client.call(call).await.ok()?.into_inner();
+                let lane = self.coordinators.get(&r)?;
+                let request = pb::coordinator::CoordinatorRequest::from(request);
+                let reply = lane.request(request, self.rpc_timeout).await?;
                 coordinator_reply_from_wire(reply)
                     .map_err(|e| tracing::warn!("malformed reply from coordinator {}: {e}", r.0))
                     .ok()
