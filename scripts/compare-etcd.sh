@@ -12,13 +12,22 @@
 # peer links through scripts/wan-delay-proxy.py (RTT/2 each way; each member is a site,
 # and the clients' connections to their members are local, as megastore's to their
 # sites' replicas).
-#   scripts/compare-etcd.sh [OUT] [ROUNDS] [SECONDS] [RTT]
+#
+# With CONNECTIONS > 0, the clients of each system share that many connections (client
+# i uses connection i mod CONNECTIONS), as an application's request handlers share one
+# client: megastore then batches what its clients send each replica and coordinator
+# (docs/architecture.md, "Lanes"); etcd's client multiplexes one HTTP/2 connection.
+# With 0 (the default), every client has its own.
+#   scripts/compare-etcd.sh [OUT] [ROUNDS] [SECONDS] [RTT] [CONNECTIONS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/megastore-vs-etcd.jsonl}
 rounds=${2:-3}
 seconds=${3:-20}
 rtt=${4:-0}
+connections=${5:-0}
+shared=()
+if [ "$connections" != 0 ]; then shared=(--connections "$connections"); fi
 
 if ! command -v etcd >/dev/null; then
     echo "==> installing etcd-server" >&2
@@ -107,11 +116,12 @@ run_one() { # system, clients, round
     before=$(cpu_of "${pids[@]}")
     if [ "$system" = etcd ]; then
         line=$("$megastore" bench --etcd "$endpoints" --groups 10000 --reads 0 --value-size 256 \
-            --clients "$clients" --duration "$seconds" --group-prefix "r$round" 2>/dev/null | tail -1)
+            --clients "$clients" --duration "$seconds" --group-prefix "r$round" "${shared[@]}" \
+            2>/dev/null | tail -1)
     else
         line=$("$megastore" bench --config "$DEV_DIR/cluster.toml" --groups 1000 --reads 0 \
             --value-size 256 --clients "$clients" --duration "$seconds" \
-            --group-prefix "r$round-c$clients" 2>/dev/null | tail -1)
+            --group-prefix "r$round-c$clients" "${shared[@]}" 2>/dev/null | tail -1)
     fi
     after=$(cpu_of "${pids[@]}")
     python3 - "$line" "$round" "$(( after - before ))" "$rtt" <<'PY'

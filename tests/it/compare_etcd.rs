@@ -1,7 +1,8 @@
 //! `megastore bench --etcd`: the closed loop against the peer users would compare
 //! megastore with (`scripts/compare-etcd.sh` runs both side by side). One etcd member
 //! (Debian's `etcd-server`, which `.ci/setup.sh` installs) on loopback; the report has
-//! the same shape as megastore's, names etcd, and counts every operation.
+//! the same shape as megastore's, names etcd, and counts every operation (here of four
+//! clients sharing two connections).
 
 use std::time::{Duration, Instant};
 
@@ -60,6 +61,8 @@ fn bench_runs_the_same_closed_loop_against_etcd() {
                 "0.5",
                 "--value-size",
                 "256",
+                "--connections",
+                "2",
             ],
             dir.path(),
             Duration::from_secs(60),
@@ -74,6 +77,8 @@ fn bench_runs_the_same_closed_loop_against_etcd() {
         }
     };
     assert_eq!(report["system"], "etcd", "{report}");
+    // Four clients shared two connections.
+    assert_eq!(report["connections"], 2, "{report}");
     let kinds = report["kinds"].as_array().unwrap();
     let total: u64 = kinds
         .iter()

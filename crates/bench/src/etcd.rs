@@ -1,7 +1,8 @@
 //! `megastore bench --etcd ENDPOINTS`: the same closed loop against an etcd cluster, for
 //! a side-by-side comparison (`scripts/compare-etcd.sh`): each client puts (or, for the
 //! read share, gets — linearizable, etcd's default) one of `groups` keys, with values of
-//! the same size, one operation outstanding, until the same deadline or count.
+//! the same size, one operation outstanding, until the same deadline or count; with
+//! `--connections`, the clients share that many connections, as megastore's do.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,14 +30,21 @@ pub async fn run_etcd(
     }
     spec.check_shape()?;
     let cpu_before = crate::report::process_cpu_seconds();
-    let mut clients = Vec::with_capacity(spec.clients as usize);
-    for _ in 0..spec.clients {
-        // One connection per client, as each megastore client has its own.
+    // One connection per client, as each megastore client has its own — or, with
+    // `connections`, client `i` shares connection `i mod connections`, as megastore's do.
+    let connections = spec
+        .connections
+        .map_or(spec.clients, |c| c.min(spec.clients)) as usize;
+    let mut shared: Vec<etcd_client::Client> = Vec::with_capacity(connections);
+    for _ in 0..connections {
         let client = etcd_client::Client::connect(endpoints, None)
             .await
             .map_err(|e| SpecError::Invalid(format!("connecting to etcd at {endpoints:?}: {e}")))?;
-        clients.push(client);
+        shared.push(client);
     }
+    let clients: Vec<_> = (0..spec.clients as usize)
+        .map(|i| shared[i % connections].clone())
+        .collect();
     let started = Instant::now();
     let deadline = started + spec.duration;
     let issued = Arc::new(AtomicU64::new(0));
