@@ -76,6 +76,13 @@ fn batched_calls_answer_each_request_and_survive_a_stopped_replica() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
 
+        // The replica's metrics endpoint comes up after its replication service.
+        let started = Instant::now();
+        while std::net::TcpStream::connect(&metrics).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(30), "no metrics");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+
         // 300 requests at once: all answered, each by its own reply, in far fewer
         // calls than requests.
         let peers = Peers::new(&config).unwrap();

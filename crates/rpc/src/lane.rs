@@ -2,19 +2,27 @@
 //! load.
 //!
 //! Each request used to be its own gRPC call: an HTTP/2 stream, a task and a wakeup on
-//! both sides, which under load cost more CPU than the protocol work it carried. A
-//! lane sends one call at a time: a request that finds the lane idle leaves at once,
-//! alone (`Call`), so an idle sender waits for nothing; requests that arrive while the
-//! last call is unanswered queue, and leave together (`CallMany`, up to
-//! [`BATCH_REQUESTS_MAX`] requests or about [`BATCH_BYTES_TARGET`] bytes) when it is
-//! answered, or after [`LINGER`] if it is slow. Replies stream back one by one, so no
-//! request waits for another's reply.
+//! both sides, which under load cost more CPU than the protocol work it carried.
+//!
+//! - **Idle.** A request that finds no call in flight leaves at once, alone (`Call`),
+//!   from its caller's own task: no queue, no timer, no extra task.
+//! - **Busy.** A request that finds a call in flight queues. When a call is answered,
+//!   everything queued leaves together (`CallMany`, up to [`BATCH_REQUESTS_MAX`]
+//!   requests or about [`BATCH_BYTES_TARGET`] bytes).
+//! - **Slow.** If no call is answered within [`LINGER`] of the last one leaving, the
+//!   first request in the queue sends the queue itself: across a WAN, or to a server
+//!   that does not answer, a request waits at most that long for its turn (unless the
+//!   request watching the linger is itself abandoned; then the queue waits for the
+//!   next answer or timeout).
+//!
+//! Replies stream back one by one, so no request waits for another's reply.
 //!
 //! What this does not change: every request is still handled on its own and answered
 //! on its own; a lost call loses its requests' answers, which the protocol's timers
 //! already expect. A request is given up (no answer) once it has waited its timeout,
 //! in the queue and on the wire together, as a lone call's was.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,7 +30,7 @@ use std::time::Duration;
 
 use megastore_types::limits::{BATCH_BYTES_TARGET, BATCH_REQUESTS_MAX};
 use prost::Message as _;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
@@ -37,8 +45,13 @@ use crate::pb::replication::replication_client::ReplicationClient;
 /// answer, a request waits at most this long for its turn.
 pub(crate) const LINGER: Duration = Duration::from_millis(2);
 
+/// Calls a lane lets leave at once, each from its caller's task; requests beyond them
+/// queue. Two, not one: a lone client's next request to a replica often overlaps the
+/// visibility mark of its last commit there, and should not wait for it.
+pub(crate) const CALLS_IN_FLIGHT: usize = 2;
+
 /// A gRPC service with a one-request `Call` and a batched, streamed `CallMany`.
-pub(crate) trait Batching: Clone + Send + 'static {
+pub(crate) trait Batching: Clone + Send + Sync + 'static {
     type Request: prost::Message + Send + 'static;
     type Reply: Send + 'static;
 
@@ -120,113 +133,207 @@ struct Queued<S: Batching> {
     request: S::Request,
     bytes: usize,
     deadline: Instant,
+    /// The caller's whole timeout, for the call's `grpc-timeout` header.
+    timeout: Duration,
     reply: oneshot::Sender<S::Reply>,
+}
+
+/// The calls in flight, and who waits.
+struct State<S: Batching> {
+    /// Calls sent and not yet answered (or given up).
+    in_flight: usize,
+    /// When the last call left.
+    last_sent: Instant,
+    queue: VecDeque<Queued<S>>,
+}
+
+struct Shared<S: Batching> {
+    client: S,
+    state: Mutex<State<S>>,
+    /// The server answered `CallMany` with "unimplemented" (an older version): every
+    /// request goes alone from then on.
+    singles_only: AtomicBool,
 }
 
 /// The batching queue in front of one server's connection.
 pub(crate) struct Lane<S: Batching> {
-    client: S,
-    /// Where requests queue; `None` until the first request starts the sending task
-    /// (on the caller's runtime, which may not be the one that built the lane).
-    queue: Mutex<Option<mpsc::UnboundedSender<Queued<S>>>>,
-    /// The server answered `CallMany` with "unimplemented" (an older version): every
-    /// request goes alone from then on.
-    singles_only: Arc<AtomicBool>,
+    shared: Arc<Shared<S>>,
 }
 
 impl<S: Batching> Lane<S> {
     pub(crate) fn new(client: S) -> Self {
         Self {
-            client,
-            queue: Mutex::new(None),
-            singles_only: Arc::new(AtomicBool::new(false)),
+            shared: Arc::new(Shared {
+                client,
+                state: Mutex::new(State {
+                    in_flight: 0,
+                    last_sent: Instant::now(),
+                    queue: VecDeque::new(),
+                }),
+                singles_only: AtomicBool::new(false),
+            }),
         }
     }
 
     /// Sends `request` and returns the server's reply, or `None` if none came within
     /// `timeout`.
     pub(crate) async fn request(&self, request: S::Request, timeout: Duration) -> Option<S::Reply> {
-        let (reply, answer) = oneshot::channel();
-        self.enqueue(Queued {
-            bytes: request.encoded_len(),
-            request,
-            deadline: Instant::now() + timeout,
-            reply,
-        });
-        answer.await.ok()
-    }
-
-    fn enqueue(&self, queued: Queued<S>) {
-        let mut queue = self
-            .queue
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let queued = match queue.as_ref() {
-            Some(sender) => match sender.send(queued) {
-                Ok(()) => return,
-                Err(mpsc::error::SendError(queued)) => queued,
-            },
-            None => queued,
+        let deadline = Instant::now() + timeout;
+        let (reply, mut answer) = oneshot::channel();
+        let queued = {
+            let mut state = self.shared.lock();
+            if state.in_flight < CALLS_IN_FLIGHT && state.queue.is_empty() {
+                state.in_flight += 1;
+                state.last_sent = Instant::now();
+                Err(request)
+            } else {
+                state.queue.push_back(Queued {
+                    bytes: request.encoded_len(),
+                    request,
+                    deadline,
+                    timeout,
+                    reply,
+                });
+                // The first request to queue watches the linger for everyone behind it.
+                Ok(state.queue.len() == 1)
+            }
         };
-        // The first request, or the runtime that ran the last sending task is gone.
-        let (sender, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(send_batches(
-            self.client.clone(),
-            receiver,
-            Arc::clone(&self.singles_only),
-        ));
-        let _ = sender.send(queued);
-        *queue = Some(sender);
+        let guards_the_queue = match queued {
+            Ok(first) => first,
+            Err(request) => {
+                // The lane was idle: this request leaves now, alone, from the caller's
+                // own task (no queue, no timer, no task).
+                let _answered = Answered(Arc::clone(&self.shared));
+                return call_one(self.shared.client.clone(), request, deadline, timeout).await;
+            }
+        };
+        if !guards_the_queue {
+            return answer.await.ok();
+        }
+        loop {
+            let wake = self.shared.lock().last_sent + LINGER;
+            tokio::select! {
+                answered = &mut answer => return answered.ok(),
+                () = tokio::time::sleep_until(wake) => {
+                    let lingered = {
+                        let mut state = self.shared.lock();
+                        if state.queue.is_empty() {
+                            None
+                        } else if Instant::now() >= state.last_sent + LINGER {
+                            state.take_batch()
+                        } else {
+                            // Another call left meanwhile: linger from it.
+                            continue;
+                        }
+                    };
+                    match lingered {
+                        Some(batch) => self.shared.send(batch),
+                        // Everything queued has left: only the answer is left to wait.
+                        None => return answer.await.ok(),
+                    }
+                }
+            }
+        }
     }
 }
 
-/// The lane's sending task: takes everything queued into one call, then waits until
-/// that call is answered or [`LINGER`] has passed before taking the next.
-async fn send_batches<S: Batching>(
-    client: S,
-    mut queue: mpsc::UnboundedReceiver<Queued<S>>,
-    singles_only: Arc<AtomicBool>,
-) {
-    while let Some(first) = queue.recv().await {
+impl<S: Batching> State<S> {
+    /// Takes the next batch from the queue (counting it as a call in flight), or
+    /// `None` if nothing queued is still awaited.
+    fn take_batch(&mut self) -> Option<Vec<Queued<S>>> {
         let now = Instant::now();
         let mut batch = Vec::new();
         let mut bytes = 0;
-        let mut next = Some(first);
-        while let Some(queued) = next.take() {
+        while batch.len() < BATCH_REQUESTS_MAX && bytes < BATCH_BYTES_TARGET {
+            let Some(queued) = self.queue.pop_front() else {
+                break;
+            };
             // Dropping a request whose caller stopped waiting answers it with nothing.
             if queued.deadline > now && !queued.reply.is_closed() {
                 bytes += queued.bytes;
                 batch.push(queued);
             }
-            let full = batch.len() >= BATCH_REQUESTS_MAX || bytes >= BATCH_BYTES_TARGET;
-            if !full {
-                next = queue.try_recv().ok();
-            }
         }
         if batch.is_empty() {
-            continue;
+            return None;
         }
-        let client = client.clone();
-        let singles_only = Arc::clone(&singles_only);
-        let (done, answered) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            if batch.len() == 1 || singles_only.load(Ordering::Relaxed) {
-                futures::future::join_all(batch.into_iter().map(|q| send_one(client.clone(), q)))
-                    .await;
-            } else {
-                send_many(client, batch, &singles_only).await;
-            }
-            drop(done);
-        });
-        let _ = tokio::time::timeout(LINGER, answered).await;
+        self.in_flight += 1;
+        self.last_sent = now;
+        Some(batch)
     }
 }
 
-async fn send_one<S: Batching>(client: S, queued: Queued<S>) {
-    let timeout = queued.deadline.saturating_duration_since(Instant::now());
-    let mut call = tonic::Request::new(queued.request);
+impl<S: Batching> Shared<S> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<S>> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A call ended: what queued behind it leaves now.
+    fn answered(self: &Arc<Self>) {
+        let batch = {
+            let mut state = self.lock();
+            state.in_flight -= 1;
+            state.take_batch()
+        };
+        if let Some(batch) = batch {
+            self.send(batch);
+        }
+    }
+
+    /// Sends `batch` (counted in flight already) from a task of its own.
+    fn send(self: &Arc<Self>, batch: Vec<Queued<S>>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to send from (a drop outside one): the batch gets no answers.
+            self.lock().in_flight -= 1;
+            return;
+        };
+        let shared = Arc::clone(self);
+        runtime.spawn(async move {
+            let _answered = Answered(Arc::clone(&shared));
+            let client = shared.client.clone();
+            if batch.len() == 1 || shared.singles_only.load(Ordering::Relaxed) {
+                futures::future::join_all(batch.into_iter().map(|q| send_one(client.clone(), q)))
+                    .await;
+            } else {
+                send_many(client, batch, &shared.singles_only).await;
+            }
+        });
+    }
+}
+
+/// Held by whoever waits for a call: its end (answered, given up, or the caller gone)
+/// lets the queue move.
+struct Answered<S: Batching>(Arc<Shared<S>>);
+
+impl<S: Batching> Drop for Answered<S> {
+    fn drop(&mut self) {
+        self.0.answered();
+    }
+}
+
+/// One request in one call, answered by its deadline or not at all. The
+/// `grpc-timeout` header carries the caller's whole `timeout`, not what is left of
+/// it: a header that is the same on every call stays in HTTP/2's header table, while
+/// one that changes is encoded and decoded anew each time.
+async fn call_one<S: Batching>(
+    client: S,
+    request: S::Request,
+    deadline: Instant,
+    timeout: Duration,
+) -> Option<S::Reply> {
+    let mut call = tonic::Request::new(request);
     call.set_timeout(timeout);
-    if let Ok(Ok(reply)) = tokio::time::timeout(timeout, client.call_one(call)).await {
+    let left = deadline.saturating_duration_since(Instant::now());
+    tokio::time::timeout(left, client.call_one(call))
+        .await
+        .ok()?
+        .ok()
+}
+
+async fn send_one<S: Batching>(client: S, queued: Queued<S>) {
+    if let Some(reply) = call_one(client, queued.request, queued.deadline, queued.timeout).await {
         let _ = queued.reply.send(reply);
     }
 }
@@ -237,7 +344,12 @@ async fn send_many<S: Batching>(client: S, batch: Vec<Queued<S>>, singles_only: 
         .map(|q| q.deadline)
         .min()
         .expect("a batch holds a request");
-    let timeout = deadline.saturating_duration_since(Instant::now());
+    let timeout = batch
+        .iter()
+        .map(|q| q.timeout)
+        .min()
+        .expect("a batch holds a request");
+    let left = deadline.saturating_duration_since(Instant::now());
     let (requests, mut replies): (Vec<_>, Vec<_>) = batch
         .into_iter()
         .map(|q| (q.request, Some(q.reply)))
@@ -251,8 +363,7 @@ async fn send_many<S: Batching>(client: S, batch: Vec<Queued<S>>, singles_only: 
             _ => tracing::warn!(index, "a batched reply names no waiting request"),
         }
     };
-    let streamed =
-        tokio::time::timeout(timeout, client.call_many(requests, timeout, deliver)).await;
+    let streamed = tokio::time::timeout(left, client.call_many(requests, timeout, deliver)).await;
     if let Ok(Err(status)) = streamed
         && status.code() == tonic::Code::Unimplemented
     {
