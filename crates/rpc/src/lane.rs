@@ -4,16 +4,17 @@
 //! Each request used to be its own gRPC call: an HTTP/2 stream, a task and a wakeup on
 //! both sides, which under load cost more CPU than the protocol work it carried.
 //!
-//! - **Idle.** A request that finds no call in flight leaves at once, alone (`Call`),
-//!   from its caller's own task: no queue, no timer, no extra task.
-//! - **Busy.** A request that finds a call in flight queues. When a call is answered,
-//!   everything queued leaves together (`CallMany`, up to [`BATCH_REQUESTS_MAX`]
+//! - **Idle.** A request that finds fewer than [`CALLS_IN_FLIGHT`] calls in flight
+//!   and none queued leaves at once, alone (`Call`), from its caller's own task: no
+//!   queue, no timer, no extra task.
+//! - **Busy.** Any other request queues. When a call is answered, everything queued
+//!   leaves together (`CallMany`, up to [`BATCH_REQUESTS_MAX`]
 //!   requests or about [`BATCH_BYTES_TARGET`] bytes).
 //! - **Slow.** If no call is answered within [`LINGER`] of the last one leaving, the
 //!   first request in the queue sends the queue itself: across a WAN, or to a server
-//!   that does not answer, a request waits at most that long for its turn (unless the
-//!   request watching the linger is itself abandoned; then the queue waits for the
-//!   next answer or timeout).
+//!   that does not answer, a request waits at most that long for its turn. (Not
+//!   bounded so: requests left queued behind a full batch, or behind a watching
+//!   request whose caller gave up. They leave with the next answer or timeout.)
 //!
 //! Replies stream back one by one, so no request waits for another's reply.
 //!
@@ -201,8 +202,8 @@ impl<S: Batching> Lane<S> {
         let guards_the_queue = match queued {
             Ok(first) => first,
             Err(request) => {
-                // The lane was idle: this request leaves now, alone, from the caller's
-                // own task (no queue, no timer, no task).
+                // Few calls in flight and none queued: this request leaves now, alone,
+                // from the caller's own task (no queue, no timer, no task).
                 let _answered = Answered(Arc::clone(&self.shared));
                 return call_one(self.shared.client.clone(), request, deadline, timeout).await;
             }
