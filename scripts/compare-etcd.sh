@@ -16,7 +16,7 @@
 # With CONNECTIONS > 0, the clients of each system share that many connections (client
 # i uses connection i mod CONNECTIONS), as an application's request handlers share one
 # client: megastore then batches what its clients send each replica and coordinator
-# (docs/architecture.md, "Lanes"); etcd's client multiplexes one HTTP/2 connection.
+# (docs/architecture.md, "Call queues"); etcd's client multiplexes one HTTP/2 connection.
 # With 0 (the default), every client has its own.
 #   scripts/compare-etcd.sh [OUT] [ROUNDS] [SECONDS] [RTT] [CONNECTIONS]
 set -euo pipefail

@@ -1,6 +1,6 @@
 //! Batched calls to replicas and coordinators (`CallMany`), against real processes:
 //! a sender's concurrent requests share calls, each still gets its own reply, a
-//! stopped replica costs its requests their answers but not the lane, and malformed
+//! stopped replica costs its requests their answers but not the queue, and malformed
 //! batches are refused whole.
 
 use std::time::{Duration, Instant};
@@ -95,7 +95,7 @@ fn batched_calls_answer_each_request_and_survive_a_stopped_replica() {
         assert!(calls <= 50.0, "300 concurrent requests took {calls} calls");
 
         // A stopped replica: its requests go unanswered within the RPC timeout (the
-        // test cluster's 500 ms, plus the lane's short linger), not forever.
+        // test cluster's 500 ms, plus the queue's short linger), not forever.
         cluster.process("replica-a").signal("STOP");
         let stopped = Instant::now();
         assert_eq!(ask_at_once(&peers, a, 100, 2_000).await, 0);
@@ -105,7 +105,7 @@ fn batched_calls_answer_each_request_and_survive_a_stopped_replica() {
             stopped.elapsed()
         );
         cluster.process("replica-a").signal("CONT");
-        // Resumed, the same lane answers again.
+        // Resumed, the same queue answers again.
         let resumed = Instant::now();
         loop {
             if ask_at_once(&peers, a, 100, 3_000).await == 100 {

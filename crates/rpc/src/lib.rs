@@ -18,9 +18,9 @@
 //! - a malformed message from a peer is a [`WireError`] naming the field, never a
 //!   panic.
 
+mod call_queue;
 mod coordinator;
 mod error;
-mod lane;
 mod lock;
 mod lockd_client;
 mod peers;

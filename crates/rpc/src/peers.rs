@@ -2,7 +2,7 @@
 //!
 //! A request goes out, its reply comes back, and is handed to the sender's state
 //! machine as a message *from* the process it was sent to — exactly as the simulator
-//! delivers it. Requests to a replica or a coordinator travel through its [`Lane`],
+//! delivers it. Requests to a replica or a coordinator travel through its [`CallQueue`],
 //! which carries them in `Call` alone or, under load, several in one `CallMany`.
 
 use std::collections::BTreeMap;
@@ -15,8 +15,8 @@ use megastore_types::limits::MESSAGE_BYTES_MAX;
 use megastore_types::{NodeId, ReplicaId};
 use tonic::transport::Channel;
 
+use crate::call_queue::CallQueue;
 use crate::coordinator::reply_from_wire as coordinator_reply_from_wire;
-use crate::lane::Lane;
 use crate::lockd_client::LockdClient;
 use crate::pb;
 use crate::pb::coordinator::coordinator_client::CoordinatorClient;
@@ -25,8 +25,8 @@ use crate::transport::Transport;
 
 /// Connections to every replica, coordinator and lockd node of a cluster.
 pub struct Peers {
-    replicas: BTreeMap<ReplicaId, Lane<ReplicationClient<Channel>>>,
-    coordinators: BTreeMap<ReplicaId, Lane<CoordinatorClient<Channel>>>,
+    replicas: BTreeMap<ReplicaId, CallQueue<ReplicationClient<Channel>>>,
+    coordinators: BTreeMap<ReplicaId, CallQueue<CoordinatorClient<Channel>>>,
     lockd: LockdClient,
     rpc_timeout: Duration,
     /// The emulated round trip to each replica's site (and its coordinator's), from
@@ -64,11 +64,11 @@ impl Peers {
             let client = ReplicationClient::new(channel(&r.address, rpc_timeout)?)
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX);
-            replicas.insert(id, Lane::new(client));
+            replicas.insert(id, CallQueue::new(client));
             if let Some(address) = &r.coordinator_address {
                 coordinators.insert(
                     id,
-                    Lane::new(CoordinatorClient::new(channel(address, rpc_timeout)?)),
+                    CallQueue::new(CoordinatorClient::new(channel(address, rpc_timeout)?)),
                 );
             }
         }
@@ -106,18 +106,18 @@ impl Peers {
         }
         match (to, message) {
             (NodeId::Replica(r), Message::ReplicaRequest(request)) => {
-                let lane = self.replicas.get(&r)?;
+                let queue = self.replicas.get(&r)?;
                 let request = pb::replication::ReplicaRequest::from(request);
-                let reply = lane.request(request, self.rpc_timeout).await?;
+                let reply = queue.request(request, self.rpc_timeout).await?;
                 megastore_paxos::ReplicaReply::try_from(reply)
                     .map(Message::ReplicaReply)
                     .map_err(|e| tracing::warn!("malformed reply from replica {}: {e}", r.0))
                     .ok()
             }
             (NodeId::Coordinator(r), Message::CoordinatorRequest(request)) => {
-                let lane = self.coordinators.get(&r)?;
+                let queue = self.coordinators.get(&r)?;
                 let request = pb::coordinator::CoordinatorRequest::from(request);
-                let reply = lane.request(request, self.rpc_timeout).await?;
+                let reply = queue.request(request, self.rpc_timeout).await?;
                 coordinator_reply_from_wire(reply)
                     .map_err(|e| tracing::warn!("malformed reply from coordinator {}: {e}", r.0))
                     .ok()

@@ -40,13 +40,13 @@ use crate::pb::coordinator::coordinator_client::CoordinatorClient;
 use crate::pb::replication as replication_pb;
 use crate::pb::replication::replication_client::ReplicationClient;
 
-/// The longest a lane holds requests back while its last call is unanswered. On a
+/// The longest a call queue holds requests back while its last call is unanswered. On a
 /// busy local network a call is answered within a few milliseconds (a WAL sync), and
 /// what queued meanwhile leaves together; across a WAN, or to a server that does not
 /// answer, a request waits at most this long for its turn.
 pub(crate) const LINGER: Duration = Duration::from_millis(2);
 
-/// Calls a lane lets leave at once, each from its caller's task; requests beyond them
+/// Calls a queue lets leave at once, each from its caller's task; requests beyond them
 /// queue. Two, not one: a lone client's next request to a replica often overlaps the
 /// visibility mark of its last commit there, and should not wait for it.
 pub(crate) const CALLS_IN_FLIGHT: usize = 2;
@@ -157,11 +157,11 @@ struct Shared<S: Batching> {
 }
 
 /// The batching queue in front of one server's connection.
-pub(crate) struct Lane<S: Batching> {
+pub(crate) struct CallQueue<S: Batching> {
     shared: Arc<Shared<S>>,
 }
 
-impl<S: Batching> Lane<S> {
+impl<S: Batching> CallQueue<S> {
     pub(crate) fn new(client: S) -> Self {
         Self {
             shared: Arc::new(Shared {
