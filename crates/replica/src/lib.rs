@@ -20,6 +20,7 @@
 
 mod admin;
 mod backup;
+mod batched_calls;
 mod clock;
 mod coordinator;
 mod coordinator_service;

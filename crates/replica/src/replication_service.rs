@@ -6,26 +6,22 @@
 //! request is its own event with its own reply: batching changes how requests travel,
 //! never what the core sees.
 
-use std::pin::Pin;
 use std::sync::mpsc;
 
-use futures::stream::{FuturesUnordered, Stream, StreamExt};
 use megastore_metrics::ReplicaMetrics;
 use megastore_paxos::ReplicaRequest;
 use megastore_rpc::pb::replication as pb;
 use megastore_rpc::pb::replication::replication_server::Replication;
-use megastore_types::limits::BATCH_REQUESTS_MAX;
 use tokio::sync::oneshot;
 use tonic::{Request, Response, Status};
 
+use crate::batched_calls::{Numbered, decode_batch, stream_numbered};
 use crate::replica_server::Event;
 
 pub(crate) struct ReplicationService {
     pub(crate) events: mpsc::Sender<Event>,
     pub(crate) metrics: ReplicaMetrics,
 }
-
-type NumberedReplies = Pin<Box<dyn Stream<Item = Result<pb::NumberedReply, Status>> + Send>>;
 
 impl ReplicationService {
     /// Hands `request` to the driver; the receiver gets its reply once released.
@@ -62,43 +58,26 @@ impl Replication for ReplicationService {
         Ok(Response::new(answer.into()))
     }
 
-    type CallManyStream = NumberedReplies;
+    type CallManyStream = Numbered<pb::NumberedReply>;
 
     async fn call_many(
         &self,
         request: Request<pb::ReplicaRequests>,
     ) -> Result<Response<Self::CallManyStream>, Status> {
-        let requests = request.into_inner().requests;
-        if requests.len() > BATCH_REQUESTS_MAX {
-            return Err(Status::invalid_argument(format!(
-                "a batch of {} requests: at most {BATCH_REQUESTS_MAX}",
-                requests.len()
-            )));
-        }
+        let requests = decode_batch(request.into_inner().requests, ReplicaRequest::try_from)?;
         self.metrics.call(requests.len());
-        // All or nothing: a malformed request refuses the batch before any of it
-        // reaches the core, so no reply is left without its call.
-        let requests = requests
+        let answers = requests
             .into_iter()
-            .enumerate()
-            .map(|(index, request)| {
-                ReplicaRequest::try_from(request)
-                    .map_err(|e| Status::invalid_argument(format!("request {index}: {e}")))
-            })
+            .map(|request| self.submit(request))
             .collect::<Result<Vec<_>, _>>()?;
-        let waiting = FuturesUnordered::new();
-        for (index, request) in requests.into_iter().enumerate() {
-            let answer = self.submit(request)?;
-            let index = u32::try_from(index).expect("at most BATCH_REQUESTS_MAX requests");
-            waiting.push(async move { (index, answer.await) });
-        }
-        let replies = waiting.map(|(index, answer)| match answer {
-            Ok(reply) => Ok(pb::NumberedReply {
-                index,
-                reply: Some(reply.into()),
-            }),
-            Err(_) => Err(Status::unavailable("replica stopping")),
-        });
-        Ok(Response::new(Box::pin(replies)))
+        let number = |index, reply: megastore_paxos::ReplicaReply| pb::NumberedReply {
+            index,
+            reply: Some(reply.into()),
+        };
+        Ok(Response::new(stream_numbered(
+            answers,
+            number,
+            "replica stopping",
+        )))
     }
 }

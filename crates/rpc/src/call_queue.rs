@@ -36,8 +36,10 @@ use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use crate::pb::coordinator as coordinator_pb;
+use crate::pb::coordinator::CoordinatorRequests;
 use crate::pb::coordinator::coordinator_client::CoordinatorClient;
 use crate::pb::replication as replication_pb;
+use crate::pb::replication::ReplicaRequests;
 use crate::pb::replication::replication_client::ReplicationClient;
 
 /// The longest a call queue holds requests back while its last call is unanswered. On a
@@ -71,63 +73,51 @@ pub(crate) trait Batching: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), tonic::Status>> + Send;
 }
 
-impl Batching for ReplicationClient<Channel> {
-    type Request = replication_pb::ReplicaRequest;
-    type Reply = replication_pb::ReplicaReply;
+/// `Batching` for a generated client whose service has `Call(request) → reply` and
+/// `CallMany(requests) → stream of numbered replies`.
+macro_rules! batching_for {
+    ($client:ident, $request:ty, $reply:ty, $requests:ident) => {
+        impl Batching for $client<Channel> {
+            type Request = $request;
+            type Reply = $reply;
 
-    async fn call_one(
-        mut self,
-        request: tonic::Request<Self::Request>,
-    ) -> Result<Self::Reply, tonic::Status> {
-        Ok(self.call(request).await?.into_inner())
-    }
+            async fn call_one(
+                mut self,
+                request: tonic::Request<Self::Request>,
+            ) -> Result<Self::Reply, tonic::Status> {
+                Ok(self.call(request).await?.into_inner())
+            }
 
-    async fn call_many(
-        mut self,
-        requests: Vec<Self::Request>,
-        timeout: Duration,
-        mut deliver: impl FnMut(u32, Option<Self::Reply>) + Send,
-    ) -> Result<(), tonic::Status> {
-        let mut call = tonic::Request::new(replication_pb::ReplicaRequests { requests });
-        call.set_timeout(timeout);
-        let mut stream = ReplicationClient::call_many(&mut self, call)
-            .await?
-            .into_inner();
-        while let Some(numbered) = stream.message().await? {
-            deliver(numbered.index, numbered.reply);
+            async fn call_many(
+                mut self,
+                requests: Vec<Self::Request>,
+                timeout: Duration,
+                mut deliver: impl FnMut(u32, Option<Self::Reply>) + Send,
+            ) -> Result<(), tonic::Status> {
+                let mut call = tonic::Request::new($requests { requests });
+                call.set_timeout(timeout);
+                let mut stream = $client::call_many(&mut self, call).await?.into_inner();
+                while let Some(numbered) = stream.message().await? {
+                    deliver(numbered.index, numbered.reply);
+                }
+                Ok(())
+            }
         }
-        Ok(())
-    }
+    };
 }
 
-impl Batching for CoordinatorClient<Channel> {
-    type Request = coordinator_pb::CoordinatorRequest;
-    type Reply = coordinator_pb::CoordinatorReply;
-
-    async fn call_one(
-        mut self,
-        request: tonic::Request<Self::Request>,
-    ) -> Result<Self::Reply, tonic::Status> {
-        Ok(self.call(request).await?.into_inner())
-    }
-
-    async fn call_many(
-        mut self,
-        requests: Vec<Self::Request>,
-        timeout: Duration,
-        mut deliver: impl FnMut(u32, Option<Self::Reply>) + Send,
-    ) -> Result<(), tonic::Status> {
-        let mut call = tonic::Request::new(coordinator_pb::CoordinatorRequests { requests });
-        call.set_timeout(timeout);
-        let mut stream = CoordinatorClient::call_many(&mut self, call)
-            .await?
-            .into_inner();
-        while let Some(numbered) = stream.message().await? {
-            deliver(numbered.index, numbered.reply);
-        }
-        Ok(())
-    }
-}
+batching_for!(
+    ReplicationClient,
+    replication_pb::ReplicaRequest,
+    replication_pb::ReplicaReply,
+    ReplicaRequests
+);
+batching_for!(
+    CoordinatorClient,
+    coordinator_pb::CoordinatorRequest,
+    coordinator_pb::CoordinatorReply,
+    CoordinatorRequests
+);
 
 /// A request waiting for its turn.
 struct Queued<S: Batching> {
