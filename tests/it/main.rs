@@ -28,3 +28,4 @@ mod tls;
 mod tools;
 mod top;
 mod two_phase;
+mod watches;

@@ -8,10 +8,12 @@ use megastore_coordinator::CoordinatorRequest;
 use megastore_lock::{LockCommand, LockError, LockReply};
 use megastore_metrics::{ClientMetrics, ReadPathLabel};
 use megastore_paxos::Decision;
+use megastore_paxos::watch::{LogRead, log_read};
 use megastore_paxos::{
     CheckedHit, ClientConfig, ClientCore, ClientInput, ClientOutput, CommitResult, DataQuery,
     DecideOutcome, GlobalHit, Message, OpId, OpResult, Participant, ProposerConfig, ReadError,
-    ReadMode, ReadPath, ReadResult, ReadSet, Resolution, RowWrite, SettledGroup, TwoPhaseResult,
+    ReadMode, ReadPath, ReadResult, ReadSet, ReplicaRequest, Resolution, RowWrite, SettledGroup,
+    TwoPhaseResult,
 };
 use megastore_rowstore::KeyRange;
 use megastore_types::{ClientId, EgId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
@@ -56,6 +58,20 @@ pub enum ClientError {
     /// size limit), naming the field; nothing was sent.
     #[error("{0}")]
     InvalidArgument(String),
+    /// A watch asked for a log position that no replica keeps any more.
+    #[error(
+        "position {asked} of group {eg} was collected: the replicas kept the log only above \
+         {truncated} ([history] log_positions); read the group's current state and watch \
+         from the position that read returns, plus one"
+    )]
+    Collected {
+        /// The group.
+        eg: EgId,
+        /// The position asked for.
+        asked: Position,
+        /// The highest truncation point a replica reported.
+        truncated: Position,
+    },
     /// Stored data is not what this library writes.
     #[error("corrupt data: {0}")]
     Corrupt(String),
@@ -128,6 +144,12 @@ enum Event {
     Settle {
         eg: EgId,
         done: oneshot::Sender<Result<SettledGroup, ReadError>>,
+    },
+    ReadLog {
+        eg: EgId,
+        position: Position,
+        prefer: Option<ReplicaId>,
+        done: oneshot::Sender<LogRead>,
     },
     Answer {
         from: NodeId,
@@ -472,6 +494,26 @@ impl Client {
         }
     }
 
+    /// The entry committed at `position` of `eg`, asking `prefer` first and then every
+    /// other replica until one has it ([`megastore_paxos::watch`]).
+    pub(crate) async fn read_log(
+        &self,
+        eg: &EgId,
+        position: Position,
+        prefer: Option<ReplicaId>,
+    ) -> Result<LogRead, ClientError> {
+        let (done, result) = oneshot::channel();
+        self.events
+            .send(Event::ReadLog {
+                eg: eg.clone(),
+                position,
+                prefer,
+                done,
+            })
+            .map_err(|_| ClientError::Closed)?;
+        result.await.map_err(|_| ClientError::Closed)
+    }
+
     /// Settles `position` of `eg`, which transaction `txn` may hold after a commit that
     /// ended [`CommitResult::Unknown`], and says whether `txn` is what was chosen there.
     /// [`Resolution::NotCommitted`] is final: running the transaction again cannot
@@ -542,7 +584,59 @@ struct Driver {
     hot: HotGroups,
 }
 
+/// `position` of `eg` from the first of `replicas` that has it committed; else what the
+/// others said: truncated (the highest point reported) or not there.
+async fn read_log(
+    peers: &Peers,
+    replicas: Vec<ReplicaId>,
+    eg: EgId,
+    position: Position,
+) -> LogRead {
+    let mut outcome = LogRead::NotHere;
+    for replica in replicas {
+        let request = ReplicaRequest::ReadLog {
+            id: 0,
+            eg: eg.clone(),
+            position,
+        };
+        let answer = peers
+            .request(NodeId::Replica(replica), Message::ReplicaRequest(request))
+            .await
+            .and_then(|m| match m {
+                Message::ReplicaReply(reply) => Some(reply),
+                _ => None,
+            });
+        match log_read(answer) {
+            committed @ LogRead::Committed(_) => return committed,
+            LogRead::Truncated { truncated } => {
+                let higher = match outcome {
+                    LogRead::Truncated { truncated: seen } => truncated.max(seen),
+                    _ => truncated,
+                };
+                outcome = LogRead::Truncated { truncated: higher };
+            }
+            // A truncation report says more than a replica without the slot.
+            other if !matches!(outcome, LogRead::Truncated { .. }) => outcome = other,
+            _ => {}
+        }
+    }
+    outcome
+}
+
 impl Driver {
+    /// Every replica, `first` (if any) then this client's own site's, then the rest.
+    fn replicas_from(&self, first: Option<ReplicaId>) -> Vec<ReplicaId> {
+        let local = self.core.local_replica();
+        let mut order: Vec<ReplicaId> = first.into_iter().chain(local).collect();
+        for info in self.core.config().proposer.topology.replicas() {
+            if !order.contains(&info.id) {
+                order.push(info.id);
+            }
+        }
+        order.dedup();
+        order
+    }
+
     fn now(&self) -> Time {
         Time::from_nanos(u64::try_from(self.clock.elapsed().as_nanos()).unwrap_or(u64::MAX))
     }
@@ -670,6 +764,19 @@ impl Driver {
                 }
                 Some(Event::HotGroups { n, done }) => {
                     let _ = done.send(self.hot.top(n));
+                    Vec::new()
+                }
+                Some(Event::ReadLog {
+                    eg,
+                    position,
+                    prefer,
+                    done,
+                }) => {
+                    let order = self.replicas_from(prefer);
+                    let peers = Arc::clone(&self.peers);
+                    tokio::spawn(async move {
+                        let _ = done.send(read_log(&peers, order, eg, position).await);
+                    });
                     Vec::new()
                 }
             };

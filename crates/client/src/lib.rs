@@ -5,7 +5,8 @@
 //! answers and timer ticks back, and hand each operation's result to the caller; and,
 //! on top of those operations, typed entities of a schema, index queries, cross-group
 //! queries (global index scans, merge-joins, parallel lookups), transactions across
-//! groups (the core's two-phase commit, `multi.rs`) and the backfill of a new index —
+//! groups (the core's two-phase commit, `multi.rs`), watches of a group's committed
+//! changes (`watch.rs`) and the backfill of a new index —
 //! each a composition of the core's operations. No protocol decision is taken here. Not here either: any server code — the library
 //! links neither RocksDB nor openraft (it reaches lockd through
 //! `megastore_rpc::LockdClient`), so a program outside this workspace that depends on it
@@ -43,6 +44,7 @@ mod settings;
 pub mod status;
 mod txn;
 mod versioned;
+mod watch;
 
 pub use client::{Client, ClientError, Committed};
 pub use entities::{EntityRead, IndexPage, describe_group, entity_group, group_root};
@@ -51,9 +53,11 @@ pub use hot_groups::{GroupCount, HOT_GROUPS_TRACKED, HotGroupsNow};
 pub use index_queries::{GlobalIndexScan, IndexRead, JoinHit, JoinedScan, LOOKUPS_IN_FLIGHT};
 pub use megastore_paxos::SettledGroup;
 pub use megastore_paxos::queue::Delivery;
+pub use megastore_paxos::watch::Change;
 pub use megastore_schema::{IndexQuery, PageToken};
 pub use multi::MultiTransaction;
 pub use queues::{Message, QUEUE_NAME_BYTES_MAX};
 pub use settings::proposer_timeouts;
 pub use txn::{Attempt, AttemptFuture, Outcome, Transaction};
 pub use versioned::{Assert, Entry, Mutation, TxnResult, VERSION_MISSING};
+pub use watch::{KeyEvent, KeyWatch, POLL_FIRST, POLL_MAX, Watch, WatchEvent};

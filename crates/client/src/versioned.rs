@@ -23,8 +23,8 @@ use crate::client::{Client, ClientError};
 use crate::groups::require_untyped;
 use crate::txn::{ATTEMPTS_MAX, Attempt, Transaction, retry_pause};
 
-const VERSION: &[u8] = b"version";
-const VALUE: &[u8] = b"value";
+pub(crate) const VERSION: &[u8] = b"version";
+pub(crate) const VALUE: &[u8] = b"value";
 
 /// The version of a key never written.
 pub const VERSION_MISSING: u64 = 0;
@@ -128,9 +128,38 @@ fn key_row(eg: &EgId, key: &[u8]) -> Vec<u8> {
 }
 
 /// The versioned key whose row is `row`, if it is one of `eg`'s.
-fn key_of_row(eg: &EgId, row: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn key_of_row(eg: &EgId, row: &[u8]) -> Option<Vec<u8>> {
     let mut encoded = row.strip_prefix(group_keys_prefix(eg).as_slice())?;
     unescape(&mut encoded, false).ok()
+}
+
+/// A key's version cell.
+pub(crate) fn parse_version(key: &[u8], bytes: &[u8]) -> Result<u64, ClientError> {
+    Ok(u64::from_be_bytes(bytes.try_into().map_err(|_| {
+        ClientError::Corrupt(format!(
+            "key {} has a malformed version cell",
+            String::from_utf8_lossy(key)
+        ))
+    })?))
+}
+
+/// The rows of `eg`'s versioned keys that start with `prefix`.
+pub(crate) fn key_prefix_range(eg: &EgId, prefix: &[u8]) -> Result<KeyRange, ClientError> {
+    require_untyped(eg)?;
+    if prefix.len() > KEY_BYTES_MAX {
+        return Err(ClientError::InvalidArgument(format!(
+            "prefix: {}",
+            LimitError::Key {
+                found: prefix.len()
+            }
+        )));
+    }
+    let mut start = group_keys_prefix(eg);
+    let mut escaped = escape(prefix);
+    escaped.truncate(escaped.len() - 2); // without the terminator: a prefix of every longer key
+    start.extend_from_slice(&escaped);
+    let end = prefix_successor(&start);
+    Ok(KeyRange { start, end })
 }
 
 fn entry_of(key: &[u8], row: Option<&Row>) -> Result<Entry, ClientError> {
@@ -142,12 +171,7 @@ fn entry_of(key: &[u8], row: Option<&Row>) -> Result<Entry, ClientError> {
         });
     };
     let version = match row.value(VERSION) {
-        Some(bytes) => u64::from_be_bytes(bytes.try_into().map_err(|_| {
-            ClientError::Corrupt(format!(
-                "key {} has a malformed version cell",
-                String::from_utf8_lossy(key)
-            ))
-        })?),
+        Some(bytes) => parse_version(key, bytes)?,
         None => VERSION_MISSING,
     };
     Ok(Entry {
@@ -257,21 +281,7 @@ impl Client {
     /// Every key of the group starting with `prefix` that has a value, in key order,
     /// from one log position.
     pub async fn keys(&self, eg: &EgId, prefix: &[u8]) -> Result<Vec<Vec<u8>>, ClientError> {
-        require_untyped(eg)?;
-        if prefix.len() > KEY_BYTES_MAX {
-            return Err(ClientError::InvalidArgument(format!(
-                "prefix: {}",
-                LimitError::Key {
-                    found: prefix.len()
-                }
-            )));
-        }
-        let mut start = group_keys_prefix(eg);
-        let mut escaped = escape(prefix);
-        escaped.truncate(escaped.len() - 2); // without the terminator: a prefix of every longer key
-        start.extend_from_slice(&escaped);
-        let end = prefix_successor(&start);
-        let range = KeyRange { start, end };
+        let range = key_prefix_range(eg, prefix)?;
         let read = self
             .read_rows(
                 eg,

@@ -112,12 +112,24 @@ pub struct ClusterConfig {
 pub struct History {
     /// Positions kept (at least 1).
     pub kept_positions: u64,
+    /// Log entries each replica keeps below the point every replica has applied, so
+    /// that a watcher that far behind (or resuming after a disconnect) still reads
+    /// every change; an older start position is refused as collected. Each kept entry
+    /// stays in memory for every group that has it.
+    pub log_positions: u64,
 }
+
+/// The default of [`History::log_positions`].
+pub const LOG_POSITIONS_DEFAULT: u64 = 64;
+
+/// The most [`History::log_positions`] may be.
+pub const LOG_POSITIONS_MAX: u64 = 100_000;
 
 impl Default for History {
     fn default() -> Self {
         Self {
             kept_positions: 256,
+            log_positions: LOG_POSITIONS_DEFAULT,
         }
     }
 }

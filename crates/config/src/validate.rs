@@ -52,6 +52,16 @@ pub(crate) fn check(config: &ClusterConfig) -> Result<(), Failure> {
             "must be at least 1 (a transaction reads at the position it began at)",
         );
     }
+    if config.history.log_positions > crate::LOG_POSITIONS_MAX {
+        return fail(
+            "history.log_positions",
+            format!(
+                "{} is over the limit of {} (each kept entry stays in every replica's memory)",
+                config.history.log_positions,
+                crate::LOG_POSITIONS_MAX
+            ),
+        );
+    }
 
     if config.replicas.is_empty() {
         return fail("replicas", "declare at least one [[replicas]]");

@@ -186,6 +186,28 @@ fn history_kept_defaults_to_256_positions() {
 }
 
 #[test]
+fn log_positions_default_to_64_and_are_bounded() {
+    let config = ClusterConfig::parse(EXAMPLE, "t.toml").unwrap();
+    assert_eq!(config.history.log_positions, 64);
+    let text = format!("{EXAMPLE}\n[history]\nlog_positions = 0\n");
+    assert_eq!(
+        ClusterConfig::parse(&text, "t.toml")
+            .unwrap()
+            .history
+            .log_positions,
+        0
+    );
+    let text = format!("{EXAMPLE}\n[history]\nlog_positions = 100001\n");
+    let e = ClusterConfig::parse(&text, "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("history.log_positions") && e.contains("100000"),
+        "{e}"
+    );
+}
+
+#[test]
 fn syntax_and_shape_errors_say_where() {
     let unknown = edited("rpc_ms = 2000", "rpc_ms = 2000\nrcp_ms = 1");
     let e = ClusterConfig::parse(&unknown, "t.toml")

@@ -22,7 +22,8 @@
 //! Invariants kept here and checked by the simulator (docs/protocol.md, "Invariants"): single-value,
 //! ballot-zero-once, visible-after-invalidate, vouched-is-current (with the
 //! coordinator), durable-ack, linearizable-eg, prefix-snapshots; and across groups
-//! queue-exactly-once-in-order, multi-group-atomicity and decision-stable.
+//! queue-exactly-once-in-order, multi-group-atomicity and decision-stable; and for
+//! watchers, watch-reads-committed ([`watch`]).
 
 pub mod bugs;
 pub mod cells;
@@ -35,6 +36,7 @@ pub mod replica;
 mod steps;
 pub mod two_phase;
 pub mod verify;
+pub mod watch;
 
 pub use bugs::ProtocolBugs;
 pub use client::{

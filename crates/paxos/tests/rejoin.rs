@@ -352,6 +352,7 @@ fn a_group_whose_catch_up_failed_is_probed_again_for_a_snapshot() {
             proposer,
             seed: 3,
             history_kept: 8,
+            log_kept: 0,
         }),
         rejoining: true,
     });

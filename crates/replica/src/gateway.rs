@@ -87,6 +87,7 @@ pub(crate) fn status(e: ClientError) -> Status {
         ClientError::Closed => Status::unavailable("replica stopping"),
         ClientError::Unknown { .. } => Status::unknown(e.to_string()),
         ClientError::TooManyConflicts { .. } => Status::aborted(e.to_string()),
+        ClientError::Collected { .. } => Status::out_of_range(e.to_string()),
         ClientError::Schema(_) | ClientError::InvalidArgument(_) => {
             Status::invalid_argument(e.to_string())
         }
@@ -96,7 +97,7 @@ pub(crate) fn status(e: ClientError) -> Status {
     }
 }
 
-fn group(eg: &[u8]) -> Result<EgId, Status> {
+pub(crate) fn group(eg: &[u8]) -> Result<EgId, Status> {
     megastore_client::group(eg).map_err(status)
 }
 
@@ -140,7 +141,7 @@ pub(crate) fn commit_answer(
     })
 }
 
-fn entry_to_wire(entry: Entry) -> pb::Entry {
+pub(crate) fn entry_to_wire(entry: Entry) -> pb::Entry {
     pb::Entry {
         key: entry.key,
         version: entry.version,
@@ -547,6 +548,15 @@ impl Megastore for Gateway {
     }
 
     type StreamGlobalIndexStream = ReceiverStream<Result<pb::ScanGlobalIndexResponse, Status>>;
+
+    type WatchStream = ReceiverStream<Result<pb::WatchResponse, Status>>;
+
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        self.serve_watch(request).await
+    }
 
     async fn stream_global_index(
         &self,

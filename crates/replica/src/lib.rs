@@ -30,6 +30,7 @@ mod gateway_indexes;
 mod gateway_multi;
 mod gateway_queues;
 mod gateway_sessions;
+mod gateway_watch;
 mod group_work;
 mod registry;
 mod replica_server;

@@ -25,5 +25,6 @@ pub fn sweep_config(
         },
         seed: rand::random(),
         history_kept: config.history.kept_positions,
+        log_kept: config.history.log_positions,
     }
 }

@@ -45,6 +45,7 @@ pub(super) fn replica_config(
         seed,
         // Small, so that garbage collection happens within a run.
         history_kept: 8,
+        log_kept: 0,
     };
     ReplicaConfig {
         id,

@@ -50,6 +50,11 @@ pub struct SweepConfig {
     /// [`crate::HISTORY_KEPT`] in a deployment, a few in the simulator so that
     /// collection happens within a run.
     pub history_kept: u64,
+    /// Visible log positions kept below the truncation floor, so that a watcher
+    /// ([`crate::watch`]) a little behind can still read each entry: a deployment's
+    /// `[history] log_positions`. 0 truncates as far as every replica allows (the
+    /// simulator does: keeping more only delays truncation, which its runs cover).
+    pub log_kept: u64,
 }
 
 /// Something the sweep decided that changes this replica's own state.
@@ -296,7 +301,7 @@ impl Sweeper {
     /// somewhere, else catch up to the furthest visible position seen; and if every
     /// replica reported its state, truncate below what every full and read-only replica
     /// applied and every witness holds — keeping the last such slot, so the next
-    /// position's leader stays known.
+    /// position's leader stays known, and `log_kept` more for watchers.
     fn probed(
         &mut self,
         now: Time,
@@ -364,7 +369,7 @@ impl Sweeper {
         let Some(floor) = floor else {
             return actions;
         };
-        let through = floor.prev();
+        let through = Position(floor.0.saturating_sub(1 + self.config.log_kept));
         if through > here.truncated {
             actions.push(SweepAction::Truncate(eg.clone(), through));
         }
