@@ -18,7 +18,10 @@
 # client: megastore then batches what its clients send each replica and coordinator
 # (docs/architecture.md, "Call queues"); etcd's client multiplexes one HTTP/2 connection.
 # With 0 (the default), every client has its own.
-#   scripts/compare-etcd.sh [OUT] [ROUNDS] [SECONDS] [RTT] [CONNECTIONS]
+#
+# Last, both systems' watch delivery: WATCHES changes (env, default 200) written one
+# at a time and watched (below).
+#   [WATCHES=N] scripts/compare-etcd.sh [OUT] [ROUNDS] [SECONDS] [RTT] [CONNECTIONS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/megastore-vs-etcd.jsonl}
@@ -172,4 +175,20 @@ print(json.dumps(ratio))
 PY
     done
 done
+# Then a committed change's way to a watcher (`megastore bench --watches`): WATCHES keys
+# (default 200; 0 skips this) written one at a time, 20 ms apart, and watched at another
+# site; etcd: the same puts and a watch of their prefix. One JSON line each.
+watches=${WATCHES:-200}
+if [ "$watches" != 0 ]; then
+    for system in megastore etcd; do
+        echo "==> watch delivery, $watches changes: $system" >&2
+        if [ "$system" = etcd ]; then
+            target=(--etcd "$endpoints")
+        else
+            target=(--config "$DEV_DIR/cluster.toml")
+        fi
+        "$megastore" bench "${target[@]}" --watches --runs "$watches" 2>/dev/null | tail -1 \
+            | tee -a "$out"
+    done
+fi
 echo "results: $out" >&2

@@ -2,7 +2,8 @@
 //! megastore with (`scripts/compare-etcd.sh` runs both side by side). One etcd member
 //! (Debian's `etcd-server`, which `.ci/setup.sh` installs) on loopback; the report has
 //! the same shape as megastore's, names etcd, and counts every operation (here of four
-//! clients sharing two connections).
+//! clients sharing two connections); and `--watches --etcd` times every put to its
+//! watch.
 
 use std::time::{Duration, Instant};
 
@@ -89,4 +90,17 @@ fn bench_runs_the_same_closed_loop_against_etcd() {
         assert!(kind["count"].as_u64().unwrap() > 0, "{report}");
     }
     assert!(report["client_cpu_s"].as_f64().unwrap() > 0.0, "{report}");
+
+    // And the watch: every put timed from its acknowledgement to the watcher.
+    let out = run_megastore(
+        &["bench", "--etcd", &endpoint, "--watches", "--runs", "20"],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value =
+        serde_json::from_str(out.stdout.lines().last().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(report["system"], "etcd", "{report}");
+    assert_eq!(report["kinds"][1]["count"], 20, "{report}");
 }

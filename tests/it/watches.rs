@@ -367,6 +367,67 @@ fn a_watcher_resumes_at_another_replica_with_no_gap_and_no_repeat() {
         &megastore_client::group(b"rows").unwrap(),
     ));
 
+    // The CLI prints the same changes, one line per key.
+    let out = megastore_e2e::run_megastore(
+        &[
+            "watch",
+            "--config",
+            cluster.config_path.to_str().unwrap(),
+            "--group",
+            "rows",
+            "--start",
+            "m",
+            "--end",
+            "n",
+            "--from",
+            "1",
+            "--count",
+            "2",
+        ],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{out:?}");
+    assert!(
+        lines[0].contains("  m1  c=v1") && lines[1].contains("  m2  c=v3"),
+        "{lines:?}"
+    );
+
+    // `megastore bench --watches` times each change from its commit to the watcher,
+    // every change watched once (it fails otherwise), from site A to site B.
+    let out = megastore_e2e::run_megastore(
+        &[
+            "bench",
+            "--watches",
+            "--runs",
+            "20",
+            "--config",
+            cluster.config_path.to_str().unwrap(),
+        ],
+        dir.path(),
+        Duration::from_secs(120),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value =
+        serde_json::from_str(out.stdout.lines().last().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(
+        (
+            report["writer_site"].as_str(),
+            report["watcher_site"].as_str()
+        ),
+        (Some("A"), Some("B")),
+        "{report}"
+    );
+    let delivery = &report["kinds"][1];
+    assert!(
+        delivery["kind"].as_str().unwrap().starts_with("delivery"),
+        "{report}"
+    );
+    assert_eq!(delivery["count"], 20, "every change timed once: {report}");
+
     // Bad requests are refused at once, naming the field.
     runtime.block_on(async {
         let mut api = api_at(&replica_address(&config, "b"));

@@ -5,8 +5,9 @@
 //! hdrhistogram per operation kind; and time the cross-group queries of the photo
 //! schema (global index scans, merge-joins, parallel lookups) one at a time, a queue
 //! message's way from its sender's commit to its consumption at another site, and a
-//! transaction across two groups next to the same transaction in one; and the same
-//! closed loop against an etcd cluster, for a side-by-side comparison.
+//! transaction across two groups next to the same transaction in one, and a committed
+//! change's way to a watcher at another site; and the same closed loop (and watch)
+//! against an etcd cluster, for a side-by-side comparison.
 //!
 //! Invariants:
 //! - every run is bounded: it stops at its operation count or its duration, whichever
@@ -21,6 +22,7 @@ mod queues;
 mod report;
 mod timing;
 mod two_phase;
+mod watches;
 mod workload;
 
 pub use etcd::run_etcd;
@@ -29,4 +31,5 @@ pub use queues::{QueueReport, run_queues};
 pub use report::{KindReport, Report};
 pub use timing::QueryKind;
 pub use two_phase::{TwoPhaseReport, run_two_phase};
+pub use watches::{WatchReport, run_etcd_watches, run_watches};
 pub use workload::{Spec, SpecError, run};

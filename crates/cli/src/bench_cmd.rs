@@ -77,6 +77,11 @@ pub(crate) struct BenchArgs {
     /// --site.
     #[arg(long, conflicts_with_all = ["queries", "queues"])]
     two_phase: bool,
+    /// Time a committed change's way to a watcher instead: `--runs` versioned keys
+    /// written one at a time at the first --site, watched at the second (default: the
+    /// first two full replicas' sites); with --etcd, puts and a watch of etcd.
+    #[arg(long, conflicts_with_all = ["queries", "queues", "two_phase"])]
+    watches: bool,
     /// Run the same closed loop against an etcd cluster instead (comma-separated
     /// endpoints, e.g. `127.0.0.1:2379`): each client puts one of --groups keys (gets,
     /// for the --reads share), one operation outstanding; no cluster.toml is read.
@@ -88,7 +93,7 @@ pub(crate) struct BenchArgs {
     )]
     etcd: Vec<String>,
     /// Runs of each query with --queries (messages with --queues, transactions of each
-    /// kind with --two-phase).
+    /// kind with --two-phase, changes with --watches).
     #[arg(long, default_value_t = 50)]
     runs: u32,
     /// Also draw each operation kind's latency distribution (a percentile plot) into
@@ -99,7 +104,7 @@ pub(crate) struct BenchArgs {
 
 /// The site of the cluster's first full replica: where a benchmark acts from unless
 /// told.
-fn first_full_site(config: &megastore_config::ClusterConfig) -> anyhow::Result<String> {
+pub(crate) fn first_full_site(config: &megastore_config::ClusterConfig) -> anyhow::Result<String> {
     config
         .replicas
         .iter()
@@ -147,12 +152,12 @@ fn render_queries(report: &megastore_bench::QueryReport) -> String {
     )
 }
 
-/// `--queues`: a queue message's way from its sender's commit to its consumption.
-fn run_queues(
+/// The first two --site values, each defaulting to the next full replica's site (or
+/// the first's, in a cluster with one).
+fn two_sites(
     sites: &[String],
-    messages: u32,
     config: &megastore_config::ClusterConfig,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<(String, String)> {
     let full: Vec<String> = config
         .replicas
         .iter()
@@ -166,10 +171,19 @@ fn run_queues(
             .or_else(|| full.first())
             .cloned()
     };
-    let (from, to) = (
+    Ok((
         pick(0).context("the cluster has no full replica to act from")?,
         pick(1).context("the cluster has no full replica to act from")?,
-    );
+    ))
+}
+
+/// `--queues`: a queue message's way from its sender's commit to its consumption.
+fn run_queues(
+    sites: &[String],
+    messages: u32,
+    config: &megastore_config::ClusterConfig,
+) -> anyhow::Result<ExitCode> {
+    let (from, to) = two_sites(sites, config)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let _entered = runtime.enter();
     let bar = ProgressBar::new_spinner();
@@ -182,6 +196,47 @@ fn run_queues(
     let report = report?;
     let table = kinds_table("MEASURE", &report.kinds);
     print!("queue messages from site {from} to site {to}, delivered by the replicas\n{table}\n");
+    println!("{}", report.json_line());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--watches`: a committed change's way to a watcher at another site (or, with
+/// `--etcd`, etcd's put to its watch).
+fn run_watches(
+    sites: &[String],
+    changes: u32,
+    config: Option<&megastore_config::ClusterConfig>,
+    etcd: &[String],
+) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let _entered = runtime.enter();
+    let bar = ProgressBar::new_spinner();
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let report = match config {
+        Some(config) => {
+            let (writer, watcher) = two_sites(sites, config)?;
+            bar.set_message(format!(
+                "writing {changes} keys at site {writer}, watching them at site {watcher}"
+            ));
+            runtime.block_on(megastore_bench::run_watches(
+                config, &writer, &watcher, changes,
+            ))
+        }
+        None => {
+            bar.set_message(format!("putting {changes} keys to etcd, watching them"));
+            runtime.block_on(megastore_bench::run_etcd_watches(etcd, changes))
+        }
+    };
+    bar.finish_and_clear();
+    let report = report?;
+    let table = kinds_table("MEASURE", &report.kinds);
+    match config {
+        Some(_) => print!(
+            "changes written at site {} and watched at site {}\n{table}\n",
+            report.writer_site, report.watcher_site
+        ),
+        None => print!("etcd: changes put and watched\n{table}\n"),
+    }
     println!("{}", report.json_line());
     Ok(ExitCode::SUCCESS)
 }
@@ -332,6 +387,9 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if cfg!(debug_assertions) {
         // On stderr, so the report (and its JSON line) stay what they are.
         eprintln!("{DEBUG_BUILD_WARNING}");
+    }
+    if args.watches {
+        return run_watches(&spec.sites, args.runs, config.as_ref(), &args.etcd);
     }
     let Some(config) = config else {
         return run_closed_loop(&spec, plot.as_deref(), |runtime, progress| {

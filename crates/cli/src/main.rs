@@ -40,6 +40,7 @@ mod signals;
 mod status_cmd;
 mod top_cmd;
 mod top_view;
+mod watch_cmd;
 
 use std::process::ExitCode;
 
@@ -80,6 +81,8 @@ enum Command {
     Shell(shell_cmd::ShellArgs),
     /// Run a closed-loop workload and report throughput and latency percentiles.
     Bench(bench_cmd::BenchArgs),
+    /// Print every committed change to a group's keys as it happens.
+    Watch(watch_cmd::WatchArgs),
     /// Make a CA and a certificate for every host of a config (for mutual TLS).
     Certs(certs_cmd::CertsArgs),
     /// Back up a replica's store, streamed from it while it runs or copied from a stopped
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
         Command::Top(args) => top_cmd::run(args),
         Command::Shell(args) => shell_cmd::run(args),
         Command::Bench(args) => bench_cmd::run(args),
+        Command::Watch(args) => watch_cmd::run(args),
         Command::Certs(args) => certs_cmd::run(args),
         Command::Backup(args) => backup_cmd::run(args),
     };
