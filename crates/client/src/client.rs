@@ -12,8 +12,8 @@ use megastore_paxos::watch::{LogRead, log_read};
 use megastore_paxos::{
     CheckedHit, ClientConfig, ClientCore, ClientInput, ClientOutput, CommitResult, DataQuery,
     DecideOutcome, GlobalHit, Message, OpId, OpResult, Participant, ProposerConfig, ReadError,
-    ReadMode, ReadPath, ReadResult, ReadSet, ReplicaRequest, Resolution, RowWrite, SettledGroup,
-    TwoPhaseResult,
+    ReadMode, ReadPath, ReadResult, ReadSet, ReplicaReply, ReplicaRequest, Resolution, RowWrite,
+    SettledGroup, TwoPhaseResult,
 };
 use megastore_rowstore::KeyRange;
 use megastore_types::{ClientId, EgId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
@@ -150,6 +150,13 @@ enum Event {
         position: Position,
         prefer: Option<ReplicaId>,
         done: oneshot::Sender<LogRead>,
+    },
+    AwaitVisible {
+        eg: EgId,
+        past: Position,
+        at: Option<ReplicaId>,
+        wait: std::time::Duration,
+        done: oneshot::Sender<Option<(ReplicaId, Position)>>,
     },
     Answer {
         from: NodeId,
@@ -514,6 +521,30 @@ impl Client {
         result.await.map_err(|_| ClientError::Closed)
     }
 
+    /// Waits, up to `wait`, for `eg`'s visible position at replica `at` (default: this
+    /// client's own site's) to pass `past`: that replica and its visible position then,
+    /// or `None` if the wait ended with nothing new or the replica did not answer.
+    pub(crate) async fn await_visible(
+        &self,
+        eg: &EgId,
+        past: Position,
+        at: Option<ReplicaId>,
+        wait: std::time::Duration,
+    ) -> Result<Option<(ReplicaId, Position)>, ClientError> {
+        let (done, result) = oneshot::channel();
+        self.events
+            .send(Event::AwaitVisible {
+                eg: eg.clone(),
+                past,
+                at,
+                wait,
+                done,
+            })
+            .map_err(|_| ClientError::Closed)?;
+        let moved = result.await.map_err(|_| ClientError::Closed)?;
+        Ok(moved.filter(|(_, visible)| *visible > past))
+    }
+
     /// Settles `position` of `eg`, which transaction `txn` may hold after a commit that
     /// ended [`CommitResult::Unknown`], and says whether `txn` is what was chosen there.
     /// [`Resolution::NotCommitted`] is final: running the transaction again cannot
@@ -764,6 +795,37 @@ impl Driver {
                 }
                 Some(Event::HotGroups { n, done }) => {
                     let _ = done.send(self.hot.top(n));
+                    Vec::new()
+                }
+                Some(Event::AwaitVisible {
+                    eg,
+                    past,
+                    at,
+                    wait,
+                    done,
+                }) => {
+                    let replica = self.replicas_from(at).first().copied();
+                    let peers = Arc::clone(&self.peers);
+                    tokio::spawn(async move {
+                        let moved = match replica {
+                            Some(replica) => {
+                                let request = ReplicaRequest::AwaitVisible {
+                                    id: 0,
+                                    eg,
+                                    past,
+                                    wait,
+                                };
+                                match peers.request_held(replica, request, wait).await {
+                                    Some(ReplicaReply::LogState { state, .. }) => {
+                                        Some((replica, state.visible))
+                                    }
+                                    _ => None,
+                                }
+                            }
+                            None => None,
+                        };
+                        let _ = done.send(moved);
+                    });
                     Vec::new()
                 }
                 Some(Event::ReadLog {

@@ -60,4 +60,4 @@ pub use queues::{Message, QUEUE_NAME_BYTES_MAX};
 pub use settings::proposer_timeouts;
 pub use txn::{Attempt, AttemptFuture, Outcome, Transaction};
 pub use versioned::{Assert, Entry, Mutation, TxnResult, VERSION_MISSING};
-pub use watch::{KeyEvent, KeyWatch, POLL_FIRST, POLL_MAX, Watch, WatchEvent};
+pub use watch::{AWAIT_WAIT, KeyEvent, KeyWatch, POLL_FIRST, POLL_MAX, Watch, WatchEvent};

@@ -3,9 +3,13 @@
 //!
 //! A watch reads the group's log one position at a time from any replica that has it
 //! visible ([`megastore_paxos::watch`]: visible means committed), starting where the
-//! caller asks. It learns how far the log goes with a current read, and when it has
-//! seen everything, it polls again, waiting twice as long each time nothing happened
-//! (from [`POLL_FIRST`] up to [`POLL_MAX`]).
+//! caller asks. When it has read everything it knows of, it asks a replica (the one
+//! that served it last, at first its own site's) to answer once the group's visible
+//! position passes what it has seen — a long poll the replica holds up to
+//! [`AWAIT_WAIT`]. If that wait ends with nothing, or the replica cannot hold it, a
+//! current read learns how far the log goes (and catches a lagging replica up); a
+//! replica that keeps answering at once is asked again after a pause that doubles from
+//! [`POLL_FIRST`] up to [`POLL_MAX`].
 //!
 //! Resuming: [`Watch::resume_at`] is the first position not yet examined; a new watch
 //! from there (on any client, at any site) continues with no change skipped or
@@ -13,7 +17,7 @@
 //! (`[history] log_positions` below what all have applied) is refused with
 //! [`ClientError::Collected`].
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use megastore_paxos::watch::{Change, LogRead, changes_in};
 use megastore_paxos::{CellWrite, DataQuery, ReadMode, RowWrite};
@@ -25,9 +29,11 @@ use crate::client::{Client, ClientError};
 use crate::groups::rows_of_range;
 use crate::versioned::{Entry, key_of_row, key_prefix_range, parse_version};
 
-/// The first wait after a poll that found nothing new.
+/// How long a replica may hold a caught-up watch's request for the next change.
+pub const AWAIT_WAIT: Duration = Duration::from_secs(1);
+/// The first pause after a replica answered at once with nothing new.
 pub const POLL_FIRST: Duration = Duration::from_millis(2);
-/// The longest wait between polls.
+/// The longest such pause.
 pub const POLL_MAX: Duration = Duration::from_millis(50);
 
 /// The changes one committed position made to the watched keys.
@@ -105,8 +111,22 @@ impl Watch {
                 }
                 continue;
             }
-            // How far the log goes now: a current read (of no rows) finds the group's
-            // newest committed position at a replica that has applied it.
+            // Caught up: the replica that served last holds the request until the
+            // group's visible position there passes what the watch has seen.
+            let began = Instant::now();
+            let moved = self
+                .client
+                .await_visible(&self.eg, self.committed_through, self.source, AWAIT_WAIT)
+                .await?;
+            if let Some((replica, visible)) = moved {
+                self.committed_through = visible;
+                self.source = Some(replica);
+                self.idle = POLL_FIRST;
+                continue;
+            }
+            // Nothing there: a current read (of no rows) finds the group's newest
+            // committed position, at a replica that has applied it (bringing one that
+            // fell behind up to date).
             let read = self
                 .client
                 .read_rows(&self.eg, ReadMode::Current, DataQuery::Rows(Vec::new()))
@@ -117,10 +137,13 @@ impl Watch {
                     self.source = Some(read.replica);
                     self.idle = POLL_FIRST;
                 }
-                _ => {
+                // The replica answered at once (it could not hold the request, or is
+                // rejoining): wait a little before asking again.
+                _ if began.elapsed() < AWAIT_WAIT / 2 => {
                     tokio::time::sleep(self.idle).await;
                     self.idle = (self.idle * 2).min(POLL_MAX);
                 }
+                _ => self.idle = POLL_FIRST,
             }
         }
     }

@@ -112,6 +112,20 @@ pub enum ReplicaRequest {
         /// Position.
         position: Position,
     },
+    /// The replica's log positions for the group, once its visible position is past
+    /// `past`, or after `wait` if that comes first (a watcher's long poll; answered as
+    /// [`ReplicaRequest::LogState`]).
+    AwaitVisible {
+        /// Request id.
+        id: u64,
+        /// Entity group.
+        eg: EgId,
+        /// The visible position the caller already knows.
+        past: Position,
+        /// How long the replica may hold the request (it caps this at
+        /// [`crate::replica::AWAIT_MAX`]).
+        wait: std::time::Duration,
+    },
     /// Read data rows.
     Read {
         /// Request id.
@@ -154,6 +168,7 @@ impl ReplicaRequest {
             | ReplicaRequest::MarkVisible { eg, .. }
             | ReplicaRequest::LogState { eg, .. }
             | ReplicaRequest::ReadLog { eg, .. }
+            | ReplicaRequest::AwaitVisible { eg, .. }
             | ReplicaRequest::Read { eg, .. }
             | ReplicaRequest::Snapshot { eg, .. } => eg,
             ReplicaRequest::ScanGlobal { .. } => return None,
@@ -168,6 +183,7 @@ impl ReplicaRequest {
             | ReplicaRequest::MarkVisible { id, .. }
             | ReplicaRequest::LogState { id, .. }
             | ReplicaRequest::ReadLog { id, .. }
+            | ReplicaRequest::AwaitVisible { id, .. }
             | ReplicaRequest::Read { id, .. }
             | ReplicaRequest::Snapshot { id, .. }
             | ReplicaRequest::ScanGlobal { id, .. } => *id,

@@ -671,3 +671,62 @@ fn lag_counts_positions_seen_but_not_applied() {
     );
     assert_eq!(witness.replica.lag(), ReplicaLag::default());
 }
+
+/// A watcher's long poll: held while the group's visible position is not past what the
+/// watcher knows, answered with the log state as soon as a mark moves it (in the same
+/// released batch as the mark's own reply), or when its wait ends.
+#[test]
+fn a_long_poll_is_answered_when_visible_moves_past_it_or_its_wait_ends() {
+    use megastore_paxos::ReplicaInput;
+    use megastore_types::{NodeId, Time};
+    let mut node = Node::new(1);
+    let request = |n: &mut Node, now: Time, past: u64| {
+        n.step_at(
+            now,
+            ReplicaInput::Message {
+                from: NodeId::Client(ClientId(7)),
+                message: megastore_paxos::Message::ReplicaRequest(ReplicaRequest::AwaitVisible {
+                    id: 9,
+                    eg: eg(),
+                    past: Position(past),
+                    wait: std::time::Duration::from_millis(100),
+                }),
+            },
+        )
+    };
+    let held_until = Time::ZERO + std::time::Duration::from_millis(100);
+    let (replies, wake) = request(&mut node, Time::ZERO, 0);
+    assert!(replies.is_empty(), "held: {replies:?}");
+    assert_eq!(wake, Some(held_until));
+    let (replies, _) = node.step_at(
+        Time::ZERO,
+        ReplicaInput::Message {
+            from: NodeId::Client(ClientId(8)),
+            message: megastore_paxos::Message::ReplicaRequest(mark(
+                1,
+                ballot(1),
+                write(1, None, "one"),
+            )),
+        },
+    );
+    let visible: Vec<Position> = replies
+        .iter()
+        .filter_map(|r| match r {
+            ReplicaReply::LogState { id: 9, state } => Some(state.visible),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(visible, vec![Position(1)], "{replies:?}");
+    // Already past: answered at once.
+    let (replies, _) = request(&mut node, Time::ZERO, 0);
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    // Not moving: answered when the wait ends, not before.
+    let (replies, _) = request(&mut node, Time::ZERO, 1);
+    assert!(replies.is_empty(), "{replies:?}");
+    let almost = Time::ZERO + std::time::Duration::from_millis(99);
+    assert!(node.step_at(almost, ReplicaInput::Tick).0.is_empty());
+    match &node.step_at(held_until, ReplicaInput::Tick).0[..] {
+        [ReplicaReply::LogState { id: 9, state }] => assert_eq!(state.visible, Position(1)),
+        other => panic!("{other:?}"),
+    }
+}

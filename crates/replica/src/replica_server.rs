@@ -390,6 +390,7 @@ impl Driver {
             ReplicaRequest::MarkVisible { .. } => "mark_visible",
             ReplicaRequest::LogState { .. } => "log_state",
             ReplicaRequest::ReadLog { .. } => "read_log",
+            ReplicaRequest::AwaitVisible { .. } => "await_visible",
             ReplicaRequest::Read { .. } => "read",
             ReplicaRequest::Snapshot { .. } => "snapshot",
             ReplicaRequest::ScanGlobal { .. } => "scan_global",

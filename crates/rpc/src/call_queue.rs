@@ -166,6 +166,19 @@ impl<S: Batching> CallQueue<S> {
         }
     }
 
+    /// Sends `request` alone, outside the queue and its count of calls in flight, and
+    /// returns the reply, or `None` if none came within `timeout`: for a request the
+    /// server holds (a watcher's long poll), which would otherwise keep one of the
+    /// calls' turns for its whole wait.
+    pub(crate) async fn request_alone(
+        &self,
+        request: S::Request,
+        timeout: Duration,
+    ) -> Option<S::Reply> {
+        let deadline = Instant::now() + timeout;
+        call_one(self.shared.client.clone(), request, deadline, timeout).await
+    }
+
     /// Sends `request` and returns the server's reply, or `None` if none came within
     /// `timeout`.
     pub(crate) async fn request(&self, request: S::Request, timeout: Duration) -> Option<S::Reply> {

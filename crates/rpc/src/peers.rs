@@ -95,6 +95,29 @@ impl Peers {
         &self.lockd
     }
 
+    /// Sends replica `to` a request it may hold for up to `held` (a watcher's long
+    /// poll, [`megastore_paxos::ReplicaRequest::AwaitVisible`]) on a call of its own,
+    /// so that it takes no turn from the replica's call queue; the answer, or `None`
+    /// if none came within `held` plus the RPC timeout.
+    pub async fn request_held(
+        &self,
+        to: ReplicaId,
+        request: megastore_paxos::ReplicaRequest,
+        held: std::time::Duration,
+    ) -> Option<megastore_paxos::ReplicaReply> {
+        if let Some(rtt) = self.wan_rtt.get(&to) {
+            tokio::time::sleep(*rtt).await;
+        }
+        let queue = self.replicas.get(&to)?;
+        let request = pb::replication::ReplicaRequest::from(request);
+        let reply = queue
+            .request_alone(request, held + self.rpc_timeout)
+            .await?;
+        megastore_paxos::ReplicaReply::try_from(reply)
+            .map_err(|e| tracing::warn!("malformed reply from replica {}: {e}", to.0))
+            .ok()
+    }
+
     /// Sends a request and returns the answer as a message from `to`, or `None` if
     /// there is none (unreachable, timed out, malformed, or nothing to say). Protocol
     /// timers decide what a missing answer means.

@@ -267,6 +267,14 @@ impl From<ReplicaRequest> for pb::ReplicaRequest {
                     position: position.0,
                 }),
             ),
+            ReplicaRequest::AwaitVisible { id, eg, past, wait } => (
+                id,
+                eg,
+                r::Request::AwaitVisible(r::AwaitVisible {
+                    past: past.0,
+                    wait_ms: u32::try_from(wait.as_millis()).unwrap_or(u32::MAX),
+                }),
+            ),
             ReplicaRequest::Read { id, eg, at, query } => (
                 id,
                 eg,
@@ -339,6 +347,12 @@ impl TryFrom<pb::ReplicaRequest> for ReplicaRequest {
                 id,
                 eg,
                 position: Position(l.position),
+            },
+            r::Request::AwaitVisible(a) => ReplicaRequest::AwaitVisible {
+                id,
+                eg,
+                past: Position(a.past),
+                wait: std::time::Duration::from_millis(u64::from(a.wait_ms)),
             },
             r::Request::Read(read) => ReplicaRequest::Read {
                 id,

@@ -135,6 +135,12 @@ fn requests() -> Vec<ReplicaRequest> {
             eg: eg.clone(),
             position,
         },
+        ReplicaRequest::AwaitVisible {
+            id,
+            eg: eg.clone(),
+            past: position,
+            wait: std::time::Duration::from_millis(750),
+        },
         ReplicaRequest::Read {
             id,
             eg: eg.clone(),

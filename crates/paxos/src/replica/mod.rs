@@ -13,6 +13,7 @@
 //! [`Batch`] whose messages only [`Batch::release`] hands out, after one sync for
 //! however many steps the batch took (`driver`).
 
+mod awaiting;
 mod driver;
 mod group;
 mod sweep;
@@ -24,10 +25,12 @@ use megastore_types::{
     EgId, NodeId, Position, ReplicaId, ReplicaInfo, ReplicaKind, Time, Topology,
 };
 
+pub use awaiting::{AWAIT_MAX, AWAITING_MAX};
 pub use driver::{Batch, BatchCounts, DRIVER_CLIENT, Released, load_group};
 pub use group::{CHOSEN_REMEMBERED, GroupLog, HISTORY_KEPT, Proposal, Rejoin};
 pub use sweep::SweepConfig;
 
+use awaiting::{Awaiter, Awaiting};
 use sweep::{SweepAction, Sweeper};
 
 use crate::bugs::ProtocolBugs;
@@ -198,6 +201,10 @@ pub struct Replica {
     sweeper: Option<Sweeper>,
     /// Groups loaded uncleared since the last step: the sweep starts clearing them.
     to_clear: Vec<EgId>,
+    /// Watchers' long polls, held.
+    awaiting: Awaiting,
+    /// The time of the step being taken.
+    now: Time,
 }
 
 impl Replica {
@@ -215,6 +222,8 @@ impl Replica {
             groups: BTreeMap::new(),
             sweeper,
             to_clear: Vec::new(),
+            awaiting: Awaiting::default(),
+            now: Time(0),
         }
     }
 
@@ -267,6 +276,7 @@ impl Replica {
     /// Handles one event. Hosts call [`Replica::step_into`], which carries the outputs
     /// out; only the driver loop sees them raw.
     pub(crate) fn step(&mut self, now: Time, input: Input) -> Vec<Output> {
+        self.now = now;
         let mut out = Vec::new();
         let mut sends = Vec::new();
         let mut actions = Vec::new();
@@ -366,13 +376,50 @@ impl Replica {
                 .into_iter()
                 .map(|(to, message)| Output::Send { to, message }),
         );
-        if let Some(sweeper) = &self.sweeper {
-            out.push(Output::WakeAt(sweeper.next_wake()));
+        self.answer_awaiters(now, &mut out);
+        let wake = [
+            self.sweeper.as_ref().map(Sweeper::next_wake),
+            self.awaiting.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        if let Some(wake) = wake {
+            out.push(Output::WakeAt(wake));
         }
         if cfg!(debug_assertions) {
             self.check_invariants();
         }
         out
+    }
+
+    /// Answers the held long polls whose group moved past them or whose wait ended.
+    fn answer_awaiters(&mut self, now: Time, out: &mut Vec<Output>) {
+        let Self {
+            awaiting, groups, ..
+        } = self;
+        let ready = |eg: &EgId| match groups.get(eg) {
+            Some(GroupSlot::Ready(g)) => Some(g),
+            _ => None,
+        };
+        for (eg, awaiter) in awaiting.due(now, |eg| ready(eg).map(GroupLog::visible)) {
+            let id = awaiter.id;
+            let answer = match ready(&eg) {
+                Some(g) if g.rejoin() != Rejoin::Uncleared => ReplicaReply::LogState {
+                    id,
+                    state: g.log_state(),
+                },
+                Some(_) => ReplicaReply::Error {
+                    id,
+                    error: ReplicaError::Rejoining,
+                },
+                None => ReplicaReply::Error {
+                    id,
+                    error: ReplicaError::NotServing,
+                },
+            };
+            reply(out, awaiter.from, answer);
+        }
     }
 
     fn loaded(&mut self, eg: EgId, row: Option<&Row>, out: &mut Vec<Output>) {
@@ -498,6 +545,22 @@ impl Replica {
             }
             Some(GroupSlot::Ready(group)) => group,
         };
+        if let ReplicaRequest::AwaitVisible { id, past, wait, .. } = &request
+            && group.rejoin() != Rejoin::Uncleared
+            && group.visible() <= *past
+        {
+            let awaiter = Awaiter {
+                from,
+                id: *id,
+                past: *past,
+                until: self.now + (*wait).min(AWAIT_MAX),
+            };
+            // Held until its group moves or its wait ends; with too many held already,
+            // answered at once like `LogState`.
+            if self.awaiting.hold(eg.clone(), awaiter).is_ok() {
+                return;
+            }
+        }
         let (me, kind, bugs) = (self.me.id, self.me.kind, self.config.bugs);
         let voter = kind != ReplicaKind::ReadOnly;
         let answer = match request {
@@ -580,16 +643,20 @@ impl Replica {
                     },
                 },
             },
-            ReplicaRequest::LogState { id, .. } if group.rejoin() == Rejoin::Uncleared => {
+            ReplicaRequest::LogState { id, .. } | ReplicaRequest::AwaitVisible { id, .. }
+                if group.rejoin() == Rejoin::Uncleared =>
+            {
                 ReplicaReply::Error {
                     id,
                     error: ReplicaError::Rejoining,
                 }
             }
-            ReplicaRequest::LogState { id, .. } => ReplicaReply::LogState {
-                id,
-                state: group.log_state(),
-            },
+            ReplicaRequest::LogState { id, .. } | ReplicaRequest::AwaitVisible { id, .. } => {
+                ReplicaReply::LogState {
+                    id,
+                    state: group.log_state(),
+                }
+            }
             ReplicaRequest::Snapshot { id, .. } => {
                 let at = group.applied();
                 match group.slot(at).filter(|s| s.visible) {

@@ -130,6 +130,28 @@ impl Node {
         replies.pop().unwrap()
     }
 
+    /// Steps `input` at `now`; every reply it released, and when it wants its next tick.
+    pub(crate) fn step_at(
+        &mut self,
+        now: Time,
+        input: ReplicaInput,
+    ) -> (Vec<ReplicaReply>, Option<Time>) {
+        let mut batch = Batch::new();
+        self.replica
+            .step_into(now, input, &self.store, &mut batch)
+            .unwrap();
+        let released = batch.release(&self.store).unwrap();
+        let replies = released
+            .sends
+            .into_iter()
+            .filter_map(|(_, message)| match message {
+                Message::ReplicaReply(reply) => Some(reply),
+                _ => None,
+            })
+            .collect();
+        (replies, released.wake)
+    }
+
     /// A crash: unsynced writes are lost and the replica restarts from its store.
     pub(crate) fn restart(&mut self) {
         self.store.crash();
