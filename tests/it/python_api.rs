@@ -101,6 +101,10 @@ fn python_grpc_client_runs_transactions_reads_and_versioned_txns() {
         serde_json::json!([["jobs/1", 1, "python"], ["jobs/none", 0, null]])
     );
     assert_eq!(seen["keys"], serde_json::json!(["jobs/1"]));
+    assert_eq!(
+        seen["watch"],
+        serde_json::json!([[true, "jobs/1", 1, "python"], [true, "jobs/1", 2, "done"]])
+    );
     let errors = &seen["errors"];
     for (case, code, field) in [
         ("no_mode", "INVALID_ARGUMENT", "mode:"),

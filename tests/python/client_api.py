@@ -110,6 +110,19 @@ def main():
     seen["snapshot"] = [[e.key.decode(), e.version, e.value.decode() if e.HasField("value") else None]
                         for e in snap.entries]
     seen["keys"] = [k.decode() for k in stub.Keys(pb.KeysRequest(eg=eg, prefix=b"jobs/")).keys]
+    # A watch of the jobs from the group's first position: the claim, then a later put.
+    watch = stub.Watch(pb.WatchRequest(eg=eg, key_prefix=b"jobs/", from_position=1), timeout=30)
+    stub.VersionedTxn(pb.VersionedTxnRequest(eg=eg, mutations=[pb.Mutation(key=key, put=b"done")]))
+    watched = []
+    for message in watch:
+        for change in message.changes:
+            for e in change.entries:
+                watched.append([message.position > 1, e.key.decode(), e.version,
+                                e.value.decode()])
+        if len(watched) == 2:
+            watch.cancel()
+            break
+    seen["watch"] = watched
 
     # 5. Malformed requests: clear errors, naming the field.
     errors = {}
