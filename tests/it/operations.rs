@@ -453,10 +453,11 @@ fn old_versions_are_collected_and_reads_that_far_back_are_refused() {
     use megastore_types::Position;
     let _alone = megastore_e2e::one_cluster_at_a_time();
     let dir = tempfile::tempdir().unwrap();
-    // Four positions of history below the truncation point, instead of 256.
+    // Four positions of history below the truncation point, instead of 256, and no log
+    // kept for watchers (truncated as far as every replica allows).
     let cluster = megastore_e2e::LocalCluster::start_configured(dir.path(), |config| {
         let mut text = std::fs::read_to_string(config).unwrap();
-        text.push_str("\n[history]\nkept_positions = 4\n");
+        text.push_str("\n[history]\nkept_positions = 4\nlog_positions = 0\n");
         std::fs::write(config, text).unwrap();
     });
     let config = megastore_config::ClusterConfig::load(&cluster.config_path).unwrap();

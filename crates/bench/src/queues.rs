@@ -8,12 +8,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use megastore_client::Client;
 use megastore_config::ClusterConfig;
 use serde::Serialize;
 
 use crate::SpecError;
-use crate::timing::{QueryKind, failed, histogram, kind, record};
+use crate::timing::{QueryKind, connect_at, failed, histogram, kind, record, run_id};
 
 const QUEUE: &str = "bench";
 /// Pause between two sends: messages are timed one by one, not as a backlog.
@@ -51,20 +50,12 @@ pub async fn run_queues(
     if messages == 0 {
         return Err(SpecError::Invalid("--runs must be at least 1".into()));
     }
-    let connect = |site: &str| {
-        let site = site.to_string();
-        async move {
-            Client::connect(config, &site)
-                .await
-                .map_err(|error| SpecError::Connect { site, error })
-        }
-    };
-    let (sender, consumer) = (connect(sender_site).await?, connect(receiver_site).await?);
+    let (sender, consumer) = (
+        connect_at(config, sender_site).await?,
+        connect_at(config, receiver_site).await?,
+    );
     // Fresh groups per run, so no earlier run's messages are in the way.
-    let run = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos())
-        ^ u128::from(std::process::id());
+    let run = run_id();
     let from = megastore_client::group(format!("bench-queue-from-{run:x}").as_bytes())
         .map_err(failed("the sender group"))?;
     let to = megastore_client::group(format!("bench-queue-to-{run:x}").as_bytes())

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use megastore_client::ClientError;
+use megastore_client::{Client, ClientError};
+use megastore_config::ClusterConfig;
 use serde::Serialize;
 
 use crate::SpecError;
@@ -52,4 +53,23 @@ pub(crate) fn kind(name: &str, hits: usize, histogram: &Histogram<u64>) -> Query
         p99_us: histogram.value_at_quantile(0.99),
         max_us: histogram.max(),
     }
+}
+
+/// A client of `config`'s cluster at `site`, or the error naming the site.
+pub(crate) async fn connect_at(config: &ClusterConfig, site: &str) -> Result<Client, SpecError> {
+    Client::connect(config, site)
+        .await
+        .map_err(|error| SpecError::Connect {
+            site: site.to_string(),
+            error,
+        })
+}
+
+/// A number no earlier run used (the time and the process id), to name a run's fresh
+/// groups or keys so that no earlier run's data is in the way.
+pub(crate) fn run_id() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+        ^ u128::from(std::process::id())
 }

@@ -8,13 +8,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use megastore_client::{Client, Mutation, TxnResult};
+use megastore_client::{Mutation, TxnResult};
 use megastore_config::ClusterConfig;
 use megastore_types::Position;
 use serde::Serialize;
 
 use crate::SpecError;
-use crate::timing::{QueryKind, failed, histogram, kind, record};
+use crate::timing::{QueryKind, connect_at, failed, histogram, kind, record, run_id};
 
 /// Pause between two writes: changes are timed one by one, not as a backlog.
 const PACE: Duration = Duration::from_millis(20);
@@ -43,11 +43,48 @@ impl WatchReport {
 
 /// A name no earlier run used.
 fn fresh(what: &str) -> String {
-    let run = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos())
-        ^ u128::from(std::process::id());
-    format!("bench-watch-{what}-{run:x}")
+    format!("bench-watch-{what}-{:x}", run_id())
+}
+
+/// Writes `total` changes one at a time, [`PACE`] apart, with `write(n)`; when each was
+/// acknowledged, and the writes' latencies.
+async fn paced_writes<F, Fut>(
+    total: u64,
+    mut write: F,
+) -> Result<(BTreeMap<u64, Instant>, hdrhistogram::Histogram<u64>), SpecError>
+where
+    F: FnMut(u64) -> Fut,
+    Fut: std::future::Future<Output = Result<(), SpecError>>,
+{
+    let mut acked = BTreeMap::new();
+    let mut commits = histogram();
+    for n in 0..total {
+        let began = Instant::now();
+        write(n).await?;
+        let done = Instant::now();
+        record(&mut commits, done - began);
+        acked.insert(n, done);
+        tokio::time::sleep(PACE).await;
+    }
+    Ok((acked, commits))
+}
+
+/// Records that change `n` reached the watcher `at`; a change watched twice fails the
+/// run.
+fn watched_once(
+    watched: &mut BTreeMap<u64, Instant>,
+    n: u64,
+    at: Instant,
+) -> Result<(), SpecError> {
+    match watched.insert(n, at) {
+        Some(_) => Err(SpecError::Invalid(format!("change {n} watched twice"))),
+        None => Ok(()),
+    }
+}
+
+/// The error of a watcher that waited [`DRAIN`] for the next change.
+fn drained(seen: usize, total: u64) -> SpecError {
+    SpecError::Invalid(format!("only {seen} of {total} changes arrived"))
 }
 
 /// The delivery histogram: each change's arrival at the watcher after its commit's
@@ -77,15 +114,10 @@ pub async fn run_watches(
     if changes == 0 {
         return Err(SpecError::Invalid("--runs must be at least 1".into()));
     }
-    let connect = |site: &str| {
-        let site = site.to_string();
-        async move {
-            Client::connect(config, &site)
-                .await
-                .map_err(|error| SpecError::Connect { site, error })
-        }
-    };
-    let (writer, watcher) = (connect(writer_site).await?, connect(watcher_site).await?);
+    let (writer, watcher) = (
+        connect_at(config, writer_site).await?,
+        connect_at(config, watcher_site).await?,
+    );
     let eg = megastore_client::group(fresh("group").as_bytes()).map_err(failed("the group"))?;
     let total = u64::from(changes);
     let mut watch = watcher
@@ -96,46 +128,35 @@ pub async fn run_watches(
         while (watched.len() as u64) < total {
             let event = tokio::time::timeout(DRAIN, watch.next())
                 .await
-                .map_err(|_| {
-                    SpecError::Invalid(format!("only {} of {total} changes arrived", watched.len()))
-                })?
+                .map_err(|_| drained(watched.len(), total))?
                 .map_err(failed("watching"))?;
             let at = Instant::now();
             for (_, entry) in event.changes {
                 let n = String::from_utf8_lossy(&entry.key)
                     .parse::<u64>()
                     .map_err(|_| SpecError::Invalid("a key that is not the benchmark's".into()))?;
-                if watched.insert(n, at).is_some() {
-                    return Err(SpecError::Invalid(format!("change {n} watched twice")));
-                }
+                watched_once(&mut watched, n, at)?;
             }
         }
         Ok::<_, SpecError>(watched)
     };
-    let writing = async {
-        let mut acked: BTreeMap<u64, Instant> = BTreeMap::new();
-        let mut commits = histogram();
-        for n in 0..total {
-            let began = Instant::now();
+    let writing = paced_writes(total, |n| {
+        let (writer, eg) = (&writer, &eg);
+        async move {
             let put = Mutation::Put {
                 key: n.to_string().into_bytes(),
                 value: vec![b'x'; 256],
             };
             match writer
-                .versioned_txn(&eg, &[], &[put])
+                .versioned_txn(eg, &[], &[put])
                 .await
                 .map_err(failed("writing"))?
             {
-                TxnResult::Applied { .. } => {}
+                TxnResult::Applied { .. } => Ok(()),
                 TxnResult::AssertFailed { .. } => unreachable!("the put asserts nothing"),
             }
-            let done = Instant::now();
-            record(&mut commits, done - began);
-            acked.insert(n, done);
-            tokio::time::sleep(PACE).await;
         }
-        Ok::<_, SpecError>((acked, commits))
-    };
+    });
     let (written, watched) = futures::join!(writing, watching);
     let ((acked, commits), watched) = (written?, watched?);
     Ok(WatchReport {
@@ -167,7 +188,7 @@ pub async fn run_etcd_watches(
             .await
             .map_err(|e| SpecError::Invalid(format!("connecting to etcd at {endpoints:?}: {e}")))
     };
-    let (mut writer, mut watcher) = (connect().await?, connect().await?);
+    let (writer, mut watcher) = (connect().await?, connect().await?);
     let prefix = format!("{}/", fresh("prefix"));
     let mut stream = watcher
         .watch(
@@ -182,9 +203,7 @@ pub async fn run_etcd_watches(
         while (watched.len() as u64) < total {
             let message = tokio::time::timeout(DRAIN, stream.message())
                 .await
-                .map_err(|_| {
-                    SpecError::Invalid(format!("only {} of {total} changes arrived", watched.len()))
-                })?
+                .map_err(|_| drained(watched.len(), total))?
                 .map_err(|e| SpecError::Invalid(format!("watching etcd: {e}")))?
                 .ok_or_else(|| SpecError::Invalid("etcd ended the watch".into()))?;
             let at = Instant::now();
@@ -195,29 +214,21 @@ pub async fn run_etcd_watches(
                     .strip_prefix(prefix.as_str())
                     .and_then(|n| n.parse::<u64>().ok())
                     .ok_or_else(|| SpecError::Invalid(format!("a key not of the run: {key}")))?;
-                if watched.insert(n, at).is_some() {
-                    return Err(SpecError::Invalid(format!("change {n} watched twice")));
-                }
+                watched_once(&mut watched, n, at)?;
             }
         }
         Ok::<_, SpecError>(watched)
     };
-    let writing = async {
-        let mut acked: BTreeMap<u64, Instant> = BTreeMap::new();
-        let mut commits = histogram();
-        for n in 0..total {
-            let began = Instant::now();
+    let writing = paced_writes(total, |n| {
+        let (mut writer, key) = (writer.clone(), format!("{prefix}{n}"));
+        async move {
             writer
-                .put(format!("{prefix}{n}"), vec![b'x'; 256], None)
+                .put(key, vec![b'x'; 256], None)
                 .await
-                .map_err(|e| SpecError::Invalid(format!("writing to etcd: {e}")))?;
-            let done = Instant::now();
-            record(&mut commits, done - began);
-            acked.insert(n, done);
-            tokio::time::sleep(PACE).await;
+                .map(|_| ())
+                .map_err(|e| SpecError::Invalid(format!("writing to etcd: {e}")))
         }
-        Ok::<_, SpecError>((acked, commits))
-    };
+    });
     let (written, watched) = futures::join!(writing, watching);
     let ((acked, commits), watched) = (written?, watched?);
     Ok(WatchReport {

@@ -1,5 +1,6 @@
 //! The replica as a pure state machine: acceptor, visibility marks, apply, log state
-//! and data reads for every entity group it holds.
+//! and data reads for every entity group it holds, and watchers' long polls, held
+//! until their group moves (`awaiting`).
 //!
 //! ```text
 //!   Input::Message ──► Replica::step ──► Output::Persist (root row, synced)

@@ -105,27 +105,11 @@ impl Node {
     /// Sends one request; returns the reply (through the driver loop every host runs:
     /// the reply leaves once the batch's writes are synced).
     pub(crate) fn ask(&mut self, request: ReplicaRequest) -> ReplicaReply {
-        let mut batch = Batch::new();
-        self.replica
-            .step_into(
-                Time::ZERO,
-                ReplicaInput::Message {
-                    from: CLIENT,
-                    message: Message::ReplicaRequest(request),
-                },
-                &self.store,
-                &mut batch,
-            )
-            .unwrap();
-        let released = batch.release(&self.store).unwrap();
-        let mut replies: Vec<ReplicaReply> = released
-            .sends
-            .into_iter()
-            .filter_map(|(_, message)| match message {
-                Message::ReplicaReply(reply) => Some(reply),
-                _ => None,
-            })
-            .collect();
+        let input = ReplicaInput::Message {
+            from: CLIENT,
+            message: Message::ReplicaRequest(request),
+        };
+        let (mut replies, _) = self.step_at(Time::ZERO, input);
         assert_eq!(replies.len(), 1, "{replies:?}");
         replies.pop().unwrap()
     }
