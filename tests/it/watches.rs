@@ -1,6 +1,7 @@
 //! Watches, from outside: a gRPC watcher of a group's versioned keys while three
 //! writers race on them and the replica it watches through is SIGKILLed. It resumes at
-//! another replica from the last position it got. Every acknowledged write must show up
+//! another replica from the last position it got. A second watcher, through the Rust
+//! library at the killed replica's site, goes on by itself. Every acknowledged write must show up
 //! exactly once, each key's versions without a gap, and the last value of each key must
 //! be what a snapshot reads. Then a watch from the group's first position, long since
 //! truncated, is refused as collected; and a library watch of a range of untyped keys
@@ -236,6 +237,46 @@ fn a_watcher_resumes_at_another_replica_with_no_gap_and_no_repeat() {
         Arc::clone(&target),
         Instant::now() + LOAD + Duration::from_secs(40),
     ));
+    // A second watcher, through the Rust library at site A: its own site's replica,
+    // where its long polls wait, is the one killed.
+    let library_seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let library_watcher =
+        {
+            let (seen, target) = (Arc::clone(&library_seen), Arc::clone(&target));
+            let at_a = runtime.block_on(connect(&config, "A"));
+            let eg = eg.clone();
+            runtime.spawn(async move {
+                let deadline = Instant::now() + LOAD + Duration::from_secs(40);
+                let mut errors = Vec::new();
+                let mut watch = at_a.watch_keys(&eg, b"k", Position(1)).unwrap();
+                while Instant::now() < deadline {
+                    if target
+                        .lock()
+                        .unwrap()
+                        .is_some_and(|t| watch.resume_at().0 > t)
+                    {
+                        break;
+                    }
+                    match tokio::time::timeout(Duration::from_millis(500), watch.next()).await {
+                        Ok(Ok(event)) => seen.lock().unwrap().extend(
+                            event.changes.into_iter().map(|(_, entry)| Seen {
+                                position: event.position.0,
+                                key: entry.key,
+                                version: entry.version,
+                                value: entry.value,
+                            }),
+                        ),
+                        // An error ends the watch; a new one resumes where it stood.
+                        Ok(Err(e)) => {
+                            errors.push(e.to_string());
+                            watch = at_a.watch_keys(&eg, b"k", watch.resume_at()).unwrap();
+                        }
+                        Err(_) => {}
+                    }
+                }
+                errors
+            })
+        };
     let stop = Instant::now() + LOAD;
     let writers: Vec<_> = (0..WRITERS)
         .map(|w| {
@@ -294,6 +335,7 @@ fn a_watcher_resumes_at_another_replica_with_no_gap_and_no_repeat() {
     });
     *target.lock().unwrap() = Some(at);
     let breaks = runtime.block_on(watcher).unwrap();
+    let library_errors = runtime.block_on(library_watcher).unwrap();
     let seen = seen.lock().unwrap().clone();
     let acknowledged = acknowledged.lock().unwrap().clone();
     let acks: usize = acknowledged.values().map(BTreeMap::len).sum();
@@ -306,6 +348,15 @@ fn a_watcher_resumes_at_another_replica_with_no_gap_and_no_repeat() {
         panic!(
             "{e}\n{} changes watched, {acks} acknowledged, last position {at}, breaks {breaks:?}",
             seen.len()
+        );
+    }
+    // It rode through the kill of its site's replica without an error.
+    assert!(library_errors.is_empty(), "{library_errors:?}");
+    let library_seen = library_seen.lock().unwrap().clone();
+    if let Err(e) = check_history(&library_seen, &acknowledged, &last) {
+        panic!(
+            "library watcher at site A: {e}\n{} changes watched, errors {library_errors:?}",
+            library_seen.len()
         );
     }
 
