@@ -131,10 +131,12 @@ impl Watch {
                 .client
                 .read_rows(&self.eg, ReadMode::Current, DataQuery::Rows(Vec::new()))
                 .await?;
+            // The next wait is at the replica that just answered: the last one may be
+            // gone.
+            self.source = Some(read.replica);
             match read.position {
                 Some(p) if p >= self.next => {
                     self.committed_through = p;
-                    self.source = Some(read.replica);
                     self.idle = POLL_FIRST;
                 }
                 // The replica answered at once (it could not hold the request, or is

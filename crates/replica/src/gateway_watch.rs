@@ -5,7 +5,7 @@ use megastore_client::{Change, KeyWatch, Watch};
 use megastore_paxos::{CellWrite, RowWrite};
 use megastore_rowstore::KeyRange;
 use megastore_rpc::pb::client as pb;
-use megastore_rpc::public::{check_key, invalid_argument as invalid, txn_id_to_wire};
+use megastore_rpc::public::{invalid_argument as invalid, txn_id_to_wire};
 use megastore_types::{Position, TxnId};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -119,16 +119,10 @@ impl Gateway {
         let from = Position(request.from_position);
         let mut watched = match request.keys {
             Some(Keys::Range(range)) => {
-                if !range.start.is_empty() {
-                    check_key("range.start", &range.start)?;
-                }
-                let end = (!range.end.is_empty()).then_some(range.end);
-                if let Some(end) = &end {
-                    check_key("range.end", end)?;
-                }
+                // The library checks the keys, naming `range.start` and `range.end`.
                 let range = KeyRange {
                     start: range.start,
-                    end,
+                    end: (!range.end.is_empty()).then_some(range.end),
                 };
                 Watched::Range(self.client.watch(&eg, &range, from).map_err(status)?)
             }
