@@ -426,6 +426,66 @@ fn bench_runs_a_bounded_workload_and_reports_percentiles() {
         bad.stderr.contains("--value-size must be at most"),
         "{bad:?}"
     );
+
+    // `--fill N` writes each of N groups once (no reads), then every group holds its row.
+    let out = run_megastore(
+        &[
+            "bench",
+            "--config",
+            config_arg,
+            "--fill",
+            "60",
+            "--clients",
+            "6",
+            "--group-prefix",
+            "filled",
+        ],
+        dir.path(),
+        LIMIT,
+    );
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value =
+        serde_json::from_str(out.stdout.lines().last().unwrap_or_default()).expect("JSON");
+    let count = |kind: &str| {
+        report["kinds"]
+            .as_array()
+            .expect("kinds")
+            .iter()
+            .find(|k| k["kind"] == kind)
+            .map_or(0, |k| k["count"].as_u64().expect("count"))
+    };
+    assert_eq!(count("read"), 0, "writes only: {report}");
+    assert_eq!(
+        count("write") + report["conflicts"].as_u64().unwrap(),
+        60,
+        "{report}"
+    );
+    runtime.block_on(async {
+        let client = connect(&config, "B").await;
+        for n in 0..60 {
+            let group = megastore_client::group(format!("filled-{n:06}").as_bytes()).unwrap();
+            let read = client
+                .read(
+                    &group,
+                    megastore_paxos::ReadMode::Current,
+                    megastore_paxos::DataQuery::Rows(vec![b"bench".to_vec()]),
+                )
+                .await
+                .unwrap();
+            assert_eq!(read.rows.len(), 1, "group {n} was not filled");
+        }
+    });
+    let bad = run_megastore(
+        &[
+            "bench", "--config", config_arg, "--fill", "5", "--groups", "9",
+        ],
+        dir.path(),
+        LIMIT,
+    );
+    assert!(
+        !bad.status.success() && bad.stderr.contains("--groups"),
+        "{bad:?}"
+    );
 }
 
 #[test]

@@ -52,6 +52,9 @@ pub struct Spec {
     /// Workers sharing a connection share its protocol core, which combines their
     /// commits to one group (docs/protocol.md, "Combining commits").
     pub connections: Option<u32>,
+    /// Write each group once, in order, instead of picking groups at random: operation
+    /// `n` writes group `n` (`megastore bench --fill`, to make many groups quickly).
+    pub fill: bool,
 }
 
 impl Default for Spec {
@@ -69,6 +72,7 @@ impl Default for Spec {
             write_attempts: 8,
             rotate_sites: false,
             connections: None,
+            fill: false,
         }
     }
 }
@@ -243,7 +247,13 @@ pub async fn run(
                 if spec.operations.is_some_and(|limit| n >= limit) {
                     break;
                 }
-                let (n, is_read) = {
+                let (n, is_read) = if spec.fill {
+                    // Each group once: the operations are numbered below `groups`.
+                    (
+                        u32::try_from(n % u64::from(spec.groups)).expect("below groups"),
+                        false,
+                    )
+                } else {
                     let mut rng = rand::rng();
                     (
                         rng.random_range(0..spec.groups),

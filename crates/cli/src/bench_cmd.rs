@@ -40,9 +40,9 @@ pub(crate) struct BenchArgs {
     /// Bytes per written value.
     #[arg(long, default_value_t = 100)]
     value_size: usize,
-    /// Stop after this many seconds.
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
+    /// Stop after this many seconds (default 10; with --fill, a day).
+    #[arg(long)]
+    duration: Option<f64>,
     /// Stop after this many operations (whichever comes first).
     #[arg(long)]
     operations: Option<u64>,
@@ -77,6 +77,14 @@ pub(crate) struct BenchArgs {
     /// --site.
     #[arg(long, conflicts_with_all = ["queries", "queues"])]
     two_phase: bool,
+    /// Make N groups quickly instead: write one row in each of N groups (`--group-prefix`
+    /// and a number), each once, --clients at a time, with a progress bar; no reads.
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with_all = ["queries", "queues", "two_phase", "etcd", "groups", "reads", "operations"]
+    )]
+    fill: Option<u32>,
     /// Time a committed change's way to a watcher instead: `--runs` versioned keys
     /// written one at a time at the first --site, watched at the second (default: the
     /// first two full replicas' sites); with --etcd, puts and a watch of etcd.
@@ -356,31 +364,35 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
+    let duration = args
+        .duration
+        .unwrap_or(if args.fill.is_some() { 86_400.0 } else { 10.0 });
     anyhow::ensure!(
-        args.duration.is_finite() && args.duration > 0.0 && args.duration <= 86_400.0,
-        "--duration must be between 0 and 86400 seconds, not {}",
-        args.duration
+        duration.is_finite() && duration > 0.0 && duration <= 86_400.0,
+        "--duration must be between 0 and 86400 seconds, not {duration}"
     );
+    anyhow::ensure!(args.fill != Some(0), "--fill: give at least 1 group");
     let queries = args
         .queries
         .then(|| (args.sites.first().cloned(), args.runs));
     let plot = args.plot.clone();
     let spec = Spec {
-        groups: args.groups,
+        groups: args.fill.unwrap_or(args.groups),
         clients: args.clients,
-        read_fraction: args.reads,
+        read_fraction: if args.fill.is_some() { 0.0 } else { args.reads },
         read_mode: match args.read_mode {
             Mode::Current => ReadMode::Current,
             Mode::Snapshot => ReadMode::Snapshot,
             Mode::Inconsistent => ReadMode::Inconsistent,
         },
         value_size: args.value_size,
-        duration: Duration::from_secs_f64(args.duration),
-        operations: args.operations,
+        duration: Duration::from_secs_f64(duration),
+        operations: args.fill.map(u64::from).or(args.operations),
         sites: args.sites,
         group_prefix: args.group_prefix,
         rotate_sites: args.rotate_sites,
         connections: args.connections,
+        fill: args.fill.is_some(),
         ..Spec::default()
     };
     crate::logging::init_quiet();
