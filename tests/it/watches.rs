@@ -542,6 +542,17 @@ async fn range_watch(client: &megastore_client::Client, eg: &EgId) {
         }
     }
     assert_eq!(got, vec![write("m1", "v1"), write("m2", "v3")]);
-    let quiet = tokio::time::timeout(Duration::from_millis(500), watch.next()).await;
-    assert!(quiet.is_err(), "a change outside the range: {quiet:?}");
+    // The next change it reports is the next one in the range: the write of `n` (just
+    // past the range) was skipped.
+    client
+        .transaction(eg, async |txn| txn.set(b"m3", b"c", b"v5"))
+        .await
+        .unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(10), watch.next())
+        .await
+        .expect("a change within 10 s")
+        .unwrap();
+    assert_eq!(next.position, Position(6), "{next:?}");
+    let writes: Vec<_> = next.changes.into_iter().flat_map(|c| c.writes).collect();
+    assert_eq!(writes, vec![write("m3", "v5")]);
 }

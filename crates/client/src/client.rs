@@ -615,8 +615,8 @@ struct Driver {
     hot: HotGroups,
 }
 
-/// `position` of `eg` from the first of `replicas` that has it committed; else what the
-/// others said: truncated (the highest point reported) or not there.
+/// `position` of `eg` from the first of `replicas` that has it committed; else what
+/// their answers say together ([`LogRead::or`]).
 async fn read_log(
     peers: &Peers,
     replicas: Vec<ReplicaId>,
@@ -637,18 +637,9 @@ async fn read_log(
                 Message::ReplicaReply(reply) => Some(reply),
                 _ => None,
             });
-        match log_read(answer) {
-            committed @ LogRead::Committed(_) => return committed,
-            LogRead::Truncated { truncated } => {
-                let higher = match outcome {
-                    LogRead::Truncated { truncated: seen } => truncated.max(seen),
-                    _ => truncated,
-                };
-                outcome = LogRead::Truncated { truncated: higher };
-            }
-            // A truncation report says more than a replica without the slot.
-            other if !matches!(outcome, LogRead::Truncated { .. }) => outcome = other,
-            _ => {}
+        outcome = outcome.or(log_read(answer));
+        if matches!(outcome, LogRead::Committed(_)) {
+            break;
         }
     }
     outcome

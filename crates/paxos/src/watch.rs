@@ -56,6 +56,27 @@ pub fn log_read(answer: Option<ReplicaReply>) -> LogRead {
     }
 }
 
+impl LogRead {
+    /// What two replicas' answers about one position say together: a committed entry
+    /// settles it; else a truncation (the higher point) says more than a replica
+    /// without the slot; else the later answer.
+    pub fn or(self, other: LogRead) -> LogRead {
+        match (self, other) {
+            (committed @ LogRead::Committed(_), _) | (_, committed @ LogRead::Committed(_)) => {
+                committed
+            }
+            (LogRead::Truncated { truncated: a }, LogRead::Truncated { truncated: b }) => {
+                LogRead::Truncated {
+                    truncated: a.max(b),
+                }
+            }
+            (truncated @ LogRead::Truncated { .. }, _)
+            | (_, truncated @ LogRead::Truncated { .. }) => truncated,
+            (_, later) => later,
+        }
+    }
+}
+
 /// One transaction's writes, of a committed entry, that fall in a watched range.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
@@ -152,6 +173,21 @@ mod tests {
             }
         );
         assert!(matches!(log_read(None), LogRead::Failed(_)));
+    }
+
+    #[test]
+    fn answers_combine_committed_first_then_the_highest_truncation() {
+        let truncated = |p| LogRead::Truncated {
+            truncated: Position(p),
+        };
+        let committed = LogRead::Committed(entry());
+        assert_eq!(truncated(3).or(committed.clone()), committed);
+        assert_eq!(truncated(3).or(truncated(5)), truncated(5));
+        assert_eq!(truncated(5).or(LogRead::NotHere), truncated(5));
+        assert_eq!(
+            LogRead::NotHere.or(LogRead::Failed("gone".into())),
+            LogRead::Failed("gone".into())
+        );
     }
 
     #[test]
