@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::core::LockError;
+use crate::core::{LEASE_TTL_MAX, LEASE_TTL_MIN, LockError};
 use crate::service::{LockService, LockServiceExt};
 
 /// A lock service under test, with control of (or patience for) time.
@@ -138,6 +138,79 @@ pub fn files_are_versioned_compare_and_set<H: LockHarness>(h: &mut H) {
     assert_eq!((file.version, file.contents.as_slice()), (2, &b"v2"[..]));
 }
 
+/// A granted lease lives its own ttl, not the service's session lease; a ttl outside
+/// the bounds is refused, naming them.
+pub fn granted_leases_live_their_own_ttl<H: LockHarness>(h: &mut H) {
+    let ttl = LEASE_TTL_MIN;
+    let (lease, granted) = h.service().grant_lease("worker", ttl).unwrap();
+    assert_eq!(granted, ttl);
+    let (session, session_lease) = h.service().open_session("other").unwrap();
+    assert_ne!(
+        session_lease, ttl,
+        "the case needs a ttl unlike the session lease"
+    );
+    let token = h.service().acquire(lease, "app/job").unwrap();
+    h.advance(ttl / 2);
+    assert_eq!(h.service().keep_alive(lease).unwrap(), ttl);
+    h.advance(ttl + ttl / 2);
+    assert_eq!(
+        h.service().keep_alive(lease),
+        Err(LockError::SessionExpired(lease))
+    );
+    assert_eq!(h.service().holder("app/job").unwrap(), None);
+    assert!(
+        h.service().acquire(session, "app/job").unwrap() > token,
+        "the next holder's fencing token is higher"
+    );
+    for bad in [LEASE_TTL_MIN / 2, LEASE_TTL_MAX * 2] {
+        match h.service().grant_lease("worker", bad) {
+            Err(LockError::Invalid(message)) => assert!(message.contains("between"), "{message}"),
+            other => panic!("a ttl of {bad:?} was not refused: {other:?}"),
+        }
+    }
+}
+
+/// Keys attached to a lease are listed by prefix while it lives and vanish when it is
+/// revoked or expires; revisions only grow, also across a key's death and rebirth.
+pub fn leased_keys_vanish_with_their_lease<H: LockHarness>(h: &mut H) {
+    let ttl = LEASE_TTL_MIN;
+    let (a, _) = h.service().grant_lease("a", ttl).unwrap();
+    let (b, _) = h.service().grant_lease("b", ttl * 4).unwrap();
+    let s = h.service();
+    let first = s.put_leased(a, "app/members/a", b"10.0.0.1").unwrap();
+    let b_rev = s.put_leased(b, "app/members/b", b"10.0.0.2").unwrap();
+    s.put_leased(b, "app/other", b"x").unwrap();
+    assert!(b_rev > first);
+    let members = s.list_leased("app/members/").unwrap();
+    let names: Vec<_> = members.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names, ["app/members/a", "app/members/b"]);
+    assert_eq!(
+        (members[0].session, members[0].contents.as_slice()),
+        (a, &b"10.0.0.1"[..])
+    );
+    s.close_session(b).unwrap();
+    let names: Vec<_> = s
+        .list_leased("app/")
+        .unwrap()
+        .into_iter()
+        .map(|k| k.name)
+        .collect();
+    assert_eq!(names, ["app/members/a"], "a revoked lease takes its keys");
+    h.advance(ttl + ttl / 2);
+    assert_eq!(h.service().list_leased("app/").unwrap(), Vec::new());
+    assert_eq!(
+        h.service().put_leased(a, "app/members/a", b"late"),
+        Err(LockError::SessionExpired(a))
+    );
+    let (c, _) = h.service().grant_lease("c", ttl).unwrap();
+    assert!(
+        h.service()
+            .put_leased(c, "app/members/a", b"again")
+            .unwrap()
+            > b_rev
+    );
+}
+
 /// Expands to one `#[test]` per conformance case, each on a fresh harness.
 #[macro_export]
 macro_rules! lock_service_conformance_tests {
@@ -150,6 +223,8 @@ macro_rules! lock_service_conformance_tests {
             a_revoked_holder_gives_its_lock_back_by_closing,
             closing_a_session_releases_its_locks,
             files_are_versioned_compare_and_set,
+            granted_leases_live_their_own_ttl,
+            leased_keys_vanish_with_their_lease,
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

@@ -35,6 +35,32 @@ pub struct LockFile {
     pub contents: Vec<u8>,
 }
 
+/// The shortest lease [`LockCommand::GrantLease`] grants: a holder must be able to
+/// renew it across a lock-service round trip and a leader change's pause.
+pub const LEASE_TTL_MIN: Duration = Duration::from_millis(500);
+
+/// The longest lease [`LockCommand::GrantLease`] grants: a lease outlives a crashed
+/// holder by at most this, and so does a lock it held.
+pub const LEASE_TTL_MAX: Duration = Duration::from_secs(24 * 3600);
+
+/// How many keys one lease may carry ([`LockCommand::PutLeased`]): the service keeps
+/// them in its replicated state, so they are bounded per lease.
+pub const LEASED_KEYS_PER_LEASE_MAX: usize = 256;
+
+/// A key attached to a lease: it exists while the lease lives and vanishes with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeasedKey {
+    /// The key's name.
+    pub name: String,
+    /// The lease it is attached to.
+    pub session: SessionId,
+    /// Taken from the service's one counter when the key was put, so a later put of
+    /// the same name always has a higher revision — even after the key vanished.
+    pub revision: u64,
+    /// The value.
+    pub contents: Vec<u8>,
+}
+
 /// A request to the lock service.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LockCommand {
@@ -42,6 +68,14 @@ pub enum LockCommand {
     OpenSession {
         /// A name for the owner (e.g. `coordinator/2`).
         owner: String,
+    },
+    /// Start a session for `owner` that lives `ttl` unless kept alive (an
+    /// application's lease: between [`LEASE_TTL_MIN`] and [`LEASE_TTL_MAX`]).
+    GrantLease {
+        /// A name for the owner.
+        owner: String,
+        /// How long it lives without a keep-alive.
+        ttl: Duration,
     },
     /// Extend a session by one lease from now.
     KeepAlive {
@@ -92,6 +126,21 @@ pub enum LockCommand {
         /// The new contents.
         contents: Vec<u8>,
     },
+    /// Put a key attached to a live session: it vanishes when the session ends
+    /// (expiry or close). A put of an existing name replaces it and re-attaches it.
+    PutLeased {
+        /// The session (lease) it lives with.
+        session: SessionId,
+        /// The key's name.
+        name: String,
+        /// The value.
+        contents: Vec<u8>,
+    },
+    /// The leased keys whose names start with `prefix`, in name order.
+    ListLeased {
+        /// The prefix.
+        prefix: String,
+    },
 }
 
 /// A successful reply.
@@ -121,11 +170,13 @@ pub enum LockReply {
     Revoked(bool),
     /// A file's contents (`None`: no such file).
     File(Option<LockFile>),
-    /// The file's new version.
+    /// The file's new version (for a leased key, its revision).
     Written {
         /// The version.
         version: u64,
     },
+    /// Leased keys, in name order.
+    Leased(Vec<LeasedKey>),
     /// Done.
     Done,
 }
@@ -153,6 +204,9 @@ pub enum LockError {
         /// The version the file has.
         current: u64,
     },
+    /// The request is not valid whatever the state (a lease too short, too many keys).
+    #[error("invalid request: {0}")]
+    Invalid(String),
     /// This node cannot serve requests; try another.
     #[error("this lock node is not the leader")]
     NotLeader,
@@ -166,6 +220,10 @@ struct Session {
     owner: String,
     expires_at: Time,
     revoked: bool,
+    /// Its own lease, if granted one ([`LockCommand::GrantLease`]); otherwise the
+    /// service's.
+    #[serde(default)]
+    ttl: Option<Duration>,
 }
 
 /// The replicated state of the lock service.
@@ -175,6 +233,9 @@ pub struct LockCore {
     sessions: BTreeMap<SessionId, Session>,
     locks: BTreeMap<String, (SessionId, Sequencer)>,
     files: BTreeMap<String, LockFile>,
+    /// Keys attached to sessions, by name.
+    #[serde(default)]
+    leased: BTreeMap<String, LeasedKey>,
     next_session: u64,
     next_sequencer: u64,
 }
@@ -187,6 +248,7 @@ impl LockCore {
             sessions: BTreeMap::new(),
             locks: BTreeMap::new(),
             files: BTreeMap::new(),
+            leased: BTreeMap::new(),
             next_session: 1,
             next_sequencer: 1,
         }
@@ -201,7 +263,7 @@ impl LockCore {
     /// set by the previous leader were readings of another clock.
     pub fn restart_leases(&mut self, now: Time) {
         for session in self.sessions.values_mut() {
-            session.expires_at = now + self.lease;
+            session.expires_at = now + session.ttl.unwrap_or(self.lease);
         }
     }
 
@@ -221,6 +283,61 @@ impl LockCore {
     fn end_session(&mut self, id: SessionId) {
         self.sessions.remove(&id);
         self.locks.retain(|_, (holder, _)| *holder != id);
+        self.leased.retain(|_, key| key.session != id);
+    }
+
+    /// The next value of the one counter behind fencing tokens and leased-key
+    /// revisions: it only grows, so neither is ever reused.
+    fn next_token(&mut self) -> u64 {
+        let token = self.next_sequencer;
+        self.next_sequencer += 1;
+        token
+    }
+
+    fn open_session(&mut self, now: Time, owner: &str, ttl: Option<Duration>) -> LockReply {
+        let id = SessionId(self.next_session);
+        self.next_session += 1;
+        let lease = ttl.unwrap_or(self.lease);
+        let session = Session {
+            owner: owner.to_string(),
+            expires_at: now + lease,
+            revoked: false,
+            ttl,
+        };
+        self.sessions.insert(id, session);
+        LockReply::Session { session: id, lease }
+    }
+
+    fn put_leased(
+        &mut self,
+        session: SessionId,
+        name: &str,
+        contents: &[u8],
+    ) -> Result<LockReply, LockError> {
+        self.live_session(session)?;
+        let replaces_own = self.leased.get(name).is_some_and(|k| k.session == session);
+        let carried = self
+            .leased
+            .values()
+            .filter(|k| k.session == session)
+            .count();
+        if !replaces_own && carried >= LEASED_KEYS_PER_LEASE_MAX {
+            return Err(LockError::Invalid(format!(
+                "lease {} already carries {LEASED_KEYS_PER_LEASE_MAX} keys, the most one lease may",
+                session.0
+            )));
+        }
+        let revision = self.next_token();
+        self.leased.insert(
+            name.to_string(),
+            LeasedKey {
+                name: name.to_string(),
+                session,
+                revision,
+                contents: contents.to_vec(),
+            },
+        );
+        Ok(LockReply::Written { version: revision })
     }
 
     fn live_session(&self, id: SessionId) -> Result<&Session, LockError> {
@@ -242,22 +359,17 @@ impl LockCore {
     pub fn apply(&mut self, now: Time, command: &LockCommand) -> Result<LockReply, LockError> {
         self.expire(now);
         match command {
-            LockCommand::OpenSession { owner } => {
-                let id = SessionId(self.next_session);
-                self.next_session += 1;
-                let session = Session {
-                    owner: owner.clone(),
-                    expires_at: now + self.lease,
-                    revoked: false,
-                };
-                self.sessions.insert(id, session);
-                Ok(LockReply::Session {
-                    session: id,
-                    lease: self.lease,
-                })
+            LockCommand::OpenSession { owner } => Ok(self.open_session(now, owner, None)),
+            LockCommand::GrantLease { owner, ttl } => {
+                if !(LEASE_TTL_MIN..=LEASE_TTL_MAX).contains(ttl) {
+                    return Err(LockError::Invalid(format!(
+                        "a lease lives between {LEASE_TTL_MIN:?} and {LEASE_TTL_MAX:?}, not {ttl:?}"
+                    )));
+                }
+                Ok(self.open_session(now, owner, Some(*ttl)))
             }
             LockCommand::KeepAlive { session } => {
-                let lease = self.lease;
+                let default = self.lease;
                 let s = self
                     .sessions
                     .get_mut(session)
@@ -265,6 +377,7 @@ impl LockCore {
                 if s.revoked {
                     return Err(LockError::SessionRevoked(*session));
                 }
+                let lease = s.ttl.unwrap_or(default);
                 s.expires_at = now + lease;
                 Ok(LockReply::Renewed { lease })
             }
@@ -283,8 +396,7 @@ impl LockCore {
                         self.holder(lock).expect("a held lock has a live holder"),
                     )),
                     None => {
-                        let sequencer = Sequencer(self.next_sequencer);
-                        self.next_sequencer += 1;
+                        let sequencer = Sequencer(self.next_token());
                         self.locks.insert(lock.clone(), (*session, sequencer));
                         Ok(LockReply::Acquired { sequencer })
                     }
@@ -333,12 +445,24 @@ impl LockCore {
                 );
                 Ok(LockReply::Written { version })
             }
+            LockCommand::PutLeased {
+                session,
+                name,
+                contents,
+            } => self.put_leased(*session, name, contents),
+            LockCommand::ListLeased { prefix } => Ok(LockReply::Leased(
+                self.leased
+                    .range(prefix.clone()..)
+                    .take_while(|(name, _)| name.starts_with(prefix.as_str()))
+                    .map(|(_, key)| key.clone())
+                    .collect(),
+            )),
         }
     }
 
     /// Checks the state's internal consistency (run after every step in tests and the
-    /// simulator): every held lock belongs to a live session, and sequencers and
-    /// session ids were never reused.
+    /// simulator): every held lock and leased key belongs to a live session, and
+    /// sequencers, revisions and session ids were never reused.
     pub fn check_invariants(&self) {
         for (lock, (session, sequencer)) in &self.locks {
             assert!(
@@ -350,8 +474,65 @@ impl LockCore {
                 "lock {lock} has a sequencer from the future"
             );
         }
+        for (name, key) in &self.leased {
+            assert!(
+                self.sessions.contains_key(&key.session),
+                "leased key {name} outlived its lease"
+            );
+            assert!(
+                key.revision < self.next_sequencer,
+                "leased key {name} has a revision from the future"
+            );
+        }
         if let Some((last, _)) = self.sessions.last_key_value() {
             assert!(last.0 < self.next_session, "session id from the future");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_carries_a_bounded_number_of_keys() {
+        let mut core = LockCore::new(Duration::from_secs(10));
+        let now = Time(1);
+        let grant = LockCommand::GrantLease {
+            owner: "w".into(),
+            ttl: LEASE_TTL_MIN,
+        };
+        let Ok(LockReply::Session { session, .. }) = core.apply(now, &grant) else {
+            panic!("granted");
+        };
+        let put = |name: String| LockCommand::PutLeased {
+            session,
+            name,
+            contents: Vec::new(),
+        };
+        for i in 0..LEASED_KEYS_PER_LEASE_MAX {
+            core.apply(now, &put(format!("k{i}"))).unwrap();
+        }
+        assert!(matches!(
+            core.apply(now, &put("one-too-many".into())),
+            Err(LockError::Invalid(m)) if m.contains("carries")
+        ));
+        core.apply(now, &put("k0".into()))
+            .expect("replacing one of its own keys adds none");
+        core.check_invariants();
+    }
+
+    #[test]
+    fn state_written_before_leases_still_loads() {
+        let mut core = LockCore::new(Duration::from_secs(10));
+        core.apply(Time(1), &LockCommand::OpenSession { owner: "c".into() })
+            .unwrap();
+        let mut json: serde_json::Value = serde_json::to_value(&core).unwrap();
+        json.as_object_mut().unwrap().remove("leased");
+        for session in json["sessions"].as_object_mut().unwrap().values_mut() {
+            session.as_object_mut().unwrap().remove("ttl");
+        }
+        let loaded: LockCore = serde_json::from_value(json).unwrap();
+        assert_eq!(loaded, core);
     }
 }

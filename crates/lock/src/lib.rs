@@ -1,5 +1,6 @@
 //! The lock service — our Chubby: sessions with leases, locks with fencing tokens
-//! (sequencers), linearizable holder queries, and small consistent files.
+//! (sequencers), linearizable holder queries, small consistent files, and keys
+//! attached to a lease (applications' leases are sessions with their own ttl).
 //!
 //! Responsibility: the service's meaning, once. [`LockCore`] is the deterministic state
 //! machine every lock node applies (the simulator hosts it behind partitionable lock
@@ -17,7 +18,9 @@
 //! - a revoked session is never renewed, and its locks are held until its lease ends or
 //!   its holder closes it (having stopped acting) — never reported free while the holder
 //!   may still act within its lease;
-//! - a new leader restarts every lease on its own clock (never shortening one).
+//! - a new leader restarts every lease on its own clock (never shortening one);
+//! - a leased key lives exactly as long as its session (*leased-keys-die-with-lease*),
+//!   and its revision, like every sequencer, comes from one counter that only grows.
 
 pub mod client;
 pub mod conformance;
@@ -28,7 +31,8 @@ mod service;
 
 pub use client::{LockClient, LockOutcome, LockSend};
 pub use core::{
-    LockCommand, LockCore, LockError, LockFile, LockHolder, LockReply, Sequencer, SessionId,
+    LEASE_TTL_MAX, LEASE_TTL_MIN, LEASED_KEYS_PER_LEASE_MAX, LeasedKey, LockCommand, LockCore,
+    LockError, LockFile, LockHolder, LockReply, Sequencer, SessionId,
 };
 pub use messages::{LockRequest, LockResponse};
 pub use quorum::QuorumModel;

@@ -7,7 +7,8 @@ use std::time::Duration;
 use megastore_types::Time;
 
 use crate::core::{
-    LockCommand, LockCore, LockError, LockFile, LockHolder, LockReply, Sequencer, SessionId,
+    LeasedKey, LockCommand, LockCore, LockError, LockFile, LockHolder, LockReply, Sequencer,
+    SessionId,
 };
 
 /// A linearizable lock service: every call takes effect at one instant between its
@@ -33,6 +34,17 @@ pub trait LockServiceExt: LockService {
     fn open_session(&self, owner: &str) -> Result<(SessionId, Duration), LockError> {
         match self.execute(LockCommand::OpenSession {
             owner: owner.to_string(),
+        })? {
+            LockReply::Session { session, lease } => Ok((session, lease)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Grants `owner` a lease of `ttl`: a session that lives `ttl` unless kept alive.
+    fn grant_lease(&self, owner: &str, ttl: Duration) -> Result<(SessionId, Duration), LockError> {
+        match self.execute(LockCommand::GrantLease {
+            owner: owner.to_string(),
+            ttl,
         })? {
             LockReply::Session { session, lease } => Ok((session, lease)),
             other => Err(unexpected(other)),
@@ -116,6 +128,34 @@ pub trait LockServiceExt: LockService {
         };
         match self.execute(command)? {
             LockReply::Written { version } => Ok(version),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Puts a key attached to `session`; returns its revision.
+    fn put_leased(
+        &self,
+        session: SessionId,
+        name: &str,
+        contents: &[u8],
+    ) -> Result<u64, LockError> {
+        let command = LockCommand::PutLeased {
+            session,
+            name: name.to_string(),
+            contents: contents.to_vec(),
+        };
+        match self.execute(command)? {
+            LockReply::Written { version } => Ok(version),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The leased keys whose names start with `prefix`, in name order.
+    fn list_leased(&self, prefix: &str) -> Result<Vec<LeasedKey>, LockError> {
+        match self.execute(LockCommand::ListLeased {
+            prefix: prefix.to_string(),
+        })? {
+            LockReply::Leased(keys) => Ok(keys),
             other => Err(unexpected(other)),
         }
     }

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use megastore_lock::{
-    LockCommand, LockError, LockFile, LockHolder, LockReply, LockRequest, LockResponse, Sequencer,
-    SessionId,
+    LeasedKey, LockCommand, LockError, LockFile, LockHolder, LockReply, LockRequest, LockResponse,
+    Sequencer, SessionId,
 };
 
 use crate::error::{WireError, required};
@@ -64,6 +64,20 @@ impl From<LockRequest> for pb::LockRequest {
                 expected,
                 contents,
             }),
+            LockCommand::GrantLease { owner, ttl } => r::Command::GrantLease(r::GrantLease {
+                owner,
+                ttl_micros: micros(ttl),
+            }),
+            LockCommand::PutLeased {
+                session,
+                name,
+                contents,
+            } => r::Command::PutLeased(r::PutLeased {
+                session: session.0,
+                name,
+                contents,
+            }),
+            LockCommand::ListLeased { prefix } => r::Command::ListLeased(r::ListLeased { prefix }),
         };
         pb::LockRequest {
             id: request.id,
@@ -101,6 +115,16 @@ impl TryFrom<pb::LockRequest> for LockRequest {
                 expected: c.expected,
                 contents: c.contents,
             },
+            r::Command::GrantLease(c) => LockCommand::GrantLease {
+                owner: c.owner,
+                ttl: Duration::from_micros(c.ttl_micros),
+            },
+            r::Command::PutLeased(c) => LockCommand::PutLeased {
+                session: SessionId(c.session),
+                name: c.name,
+                contents: c.contents,
+            },
+            r::Command::ListLeased(c) => LockCommand::ListLeased { prefix: c.prefix },
         };
         Ok(LockRequest {
             id: request.id,
@@ -130,6 +154,17 @@ fn reply_to_wire(reply: LockReply) -> pb::LockReply {
         }),
         LockReply::Written { version } => r::Reply::WrittenVersion(version),
         LockReply::Done => r::Reply::Done(true),
+        LockReply::Leased(keys) => r::Reply::Leased(r::Leased {
+            keys: keys
+                .into_iter()
+                .map(|k| pb::LeasedKey {
+                    name: k.name,
+                    session: k.session.0,
+                    revision: k.revision,
+                    contents: k.contents,
+                })
+                .collect(),
+        }),
     };
     pb::LockReply { reply: Some(reply) }
 }
@@ -155,6 +190,17 @@ fn reply_from_wire(reply: pb::LockReply) -> Result<LockReply, WireError> {
         })),
         r::Reply::WrittenVersion(version) => LockReply::Written { version },
         r::Reply::Done(_) => LockReply::Done,
+        r::Reply::Leased(l) => LockReply::Leased(
+            l.keys
+                .into_iter()
+                .map(|k| LeasedKey {
+                    name: k.name,
+                    session: SessionId(k.session),
+                    revision: k.revision,
+                    contents: k.contents,
+                })
+                .collect(),
+        ),
     })
 }
 
@@ -170,6 +216,7 @@ fn error_to_wire(error: LockError) -> pb::LockError {
         }
         LockError::NotLeader => e::Error::NotLeader(true),
         LockError::Unavailable => e::Error::Unavailable(true),
+        LockError::Invalid(message) => e::Error::Invalid(message),
     };
     pb::LockError { error: Some(error) }
 }
@@ -187,6 +234,7 @@ fn error_from_wire(error: pb::LockError) -> Result<LockError, WireError> {
         },
         e::Error::NotLeader(_) => LockError::NotLeader,
         e::Error::Unavailable(_) => LockError::Unavailable,
+        e::Error::Invalid(message) => LockError::Invalid(message),
     })
 }
 

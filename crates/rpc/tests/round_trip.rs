@@ -470,8 +470,8 @@ proptest! {
 #[test]
 fn every_lock_message_survives_the_wire() {
     use megastore_lock::{
-        LockCommand, LockError, LockFile, LockHolder, LockReply, LockRequest, LockResponse,
-        Sequencer, SessionId,
+        LeasedKey, LockCommand, LockError, LockFile, LockHolder, LockReply, LockRequest,
+        LockResponse, Sequencer, SessionId,
     };
     use megastore_rpc::pb::lock as lpb;
     use std::time::Duration;
@@ -498,6 +498,18 @@ fn every_lock_message_survives_the_wire() {
             name: "f".into(),
             expected: 3,
             contents: b"x".to_vec(),
+        },
+        LockCommand::GrantLease {
+            owner: "worker".into(),
+            ttl: Duration::from_millis(1500),
+        },
+        LockCommand::PutLeased {
+            session,
+            name: "app/k".into(),
+            contents: b"v".to_vec(),
+        },
+        LockCommand::ListLeased {
+            prefix: "app/".into(),
         },
     ];
     for command in commands {
@@ -531,6 +543,14 @@ fn every_lock_message_survives_the_wire() {
         Ok(LockReply::File(None)),
         Ok(LockReply::Written { version: 7 }),
         Ok(LockReply::Done),
+        Ok(LockReply::Leased(vec![LeasedKey {
+            name: "app/k".into(),
+            session,
+            revision: 11,
+            contents: b"v".to_vec(),
+        }])),
+        Ok(LockReply::Leased(Vec::new())),
+        Err(LockError::Invalid("ttl".into())),
         Err(LockError::SessionExpired(session)),
         Err(LockError::SessionRevoked(session)),
         Err(LockError::Held(holder)),
