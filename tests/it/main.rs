@@ -14,6 +14,7 @@ mod examples;
 mod global_index;
 mod index_kinds;
 mod index_queries;
+mod leases;
 mod limits;
 mod operations;
 mod outcomes;

@@ -7,30 +7,12 @@ requests against the replica, and prints one JSON object with what it saw.
 """
 
 import json
-import os
 import sys
-import tempfile
 import time
 
 import grpc
-from grpc_tools import protoc
 
-
-def load_stubs(repo_root):
-    out = tempfile.mkdtemp(prefix="megastore-py-")
-    proto_root = os.path.join(repo_root, "proto")
-    status = protoc.main([
-        "protoc",
-        f"-I{proto_root}",
-        f"--python_out={out}",
-        f"--grpc_python_out={out}",
-        os.path.join(proto_root, "megastore/client/v1/client.proto"),
-    ])
-    if status != 0:
-        sys.exit(f"protoc failed with {status}")
-    sys.path.insert(0, out)
-    from megastore.client.v1 import client_pb2, client_pb2_grpc  # noqa: E402
-    return client_pb2, client_pb2_grpc
+from stubs import load_stubs
 
 
 def main():

@@ -72,6 +72,10 @@ pub enum ClientError {
         /// The highest truncation point a replica reported.
         truncated: Position,
     },
+    /// The lock service refused a lease or lock request (the lease ended, the lock is
+    /// held by another lease).
+    #[error("{0}")]
+    Lease(#[from] crate::leases::LeaseError),
     /// Stored data is not what this library writes.
     #[error("corrupt data: {0}")]
     Corrupt(String),
@@ -186,6 +190,9 @@ pub struct Client {
     /// The proposer's time limits (also how long an unknown outcome is resolved).
     timeouts: megastore_paxos::Timeouts,
     metrics: ClientMetrics,
+    /// For lock-service calls (leases, locks, leased keys), which go straight to
+    /// lockd rather than through the driver.
+    peers: Arc<Peers>,
 }
 
 /// The wall clock, in ms since the Unix epoch.
@@ -270,7 +277,7 @@ impl Client {
         let driver = Driver {
             core,
             clock: std::time::Instant::now(),
-            peers,
+            peers: Arc::clone(&peers),
             events: events_tx.clone(),
             waiting: BTreeMap::new(),
             wake: None,
@@ -284,7 +291,13 @@ impl Client {
             next_txn: Arc::new(std::sync::atomic::AtomicU64::new(1)),
             timeouts,
             metrics,
+            peers,
         })
+    }
+
+    /// The cluster's processes, for lock-service calls.
+    pub(crate) fn peers(&self) -> &Peers {
+        &self.peers
     }
 
     /// What this client (and its clones) did: commits by path, conflicts, reads by how

@@ -6,7 +6,8 @@
 //! on top of those operations, typed entities of a schema, index queries, cross-group
 //! queries (global index scans, merge-joins, parallel lookups), transactions across
 //! groups (the core's two-phase commit, `multi.rs`), watches of a group's committed
-//! changes (`watch.rs`) and the backfill of a new index —
+//! changes (`watch.rs`), applications' leases, locks with fencing tokens and leased
+//! keys in the lock service (`leases.rs`), and the backfill of a new index —
 //! each a composition of the core's operations. No protocol decision is taken here. Not here either: any server code — the library
 //! links neither RocksDB nor openraft (it reaches lockd through
 //! `megastore_rpc::LockdClient`), so a program outside this workspace that depends on it
@@ -37,6 +38,7 @@ mod entities;
 mod groups;
 mod hot_groups;
 mod index_queries;
+mod leases;
 mod multi;
 mod queues;
 pub mod schema_store;
@@ -51,6 +53,10 @@ pub use entities::{EntityRead, IndexPage, describe_group, entity_group, group_ro
 pub use groups::{check_cell_write, group, group_name};
 pub use hot_groups::{GroupCount, HOT_GROUPS_TRACKED, HotGroupsNow};
 pub use index_queries::{GlobalIndexScan, IndexRead, JoinHit, JoinedScan, LOOKUPS_IN_FLIGHT};
+pub use leases::{
+    FencingToken, LEASE_TTL_MAX, LEASE_TTL_MIN, LEASED_KEYS_PER_LEASE_MAX, LEASED_NAME_BYTES_MAX,
+    LEASED_VALUE_BYTES_MAX, Lease, LeaseError, LeaseId, LeasedEntry, LockHolding,
+};
 pub use megastore_paxos::SettledGroup;
 pub use megastore_paxos::queue::Delivery;
 pub use megastore_paxos::watch::Change;
@@ -59,5 +65,5 @@ pub use multi::MultiTransaction;
 pub use queues::{Message, QUEUE_NAME_BYTES_MAX};
 pub use settings::proposer_timeouts;
 pub use txn::{Attempt, AttemptFuture, Outcome, Transaction};
-pub use versioned::{Assert, Entry, Mutation, TxnResult, VERSION_MISSING};
+pub use versioned::{Assert, Entry, Mutation, TxnResult, VERSION_MISSING, fence_token};
 pub use watch::{AWAIT_WAIT, KeyEvent, KeyWatch, POLL_FIRST, POLL_MAX, Watch, WatchEvent};

@@ -56,13 +56,39 @@ pub enum Assert {
         /// The key.
         key: Vec<u8>,
     },
+    /// The key is a fence: it holds the highest fencing token any applied
+    /// transaction carried (8 bytes big-endian; none yet counts as 0). The assert
+    /// holds if `token` is not below it, and when the transaction applies the fence
+    /// is raised to `token`. So once a holder with a higher token has written, a
+    /// stale holder's transactions fail this assert (*fenced-writes*).
+    Fence {
+        /// The fence's key.
+        key: Vec<u8>,
+        /// The writer's fencing token (from [`Client::lock`]).
+        token: u64,
+    },
 }
 
 impl Assert {
     fn key(&self) -> &[u8] {
         match self {
-            Assert::Version { key, .. } | Assert::Absent { key } => key,
+            Assert::Version { key, .. } | Assert::Absent { key } | Assert::Fence { key, .. } => key,
         }
+    }
+}
+
+/// The token a fence key holds (0 when it holds none).
+pub fn fence_token(entry: &Entry) -> Result<u64, ClientError> {
+    match &entry.value {
+        None => Ok(0),
+        Some(bytes) => Ok(u64::from_be_bytes(bytes.as_slice().try_into().map_err(
+            |_| {
+                ClientError::Corrupt(format!(
+                    "key {} is used as a fence but does not hold an 8-byte token",
+                    String::from_utf8_lossy(&entry.key)
+                ))
+            },
+        )?)),
     }
 }
 
@@ -190,11 +216,22 @@ async fn attempt(
     mutations: &[Mutation],
 ) -> Result<TxnResult, ClientError> {
     let mut failed = BTreeSet::new();
+    let mut raised_fences = Vec::new();
     for assert in asserts {
         let entry = read_entry(txn, eg, assert.key()).await?;
         let holds = match assert {
             Assert::Version { version, .. } => entry.version == *version,
             Assert::Absent { .. } => entry.value.is_none(),
+            Assert::Fence { key, token } => {
+                let fence = fence_token(&entry)?;
+                if *token > fence {
+                    raised_fences.push(Mutation::Put {
+                        key: key.clone(),
+                        value: token.to_be_bytes().to_vec(),
+                    });
+                }
+                *token >= fence
+            }
         };
         if !holds {
             failed.insert(assert.key().to_vec());
@@ -206,7 +243,7 @@ async fn attempt(
         });
     }
     let mut versions = BTreeMap::new();
-    for mutation in mutations {
+    for mutation in raised_fences.iter().chain(mutations) {
         let key = mutation.key();
         let version = match versions.get(key) {
             Some(v) => *v,

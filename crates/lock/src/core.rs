@@ -47,6 +47,14 @@ pub const LEASE_TTL_MAX: Duration = Duration::from_secs(24 * 3600);
 /// them in its replicated state, so they are bounded per lease.
 pub const LEASED_KEYS_PER_LEASE_MAX: usize = 256;
 
+/// The longest name of a leased key (and of an application's lock, checked by the
+/// client library).
+pub const LEASED_NAME_BYTES_MAX: usize = 1_000;
+
+/// The longest value of a leased key: leased keys are membership and presence, kept
+/// in the service's replicated state, not data.
+pub const LEASED_VALUE_BYTES_MAX: usize = 4_096;
+
 /// A key attached to a lease: it exists while the lease lives and vanishes with it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeasedKey {
@@ -315,6 +323,14 @@ impl LockCore {
         contents: &[u8],
     ) -> Result<LockReply, LockError> {
         self.live_session(session)?;
+        if name.len() > LEASED_NAME_BYTES_MAX || contents.len() > LEASED_VALUE_BYTES_MAX {
+            return Err(LockError::Invalid(format!(
+                "a leased key has a name of at most {LEASED_NAME_BYTES_MAX} bytes and a value \
+                 of at most {LEASED_VALUE_BYTES_MAX}, not {} and {}",
+                name.len(),
+                contents.len()
+            )));
+        }
         let replaces_own = self.leased.get(name).is_some_and(|k| k.session == session);
         let carried = self
             .leased

@@ -31,8 +31,9 @@ mod service;
 
 pub use client::{LockClient, LockOutcome, LockSend};
 pub use core::{
-    LEASE_TTL_MAX, LEASE_TTL_MIN, LEASED_KEYS_PER_LEASE_MAX, LeasedKey, LockCommand, LockCore,
-    LockError, LockFile, LockHolder, LockReply, Sequencer, SessionId,
+    LEASE_TTL_MAX, LEASE_TTL_MIN, LEASED_KEYS_PER_LEASE_MAX, LEASED_NAME_BYTES_MAX,
+    LEASED_VALUE_BYTES_MAX, LeasedKey, LockCommand, LockCore, LockError, LockFile, LockHolder,
+    LockReply, Sequencer, SessionId,
 };
 pub use messages::{LockRequest, LockResponse};
 pub use quorum::QuorumModel;

@@ -4,7 +4,8 @@
 //! here, naming the field.
 
 use megastore_client::{
-    Assert, Attempt, Client, ClientError, Entry, Mutation, Outcome, TxnResult, entity_group,
+    Assert, Attempt, Client, ClientError, Entry, LeaseError, Mutation, Outcome, TxnResult,
+    entity_group,
 };
 use megastore_rpc::pb::client as pb;
 use megastore_rpc::pb::client::megastore_server::Megastore;
@@ -88,6 +89,10 @@ pub(crate) fn status(e: ClientError) -> Status {
         ClientError::Unknown { .. } => Status::unknown(e.to_string()),
         ClientError::TooManyConflicts { .. } => Status::aborted(e.to_string()),
         ClientError::Collected { .. } => Status::out_of_range(e.to_string()),
+        ClientError::Lease(LeaseError::Ended(_)) => Status::not_found(e.to_string()),
+        ClientError::Lease(LeaseError::Held { .. } | LeaseError::NotHolder { .. }) => {
+            Status::failed_precondition(e.to_string())
+        }
         ClientError::Schema(_) | ClientError::InvalidArgument(_) => {
             Status::invalid_argument(e.to_string())
         }
@@ -397,9 +402,12 @@ impl Megastore for Gateway {
                     version,
                 }),
                 Some(pb::assert::Condition::Absent(_)) => Ok(Assert::Absent { key: a.key }),
+                Some(pb::assert::Condition::FenceToken(token)) => {
+                    Ok(Assert::Fence { key: a.key, token })
+                }
                 None => Err(invalid(
                     &format!("asserts[{i}].condition"),
-                    "give a version or absent",
+                    "give a version, absent or a fence_token",
                 )),
             })
             .collect::<Result<Vec<_>, Status>>()?;
@@ -598,6 +606,62 @@ impl Megastore for Gateway {
         request: Request<pb::ReadEntitiesRequest>,
     ) -> Result<Response<pb::ReadEntitiesResponse>, Status> {
         self.serve_read_entities(request).await
+    }
+
+    async fn lease_grant(
+        &self,
+        request: Request<pb::LeaseGrantRequest>,
+    ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
+        self.serve_lease_grant(request).await
+    }
+
+    async fn lease_keep_alive(
+        &self,
+        request: Request<pb::LeaseKeepAliveRequest>,
+    ) -> Result<Response<pb::LeaseKeepAliveResponse>, Status> {
+        self.serve_lease_keep_alive(request).await
+    }
+
+    async fn lease_revoke(
+        &self,
+        request: Request<pb::LeaseRevokeRequest>,
+    ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
+        self.serve_lease_revoke(request).await
+    }
+
+    async fn lock(
+        &self,
+        request: Request<pb::LockRequest>,
+    ) -> Result<Response<pb::LockResponse>, Status> {
+        self.serve_lock(request).await
+    }
+
+    async fn unlock(
+        &self,
+        request: Request<pb::UnlockRequest>,
+    ) -> Result<Response<pb::UnlockResponse>, Status> {
+        self.serve_unlock(request).await
+    }
+
+    async fn lock_holder(
+        &self,
+        request: Request<pb::LockHolderRequest>,
+    ) -> Result<Response<pb::LockHolderResponse>, Status> {
+        self.serve_lock_holder(request).await
+    }
+
+    async fn put_leased(
+        &self,
+        request: Request<pb::PutLeasedRequest>,
+    ) -> Result<Response<pb::PutLeasedResponse>, Status> {
+        self.serve_put_leased(request).await
+    }
+
+    async fn leased_keys(
+        &self,
+        request: Request<pb::LeasedKeysRequest>,
+    ) -> Result<Response<pb::LeasedKeysResponse>, Status> {
+        self.serve_leased_keys(request).await
     }
 
     async fn group_of(

@@ -27,6 +27,7 @@ mod coordinator_service;
 mod gateway;
 mod gateway_catalog;
 mod gateway_indexes;
+mod gateway_leases;
 mod gateway_multi;
 mod gateway_queues;
 mod gateway_sessions;

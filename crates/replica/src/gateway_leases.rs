@@ -1,0 +1,146 @@
+//! The public API's leases, locks and leased keys: requests become library calls
+//! here (the library talks to lockd; see `megastore_client::leases`).
+
+use std::time::Duration;
+
+use megastore_client::{FencingToken, Lease, LeaseId, LockHolding};
+use megastore_rpc::pb::client as pb;
+use tonic::{Request, Response, Status};
+
+use crate::gateway::{Gateway, status};
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn holding_to_wire(holding: LockHolding) -> pb::LockHolding {
+    pb::LockHolding {
+        lease: holding.lease.0,
+        fencing_token: holding.token.0,
+    }
+}
+
+impl Gateway {
+    pub(crate) async fn serve_lease_grant(
+        &self,
+        request: Request<pb::LeaseGrantRequest>,
+    ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
+        let request = request.into_inner();
+        let lease = self
+            .client
+            .grant_lease(&request.owner, Duration::from_millis(request.ttl_ms))
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::LeaseGrantResponse {
+            lease: lease.id.0,
+            ttl_ms: millis(lease.ttl),
+        }))
+    }
+
+    pub(crate) async fn serve_lease_keep_alive(
+        &self,
+        request: Request<pb::LeaseKeepAliveRequest>,
+    ) -> Result<Response<pb::LeaseKeepAliveResponse>, Status> {
+        let request = request.into_inner();
+        // The caller counts the renewed ttl from before it sent its request.
+        let mut lease = Lease {
+            id: LeaseId(request.lease),
+            ttl: Duration::ZERO,
+            valid_until: std::time::Instant::now(),
+        };
+        self.client.keep_alive(&mut lease).await.map_err(status)?;
+        Ok(Response::new(pb::LeaseKeepAliveResponse {
+            ttl_ms: millis(lease.ttl),
+        }))
+    }
+
+    pub(crate) async fn serve_lease_revoke(
+        &self,
+        request: Request<pb::LeaseRevokeRequest>,
+    ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
+        let request = request.into_inner();
+        self.client
+            .revoke_lease(LeaseId(request.lease))
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::LeaseRevokeResponse {}))
+    }
+
+    pub(crate) async fn serve_lock(
+        &self,
+        request: Request<pb::LockRequest>,
+    ) -> Result<Response<pb::LockResponse>, Status> {
+        let request = request.into_inner();
+        let FencingToken(token) = self
+            .client
+            .lock(LeaseId(request.lease), &request.name)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::LockResponse {
+            fencing_token: token,
+        }))
+    }
+
+    pub(crate) async fn serve_unlock(
+        &self,
+        request: Request<pb::UnlockRequest>,
+    ) -> Result<Response<pb::UnlockResponse>, Status> {
+        let request = request.into_inner();
+        self.client
+            .unlock(LeaseId(request.lease), &request.name)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::UnlockResponse {}))
+    }
+
+    pub(crate) async fn serve_lock_holder(
+        &self,
+        request: Request<pb::LockHolderRequest>,
+    ) -> Result<Response<pb::LockHolderResponse>, Status> {
+        let request = request.into_inner();
+        let holder = self
+            .client
+            .lock_holder(&request.name)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::LockHolderResponse {
+            holder: holder.map(holding_to_wire),
+        }))
+    }
+
+    pub(crate) async fn serve_put_leased(
+        &self,
+        request: Request<pb::PutLeasedRequest>,
+    ) -> Result<Response<pb::PutLeasedResponse>, Status> {
+        let request = request.into_inner();
+        let revision = self
+            .client
+            .put_leased(LeaseId(request.lease), &request.name, &request.value)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::PutLeasedResponse { revision }))
+    }
+
+    pub(crate) async fn serve_leased_keys(
+        &self,
+        request: Request<pb::LeasedKeysRequest>,
+    ) -> Result<Response<pb::LeasedKeysResponse>, Status> {
+        let request = request.into_inner();
+        let keys = self
+            .client
+            .leased_keys(&request.prefix)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::LeasedKeysResponse {
+            keys: keys
+                .into_iter()
+                .map(|k| pb::LeasedKey {
+                    name: k.name,
+                    value: k.value,
+                    lease: k.lease.0,
+                    revision: k.revision,
+                })
+                .collect(),
+        }))
+    }
+}
