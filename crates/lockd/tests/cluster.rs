@@ -214,6 +214,13 @@ fn everything_acknowledged_survives_a_restart_of_every_node() {
     let (session, lease) = s.open_session("coordinator-a").unwrap();
     let (idle, _) = s.open_session("idle").unwrap();
     let sequencer = s.acquire(session, "coordinator/1").unwrap();
+    // An application's leases keep their own ttl through the restart, and their keys.
+    let (app, app_ttl) = s.grant_lease("app", lease * 3).unwrap();
+    s.put_leased(app, "app/key/member", b"kept").unwrap();
+    let (short, short_ttl) = s
+        .grant_lease("short", megastore_lock::LEASE_TTL_MIN)
+        .unwrap();
+    s.put_leased(short, "app/key/gone", b"lapses").unwrap();
     for v in 0..20u64 {
         write_file_resolving(s, "catalog", v, format!("v{}", v + 1).as_bytes());
     }
@@ -238,6 +245,24 @@ fn everything_acknowledged_survives_a_restart_of_every_node() {
     // one lease later (restarted processes read a clock that starts again from zero).
     std::thread::sleep(lease + lease / 4);
     assert_eq!(s.keep_alive(idle), Err(LockError::SessionExpired(idle)));
+    assert!(short_ttl < lease);
+    assert_eq!(s.keep_alive(short), Err(LockError::SessionExpired(short)));
+    assert_eq!(
+        s.keep_alive(app).unwrap(),
+        app_ttl,
+        "renewed by its own ttl"
+    );
+    let names: Vec<_> = s
+        .list_leased("app/")
+        .unwrap()
+        .into_iter()
+        .map(|k| k.name)
+        .collect();
+    assert_eq!(
+        names,
+        ["app/key/member"],
+        "the short lease's key went with it"
+    );
 }
 
 #[test]
