@@ -21,6 +21,7 @@ mod outcomes;
 mod processes;
 mod python_api;
 mod queues;
+mod recipes;
 mod roles;
 mod schema_check;
 mod support;
