@@ -3,23 +3,8 @@
 
 use std::time::Duration;
 
-use megastore_e2e::{LocalCluster, megastore_bin};
+use megastore_e2e::{LocalCluster, example_bin as example};
 use wait_timeout::ChildExt;
-
-/// An example's binary, built with the workspace (`cargo build --workspace --all-targets`).
-fn example(name: &str) -> std::path::PathBuf {
-    let bin = megastore_bin()
-        .parent()
-        .expect("the binary lives in target/<profile>")
-        .join("examples")
-        .join(name);
-    assert!(
-        bin.is_file(),
-        "{} not found: build it with `cargo build -p megastore-client --examples`",
-        bin.display()
-    );
-    bin
-}
 
 fn run(name: &str, config: &str) -> String {
     let mut child = std::process::Command::new(example(name))

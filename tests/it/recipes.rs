@@ -1,12 +1,16 @@
 //! The coordination recipes on a real cluster: the contract suite on real entity groups
 //! (the same one the in-process backend passes), then claim races between clients at
 //! two sites while a replica is SIGKILLed and restarted. Every race must store exactly
-//! one claim: generation 1, and the token of the winner if one was told it won.
+//! one claim: generation 1, and the token of the winner if one was told it won. Then
+//! the board example's workers, one killed and one paused mid-task.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use megastore_recipes::{Board, GroupBackend, NewTask, RecipeError, TaskState, contract};
+use megastore_e2e::{Process, example_bin};
+use megastore_recipes::{
+    Acquired, Action, Board, GroupBackend, Ledger, NewTask, RecipeError, TaskState, contract,
+};
 
 use crate::support::{connect, start_cluster};
 
@@ -104,4 +108,136 @@ fn the_recipes_keep_their_contract_and_claims_race_to_one_winner_under_a_kill() 
         won >= RACES / 2,
         "only {won} of {RACES} races told their winner it won"
     );
+}
+
+/// One worker's events (JSON lines on its stdout).
+fn worker_events(worker: &Process) -> Vec<serde_json::Value> {
+    worker
+        .log()
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}
+
+/// The first event of `kind` a worker printed, waiting up to `limit` for it.
+fn wait_for_event(worker: &Process, kind: &str, limit: Duration) -> serde_json::Value {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(event) = worker_events(worker)
+            .into_iter()
+            .find(|e| e["event"] == kind)
+        {
+            return event;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "no {kind} event from a worker within {limit:?}:\n{}",
+            worker.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+const TASKS: usize = 6;
+
+/// The board example (`crates/recipes/examples/board_worker.rs`) as three worker
+/// processes at two sites. Worker 1 is SIGKILLed after recording its intent, before
+/// its effect. Worker 3 is SIGSTOPped at the same point, and resumed only once worker 2
+/// has finished every task. Then every task must be done, each effect must have
+/// happened exactly once, the ledger must hold each effect's receipt, the killed
+/// worker's effect must have been reconciled, and the paused worker's late write must
+/// have been refused by its fence.
+#[test]
+fn workers_at_two_sites_do_every_effect_once_through_a_kill_and_a_pause() {
+    let (_alone, dir, cluster, config, runtime) = start_cluster();
+    let worker = example_bin("board_worker");
+    let path = cluster.config_path.to_str().unwrap().to_string();
+    let start = |name: &str, site: &str, extra: &[&str]| {
+        let mut args = vec![path.as_str(), site, name];
+        args.extend_from_slice(extra);
+        Process::start_program(name, &worker, &args, dir.path())
+    };
+    let seed = TASKS.to_string();
+    let mut killed = start("w1", "A", &["--seed", &seed, "--window", "60000"]);
+    let killed_task =
+        wait_for_event(&killed, "effect_next", Duration::from_secs(60))["task"].clone();
+    killed.kill();
+    let paused = start("w3", "A", &["--window", "1000"]);
+    let paused_at = wait_for_event(&paused, "effect_next", Duration::from_secs(60));
+    paused.signal("STOP");
+    let survivor = start("w2", "B", &[]);
+    wait_for_event(&survivor, "all_done", Duration::from_secs(90));
+    paused.signal("CONT");
+    let refused = wait_for_event(&paused, "refused", Duration::from_secs(30));
+    assert_eq!(
+        (&refused["task"], &refused["generation"]),
+        (&paused_at["task"], &paused_at["generation"]),
+        "the paused worker's late effect was refused by its fence"
+    );
+    let survivor_events = worker_events(&survivor);
+    let paused_events = worker_events(&paused);
+    let reconciled = survivor_events
+        .iter()
+        .chain(&paused_events)
+        .find(|e| e["event"] == "reconciled" && e["task"] == killed_task)
+        .unwrap_or_else(|| panic!("nobody reconciled {killed_task}: {survivor_events:?}"));
+    assert_eq!(reconciled["settled"], "not_applied", "{reconciled}");
+
+    runtime.block_on(async {
+        let client = connect(&config, "A").await;
+        let backend = Arc::new(GroupBackend::new(
+            client.clone(),
+            megastore_client::group(b"board-tasks").unwrap(),
+        ));
+        let tasks = Board::new(Arc::clone(&backend)).list().await.unwrap();
+        assert_eq!(tasks.len(), TASKS);
+        let outbox = megastore_client::group(b"board-outbox").unwrap();
+        let ledger = Ledger::new(backend);
+        for task in &tasks {
+            assert!(matches!(task.state, TaskState::Done { .. }), "{task:?}");
+            let sent = client
+                .snapshot(&outbox, &[format!("sent/{}", task.id).into_bytes()])
+                .await
+                .unwrap()
+                .remove(0);
+            assert_eq!(
+                sent.version, 1,
+                "{}: its effect happened exactly once",
+                task.id
+            );
+            let receipt = sent.value.unwrap();
+            let expected = format!("generation {}", task.generation);
+            assert!(
+                String::from_utf8_lossy(&receipt).ends_with(&expected),
+                "{}: the effect of its last holder: {}",
+                task.id,
+                String::from_utf8_lossy(&receipt)
+            );
+            let action = Action {
+                key: format!("send/{}", task.id),
+                resource: format!("mailbox/{}", task.id),
+            };
+            assert_eq!(
+                ledger
+                    .acquire(&action, Duration::from_secs(1))
+                    .await
+                    .unwrap(),
+                Acquired::Done(receipt),
+                "{}: the ledger holds the receipt",
+                task.id
+            );
+        }
+        let taken_over: Vec<&str> = tasks
+            .iter()
+            .filter(|t| t.generation > 1)
+            .map(|t| t.id.as_str())
+            .collect();
+        for task in [&killed_task, &paused_at["task"]] {
+            assert!(
+                taken_over.contains(&task.as_str().unwrap()),
+                "{task} was taken over: {taken_over:?}"
+            );
+        }
+    });
 }

@@ -354,6 +354,22 @@ pub fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// An example program's binary (`crates/*/examples/`), built with the workspace
+/// (`cargo build --workspace --all-targets`).
+pub fn example_bin(name: &str) -> PathBuf {
+    let bin = megastore_bin()
+        .parent()
+        .expect("the binary lives in target/<profile>")
+        .join("examples")
+        .join(name);
+    assert!(
+        bin.is_file(),
+        "{} not found: build it with `cargo build --workspace --examples`",
+        bin.display()
+    );
+    bin
+}
+
 /// The Python interpreter with grpcio for the public-API test: `MEGASTORE_PYTHON`, else
 /// the virtualenv `.ci/setup.sh` makes (`~/.cache/megastore/venv`), else `python3`. A
 /// missing module fails the test with instructions; it never skips.
