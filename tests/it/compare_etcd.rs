@@ -2,8 +2,9 @@
 //! megastore with (`scripts/compare-etcd.sh` runs both side by side). One etcd member
 //! (Debian's `etcd-server`, which `.ci/setup.sh` installs) on loopback; the report has
 //! the same shape as megastore's, names etcd, and counts every operation (here of four
-//! clients sharing two connections); and `--watches --etcd` times every put to its
-//! watch.
+//! clients sharing two connections); `--watches --etcd` times every put to its
+//! watch; `--board --etcd` runs the task board's code on etcd's transactions; and
+//! `--leases --etcd` keeps etcd's leases alive.
 
 use std::time::{Duration, Instant};
 
@@ -103,4 +104,32 @@ fn bench_runs_the_same_closed_loop_against_etcd() {
             .unwrap_or_else(|e| panic!("{e}: {out:?}"));
     assert_eq!(report["system"], "etcd", "{report}");
     assert_eq!(report["kinds"][1]["count"], 20, "{report}");
+
+    // The task board's code on etcd's transactions, and etcd's leases.
+    for (flag, step) in [("--board", "complete"), ("--leases", "keep_alive")] {
+        let out = run_megastore(
+            &[
+                "bench",
+                "--etcd",
+                &endpoint,
+                flag,
+                "--runs",
+                "30",
+                "--clients",
+                "4",
+            ],
+            dir.path(),
+            Duration::from_secs(60),
+        );
+        assert!(out.status.success(), "{out:?}");
+        let report: serde_json::Value =
+            serde_json::from_str(out.stdout.lines().last().unwrap_or_default())
+                .unwrap_or_else(|e| panic!("{e}: {out:?}"));
+        assert_eq!(
+            (&report["system"], &report["kinds"][1]["kind"]),
+            (&"etcd".into(), &step.into()),
+            "{report}"
+        );
+        assert_eq!(report["kinds"][1]["count"], 30, "{flag}: {report}");
+    }
 }

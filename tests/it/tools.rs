@@ -486,6 +486,39 @@ fn bench_runs_a_bounded_workload_and_reports_percentiles() {
         !bad.status.success() && bad.stderr.contains("--groups"),
         "{bad:?}"
     );
+
+    // `--board`: workers claim and complete every task once; `--leases`: each lease is
+    // granted, kept alive and revoked once.
+    for (flag, steps) in [
+        ("--board", ["claim", "complete"].as_slice()),
+        ("--leases", &["grant", "keep_alive", "revoke"]),
+    ] {
+        let out = run_megastore(
+            &[
+                "bench",
+                "--config",
+                config_arg,
+                flag,
+                "--runs",
+                "40",
+                "--clients",
+                "4",
+            ],
+            dir.path(),
+            LIMIT,
+        );
+        assert!(out.status.success(), "{out:?}");
+        let report: serde_json::Value =
+            serde_json::from_str(out.stdout.lines().last().unwrap_or_default()).expect("JSON");
+        assert_eq!(report["system"], "megastore", "{report}");
+        for (i, step) in steps.iter().enumerate() {
+            assert_eq!(report["kinds"][i]["kind"], *step, "{report}");
+            assert_eq!(
+                report["kinds"][i]["count"], 40,
+                "{flag}: every {step} timed once: {report}"
+            );
+        }
+    }
 }
 
 #[test]

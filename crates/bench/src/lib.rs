@@ -6,7 +6,8 @@
 //! schema (global index scans, merge-joins, parallel lookups) one at a time, a queue
 //! message's way from its sender's commit to its consumption at another site, and a
 //! transaction across two groups next to the same transaction in one, and a committed
-//! change's way to a watcher at another site; and the same closed loop (and watch)
+//! change's way to a watcher at another site; the task board's claims and completions
+//! and leases' keep-alives; and the same closed loop (and watch, board and leases)
 //! against an etcd cluster, for a side-by-side comparison.
 //!
 //! Invariants:
@@ -16,6 +17,7 @@
 //!   error of its kind (with the first few messages kept), never as a latency sample,
 //!   and a write that gave up on conflicts is counted as a conflict, not an error.
 
+mod coordination;
 mod etcd;
 mod queries;
 mod queues;
@@ -25,6 +27,9 @@ mod two_phase;
 mod watches;
 mod workload;
 
+pub use coordination::{
+    CoordinationReport, EtcdBackend, run_board, run_etcd_board, run_etcd_leases, run_leases,
+};
 pub use etcd::run_etcd;
 pub use queries::{QueryReport, run_queries};
 pub use queues::{QueueReport, run_queues};

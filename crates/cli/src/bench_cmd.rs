@@ -90,6 +90,15 @@ pub(crate) struct BenchArgs {
     /// first two full replicas' sites); with --etcd, puts and a watch of etcd.
     #[arg(long, conflicts_with_all = ["queries", "queues", "two_phase"])]
     watches: bool,
+    /// Time the task board instead (`crates/recipes`): --clients workers claim and
+    /// complete `--runs` tasks of one board (one entity group), from the first --site;
+    /// with --etcd, the same board code on etcd's transactions.
+    #[arg(long, conflicts_with_all = ["queries", "queues", "two_phase", "watches"])]
+    board: bool,
+    /// Time leases instead: `--runs` leases granted, each kept alive once, then revoked,
+    /// 16 at a time, from the first --site; with --etcd, etcd's leases.
+    #[arg(long, conflicts_with_all = ["queries", "queues", "two_phase", "watches", "board"])]
+    leases: bool,
     /// Run the same closed loop against an etcd cluster instead (comma-separated
     /// endpoints, e.g. `127.0.0.1:2379`): each client puts one of --groups keys (gets,
     /// for the --reads share), one operation outstanding; no cluster.toml is read.
@@ -402,6 +411,49 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     if args.watches {
         return run_watches(&spec.sites, args.runs, config.as_ref(), &args.etcd);
+    }
+    if args.board || args.leases {
+        let workload = if args.board { "board" } else { "leases" };
+        let site = match (&config, spec.sites.first()) {
+            (Some(_), Some(site)) => site.clone(),
+            (Some(config), None) => first_full_site(config)?,
+            (None, _) => String::new(),
+        };
+        let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+        let bar = ProgressBar::new_spinner();
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar.set_message(format!("{workload}: {} items", args.runs));
+        let report = runtime.block_on(async {
+            match (&config, args.board) {
+                (Some(config), true) => {
+                    megastore_bench::run_board(config, &site, args.runs, args.clients).await
+                }
+                (Some(config), false) => {
+                    megastore_bench::run_leases(config, &site, args.runs).await
+                }
+                (None, true) => {
+                    megastore_bench::run_etcd_board(&args.etcd, args.runs, args.clients).await
+                }
+                (None, false) => megastore_bench::run_etcd_leases(&args.etcd, args.runs).await,
+            }
+        });
+        bar.finish_and_clear();
+        let report = report?;
+        let table = kinds_table("STEP", &report.kinds);
+        print!(
+            "{}: {} {} with {} workers, {:.1} per second\n{table}\n",
+            report.system,
+            report.items,
+            if args.board {
+                "tasks claimed and completed"
+            } else {
+                "leases kept alive"
+            },
+            report.workers,
+            report.per_second
+        );
+        println!("{}", report.json_line());
+        return Ok(ExitCode::SUCCESS);
     }
     let Some(config) = config else {
         return run_closed_loop(&spec, plot.as_deref(), |runtime, progress| {
