@@ -20,8 +20,9 @@
 # With 0 (the default), every client has its own.
 #
 # Last, both systems' watch delivery: WATCHES changes (env, default 200) written one
-# at a time and watched (below).
-#   [WATCHES=N] scripts/compare-etcd.sh [OUT] [ROUNDS] [SECONDS] [RTT] [CONNECTIONS]
+# at a time and watched; the task board (BOARD tasks, default 1000, 16 workers, the
+# same board code on both); and leases (LEASES, default 1000, each kept alive once).
+#   [WATCHES=N] [BOARD=N] [LEASES=N] scripts/compare-etcd.sh [OUT] [ROUNDS] [SECONDS] [RTT] [CONNECTIONS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/megastore-vs-etcd.jsonl}
@@ -191,4 +192,26 @@ if [ "$watches" != 0 ]; then
             | tee -a "$out"
     done
 fi
+# The coordination recipes and leases (`--board`, `--leases`), 0 skips each.
+for workload in board leases; do
+    if [ "$workload" = board ]; then count=${BOARD:-1000}; else count=${LEASES:-1000}; fi
+    [ "$count" = 0 ] && continue
+    for system in megastore etcd; do
+        echo "==> $workload, $count items: $system" >&2
+        if [ "$system" = etcd ]; then
+            target=(--etcd "$endpoints")
+        else
+            target=(--config "$DEV_DIR/cluster.toml")
+        fi
+        pids=("$DEV_PID")
+        if [ "$system" = etcd ]; then pids=("${etcd_pids[@]}"); fi
+        before=$(cpu_of "${pids[@]}")
+        line=$("$megastore" bench "${target[@]}" "--$workload" --runs "$count" --clients 16 \
+            2>/dev/null | tail -1)
+        after=$(cpu_of "${pids[@]}")
+        # The servers' CPU over the whole run (leases: grants, keep-alives and revokes).
+        python3 -c 'import json, sys; r = json.loads(sys.argv[1]); r["server_cpu_s"] = int(sys.argv[2]) / 100; print(json.dumps(r))' \
+            "$line" "$((after - before))" | tee -a "$out"
+    done
+done
 echo "results: $out" >&2

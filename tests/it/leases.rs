@@ -290,6 +290,34 @@ fn leases_keys_and_locks_through_the_public_api() {
             }
         };
         assert_eq!(lease.ttl_ms, TTL_MS);
+        // A session of the cluster's own kind (a coordinator's): the public API cannot
+        // end or renew it, given its id.
+        let lockd = megastore_rpc::LockdClient::new(&config).unwrap();
+        let Ok(megastore_lock::LockReply::Session { session, .. }) = lockd
+            .execute(megastore_lock::LockCommand::OpenSession {
+                owner: "coordinator-like".into(),
+            })
+            .await
+        else {
+            panic!("a session");
+        };
+        let refused = api
+            .lease_revoke(pb::LeaseRevokeRequest { lease: session.0 })
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::NotFound, "{refused}");
+        let refused = api
+            .lease_keep_alive(pb::LeaseKeepAliveRequest { lease: session.0 })
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::NotFound, "{refused}");
+        let alive = lockd
+            .execute(megastore_lock::LockCommand::KeepAlive { session })
+            .await;
+        assert!(
+            matches!(alive, Ok(megastore_lock::LockReply::Renewed { .. })),
+            "{alive:?}"
+        );
         let short = api.lease_grant(grant(10)).await.unwrap_err();
         assert_eq!(short.code(), Code::InvalidArgument, "{short}");
         assert!(short.message().contains("between"), "{short}");

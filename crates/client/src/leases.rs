@@ -24,8 +24,10 @@
 //! cannot consult another service's clock on its commit path, and deleting rows after
 //! an expiry would leave a window in which they outlive their lease.
 //!
-//! Every name an application gives is kept under its own prefix in lockd, so no
-//! application name can touch the cluster's own locks (coordinators) or files.
+//! Every name an application gives is kept under its own prefix in lockd, and every
+//! call acts only on sessions granted as leases (lockd's *leases-apart*), so no
+//! application request can touch the cluster's own locks, files or sessions (a
+//! coordinator's, say: renewing it after its process died would stall writes).
 
 use std::time::{Duration, Instant};
 
@@ -37,7 +39,7 @@ use megastore_lock::{LockCommand, LockError, LockReply, SessionId};
 
 use crate::client::{Client, ClientError};
 
-/// Where applications' locks live in lockd's namespace.
+/// Where applications' locks live in lockd's namespace (under its `APP_PREFIX`).
 const LOCKS: &str = "app/lock/";
 /// Where applications' leased keys live in lockd's namespace.
 const KEYS: &str = "app/key/";
@@ -191,7 +193,7 @@ impl Client {
     /// becomes the one the service renewed it by).
     pub async fn keep_alive(&self, lease: &mut Lease) -> Result<(), ClientError> {
         let sent = Instant::now();
-        let command = LockCommand::KeepAlive {
+        let command = LockCommand::RenewLease {
             session: SessionId(lease.id.0),
         };
         match self.lock_call(Some(lease.id), command).await? {
@@ -206,7 +208,7 @@ impl Client {
 
     /// Ends `lease` now: its locks are free and its keys gone.
     pub async fn revoke_lease(&self, lease: LeaseId) -> Result<(), ClientError> {
-        let command = LockCommand::CloseSession {
+        let command = LockCommand::RevokeLease {
             session: SessionId(lease.0),
         };
         match self.lock_call(Some(lease), command).await? {
@@ -322,6 +324,18 @@ impl Client {
                 })
                 .collect()),
             other => Err(unexpected(other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn applications_names_are_under_the_lock_services_app_prefix() {
+        for prefix in [LOCKS, KEYS] {
+            assert!(prefix.starts_with(megastore_lock::APP_PREFIX), "{prefix}");
         }
     }
 }

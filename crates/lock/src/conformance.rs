@@ -149,7 +149,7 @@ pub fn granted_leases_live_their_own_ttl<H: LockHarness>(h: &mut H) {
         session_lease, ttl,
         "the case needs a ttl unlike the session lease"
     );
-    let token = h.service().acquire(lease, "app/job").unwrap();
+    let token = h.service().acquire(lease, "jobs/nightly").unwrap();
     h.advance(ttl / 2);
     assert_eq!(h.service().keep_alive(lease).unwrap(), ttl);
     h.advance(ttl + ttl / 2);
@@ -157,9 +157,9 @@ pub fn granted_leases_live_their_own_ttl<H: LockHarness>(h: &mut H) {
         h.service().keep_alive(lease),
         Err(LockError::SessionExpired(lease))
     );
-    assert_eq!(h.service().holder("app/job").unwrap(), None);
+    assert_eq!(h.service().holder("jobs/nightly").unwrap(), None);
     assert!(
-        h.service().acquire(session, "app/job").unwrap() > token,
+        h.service().acquire(session, "jobs/nightly").unwrap() > token,
         "the next holder's fencing token is higher"
     );
     for bad in [LEASE_TTL_MIN / 2, LEASE_TTL_MAX * 2] {
@@ -211,6 +211,30 @@ pub fn leased_keys_vanish_with_their_lease<H: LockHarness>(h: &mut H) {
     );
 }
 
+/// The cluster's own sessions are not leases: the lease commands and applications'
+/// names (`app/…`) treat them as expired, and leave them alive.
+pub fn the_clusters_sessions_are_not_leases<H: LockHarness>(h: &mut H) {
+    let s = h.service();
+    let (coordinator, _) = s.open_session("coordinator-a").unwrap();
+    let expired = Err(LockError::SessionExpired(coordinator));
+    assert_eq!(s.renew_lease(coordinator).map(|_| ()), expired);
+    assert_eq!(s.revoke_lease(coordinator), expired);
+    assert_eq!(s.acquire(coordinator, "app/lock/x").map(|_| ()), expired);
+    assert_eq!(
+        s.put_leased(coordinator, "app/key/x", b"").map(|_| ()),
+        expired
+    );
+    s.keep_alive(coordinator).expect("still alive");
+    s.acquire(coordinator, "coordinator/1")
+        .expect("its own names");
+    let (lease, ttl) = s.grant_lease("app", LEASE_TTL_MIN).unwrap();
+    assert_eq!(s.renew_lease(lease).unwrap(), ttl);
+    s.acquire(lease, "app/lock/x").unwrap();
+    s.revoke_lease(lease).unwrap();
+    assert_eq!(s.holder("app/lock/x").unwrap(), None);
+    assert_eq!(s.renew_lease(lease), Err(LockError::SessionExpired(lease)));
+}
+
 /// Expands to one `#[test]` per conformance case, each on a fresh harness.
 #[macro_export]
 macro_rules! lock_service_conformance_tests {
@@ -225,6 +249,7 @@ macro_rules! lock_service_conformance_tests {
             files_are_versioned_compare_and_set,
             granted_leases_live_their_own_ttl,
             leased_keys_vanish_with_their_lease,
+            the_clusters_sessions_are_not_leases,
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

@@ -47,6 +47,13 @@ pub const LEASE_TTL_MAX: Duration = Duration::from_secs(24 * 3600);
 /// them in its replicated state, so they are bounded per lease.
 pub const LEASED_KEYS_PER_LEASE_MAX: usize = 256;
 
+/// Names under this prefix (locks, leased keys) belong to applications: only sessions
+/// granted as leases ([`LockCommand::GrantLease`]) may take or put them, and the lease
+/// commands ([`LockCommand::RenewLease`], [`LockCommand::RevokeLease`]) touch only such
+/// sessions — so nothing an application asks for can renew or end the cluster's own
+/// sessions (a coordinator's, whose lock write paths wait on).
+pub const APP_PREFIX: &str = "app/";
+
 /// The longest name of a leased key (and of an application's lock, checked by the
 /// client library).
 pub const LEASED_NAME_BYTES_MAX: usize = 1_000;
@@ -84,6 +91,18 @@ pub enum LockCommand {
         owner: String,
         /// How long it lives without a keep-alive.
         ttl: Duration,
+    },
+    /// Extend a lease (a session granted by [`LockCommand::GrantLease`]) by its ttl
+    /// from now; any other session is answered as expired.
+    RenewLease {
+        /// The lease.
+        session: SessionId,
+    },
+    /// End a lease now, releasing its locks and keys; any other session is answered as
+    /// expired.
+    RevokeLease {
+        /// The lease.
+        session: SessionId,
     },
     /// Extend a session by one lease from now.
     KeepAlive {
@@ -322,7 +341,7 @@ impl LockCore {
         name: &str,
         contents: &[u8],
     ) -> Result<LockReply, LockError> {
-        self.live_session(session)?;
+        self.live_lease(session)?;
         if name.len() > LEASED_NAME_BYTES_MAX || contents.len() > LEASED_VALUE_BYTES_MAX {
             return Err(LockError::Invalid(format!(
                 "a leased key has a name of at most {LEASED_NAME_BYTES_MAX} bytes and a value \
@@ -360,6 +379,38 @@ impl LockCore {
         self.sessions.get(&id).ok_or(LockError::SessionExpired(id))
     }
 
+    /// `id` if it is a live application lease; any other session is answered as
+    /// expired, as if it did not exist.
+    fn live_lease(&self, id: SessionId) -> Result<&Session, LockError> {
+        match self.sessions.get(&id) {
+            Some(session) if session.ttl.is_some() => Ok(session),
+            _ => Err(LockError::SessionExpired(id)),
+        }
+    }
+
+    /// The session that may act on `name`: an application's names need a lease.
+    fn session_for(&self, id: SessionId, name: &str) -> Result<&Session, LockError> {
+        if name.starts_with(APP_PREFIX) {
+            self.live_lease(id)
+        } else {
+            self.live_session(id)
+        }
+    }
+
+    fn renew(&mut self, now: Time, id: SessionId) -> Result<LockReply, LockError> {
+        let default = self.lease;
+        let s = self
+            .sessions
+            .get_mut(&id)
+            .ok_or(LockError::SessionExpired(id))?;
+        if s.revoked {
+            return Err(LockError::SessionRevoked(id));
+        }
+        let lease = s.ttl.unwrap_or(default);
+        s.expires_at = now + lease;
+        Ok(LockReply::Renewed { lease })
+    }
+
     fn holder(&self, lock: &str) -> Option<LockHolder> {
         let (session, sequencer) = self.locks.get(lock)?;
         let owner = self.sessions.get(session)?.owner.clone();
@@ -384,18 +435,15 @@ impl LockCore {
                 }
                 Ok(self.open_session(now, owner, Some(*ttl)))
             }
-            LockCommand::KeepAlive { session } => {
-                let default = self.lease;
-                let s = self
-                    .sessions
-                    .get_mut(session)
-                    .ok_or(LockError::SessionExpired(*session))?;
-                if s.revoked {
-                    return Err(LockError::SessionRevoked(*session));
-                }
-                let lease = s.ttl.unwrap_or(default);
-                s.expires_at = now + lease;
-                Ok(LockReply::Renewed { lease })
+            LockCommand::KeepAlive { session } => self.renew(now, *session),
+            LockCommand::RenewLease { session } => {
+                self.live_lease(*session)?;
+                self.renew(now, *session)
+            }
+            LockCommand::RevokeLease { session } => {
+                self.live_lease(*session)?;
+                self.end_session(*session);
+                Ok(LockReply::Done)
             }
             LockCommand::CloseSession { session } => {
                 self.live_session(*session)?;
@@ -403,7 +451,7 @@ impl LockCore {
                 Ok(LockReply::Done)
             }
             LockCommand::Acquire { session, lock } => {
-                self.live_session(*session)?;
+                self.session_for(*session, lock)?;
                 match self.locks.get(lock) {
                     Some((holder, sequencer)) if holder == session => Ok(LockReply::Acquired {
                         sequencer: *sequencer,
@@ -419,7 +467,7 @@ impl LockCore {
                 }
             }
             LockCommand::Release { session, lock } => {
-                self.live_session(*session)?;
+                self.session_for(*session, lock)?;
                 match self.locks.get(lock) {
                     Some((holder, _)) if holder == session => {
                         self.locks.remove(lock);

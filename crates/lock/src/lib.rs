@@ -20,7 +20,10 @@
 //!   may still act within its lease;
 //! - a new leader restarts every lease on its own clock (never shortening one);
 //! - a leased key lives exactly as long as its session (*leased-keys-die-with-lease*),
-//!   and its revision, like every sequencer, comes from one counter that only grows.
+//!   and its revision, like every sequencer, comes from one counter that only grows;
+//! - applications' names (`app/…`) and the lease commands act only on sessions
+//!   granted as leases, so no application request renews or ends the cluster's own
+//!   sessions (*leases-apart*).
 
 pub mod client;
 pub mod conformance;
@@ -31,7 +34,7 @@ mod service;
 
 pub use client::{LockClient, LockOutcome, LockSend};
 pub use core::{
-    LEASE_TTL_MAX, LEASE_TTL_MIN, LEASED_KEYS_PER_LEASE_MAX, LEASED_NAME_BYTES_MAX,
+    APP_PREFIX, LEASE_TTL_MAX, LEASE_TTL_MIN, LEASED_KEYS_PER_LEASE_MAX, LEASED_NAME_BYTES_MAX,
     LEASED_VALUE_BYTES_MAX, LeasedKey, LockCommand, LockCore, LockError, LockFile, LockHolder,
     LockReply, Sequencer, SessionId,
 };

@@ -51,6 +51,22 @@ pub trait LockServiceExt: LockService {
         }
     }
 
+    /// Renews a lease by its ttl (only a session granted as a lease).
+    fn renew_lease(&self, lease: SessionId) -> Result<Duration, LockError> {
+        match self.execute(LockCommand::RenewLease { session: lease })? {
+            LockReply::Renewed { lease } => Ok(lease),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Ends a lease now (only a session granted as a lease).
+    fn revoke_lease(&self, lease: SessionId) -> Result<(), LockError> {
+        match self.execute(LockCommand::RevokeLease { session: lease })? {
+            LockReply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Extends a session by one lease.
     fn keep_alive(&self, session: SessionId) -> Result<Duration, LockError> {
         match self.execute(LockCommand::KeepAlive { session })? {

@@ -78,6 +78,12 @@ impl From<LockRequest> for pb::LockRequest {
                 contents,
             }),
             LockCommand::ListLeased { prefix } => r::Command::ListLeased(r::ListLeased { prefix }),
+            LockCommand::RenewLease { session } => {
+                r::Command::RenewLease(r::RenewLease { session: session.0 })
+            }
+            LockCommand::RevokeLease { session } => {
+                r::Command::RevokeLease(r::RevokeLease { session: session.0 })
+            }
         };
         pb::LockRequest {
             id: request.id,
@@ -125,6 +131,12 @@ impl TryFrom<pb::LockRequest> for LockRequest {
                 contents: c.contents,
             },
             r::Command::ListLeased(c) => LockCommand::ListLeased { prefix: c.prefix },
+            r::Command::RenewLease(c) => LockCommand::RenewLease {
+                session: SessionId(c.session),
+            },
+            r::Command::RevokeLease(c) => LockCommand::RevokeLease {
+                session: SessionId(c.session),
+            },
         };
         Ok(LockRequest {
             id: request.id,

@@ -511,6 +511,8 @@ fn every_lock_message_survives_the_wire() {
         LockCommand::ListLeased {
             prefix: "app/".into(),
         },
+        LockCommand::RenewLease { session },
+        LockCommand::RevokeLease { session },
     ];
     for command in commands {
         let request = LockRequest { id: 5, command };
