@@ -444,3 +444,104 @@ fn leases_keys_and_locks_through_the_public_api() {
         }
     });
 }
+
+/// `megastore lock`: a second holder waits for the first, then runs its command with a
+/// higher token; the command's exit code is the tool's; a holder paused past its lease
+/// learns it lost the lock, stops its command and fails.
+#[test]
+fn the_lock_tool_runs_a_command_under_the_lock_and_stops_it_when_the_lock_is_lost() {
+    let (_alone, dir, cluster, _config, _runtime) = start_cluster();
+    let config = cluster.config_path.to_str().unwrap().to_string();
+    let token_of = |text: &str| -> u64 {
+        let at = text
+            .find("fencing token ")
+            .unwrap_or_else(|| panic!("no token in {text}"));
+        text[at + 14..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let first = Process::start(
+        "first",
+        &[
+            "lock", "job", "--config", &config, "--ttl-ms", "1000", "--", "sleep", "3",
+        ],
+        dir.path(),
+    );
+    wait_until("the first holder", Duration::from_secs(60), || {
+        first.log().contains("held")
+    });
+    let first_token = token_of(&first.log());
+    let second = megastore_e2e::run_megastore(
+        &[
+            "lock",
+            "job",
+            "--config",
+            &config,
+            "--wait-secs",
+            "30",
+            "--",
+            "sh",
+            "-c",
+            "echo token=$MEGASTORE_FENCING_TOKEN lease=$MEGASTORE_LEASE; exit 3",
+        ],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert_eq!(second.status.code(), Some(3), "{second:?}");
+    let second_token = token_of(&second.stdout);
+    assert!(
+        second
+            .stdout
+            .contains(&format!("token={second_token} lease=")),
+        "{second:?}"
+    );
+    assert!(second_token > first_token, "{second_token} > {first_token}");
+    let bad = megastore_e2e::run_megastore(
+        &["lock", "job", "--config", &config, "--ttl-ms", "10"],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert!(
+        !bad.status.success() && bad.stderr.contains("between"),
+        "{bad:?}"
+    );
+
+    // Paused past its lease, a holder loses the lock to another; resumed, it finds out
+    // at its next renewal, stops its command and fails.
+    let mut paused = Process::start(
+        "paused",
+        &[
+            "lock", "job", "--config", &config, "--ttl-ms", "1000", "--", "sleep", "60",
+        ],
+        dir.path(),
+    );
+    wait_until("the paused holder", Duration::from_secs(60), || {
+        paused.log().contains("held")
+    });
+    paused.signal("STOP");
+    let taker = megastore_e2e::run_megastore(
+        &[
+            "lock",
+            "job",
+            "--config",
+            &config,
+            "--wait-secs",
+            "30",
+            "--",
+            "true",
+        ],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert!(taker.status.success(), "{taker:?}");
+    paused.signal("CONT");
+    wait_until(
+        "the paused holder to give up",
+        Duration::from_secs(30),
+        || !paused.running(),
+    );
+    assert!(paused.log().contains("lost lock job"), "{}", paused.log());
+}

@@ -28,6 +28,7 @@ mod coordinator_cmd;
 mod demo_cmd;
 mod dev_cmd;
 mod dev_drills;
+mod lock_cmd;
 mod lockd_cmd;
 mod logging;
 mod replica_cmd;
@@ -83,6 +84,9 @@ enum Command {
     Bench(bench_cmd::BenchArgs),
     /// Print every committed change to a group's keys as it happens.
     Watch(watch_cmd::WatchArgs),
+    /// Hold a lock under a lease kept alive, running a command while it is held (it
+    /// gets the fencing token in MEGASTORE_FENCING_TOKEN).
+    Lock(lock_cmd::LockArgs),
     /// Make a CA and a certificate for every host of a config (for mutual TLS).
     Certs(certs_cmd::CertsArgs),
     /// Back up a replica's store, streamed from it while it runs or copied from a stopped
@@ -105,6 +109,7 @@ fn main() -> ExitCode {
         Command::Shell(args) => shell_cmd::run(args),
         Command::Bench(args) => bench_cmd::run(args),
         Command::Watch(args) => watch_cmd::run(args),
+        Command::Lock(args) => lock_cmd::run(args),
         Command::Certs(args) => certs_cmd::run(args),
         Command::Backup(args) => backup_cmd::run(args),
     };
