@@ -182,6 +182,10 @@ fn the_service_survives_the_loss_of_its_leader() {
         s.acquire(other, "coordinator/1"),
         Err(LockError::Held(_))
     ));
+    // An application's lock taken after the election fences above every token the old
+    // leader handed out.
+    let (app, _) = s.grant_lease("app", megastore_lock::LEASE_TTL_MIN).unwrap();
+    assert!(s.acquire(app, "app/lock/job").unwrap() > first);
 }
 
 /// Writes a file as a careful user does: a write whose outcome is unknown
