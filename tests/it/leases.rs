@@ -359,6 +359,20 @@ fn leases_keys_and_locks_through_the_public_api() {
                 .contains(&format!("held by lease {}", other.lease)),
             "{held}"
         );
+        let not_holder = api
+            .unlock(pb::UnlockRequest {
+                lease: lease.lease,
+                name: "leader".into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(not_holder.code(), Code::FailedPrecondition, "{not_holder}");
+        assert!(
+            not_holder
+                .message()
+                .contains("does not hold lock \"leader\""),
+            "{not_holder}"
+        );
         let holder = api
             .lock_holder(pb::LockHolderRequest {
                 name: "leader".into(),

@@ -140,18 +140,13 @@ fn lock_error(e: LockError, lease: Option<LeaseId>) -> ClientError {
         LockError::SessionExpired(s) | LockError::SessionRevoked(s) => {
             ClientError::Lease(LeaseError::Ended(lease.unwrap_or(LeaseId(s.0))))
         }
-        LockError::Held(holder) => ClientError::Lease(LeaseError::Held {
-            name: holder.owner.clone(),
-            holder: LockHolding {
-                lease: LeaseId(holder.session.0),
-                token: FencingToken(holder.sequencer.0),
-            },
-        }),
         LockError::Invalid(why) => ClientError::InvalidArgument(why),
         LockError::NotLeader | LockError::Unavailable => {
             ClientError::Unavailable("the lock service (lockd) has no reachable leader".into())
         }
-        e @ (LockError::NotHolder | LockError::VersionMismatch { .. }) => {
+        // Answers to one command only, which names the lock: `lock` and `unlock` map
+        // them themselves.
+        e @ (LockError::Held(_) | LockError::NotHolder | LockError::VersionMismatch { .. }) => {
             ClientError::Lock(e.to_string())
         }
     }
@@ -168,6 +163,33 @@ impl Client {
             .execute(command)
             .await
             .map_err(|e| lock_error(e, lease))
+    }
+
+    /// [`Client::lock_call`] for a command on lock `name`, whose refusals name it.
+    async fn lock_command(
+        &self,
+        lease: LeaseId,
+        name: &str,
+        command: LockCommand,
+    ) -> Result<LockReply, ClientError> {
+        self.peers()
+            .lockd()
+            .execute(command)
+            .await
+            .map_err(|e| match e {
+                LockError::Held(holder) => ClientError::Lease(LeaseError::Held {
+                    name: name.to_string(),
+                    holder: LockHolding {
+                        lease: LeaseId(holder.session.0),
+                        token: FencingToken(holder.sequencer.0),
+                    },
+                }),
+                LockError::NotHolder => ClientError::Lease(LeaseError::NotHolder {
+                    lease,
+                    name: name.to_string(),
+                }),
+                e => lock_error(e, Some(lease)),
+            })
     }
 
     /// Grants a lease of `ttl` ([`megastore_lock::LEASE_TTL_MIN`] to
@@ -226,17 +248,9 @@ impl Client {
             session: SessionId(lease.0),
             lock: format!("{LOCKS}{name}"),
         };
-        match self.lock_call(Some(lease), command).await {
-            Ok(LockReply::Acquired { sequencer }) => Ok(FencingToken(sequencer.0)),
-            Ok(other) => Err(unexpected(other)),
-            // The service names the holder's owner; the caller named the lock.
-            Err(ClientError::Lease(LeaseError::Held { holder, .. })) => {
-                Err(ClientError::Lease(LeaseError::Held {
-                    name: name.to_string(),
-                    holder,
-                }))
-            }
-            Err(e) => Err(e),
+        match self.lock_command(lease, name, command).await? {
+            LockReply::Acquired { sequencer } => Ok(FencingToken(sequencer.0)),
+            other => Err(unexpected(other)),
         }
     }
 
@@ -247,14 +261,9 @@ impl Client {
             session: SessionId(lease.0),
             lock: format!("{LOCKS}{name}"),
         };
-        match self.lock_call(Some(lease), command).await {
-            Ok(LockReply::Done) => Ok(()),
-            Ok(other) => Err(unexpected(other)),
-            Err(ClientError::Lock(_)) => Err(ClientError::Lease(LeaseError::NotHolder {
-                lease,
-                name: name.to_string(),
-            })),
-            Err(e) => Err(e),
+        match self.lock_command(lease, name, command).await? {
+            LockReply::Done => Ok(()),
+            other => Err(unexpected(other)),
         }
     }
 

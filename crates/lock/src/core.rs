@@ -251,6 +251,9 @@ struct Session {
     /// service's.
     #[serde(default)]
     ttl: Option<Duration>,
+    /// How many leased keys it carries (so a put checks the bound without a scan).
+    #[serde(default)]
+    leased_keys: usize,
 }
 
 /// The replicated state of the lock service.
@@ -330,6 +333,7 @@ impl LockCore {
             expires_at: now + lease,
             revoked: false,
             ttl,
+            leased_keys: 0,
         };
         self.sessions.insert(id, session);
         LockReply::Session { session: id, lease }
@@ -350,13 +354,9 @@ impl LockCore {
                 contents.len()
             )));
         }
-        let replaces_own = self.leased.get(name).is_some_and(|k| k.session == session);
-        let carried = self
-            .leased
-            .values()
-            .filter(|k| k.session == session)
-            .count();
-        if !replaces_own && carried >= LEASED_KEYS_PER_LEASE_MAX {
+        let previous = self.leased.get(name).map(|k| k.session);
+        let carried = self.live_lease(session)?.leased_keys;
+        if previous != Some(session) && carried >= LEASED_KEYS_PER_LEASE_MAX {
             return Err(LockError::Invalid(format!(
                 "lease {} already carries {LEASED_KEYS_PER_LEASE_MAX} keys, the most one lease may",
                 session.0
@@ -372,6 +372,15 @@ impl LockCore {
                 contents: contents.to_vec(),
             },
         );
+        // A put of another lease's key moves it to this one.
+        if previous != Some(session) {
+            if let Some(owner) = previous.and_then(|p| self.sessions.get_mut(&p)) {
+                owner.leased_keys -= 1;
+            }
+            if let Some(carrier) = self.sessions.get_mut(&session) {
+                carrier.leased_keys += 1;
+            }
+        }
         Ok(LockReply::Written { version: revision })
     }
 
@@ -538,14 +547,24 @@ impl LockCore {
                 "lock {lock} has a sequencer from the future"
             );
         }
+        let mut carried: BTreeMap<SessionId, usize> = BTreeMap::new();
         for (name, key) in &self.leased {
             assert!(
                 self.sessions.contains_key(&key.session),
                 "leased key {name} outlived its lease"
             );
+            *carried.entry(key.session).or_default() += 1;
             assert!(
                 key.revision < self.next_sequencer,
                 "leased key {name} has a revision from the future"
+            );
+        }
+        for (id, session) in &self.sessions {
+            assert_eq!(
+                session.leased_keys,
+                carried.get(id).copied().unwrap_or(0),
+                "session {} miscounts its leased keys",
+                id.0
             );
         }
         if let Some((last, _)) = self.sessions.last_key_value() {
@@ -584,6 +603,19 @@ mod tests {
         core.apply(now, &put("k0".into()))
             .expect("replacing one of its own keys adds none");
         core.check_invariants();
+        let Ok(LockReply::Session { session: other, .. }) = core.apply(now, &grant) else {
+            panic!("granted");
+        };
+        let take = LockCommand::PutLeased {
+            session: other,
+            name: "k1".into(),
+            contents: Vec::new(),
+        };
+        core.apply(now, &take)
+            .expect("another lease takes a key over");
+        core.apply(now, &put("one-more".into()))
+            .expect("the first lease has room again");
+        core.check_invariants();
     }
 
     #[test]
@@ -594,7 +626,9 @@ mod tests {
         let mut json: serde_json::Value = serde_json::to_value(&core).unwrap();
         json.as_object_mut().unwrap().remove("leased");
         for session in json["sessions"].as_object_mut().unwrap().values_mut() {
-            session.as_object_mut().unwrap().remove("ttl");
+            let fields = session.as_object_mut().unwrap();
+            fields.remove("ttl");
+            fields.remove("leased_keys");
         }
         let loaded: LockCore = serde_json::from_value(json).unwrap();
         assert_eq!(loaded, core);
