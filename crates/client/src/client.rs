@@ -193,6 +193,8 @@ pub struct Client {
     /// For lock-service calls (leases, locks, leased keys), which go straight to
     /// lockd rather than through the driver.
     peers: Arc<Peers>,
+    /// The cluster's clock drift bound, by which a lease's `valid_until` is shortened.
+    max_clock_drift_ppm: u32,
 }
 
 /// The wall clock, in ms since the Unix epoch.
@@ -292,12 +294,18 @@ impl Client {
             timeouts,
             metrics,
             peers,
+            max_clock_drift_ppm: config.timeouts.max_clock_drift_ppm,
         })
     }
 
     /// The cluster's processes, for lock-service calls.
     pub(crate) fn peers(&self) -> &Peers {
         &self.peers
+    }
+
+    /// The cluster's clock drift bound (`[timeouts] max_clock_drift_ppm`).
+    pub(crate) fn max_clock_drift_ppm(&self) -> u32 {
+        self.max_clock_drift_ppm
     }
 
     /// What this client (and its clones) did: commits by path, conflicts, reads by how

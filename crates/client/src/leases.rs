@@ -5,8 +5,9 @@
 //! depends on; a new leader restarts every lease on its own clock, so a leader change
 //! can lengthen a lease but never shorten it. A holder judges its own lease
 //! conservatively from its monotonic clock: [`Lease::valid_until`] counts the ttl
-//! from before the request was sent, so it ends no later than lockd's deadline (up to
-//! the clocks' rate difference, parts per million).
+//! from before the request was sent, shortened by twice the cluster's clock drift
+//! bound (`megastore_lock::holder_lease`, the coordinators' rule too), so it ends
+//! before lockd's deadline.
 //!
 //! A lock taken under a lease returns a [`FencingToken`]. Tokens come from one counter
 //! in lockd's replicated state, which only grows — across leader changes and
@@ -66,7 +67,7 @@ pub struct Lease {
     /// How long it lives without a keep-alive.
     pub ttl: Duration,
     /// Until when this holder may rely on it: the ttl counted from before the last
-    /// grant or keep-alive was sent.
+    /// grant or keep-alive was sent, less twice the clock drift bound.
     pub valid_until: Instant,
 }
 
@@ -165,6 +166,11 @@ impl Client {
             .map_err(|e| lock_error(e, lease))
     }
 
+    /// How long this holder may count on a lease of `ttl` ([`megastore_lock::holder_lease`]).
+    fn holder_lease(&self, ttl: Duration) -> Duration {
+        megastore_lock::holder_lease(ttl, self.max_clock_drift_ppm(), Duration::ZERO)
+    }
+
     /// [`Client::lock_call`] for a command on lock `name`, whose refusals name it.
     async fn lock_command(
         &self,
@@ -205,7 +211,7 @@ impl Client {
             LockReply::Session { session, lease } => Ok(Lease {
                 id: LeaseId(session.0),
                 ttl: lease,
-                valid_until: sent + lease,
+                valid_until: sent + self.holder_lease(lease),
             }),
             other => Err(unexpected(other)),
         }
@@ -221,7 +227,7 @@ impl Client {
         match self.lock_call(Some(lease.id), command).await? {
             LockReply::Renewed { lease: ttl } => {
                 lease.ttl = ttl;
-                lease.valid_until = sent + ttl;
+                lease.valid_until = sent + self.holder_lease(ttl);
                 Ok(())
             }
             other => Err(unexpected(other)),

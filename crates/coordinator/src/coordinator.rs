@@ -239,10 +239,11 @@ impl Coordinator {
     /// was sent: shortened by twice the drift bound (our clock and the service's may
     /// err in opposite directions) and the margin.
     fn safe_lease(&self, lease: Duration) -> Duration {
-        let drift = lease.mul_f64(2.0 * f64::from(self.config.max_clock_drift_ppm) / 1e6);
-        lease
-            .saturating_sub(drift)
-            .saturating_sub(self.config.lease_margin)
+        megastore_lock::holder_lease(
+            lease,
+            self.config.max_clock_drift_ppm,
+            self.config.lease_margin,
+        )
     }
 
     /// Handles one event.

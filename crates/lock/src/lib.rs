@@ -33,6 +33,19 @@ mod quorum;
 mod service;
 
 pub use client::{LockClient, LockOutcome, LockSend};
+
+use std::time::Duration;
+
+/// How long a holder may count on a lease of `lease`, measured on its own clock from
+/// when it *sent* the request that granted or renewed it: shortened by twice the drift
+/// bound (its clock and the service's may err in opposite directions) and `margin`.
+/// It then ends before the service could call the lease lapsed. Coordinators judge
+/// their lock's lease by it, and applications their leases (`Lease::valid_until` in
+/// the client library): one rule for both.
+pub fn holder_lease(lease: Duration, max_clock_drift_ppm: u32, margin: Duration) -> Duration {
+    let drift = lease.mul_f64(2.0 * f64::from(max_clock_drift_ppm) / 1e6);
+    lease.saturating_sub(drift).saturating_sub(margin)
+}
 pub use core::{
     APP_PREFIX, LEASE_TTL_MAX, LEASE_TTL_MIN, LEASED_KEYS_PER_LEASE_MAX, LEASED_NAME_BYTES_MAX,
     LEASED_VALUE_BYTES_MAX, LeasedKey, LockCommand, LockCore, LockError, LockFile, LockHolder,
@@ -84,4 +97,27 @@ mod conformance_tests {
     }
 
     crate::lock_service_conformance_tests!(LocalHarness::new());
+}
+
+#[cfg(test)]
+mod holder_lease_tests {
+    use std::time::Duration;
+
+    use super::holder_lease;
+
+    #[test]
+    fn a_holder_counts_on_the_lease_less_twice_the_drift_and_the_margin() {
+        let lease = Duration::from_secs(10);
+        assert_eq!(holder_lease(lease, 0, Duration::ZERO), lease);
+        // 200 ppm each way of 10 s is 2 ms; twice that, and the margin.
+        assert_eq!(
+            holder_lease(lease, 200, Duration::from_millis(100)),
+            Duration::from_millis(10_000 - 4 - 100)
+        );
+        assert_eq!(
+            holder_lease(Duration::from_millis(50), 200, Duration::from_millis(100)),
+            Duration::ZERO,
+            "a margin longer than the lease leaves nothing to count on"
+        );
+    }
 }
