@@ -20,7 +20,9 @@ use tonic::Code;
 use crate::support::{api_at, connect, replica_address, start_cluster, start_cluster_with};
 
 const LEDGER_GROUP: &[u8] = b"fenced-ledger";
-const TTL_MS: u64 = 1_000;
+/// Long enough that a test process stalled by a loaded machine keeps its lease (holders
+/// renew at a quarter of it).
+const TTL_MS: u64 = 2_000;
 
 /// One line a worker printed.
 #[derive(Debug, Clone)]
@@ -401,7 +403,7 @@ fn leases_keys_and_locks_through_the_public_api() {
 
         // Kept alive past its ttl, the lease lives; left alone, it expires with its key.
         for _ in 0..4 {
-            tokio::time::sleep(Duration::from_millis(TTL_MS / 2)).await;
+            tokio::time::sleep(Duration::from_millis(TTL_MS / 4)).await;
             let kept = api
                 .lease_keep_alive(pb::LeaseKeepAliveRequest { lease: lease.lease })
                 .await
