@@ -1,5 +1,6 @@
 //! End-to-end tests of the `megastore` binary (see the crate docs for how it is found).
 
+mod admin_auth;
 mod backfill;
 mod bank;
 mod batching;

@@ -134,6 +134,12 @@ pub(crate) fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
             crate::say!();
             crate::demo_cmd::demo(&config, None).await?;
         }
+        if config.auth.is_none() {
+            crate::say!();
+            crate::say!(
+                "  Unauthenticated: no [auth] in its config, so anyone who reaches its ports may call any API, backups included."
+            );
+        }
         let lifetime = if args.exit_after_demo {
             "The cluster stops now (--exit-after-demo)."
         } else {

@@ -132,6 +132,7 @@ pub(crate) fn to_json(status: &ClusterStatus) -> serde_json::Value {
     });
     json!({
         "cluster": status.cluster,
+        "admin_auth": status.admin_auth,
         "lockd_leader": status.lockd_leader(),
         "lockd": lockd,
         "replicas": replicas,
@@ -198,7 +199,12 @@ pub(crate) fn render(status: &ClusterStatus) -> String {
             .find(|l| u64::from(l.id) == id)
             .map_or_else(|| format!("#{id}"), |l| l.name.clone())
     };
-    let mut out = format!("cluster {:?}\n\n", status.cluster);
+    let mut out = format!("cluster {:?}\n", status.cluster);
+    out.push_str(if status.admin_auth {
+        "administration: operator token required ([auth])\n\n"
+    } else {
+        "administration: UNAUTHENTICATED (no [auth]: anyone who reaches a replica may back it up)\n\n"
+    });
     match status.lockd_leader() {
         Some(leader) => out.push_str(&format!("lock service: leader {}\n", name_of(leader))),
         None => out.push_str("lock service: NO LEADER (coordinators cannot renew their locks)\n"),

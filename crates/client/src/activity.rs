@@ -58,7 +58,11 @@ async fn replica_activity(
         .channel(address, config.timeouts.rpc())
         .ok()?;
     let mut admin = pb::admin_client::AdminClient::new(channel);
-    let call = admin.activity(pb::ActivityRequest { top });
+    let token = config.operator_token().ok().flatten();
+    let call = admin.activity(megastore_rpc::with_operator_token(
+        pb::ActivityRequest { top },
+        token.as_deref(),
+    ));
     let a = tokio::time::timeout(config.timeouts.rpc(), call)
         .await
         .ok()?

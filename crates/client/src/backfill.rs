@@ -169,7 +169,11 @@ pub async fn list_groups(
                 limit: u32::try_from(limit).unwrap_or(u32::MAX),
             };
             let mut admin = AdminClient::new(channel);
-            let call = admin.list_groups(request);
+            let token = config.operator_token().map_err(|e| e.to_string())?;
+            let call = admin.list_groups(megastore_rpc::with_operator_token(
+                request,
+                token.as_deref(),
+            ));
             match tokio::time::timeout(config.timeouts.rpc() * 4, call).await {
                 Ok(Ok(answer)) => Ok(answer.into_inner().groups),
                 Ok(Err(status)) => Err(format!("replica {}: {}", replica.name, status.message())),

@@ -62,7 +62,11 @@ async fn replica_lag(config: &ClusterConfig, address: &str) -> Option<megastore_
         .channel(address, config.timeouts.rpc())
         .ok()?;
     let mut admin = megastore_rpc::pb::admin::admin_client::AdminClient::new(channel);
-    let call = admin.lag(megastore_rpc::pb::admin::LagRequest {});
+    let token = config.operator_token().ok().flatten();
+    let call = admin.lag(megastore_rpc::with_operator_token(
+        megastore_rpc::pb::admin::LagRequest {},
+        token.as_deref(),
+    ));
     let answer = tokio::time::timeout(config.timeouts.rpc(), call)
         .await
         .ok()?
@@ -122,6 +126,9 @@ pub struct ClusterStatus {
     pub queues: Option<QueueStatus>,
     /// The applied schema, when lockd answered and one is applied.
     pub schema: Option<SchemaStatus>,
+    /// Whether the replicas' administration service needs the operator token
+    /// (`[auth]` in the config).
+    pub admin_auth: bool,
 }
 
 /// The cluster's catalog: its version, and how each index stands.
@@ -323,6 +330,7 @@ pub async fn cluster_status(
         group: group.cloned(),
         queues: None,
         schema: None,
+        admin_auth: config.auth.is_some(),
     };
     // Without a lockd leader a holder query would wait out an election's patience.
     let lockd_serving = status.lockd_leader().is_some();
@@ -413,6 +421,7 @@ mod tests {
             group: None,
             queues: None,
             schema: None,
+            admin_auth: false,
         }
     }
 

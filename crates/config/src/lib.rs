@@ -101,7 +101,25 @@ pub struct ClusterConfig {
     /// How much data history replicas keep.
     #[serde(default)]
     pub history: History,
+    /// Who may call the administration API (absent: anyone who reaches a port).
+    #[serde(default)]
+    pub auth: Option<AuthConfig>,
 }
+
+/// `[auth]`: the replicas' administration service (`megastore.admin.v1.Admin`: backup,
+/// group listings, lag, activity) answers only calls that carry the operator token,
+/// as `authorization: Bearer <token>`. The token is the first line of
+/// `operator_token_file` (relative paths are relative to the config file); servers
+/// read it at start, and the tools send it from the same config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// A file holding the operator token (keep it readable by operators only).
+    pub operator_token_file: PathBuf,
+}
+
+/// The shortest operator token accepted: a guessable token protects nothing.
+pub const OPERATOR_TOKEN_MIN_BYTES: usize = 16;
 
 /// `[history]`: how many log positions of data history a replica keeps below its
 /// truncation point. Reads at older positions are refused, and the cell versions only
@@ -297,7 +315,35 @@ impl ClusterConfig {
                 *file = base.join(&*file);
             }
         }
+        if let Some(auth) = &mut config.auth {
+            auth.operator_token_file = base.join(&auth.operator_token_file);
+        }
         Ok(config)
+    }
+
+    /// The operator token of `[auth]` (`None` without `[auth]`), read from its file
+    /// now: an unreadable, empty or short token is an error naming the file.
+    pub fn operator_token(&self) -> Result<Option<String>, ConfigError> {
+        let Some(auth) = &self.auth else {
+            return Ok(None);
+        };
+        let path = &auth.operator_token_file;
+        let text = std::fs::read_to_string(path).map_err(|why| ConfigError::Read {
+            path: path.clone(),
+            why,
+        })?;
+        let token = text.lines().next().unwrap_or_default().trim().to_string();
+        if token.len() < OPERATOR_TOKEN_MIN_BYTES {
+            return Err(ConfigError::Invalid {
+                origin: path.display().to_string(),
+                field: "auth.operator_token_file".into(),
+                message: format!(
+                    "the token (its first line) must be at least {OPERATOR_TOKEN_MIN_BYTES} bytes, not {}",
+                    token.len()
+                ),
+            });
+        }
+        Ok(Some(token))
     }
 
     /// Parses and validates config text; `origin` names it in errors.

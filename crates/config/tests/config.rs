@@ -224,3 +224,34 @@ fn syntax_and_shape_errors_say_where() {
         .to_string();
     assert!(e.starts_with("t.toml:"), "{e}");
 }
+
+#[test]
+fn the_operator_token_is_read_from_its_file_relative_to_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cluster.toml");
+    let text = format!(
+        "{}\n[auth]\noperator_token_file = \"operator.token\"\n",
+        include_str!("../cluster.example.toml")
+    );
+    std::fs::write(&path, text).unwrap();
+    let config = ClusterConfig::load(&path).unwrap();
+    let missing = config.operator_token().unwrap_err();
+    assert!(missing.to_string().contains("operator.token"), "{missing}");
+    std::fs::write(dir.path().join("operator.token"), "short\n").unwrap();
+    let short = config.operator_token().unwrap_err().to_string();
+    assert!(
+        short.contains("auth.operator_token_file") && short.contains("at least 16 bytes"),
+        "{short}"
+    );
+    std::fs::write(
+        dir.path().join("operator.token"),
+        "0123456789abcdef-xyz\nignored\n",
+    )
+    .unwrap();
+    assert_eq!(
+        config.operator_token().unwrap().as_deref(),
+        Some("0123456789abcdef-xyz")
+    );
+    let open = ClusterConfig::parse(include_str!("../cluster.example.toml"), "example").unwrap();
+    assert_eq!(open.operator_token().unwrap(), None);
+}

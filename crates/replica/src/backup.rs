@@ -87,7 +87,11 @@ pub async fn backup_running_replica(
         .and_then(|t| t.channel(&replica.address, config.timeouts.rpc()))
         .map_err(|e| BackupError::Failed(e.to_string()))?;
     let mut admin = AdminClient::new(channel);
-    let call = tokio::time::timeout(config.timeouts.rpc() * 4, admin.backup(BackupRequest {}));
+    let token = config
+        .operator_token()
+        .map_err(|e| BackupError::Failed(e.to_string()))?;
+    let request = megastore_rpc::with_operator_token(BackupRequest {}, token.as_deref());
+    let call = tokio::time::timeout(config.timeouts.rpc() * 4, admin.backup(request));
     let mut chunks = match call.await {
         Err(_) => return Err(unreachable("no answer".into())),
         Ok(Err(status)) if status.code() == tonic::Code::Unavailable => {

@@ -18,6 +18,7 @@
 //! - a malformed message from a peer is a [`WireError`] naming the field, never a
 //!   panic.
 
+mod admin_auth;
 mod call_queue;
 mod coordinator;
 mod error;
@@ -29,6 +30,7 @@ mod replication;
 mod rows;
 mod transport;
 
+pub use admin_auth::{OperatorAuth, with_operator_token};
 pub use coordinator::{
     reply_from_wire as coordinator_reply_from_wire, reply_to_wire as coordinator_reply_to_wire,
 };

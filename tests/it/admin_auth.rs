@@ -1,0 +1,93 @@
+//! The operator token (`[auth]`): with it configured, the replicas' administration
+//! service answers only calls that carry it. A backup streamed from a running replica
+//! works with the cluster's config and is refused, naming what was missing, with a
+//! config that has no token or another one; `megastore status` says which it is.
+
+use std::time::Duration;
+
+use megastore_e2e::run_megastore;
+
+const TOKEN: &str = "s3cret-operator-token-0123456789";
+
+#[test]
+fn administration_needs_the_operator_token_when_auth_is_configured() {
+    let _alone = megastore_e2e::one_cluster_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = megastore_e2e::LocalCluster::start_configured(dir.path(), |path| {
+        let folder = path.parent().unwrap();
+        std::fs::write(folder.join("operator.token"), format!("{TOKEN}\n")).unwrap();
+        let mut text = std::fs::read_to_string(path).unwrap();
+        text.push_str("\n[auth]\noperator_token_file = \"operator.token\"\n");
+        std::fs::write(path, text).unwrap();
+    });
+    cluster.wait_for_log("replica-a", "replica serving", Duration::from_secs(30));
+    let with_token = cluster.config_path.to_str().unwrap().to_string();
+    let text = std::fs::read_to_string(&cluster.config_path).unwrap();
+    let without = dir.path().join("no-auth.toml");
+    std::fs::write(
+        &without,
+        text.replace("\n[auth]\noperator_token_file = \"operator.token\"\n", "\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("other.token"),
+        "not-the-operator-token-at-all\n",
+    )
+    .unwrap();
+    let wrong = dir.path().join("wrong-token.toml");
+    std::fs::write(&wrong, text.replace("operator.token", "other.token")).unwrap();
+
+    let backup = |config: &str, out: &str| {
+        run_megastore(
+            &[
+                "backup",
+                "--config",
+                config,
+                "--id",
+                "a",
+                "--out",
+                dir.path().join(out).to_str().unwrap(),
+            ],
+            dir.path(),
+            Duration::from_secs(60),
+        )
+    };
+    let made = backup(&with_token, "with-token");
+    assert!(made.status.success(), "{made:?}");
+    assert!(dir.path().join("with-token/CURRENT").exists());
+    for (config, missing) in [
+        (without.to_str().unwrap(), "carried no"),
+        (wrong.to_str().unwrap(), "is not it"),
+    ] {
+        let refused = backup(config, "refused");
+        assert!(!refused.status.success(), "{refused:?}");
+        assert!(
+            refused.stderr.contains("operator token") && refused.stderr.contains(missing),
+            "{refused:?}"
+        );
+        assert!(
+            !dir.path().join("refused/CURRENT").exists(),
+            "nothing was streamed"
+        );
+    }
+    let status = run_megastore(
+        &["status", "--config", &with_token],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert!(
+        status
+            .stdout
+            .contains("administration: operator token required"),
+        "{status:?}"
+    );
+    let json = run_megastore(
+        &["status", "--config", &with_token, "-o", "json"],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    let report: serde_json::Value = serde_json::from_str(json.stdout.trim()).unwrap();
+    assert_eq!(report["admin_auth"], true, "{report}");
+    // The lag the status shows comes from the admin service: it was answered.
+    assert!(!status.stdout.contains("PERMISSION"), "{status:?}");
+}
