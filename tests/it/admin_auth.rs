@@ -1,6 +1,7 @@
 //! The operator token (`[auth]`): with it configured, the replicas' administration
-//! service answers only calls that carry it. A backup streamed from a running replica
-//! works with the cluster's config and is refused, naming what was missing, with a
+//! service and lockd's administrative commands answer only calls that carry it. A
+//! backup streamed from a running replica, `schema apply` and `coordinator disable`
+//! work with the cluster's config and are refused, naming what was missing, with a
 //! config that has no token or another one; `megastore status` says which it is.
 
 use std::time::Duration;
@@ -90,4 +91,44 @@ fn administration_needs_the_operator_token_when_auth_is_configured() {
     assert_eq!(report["admin_auth"], true, "{report}");
     // The lag the status shows comes from the admin service: it was answered.
     assert!(!status.stdout.contains("PERMISSION"), "{status:?}");
+
+    // lockd's administrative commands: the schema and disabling a coordinator.
+    let schema = megastore_e2e::repo_root().join("schema/photos.msdl");
+    let apply = |config: &str| {
+        run_megastore(
+            &[
+                "schema",
+                "apply",
+                schema.to_str().unwrap(),
+                "--config",
+                config,
+            ],
+            dir.path(),
+            Duration::from_secs(60),
+        )
+    };
+    let refused = apply(without.to_str().unwrap());
+    assert!(
+        !refused.status.success() && refused.stderr.contains("operator token"),
+        "{refused:?}"
+    );
+    let applied = apply(&with_token);
+    assert!(
+        applied.status.success() && applied.stdout.contains("catalog version 1"),
+        "{applied:?}"
+    );
+    let disable = |config: &str| {
+        run_megastore(
+            &["coordinator", "disable", "a", "--config", config],
+            dir.path(),
+            Duration::from_secs(60),
+        )
+    };
+    let refused = disable(wrong.to_str().unwrap());
+    assert!(
+        !refused.status.success() && refused.stderr.contains("operator token"),
+        "{refused:?}"
+    );
+    let disabled = disable(&with_token);
+    assert!(disabled.status.success(), "{disabled:?}");
 }

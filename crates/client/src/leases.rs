@@ -147,9 +147,10 @@ fn lock_error(e: LockError, lease: Option<LeaseId>) -> ClientError {
         }
         // Answers to one command only, which names the lock: `lock` and `unlock` map
         // them themselves.
-        e @ (LockError::Held(_) | LockError::NotHolder | LockError::VersionMismatch { .. }) => {
-            ClientError::Lock(e.to_string())
-        }
+        e @ (LockError::Held(_)
+        | LockError::NotHolder
+        | LockError::VersionMismatch { .. }
+        | LockError::PermissionDenied(_)) => ClientError::Lock(e.to_string()),
     }
 }
 

@@ -54,6 +54,10 @@ pub const LEASED_KEYS_PER_LEASE_MAX: usize = 256;
 /// sessions (a coordinator's, whose lock write paths wait on).
 pub const APP_PREFIX: &str = "app/";
 
+/// Files under this prefix are the cluster's schema (its catalog, index backfills):
+/// writing them is administration ([`LockCommand::is_administrative`]).
+pub const ADMIN_FILES_PREFIX: &str = "schema/";
+
 /// The longest name of a leased key (and of an application's lock, checked by the
 /// client library).
 pub const LEASED_NAME_BYTES_MAX: usize = 1_000;
@@ -170,6 +174,18 @@ pub enum LockCommand {
     },
 }
 
+impl LockCommand {
+    /// Whether only an operator may ask it (lockd checks the operator token of
+    /// `[auth]`): revoking a holder (disabling a coordinator) and writing the schema.
+    pub fn is_administrative(&self) -> bool {
+        match self {
+            LockCommand::RevokeHolder { .. } => true,
+            LockCommand::WriteFile { name, .. } => name.starts_with(ADMIN_FILES_PREFIX),
+            _ => false,
+        }
+    }
+}
+
 /// A successful reply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LockReply {
@@ -234,6 +250,9 @@ pub enum LockError {
     /// The request is not valid whatever the state (a lease too short, too many keys).
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// An administrative command without the operator token (nothing was applied).
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     /// This node cannot serve requests; try another.
     #[error("this lock node is not the leader")]
     NotLeader,
@@ -616,6 +635,21 @@ mod tests {
         core.apply(now, &put("one-more".into()))
             .expect("the first lease has room again");
         core.check_invariants();
+    }
+
+    #[test]
+    fn administration_is_revoking_holders_and_writing_the_schema() {
+        let write = |name: &str| LockCommand::WriteFile {
+            name: name.into(),
+            expected: 0,
+            contents: Vec::new(),
+        };
+        assert!(LockCommand::RevokeHolder { lock: "c".into() }.is_administrative());
+        assert!(write("schema/catalog").is_administrative());
+        assert!(write("schema/backfill/7").is_administrative());
+        assert!(!write("clients/next-id").is_administrative());
+        assert!(!write("replicas/2/joined").is_administrative());
+        assert!(!LockCommand::OpenSession { owner: "c".into() }.is_administrative());
     }
 
     #[test]

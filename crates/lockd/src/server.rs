@@ -139,7 +139,11 @@ impl LockdNode {
             None => None,
         };
         let (stop_serving, stopped) = oneshot::channel::<()>();
+        let operator = config
+            .operator_token()
+            .map_err(|e| LockdError::Config(e.to_string()))?;
         let lock_service = LockService {
+            operator: megastore_rpc::OperatorAuth::new(operator),
             metrics,
             raft: raft.clone(),
             lease_clock: state_machine.lease_clock(),
@@ -226,6 +230,8 @@ impl LockdNode {
 /// The lock service of one node: commands go through the Raft log; only the leader
 /// takes them.
 struct LockService {
+    /// Who may ask administrative commands (`[auth]`).
+    operator: megastore_rpc::OperatorAuth,
     metrics: LockdMetrics,
     raft: Raft<TypeConfig>,
     lease_clock: Arc<std::sync::Mutex<LeaseClock>>,
@@ -294,9 +300,17 @@ impl Lock for LockService {
         &self,
         request: Request<pb::LockRequest>,
     ) -> Result<Response<pb::LockResponse>, Status> {
+        // Administration needs the operator token; the refusal is an answer (not a
+        // transport error), so the caller is told at once rather than retrying.
+        let authorized = self.operator.check(&request);
         let request = LockRequest::try_from(request.into_inner())
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let result = self.execute(request.id, request.command).await;
+        let result = match authorized {
+            Err(denied) if request.command.is_administrative() => {
+                Err(LockError::PermissionDenied(denied.message().to_string()))
+            }
+            _ => self.execute(request.id, request.command).await,
+        };
         self.metrics.command(match &result {
             Ok(_) => "ok",
             Err(LockError::NotLeader) => "not_leader",

@@ -229,6 +229,7 @@ fn error_to_wire(error: LockError) -> pb::LockError {
         LockError::NotLeader => e::Error::NotLeader(true),
         LockError::Unavailable => e::Error::Unavailable(true),
         LockError::Invalid(message) => e::Error::Invalid(message),
+        LockError::PermissionDenied(message) => e::Error::PermissionDenied(message),
     };
     pb::LockError { error: Some(error) }
 }
@@ -247,6 +248,7 @@ fn error_from_wire(error: pb::LockError) -> Result<LockError, WireError> {
         e::Error::NotLeader(_) => LockError::NotLeader,
         e::Error::Unavailable(_) => LockError::Unavailable,
         e::Error::Invalid(message) => LockError::Invalid(message),
+        e::Error::PermissionDenied(message) => LockError::PermissionDenied(message),
     })
 }
 

@@ -44,6 +44,9 @@ pub struct LockdClient {
     rpc_timeout: Duration,
     /// How long to keep looking for a leader.
     patience: Duration,
+    /// The operator token (`[auth]`), sent with every command when this process can
+    /// read it: lockd asks for it on administrative commands only.
+    operator_token: Option<String>,
 }
 
 impl LockdClient {
@@ -73,6 +76,7 @@ impl LockdClient {
             next_id: AtomicU64::new(rand::random::<u64>() >> 1),
             rpc_timeout,
             patience,
+            operator_token: config.operator_token().ok().flatten(),
         })
     }
 
@@ -116,7 +120,10 @@ impl LockdClient {
                 id,
                 command: command.clone(),
             };
-            let mut call = tonic::Request::new(pb::LockRequest::from(request));
+            let mut call = crate::with_operator_token(
+                pb::LockRequest::from(request),
+                self.operator_token.as_deref(),
+            );
             call.set_timeout(self.rpc_timeout);
             if let Ok(response) = client.clone().call(call).await
                 && let Ok(response) = LockResponse::try_from(response.into_inner())

@@ -553,6 +553,7 @@ fn every_lock_message_survives_the_wire() {
         }])),
         Ok(LockReply::Leased(Vec::new())),
         Err(LockError::Invalid("ttl".into())),
+        Err(LockError::PermissionDenied("token".into())),
         Err(LockError::SessionExpired(session)),
         Err(LockError::SessionRevoked(session)),
         Err(LockError::Held(holder)),
