@@ -131,4 +131,36 @@ fn administration_needs_the_operator_token_when_auth_is_configured() {
     );
     let disabled = disable(&with_token);
     assert!(disabled.status.success(), "{disabled:?}");
+
+    // The audit log: every backup and refusal at the replica, every administrative
+    // command and refusal at lockd's leader.
+    let replica = cluster.process("replica-a").log();
+    let audit: Vec<&str> = replica
+        .lines()
+        .filter(|l| l.contains("megastore::audit"))
+        .collect();
+    for (what, outcome) in [("Admin.Backup", "allowed"), ("Admin.Backup", "denied")] {
+        assert!(
+            audit
+                .iter()
+                .any(|l| l.contains(&format!("what=\"{what}\"")) && l.contains(outcome)),
+            "no {what} {outcome} in the audit log: {audit:#?}"
+        );
+    }
+    let lockd: String = (0..3)
+        .map(|i| cluster.process(&format!("lock-{i}")).log())
+        .collect();
+    for (what, outcome) in [
+        ("lockd WriteFile schema/catalog", "allowed"),
+        ("lockd WriteFile schema/catalog", "denied"),
+        ("lockd RevokeHolder coordinator/1", "allowed"),
+        ("lockd RevokeHolder coordinator/1", "denied"),
+    ] {
+        assert!(
+            lockd
+                .lines()
+                .any(|l| l.contains("megastore::audit") && l.contains(what) && l.contains(outcome)),
+            "no {what} {outcome} in lockd's audit log"
+        );
+    }
 }

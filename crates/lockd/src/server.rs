@@ -300,16 +300,31 @@ impl Lock for LockService {
         &self,
         request: Request<pb::LockRequest>,
     ) -> Result<Response<pb::LockResponse>, Status> {
-        // Administration needs the operator token; the refusal is an answer (not a
-        // transport error), so the caller is told at once rather than retrying.
-        let authorized = self.operator.check(&request);
-        let request = LockRequest::try_from(request.into_inner())
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        // Administration needs the operator token, and is audited; the refusal is an
+        // answer (not a transport error), so the caller is told at once rather than
+        // retrying.
+        let (metadata, extensions, message) = request.into_parts();
+        let command =
+            LockRequest::try_from(message).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let authorized = if command.command.is_administrative() {
+            let what = match &command.command {
+                megastore_lock::LockCommand::RevokeHolder { lock } => {
+                    format!("lockd RevokeHolder {lock}")
+                }
+                megastore_lock::LockCommand::WriteFile { name, .. } => {
+                    format!("lockd WriteFile {name}")
+                }
+                other => format!("lockd {other:?}"),
+            };
+            let parts = Request::from_parts(metadata, extensions, ());
+            self.operator.admit(&parts, &what, true)
+        } else {
+            Ok(())
+        };
+        let request = command;
         let result = match authorized {
-            Err(denied) if request.command.is_administrative() => {
-                Err(LockError::PermissionDenied(denied.message().to_string()))
-            }
-            _ => self.execute(request.id, request.command).await,
+            Err(denied) => Err(LockError::PermissionDenied(denied.message().to_string())),
+            Ok(()) => self.execute(request.id, request.command).await,
         };
         self.metrics.command(match &result {
             Ok(_) => "ok",

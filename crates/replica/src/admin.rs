@@ -29,6 +29,9 @@ pub(crate) struct AdminService {
     pub(crate) gateway: megastore_client::Client,
     pub(crate) data_dir: PathBuf,
     pub(crate) next: AtomicU64,
+    /// Who may call (`[auth]`); every backup and listing, and every refusal, is
+    /// audited.
+    pub(crate) operator: megastore_rpc::OperatorAuth,
 }
 
 /// Removes scratch directories left by backups that did not finish.
@@ -79,8 +82,9 @@ fn group_counts(counts: Vec<megastore_client::GroupCount>) -> Vec<pb::GroupCount
 impl Admin for AdminService {
     async fn lag(
         &self,
-        _request: Request<pb::LagRequest>,
+        request: Request<pb::LagRequest>,
     ) -> Result<Response<pb::LagResponse>, Status> {
+        self.operator.admit(&request, "Admin.Lag", false)?;
         let lag = self.measure_lag().await?;
         Ok(Response::new(pb::LagResponse {
             groups_behind: lag.groups,
@@ -92,6 +96,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::ActivityRequest>,
     ) -> Result<Response<pb::ActivityResponse>, Status> {
+        self.operator.admit(&request, "Admin.Activity", false)?;
         let tracked = megastore_client::HOT_GROUPS_TRACKED as u32;
         let top = match request.into_inner().top {
             0 => HOT_GROUPS_DEFAULT,
@@ -128,6 +133,7 @@ impl Admin for AdminService {
         &self,
         request: Request<pb::ListGroupsRequest>,
     ) -> Result<Response<pb::ListGroupsResponse>, Status> {
+        self.operator.admit(&request, "Admin.ListGroups", true)?;
         let request = request.into_inner();
         let limit = match request.limit {
             0 => 1_000,
@@ -159,8 +165,9 @@ impl Admin for AdminService {
 
     async fn backup(
         &self,
-        _request: Request<pb::BackupRequest>,
+        request: Request<pb::BackupRequest>,
     ) -> Result<Response<Self::BackupStream>, Status> {
+        self.operator.admit(&request, "Admin.Backup", true)?;
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let scratch = self
             .data_dir

@@ -200,15 +200,13 @@ impl ReplicaProcess {
         let operator = config
             .operator_token()
             .map_err(|e| ProcessError::Config(e.to_string()))?;
-        let admin = AdminServer::with_interceptor(
-            AdminService {
-                events: events_tx.clone(),
-                gateway: gateway.clone(),
-                data_dir: me.data_dir.clone(),
-                next: AtomicU64::new(0),
-            },
-            megastore_rpc::OperatorAuth::new(operator),
-        );
+        let admin = AdminServer::new(AdminService {
+            events: events_tx.clone(),
+            gateway: gateway.clone(),
+            data_dir: me.data_dir.clone(),
+            next: AtomicU64::new(0),
+            operator: megastore_rpc::OperatorAuth::new(operator),
+        });
         // The public API takes what the library can commit: one message holds the
         // largest transaction (documented in docs/client-api.md, "Limits").
         let gateway = MegastoreServer::new(Gateway::new(gateway, lockd))

@@ -1,8 +1,8 @@
-//! The operator token on the replicas' administration service (`[auth]` in the
-//! config): with a token configured, a call passes only if it carries
-//! `authorization: Bearer <token>`; a refusal is `PERMISSION_DENIED`, saying what was
-//! missing. Without one, every call passes (`megastore dev`, and clusters that rely on
-//! their network alone).
+//! The operator token on administration (`[auth]` in the config): with a token
+//! configured, a call passes only if it carries `authorization: Bearer <token>`; a
+//! refusal is `PERMISSION_DENIED`, saying what was missing. Without one, every call
+//! passes (`megastore dev`, and clusters that rely on their network alone). Actions
+//! and refusals go to the audit log ([`OperatorAuth::admit`]).
 
 use std::sync::Arc;
 
@@ -54,12 +54,36 @@ impl OperatorAuth {
             ))
         }
     }
-}
 
-impl tonic::service::Interceptor for OperatorAuth {
-    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
-        self.check(&request)?;
-        Ok(request)
+    /// [`OperatorAuth::check`], written to the audit log (tracing target
+    /// `megastore::audit`): who (the peer, and whether it carried the token), what,
+    /// and the outcome. Denials are always written; allowed calls when `record` (an
+    /// action, not a monitoring poll).
+    pub fn admit<T>(&self, request: &Request<T>, what: &str, record: bool) -> Result<(), Status> {
+        let peer = request
+            .remote_addr()
+            .map_or_else(|| "unknown peer".to_string(), |a| a.to_string());
+        let carried = request.metadata().contains_key(HEADER);
+        let who = match (self.required(), carried) {
+            (false, _) => format!("anyone at {peer} (no [auth])"),
+            (true, true) => format!("token holder at {peer}"),
+            (true, false) => format!("no token, at {peer}"),
+        };
+        let checked = self.check(request);
+        match &checked {
+            Ok(()) if record => {
+                tracing::info!(target: "megastore::audit", who, what, outcome = "allowed");
+            }
+            Ok(()) => {}
+            Err(denied) => tracing::warn!(
+                target: "megastore::audit",
+                who,
+                what,
+                outcome = "denied",
+                why = denied.message()
+            ),
+        }
+        checked
     }
 }
 
