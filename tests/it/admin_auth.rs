@@ -2,7 +2,8 @@
 //! service and lockd's administrative commands answer only calls that carry it. A
 //! backup streamed from a running replica, `schema apply` and `coordinator disable`
 //! work with the cluster's config and are refused, naming what was missing, with a
-//! config that has no token or another one; `megastore status` says which it is.
+//! config that has no token or another one; `megastore status` says which it is. The
+//! backup goes to replica a's admin address, the only one that serves administration.
 
 use std::time::Duration;
 
@@ -19,6 +20,13 @@ fn administration_needs_the_operator_token_when_auth_is_configured() {
         std::fs::write(folder.join("operator.token"), format!("{TOKEN}\n")).unwrap();
         let mut text = std::fs::read_to_string(path).unwrap();
         text.push_str("\n[auth]\noperator_token_file = \"operator.token\"\n");
+        // Replica a serves administration on an address of its own.
+        let admin_port = megastore_e2e::free_ports(1)[0];
+        let text = text.replacen(
+            "name = \"a\"\n",
+            &format!("name = \"a\"\nadmin_address = \"127.0.0.1:{admin_port}\"\n"),
+            1,
+        );
         std::fs::write(path, text).unwrap();
     });
     cluster.wait_for_log("replica-a", "replica serving", Duration::from_secs(30));
@@ -91,6 +99,26 @@ fn administration_needs_the_operator_token_when_auth_is_configured() {
     assert_eq!(report["admin_auth"], true, "{report}");
     // The lag the status shows comes from the admin service: it was answered.
     assert!(!status.stdout.contains("PERMISSION"), "{status:?}");
+
+    // Replica a's administration is on its admin address only: its main address
+    // does not serve it, whatever the token.
+    let config = megastore_config::ClusterConfig::load(&cluster.config_path).unwrap();
+    let a = config.replica("a").unwrap();
+    assert_ne!(a.admin_endpoint(), a.address);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let on_main = runtime.block_on(async {
+        let channel = tonic::transport::Channel::from_shared(format!("http://{}", a.address))
+            .unwrap()
+            .connect_lazy();
+        let mut admin = megastore_rpc::pb::admin::admin_client::AdminClient::new(channel);
+        admin
+            .lag(megastore_rpc::with_operator_token(
+                megastore_rpc::pb::admin::LagRequest {},
+                Some(TOKEN),
+            ))
+            .await
+    });
+    assert_eq!(on_main.unwrap_err().code(), tonic::Code::Unimplemented);
 
     // lockd's administrative commands: the schema and disabling a coordinator.
     let schema = megastore_e2e::repo_root().join("schema/photos.msdl");

@@ -42,7 +42,7 @@ pub async fn poll_activity(config: &ClusterConfig, top: u32) -> Vec<ReplicaPoll>
             name: r.name.clone(),
             site: r.site.clone(),
             kind: r.kind,
-            activity: replica_activity(config, &r.address, top).await,
+            activity: replica_activity(config, r.admin_endpoint(), top).await,
         }
     });
     futures::future::join_all(asks).await

@@ -161,7 +161,7 @@ pub async fn list_groups(
         let start = start.clone();
         let ask = async move {
             let channel = transport
-                .channel(&replica.address, config.timeouts.rpc())
+                .channel(replica.admin_endpoint(), config.timeouts.rpc())
                 .map_err(|e| format!("replica {}: {e}", replica.name))?;
             let request = ListGroupsRequest {
                 start,

@@ -369,7 +369,7 @@ pub async fn cluster_status(
             _ => None,
         };
         let behind = if r.kind != ReplicaKind::Witness && health == Health::Serving {
-            replica_lag(config, &r.address).await
+            replica_lag(config, r.admin_endpoint()).await
         } else {
             None
         };

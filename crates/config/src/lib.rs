@@ -215,6 +215,18 @@ pub struct ReplicaConfig {
     /// Where its coordinator serves Prometheus metrics (full replicas only).
     #[serde(default)]
     pub coordinator_metrics_address: Option<String>,
+    /// Where it serves the administration service (`megastore.admin.v1.Admin`:
+    /// backups, listings, lag) instead of `address` — `127.0.0.1:…` keeps it to the
+    /// host; absent: on `address`.
+    #[serde(default)]
+    pub admin_address: Option<String>,
+}
+
+impl ReplicaConfig {
+    /// Where it serves its administration service: `admin_address`, else `address`.
+    pub fn admin_endpoint(&self) -> &str {
+        self.admin_address.as_deref().unwrap_or(&self.address)
+    }
 }
 
 /// `[[lockd]]`: one lock service node.

@@ -102,6 +102,7 @@ pub(crate) fn check(config: &ClusterConfig) -> Result<(), Failure> {
             return fail(at("data_dir"), "must not be empty");
         }
         optional_address(&mut addresses, &r.metrics_address, at("metrics_address"))?;
+        optional_address(&mut addresses, &r.admin_address, at("admin_address"))?;
         if r.coordinator_metrics_address.is_some() && r.kind != ReplicaKind::Full {
             return fail(
                 at("coordinator_metrics_address"),

@@ -134,6 +134,14 @@ fn mistakes_name_their_field() {
         ),
         (
             edited(
+                "metrics_address = \"127.0.0.1:7403\"",
+                "metrics_address = \"127.0.0.1:7403\"\nadmin_address = \"127.0.0.1:7101\"",
+            ),
+            "replicas[2].admin_address",
+            "already replicas[0].address",
+        ),
+        (
+            edited(
                 "metrics_address = \"127.0.0.1:7404\"",
                 "metrics_address = \"localhost\"",
             ),

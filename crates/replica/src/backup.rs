@@ -80,11 +80,11 @@ pub async fn backup_running_replica(
     }
     let unreachable = |message: String| BackupError::Unreachable {
         replica: name.to_string(),
-        address: replica.address.clone(),
+        address: replica.admin_endpoint().to_string(),
         message,
     };
     let channel = Transport::from_config(config)
-        .and_then(|t| t.channel(&replica.address, config.timeouts.rpc()))
+        .and_then(|t| t.channel(replica.admin_endpoint(), config.timeouts.rpc()))
         .map_err(|e| BackupError::Failed(e.to_string()))?;
     let mut admin = AdminClient::new(channel);
     let token = config

@@ -82,8 +82,9 @@ pub(crate) enum Event {
 pub struct ReplicaProcess {
     events: mpsc::Sender<Event>,
     driver: Option<std::thread::JoinHandle<()>>,
-    stop_serving: Option<oneshot::Sender<()>>,
-    served: Option<tokio::task::JoinHandle<()>>,
+    stop_serving: Option<tokio::sync::watch::Sender<bool>>,
+    /// The servers: the replica's address, and its admin address if it has one.
+    served: Vec<tokio::task::JoinHandle<()>>,
     metrics_server: Option<MetricsServer>,
     rejoining: bool,
 }
@@ -106,6 +107,18 @@ impl ReplicaProcess {
         let listener = TcpListener::bind(address)
             .await
             .map_err(|e| ProcessError::Bind(me.address.clone(), e.to_string()))?;
+        // Administration on an address of its own, if it has one (localhost, say).
+        let admin_listener = match &me.admin_address {
+            Some(admin_address) => {
+                let at = resolve_address(admin_address).map_err(ProcessError::Config)?;
+                Some(
+                    TcpListener::bind(at)
+                        .await
+                        .map_err(|e| ProcessError::Bind(admin_address.clone(), e.to_string()))?,
+                )
+            }
+            None => None,
+        };
         let store = RocksStore::open(&me.data_dir)
             .map_err(|e| ProcessError::Store(format!("replica {name}: {e}")))?;
         crate::admin::remove_scratch(&me.data_dir);
@@ -213,7 +226,7 @@ impl ReplicaProcess {
             .max_decoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX)
             .max_encoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX);
 
-        let (stop_serving, stopped) = oneshot::channel::<()>();
+        let (stop_serving, stopped) = tokio::sync::watch::channel(false);
         let service = ReplicationServer::new(ReplicationService {
             events: events_tx.clone(),
             metrics: delivery_metrics.clone(),
@@ -223,24 +236,46 @@ impl ReplicaProcess {
         let mut server = Transport::from_config(config)
             .and_then(|t| t.server())
             .map_err(|e| ProcessError::Config(e.to_string()))?;
-        let served = tokio::spawn(async move {
-            let result = server
-                .add_service(service)
-                .add_service(gateway)
-                .add_service(admin)
-                .serve_with_incoming_shutdown(Transport::incoming(listener), async {
-                    let _ = stopped.await;
-                })
+        let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
+        let mut served = Vec::new();
+        let router = server.add_service(service).add_service(gateway);
+        let router = match admin_listener {
+            Some(admin_listener) => {
+                let mut admin_server = Transport::from_config(config)
+                    .and_then(|t| t.server())
+                    .map_err(|e| ProcessError::Config(e.to_string()))?;
+                let stopped = stopped.clone();
+                served.push(tokio::spawn(async move {
+                    let result = admin_server
+                        .add_service(admin)
+                        .serve_with_incoming_shutdown(
+                            Transport::incoming(admin_listener),
+                            until_stopped(stopped),
+                        )
+                        .await;
+                    if let Err(e) = result {
+                        tracing::error!("replica admin server failed: {e}");
+                    }
+                }));
+                router
+            }
+            None => router.add_service(admin),
+        };
+        served.push(tokio::spawn(async move {
+            let result = router
+                .serve_with_incoming_shutdown(Transport::incoming(listener), until_stopped(stopped))
                 .await;
             if let Err(e) = result {
                 tracing::error!("replica server failed: {e}");
             }
-        });
+        }));
         Ok(Self {
             events: events_tx,
             driver: Some(driver),
             stop_serving: Some(stop_serving),
-            served: Some(served),
+            served,
             metrics_server,
             rejoining,
         })
@@ -254,9 +289,9 @@ impl ReplicaProcess {
     /// Stops serving, then stops the driver (closing the store).
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop_serving.take() {
-            let _ = stop.send(());
+            let _ = stop.send(true);
         }
-        if let Some(served) = self.served.take() {
+        for served in self.served.drain(..) {
             let _ = served.await;
         }
         if let Some(metrics) = self.metrics_server.take() {
