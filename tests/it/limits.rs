@@ -176,3 +176,58 @@ fn writes_at_the_limits_commit_everywhere_and_one_byte_past_is_refused_at_once()
         read_until(&mut at_b, pb::ReadMode::Current, "value", VALUE_BYTES_MAX).await;
     });
 }
+
+/// `[gateway]` bounds open transactions: one connection may hold at most
+/// `open_txns_per_connection` (another connection still may begin), and a handle left
+/// unused for `idle_txn_ms` is dropped, which frees its place.
+#[test]
+fn open_transactions_are_bounded_per_connection_and_expire_when_idle() {
+    let (_alone, _dir, _cluster, config, runtime) = crate::support::start_cluster_with(
+        "\n[gateway]\nidle_txn_ms = 3000\nopen_txns_per_connection = 3\n",
+    );
+    let address = crate::support::replica_address(&config, "a");
+    runtime.block_on(async {
+        let begin = || pb::BeginRequest {
+            eg: GROUP.to_vec(),
+            root: None,
+        };
+        let mut first = api_at(&address);
+        let started = Instant::now();
+        let mut handles = Vec::new();
+        while handles.len() < 3 {
+            match first.begin(begin()).await {
+                Ok(begun) => handles.push(begun.into_inner().txn),
+                Err(e) => {
+                    assert!(started.elapsed() < BOUND, "no Begin: {e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+        let refused = first.begin(begin()).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused}");
+        assert!(
+            refused.message().contains("open_txns_per_connection"),
+            "{refused}"
+        );
+        let mut second = api_at(&address);
+        second
+            .begin(begin())
+            .await
+            .expect("another connection may begin");
+
+        tokio::time::sleep(Duration::from_millis(4_000)).await;
+        let expired = first
+            .txn_read(pb::TxnReadRequest {
+                txn: handles[0],
+                keys: vec![b"k".to_vec()],
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(expired.code(), tonic::Code::NotFound, "{expired}");
+        assert!(expired.message().contains("idle_txn_ms"), "{expired}");
+        first
+            .begin(begin())
+            .await
+            .expect("the idle handles freed their places");
+    });
+}

@@ -104,6 +104,33 @@ pub struct ClusterConfig {
     /// Who may call the administration API (absent: anyone who reaches a port).
     #[serde(default)]
     pub auth: Option<AuthConfig>,
+    /// The public API's bounds on open transactions.
+    #[serde(default)]
+    pub gateway: GatewayLimits,
+}
+
+/// `[gateway]`: how many transaction handles (`Begin`) a replica's public API keeps
+/// open, and for how long unused — so no client, by mistake or on purpose, fills a
+/// replica's memory with them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayLimits {
+    /// A handle unused this long is dropped (a committed one's answer too).
+    pub idle_txn_ms: u64,
+    /// Open handles one replica keeps at most.
+    pub open_txns_max: u32,
+    /// Open handles one connection (peer address and port) may have at most.
+    pub open_txns_per_connection: u32,
+}
+
+impl Default for GatewayLimits {
+    fn default() -> Self {
+        Self {
+            idle_txn_ms: 60_000,
+            open_txns_max: 10_000,
+            open_txns_per_connection: 1_000,
+        }
+    }
 }
 
 /// `[auth]`: the replicas' administration service (`megastore.admin.v1.Admin`: backup,

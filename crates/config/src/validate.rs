@@ -118,6 +118,19 @@ pub(crate) fn check(config: &ClusterConfig) -> Result<(), Failure> {
             at("coordinator_metrics_address"),
         )?;
     }
+    let g = &config.gateway;
+    if !(1_000..=3_600_000).contains(&g.idle_txn_ms) {
+        return fail(
+            "gateway.idle_txn_ms",
+            "must be between 1000 (a second) and 3600000 (an hour)",
+        );
+    }
+    if g.open_txns_max == 0 || g.open_txns_per_connection == 0 {
+        return fail(
+            "gateway.open_txns_per_connection",
+            "open_txns_max and open_txns_per_connection must be at least 1",
+        );
+    }
     if !config.replicas.iter().any(|r| r.kind == ReplicaKind::Full) {
         return fail("replicas", "at least one replica must be kind = \"full\"");
     }

@@ -133,6 +133,11 @@ fn mistakes_name_their_field() {
             "already replicas[0].metrics_address",
         ),
         (
+            format!("{EXAMPLE}\n[gateway]\nidle_txn_ms = 10\n"),
+            "gateway.idle_txn_ms",
+            "between 1000",
+        ),
+        (
             edited(
                 "metrics_address = \"127.0.0.1:7403\"",
                 "metrics_address = \"127.0.0.1:7403\"\nadmin_address = \"127.0.0.1:7101\"",

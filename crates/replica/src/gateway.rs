@@ -31,10 +31,14 @@ pub(crate) struct Gateway {
 }
 
 impl Gateway {
-    pub(crate) fn new(client: Client, lockd: megastore_rpc::LockdClient) -> Self {
+    pub(crate) fn new(
+        client: Client,
+        lockd: megastore_rpc::LockdClient,
+        limits: &megastore_config::GatewayLimits,
+    ) -> Self {
         Self {
             client,
-            sessions: Sessions::default(),
+            sessions: Sessions::new(limits),
             catalogs: Catalogs::new(lockd),
         }
     }
@@ -177,13 +181,14 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::BeginRequest>,
     ) -> Result<Response<pb::BeginResponse>, Status> {
+        let connection = request.remote_addr();
         let request = request.into_inner();
         let eg = self.named_group(request.eg, request.root).await?;
         // Begin fixes the position every read of the transaction sees.
         let mut transaction = self.client.begin(&eg);
         let position = transaction.position().await.map_err(status)?;
         let id = txn_id_to_wire(transaction.id(), position.next());
-        let txn = self.sessions.insert(transaction)?;
+        let txn = self.sessions.insert(transaction, connection)?;
         Ok(Response::new(pb::BeginResponse {
             txn,
             position: position.0,

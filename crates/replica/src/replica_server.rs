@@ -222,7 +222,7 @@ impl ReplicaProcess {
         });
         // The public API takes what the library can commit: one message holds the
         // largest transaction (documented in docs/client-api.md, "Limits").
-        let gateway = MegastoreServer::new(Gateway::new(gateway, lockd))
+        let gateway = MegastoreServer::new(Gateway::new(gateway, lockd, &config.gateway))
             .max_decoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX)
             .max_encoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX);
 
