@@ -231,3 +231,77 @@ fn open_transactions_are_bounded_per_connection_and_expire_when_idle() {
             .expect("the idle handles freed their places");
     });
 }
+
+/// Connections flooding replica a's public port.
+const FLOODERS: usize = 32;
+/// Requests each flooder sends (bounded, one after another).
+const FLOOD_REQUESTS: usize = 150;
+
+/// 32 connections flood replica a's public port with current reads (a bounded number)
+/// while a client at site B commits to a group that replica a votes in. The replica
+/// must go on serving its peers: every commit succeeds, none waits long, and every
+/// flood request gets an answer.
+#[test]
+fn a_flooded_public_port_keeps_serving_its_peers() {
+    let (_alone, _dir, _cluster, config, runtime) = start_cluster();
+    let address = crate::support::replica_address(&config, "a");
+    runtime.block_on(async {
+        let at_b = crate::support::connect(&config, "B").await;
+        let group = crate::support::eg(77);
+        crate::support::first_commit(&at_b, &group).await;
+        let flooders: Vec<_> = (0..FLOODERS)
+            .map(|i| {
+                let mut api = api_at(&address);
+                tokio::spawn(async move {
+                    let mut answered = 0;
+                    for n in 0..FLOOD_REQUESTS {
+                        let read = pb::ReadRequest {
+                            eg: format!("flood-{}", (i * FLOOD_REQUESTS + n) % 64).into_bytes(),
+                            mode: pb::ReadMode::Current as i32,
+                            query: None,
+                        };
+                        // Any answer counts (a refusal is an answer); a transport
+                        // failure does not.
+                        match api.read(read).await {
+                            Ok(_) => answered += 1,
+                            Err(status) if status.code() != tonic::Code::Unavailable => {
+                                answered += 1
+                            }
+                            Err(_) => {}
+                        }
+                    }
+                    answered
+                })
+            })
+            .collect();
+        let mut slowest = Duration::ZERO;
+        let mut overlapped = 0;
+        for _ in 0..20 {
+            let began = Instant::now();
+            crate::support::increment(&at_b, &group, "counter")
+                .await
+                .expect("a commit during the flood");
+            slowest = slowest.max(began.elapsed());
+            if flooders.iter().any(|f| !f.is_finished()) {
+                overlapped += 1;
+            }
+        }
+        assert!(
+            overlapped >= 10,
+            "only {overlapped} commits ran during the flood"
+        );
+        let mut answered = 0;
+        for flooder in flooders {
+            answered += flooder.await.unwrap();
+        }
+        assert_eq!(
+            answered,
+            FLOODERS * FLOOD_REQUESTS,
+            "every flood request answered"
+        );
+        assert!(
+            slowest < Duration::from_secs(3),
+            "a commit took {slowest:?} while replica a was flooded"
+        );
+    });
+}
