@@ -19,7 +19,9 @@ fn administration_needs_the_operator_token_when_auth_is_configured() {
         let folder = path.parent().unwrap();
         std::fs::write(folder.join("operator.token"), format!("{TOKEN}\n")).unwrap();
         let mut text = std::fs::read_to_string(path).unwrap();
-        text.push_str("\n[auth]\noperator_token_file = \"operator.token\"\n");
+        text.push_str(
+            "\n[auth]\noperator_token_file = \"operator.token\"\naudit_file = \"audit.jsonl\"\n",
+        );
         // Replica a serves administration on an address of its own.
         let admin_port = megastore_e2e::free_ports(1)[0];
         let text = text.replacen(
@@ -35,7 +37,10 @@ fn administration_needs_the_operator_token_when_auth_is_configured() {
     let without = dir.path().join("no-auth.toml");
     std::fs::write(
         &without,
-        text.replace("\n[auth]\noperator_token_file = \"operator.token\"\n", "\n"),
+        text.replace(
+            "\n[auth]\noperator_token_file = \"operator.token\"\naudit_file = \"audit.jsonl\"\n",
+            "\n",
+        ),
     )
     .unwrap();
     std::fs::write(
@@ -175,6 +180,37 @@ fn administration_needs_the_operator_token_when_auth_is_configured() {
             "no {what} {outcome} in the audit log: {audit:#?}"
         );
     }
+    // The same records in the audit file, one JSON object per line from every server.
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(dir.path().join("audit.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    let recorded = |process: &str, what: &str, outcome: &str| {
+        records.iter().any(|r| {
+            r["process"] == process
+                && r["what"] == what
+                && r["outcome"] == outcome
+                && r["at_ms"].as_u64().is_some()
+                && r["who"].as_str().is_some_and(|w| w.contains("127.0.0.1"))
+        })
+    };
+    assert!(
+        recorded("replica a", "Admin.Backup", "allowed"),
+        "{records:#?}"
+    );
+    assert!(
+        recorded("replica a", "Admin.Backup", "denied"),
+        "{records:#?}"
+    );
+    assert!(
+        (0..3).any(|i| recorded(
+            &format!("lockd lock-{i}"),
+            "lockd WriteFile schema/catalog",
+            "denied"
+        )),
+        "{records:#?}"
+    );
     let lockd: String = (0..3)
         .map(|i| cluster.process(&format!("lock-{i}")).log())
         .collect();

@@ -143,6 +143,10 @@ impl Default for GatewayLimits {
 pub struct AuthConfig {
     /// A file holding the operator token (keep it readable by operators only).
     pub operator_token_file: PathBuf,
+    /// Where servers append the audit log, one JSON object per line (relative paths
+    /// are relative to the config file; absent: only the processes' own logs).
+    #[serde(default)]
+    pub audit_file: Option<PathBuf>,
 }
 
 /// The shortest operator token accepted: a guessable token protects nothing.
@@ -356,6 +360,9 @@ impl ClusterConfig {
         }
         if let Some(auth) = &mut config.auth {
             auth.operator_token_file = base.join(&auth.operator_token_file);
+            if let Some(audit) = &mut auth.audit_file {
+                *audit = base.join(&*audit);
+            }
         }
         Ok(config)
     }

@@ -139,11 +139,10 @@ impl LockdNode {
             None => None,
         };
         let (stop_serving, stopped) = oneshot::channel::<()>();
-        let operator = config
-            .operator_token()
-            .map_err(|e| LockdError::Config(e.to_string()))?;
+        let operator = megastore_rpc::OperatorAuth::from_config(config, &format!("lockd {name}"))
+            .map_err(LockdError::Config)?;
         let lock_service = LockService {
-            operator: megastore_rpc::OperatorAuth::new(operator),
+            operator,
             metrics,
             raft: raft.clone(),
             lease_clock: state_machine.lease_clock(),

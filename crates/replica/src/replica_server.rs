@@ -210,15 +210,14 @@ impl ReplicaProcess {
             None => None,
         };
         let lockd = megastore_rpc::LockdClient::new(config).map_err(ProcessError::Config)?;
-        let operator = config
-            .operator_token()
-            .map_err(|e| ProcessError::Config(e.to_string()))?;
+        let operator = megastore_rpc::OperatorAuth::from_config(config, &format!("replica {name}"))
+            .map_err(ProcessError::Config)?;
         let admin = AdminServer::new(AdminService {
             events: events_tx.clone(),
             gateway: gateway.clone(),
             data_dir: me.data_dir.clone(),
             next: AtomicU64::new(0),
-            operator: megastore_rpc::OperatorAuth::new(operator),
+            operator,
         });
         // The public API takes what the library can commit: one message holds the
         // largest transaction (documented in docs/client-api.md, "Limits").

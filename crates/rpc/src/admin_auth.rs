@@ -4,17 +4,27 @@
 //! passes (`megastore dev`, and clusters that rely on their network alone). Actions
 //! and refusals go to the audit log ([`OperatorAuth::admit`]).
 
-use std::sync::Arc;
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Status};
 
 const HEADER: &str = "authorization";
 
-/// The admin service's check, as a tonic interceptor.
+/// The administration check, and where it records what it decided.
 #[derive(Clone)]
 pub struct OperatorAuth {
     token: Option<Arc<str>>,
+    audit: Option<Arc<AuditFile>>,
+}
+
+/// `[auth] audit_file`: one JSON object per line, appended.
+struct AuditFile {
+    file: Mutex<std::fs::File>,
+    /// Which process writes (`replica a`, `lockd lock-0`).
+    process: String,
 }
 
 /// Equal contents, compared in time that does not depend on where they differ.
@@ -27,6 +37,60 @@ impl OperatorAuth {
     pub fn new(token: Option<String>) -> Self {
         Self {
             token: token.map(Arc::from),
+            audit: None,
+        }
+    }
+
+    /// The check `config`'s `[auth]` asks for, at process `process`: its operator
+    /// token, and its audit file if it names one. An unreadable token or audit file is
+    /// an error naming it.
+    pub fn from_config(
+        config: &megastore_config::ClusterConfig,
+        process: &str,
+    ) -> Result<Self, String> {
+        let auth = Self::new(config.operator_token().map_err(|e| e.to_string())?);
+        match config.auth.as_ref().and_then(|a| a.audit_file.as_ref()) {
+            Some(path) => auth
+                .with_audit_file(path, process)
+                .map_err(|e| format!("auth.audit_file {}: {e}", path.display())),
+            None => Ok(auth),
+        }
+    }
+
+    /// The same check, also appending its audit records to `path` as process
+    /// `process`.
+    pub fn with_audit_file(mut self, path: &Path, process: &str) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        self.audit = Some(Arc::new(AuditFile {
+            file: Mutex::new(file),
+            process: process.to_string(),
+        }));
+        Ok(self)
+    }
+
+    /// Appends one record to the audit file, if there is one (a failure to write is
+    /// logged: the call itself was decided already).
+    fn record(&self, who: &str, what: &str, outcome: &str, why: Option<&str>) {
+        let Some(audit) = &self.audit else {
+            return;
+        };
+        let at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let line = serde_json::json!({
+            "at_ms": u64::try_from(at_ms).unwrap_or(u64::MAX),
+            "process": audit.process,
+            "who": who,
+            "what": what,
+            "outcome": outcome,
+            "why": why,
+        });
+        let mut file = audit.file.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = writeln!(file, "{line}") {
+            tracing::warn!(target: "megastore::audit", "cannot append to the audit file: {e}");
         }
     }
 
@@ -73,15 +137,19 @@ impl OperatorAuth {
         match &checked {
             Ok(()) if record => {
                 tracing::info!(target: "megastore::audit", who, what, outcome = "allowed");
+                self.record(&who, what, "allowed", None);
             }
             Ok(()) => {}
-            Err(denied) => tracing::warn!(
-                target: "megastore::audit",
-                who,
-                what,
-                outcome = "denied",
-                why = denied.message()
-            ),
+            Err(denied) => {
+                tracing::warn!(
+                    target: "megastore::audit",
+                    who,
+                    what,
+                    outcome = "denied",
+                    why = denied.message()
+                );
+                self.record(&who, what, "denied", Some(denied.message()));
+            }
         }
         checked
     }
