@@ -130,6 +130,17 @@ pub(crate) fn first_full_site(config: &megastore_config::ClusterConfig) -> anyho
         .context("the cluster has no full replica to act from")
 }
 
+/// `site` if given, else the site of the cluster's first full replica.
+pub(crate) fn site_or_first_full(
+    config: &megastore_config::ClusterConfig,
+    site: Option<&str>,
+) -> anyhow::Result<String> {
+    match site {
+        Some(site) => Ok(site.to_string()),
+        None => first_full_site(config),
+    }
+}
+
 /// One row per measure: its name (under `first`), runs and percentiles.
 fn kinds_table(first: &str, kinds: &[megastore_bench::QueryKind]) -> Table {
     let mut table = Table::new();
@@ -414,10 +425,9 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     if args.board || args.leases {
         let workload = if args.board { "board" } else { "leases" };
-        let site = match (&config, spec.sites.first()) {
-            (Some(_), Some(site)) => site.clone(),
-            (Some(config), None) => first_full_site(config)?,
-            (None, _) => String::new(),
+        let site = match &config {
+            Some(config) => site_or_first_full(config, spec.sites.first().map(String::as_str))?,
+            None => String::new(),
         };
         let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
         let bar = ProgressBar::new_spinner();

@@ -79,10 +79,7 @@ async fn acquire(
 
 pub(crate) fn run(args: LockArgs) -> anyhow::Result<ExitCode> {
     let config = args.cluster.load()?;
-    let site = match &args.site {
-        Some(site) => site.clone(),
-        None => crate::bench_cmd::first_full_site(&config)?,
-    };
+    let site = crate::bench_cmd::site_or_first_full(&config, args.site.as_deref())?;
     crate::logging::init_quiet();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
@@ -117,12 +114,21 @@ pub(crate) fn run(args: LockArgs) -> anyhow::Result<ExitCode> {
                 }
                 _ = interrupts.until() => break Ok(ExitCode::SUCCESS),
                 _ = renew.tick() => {
-                    if let Err(e) = client.keep_alive(&mut lease).await {
+                    // A renewal still unanswered when the lease may have ended (lockd
+                    // unreachable) counts as a failed one: the holder cannot know.
+                    let deadline = tokio::time::Instant::from_std(lease.valid_until);
+                    let renewed = tokio::time::timeout_at(deadline, client.keep_alive(&mut lease)).await;
+                    let failure = match renewed {
+                        Ok(Ok(())) => None,
+                        Ok(Err(e)) => Some(e.to_string()),
+                        Err(_) => Some("no renewal before the lease could end".to_string()),
+                    };
+                    if let Some(why) = failure {
                         // The lock may be someone else's now: stop acting on it.
                         if let Some(child) = child.as_mut() {
                             let _ = child.kill().await;
                         }
-                        break Err(anyhow::anyhow!("lost lock {}: {e}", args.name));
+                        break Err(anyhow::anyhow!("lost lock {}: {why}", args.name));
                     }
                 }
             }

@@ -124,10 +124,7 @@ fn txn_name(txn: TxnId) -> String {
 
 pub(crate) fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
     let config = args.cluster.load()?;
-    let site = match &args.site {
-        Some(site) => site.clone(),
-        None => crate::bench_cmd::first_full_site(&config)?,
-    };
+    let site = crate::bench_cmd::site_or_first_full(&config, args.site.as_deref())?;
     crate::logging::init_quiet();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
