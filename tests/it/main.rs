@@ -31,4 +31,5 @@ mod tls;
 mod tools;
 mod top;
 mod two_phase;
+mod users;
 mod watches;

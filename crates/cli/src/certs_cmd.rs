@@ -4,6 +4,10 @@
 //! One certificate serves every process and client: each process presents it as a
 //! server and as a client, and every process accepts only peers whose certificate the
 //! cluster CA signed. (With openssl instead: docs/operations.md.)
+//!
+//! `--client NAME` instead signs, with the CA already in `--out`, a client certificate
+//! whose common name is NAME: for a user (`megastore user add --certificate NAME`) or
+//! an operator (`[auth] operator_certificates`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -30,6 +34,10 @@ pub(crate) struct CertsArgs {
     /// Replace files that are already there.
     #[arg(long)]
     force: bool,
+    /// Sign only a client certificate with this common name (NAME.pem, NAME-key.pem),
+    /// with the CA already in the output directory.
+    #[arg(long, value_name = "NAME")]
+    client: Option<String>,
 }
 
 /// Every host name or IP a process of `config` is reached at, plus loopback.
@@ -66,6 +74,9 @@ pub(crate) fn run(args: CertsArgs) -> anyhow::Result<ExitCode> {
         .out
         .unwrap_or_else(|| args.config.parent().unwrap_or(Path::new(".")).join("certs"));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    if let Some(name) = &args.client {
+        return client_certificate(&out, name, args.force);
+    }
 
     let ca_key = KeyPair::generate().context("generating the CA key")?;
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
@@ -138,6 +149,53 @@ pub(crate) fn run(args: CertsArgs) -> anyhow::Result<ExitCode> {
         relative("ca.pem").display().to_string(),
         relative("node.pem").display().to_string(),
         relative("node-key.pem").display().to_string()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Signs a client certificate with common name `name` by the CA in `out`.
+fn client_certificate(out: &Path, name: &str, force: bool) -> anyhow::Result<ExitCode> {
+    let fine = |c: char| c.is_ascii_alphanumeric() || "._@-".contains(c);
+    if name.is_empty() || name.len() > 64 || !name.chars().all(fine) {
+        bail!("--client {name:?}: give 1 to 64 letters, digits or . _ @ -");
+    }
+    let read = |file: &str| {
+        let path = out.join(file);
+        std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "reading {} (make the CA first: megastore certs --config FILE)",
+                path.display()
+            )
+        })
+    };
+    let ca_key = KeyPair::from_pem(&read("ca-key.pem")?).context("ca-key.pem is not a key")?;
+    let issuer = Issuer::from_ca_cert_pem(&read("ca.pem")?, ca_key)
+        .context("ca.pem is not a CA certificate")?;
+    let key = KeyPair::generate().context("generating the client key")?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params
+        .signed_by(&key, &issuer)
+        .context("signing the client certificate")?;
+    let files = [
+        (format!("{name}.pem"), cert.pem(), false),
+        (format!("{name}-key.pem"), key.serialize_pem(), true),
+    ];
+    for (file, _, _) in &files {
+        let path = out.join(file);
+        if path.exists() && !force {
+            bail!("{} exists; pass --force to replace it", path.display());
+        }
+    }
+    for (file, contents, secret) in &files {
+        write(&out.join(file), contents, *secret)?;
+    }
+    println!(
+        "wrote {} and its key: a client certificate with common name {name:?}, signed by {}",
+        out.join(format!("{name}.pem")).display(),
+        out.join("ca.pem").display()
     );
     Ok(ExitCode::SUCCESS)
 }

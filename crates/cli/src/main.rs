@@ -17,6 +17,7 @@ macro_rules! say {
     }};
 }
 
+mod access_cmd;
 mod backup_cmd;
 mod bench_cmd;
 mod bench_plot;
@@ -89,6 +90,13 @@ enum Command {
     Lock(lock_cmd::LockArgs),
     /// Make a CA and a certificate for every host of a config (for mutual TLS).
     Certs(certs_cmd::CertsArgs),
+    /// Manage the public API's users (with `[auth] require_users`, only they, and the
+    /// operator, may call it).
+    #[command(subcommand)]
+    User(access_cmd::UserCommand),
+    /// Manage the roles users hold: what each may read, write or administer.
+    #[command(subcommand)]
+    Role(access_cmd::RoleCommand),
     /// Back up a replica's store, streamed from it while it runs or copied from a stopped
     /// one's directory (restored, it rejoins until caught up).
     Backup(backup_cmd::BackupArgs),
@@ -112,6 +120,8 @@ fn main() -> ExitCode {
         Command::Lock(args) => lock_cmd::run(args),
         Command::Certs(args) => certs_cmd::run(args),
         Command::Backup(args) => backup_cmd::run(args),
+        Command::User(command) => access_cmd::run_user(command),
+        Command::Role(command) => access_cmd::run_role(command),
     };
     match result {
         Ok(code) => code,

@@ -133,6 +133,7 @@ pub(crate) fn to_json(status: &ClusterStatus) -> serde_json::Value {
     json!({
         "cluster": status.cluster,
         "admin_auth": status.admin_auth,
+        "users_required": status.users_required,
         "lockd_leader": status.lockd_leader(),
         "lockd": lockd,
         "replicas": replicas,
@@ -201,9 +202,14 @@ pub(crate) fn render(status: &ClusterStatus) -> String {
     };
     let mut out = format!("cluster {:?}\n", status.cluster);
     out.push_str(if status.admin_auth {
-        "administration: operator token required ([auth])\n\n"
+        "administration: operator token required ([auth])\n"
     } else {
-        "administration: UNAUTHENTICATED (no [auth]: anyone who reaches a replica may back it up)\n\n"
+        "administration: UNAUTHENTICATED (no [auth]: anyone who reaches a replica may back it up)\n"
+    });
+    out.push_str(if status.users_required {
+        "public API: users only, held to their roles ([auth] require_users; megastore user list)\n\n"
+    } else {
+        "public API: open to anyone who reaches a replica (no [auth] require_users)\n\n"
     });
     match status.lockd_leader() {
         Some(leader) => out.push_str(&format!("lock service: leader {}\n", name_of(leader))),

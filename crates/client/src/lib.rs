@@ -31,6 +31,7 @@
 //!   refuse any other group; entity calls write only rows the schema maps into the
 //!   transaction's group; writes over a size limit are refused before anything is sent.
 
+pub mod access_store;
 pub mod activity;
 pub mod backfill;
 mod client;

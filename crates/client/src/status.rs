@@ -129,6 +129,8 @@ pub struct ClusterStatus {
     /// Whether the replicas' administration service needs the operator token
     /// (`[auth]` in the config).
     pub admin_auth: bool,
+    /// Whether the public API serves only users (`[auth] require_users`).
+    pub users_required: bool,
 }
 
 /// The cluster's catalog: its version, and how each index stands.
@@ -331,6 +333,7 @@ pub async fn cluster_status(
         queues: None,
         schema: None,
         admin_auth: config.auth.is_some(),
+        users_required: config.auth.as_ref().is_some_and(|a| a.require_users),
     };
     // Without a lockd leader a holder query would wait out an election's patience.
     let lockd_serving = status.lockd_leader().is_some();
@@ -422,6 +425,7 @@ mod tests {
             queues: None,
             schema: None,
             admin_auth: false,
+            users_required: false,
         }
     }
 

@@ -121,6 +121,8 @@ pub struct GatewayLimits {
     pub open_txns_max: u32,
     /// Open handles one connection (peer address and port) may have at most.
     pub open_txns_per_connection: u32,
+    /// Open handles one user (`[auth] require_users`) may have at most on a replica.
+    pub open_txns_per_user: u32,
 }
 
 impl Default for GatewayLimits {
@@ -129,6 +131,7 @@ impl Default for GatewayLimits {
             idle_txn_ms: 60_000,
             open_txns_max: 10_000,
             open_txns_per_connection: 1_000,
+            open_txns_per_user: 1_000,
         }
     }
 }
@@ -147,6 +150,16 @@ pub struct AuthConfig {
     /// are relative to the config file; absent: only the processes' own logs).
     #[serde(default)]
     pub audit_file: Option<PathBuf>,
+    /// Client certificates (by common name) whose holders are operators too, as the
+    /// token holder is (with `[tls]`).
+    #[serde(default)]
+    pub operator_certificates: Vec<String>,
+    /// Whether the public API serves only users (`megastore user`): every call must
+    /// carry a user's token (`authorization: Bearer <token>`) or come with a user's
+    /// client certificate, and may do only what the user's roles grant (or carry the
+    /// operator token). Off: the public API serves anyone who reaches it.
+    #[serde(default)]
+    pub require_users: bool,
 }
 
 /// The shortest operator token accepted: a guessable token protects nothing.

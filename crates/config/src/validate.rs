@@ -125,11 +125,25 @@ pub(crate) fn check(config: &ClusterConfig) -> Result<(), Failure> {
             "must be between 1000 (a second) and 3600000 (an hour)",
         );
     }
-    if g.open_txns_max == 0 || g.open_txns_per_connection == 0 {
+    if g.open_txns_max == 0 || g.open_txns_per_connection == 0 || g.open_txns_per_user == 0 {
         return fail(
             "gateway.open_txns_per_connection",
-            "open_txns_max and open_txns_per_connection must be at least 1",
+            "open_txns_max, open_txns_per_connection and open_txns_per_user must be at least 1",
         );
+    }
+    if let Some(auth) = &config.auth {
+        if auth.operator_certificates.iter().any(String::is_empty) {
+            return fail(
+                "auth.operator_certificates",
+                "give each certificate's common name (one is empty)",
+            );
+        }
+        if !auth.operator_certificates.is_empty() && config.tls.is_none() {
+            return fail(
+                "auth.operator_certificates",
+                "client certificates are seen only with [tls]: add [tls], or rely on the operator token",
+            );
+        }
     }
     if !config.replicas.iter().any(|r| r.kind == ReplicaKind::Full) {
         return fail("replicas", "at least one replica must be kind = \"full\"");

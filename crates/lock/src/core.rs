@@ -58,6 +58,10 @@ pub const APP_PREFIX: &str = "app/";
 /// writing them is administration ([`LockCommand::is_administrative`]).
 pub const ADMIN_FILES_PREFIX: &str = "schema/";
 
+/// Files under this prefix are the public API's users and roles: reading them as well
+/// as writing them is administration (they hold token digests and every grant).
+pub const AUTH_FILES_PREFIX: &str = "auth/";
+
 /// The longest name of a leased key (and of an application's lock, checked by the
 /// client library).
 pub const LEASED_NAME_BYTES_MAX: usize = 1_000;
@@ -176,11 +180,15 @@ pub enum LockCommand {
 
 impl LockCommand {
     /// Whether only an operator may ask it (lockd checks the operator token of
-    /// `[auth]`): revoking a holder (disabling a coordinator) and writing the schema.
+    /// `[auth]`): revoking a holder (disabling a coordinator), writing the schema, and
+    /// reading or writing users and roles.
     pub fn is_administrative(&self) -> bool {
         match self {
             LockCommand::RevokeHolder { .. } => true,
-            LockCommand::WriteFile { name, .. } => name.starts_with(ADMIN_FILES_PREFIX),
+            LockCommand::WriteFile { name, .. } => {
+                name.starts_with(ADMIN_FILES_PREFIX) || name.starts_with(AUTH_FILES_PREFIX)
+            }
+            LockCommand::ReadFile { name } => name.starts_with(AUTH_FILES_PREFIX),
             _ => false,
         }
     }
@@ -648,6 +656,10 @@ mod tests {
         assert!(write("schema/catalog").is_administrative());
         assert!(write("schema/backfill/7").is_administrative());
         assert!(!write("clients/next-id").is_administrative());
+        assert!(write("auth/access").is_administrative());
+        let read = |name: &str| LockCommand::ReadFile { name: name.into() };
+        assert!(read("auth/access").is_administrative());
+        assert!(!read("schema/catalog").is_administrative());
         assert!(!write("replicas/2/joined").is_administrative());
         assert!(!LockCommand::OpenSession { owner: "c".into() }.is_administrative());
     }

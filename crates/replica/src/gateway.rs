@@ -17,8 +17,10 @@ use megastore_rpc::public::{
 use megastore_types::{EgId, TxnId};
 use tonic::{Request, Response, Status};
 
+use crate::gateway_access::{AccessControl, Caller, Tables, Written};
 use crate::gateway_indexes::entity_read_to_wire;
-use crate::gateway_sessions::{SessionState, Sessions, open};
+use crate::gateway_sessions::{SessionState, Sessions, open, open_to_write};
+use megastore_access::{Access, Target};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::gateway_catalog::Catalogs;
@@ -28,6 +30,7 @@ pub(crate) struct Gateway {
     pub(crate) client: Client,
     pub(crate) sessions: Sessions,
     pub(crate) catalogs: Catalogs,
+    pub(crate) access: std::sync::Arc<AccessControl>,
 }
 
 impl Gateway {
@@ -35,12 +38,49 @@ impl Gateway {
         client: Client,
         lockd: megastore_rpc::LockdClient,
         limits: &megastore_config::GatewayLimits,
+        access: std::sync::Arc<AccessControl>,
     ) -> Self {
         Self {
             client,
             sessions: Sessions::new(limits),
             catalogs: Catalogs::new(lockd),
+            access,
         }
+    }
+
+    /// The schema, when checking `caller` on group `eg` needs it (a user, on a typed
+    /// group).
+    pub(crate) async fn catalog_for(
+        &self,
+        caller: &Caller,
+        eg: &EgId,
+    ) -> Result<Option<std::sync::Arc<megastore_schema::Catalog>>, Status> {
+        if caller.user().is_none() || megastore_client::group_name(eg).is_some() {
+            return Ok(None);
+        }
+        self.catalogs.current().await.map(Some)
+    }
+
+    /// Passes if `caller` may `access` `span` of group `eg`.
+    pub(crate) async fn require_group(
+        &self,
+        caller: &Caller,
+        access: Access,
+        eg: &EgId,
+        span: Tables,
+    ) -> Result<(), Status> {
+        let catalog = self.catalog_for(caller, eg).await?;
+        caller.require_group(access, eg, span, catalog.as_deref())
+    }
+
+    /// What a write staged on `span` of group `eg` touches.
+    pub(crate) async fn written_group(
+        &self,
+        caller: &Caller,
+        eg: &EgId,
+    ) -> Result<Written, Status> {
+        let catalog = self.catalog_for(caller, eg).await?;
+        Ok(crate::gateway_access::written_group(eg, catalog.as_deref()))
     }
 
     /// The group a request names: untyped by `eg`, or typed by its root entity.
@@ -164,8 +204,10 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::ReadRequest>,
     ) -> Result<Response<pb::ReadResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
         let eg = group(&request.eg)?;
+        caller.require(Access::Read, Target::Group(&request.eg))?;
         let mode = read_mode_from_wire(request.mode)?;
         let query = query_from_wire(request.query)?;
         let read = self.client.read(&eg, mode, query).await.map_err(status)?;
@@ -181,14 +223,17 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::BeginRequest>,
     ) -> Result<Response<pb::BeginResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let connection = request.remote_addr();
         let request = request.into_inner();
         let eg = self.named_group(request.eg, request.root).await?;
+        self.require_group(&caller, Access::Read, &eg, Tables::Any)
+            .await?;
         // Begin fixes the position every read of the transaction sees.
         let mut transaction = self.client.begin(&eg);
         let position = transaction.position().await.map_err(status)?;
         let id = txn_id_to_wire(transaction.id(), position.next());
-        let txn = self.sessions.insert(transaction, connection)?;
+        let txn = self.sessions.insert(transaction, connection, &caller)?;
         Ok(Response::new(pb::BeginResponse {
             txn,
             position: position.0,
@@ -200,9 +245,12 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::TxnReadRequest>,
     ) -> Result<Response<pb::TxnReadResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
-        let mut guard = self.sessions.locked(request.txn).await?;
+        let mut guard = self.sessions.locked(request.txn, &caller).await?;
         let txn = open(&mut guard)?;
+        self.require_group(&caller, Access::Read, txn.eg(), Tables::Every)
+            .await?;
         for (i, k) in request.keys.iter().enumerate() {
             check_key(&format!("keys[{i}]"), k)?;
         }
@@ -219,9 +267,12 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::TxnScanRequest>,
     ) -> Result<Response<pb::TxnReadResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
-        let mut guard = self.sessions.locked(request.txn).await?;
+        let mut guard = self.sessions.locked(request.txn, &caller).await?;
         let txn = open(&mut guard)?;
+        self.require_group(&caller, Access::Read, txn.eg(), Tables::Every)
+            .await?;
         let range = request
             .range
             .ok_or_else(|| invalid("range", "give the range (empty bounds: the whole group)"))?;
@@ -237,15 +288,16 @@ impl Megastore for Gateway {
         request: Request<pb::WriteRequest>,
     ) -> Result<Response<pb::WriteResponse>, Status> {
         use pb::cell_write::Change;
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
-        let mut guard = self.sessions.locked(request.txn).await?;
-        let txn = open(&mut guard)?;
-        if megastore_client::group_name(txn.eg()).is_none() {
+        let mut guard = self.sessions.locked(request.txn, &caller).await?;
+        let Some(name) = megastore_client::group_name(open(&mut guard)?.eg()) else {
             return Err(invalid(
                 "txn",
                 "began on a typed entity group: write its entities (PutEntity, DeleteEntity)",
             ));
-        }
+        };
+        caller.require(Access::Write, Target::Group(&name))?;
         // All checked before any is staged: a refused request stages nothing.
         for (i, row) in request.rows.iter().enumerate() {
             check_key(&format!("rows[{i}].key"), &row.key)?;
@@ -270,6 +322,7 @@ impl Megastore for Gateway {
                     .map_err(|e| invalid(&format!("rows[{i}].cells[{j}]"), e))?;
             }
         }
+        let txn = open_to_write(&mut guard, Written::Group(name))?;
         for row in request.rows {
             for cell in row.cells {
                 match cell.change {
@@ -287,10 +340,18 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::CommitRequest>,
     ) -> Result<Response<pb::CommitResponse>, Status> {
-        let mut guard = self.sessions.locked(request.into_inner().txn).await?;
+        let caller = self.access.caller(&request)?;
+        let mut guard = self
+            .sessions
+            .locked(request.into_inner().txn, &caller)
+            .await?;
         let typed = match &*guard {
             SessionState::Committed(answer) => return answer.clone().map(Response::new),
-            SessionState::Open(txn) => megastore_client::group_name(txn.eg()).is_none(),
+            SessionState::Open(txn, written) => {
+                // A grant revoked since the write was staged stops the commit.
+                caller.require_all(Access::Write, written)?;
+                megastore_client::group_name(txn.eg()).is_none()
+            }
         };
         // A typed group's conflicting rows are decoded with the schema (left undecoded
         // if it cannot be read now).
@@ -308,7 +369,7 @@ impl Megastore for Gateway {
             let unfinished = Status::unknown(
                 "outcome unknown: the commit did not finish on this replica; Resolve it by its id",
             );
-            let SessionState::Open(txn) =
+            let SessionState::Open(txn, _) =
                 std::mem::replace(&mut *guard, SessionState::Committed(Err(unfinished)))
             else {
                 unreachable!("the handle is locked and was open");
@@ -332,8 +393,11 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::ResolveRequest>,
     ) -> Result<Response<pb::ResolveResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
         let eg = self.named_group(request.eg, request.root).await?;
+        self.require_group(&caller, Access::Read, &eg, Tables::Any)
+            .await?;
         let (txn, position) = txn_id_from_wire("id", request.id)?;
         let resolution = self.client.resolve_patiently(&eg, position, txn).await;
         Ok(Response::new(resolution_to_wire(resolution, position)))
@@ -343,7 +407,8 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::CommitMultiRequest>,
     ) -> Result<Response<pb::CommitResponse>, Status> {
-        Gateway::commit_multi(self, request.into_inner())
+        let caller = self.access.caller(&request)?;
+        Gateway::commit_multi(self, &caller, request.into_inner())
             .await
             .map(Response::new)
     }
@@ -352,7 +417,8 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::ResolveRequest>,
     ) -> Result<Response<pb::ResolveResponse>, Status> {
-        Gateway::resolve_multi(self, request.into_inner())
+        let caller = self.access.caller(&request)?;
+        Gateway::resolve_multi(self, &caller, request.into_inner())
             .await
             .map(Response::new)
     }
@@ -361,7 +427,8 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::SettlePreparedRequest>,
     ) -> Result<Response<pb::SettlePreparedResponse>, Status> {
-        Gateway::settle_prepared(self, request.into_inner())
+        let caller = self.access.caller(&request)?;
+        Gateway::settle_prepared(self, &caller, request.into_inner())
             .await
             .map(Response::new)
     }
@@ -370,7 +437,8 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::AbortRequest>,
     ) -> Result<Response<pb::AbortResponse>, Status> {
-        self.sessions.remove(request.into_inner().txn);
+        let caller = self.access.caller(&request)?;
+        self.sessions.remove(request.into_inner().txn, &caller);
         Ok(Response::new(pb::AbortResponse {}))
     }
 
@@ -378,8 +446,10 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::SnapshotRequest>,
     ) -> Result<Response<pb::SnapshotResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
         let eg = group(&request.eg)?;
+        caller.require(Access::Read, Target::Group(&request.eg))?;
         let entries = self
             .client
             .snapshot(&eg, &request.keys)
@@ -395,8 +465,15 @@ impl Megastore for Gateway {
         request: Request<pb::VersionedTxnRequest>,
     ) -> Result<Response<pb::VersionedTxnResponse>, Status> {
         use pb::versioned_txn_response::{Applied, AssertFailed, Outcome as Wire};
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
         let eg = group(&request.eg)?;
+        let access = if request.mutations.is_empty() {
+            Access::Read
+        } else {
+            Access::Write
+        };
+        caller.require(access, Target::Group(&request.eg))?;
         let asserts = request
             .asserts
             .into_iter()
@@ -456,8 +533,10 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::KeysRequest>,
     ) -> Result<Response<pb::KeysResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
         let eg = group(&request.eg)?;
+        caller.require(Access::Read, Target::Group(&request.eg))?;
         let keys = self
             .client
             .keys(&eg, &request.prefix)
@@ -469,10 +548,12 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::GetEntityRequest>,
     ) -> Result<Response<pb::GetEntityResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
+        caller.require(Access::Read, Target::Table(&request.table))?;
         let key = values_from_wire("key", request.key)?;
         let catalog = self.catalogs.current().await?;
-        let mut guard = self.sessions.locked(request.txn).await?;
+        let mut guard = self.sessions.locked(request.txn, &caller).await?;
         let entity = open(&mut guard)?
             .get_entity(&catalog, &request.table, &key)
             .await
@@ -486,11 +567,13 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::PutEntityRequest>,
     ) -> Result<Response<pb::PutEntityResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
         let entity = entity_from_wire("entity", request.entity)?;
+        caller.require(Access::Write, Target::Table(&entity.table))?;
         let catalog = self.catalogs.current().await?;
-        let mut guard = self.sessions.locked(request.txn).await?;
-        open(&mut guard)?
+        let mut guard = self.sessions.locked(request.txn, &caller).await?;
+        open_to_write(&mut guard, Written::Table(entity.table.clone()))?
             .put_entity(&catalog, &entity)
             .await
             .map_err(status)?;
@@ -501,11 +584,13 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::DeleteEntityRequest>,
     ) -> Result<Response<pb::DeleteEntityResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
         let key = values_from_wire("key", request.key)?;
+        caller.require(Access::Write, Target::Table(&request.table))?;
         let catalog = self.catalogs.current().await?;
-        let mut guard = self.sessions.locked(request.txn).await?;
-        let existed = open(&mut guard)?
+        let mut guard = self.sessions.locked(request.txn, &caller).await?;
+        let existed = open_to_write(&mut guard, Written::Table(request.table.clone()))?
             .delete_entity(&catalog, &request.table, &key)
             .await
             .map_err(status)?;
@@ -516,11 +601,13 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::ScanTableRequest>,
     ) -> Result<Response<pb::ScanTableResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
+        caller.require(Access::Read, Target::Table(&request.table))?;
         let root_key = values_from_wire("root_key", request.root_key)?;
         let limit = (request.limit > 0).then_some(request.limit as usize);
         let catalog = self.catalogs.current().await?;
-        let mut guard = self.sessions.locked(request.txn).await?;
+        let mut guard = self.sessions.locked(request.txn, &caller).await?;
         let entities = open(&mut guard)?
             .scan_table(&catalog, &request.table, &root_key, limit)
             .await
@@ -541,7 +628,9 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::ReadEntityRequest>,
     ) -> Result<Response<pb::ReadEntityResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
+        caller.require(Access::Read, Target::Table(&request.table))?;
         let key = values_from_wire("key", request.key)?;
         let mode = read_mode_from_wire(request.mode)?;
         let catalog = self.catalogs.current().await?;
@@ -673,6 +762,8 @@ impl Megastore for Gateway {
         &self,
         request: Request<pb::GroupOfRequest>,
     ) -> Result<Response<pb::GroupOfResponse>, Status> {
+        // Schema arithmetic, no data: any caller the API serves may ask.
+        self.access.caller(&request)?;
         let request = request.into_inner();
         let key = values_from_wire("key", request.key)?;
         let catalog = self.catalogs.current().await?;

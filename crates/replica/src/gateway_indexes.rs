@@ -15,6 +15,7 @@ use tonic::{Request, Response, Status};
 
 use crate::gateway::{Gateway, status};
 use crate::gateway_sessions::open;
+use megastore_access::{Access, Target};
 
 /// Entries per message of a streamed global index scan that names no limit.
 const STREAM_PAGE: usize = 256;
@@ -65,6 +66,7 @@ impl Gateway {
         &self,
         request: Request<pb::ScanIndexRequest>,
     ) -> Result<Response<pb::ScanIndexResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
         let query = index_query_from_wire(IndexQueryWire {
             index: request.index,
@@ -76,7 +78,8 @@ impl Gateway {
             page_token: request.page_token,
         })?;
         let catalog = self.catalogs.current().await?;
-        let mut guard = self.sessions.locked(request.txn).await?;
+        caller.require_index(&catalog, &query.index)?;
+        let mut guard = self.sessions.locked(request.txn, &caller).await?;
         let page = open(&mut guard)?
             .scan_index(&catalog, &query)
             .await
@@ -91,9 +94,11 @@ impl Gateway {
         &self,
         request: Request<pb::ScanGlobalIndexRequest>,
     ) -> Result<Response<pb::ScanGlobalIndexResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
         let query = global_query(&request)?;
         let catalog = self.catalogs.current().await?;
+        caller.require_index(&catalog, &query.index)?;
         let scan = self
             .client
             .scan_global_index(&catalog, &query, read_of(request.verify))
@@ -108,11 +113,13 @@ impl Gateway {
         &self,
         request: Request<pb::ScanGlobalIndexRequest>,
     ) -> Result<Response<ReceiverStream<Result<pb::ScanGlobalIndexResponse, Status>>>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
         let mut query = global_query(&request)?;
         query.limit.get_or_insert(STREAM_PAGE);
         let read = read_of(request.verify);
         let catalog = self.catalogs.current().await?;
+        caller.require_index(&catalog, &query.index)?;
         // The first page is read before answering, so a bad query is a status, not a
         // stream that fails at once.
         let first = self
@@ -152,6 +159,7 @@ impl Gateway {
         &self,
         request: Request<pb::MergeJoinRequest>,
     ) -> Result<Response<pb::MergeJoinResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
         let queries = request
             .queries
@@ -166,6 +174,9 @@ impl Gateway {
         let after =
             (!request.page_token.is_empty()).then(|| PageToken::from_bytes(request.page_token));
         let catalog = self.catalogs.current().await?;
+        for query in &queries {
+            caller.require_index(&catalog, &query.index)?;
+        }
         let joined = self
             .client
             .merge_join(
@@ -194,7 +205,9 @@ impl Gateway {
         &self,
         request: Request<pb::ReadEntitiesRequest>,
     ) -> Result<Response<pb::ReadEntitiesResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
+        caller.require(Access::Read, Target::Table(&request.table))?;
         let mode = read_mode_from_wire(request.mode)?;
         let in_flight = match request.in_flight {
             0 => LOOKUPS_IN_FLIGHT,

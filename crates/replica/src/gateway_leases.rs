@@ -8,6 +8,7 @@ use megastore_rpc::pb::client as pb;
 use tonic::{Request, Response, Status};
 
 use crate::gateway::{Gateway, status};
+use megastore_access::{Access, Target};
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -25,6 +26,8 @@ impl Gateway {
         &self,
         request: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
+        // Any user may hold leases; what it may lock is checked by name.
+        let _caller = self.access.caller(&request)?;
         let request = request.into_inner();
         let lease = self
             .client
@@ -41,6 +44,8 @@ impl Gateway {
         &self,
         request: Request<pb::LeaseKeepAliveRequest>,
     ) -> Result<Response<pb::LeaseKeepAliveResponse>, Status> {
+        // Any user may hold leases; what it may lock is checked by name.
+        let _caller = self.access.caller(&request)?;
         let request = request.into_inner();
         // The caller counts the renewed ttl from before it sent its request.
         let mut lease = Lease {
@@ -58,6 +63,8 @@ impl Gateway {
         &self,
         request: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
+        // Any user may hold leases; what it may lock is checked by name.
+        let _caller = self.access.caller(&request)?;
         let request = request.into_inner();
         self.client
             .revoke_lease(LeaseId(request.lease))
@@ -70,7 +77,9 @@ impl Gateway {
         &self,
         request: Request<pb::LockRequest>,
     ) -> Result<Response<pb::LockResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
+        caller.require(Access::Write, Target::Lock(&request.name))?;
         let FencingToken(token) = self
             .client
             .lock(LeaseId(request.lease), &request.name)
@@ -85,7 +94,9 @@ impl Gateway {
         &self,
         request: Request<pb::UnlockRequest>,
     ) -> Result<Response<pb::UnlockResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
+        caller.require(Access::Write, Target::Lock(&request.name))?;
         self.client
             .unlock(LeaseId(request.lease), &request.name)
             .await
@@ -97,7 +108,9 @@ impl Gateway {
         &self,
         request: Request<pb::LockHolderRequest>,
     ) -> Result<Response<pb::LockHolderResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
+        caller.require(Access::Read, Target::Lock(&request.name))?;
         let holder = self
             .client
             .lock_holder(&request.name)
@@ -112,7 +125,9 @@ impl Gateway {
         &self,
         request: Request<pb::PutLeasedRequest>,
     ) -> Result<Response<pb::PutLeasedResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
+        caller.require(Access::Write, Target::Lock(&request.name))?;
         let revision = self
             .client
             .put_leased(LeaseId(request.lease), &request.name, &request.value)
@@ -125,7 +140,9 @@ impl Gateway {
         &self,
         request: Request<pb::LeasedKeysRequest>,
     ) -> Result<Response<pb::LeasedKeysResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
+        caller.require(Access::Read, Target::Lock(&request.prefix))?;
         let keys = self
             .client
             .leased_keys(&request.prefix)

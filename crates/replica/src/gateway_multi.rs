@@ -9,7 +9,9 @@ use tokio::sync::OwnedMutexGuard;
 use tonic::Status;
 
 use crate::gateway::{Gateway, commit_answer, status};
+use crate::gateway_access::{Caller, Tables};
 use crate::gateway_sessions::SessionState;
+use megastore_access::Access;
 
 /// Handles one `CommitMulti` may name at most.
 const HANDLES_MAX: usize = 64;
@@ -17,6 +19,7 @@ const HANDLES_MAX: usize = 64;
 impl Gateway {
     pub(crate) async fn commit_multi(
         &self,
+        caller: &Caller,
         request: pb::CommitMultiRequest,
     ) -> Result<pb::CommitResponse, Status> {
         let handles = request.txns;
@@ -41,7 +44,7 @@ impl Gateway {
         // wait for each other.
         let mut locked: Vec<(u64, OwnedMutexGuard<SessionState>)> = Vec::new();
         for handle in sorted {
-            locked.push((handle, self.sessions.locked(handle).await?));
+            locked.push((handle, self.sessions.locked(handle, caller).await?));
         }
         locked.sort_by_key(|(handle, _)| handles.iter().position(|h| h == handle));
         if let Some((_, guard)) = locked
@@ -54,8 +57,14 @@ impl Gateway {
             };
             return answer.clone();
         }
+        // A grant revoked since a write was staged stops the commit.
+        for (_, guard) in &locked {
+            if let SessionState::Open(_, written) = &**guard {
+                caller.require_all(Access::Write, written)?;
+            }
+        }
         let typed = locked.iter().any(|(_, g)| match &**g {
-            SessionState::Open(txn) => megastore_client::group_name(txn.eg()).is_none(),
+            SessionState::Open(txn, _) => megastore_client::group_name(txn.eg()).is_none(),
             SessionState::Committed(_) => false,
         });
         let catalog = if typed {
@@ -71,7 +80,7 @@ impl Gateway {
             );
             let mut parts = Vec::with_capacity(locked.len());
             for (_, guard) in &mut locked {
-                let SessionState::Open(txn) = std::mem::replace(
+                let SessionState::Open(txn, _) = std::mem::replace(
                     &mut **guard,
                     SessionState::Committed(Err(unfinished.clone())),
                 ) else {
@@ -105,10 +114,13 @@ impl Gateway {
 
     pub(crate) async fn resolve_multi(
         &self,
+        caller: &Caller,
         request: pb::ResolveRequest,
     ) -> Result<pb::ResolveResponse, Status> {
         use pb::resolve_response::{Committed, NotCommitted, Outcome as Wire, Unknown};
         let coordinator = self.named_group_pub(request.eg, request.root).await?;
+        self.require_group(caller, Access::Read, &coordinator, Tables::Any)
+            .await?;
         let (txn, _) = txn_id_from_wire("id", request.id)?;
         let outcome = match self.client.resolve_multi(&coordinator, txn).await {
             Ok(Some(true)) => Wire::Committed(Committed { position: 0 }),
@@ -129,9 +141,13 @@ impl Gateway {
 
     pub(crate) async fn settle_prepared(
         &self,
+        caller: &Caller,
         request: pb::SettlePreparedRequest,
     ) -> Result<pb::SettlePreparedResponse, Status> {
         let eg = self.named_group_pub(request.eg, request.root).await?;
+        // Deciding other clients' transactions on the group's rows.
+        self.require_group(caller, Access::Admin, &eg, Tables::Every)
+            .await?;
         let settled = self.client.settle_prepared(&eg).await.map_err(status)?;
         Ok(pb::SettlePreparedResponse {
             committed: settled.committed,

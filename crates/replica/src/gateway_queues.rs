@@ -6,7 +6,9 @@ use megastore_rpc::public::invalid_argument as invalid;
 use tonic::{Request, Response, Status};
 
 use crate::gateway::{Gateway, status};
-use crate::gateway_sessions::open;
+use crate::gateway_access::Tables;
+use crate::gateway_sessions::{open, open_to_write};
+use megastore_access::Access;
 
 /// Messages one `Receive` takes when not told.
 const RECEIVE_DEFAULT: usize = 100;
@@ -18,12 +20,22 @@ impl Gateway {
         &self,
         request: Request<pb::SendMessageRequest>,
     ) -> Result<Response<pb::SendMessageResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
         let to = self
             .group_named(("to", "to_root"), request.to, request.to_root)
             .await?;
-        let mut guard = self.sessions.locked(request.txn).await?;
-        let txn = open(&mut guard)?;
+        // A send writes the sender's outbox and, once delivered, the receiver's queue.
+        self.require_group(&caller, Access::Write, &to, Tables::Root)
+            .await?;
+        let receiver = self.written_group(&caller, &to).await?;
+        let mut guard = self.sessions.locked(request.txn, &caller).await?;
+        let from = open(&mut guard)?.eg().clone();
+        self.require_group(&caller, Access::Write, &from, Tables::Root)
+            .await?;
+        let sender = self.written_group(&caller, &from).await?;
+        open_to_write(&mut guard, receiver)?;
+        let txn = open_to_write(&mut guard, sender)?;
         txn.send(&to, &request.queue, &request.body)
             .map_err(status)?;
         Ok(Response::new(pb::SendMessageResponse {}))
@@ -33,6 +45,7 @@ impl Gateway {
         &self,
         request: Request<pb::ReceiveRequest>,
     ) -> Result<Response<pb::ReceiveResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
         let limit = match request.limit {
             0 => RECEIVE_DEFAULT,
@@ -44,8 +57,13 @@ impl Gateway {
                 ));
             }
         };
-        let mut guard = self.sessions.locked(request.txn).await?;
-        let txn = open(&mut guard)?;
+        let mut guard = self.sessions.locked(request.txn, &caller).await?;
+        let eg = open(&mut guard)?.eg().clone();
+        // Receiving consumes: it writes the group's queue.
+        self.require_group(&caller, Access::Write, &eg, Tables::Root)
+            .await?;
+        let written = self.written_group(&caller, &eg).await?;
+        let txn = open_to_write(&mut guard, written)?;
         let messages = txn
             .receive(&request.queue, limit)
             .await
@@ -66,6 +84,7 @@ impl Gateway {
         &self,
         request: Request<pb::DeliverRequest>,
     ) -> Result<Response<pb::DeliverResponse>, Status> {
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
         let sender = self
             .group_named(
@@ -73,6 +92,8 @@ impl Gateway {
                 request.sender,
                 request.sender_root,
             )
+            .await?;
+        self.require_group(&caller, Access::Write, &sender, Tables::Root)
             .await?;
         let done = self.client.deliver(&sender).await.map_err(status)?;
         Ok(Response::new(pb::DeliverResponse {

@@ -114,8 +114,13 @@ impl Gateway {
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<ReceiverStream<Result<pb::WatchResponse, Status>>>, Status> {
         use pb::watch_request::Keys;
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
         let eg = crate::gateway::group(&request.eg)?;
+        caller.require(
+            megastore_access::Access::Read,
+            megastore_access::Target::Group(&request.eg),
+        )?;
         let from = Position(request.from_position);
         let mut watched = match request.keys {
             Some(Keys::Range(range)) => {

@@ -25,6 +25,7 @@ mod clock;
 mod coordinator;
 mod coordinator_service;
 mod gateway;
+mod gateway_access;
 mod gateway_catalog;
 mod gateway_indexes;
 mod gateway_leases;

@@ -212,6 +212,11 @@ impl ReplicaProcess {
         let lockd = megastore_rpc::LockdClient::new(config).map_err(ProcessError::Config)?;
         let operator = megastore_rpc::OperatorAuth::from_config(config, &format!("replica {name}"))
             .map_err(ProcessError::Config)?;
+        let access = crate::gateway_access::AccessControl::start(
+            config,
+            operator.clone(),
+            megastore_rpc::LockdClient::new(config).map_err(ProcessError::Config)?,
+        );
         let admin = AdminServer::new(AdminService {
             events: events_tx.clone(),
             gateway: gateway.clone(),
@@ -221,7 +226,7 @@ impl ReplicaProcess {
         });
         // The public API takes what the library can commit: one message holds the
         // largest transaction (documented in docs/client-api.md, "Limits").
-        let gateway = MegastoreServer::new(Gateway::new(gateway, lockd, &config.gateway))
+        let gateway = MegastoreServer::new(Gateway::new(gateway, lockd, &config.gateway, access))
             .max_decoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX)
             .max_encoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX);
 

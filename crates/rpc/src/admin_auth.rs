@@ -1,8 +1,9 @@
-//! The operator token on administration (`[auth]` in the config): with a token
-//! configured, a call passes only if it carries `authorization: Bearer <token>`; a
-//! refusal is `PERMISSION_DENIED`, saying what was missing. Without one, every call
-//! passes (`megastore dev`, and clusters that rely on their network alone). Actions
-//! and refusals go to the audit log ([`OperatorAuth::admit`]).
+//! The operator on administration (`[auth]` in the config): with a token configured, a
+//! call passes only if it carries `authorization: Bearer <token>`, or comes over mutual
+//! TLS with a client certificate whose common name `[auth] operator_certificates`
+//! lists; a refusal is `PERMISSION_DENIED`, saying what was missing. Without `[auth]`,
+//! every call passes (`megastore dev`, and clusters that rely on their network alone).
+//! Actions and refusals go to the audit log ([`OperatorAuth::admit`]).
 
 use std::io::Write;
 use std::path::Path;
@@ -17,6 +18,8 @@ const HEADER: &str = "authorization";
 #[derive(Clone)]
 pub struct OperatorAuth {
     token: Option<Arc<str>>,
+    /// Common names of client certificates whose holders are operators.
+    certificates: Arc<[String]>,
     audit: Option<Arc<AuditFile>>,
 }
 
@@ -37,6 +40,7 @@ impl OperatorAuth {
     pub fn new(token: Option<String>) -> Self {
         Self {
             token: token.map(Arc::from),
+            certificates: Arc::from(Vec::new()),
             audit: None,
         }
     }
@@ -48,7 +52,10 @@ impl OperatorAuth {
         config: &megastore_config::ClusterConfig,
         process: &str,
     ) -> Result<Self, String> {
-        let auth = Self::new(config.operator_token().map_err(|e| e.to_string())?);
+        let mut auth = Self::new(config.operator_token().map_err(|e| e.to_string())?);
+        if let Some(listed) = config.auth.as_ref().map(|a| &a.operator_certificates) {
+            auth.certificates = Arc::from(listed.clone());
+        }
         match config.auth.as_ref().and_then(|a| a.audit_file.as_ref()) {
             Some(path) => auth
                 .with_audit_file(path, process)
@@ -73,7 +80,7 @@ impl OperatorAuth {
 
     /// Appends one record to the audit file, if there is one (a failure to write is
     /// logged: the call itself was decided already).
-    fn record(&self, who: &str, what: &str, outcome: &str, why: Option<&str>) {
+    pub fn record(&self, who: &str, what: &str, outcome: &str, why: Option<&str>) {
         let Some(audit) = &self.audit else {
             return;
         };
@@ -99,11 +106,23 @@ impl OperatorAuth {
         self.token.is_some()
     }
 
-    /// Passes a call that carries the token, or any call when none is configured.
+    /// Whether the call carries the operator token, or comes with an operator's client
+    /// certificate (never, without `[auth]`).
+    pub fn is_operator<T>(&self, request: &Request<T>) -> bool {
+        self.check(request).is_ok() && self.required()
+    }
+
+    /// Passes a call that carries the token or an operator's certificate, or any call
+    /// when no token is configured.
     pub fn check<T>(&self, request: &Request<T>) -> Result<(), Status> {
         let Some(token) = &self.token else {
             return Ok(());
         };
+        if !self.certificates.is_empty()
+            && peer_common_name(request).is_some_and(|cn| self.certificates.contains(&cn))
+        {
+            return Ok(());
+        }
         let Some(given) = request.metadata().get(HEADER) else {
             return Err(Status::permission_denied(
                 "administration needs the operator token: this call carried no `authorization: Bearer <token>` ([auth] operator_token_file)",
@@ -153,6 +172,15 @@ impl OperatorAuth {
         }
         checked
     }
+}
+
+/// The common name of the client certificate a call came with (mutual TLS), if any.
+pub fn peer_common_name<T>(request: &Request<T>) -> Option<String> {
+    let certificates = request.peer_certs()?;
+    let leaf = certificates.first()?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+    let name = parsed.subject().iter_common_name().next()?;
+    name.as_str().ok().map(str::to_string)
 }
 
 /// `message` as a request carrying the operator token, if there is one.
