@@ -12,6 +12,7 @@ mod downstream;
 mod email;
 mod entities;
 mod examples;
+mod garbage_api;
 mod global_index;
 mod index_kinds;
 mod index_queries;
