@@ -202,7 +202,6 @@ fn garbage_at_the_public_api_gets_statuses_and_no_panic() {
             .await
             .expect("begin after the garbage");
         assert!(grpc_committed(api.commit(pb::CommitRequest { txn }).await).is_some());
-        eprintln!("status codes: {without_schema:?} / {with_schema:?}");
     });
     for replica in ["replica-a", "replica-b", "replica-c", "replica-d"] {
         let log = cluster.process(replica).log();

@@ -1216,7 +1216,7 @@ fn with_mutual_tls_a_client_certificate_names_a_user_or_the_operator() {
         let admin = |name: &str| {
             megastore_rpc::pb::admin::admin_client::AdminClient::new(tls_channel(
                 dir.path(),
-                &a.admin_endpoint(),
+                a.admin_endpoint(),
                 name,
             ))
         };
