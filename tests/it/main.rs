@@ -33,4 +33,6 @@ mod tools;
 mod top;
 mod two_phase;
 mod users;
+mod users_paths;
+mod users_tls;
 mod watches;

@@ -8,7 +8,8 @@
 //! - a revoked grant stops the user's calls within the stated bound, and a transaction
 //!   staged before the revocation cannot commit;
 //! - a user's open transactions are bounded; denials are in the audit file;
-//! - with mutual TLS, a client certificate names a user, or the operator.
+//! - with mutual TLS, a client certificate names a user, or the operator
+//!   (`users_tls`).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -21,15 +22,15 @@ use tonic::{Code, Request};
 
 use crate::support::api_at;
 
-const OPERATOR: &str = "operator-token-for-users-0123456789";
+pub(crate) const OPERATOR: &str = "operator-token-for-users-0123456789";
 
 /// `message` carrying `token` as `authorization: Bearer <token>`.
-fn bearer<T>(message: T, token: &str) -> Request<T> {
+pub(crate) fn bearer<T>(message: T, token: &str) -> Request<T> {
     megastore_rpc::with_operator_token(message, Some(token))
 }
 
 /// `megastore ARGS --config CONFIG`, which must succeed; its output.
-fn cli(dir: &Path, config: &str, args: &[&str]) -> String {
+pub(crate) fn cli(dir: &Path, config: &str, args: &[&str]) -> String {
     let mut all = args.to_vec();
     all.extend(["--config", config]);
     let done = run_megastore(&all, dir, Duration::from_secs(60));
@@ -38,36 +39,36 @@ fn cli(dir: &Path, config: &str, args: &[&str]) -> String {
 }
 
 /// The token `megastore user add` printed.
-fn token_in(out: &str) -> String {
+pub(crate) fn token_in(out: &str) -> String {
     out.lines()
         .find(|l| l.starts_with("mst_"))
         .unwrap_or_else(|| panic!("no token in {out}"))
         .to_string()
 }
 
-fn int64(v: i64) -> pb::Value {
+pub(crate) fn int64(v: i64) -> pb::Value {
     pb::Value {
         kind: Some(pb::value::Kind::Int64(v)),
     }
 }
 
-fn string(v: &str) -> pb::Value {
+pub(crate) fn string(v: &str) -> pb::Value {
     pb::Value {
         kind: Some(pb::value::Kind::String(v.into())),
     }
 }
 
-fn user_root(id: i64) -> pb::GroupRoot {
+pub(crate) fn user_root(id: i64) -> pb::GroupRoot {
     pb::GroupRoot {
         table: "User".into(),
         key: vec![int64(id)],
     }
 }
 
-type Api = pb::megastore_client::MegastoreClient<tonic::transport::Channel>;
+pub(crate) type Api = pb::megastore_client::MegastoreClient<tonic::transport::Channel>;
 
 /// Commits `key` = `value` in untyped group `group` as `token`: the committed position.
-async fn put(
+pub(crate) async fn put(
     api: &mut Api,
     token: &str,
     group: &str,
@@ -110,7 +111,7 @@ async fn put(
 }
 
 /// The rows of untyped group `group`, read current as `token`: key → value.
-async fn rows(
+pub(crate) async fn rows(
     api: &mut Api,
     token: &str,
     group: &str,
@@ -144,7 +145,7 @@ async fn rows(
 }
 
 /// Waits (bounded) until `token` may read `group`: the replica has read the user.
-async fn until_served(api: &mut Api, token: &str, group: &str) {
+pub(crate) async fn until_served(api: &mut Api, token: &str, group: &str) {
     let started = Instant::now();
     loop {
         match rows(api, token, group).await {
@@ -160,7 +161,11 @@ async fn until_served(api: &mut Api, token: &str, group: &str) {
 
 /// The cluster of these tests: the operator token, an audit file, users required, and
 /// at most `per_user` open transactions per user.
-fn start(dir: &Path, per_user: u32, extra: impl FnOnce(&Path) -> String) -> LocalCluster {
+pub(crate) fn start(
+    dir: &Path,
+    per_user: u32,
+    extra: impl FnOnce(&Path) -> String,
+) -> LocalCluster {
     LocalCluster::start_configured(dir, |path| {
         let folder = path.parent().unwrap();
         std::fs::write(folder.join("operator.token"), format!("{OPERATOR}\n")).unwrap();
@@ -185,7 +190,11 @@ fn extra_auth(folder: &Path) -> String {
 
 /// Asserts `result` was refused with `code`.
 #[track_caller]
-fn refused<T: std::fmt::Debug>(what: &str, result: Result<T, tonic::Status>, code: Code) {
+pub(crate) fn refused<T: std::fmt::Debug>(
+    what: &str,
+    result: Result<T, tonic::Status>,
+    code: Code,
+) {
     match result {
         Err(status) if status.code() == code => {}
         other => panic!("{what}: expected {code:?}, got {other:?}"),
@@ -350,7 +359,7 @@ fn a_user_reaches_only_what_its_roles_grant_by_every_path() {
             );
         }
 
-        every_path_is_refused(&mut api, &alice, &bob).await;
+        crate::users_paths::every_path_is_refused(&mut api, &alice, &bob).await;
         revocation_and_bounds(&mut api, dir.path(), cfg, &alice).await;
     });
 
@@ -361,624 +370,6 @@ fn a_user_reaches_only_what_its_roles_grant_by_every_path() {
         r["who"] == "user bob" && r["outcome"] == "denied"
     });
     assert!(denied_bob, "no denial of bob in the audit file");
-}
-
-/// Alice's data; bob tries to reach it by every path the API has.
-async fn every_path_is_refused(api: &mut Api, alice: &str, bob: &str) {
-    use pb::assert::Condition;
-    let denied = Code::PermissionDenied;
-    put(api, alice, "alice/1", "k", "alice's").await.unwrap();
-    let versioned = api
-        .versioned_txn(bearer(
-            pb::VersionedTxnRequest {
-                eg: b"alice/1".to_vec(),
-                asserts: vec![],
-                mutations: vec![pb::Mutation {
-                    key: b"vk".to_vec(),
-                    change: Some(pb::mutation::Change::Put(b"alice's".to_vec())),
-                }],
-            },
-            alice,
-        ))
-        .await;
-    assert!(versioned.is_ok(), "{versioned:?}");
-    // A typed group: User 1 and its photo, tagged.
-    let txn = api
-        .begin(bearer(
-            pb::BeginRequest {
-                eg: vec![],
-                root: Some(user_root(1)),
-            },
-            alice,
-        ))
-        .await
-        .unwrap()
-        .into_inner()
-        .txn;
-    let entity = |table: &str, fields: Vec<(&str, pb::Value)>| pb::Entity {
-        table: table.into(),
-        fields: fields
-            .into_iter()
-            .map(|(name, value)| {
-                let value = if name == "tag" {
-                    pb::field_value::Value::Repeated(pb::Values {
-                        values: vec![value],
-                    })
-                } else {
-                    pb::field_value::Value::Single(value)
-                };
-                (name.to_string(), pb::FieldValue { value: Some(value) })
-            })
-            .collect(),
-        inline: Default::default(),
-    };
-    for e in [
-        entity(
-            "User",
-            vec![("user_id", int64(1)), ("name", string("alice"))],
-        ),
-        entity(
-            "Photo",
-            vec![
-                ("user_id", int64(1)),
-                (
-                    "photo_id",
-                    pb::Value {
-                        kind: Some(pb::value::Kind::Int32(1)),
-                    },
-                ),
-                ("time", int64(5)),
-                ("full_url", string("u")),
-                ("tag", string("secret")),
-            ],
-        ),
-    ] {
-        api.put_entity(bearer(
-            pb::PutEntityRequest {
-                txn,
-                entity: Some(e),
-            },
-            alice,
-        ))
-        .await
-        .unwrap();
-    }
-    api.commit(bearer(pb::CommitRequest { txn }, alice))
-        .await
-        .unwrap();
-
-    let range = || pb::RowQuery {
-        query: Some(pb::row_query::Query::Range(pb::row_query::Range::default())),
-    };
-    // Untyped: reads, transactions, the versioned primitives, watches.
-    refused(
-        "Read",
-        api.read(bearer(
-            pb::ReadRequest {
-                eg: b"alice/1".to_vec(),
-                mode: pb::ReadMode::Current as i32,
-                query: Some(range()),
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "Read inconsistent",
-        api.read(bearer(
-            pb::ReadRequest {
-                eg: b"alice/1".to_vec(),
-                mode: pb::ReadMode::Inconsistent as i32,
-                query: Some(range()),
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "Begin",
-        api.begin(bearer(
-            pb::BeginRequest {
-                eg: b"alice/1".to_vec(),
-                root: None,
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "Snapshot",
-        api.snapshot(bearer(
-            pb::SnapshotRequest {
-                eg: b"alice/1".to_vec(),
-                keys: vec![b"vk".to_vec()],
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "Keys",
-        api.keys(bearer(
-            pb::KeysRequest {
-                eg: b"alice/1".to_vec(),
-                prefix: vec![],
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "VersionedTxn put",
-        api.versioned_txn(bearer(
-            pb::VersionedTxnRequest {
-                eg: b"alice/1".to_vec(),
-                asserts: vec![],
-                mutations: vec![pb::Mutation {
-                    key: b"vk".to_vec(),
-                    change: Some(pb::mutation::Change::Put(b"bob's".to_vec())),
-                }],
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "VersionedTxn assert",
-        api.versioned_txn(bearer(
-            pb::VersionedTxnRequest {
-                eg: b"alice/1".to_vec(),
-                asserts: vec![pb::Assert {
-                    key: b"vk".to_vec(),
-                    condition: Some(Condition::Version(1)),
-                }],
-                mutations: vec![],
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "Watch",
-        api.watch(bearer(
-            pb::WatchRequest {
-                eg: b"alice/1".to_vec(),
-                from_position: 0,
-                keys: Some(pb::watch_request::Keys::KeyPrefix(vec![])),
-            },
-            bob,
-        ))
-        .await
-        .map(|_| ()),
-        denied,
-    );
-    refused(
-        "Resolve",
-        api.resolve(bearer(
-            pb::ResolveRequest {
-                eg: b"alice/1".to_vec(),
-                root: None,
-                id: None,
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "ResolveMulti",
-        api.resolve_multi(bearer(
-            pb::ResolveRequest {
-                eg: b"alice/1".to_vec(),
-                root: None,
-                id: None,
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "SettlePrepared",
-        api.settle_prepared(bearer(
-            pb::SettlePreparedRequest {
-                eg: b"alice/1".to_vec(),
-                root: None,
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "Deliver",
-        api.deliver(bearer(
-            pb::DeliverRequest {
-                sender: b"alice/1".to_vec(),
-                sender_root: None,
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    // Writing into alice's group from bob's own transaction: a queue send.
-    let own = api
-        .begin(bearer(
-            pb::BeginRequest {
-                eg: b"bob/1".to_vec(),
-                root: None,
-            },
-            bob,
-        ))
-        .await
-        .unwrap()
-        .into_inner()
-        .txn;
-    refused(
-        "SendMessage",
-        api.send_message(bearer(
-            pb::SendMessageRequest {
-                txn: own,
-                to: b"alice/1".to_vec(),
-                to_root: None,
-                queue: "q".into(),
-                body: b"x".to_vec(),
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    // Typed: entities, scans, index queries (bob has no table grant).
-    refused(
-        "Begin typed",
-        api.begin(bearer(
-            pb::BeginRequest {
-                eg: vec![],
-                root: Some(user_root(1)),
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "GetEntity",
-        api.get_entity(bearer(
-            pb::GetEntityRequest {
-                txn: own,
-                table: "User".into(),
-                key: vec![int64(1)],
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "PutEntity",
-        api.put_entity(bearer(
-            pb::PutEntityRequest {
-                txn: own,
-                entity: Some(entity(
-                    "User",
-                    vec![("user_id", int64(1)), ("name", string("bob"))],
-                )),
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "DeleteEntity",
-        api.delete_entity(bearer(
-            pb::DeleteEntityRequest {
-                txn: own,
-                table: "User".into(),
-                key: vec![int64(1)],
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "ScanTable",
-        api.scan_table(bearer(
-            pb::ScanTableRequest {
-                txn: own,
-                table: "Photo".into(),
-                root_key: vec![int64(1)],
-                limit: 0,
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "ScanIndex",
-        api.scan_index(bearer(
-            pb::ScanIndexRequest {
-                txn: own,
-                index: "PhotosByTime".into(),
-                ..Default::default()
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "ReadEntity",
-        api.read_entity(bearer(
-            pb::ReadEntityRequest {
-                table: "User".into(),
-                key: vec![int64(1)],
-                mode: pb::ReadMode::Current as i32,
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "ReadEntities",
-        api.read_entities(bearer(
-            pb::ReadEntitiesRequest {
-                table: "Photo".into(),
-                keys: vec![pb::EntityKey {
-                    key: vec![
-                        int64(1),
-                        pb::Value {
-                            kind: Some(pb::value::Kind::Int32(1)),
-                        },
-                    ],
-                }],
-                mode: pb::ReadMode::Current as i32,
-                in_flight: 0,
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    let tag = pb::ScanGlobalIndexRequest {
-        index: "PhotosByTag".into(),
-        leading: vec![string("secret")],
-        ..Default::default()
-    };
-    refused(
-        "ScanGlobalIndex",
-        api.scan_global_index(bearer(tag.clone(), bob)).await,
-        denied,
-    );
-    refused(
-        "StreamGlobalIndex",
-        api.stream_global_index(bearer(tag, bob)).await.map(|_| ()),
-        denied,
-    );
-    refused(
-        "MergeJoin",
-        api.merge_join(bearer(
-            pb::MergeJoinRequest {
-                queries: vec![pb::JoinQuery {
-                    index: "PhotosByTag".into(),
-                    equal: vec![string("secret")],
-                }],
-                ..Default::default()
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    // Locks and leased keys under alice's prefix.
-    let lease = api
-        .lease_grant(bearer(
-            pb::LeaseGrantRequest {
-                owner: "bob".into(),
-                ttl_ms: 10_000,
-            },
-            bob,
-        ))
-        .await
-        .unwrap()
-        .into_inner()
-        .lease;
-    refused(
-        "Lock",
-        api.lock(bearer(
-            pb::LockRequest {
-                lease,
-                name: "alice/lock".into(),
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "Unlock",
-        api.unlock(bearer(
-            pb::UnlockRequest {
-                lease,
-                name: "alice/lock".into(),
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "LockHolder",
-        api.lock_holder(bearer(
-            pb::LockHolderRequest {
-                name: "alice/lock".into(),
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "PutLeased",
-        api.put_leased(bearer(
-            pb::PutLeasedRequest {
-                lease,
-                name: "alice/k".into(),
-                value: vec![],
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    refused(
-        "LeasedKeys",
-        api.leased_keys(bearer(
-            pb::LeasedKeysRequest {
-                prefix: String::new(),
-            },
-            bob,
-        ))
-        .await,
-        denied,
-    );
-    assert!(
-        api.lock(bearer(
-            pb::LockRequest {
-                lease,
-                name: "bob/lock".into()
-            },
-            bob
-        ))
-        .await
-        .is_ok()
-    );
-    // Alice's transaction handle does not exist for bob.
-    let handle = api
-        .begin(bearer(
-            pb::BeginRequest {
-                eg: b"alice/1".to_vec(),
-                root: None,
-            },
-            alice,
-        ))
-        .await
-        .unwrap()
-        .into_inner()
-        .txn;
-    refused(
-        "TxnRead of another's handle",
-        api.txn_read(bearer(
-            pb::TxnReadRequest {
-                txn: handle,
-                keys: vec![b"k".to_vec()],
-            },
-            bob,
-        ))
-        .await,
-        Code::NotFound,
-    );
-    refused(
-        "Write to another's handle",
-        api.write(bearer(
-            pb::WriteRequest {
-                txn: handle,
-                rows: vec![pb::RowWrite {
-                    key: b"k".to_vec(),
-                    cells: vec![pb::CellWrite {
-                        column: b"v".to_vec(),
-                        change: Some(pb::cell_write::Change::Set(b"bob's".to_vec())),
-                    }],
-                }],
-            },
-            bob,
-        ))
-        .await,
-        Code::NotFound,
-    );
-    refused(
-        "Commit of another's handle",
-        api.commit(bearer(pb::CommitRequest { txn: handle }, bob))
-            .await,
-        Code::NotFound,
-    );
-    refused(
-        "CommitMulti of another's handle",
-        api.commit_multi(bearer(
-            pb::CommitMultiRequest {
-                txns: vec![own, handle],
-            },
-            bob,
-        ))
-        .await,
-        Code::NotFound,
-    );
-    let _ = api
-        .abort(bearer(pb::AbortRequest { txn: handle }, bob))
-        .await;
-    let read = api
-        .txn_read(bearer(
-            pb::TxnReadRequest {
-                txn: handle,
-                keys: vec![b"k".to_vec()],
-            },
-            alice,
-        ))
-        .await;
-    assert!(
-        read.is_ok(),
-        "bob's Abort ended alice's transaction: {read:?}"
-    );
-
-    // Alice's data is as she left it; the operator reads everything.
-    let stored = rows(api, OPERATOR, "alice/1").await.unwrap();
-    assert!(
-        stored.contains(&("k".into(), "alice's".into())),
-        "{stored:?}"
-    );
-    let snapshot = api
-        .snapshot(bearer(
-            pb::SnapshotRequest {
-                eg: b"alice/1".to_vec(),
-                keys: vec![b"vk".to_vec()],
-            },
-            alice,
-        ))
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(snapshot.entries[0].value.as_deref(), Some(&b"alice's"[..]));
-    let user = api
-        .read_entity(bearer(
-            pb::ReadEntityRequest {
-                table: "User".into(),
-                key: vec![int64(1)],
-                mode: pb::ReadMode::Current as i32,
-            },
-            alice,
-        ))
-        .await
-        .unwrap()
-        .into_inner();
-    let name = user
-        .entity
-        .expect("User 1")
-        .fields
-        .remove("name")
-        .and_then(|f| f.value);
-    assert_eq!(name, Some(pb::field_value::Value::Single(string("alice"))));
 }
 
 /// A revoked grant stops alice within the bound, and her transaction staged before it
@@ -1097,150 +488,4 @@ async fn revocation_and_bounds(api: &mut Api, dir: &Path, cfg: &str, alice: &str
         ))
         .await;
     assert!(operator.is_ok(), "{operator:?}");
-}
-
-/// A channel to `address` over mutual TLS, presenting client certificate `name`
-/// (`certs/NAME.pem`, made by `megastore certs --client NAME`).
-fn tls_channel(folder: &Path, address: &str, name: &str) -> tonic::transport::Channel {
-    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
-    let read = |file: &str| std::fs::read_to_string(folder.join("certs").join(file)).unwrap();
-    let tls = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(read("ca.pem")))
-        .identity(Identity::from_pem(
-            read(&format!("{name}.pem")),
-            read(&format!("{name}-key.pem")),
-        ))
-        .domain_name("127.0.0.1");
-    tonic::transport::Channel::from_shared(format!("https://{address}"))
-        .unwrap()
-        .tls_config(tls)
-        .unwrap()
-        .connect_lazy()
-}
-
-#[test]
-fn with_mutual_tls_a_client_certificate_names_a_user_or_the_operator() {
-    let _alone = megastore_e2e::one_cluster_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let folder = dir.path().to_path_buf();
-    let mut cluster = start(dir.path(), 100, |path| {
-        let config = path.to_str().unwrap();
-        let made = run_megastore(
-            &["certs", "--config", config, "--out", "certs"],
-            &folder,
-            Duration::from_secs(30),
-        );
-        assert!(made.status.success(), "{made:?}");
-        for name in ["carol", "ops"] {
-            let client = run_megastore(
-                &[
-                    "certs", "--config", config, "--out", "certs", "--client", name,
-                ],
-                &folder,
-                Duration::from_secs(30),
-            );
-            assert!(client.status.success(), "{client:?}");
-        }
-        let section = made.stdout.split_once("[tls]").unwrap().1;
-        format!("\n[tls]{section}\n")
-    });
-    cluster.wait_for_log("replica-a", "replica serving", Duration::from_secs(30));
-    let cfg = cluster.config_path.to_str().unwrap().to_string();
-    let config = ClusterConfig::load(&cluster.config_path).unwrap();
-    // The operator's commands run over TLS with the cluster certificate and the token.
-    cli(dir.path(), &cfg, &["role", "add", "carol-rw"]);
-    cli(
-        dir.path(),
-        &cfg,
-        &["role", "grant", "carol-rw", "write", "groups:carol/"],
-    );
-    let added = cli(
-        dir.path(),
-        &cfg,
-        &[
-            "user",
-            "add",
-            "carol",
-            "--certificate",
-            "carol",
-            "--no-token",
-        ],
-    );
-    assert!(!added.contains("mst_"), "no token was asked for: {added}");
-    cli(dir.path(), &cfg, &["user", "grant", "carol", "carol-rw"]);
-
-    let a = config.replica("a").unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let read = |eg: &str| pb::ReadRequest {
-            eg: eg.into(),
-            mode: pb::ReadMode::Current as i32,
-            query: Some(pb::RowQuery {
-                query: Some(pb::row_query::Query::Range(pb::row_query::Range::default())),
-            }),
-        };
-        let mut carol = pb::megastore_client::MegastoreClient::new(tls_channel(
-            dir.path(),
-            &a.address,
-            "carol",
-        ));
-        let started = Instant::now();
-        while let Err(e) = carol.read(read("carol/1")).await {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "carol's certificate never served: {e:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let versioned = carol
-            .versioned_txn(pb::VersionedTxnRequest {
-                eg: b"carol/1".to_vec(),
-                asserts: vec![],
-                mutations: vec![pb::Mutation {
-                    key: b"k".to_vec(),
-                    change: Some(pb::mutation::Change::Put(b"carol's".to_vec())),
-                }],
-            })
-            .await;
-        assert!(versioned.is_ok(), "{versioned:?}");
-        refused(
-            "carol reading another's group",
-            carol.read(read("dave/1")).await,
-            Code::PermissionDenied,
-        );
-        // The operator's certificate, without the token: anything on the public API,
-        // and administration.
-        let mut ops =
-            pb::megastore_client::MegastoreClient::new(tls_channel(dir.path(), &a.address, "ops"));
-        assert!(ops.read(read("dave/1")).await.is_ok());
-        let admin = |name: &str| {
-            megastore_rpc::pb::admin::admin_client::AdminClient::new(tls_channel(
-                dir.path(),
-                a.admin_endpoint(),
-                name,
-            ))
-        };
-        let lag = admin("ops")
-            .lag(megastore_rpc::pb::admin::LagRequest {})
-            .await;
-        assert!(lag.is_ok(), "{lag:?}");
-        refused(
-            "administration with a user's certificate",
-            admin("carol")
-                .lag(megastore_rpc::pb::admin::LagRequest {})
-                .await,
-            Code::PermissionDenied,
-        );
-        // The cluster's own certificate is no user, and no operator without the token.
-        let node = megastore_rpc::Transport::from_config(&config)
-            .unwrap()
-            .channel(&a.address, Duration::from_secs(5))
-            .unwrap();
-        let mut node = pb::megastore_client::MegastoreClient::new(node);
-        refused(
-            "the cluster certificate, no token",
-            node.read(read("carol/1")).await,
-            Code::Unauthenticated,
-        );
-    });
 }
