@@ -1,4 +1,6 @@
-//! Users and operators named by client certificates, with mutual TLS (`users`).
+//! Users and operators named by client certificates, with mutual TLS (`users`); such
+//! client-only certificates reach the public API and administration, never the
+//! protocol's own services.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -142,6 +144,41 @@ fn with_mutual_tls_a_client_certificate_names_a_user_or_the_operator() {
                 .await,
             Code::PermissionDenied,
         );
+        // A client-only certificate (a user's, an operator's) cannot speak the protocol:
+        // the replication service and lockd serve cluster members only.
+        use megastore_rpc::pb::replication::{ReplicaRequest, replica_request};
+        for name in ["carol", "ops"] {
+            let probe = ReplicaRequest {
+                id: 1,
+                eg: b"carol/1".to_vec(),
+                request: Some(replica_request::Request::LogState(
+                    replica_request::LogState {},
+                )),
+            };
+            let replication =
+                megastore_rpc::pb::replication::replication_client::ReplicationClient::new(
+                    tls_channel(dir.path(), &a.address, name),
+                )
+                .call(probe)
+                .await;
+            refused(
+                &format!("{name}'s certificate at the replication service"),
+                replication,
+                Code::PermissionDenied,
+            );
+            let lockd = megastore_rpc::pb::lock::lock_client::LockClient::new(tls_channel(
+                dir.path(),
+                &config.lockd[0].address,
+                name,
+            ))
+            .call(megastore_rpc::pb::lock::LockRequest::default())
+            .await;
+            refused(
+                &format!("{name}'s certificate at lockd"),
+                lockd,
+                Code::PermissionDenied,
+            );
+        }
         // The cluster's own certificate is no user, and no operator without the token.
         let node = megastore_rpc::Transport::from_config(&config)
             .unwrap()

@@ -18,6 +18,7 @@ use openraft::{BasicNode, Raft, ServerState};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
 
 use megastore_metrics::{LockdMetrics, MetricsServer, Registry};
@@ -153,8 +154,14 @@ impl LockdNode {
         let server = transport
             .server()
             .map_err(|e| LockdError::Config(e.to_string()))?
-            .add_service(LockServer::new(lock_service))
-            .add_service(RaftServer::new(RaftService { raft: raft.clone() }))
+            .add_service(InterceptedService::new(
+                LockServer::new(lock_service),
+                megastore_rpc::members_only,
+            ))
+            .add_service(InterceptedService::new(
+                RaftServer::new(RaftService { raft: raft.clone() }),
+                megastore_rpc::members_only,
+            ))
             .serve_with_incoming_shutdown(Transport::incoming(listener), async {
                 let _ = stopped.await;
             });

@@ -121,9 +121,12 @@ impl CoordinatorProcess {
             wake: None,
             stop_grace: config.timeouts.rpc() * 2,
         };
-        let service = CoordinatorServer::new(CoordinatorService {
-            events: events_tx.clone(),
-        });
+        let service = tonic::service::interceptor::InterceptedService::new(
+            CoordinatorServer::new(CoordinatorService {
+                events: events_tx.clone(),
+            }),
+            megastore_rpc::members_only,
+        );
         let mut server = Transport::from_config(config)
             .and_then(|t| t.server())
             .map_err(|e| ProcessError::Config(e.to_string()))?;

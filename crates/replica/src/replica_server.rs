@@ -237,6 +237,12 @@ impl ReplicaProcess {
         })
         .max_decoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX)
         .max_encoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX);
+        // The protocol is for cluster members: a user's certificate reaches the public
+        // API only.
+        let service = tonic::service::interceptor::InterceptedService::new(
+            service,
+            megastore_rpc::members_only,
+        );
         let mut server = Transport::from_config(config)
             .and_then(|t| t.server())
             .map_err(|e| ProcessError::Config(e.to_string()))?;

@@ -183,6 +183,42 @@ pub fn peer_common_name<T>(request: &Request<T>) -> Option<String> {
     name.as_str().ok().map(str::to_string)
 }
 
+/// Whether the call may come from a cluster member: without TLS, any call (the network
+/// is the boundary); with it, one whose client certificate may also serve — its
+/// extended key usage allows `serverAuth`, or is not restricted. A client-only
+/// certificate (`clientAuth` alone: a user's or an operator's, from `megastore certs
+/// --client`) is not a member's.
+pub fn peer_is_member<T>(request: &Request<T>) -> bool {
+    let Some(certificates) = request.peer_certs() else {
+        return true;
+    };
+    let Some(leaf) = certificates.first() else {
+        return true;
+    };
+    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(leaf.as_ref()) else {
+        return false;
+    };
+    match parsed.extended_key_usage() {
+        Ok(None) => true,
+        Ok(Some(usage)) => usage.value.server_auth || usage.value.any,
+        Err(_) => false,
+    }
+}
+
+/// An interceptor for the cluster's own services (replication, coordinators, lockd):
+/// refuses a user's or an operator's client-only certificate ([`peer_is_member`]), so
+/// that a certificate made for the public API or for administration cannot speak the
+/// protocol itself.
+pub fn members_only(request: Request<()>) -> Result<Request<()>, Status> {
+    if peer_is_member(&request) {
+        Ok(request)
+    } else {
+        Err(Status::permission_denied(
+            "this service serves cluster members only: a client-only certificate (a user's or an operator's) may call the public API and administration, not the protocol",
+        ))
+    }
+}
+
 /// `message` as a request carrying the operator token, if there is one.
 pub fn with_operator_token<T>(message: T, token: Option<&str>) -> Request<T> {
     let mut request = Request::new(message);

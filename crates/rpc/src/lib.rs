@@ -30,7 +30,9 @@ mod replication;
 mod rows;
 mod transport;
 
-pub use admin_auth::{OperatorAuth, peer_common_name, with_operator_token};
+pub use admin_auth::{
+    OperatorAuth, members_only, peer_common_name, peer_is_member, with_operator_token,
+};
 pub use coordinator::{
     reply_from_wire as coordinator_reply_from_wire, reply_to_wire as coordinator_reply_to_wire,
 };
