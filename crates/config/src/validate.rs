@@ -125,11 +125,17 @@ pub(crate) fn check(config: &ClusterConfig) -> Result<(), Failure> {
             "must be between 1000 (a second) and 3600000 (an hour)",
         );
     }
-    if g.open_txns_max == 0 || g.open_txns_per_connection == 0 || g.open_txns_per_user == 0 {
-        return fail(
+    for (field, value) in [
+        ("gateway.open_txns_max", g.open_txns_max),
+        (
             "gateway.open_txns_per_connection",
-            "open_txns_max, open_txns_per_connection and open_txns_per_user must be at least 1",
-        );
+            g.open_txns_per_connection,
+        ),
+        ("gateway.open_txns_per_user", g.open_txns_per_user),
+    ] {
+        if value == 0 {
+            return fail(field, "must be at least 1");
+        }
     }
     if let Some(auth) = &config.auth {
         if auth.operator_certificates.iter().any(String::is_empty) {

@@ -268,3 +268,21 @@ fn the_operator_token_is_read_from_its_file_relative_to_the_config() {
     let open = ClusterConfig::parse(include_str!("../cluster.example.toml"), "example").unwrap();
     assert_eq!(open.operator_token().unwrap(), None);
 }
+
+#[test]
+fn users_and_operator_certificates_are_checked() {
+    let with = |auth: &str| format!("{EXAMPLE}\n[auth]\noperator_token_file = \"t\"\n{auth}\n");
+    let config = ClusterConfig::parse(&with("require_users = true"), "t.toml").unwrap();
+    assert!(config.auth.as_ref().unwrap().require_users);
+    assert_eq!(config.gateway.open_txns_per_user, 1_000);
+    let (field, message) = invalid(&with("operator_certificates = [\"ops\"]"));
+    assert_eq!(field, "auth.operator_certificates");
+    assert!(message.contains("[tls]"), "{message}");
+    let (field, _) = invalid(&with("operator_certificates = [\"\"]"));
+    assert_eq!(field, "auth.operator_certificates");
+    let (field, message) = invalid(&format!("{EXAMPLE}\n[gateway]\nopen_txns_per_user = 0\n"));
+    assert_eq!(field, "gateway.open_txns_per_user");
+    assert!(message.contains("at least 1"), "{message}");
+    let e = ClusterConfig::parse(&with("require_user = true"), "t.toml").unwrap_err();
+    assert!(e.to_string().contains("require_user"), "{e}");
+}
