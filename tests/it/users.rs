@@ -488,4 +488,38 @@ async fn revocation_and_bounds(api: &mut Api, dir: &Path, cfg: &str, alice: &str
         ))
         .await;
     assert!(operator.is_ok(), "{operator:?}");
+
+    // Read access reads, and writes nothing, not even a fence.
+    cli(dir, cfg, &["role", "add", "alice-ro"]);
+    cli(
+        dir,
+        cfg,
+        &["role", "grant", "alice-ro", "read", "groups:alice/"],
+    );
+    let dave = token_in(&cli(dir, cfg, &["user", "add", "dave"]));
+    cli(dir, cfg, &["user", "grant", "dave", "alice-ro"]);
+    until_served(api, &dave, "alice/1").await;
+    refused(
+        "a reader's write",
+        put(api, &dave, "alice/1", "k", "dave's").await,
+        Code::PermissionDenied,
+    );
+    let assert = |condition| pb::VersionedTxnRequest {
+        eg: b"alice/1".to_vec(),
+        asserts: vec![pb::Assert {
+            key: b"vk".to_vec(),
+            condition: Some(condition),
+        }],
+        mutations: vec![],
+    };
+    let checked = api
+        .versioned_txn(bearer(assert(pb::assert::Condition::Version(1)), &dave))
+        .await;
+    assert!(checked.is_ok(), "a reader's version check: {checked:?}");
+    refused(
+        "a reader's fence, which would raise it",
+        api.versioned_txn(bearer(assert(pb::assert::Condition::FenceToken(7)), &dave))
+            .await,
+        Code::PermissionDenied,
+    );
 }

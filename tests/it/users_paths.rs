@@ -425,6 +425,61 @@ pub(crate) async fn every_path_is_refused(api: &mut Api, alice: &str, bob: &str)
         .await,
         denied,
     );
+    // Alice's lease: bob, knowing its id, can neither keep it alive nor end it.
+    let alices = api
+        .lease_grant(bearer(
+            pb::LeaseGrantRequest {
+                owner: "worker".into(),
+                ttl_ms: 10_000,
+            },
+            alice,
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .lease;
+    api.lock(bearer(
+        pb::LockRequest {
+            lease: alices,
+            name: "alice/lock".into(),
+        },
+        alice,
+    ))
+    .await
+    .unwrap();
+    refused(
+        "LeaseKeepAlive of another's lease",
+        api.lease_keep_alive(bearer(pb::LeaseKeepAliveRequest { lease: alices }, bob))
+            .await,
+        Code::NotFound,
+    );
+    refused(
+        "LeaseRevoke of another's lease",
+        api.lease_revoke(bearer(pb::LeaseRevokeRequest { lease: alices }, bob))
+            .await,
+        Code::NotFound,
+    );
+    let holder = api
+        .lock_holder(bearer(
+            pb::LockHolderRequest {
+                name: "alice/lock".into(),
+            },
+            alice,
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .holder;
+    assert_eq!(
+        holder.map(|h| h.lease),
+        Some(alices),
+        "alice's lock survived"
+    );
+    assert!(
+        api.lease_keep_alive(bearer(pb::LeaseKeepAliveRequest { lease: alices }, alice))
+            .await
+            .is_ok()
+    );
     // Locks and leased keys under alice's prefix.
     let lease = api
         .lease_grant(bearer(

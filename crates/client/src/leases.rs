@@ -221,9 +221,21 @@ impl Client {
     /// Extends `lease` by its ttl from now, and moves its `valid_until` (its `ttl`
     /// becomes the one the service renewed it by).
     pub async fn keep_alive(&self, lease: &mut Lease) -> Result<(), ClientError> {
+        self.keep_alive_owned_by(lease, None).await
+    }
+
+    /// [`Client::keep_alive`], only if `lease`'s owner name starts with `owned_by`
+    /// (a gateway acting for one of its users); another owner's lease is answered as
+    /// ended.
+    pub async fn keep_alive_owned_by(
+        &self,
+        lease: &mut Lease,
+        owned_by: Option<&str>,
+    ) -> Result<(), ClientError> {
         let sent = Instant::now();
         let command = LockCommand::RenewLease {
             session: SessionId(lease.id.0),
+            owned_by: owned_by.map(str::to_string),
         };
         match self.lock_call(Some(lease.id), command).await? {
             LockReply::Renewed { lease: ttl } => {
@@ -237,8 +249,19 @@ impl Client {
 
     /// Ends `lease` now: its locks are free and its keys gone.
     pub async fn revoke_lease(&self, lease: LeaseId) -> Result<(), ClientError> {
+        self.revoke_lease_owned_by(lease, None).await
+    }
+
+    /// [`Client::revoke_lease`], only if the lease's owner name starts with
+    /// `owned_by`; another owner's lease is answered as ended.
+    pub async fn revoke_lease_owned_by(
+        &self,
+        lease: LeaseId,
+        owned_by: Option<&str>,
+    ) -> Result<(), ClientError> {
         let command = LockCommand::RevokeLease {
             session: SessionId(lease.0),
+            owned_by: owned_by.map(str::to_string),
         };
         match self.lock_call(Some(lease), command).await? {
             LockReply::Done => Ok(()),

@@ -105,12 +105,20 @@ pub enum LockCommand {
     RenewLease {
         /// The lease.
         session: SessionId,
+        /// Renew it only if its owner's name starts with this (a gateway renewing
+        /// for one of its users); a lease of another owner is answered as expired.
+        #[serde(default)]
+        owned_by: Option<String>,
     },
     /// End a lease now, releasing its locks and keys; any other session is answered as
     /// expired.
     RevokeLease {
         /// The lease.
         session: SessionId,
+        /// End it only if its owner's name starts with this; a lease of another owner
+        /// is answered as expired.
+        #[serde(default)]
+        owned_by: Option<String>,
     },
     /// Extend a session by one lease from now.
     KeepAlive {
@@ -447,6 +455,16 @@ impl LockCore {
         Ok(LockReply::Renewed { lease })
     }
 
+    /// Passes a session whose owner's name starts with `prefix` (any, without one);
+    /// another owner's is answered as expired, as if it did not exist.
+    fn owned_by(&self, id: SessionId, prefix: Option<&str>) -> Result<(), LockError> {
+        match (prefix, self.sessions.get(&id)) {
+            (None, _) => Ok(()),
+            (Some(prefix), Some(s)) if s.owner.starts_with(prefix) => Ok(()),
+            (Some(_), _) => Err(LockError::SessionExpired(id)),
+        }
+    }
+
     fn holder(&self, lock: &str) -> Option<LockHolder> {
         let (session, sequencer) = self.locks.get(lock)?;
         let owner = self.sessions.get(session)?.owner.clone();
@@ -472,12 +490,14 @@ impl LockCore {
                 Ok(self.open_session(now, owner, Some(*ttl)))
             }
             LockCommand::KeepAlive { session } => self.renew(now, *session),
-            LockCommand::RenewLease { session } => {
+            LockCommand::RenewLease { session, owned_by } => {
                 self.live_lease(*session)?;
+                self.owned_by(*session, owned_by.as_deref())?;
                 self.renew(now, *session)
             }
-            LockCommand::RevokeLease { session } => {
+            LockCommand::RevokeLease { session, owned_by } => {
                 self.live_lease(*session)?;
+                self.owned_by(*session, owned_by.as_deref())?;
                 self.end_session(*session);
                 Ok(LockReply::Done)
             }
@@ -603,6 +623,38 @@ impl LockCore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lease_of_another_owner_is_neither_renewed_nor_ended() {
+        let mut core = LockCore::new(Duration::from_secs(10));
+        let now = Time(1);
+        let grant = LockCommand::GrantLease {
+            owner: "user:alice:worker".into(),
+            ttl: LEASE_TTL_MIN,
+        };
+        let Ok(LockReply::Session { session, .. }) = core.apply(now, &grant) else {
+            panic!("granted");
+        };
+        let renew = |owned_by: &str| LockCommand::RenewLease {
+            session,
+            owned_by: Some(owned_by.into()),
+        };
+        let revoke = |owned_by: &str| LockCommand::RevokeLease {
+            session,
+            owned_by: Some(owned_by.into()),
+        };
+        assert_eq!(
+            core.apply(now, &renew("user:bob:")),
+            Err(LockError::SessionExpired(session))
+        );
+        assert_eq!(
+            core.apply(now, &revoke("user:bob:")),
+            Err(LockError::SessionExpired(session))
+        );
+        assert!(core.apply(now, &renew("user:alice:")).is_ok());
+        assert_eq!(core.apply(now, &revoke("user:alice:")), Ok(LockReply::Done));
+        core.check_invariants();
+    }
 
     #[test]
     fn a_lease_carries_a_bounded_number_of_keys() {

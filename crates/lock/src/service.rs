@@ -53,7 +53,10 @@ pub trait LockServiceExt: LockService {
 
     /// Renews a lease by its ttl (only a session granted as a lease).
     fn renew_lease(&self, lease: SessionId) -> Result<Duration, LockError> {
-        match self.execute(LockCommand::RenewLease { session: lease })? {
+        match self.execute(LockCommand::RenewLease {
+            session: lease,
+            owned_by: None,
+        })? {
             LockReply::Renewed { lease } => Ok(lease),
             other => Err(unexpected(other)),
         }
@@ -61,7 +64,10 @@ pub trait LockServiceExt: LockService {
 
     /// Ends a lease now (only a session granted as a lease).
     fn revoke_lease(&self, lease: SessionId) -> Result<(), LockError> {
-        match self.execute(LockCommand::RevokeLease { session: lease })? {
+        match self.execute(LockCommand::RevokeLease {
+            session: lease,
+            owned_by: None,
+        })? {
             LockReply::Done => Ok(()),
             other => Err(unexpected(other)),
         }

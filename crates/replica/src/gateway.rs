@@ -468,7 +468,12 @@ impl Megastore for Gateway {
         let caller = self.access.caller(&request)?;
         let request = request.into_inner();
         let eg = group(&request.eg)?;
-        let access = if request.mutations.is_empty() {
+        // A fence assertion raises the fence when it holds: a write too.
+        let fences = request
+            .asserts
+            .iter()
+            .any(|a| matches!(a.condition, Some(pb::assert::Condition::FenceToken(_))));
+        let access = if request.mutations.is_empty() && !fences {
             Access::Read
         } else {
             Access::Write

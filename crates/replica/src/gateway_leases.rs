@@ -8,6 +8,7 @@ use megastore_rpc::pb::client as pb;
 use tonic::{Request, Response, Status};
 
 use crate::gateway::{Gateway, status};
+use crate::gateway_access::Caller;
 use megastore_access::{Access, Target};
 
 fn millis(d: Duration) -> u64 {
@@ -21,17 +22,29 @@ fn holding_to_wire(holding: LockHolding) -> pb::LockHolding {
     }
 }
 
+/// How the leases a user is granted are named (`user:NAME:OWNER`): renewing or
+/// revoking one asks lockd to act only on a lease so named, so a user who learns
+/// another's lease id can neither keep it alive nor end it (it is answered as ended).
+fn lease_owner_prefix(caller: &Caller) -> Option<String> {
+    caller.user().map(|user| format!("user:{user}:"))
+}
+
 impl Gateway {
     pub(crate) async fn serve_lease_grant(
         &self,
         request: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
-        // Any user may hold leases; what it may lock is checked by name.
-        let _caller = self.access.caller(&request)?;
+        // Any user may hold leases; what it may lock is checked by name. A user's
+        // lease is named after it, so only it can renew or end it.
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
+        let owner = match lease_owner_prefix(&caller) {
+            Some(prefix) => format!("{prefix}{}", request.owner),
+            None => request.owner,
+        };
         let lease = self
             .client
-            .grant_lease(&request.owner, Duration::from_millis(request.ttl_ms))
+            .grant_lease(&owner, Duration::from_millis(request.ttl_ms))
             .await
             .map_err(status)?;
         Ok(Response::new(pb::LeaseGrantResponse {
@@ -44,8 +57,7 @@ impl Gateway {
         &self,
         request: Request<pb::LeaseKeepAliveRequest>,
     ) -> Result<Response<pb::LeaseKeepAliveResponse>, Status> {
-        // Any user may hold leases; what it may lock is checked by name.
-        let _caller = self.access.caller(&request)?;
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
         // The caller counts the renewed ttl from before it sent its request.
         let mut lease = Lease {
@@ -53,7 +65,11 @@ impl Gateway {
             ttl: Duration::ZERO,
             valid_until: std::time::Instant::now(),
         };
-        self.client.keep_alive(&mut lease).await.map_err(status)?;
+        let mine = lease_owner_prefix(&caller);
+        self.client
+            .keep_alive_owned_by(&mut lease, mine.as_deref())
+            .await
+            .map_err(status)?;
         Ok(Response::new(pb::LeaseKeepAliveResponse {
             ttl_ms: millis(lease.ttl),
         }))
@@ -63,11 +79,11 @@ impl Gateway {
         &self,
         request: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
-        // Any user may hold leases; what it may lock is checked by name.
-        let _caller = self.access.caller(&request)?;
+        let caller = self.access.caller(&request)?;
         let request = request.into_inner();
+        let mine = lease_owner_prefix(&caller);
         self.client
-            .revoke_lease(LeaseId(request.lease))
+            .revoke_lease_owned_by(LeaseId(request.lease), mine.as_deref())
             .await
             .map_err(status)?;
         Ok(Response::new(pb::LeaseRevokeResponse {}))

@@ -78,11 +78,17 @@ impl From<LockRequest> for pb::LockRequest {
                 contents,
             }),
             LockCommand::ListLeased { prefix } => r::Command::ListLeased(r::ListLeased { prefix }),
-            LockCommand::RenewLease { session } => {
-                r::Command::RenewLease(r::RenewLease { session: session.0 })
+            LockCommand::RenewLease { session, owned_by } => {
+                r::Command::RenewLease(r::RenewLease {
+                    session: session.0,
+                    owned_by,
+                })
             }
-            LockCommand::RevokeLease { session } => {
-                r::Command::RevokeLease(r::RevokeLease { session: session.0 })
+            LockCommand::RevokeLease { session, owned_by } => {
+                r::Command::RevokeLease(r::RevokeLease {
+                    session: session.0,
+                    owned_by,
+                })
             }
         };
         pb::LockRequest {
@@ -133,9 +139,11 @@ impl TryFrom<pb::LockRequest> for LockRequest {
             r::Command::ListLeased(c) => LockCommand::ListLeased { prefix: c.prefix },
             r::Command::RenewLease(c) => LockCommand::RenewLease {
                 session: SessionId(c.session),
+                owned_by: c.owned_by,
             },
             r::Command::RevokeLease(c) => LockCommand::RevokeLease {
                 session: SessionId(c.session),
+                owned_by: c.owned_by,
             },
         };
         Ok(LockRequest {

@@ -511,8 +511,14 @@ fn every_lock_message_survives_the_wire() {
         LockCommand::ListLeased {
             prefix: "app/".into(),
         },
-        LockCommand::RenewLease { session },
-        LockCommand::RevokeLease { session },
+        LockCommand::RenewLease {
+            session,
+            owned_by: None,
+        },
+        LockCommand::RevokeLease {
+            session,
+            owned_by: Some("user:alice:".into()),
+        },
     ];
     for command in commands {
         let request = LockRequest { id: 5, command };
