@@ -402,6 +402,28 @@ async fn revocation_and_bounds(api: &mut Api, dir: &Path, cfg: &str, alice: &str
     ))
     .await
     .unwrap();
+    // A watch open before the revocation: it delivers alice's change now, and is cut
+    // off at the first change after.
+    let mut watch = api
+        .watch(bearer(
+            pb::WatchRequest {
+                eg: b"alice/3".to_vec(),
+                keys: Some(pb::watch_request::Keys::Range(
+                    pb::row_query::Range::default(),
+                )),
+                from_position: 0,
+            },
+            alice,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    put(api, alice, "alice/3", "k", "before").await.unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(10), watch.message()).await;
+    assert!(
+        matches!(seen, Ok(Ok(Some(_)))),
+        "the watch saw no change: {seen:?}"
+    );
     cli(
         dir,
         cfg,
@@ -422,6 +444,12 @@ async fn revocation_and_bounds(api: &mut Api, dir: &Path, cfg: &str, alice: &str
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
+    }
+    put(api, OPERATOR, "alice/3", "k", "after").await.unwrap();
+    let cut = tokio::time::timeout(Duration::from_secs(10), watch.message()).await;
+    match cut {
+        Ok(Err(e)) if e.code() == Code::PermissionDenied => {}
+        other => panic!("a revoked user's watch went on: {other:?}"),
     }
     refused(
         "Commit staged before the revocation",

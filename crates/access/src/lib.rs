@@ -474,7 +474,8 @@ impl Directory {
         directory
     }
 
-    fn principal(&self, user: &str) -> Option<Principal> {
+    /// User `user`, with its grants as of this document.
+    pub fn by_name(&self, user: &str) -> Option<Principal> {
         self.grants.get(user).map(|grants| Principal {
             user: user.to_string(),
             grants: std::sync::Arc::clone(grants),
@@ -483,12 +484,12 @@ impl Directory {
 
     /// The user whose token is `token`.
     pub fn by_token(&self, token: &str) -> Option<Principal> {
-        self.principal(self.by_token.get(&token_digest(token))?)
+        self.by_name(self.by_token.get(&token_digest(token))?)
     }
 
     /// The user whose client certificate has common name `subject`.
     pub fn by_certificate(&self, subject: &str) -> Option<Principal> {
-        self.principal(self.by_certificate.get(subject)?)
+        self.by_name(self.by_certificate.get(subject)?)
     }
 }
 

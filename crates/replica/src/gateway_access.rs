@@ -281,6 +281,25 @@ impl AccessControl {
         }
     }
 
+    /// `caller` as the users and roles read last make it: a stream that outlives a
+    /// call (a watch, pages of a scan) checks each item it sends against this, so a
+    /// revocation stops it within [`ACCESS_REFRESH`] too.
+    pub(crate) fn current(&self, caller: &Caller) -> Result<Caller, Status> {
+        let Who::User(principal) = &caller.who else {
+            return Ok(caller.clone());
+        };
+        match self.directory()?.by_name(&principal.user) {
+            Some(now) => Ok(Caller {
+                who: Who::User(now),
+                audit: caller.audit.clone(),
+            }),
+            None => Err(Status::permission_denied(format!(
+                "user {:?} was removed",
+                principal.user
+            ))),
+        }
+    }
+
     /// Who made `request`: refused (`UNAUTHENTICATED`) when users are required and it
     /// comes from no user and not from the operator.
     pub(crate) fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {

@@ -128,10 +128,19 @@ impl Gateway {
             .await
             .map_err(status)?;
         let client = self.client.clone();
+        let access = std::sync::Arc::clone(&self.access);
         let (pages, stream) = tokio::sync::mpsc::channel(2);
         tokio::spawn(async move {
             let mut page = Ok(first);
             loop {
+                // Each page goes out only if the caller may still read the index.
+                if let Err(denied) = access
+                    .current(&caller)
+                    .and_then(|now| now.require_index(&catalog, &query.index))
+                {
+                    let _ = pages.send(Err(denied)).await;
+                    return;
+                }
                 let next = match page {
                     Ok(scan) => {
                         let next = scan.next.clone();

@@ -142,6 +142,8 @@ impl Gateway {
             }
         };
         let (ready, stream) = tokio::sync::mpsc::channel(READY_MAX);
+        let access = std::sync::Arc::clone(&self.access);
+        let name = request.eg;
         tokio::spawn(async move {
             loop {
                 let next = tokio::select! {
@@ -149,8 +151,19 @@ impl Gateway {
                     // The caller hung up while the watch waited for a change.
                     () = ready.closed() => return,
                 };
+                // Each change goes out only if the caller may still read the group.
+                let allowed = access.current(&caller).and_then(|now| {
+                    now.require(
+                        megastore_access::Access::Read,
+                        megastore_access::Target::Group(&name),
+                    )
+                });
+                let next = match allowed {
+                    Ok(()) => next.map_err(status),
+                    Err(denied) => Err(denied),
+                };
                 let failed = next.is_err();
-                if ready.send(next.map_err(status)).await.is_err() || failed {
+                if ready.send(next).await.is_err() || failed {
                     return;
                 }
             }
