@@ -67,6 +67,20 @@ pub(crate) fn user_root(id: i64) -> pb::GroupRoot {
 
 pub(crate) type Api = pb::megastore_client::MegastoreClient<tonic::transport::Channel>;
 
+/// Stages `key`'s column `v` = `value` in transaction `txn`.
+pub(crate) fn write_request(txn: u64, key: &str, value: &str) -> pb::WriteRequest {
+    pb::WriteRequest {
+        txn,
+        rows: vec![pb::RowWrite {
+            key: key.into(),
+            cells: vec![pb::CellWrite {
+                column: b"v".to_vec(),
+                change: Some(pb::cell_write::Change::Set(value.into())),
+            }],
+        }],
+    }
+}
+
 /// Commits `key` = `value` in untyped group `group` as `token`: the committed position.
 pub(crate) async fn put(
     api: &mut Api,
@@ -86,20 +100,8 @@ pub(crate) async fn put(
         .await?
         .into_inner()
         .txn;
-    api.write(bearer(
-        pb::WriteRequest {
-            txn,
-            rows: vec![pb::RowWrite {
-                key: key.into(),
-                cells: vec![pb::CellWrite {
-                    column: b"v".to_vec(),
-                    change: Some(pb::cell_write::Change::Set(value.into())),
-                }],
-            }],
-        },
-        token,
-    ))
-    .await?;
+    api.write(bearer(write_request(txn, key, value), token))
+        .await?;
     let answer = api
         .commit(bearer(pb::CommitRequest { txn }, token))
         .await?
@@ -387,21 +389,9 @@ async fn revocation_and_bounds(api: &mut Api, dir: &Path, cfg: &str, alice: &str
         .unwrap()
         .into_inner()
         .txn;
-    api.write(bearer(
-        pb::WriteRequest {
-            txn: staged,
-            rows: vec![pb::RowWrite {
-                key: b"late".to_vec(),
-                cells: vec![pb::CellWrite {
-                    column: b"v".to_vec(),
-                    change: Some(pb::cell_write::Change::Set(b"x".to_vec())),
-                }],
-            }],
-        },
-        alice,
-    ))
-    .await
-    .unwrap();
+    api.write(bearer(write_request(staged, "late", "x"), alice))
+        .await
+        .unwrap();
     // A watch open before the revocation: it delivers alice's change now, and is cut
     // off at the first change after.
     let mut watch = api

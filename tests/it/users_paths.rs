@@ -4,7 +4,9 @@
 use megastore_rpc::pb::client as pb;
 use tonic::Code;
 
-use crate::users::{Api, OPERATOR, bearer, int64, put, refused, rows, string, user_root};
+use crate::users::{
+    Api, OPERATOR, bearer, int64, put, refused, rows, string, user_root, write_request,
+};
 
 /// Alice's data; bob tries to reach it by every path the API has.
 pub(crate) async fn every_path_is_refused(api: &mut Api, alice: &str, bob: &str) {
@@ -590,20 +592,8 @@ pub(crate) async fn every_path_is_refused(api: &mut Api, alice: &str, bob: &str)
     );
     refused(
         "Write to another's handle",
-        api.write(bearer(
-            pb::WriteRequest {
-                txn: handle,
-                rows: vec![pb::RowWrite {
-                    key: b"k".to_vec(),
-                    cells: vec![pb::CellWrite {
-                        column: b"v".to_vec(),
-                        change: Some(pb::cell_write::Change::Set(b"bob's".to_vec())),
-                    }],
-                }],
-            },
-            bob,
-        ))
-        .await,
+        api.write(bearer(write_request(handle, "k", "bob's"), bob))
+            .await,
         Code::NotFound,
     );
     refused(

@@ -127,19 +127,24 @@ fn edit<T>(
     cluster: &ClusterArg,
     edit: impl FnMut(&mut AccessDoc) -> Result<T, megastore_access::AccessError>,
 ) -> anyhow::Result<T> {
-    let config = cluster.load()?;
-    let runtime = tokio::runtime::Runtime::new()?;
-    let _entered = runtime.enter();
-    let lockd = megastore_rpc::LockdClient::new(&config).map_err(anyhow::Error::msg)?;
-    Ok(runtime.block_on(edit_access(&lockd, edit))?)
+    on_lockd(cluster, async |lockd| edit_access(lockd, edit).await)
 }
 
 fn load(cluster: &ClusterArg) -> anyhow::Result<(AccessDoc, u64)> {
+    on_lockd(cluster, async |lockd| load_access(lockd).await)
+}
+
+/// Runs `call` against the cluster's lockd (with the operator token of its config).
+fn on_lockd<T>(
+    cluster: &ClusterArg,
+    call: impl AsyncFnOnce(&megastore_rpc::LockdClient) -> Result<T, megastore_client::ClientError>,
+) -> anyhow::Result<T> {
     let config = cluster.load()?;
     let runtime = tokio::runtime::Runtime::new()?;
+    // The channels are made in the runtime they will run on.
     let _entered = runtime.enter();
     let lockd = megastore_rpc::LockdClient::new(&config).map_err(anyhow::Error::msg)?;
-    Ok(runtime.block_on(load_access(&lockd))?)
+    Ok(runtime.block_on(call(&lockd))?)
 }
 
 fn grant(access: &str, resource: &str) -> anyhow::Result<Grant> {
