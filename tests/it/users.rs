@@ -163,31 +163,28 @@ pub(crate) async fn until_served(api: &mut Api, token: &str, group: &str) {
 
 /// The cluster of these tests: the operator token, an audit file, users required, and
 /// at most `per_user` open transactions per user.
-pub(crate) fn start(
-    dir: &Path,
-    per_user: u32,
-    extra: impl FnOnce(&Path) -> String,
-) -> LocalCluster {
+pub(crate) fn start(dir: &Path, per_user: u32, extra: impl FnOnce(&Path) -> Extra) -> LocalCluster {
     LocalCluster::start_configured(dir, |path| {
         let folder = path.parent().unwrap();
         std::fs::write(folder.join("operator.token"), format!("{OPERATOR}\n")).unwrap();
+        let extra = extra(path);
         let mut text = std::fs::read_to_string(path).unwrap();
-        text.push_str(&extra(path));
+        text.push_str(&extra.sections);
         text.push_str(&format!(
             "\n[auth]\noperator_token_file = \"operator.token\"\naudit_file = \"audit.jsonl\"\nrequire_users = true\n{}\n[gateway]\nopen_txns_per_user = {per_user}\n",
-            extra_auth(folder)
+            extra.auth
         ));
         std::fs::write(path, text).unwrap();
     })
 }
 
-/// `[auth]` lines a test adds (the TLS test's operator certificate).
-fn extra_auth(folder: &Path) -> String {
-    if folder.join("certs/ops.pem").exists() {
-        "operator_certificates = [\"ops\"]".into()
-    } else {
-        String::new()
-    }
+/// What a test adds to the config [`start`] writes.
+#[derive(Default)]
+pub(crate) struct Extra {
+    /// Whole sections (`[tls]`).
+    pub(crate) sections: String,
+    /// Lines of `[auth]`.
+    pub(crate) auth: String,
 }
 
 /// Asserts `result` was refused with `code`.
@@ -207,7 +204,7 @@ pub(crate) fn refused<T: std::fmt::Debug>(
 fn a_user_reaches_only_what_its_roles_grant_by_every_path() {
     let _alone = megastore_e2e::one_cluster_at_a_time();
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = start(dir.path(), 4, |_| String::new());
+    let mut cluster = start(dir.path(), 4, |_| Extra::default());
     let config_path = cluster.config_path.to_str().unwrap().to_string();
     let config = ClusterConfig::load(&cluster.config_path).unwrap();
     let cfg = config_path.as_str();

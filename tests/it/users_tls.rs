@@ -10,7 +10,7 @@ use megastore_e2e::run_megastore;
 use megastore_rpc::pb::client as pb;
 use tonic::Code;
 
-use crate::users::{cli, refused, start};
+use crate::users::{Extra, cli, refused, start};
 
 /// A channel to `address` over mutual TLS, presenting client certificate `name`
 /// (`certs/NAME.pem`, made by `megastore certs --client NAME`).
@@ -55,7 +55,10 @@ fn with_mutual_tls_a_client_certificate_names_a_user_or_the_operator() {
             assert!(client.status.success(), "{client:?}");
         }
         let section = made.stdout.split_once("[tls]").unwrap().1;
-        format!("\n[tls]{section}\n")
+        Extra {
+            sections: format!("\n[tls]{section}\n"),
+            auth: "operator_certificates = [\"ops\"]".into(),
+        }
     });
     cluster.wait_for_log("replica-a", "replica serving", Duration::from_secs(30));
     let cfg = cluster.config_path.to_str().unwrap().to_string();
