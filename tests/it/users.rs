@@ -1,5 +1,6 @@
 //! Users and roles on the public API (`[auth] require_users`), against real processes
 //! through gRPC and the `megastore user|role` commands:
+//! - a user from Python (grpcio) reaches its group, and another's is refused;
 //! - two users write their own prefixes concurrently while a full replica is killed
 //!   (SIGKILL); every acknowledged write is there exactly once;
 //! - one user cannot read or write the other's rows by any path (untyped, typed,
@@ -277,6 +278,28 @@ fn a_user_reaches_only_what_its_roles_grant_by_every_path() {
             Code::Unauthenticated,
         );
     });
+
+    // The same from Python's grpcio: the token in each call's metadata.
+    let python = megastore_e2e::python_with_grpc();
+    let root = megastore_e2e::repo_root();
+    let mut child = std::process::Command::new(python)
+        .arg(root.join("tests/python/users_client.py"))
+        .args([root.to_str().unwrap(), &a, &alice, &bob])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let Some(exit) =
+        wait_timeout::ChildExt::wait_timeout(&mut child, Duration::from_secs(120)).unwrap()
+    else {
+        let _ = child.kill();
+        panic!("the Python user did not finish within 2 minutes");
+    };
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        exit.success() && String::from_utf8_lossy(&output.stdout).trim() == "ok",
+        "python: {output:?}"
+    );
 
     // Both users write their own groups concurrently while full replica b is killed;
     // meanwhile bob keeps trying alice's group and is refused every time.
