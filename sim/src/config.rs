@@ -81,6 +81,10 @@ pub struct SimConfig {
     pub max_drift_ppm: u32,
     /// Lock service session lease.
     pub lock_lease: Duration,
+    /// Coordinators' bounds on the groups they remember, `(valid_max, invalid_max)`
+    /// (`None`: the servers' defaults, never reached here): small, they forget valid
+    /// groups and restart their epochs all the time.
+    pub coordinator_bounds: Option<(usize, usize)>,
 }
 
 fn pick<T: Clone>(rng: &mut Rng, options: &[T]) -> T {
@@ -208,7 +212,17 @@ impl SimConfig {
             lock_lease: Duration::from_millis(pick(rng, &[1000, 2000, 3000])),
             crash_after_persist: pick(rng, &[0.0, 0.0, 0.01, 0.05, 0.25]),
             deliver_late: rng.chance(0.25),
+            coordinator_bounds: None,
         }
+    }
+
+    /// [`SimConfig::coordinator_bounds`] for `seed`: small for a third of the seeds
+    /// (one invalid group, one or two valid ones). Drawn apart from the seed's other
+    /// choices, so that the traces of the other seeds stay as they were.
+    pub fn coordinator_bounds(seed: u64) -> Option<(usize, usize)> {
+        let mut rng = Rng::new(seed ^ 0x00c0_0d1a_7035_b0d5);
+        rng.chance(1.0 / 3.0)
+            .then(|| (1 + rng.below(2) as usize, 1))
     }
 
     /// The largest one-way latency between any two sites.

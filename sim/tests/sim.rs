@@ -112,7 +112,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ("read-local-unvouched", &["linearizable-eg"], 30),
     ("ack-before-invalidate", &["visible-after-invalidate"], 10),
     ("learn-from-single-accept", &["single-value"], 40),
-    ("leader-from-unchosen-entry", &["ballot-zero-once"], 120),
+    ("leader-from-unchosen-entry", &["ballot-zero-once"], 240),
     (
         "forget-promise-on-restart",
         &["single-value", "acceptor-monotone"],
@@ -169,6 +169,11 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ("read-ignores-prepared", &["multi-group-atomicity"], 20),
     ("settled-read-ignores-in-flight", &["linearizable-eg"], 10),
     ("combine-conflicting", &["linearizable-eg"], 10),
+    (
+        "drop-invalidate-when-full",
+        &["vouched-is-current", "visible-after-invalidate"],
+        40,
+    ),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -246,6 +251,7 @@ knob_tests! {
     read_ignores_prepared_is_caught => 31,
     settled_read_ignores_in_flight_is_caught => 32,
     combine_conflicting_is_caught => 33,
+    drop_invalidate_when_full_is_caught => 34,
 }
 
 #[test]
@@ -254,7 +260,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 36);
+    assert_eq!(BUG_NAMES.len(), 37);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

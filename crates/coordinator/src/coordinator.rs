@@ -28,8 +28,17 @@ megastore_types::bug_knobs! {
         /// can then vouch, in its new epoch, for a group whose invalidation it missed while
         /// it held no lock (docs/protocol.md: every epoch change empties the state).
         keep_state_across_epochs,
+        /// At its bound on invalid groups, drop a new invalidation (the group stays as
+        /// it was, valid perhaps) instead of restarting its epoch: "the table is full".
+        drop_invalidate_when_full,
     }
 }
+
+/// The default of [`CoordinatorConfig::valid_max`].
+pub const VALID_TRACKED_MAX: usize = 4_000_000;
+
+/// The default of [`CoordinatorConfig::invalid_max`].
+pub const INVALID_TRACKED_MAX: usize = 1_000_000;
 
 /// How a coordinator runs.
 #[derive(Debug, Clone)]
@@ -51,6 +60,14 @@ pub struct CoordinatorConfig {
     /// Where this start numbers its lock requests: random on every start, so that a
     /// reply to the previous process is never taken for an answer to this one.
     pub first_request_id: u64,
+    /// Valid groups it remembers at most: past this, validating one more forgets
+    /// another (which costs that group's readers a majority read, until it is
+    /// validated again).
+    pub valid_max: usize,
+    /// Invalid groups it remembers at most. An invalid group is never forgotten within
+    /// an epoch; one more than this stops it vouching for every group and starts a new
+    /// epoch (it gives its lock back and takes it again), which starts empty.
+    pub invalid_max: usize,
     /// Simulator-only mistakes.
     pub bugs: CoordinatorBugs,
 }
@@ -166,6 +183,10 @@ pub struct Coordinator {
     keepalive_due: Time,
     keepalive_out: bool,
     groups: BTreeMap<EgId, GroupState>,
+    /// How many of `groups` are invalid.
+    invalid: usize,
+    /// Where the search for a valid group to forget goes on from.
+    forget_from: Option<EgId>,
 }
 
 impl Coordinator {
@@ -185,7 +206,21 @@ impl Coordinator {
             keepalive_due: Time::ZERO,
             keepalive_out: false,
             groups: BTreeMap::new(),
+            invalid: 0,
+            forget_from: None,
         }
+    }
+
+    /// Forgets every group (an epoch change, or it stopped vouching).
+    fn forget_all(&mut self) {
+        self.groups.clear();
+        self.invalid = 0;
+        self.forget_from = None;
+    }
+
+    /// How many groups it remembers: `(valid, invalid)`.
+    pub fn tracked(&self) -> (usize, usize) {
+        (self.groups.len() - self.invalid, self.invalid)
     }
 
     /// The epoch it serves in, if it holds its lock.
@@ -308,7 +343,7 @@ impl Coordinator {
     /// Leaves the current epoch: every group becomes unknown.
     fn lose_lock(&mut self, now: Time) {
         if !self.config.bugs.keep_state_across_epochs() {
-            self.groups.clear();
+            self.forget_all();
         }
         self.keepalive_out = false;
         self.phase = Phase::NoSession {
@@ -325,7 +360,7 @@ impl Coordinator {
         }
         let session = self.session();
         if !self.config.bugs.release_while_vouching() {
-            self.groups.clear();
+            self.forget_all();
         }
         self.keepalive_out = false;
         self.phase = Phase::Disabled {
@@ -406,7 +441,7 @@ impl Coordinator {
                     // A new epoch starts empty: validates from older epochs are refused,
                     // and nothing is vouched for until a reader validates it again.
                     if !self.config.bugs.keep_state_across_epochs() {
-                        self.groups.clear();
+                        self.forget_all();
                     }
                     self.phase = Phase::Serving {
                         session,
@@ -543,7 +578,7 @@ impl Coordinator {
                 out.push(Output::Reply { to: from, reply });
             }
             CoordinatorRequest::Invalidate { id, eg, position } => {
-                self.invalidate(eg, position);
+                self.invalidate(now, eg, position, out);
                 out.push(Output::Reply {
                     to: from,
                     reply: CoordinatorReply::Invalidated { id },
@@ -558,12 +593,61 @@ impl Coordinator {
     }
 
     /// Always recorded, in every phase, for every group: invalidates are always safe.
-    fn invalidate(&mut self, eg: EgId, position: Position) {
+    /// One invalid group more than [`CoordinatorConfig::invalid_max`] restarts the
+    /// epoch instead ([`Coordinator::restart_epoch`]), which forgets every group: the
+    /// new epoch refuses every validate sent in this one.
+    fn invalidate(&mut self, now: Time, eg: EgId, position: Position, out: &mut Vec<Output>) {
         let at = match self.groups.get(&eg) {
             Some(GroupState::Invalid { at }) => (*at).max(position),
-            _ => position,
+            Some(GroupState::Valid { .. }) | None => {
+                if self.invalid >= self.config.invalid_max {
+                    if !self.config.bugs.drop_invalidate_when_full() {
+                        self.restart_epoch(now, out);
+                    }
+                    return;
+                }
+                self.invalid += 1;
+                position
+            }
         };
         self.groups.insert(eg, GroupState::Invalid { at });
+    }
+
+    /// Stops vouching for every group and, if serving, leaves the epoch: closes its
+    /// session (which gives the lock back at once) and opens a new one to take the
+    /// lock again, in a new epoch that starts empty. Until then it is not serving, so
+    /// no validate is taken and nothing is vouched for (*release-after-last-vouch*
+    /// holds: the state is forgotten in this step, before the close is sent). Not
+    /// serving, it holds no epoch a validate could be taken in: forgetting is enough
+    /// (the next epoch starts empty too).
+    fn restart_epoch(&mut self, now: Time, out: &mut Vec<Output>) {
+        self.forget_all();
+        if let Phase::Serving { session, .. } = self.phase {
+            self.keepalive_out = false;
+            self.close(now, session, out);
+            self.open_session(now, out);
+        }
+    }
+
+    /// Forgets one valid group. Goes on from where the last search stopped, so each
+    /// valid group is forgotten in turn.
+    fn forget_valid(&mut self) {
+        let start = self.forget_from.take();
+        let after = |from: &Option<EgId>| -> Option<EgId> {
+            let range = match from {
+                Some(key) => self.groups.range(key.clone()..),
+                None => self.groups.range(..),
+            };
+            range
+                .filter(|(_, g)| matches!(g, GroupState::Valid { .. }))
+                .map(|(eg, _)| eg.clone())
+                .next()
+        };
+        let found = after(&start).or_else(|| start.as_ref().and_then(|_| after(&None)));
+        if let Some(eg) = found {
+            self.groups.remove(&eg);
+            self.forget_from = Some(eg);
+        }
     }
 
     fn validate(&mut self, now: Time, eg: EgId, position: Position, epoch: Epoch) {
@@ -586,13 +670,42 @@ impl Coordinator {
                 return;
             }
             Some(GroupState::Valid { through }) => (*through).max(position),
-            _ => position,
+            Some(GroupState::Invalid { .. }) | None => {
+                // One more valid group: past the bound, another is forgotten.
+                if self.groups.len() - self.invalid >= self.config.valid_max {
+                    self.forget_valid();
+                }
+                if let Some(GroupState::Invalid { .. }) = self.groups.get(&eg) {
+                    self.invalid -= 1;
+                }
+                position
+            }
         };
         self.groups.insert(eg, GroupState::Valid { through });
     }
 
     /// Checks the coordinator's own rules; panics on a broken one (a bug here).
     pub fn check_invariants(&self) {
+        // Counted only while it is cheap to: every step checks.
+        if cfg!(debug_assertions) && self.groups.len() <= 1024 {
+            let invalid = self
+                .groups
+                .values()
+                .filter(|g| matches!(g, GroupState::Invalid { .. }))
+                .count();
+            assert_eq!(self.invalid, invalid, "the count of invalid groups is off");
+        }
+        if !self.config.bugs.any() {
+            assert!(
+                self.invalid <= self.config.invalid_max,
+                "more invalid groups than invalid_max: {}",
+                self.invalid
+            );
+            assert!(
+                self.groups.len() - self.invalid <= self.config.valid_max.max(1),
+                "more valid groups than valid_max"
+            );
+        }
         if matches!(
             self.phase,
             Phase::Disabled { .. } | Phase::NoSession { .. } | Phase::Opening

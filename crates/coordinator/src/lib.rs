@@ -11,7 +11,11 @@
 //!
 //! Invariants:
 //! - `Invalidate` is always recorded (also for an unknown group, also without the lock)
-//!   and never evicted within an epoch;
+//!   and never forgotten within an epoch: one invalid group more than `invalid_max`
+//!   instead stops it vouching for every group and starts a new epoch
+//!   (*invalid-never-forgotten*);
+//! - a valid group may be forgotten at any time (past `valid_max`): that only costs its
+//!   readers a majority read;
 //! - `Validate(eg, p, epoch)` takes effect only while holding the lock and its lease,
 //!   only in the current epoch, and only if no invalidate above `p` was recorded;
 //! - it vouches only while its lease holds, the lease counted from when the keep-alive
@@ -22,13 +26,14 @@
 //!   may skip it at once instead of waiting out the lease) only in the step that stopped
 //!   its vouching, or later.
 //!
-//! Memory: one map entry per group touched in the epoch — the group key plus 16 bytes
-//! of state.
+//! Memory: one map entry per group remembered in the epoch — the group key plus 16
+//! bytes of state — at most `valid_max` valid and `invalid_max` invalid ones.
 
 mod coordinator;
 pub mod messages;
 
 pub use coordinator::{
-    Coordinator, CoordinatorBugs, CoordinatorConfig, GroupState, Input, Output, lock_name,
+    Coordinator, CoordinatorBugs, CoordinatorConfig, GroupState, INVALID_TRACKED_MAX, Input,
+    Output, VALID_TRACKED_MAX, lock_name,
 };
 pub use messages::{CoordinatorReply, CoordinatorRequest};

@@ -23,6 +23,8 @@ fn config(bugs: CoordinatorBugs) -> CoordinatorConfig {
         retry_delay: Duration::from_secs(1),
         // Request ids wrap around from here.
         first_request_id: u64::MAX,
+        valid_max: 1_000,
+        invalid_max: 1_000,
         bugs,
     }
 }
@@ -518,4 +520,102 @@ fn an_answer_about_an_older_session_changes_nothing() {
     );
     assert_eq!(c.epoch(), Some(Epoch(42)));
     assert_eq!(query(&mut c, t(3.3)), (true, Some(Epoch(42))));
+}
+
+fn group(n: u8) -> EgId {
+    EgId(vec![b'g', n])
+}
+
+fn request(c: &mut Coordinator, now: Time, request: CoordinatorRequest) -> Vec<Output> {
+    c.step(
+        now,
+        Input::Request {
+            from: READER,
+            request,
+        },
+    )
+}
+
+/// A bounded coordinator (issue 20): past `valid_max` it forgets a valid group (its
+/// readers then read from a majority), and it never forgets an invalid one: one more
+/// than `invalid_max` stops it vouching for every group and starts a new epoch.
+#[test]
+fn past_its_bounds_it_forgets_valid_groups_and_restarts_its_epoch_for_invalid_ones() {
+    let mut bounded = config(CoordinatorBugs::NONE);
+    bounded.valid_max = 2;
+    bounded.invalid_max = 2;
+    let mut c = Coordinator::new(bounded.clone());
+    // Brought to serving as `serving` does, with the bounded config.
+    let out = c.step(t(0.0), Input::Start);
+    let (id, _) = lock_request(&out);
+    let out = respond(
+        &mut c,
+        t(0.1),
+        id,
+        Ok(LockReply::Session {
+            session: SessionId(5),
+            lease: LEASE,
+        }),
+    );
+    let (id, _) = lock_request(&out);
+    respond(
+        &mut c,
+        t(0.2),
+        id,
+        Ok(LockReply::Acquired {
+            sequencer: Sequencer(42),
+        }),
+    );
+    let validate = |n| CoordinatorRequest::Validate {
+        eg: group(n),
+        position: Position(5),
+        epoch: Epoch(42),
+    };
+    let invalidate = |n, p| CoordinatorRequest::Invalidate {
+        id: 9,
+        eg: group(n),
+        position: Position(p),
+    };
+    for n in 0..5 {
+        request(&mut c, t(1.0), validate(n));
+    }
+    assert_eq!(c.tracked(), (2, 0), "at most two valid groups");
+    let vouched: Vec<u8> = (0..5).filter(|n| c.vouches(t(1.0), &group(*n))).collect();
+    assert_eq!(vouched.len(), 2, "{vouched:?}");
+    // Invalid groups are kept, up to the bound, even over valid ones.
+    request(&mut c, t(1.0), invalidate(10, 7));
+    request(&mut c, t(1.0), invalidate(11, 7));
+    assert_eq!(c.tracked().1, 2);
+    request(&mut c, t(1.0), validate(10));
+    assert!(
+        !c.vouches(t(1.0), &group(10)),
+        "an older validate is refused"
+    );
+    // One more: it stops vouching for all, gives its lock back and takes it anew.
+    let out = request(&mut c, t(1.0), invalidate(12, 7));
+    let commands: Vec<LockCommand> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Lock(send) => Some(send.request.command.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        commands,
+        vec![
+            LockCommand::CloseSession {
+                session: SessionId(5)
+            },
+            LockCommand::OpenSession {
+                owner: "coordinator/1".into()
+            },
+        ]
+    );
+    assert_eq!(c.tracked(), (0, 0));
+    assert_eq!(c.epoch(), None);
+    assert!((0..13).all(|n| !c.vouches(t(1.0), &group(n))));
+    // A validate of the old epoch is refused from now on.
+    request(&mut c, t(1.1), validate(1));
+    assert!(!c.vouches(t(1.1), &group(1)));
+    assert_eq!(c.tracked(), (0, 0));
 }

@@ -41,6 +41,8 @@ pub fn coordinator_config(config: &ClusterConfig, replica: ReplicaId) -> Coordin
         lease_margin: Duration::from_millis(t.heartbeat_ms),
         retry_delay: Duration::from_millis(t.election_timeout_ms),
         first_request_id: rand::random::<u64>() >> 1,
+        valid_max: megastore_coordinator::VALID_TRACKED_MAX,
+        invalid_max: megastore_coordinator::INVALID_TRACKED_MAX,
         bugs: CoordinatorBugs::NONE,
     }
 }

@@ -60,7 +60,12 @@ impl World {
     /// Builds the world a seed describes, with `bugs`.
     pub(crate) fn new(seed: u64, bugs: Bugs, trace: Trace) -> Self {
         let mut rng = Rng::new(seed);
-        let config = SimConfig::from_seed(&mut rng);
+        let mut config = SimConfig::from_seed(&mut rng);
+        config.coordinator_bounds = SimConfig::coordinator_bounds(seed);
+        if config.coordinator_bounds.is_some() {
+            // Bounds matter with more groups than they hold.
+            config.groups = 3;
+        }
         Self::from_config(config, rng, bugs, trace)
     }
 
@@ -256,6 +261,14 @@ impl World {
             lease_margin: Duration::from_millis(5),
             retry_delay: lease / 4,
             first_request_id: self.rng.next_u64(),
+            valid_max: self
+                .config
+                .coordinator_bounds
+                .map_or(megastore_coordinator::VALID_TRACKED_MAX, |b| b.0),
+            invalid_max: self
+                .config
+                .coordinator_bounds
+                .map_or(megastore_coordinator::INVALID_TRACKED_MAX, |b| b.1),
             bugs: self.bugs.coordinator,
         }
     }
