@@ -1,4 +1,6 @@
 use std::collections::BTreeMap;
+
+use crate::groups::Groups;
 use std::time::Duration;
 
 use megastore_lock::{
@@ -182,11 +184,7 @@ pub struct Coordinator {
     lease_end: Time,
     keepalive_due: Time,
     keepalive_out: bool,
-    groups: BTreeMap<EgId, GroupState>,
-    /// How many of `groups` are invalid.
-    invalid: usize,
-    /// Where the search for a valid group to forget goes on from.
-    forget_from: Option<EgId>,
+    groups: Groups,
 }
 
 impl Coordinator {
@@ -205,22 +203,18 @@ impl Coordinator {
             lease_end: Time::ZERO,
             keepalive_due: Time::ZERO,
             keepalive_out: false,
-            groups: BTreeMap::new(),
-            invalid: 0,
-            forget_from: None,
+            groups: Groups::default(),
         }
     }
 
     /// Forgets every group (an epoch change, or it stopped vouching).
     fn forget_all(&mut self) {
         self.groups.clear();
-        self.invalid = 0;
-        self.forget_from = None;
     }
 
     /// How many groups it remembers: `(valid, invalid)`.
     pub fn tracked(&self) -> (usize, usize) {
-        (self.groups.len() - self.invalid, self.invalid)
+        (self.groups.valid(), self.groups.invalid())
     }
 
     /// The epoch it serves in, if it holds its lock.
@@ -233,7 +227,7 @@ impl Coordinator {
 
     /// What it records for `eg`.
     pub fn group(&self, eg: &EgId) -> Option<GroupState> {
-        self.groups.get(eg).copied()
+        self.groups.get(eg)
     }
 
     /// Whether it holds its lock with a lease still running at `now`.
@@ -598,19 +592,18 @@ impl Coordinator {
     /// new epoch refuses every validate sent in this one.
     fn invalidate(&mut self, now: Time, eg: EgId, position: Position, out: &mut Vec<Output>) {
         let at = match self.groups.get(&eg) {
-            Some(GroupState::Invalid { at }) => (*at).max(position),
+            Some(GroupState::Invalid { at }) => at.max(position),
             Some(GroupState::Valid { .. }) | None => {
-                if self.invalid >= self.config.invalid_max {
+                if self.groups.invalid() >= self.config.invalid_max {
                     if !self.config.bugs.drop_invalidate_when_full() {
                         self.restart_epoch(now, out);
                     }
                     return;
                 }
-                self.invalid += 1;
                 position
             }
         };
-        self.groups.insert(eg, GroupState::Invalid { at });
+        self.groups.set(&eg, GroupState::Invalid { at });
     }
 
     /// Stops vouching for every group and, if serving, leaves the epoch: closes its
@@ -629,27 +622,6 @@ impl Coordinator {
         }
     }
 
-    /// Forgets one valid group. Goes on from where the last search stopped, so each
-    /// valid group is forgotten in turn.
-    fn forget_valid(&mut self) {
-        let start = self.forget_from.take();
-        let after = |from: &Option<EgId>| -> Option<EgId> {
-            let range = match from {
-                Some(key) => self.groups.range(key.clone()..),
-                None => self.groups.range(..),
-            };
-            range
-                .filter(|(_, g)| matches!(g, GroupState::Valid { .. }))
-                .map(|(eg, _)| eg.clone())
-                .next()
-        };
-        let found = after(&start).or_else(|| start.as_ref().and_then(|_| after(&None)));
-        if let Some(eg) = found {
-            self.groups.remove(&eg);
-            self.forget_from = Some(eg);
-        }
-    }
-
     fn validate(&mut self, now: Time, eg: EgId, position: Position, epoch: Epoch) {
         let bugs = self.config.bugs;
         let in_epoch = match self.phase {
@@ -665,44 +637,40 @@ impl Coordinator {
         }
         let through = match self.groups.get(&eg) {
             Some(GroupState::Invalid { at })
-                if *at > position && !bugs.validate_ignores_position() =>
+                if at > position && !bugs.validate_ignores_position() =>
             {
                 return;
             }
-            Some(GroupState::Valid { through }) => (*through).max(position),
+            Some(GroupState::Valid { through }) => through.max(position),
             Some(GroupState::Invalid { .. }) | None => {
                 // One more valid group: past the bound, another is forgotten.
-                if self.groups.len() - self.invalid >= self.config.valid_max {
-                    self.forget_valid();
-                }
-                if let Some(GroupState::Invalid { .. }) = self.groups.get(&eg) {
-                    self.invalid -= 1;
+                if self.groups.valid() >= self.config.valid_max {
+                    self.groups.forget_valid();
                 }
                 position
             }
         };
-        self.groups.insert(eg, GroupState::Valid { through });
+        self.groups.set(&eg, GroupState::Valid { through });
     }
 
     /// Checks the coordinator's own rules; panics on a broken one (a bug here).
     pub fn check_invariants(&self) {
         // Counted only while it is cheap to: every step checks.
         if cfg!(debug_assertions) && self.groups.len() <= 1024 {
-            let invalid = self
-                .groups
-                .values()
-                .filter(|g| matches!(g, GroupState::Invalid { .. }))
-                .count();
-            assert_eq!(self.invalid, invalid, "the count of invalid groups is off");
+            assert_eq!(
+                self.groups.invalid(),
+                self.groups.count_invalid(),
+                "the count of invalid groups is off"
+            );
         }
         if !self.config.bugs.any() {
             assert!(
-                self.invalid <= self.config.invalid_max,
+                self.groups.invalid() <= self.config.invalid_max,
                 "more invalid groups than invalid_max: {}",
-                self.invalid
+                self.groups.invalid()
             );
             assert!(
-                self.groups.len() - self.invalid <= self.config.valid_max.max(1),
+                self.groups.valid() <= self.config.valid_max.max(1),
                 "more valid groups than valid_max"
             );
         }
@@ -711,11 +679,9 @@ impl Coordinator {
             Phase::Disabled { .. } | Phase::NoSession { .. } | Phase::Opening
         ) && !self.config.bugs.any()
         {
-            assert!(
-                !self
-                    .groups
-                    .values()
-                    .any(|g| matches!(g, GroupState::Valid { .. })),
+            assert_eq!(
+                self.groups.valid(),
+                0,
                 "a coordinator without its lock holds a valid group"
             );
         }

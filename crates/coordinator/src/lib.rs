@@ -30,6 +30,7 @@
 //! bytes of state — at most `valid_max` valid and `invalid_max` invalid ones.
 
 mod coordinator;
+mod groups;
 pub mod messages;
 
 pub use coordinator::{
