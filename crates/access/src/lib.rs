@@ -243,7 +243,10 @@ pub fn token_digest(token: &str) -> String {
     ))
 }
 
-fn check_name(what: &str, name: &str) -> Result<(), AccessError> {
+/// Refuses a user, role or certificate name that is empty, longer than
+/// [`NAME_BYTES_MAX`], or holds anything but letters, digits and `. _ @ -`, naming
+/// `what` it is.
+pub fn check_name(what: &str, name: &str) -> Result<(), AccessError> {
     let fine = |c: char| c.is_ascii_alphanumeric() || "._@-".contains(c);
     if name.is_empty() || name.len() > NAME_BYTES_MAX || !name.chars().all(fine) {
         return Err(AccessError::Invalid(format!(

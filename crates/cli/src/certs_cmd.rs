@@ -155,10 +155,8 @@ pub(crate) fn run(args: CertsArgs) -> anyhow::Result<ExitCode> {
 
 /// Signs a client certificate with common name `name` by the CA in `out`.
 fn client_certificate(out: &Path, name: &str, force: bool) -> anyhow::Result<ExitCode> {
-    let fine = |c: char| c.is_ascii_alphanumeric() || "._@-".contains(c);
-    if name.is_empty() || name.len() > 64 || !name.chars().all(fine) {
-        bail!("--client {name:?}: give 1 to 64 letters, digits or . _ @ -");
-    }
+    // The name users and operators are known by (`megastore user add --certificate`).
+    megastore_access::check_name("--client", name)?;
     let read = |file: &str| {
         let path = out.join(file);
         std::fs::read_to_string(&path).with_context(|| {
