@@ -85,6 +85,10 @@ pub struct SimConfig {
     /// (`None`: the servers' defaults, never reached here): small, they forget valid
     /// groups and restart their epochs all the time.
     pub coordinator_bounds: Option<(usize, usize)>,
+    /// Replicas' bound on the groups they keep loaded
+    /// (`megastore_paxos::ReplicaConfig::cache_groups`; `None`: unbounded): small, they
+    /// evict and reload groups all the time.
+    pub replica_cache: Option<usize>,
 }
 
 fn pick<T: Clone>(rng: &mut Rng, options: &[T]) -> T {
@@ -213,6 +217,7 @@ impl SimConfig {
             crash_after_persist: pick(rng, &[0.0, 0.0, 0.01, 0.05, 0.25]),
             deliver_late: rng.chance(0.25),
             coordinator_bounds: None,
+            replica_cache: None,
         }
     }
 
@@ -223,6 +228,14 @@ impl SimConfig {
         let mut rng = Rng::new(seed ^ 0x00c0_0d1a_7035_b0d5);
         rng.chance(1.0 / 3.0)
             .then(|| (1 + rng.below(2) as usize, 1))
+    }
+
+    /// [`SimConfig::replica_cache`] for `seed`: one or two groups for a third of the
+    /// seeds, drawn apart from the seed's other choices (and from the coordinators'
+    /// bounds), so that the traces of the other seeds stay as they were.
+    pub fn replica_cache(seed: u64) -> Option<usize> {
+        let mut rng = Rng::new(seed ^ 0x0ca0_c4e5_91b0_77e1);
+        rng.chance(1.0 / 3.0).then(|| 1 + rng.below(2) as usize)
     }
 
     /// The largest one-way latency between any two sites.

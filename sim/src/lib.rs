@@ -81,6 +81,7 @@ pub const BUG_NAMES: &[&str] = &[
     "read-ignores-prepared",
     "settled-read-ignores-in-flight",
     "combine-conflicting",
+    "evict-dirty-group",
 ];
 
 /// The knob called `name`.
@@ -125,6 +126,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "read-ignores-prepared" => p.read_ignores_prepared = true,
         "settled-read-ignores-in-flight" => p.settled_read_ignores_in_flight = true,
         "combine-conflicting" => p.combine_conflicting = true,
+        "evict-dirty-group" => p.evict_dirty_group = true,
         _ => return None,
     }
     Some(Bugs {

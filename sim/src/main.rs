@@ -88,11 +88,12 @@ fn add(total: &mut Stats, s: &Stats) {
     total.wipes += s.wipes;
     total.installs += s.installs;
     total.collections += s.collections;
+    total.evictions += s.evictions;
 }
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (in combined entries: {} entries; conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (in combined entries: {} entries; conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, messages {}, violations {violations}",
         s.commits,
         s.combined,
         s.conflicts,
@@ -115,6 +116,7 @@ fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
         s.wipes,
         s.installs,
         s.collections,
+        s.evictions,
         s.messages
     )
 }

@@ -126,6 +126,7 @@ pub fn three_sites_with_witness_at(rtt_ms: u32, witness_rtt_ms: u32, clients: &[
         max_drift_ppm: 0,
         lock_lease: Duration::from_secs(5),
         coordinator_bounds: None,
+        replica_cache: None,
         restart_storm: false,
         crash_after_persist: 0.0,
         lagging: None,

@@ -3,13 +3,13 @@
 //! counters. Plain data: the world (`world/`) drives them, checkers see them only
 //! through an [`Observation`](crate::observation::Observation).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use megastore_coordinator::{Coordinator, CoordinatorBugs};
 use megastore_lock::QuorumModel;
 use megastore_paxos::{ProtocolBugs, Replica};
 use megastore_rowstore::MemoryStore;
-use megastore_types::{EgId, LockNodeId, SiteId};
+use megastore_types::{LockNodeId, SiteId};
 
 /// The mistakes a run re-introduces.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -32,10 +32,6 @@ pub(crate) struct ReplicaNode {
     pub rejoining: bool,
     /// How many times its store was lost (each loss begins a new acceptor record).
     pub wipes: u32,
-    /// The groups whose state it persisted: the replica server's registry, which a
-    /// restarted replica loads whole so that its sweep looks after idle groups too
-    /// (lost with the store).
-    pub registered: BTreeSet<EgId>,
 }
 
 /// A coordinator process (absent while crashed: it keeps no state).
@@ -106,4 +102,6 @@ pub struct Stats {
     pub installs: u64,
     /// Garbage-collection passes over a group's data.
     pub collections: u64,
+    /// Groups replicas dropped from memory (a bounded cache) and loaded again later.
+    pub evictions: u64,
 }

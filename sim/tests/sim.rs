@@ -126,7 +126,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     (
         "rejoin-as-voter",
         &["single-value", "ballot-zero-once", "linearizable-eg"],
-        180,
+        400,
     ),
     ("resolve-without-settling", &["durable-ack"], 150),
     (
@@ -172,6 +172,11 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     (
         "drop-invalidate-when-full",
         &["vouched-is-current", "visible-after-invalidate"],
+        40,
+    ),
+    (
+        "evict-dirty-group",
+        &["acceptor-monotone", "single-value", "durable-ack"],
         40,
     ),
 ];
@@ -252,6 +257,7 @@ knob_tests! {
     settled_read_ignores_in_flight_is_caught => 32,
     combine_conflicting_is_caught => 33,
     drop_invalidate_when_full_is_caught => 34,
+    evict_dirty_group_is_caught => 35,
 }
 
 #[test]
@@ -260,7 +266,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 37);
+    assert_eq!(BUG_NAMES.len(), 38);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

@@ -18,6 +18,7 @@ mod index_kinds;
 mod index_queries;
 mod leases;
 mod limits;
+mod many_groups;
 mod operations;
 mod outcomes;
 mod processes;

@@ -264,12 +264,27 @@ pub struct ReplicaConfig {
     /// host; absent: on `address`.
     #[serde(default)]
     pub admin_address: Option<String>,
+    /// How many entity groups it keeps loaded in memory (absent:
+    /// [`CACHE_GROUPS_DEFAULT`]). Past it, quiescent groups are dropped least recently
+    /// used first, and loaded again from their root row when next asked for; groups
+    /// with work left stay, so the count can pass it by that many.
+    #[serde(default)]
+    pub cache_groups: Option<u64>,
 }
+
+/// A replica's group cache when `cache_groups` is absent: at a few kB per loaded
+/// group (docs/performance.md), a few hundred MB.
+pub const CACHE_GROUPS_DEFAULT: u64 = 100_000;
 
 impl ReplicaConfig {
     /// Where it serves its administration service: `admin_address`, else `address`.
     pub fn admin_endpoint(&self) -> &str {
         self.admin_address.as_deref().unwrap_or(&self.address)
+    }
+
+    /// How many groups it keeps loaded: `cache_groups`, else [`CACHE_GROUPS_DEFAULT`].
+    pub fn cache_groups(&self) -> usize {
+        usize::try_from(self.cache_groups.unwrap_or(CACHE_GROUPS_DEFAULT)).unwrap_or(usize::MAX)
     }
 }
 

@@ -78,6 +78,12 @@ pub(crate) fn check(config: &ClusterConfig) -> Result<(), Failure> {
         unique(&mut ids, r.id, i, "replicas", "id")?;
         known_site(at("site"), &r.site)?;
         check_address(&r.address).or_else(|e| fail(at("address"), e))?;
+        if r.cache_groups == Some(0) {
+            return fail(
+                at("cache_groups"),
+                "must be at least 1 (the groups being served stay loaded)",
+            );
+        }
         unique_address(&mut addresses, &r.address, at("address"))?;
         match (&r.coordinator_address, r.kind) {
             (Some(a), ReplicaKind::Full) => {

@@ -171,6 +171,14 @@ fn mistakes_name_their_field() {
             "history.kept_positions",
             "at least 1",
         ),
+        (
+            edited(
+                "data_dir = \"data/b\"\n",
+                "data_dir = \"data/b\"\ncache_groups = 0\n",
+            ),
+            "replicas[1].cache_groups",
+            "at least 1",
+        ),
     ];
     for (text, field, message) in cases {
         let (got_field, got_message) = invalid(&text);
@@ -187,6 +195,18 @@ fn wan_links_are_symmetric_and_default_to_zero() {
     assert_eq!(config.wan_rtt("B", "A"), Duration::from_millis(80));
     assert_eq!(config.wan_rtt("A", "C"), Duration::ZERO);
     assert_eq!(config.wan_rtt("A", "A"), Duration::ZERO);
+}
+
+#[test]
+fn a_replica_caches_100000_groups_unless_told() {
+    let config = ClusterConfig::parse(EXAMPLE, "t.toml").unwrap();
+    assert_eq!(config.replica("b").unwrap().cache_groups(), 100_000);
+    let text = edited(
+        "data_dir = \"data/b\"\n",
+        "data_dir = \"data/b\"\ncache_groups = 64\n",
+    );
+    let config = ClusterConfig::parse(&text, "t.toml").unwrap();
+    assert_eq!(config.replica("b").unwrap().cache_groups(), 64);
 }
 
 #[test]

@@ -223,6 +223,8 @@ pub struct ReplicaMetrics {
     messages_delivered: Counter,
     prepared_waiting: Gauge,
     prepared_settled: Family<Label, Counter>,
+    groups_loaded: Gauge,
+    groups_evicted: Counter,
 }
 
 impl Default for ReplicaMetrics {
@@ -242,6 +244,8 @@ impl Default for ReplicaMetrics {
             messages_delivered: Counter::default(),
             prepared_waiting: Gauge::default(),
             prepared_settled: Family::default(),
+            groups_loaded: Gauge::default(),
+            groups_evicted: Counter::default(),
         }
     }
 }
@@ -316,6 +320,24 @@ impl ReplicaMetrics {
             "Prepared cross-group transactions this replica's sweep finished, by decision (committed, aborted)",
             self.prepared_settled.clone(),
         );
+        r.register(
+            "groups_loaded",
+            "Entity groups whose state this replica holds in memory (its group cache, [[replicas]] cache_groups)",
+            self.groups_loaded.clone(),
+        );
+        r.register(
+            "groups_evicted",
+            "Quiescent groups dropped from memory to keep the group cache within its bound (loaded again when next used)",
+            self.groups_evicted.clone(),
+        );
+    }
+
+    /// The group cache: `loaded` groups in memory, `evicted` more dropped since the
+    /// last call.
+    pub fn group_cache(&self, loaded: usize, evicted: u64) {
+        self.groups_loaded
+            .set(i64::try_from(loaded).unwrap_or(i64::MAX));
+        self.groups_evicted.inc_by(evicted);
     }
 
     /// How many groups' prepared transactions wait for this replica's sweep.

@@ -31,6 +31,11 @@ megastore_types::bug_knobs! {
         leader_from_unchosen_entry,
         /// A restarted replica forgets its promises.
         forget_promise_on_restart,
+        /// A replica with a bounded group cache evicts a group this step changed and
+        /// drops the group's writes of the step with it (root row and applies), as a
+        /// write-back cache that loses a dirty entry would: what it promised or
+        /// accepted is forgotten.
+        evict_dirty_group,
         /// A replica applies a visible position even if an earlier one is not applied.
         apply_out_of_order,
         /// Readers validate the local coordinator after catching up another replica.

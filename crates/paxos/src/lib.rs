@@ -58,8 +58,9 @@ pub use proposer::resolve::Resolution;
 pub use proposer::{ProposerConfig, Timeouts};
 pub use replica::{
     Batch, BatchCounts, CHOSEN_REMEMBERED, DRIVER_CLIENT, GroupLog, HISTORY_KEPT,
-    Input as ReplicaInput, Output as ReplicaOutput, Rejoin, Released, Replica, ReplicaConfig,
-    ReplicaLag, SweepConfig, answer_read, answer_snapshot, load_group,
+    Input as ReplicaInput, Output as ReplicaOutput, REGISTRY_PREFIX, Rejoin, Released, Replica,
+    ReplicaConfig, ReplicaLag, SweepConfig, answer_read, answer_snapshot, list_groups, load_group,
+    register_group, registered_in,
 };
 pub use two_phase::commit::{Participant, TwoPhaseResult};
 pub use two_phase::decide::DecideOutcome;

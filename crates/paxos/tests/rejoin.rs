@@ -355,6 +355,7 @@ fn a_group_whose_catch_up_failed_is_probed_again_for_a_snapshot() {
             log_kept: 0,
         }),
         rejoining: true,
+        cache_groups: None,
     });
     // It accepts position 50 (above its floor) and never hears it is visible.
     let accept = ReplicaInput::Message {

@@ -1,19 +1,23 @@
-//! Which entity groups this replica holds: one row per group under a system prefix no
-//! group uses, written with the group's first persisted state. A restarted replica
-//! loads every registered group, so its sweep catches up (and truncates) groups that
-//! nothing asks about — not only those a client happens to touch.
+//! The store's row layout marker. The registry of the groups a replica holds (one row
+//! per group under [`SYSTEM_GROUPS_PREFIX`], written by the replica core with the
+//! group's first persisted state) is the core's: `megastore_paxos::list_groups`.
 
-use std::collections::BTreeSet;
+use megastore_rowstore::{Durability, KeyRange, LATEST, RowMutation, RowStore, RowStoreError};
 
-use megastore_rowstore::{
-    Durability, KeyRange, LATEST, RowMutation, RowRead, RowStore, RowStoreError, ScanOptions,
+// The layout marker's row, in the system's part of the key space, where no group's
+// prefix starts, beside the registry's rows.
+use megastore_schema::keyspace::{SYSTEM_GROUPS_PREFIX, SYSTEM_LAYOUT_ROW as LAYOUT_ROW};
+
+// The core writes the registry where the key space reserves it.
+const _: () = {
+    let (a, b) = (megastore_paxos::REGISTRY_PREFIX, SYSTEM_GROUPS_PREFIX);
+    assert!(a.len() == b.len());
+    let mut i = 0;
+    while i < a.len() {
+        assert!(a[i] == b[i]);
+        i += 1;
+    }
 };
-
-// Rows `0xFF 0xFF ‖ "megastore/groups/" ‖ eg` (PREFIX) and the layout marker's row, in
-// the system's part of the key space, where no group's prefix starts.
-use megastore_schema::keyspace::{SYSTEM_GROUPS_PREFIX as PREFIX, SYSTEM_LAYOUT_ROW as LAYOUT_ROW};
-
-const COLUMN: &[u8] = b"g";
 const LAYOUT_COLUMN: &[u8] = b"v";
 /// The row layout of this version: every group id self-delimiting
 /// ([`megastore_schema::keyspace`]). Layout 1, which has no marker, named untyped groups
@@ -49,7 +53,7 @@ pub(crate) fn check_layout<S: RowStore>(store: &S) -> Result<(), LayoutError> {
             .try_into()
             .map(u64::from_be_bytes)
             .map_err(|_| LayoutError::Old { found: 0 })?,
-        None if load(store)?.is_empty() => {
+        None if megastore_paxos::list_groups(store, None, 1)?.is_empty() => {
             let mark = RowMutation::new(LAYOUT_ROW.to_vec()).set(
                 LAYOUT_COLUMN.to_vec(),
                 0,
@@ -67,46 +71,14 @@ pub(crate) fn check_layout<S: RowStore>(store: &S) -> Result<(), LayoutError> {
     }
 }
 
-fn row(eg: &[u8]) -> Vec<u8> {
-    let mut row = PREFIX.to_vec();
-    row.extend_from_slice(eg);
-    row
-}
-
-/// The mutation that registers the group with key prefix `eg`.
-pub(crate) fn register(eg: &[u8]) -> RowMutation {
-    RowMutation::new(row(eg)).set(COLUMN.to_vec(), 0, Vec::new())
-}
-
-/// Every registered group's key prefix.
-pub(crate) fn load<S: RowRead>(store: &S) -> Result<BTreeSet<Vec<u8>>, RowStoreError> {
-    let rows = store.scan(
-        &KeyRange::prefix(PREFIX.to_vec()),
-        LATEST,
-        &ScanOptions::default(),
-    )?;
-    Ok(rows
-        .into_iter()
-        .map(|r| r.key[PREFIX.len()..].to_vec())
-        .collect())
-}
-
 #[cfg(test)]
 mod tests {
     use megastore_rowstore::{Durability, MemoryStore, RowStore};
 
     use super::*;
 
-    #[test]
-    fn registered_groups_are_found_again() {
-        let store = MemoryStore::new();
-        for eg in [b"a".to_vec(), b"b\x00c".to_vec()] {
-            store
-                .mutate_row(&register(&eg), None, Durability::Synced)
-                .unwrap();
-        }
-        let found = load(&store).unwrap();
-        assert_eq!(found, [b"a".to_vec(), b"b\x00c".to_vec()].into());
+    fn register(eg: &[u8]) -> RowMutation {
+        megastore_paxos::register_group(&megastore_types::EgId(eg.to_vec()))
     }
 
     #[test]

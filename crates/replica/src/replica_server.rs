@@ -13,7 +13,7 @@
 //! leave — group commit, with "reply only after the state it depends on is durable"
 //! kept for every reply in the batch.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -22,7 +22,7 @@ use megastore_config::{ClusterConfig, resolve_address};
 use megastore_paxos::{
     Batch, Message, Replica, ReplicaConfig, ReplicaInput, ReplicaReply, ReplicaRequest,
 };
-use megastore_rowstore::{Durability, RowRead, RowStore};
+use megastore_rowstore::RowRead;
 use megastore_rowstore_rocksdb::RocksStore;
 use megastore_rpc::Transport;
 use megastore_rpc::pb::replication::replication_server::ReplicationServer;
@@ -133,15 +133,13 @@ impl ReplicaProcess {
         if rejoining {
             tracing::warn!(replica = %name, "store lost since this replica last served: rejoining (no vote per group until caught up)");
         }
-        let registered = registry::load(&store).map_err(|e| {
-            ProcessError::Store(format!("replica {name}: reading its group registry: {e}"))
-        })?;
         let core = Replica::new(ReplicaConfig {
             id,
             topology: topology.clone(),
             bugs: megastore_paxos::ProtocolBugs::NONE,
             sweep: Some(sweep_config(config, id, topology)),
             rejoining,
+            cache_groups: Some(me.cache_groups()),
         });
 
         let metrics = ReplicaMetrics::default();
@@ -168,7 +166,7 @@ impl ReplicaProcess {
             waiting: BTreeMap::new(),
             next_caller: 0,
             wake: None,
-            registered,
+            evicted_counted: 0,
             // Measured at the first tick.
             lag_measured: std::time::Instant::now()
                 .checked_sub(LAG_EVERY)
@@ -327,15 +325,25 @@ struct Driver {
     waiting: BTreeMap<u32, oneshot::Sender<ReplicaReply>>,
     next_caller: u32,
     wake: Option<Time>,
-    /// Groups recorded in the store's registry.
-    registered: BTreeSet<Vec<u8>>,
-    /// When the lag gauges were last updated.
+    /// When the lag and cache gauges were last updated.
     lag_measured: std::time::Instant,
+    /// The core's evictions already added to the metric.
+    evicted_counted: u64,
     /// Groups with queue messages to deliver, for a full replica's delivery task.
     outboxes: Option<tokio::sync::mpsc::UnboundedSender<EgId>>,
     /// Groups with prepared cross-group transactions, for a full replica's settling
     /// task.
     prepared: Option<tokio::sync::mpsc::UnboundedSender<EgId>>,
+}
+
+/// The registry's groups after `after`, a page at a time (a replica that cannot read
+/// its registry cannot serve: it stops).
+fn registered_page(store: &RocksStore, after: Option<&EgId>) -> Vec<EgId> {
+    const PAGE: usize = 1024;
+    megastore_paxos::list_groups(store, after, PAGE).unwrap_or_else(|e| {
+        tracing::error!("reading the group registry failed: {e}; stopping the replica");
+        std::process::exit(70);
+    })
 }
 
 /// How often the lag gauges are updated (each update looks at every loaded group).
@@ -348,9 +356,20 @@ const DRIVER: u32 = megastore_paxos::DRIVER_CLIENT.0;
 impl Driver {
     fn run(mut self, events: &mpsc::Receiver<Event>) {
         let mut batch = Batch::new();
-        // Load every group this replica holds, so the sweep looks after idle ones too.
-        for eg in self.registered.clone() {
-            self.step(megastore_paxos::load_group(EgId(eg)), &mut batch);
+        // Load every group this replica holds, so the sweep looks after idle ones too
+        // (with the cache bounded, the quiescent ones leave again as it goes), a page
+        // at a time.
+        let mut after = None;
+        loop {
+            let page = registered_page(&self.store, after.as_ref());
+            let Some(last) = page.last().cloned() else {
+                break;
+            };
+            for eg in page {
+                self.step(megastore_paxos::load_group(eg), &mut batch);
+            }
+            self.release(std::mem::take(&mut batch));
+            after = Some(last);
         }
         self.step(ReplicaInput::Tick, &mut batch);
         self.release(batch);
@@ -381,13 +400,14 @@ impl Driver {
                         limit,
                         reply,
                     } => {
-                        let groups = self
-                            .registered
-                            .range(range.start.clone()..)
-                            .take_while(|eg| range.contains(eg))
-                            .take(limit)
-                            .cloned()
-                            .collect();
+                        let groups =
+                            match megastore_paxos::registered_in(&self.store, &range, limit) {
+                                Ok(groups) => groups.into_iter().map(|eg| eg.0).collect(),
+                                Err(e) => {
+                                    tracing::warn!("cannot read the group registry: {e}");
+                                    Vec::new()
+                                }
+                            };
                         let _ = reply.send(groups);
                     }
                     Event::Call { request, reply } => {
@@ -412,6 +432,10 @@ impl Driver {
                     self.lag_measured = std::time::Instant::now();
                     let lag = self.core.lag();
                     self.metrics.lag(lag.groups, lag.positions);
+                    let evicted = self.core.evictions();
+                    self.metrics
+                        .group_cache(self.core.loaded_groups(), evicted - self.evicted_counted);
+                    self.evicted_counted = evicted;
                 }
             }
             if handled > 0 {
@@ -474,26 +498,33 @@ impl Driver {
             ),
             (&self.prepared, megastore_paxos::two_phase::records_range),
         ];
-        for eg in &self.registered {
-            let eg = EgId(eg.clone());
-            for (task, range) in &tasks {
-                let Some(task) = task else { continue };
-                match self
-                    .store
-                    .scan(&range(&eg), megastore_rowstore::LATEST, &first)
-                {
-                    Ok(rows) if !rows.is_empty() => {
-                        let _ = task.send(eg.clone());
+        let mut after = None;
+        loop {
+            let page = registered_page(&self.store, after.as_ref());
+            let Some(last) = page.last().cloned() else {
+                return;
+            };
+            for eg in page {
+                for (task, range) in &tasks {
+                    let Some(task) = task else { continue };
+                    match self
+                        .store
+                        .scan(&range(&eg), megastore_rowstore::LATEST, &first)
+                    {
+                        Ok(rows) if !rows.is_empty() => {
+                            let _ = task.send(eg.clone());
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(group = %eg, "cannot read its pending work: {e}"),
                     }
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(group = %eg, "cannot read its pending work: {e}"),
                 }
             }
+            after = Some(last);
         }
     }
 
-    /// Registers the batch's new groups, then one WAL sync for everything the batch
-    /// persisted, then its messages leave.
+    /// One WAL sync for everything the batch persisted (new groups' registry rows
+    /// included), then its messages leave.
     fn release(&mut self, batch: Batch) {
         if let Some(outboxes) = &self.outboxes {
             for eg in batch.outbox_groups() {
@@ -504,17 +535,6 @@ impl Driver {
             for eg in batch.prepared_groups() {
                 let _ = prepared.send(eg.clone());
             }
-        }
-        for eg in batch.persisted_groups() {
-            if self.registered.contains(&eg.0) {
-                continue;
-            }
-            let register = registry::register(&eg.0);
-            if let Err(e) = self.store.mutate_row(&register, None, Durability::Buffered) {
-                tracing::error!("registering a group failed: {e}; stopping the replica");
-                std::process::exit(70);
-            }
-            self.registered.insert(eg.0.clone());
         }
         let counts = batch.counts();
         self.metrics

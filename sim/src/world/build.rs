@@ -1,6 +1,6 @@
 //! Building a world: every node of the seed's topology, its clock and its core.
 
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Duration;
 
 use megastore_coordinator::{Coordinator, CoordinatorConfig, Input as CoordinatorInput};
@@ -53,6 +53,7 @@ pub(super) fn replica_config(
         bugs: bugs.protocol,
         sweep: Some(sweep),
         rejoining,
+        cache_groups: config.replica_cache,
     }
 }
 
@@ -62,7 +63,8 @@ impl World {
         let mut rng = Rng::new(seed);
         let mut config = SimConfig::from_seed(&mut rng);
         config.coordinator_bounds = SimConfig::coordinator_bounds(seed);
-        if config.coordinator_bounds.is_some() {
+        config.replica_cache = SimConfig::replica_cache(seed);
+        if config.coordinator_bounds.is_some() || config.replica_cache.is_some() {
             // Bounds matter with more groups than they hold.
             config.groups = 3;
         }
@@ -120,7 +122,6 @@ impl World {
                     site: info.site,
                     rejoining: false,
                     wipes: 0,
-                    registered: BTreeSet::new(),
                 },
             );
             if info.kind == ReplicaKind::Full {

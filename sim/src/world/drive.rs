@@ -101,8 +101,10 @@ impl World {
             let Some(core) = node.core.as_mut() else {
                 return;
             };
+            let evicted_before = core.evictions();
             core.step_into(local, input, &node.store, &mut batch)
                 .expect("the memory store does not fail");
+            self.stats.evictions += core.evictions() - evicted_before;
         }
         let counts = batch.counts();
         // The full replicas' sweep of prepared transactions (`group_work.rs` on a real
@@ -141,8 +143,6 @@ impl World {
         }
         let released = {
             let node = self.replicas.get_mut(&r).expect("replica exists");
-            node.registered
-                .extend(batch.persisted_groups().iter().cloned());
             batch
                 .release(&node.store)
                 .expect("the memory store does not fail")

@@ -59,7 +59,6 @@ impl World {
         }
         let n = self.replicas.get_mut(&r).expect("replica exists");
         n.store = MemoryStore::new();
-        n.registered.clear();
         n.rejoining = true;
         n.wipes += 1;
         self.wiped = true;
@@ -85,9 +84,11 @@ impl World {
                 let n = self.replicas.get_mut(&r).expect("replica exists");
                 if n.core.is_none() {
                     n.core = Some(Replica::new(config));
-                    let registered = n.registered.clone();
                     // As the replica server starts: every registered group is loaded
-                    // (its state asked for by the driver), so the sweep sees it.
+                    // (its state asked for by the driver), so the sweep sees it (with
+                    // a bounded cache, the quiescent ones leave again at once).
+                    let registered = megastore_paxos::list_groups(&n.store, None, usize::MAX)
+                        .expect("the memory store does not fail");
                     for eg in registered {
                         self.run_replica(r, megastore_paxos::load_group(eg), None);
                     }

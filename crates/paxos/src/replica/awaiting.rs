@@ -52,6 +52,11 @@ impl Awaiting {
     /// Takes out every held request that may be answered now: its group's visible
     /// position (`visible`, `None` for a group no longer loaded) is past what it knows,
     /// or its wait is over at `now`.
+    /// Whether a long poll on `eg` is held.
+    pub(crate) fn holds(&self, eg: &EgId) -> bool {
+        self.by_group.contains_key(eg)
+    }
+
     pub(crate) fn due(
         &mut self,
         now: Time,

@@ -5,6 +5,7 @@
 //! ```text
 //!   Replica::step_into(input, store, &mut batch)   (once or many times)
 //!       Load ──► read the root row ──► Input::Loaded (stepped at once)
+//!       ListGroups ──► read the registry ──► Input::Listed (stepped at once)
 //!       Persist / Install ──► written buffered; the batch now needs a sync
 //!       Apply / CollectGarbage ──► written buffered
 //!       ReadData / ReadSnapshot ──► answered from the store, held
@@ -208,6 +209,10 @@ fn carry_out<S: RowStore>(
         Output::Load { eg, root_row } => {
             let row = store.read_row(&root_row, &KeyRange::all(), LATEST)?;
             return Ok(Some(Input::Loaded { eg, row }));
+        }
+        Output::ListGroups { after, limit } => {
+            let groups = super::list_groups(store, after.as_ref(), limit)?;
+            return Ok(Some(Input::Listed { groups }));
         }
         Output::Persist { mutation } => {
             if let Some(eg) = group_of_root_row(&mutation.row) {

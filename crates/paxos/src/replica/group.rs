@@ -117,6 +117,15 @@ impl GroupLog {
         }
     }
 
+    /// Whether the group has work left here: a position held above `visible` (in
+    /// flight, abandoned, or visible past a gap), or a visible one not applied yet (not
+    /// on a witness, which applies nothing). A group with none is *quiescent*: its
+    /// root row says all there is, and it may leave memory.
+    pub fn unfinished(&self, kind: ReplicaKind) -> bool {
+        self.slots.range(self.visible.next()..).next().is_some()
+            || (kind != ReplicaKind::Witness && self.applied < self.visible)
+    }
+
     /// Whether this replica votes on the group, and from where.
     pub fn rejoin(&self) -> Rejoin {
         self.rejoin

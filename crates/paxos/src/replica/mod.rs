@@ -15,11 +15,13 @@
 //! however many steps the batch took (`driver`).
 
 mod awaiting;
+mod cache;
 mod driver;
 mod group;
+mod registry;
 mod sweep;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use megastore_rowstore::{KeyRange, Row, RowMutation, RowRead, ScanOptions};
 use megastore_types::{
@@ -29,14 +31,16 @@ use megastore_types::{
 pub use awaiting::{AWAIT_MAX, AWAITING_MAX};
 pub use driver::{Batch, BatchCounts, DRIVER_CLIENT, Released, load_group};
 pub use group::{CHOSEN_REMEMBERED, GroupLog, HISTORY_KEPT, Proposal, Rejoin};
+pub use registry::{REGISTRY_PREFIX, list_groups, register_group, registered_in};
 pub use sweep::SweepConfig;
 
 use awaiting::{Awaiter, Awaiting};
+use cache::Recency;
 use sweep::{SweepAction, Sweeper};
 
 use crate::bugs::ProtocolBugs;
 use crate::cells::{SlotRecord, StoredGroup};
-use crate::entry::{data_range, global_index_range, root_row};
+use crate::entry::{data_range, global_index_range, group_of_root_row, root_row};
 use crate::messages::{DataQuery, Message, ReadAt, ReplicaError, ReplicaReply, ReplicaRequest};
 
 /// How a replica runs.
@@ -56,6 +60,15 @@ pub struct ReplicaConfig {
     /// [`Rejoin`]). A server sets it when its store lacks the marker written at
     /// bootstrap; it needs the sweep.
     pub rejoining: bool,
+    /// How many groups to keep loaded (`None`: every group ever touched). Past it, the
+    /// least recently used group that is *quiescent* — nothing waits for it, no sweep
+    /// task or held long poll names it, and its log holds nothing above `visible` nor
+    /// anything visible left to apply — is dropped from memory: its root row holds all
+    /// of it, and its next request loads it again. Groups that are not quiescent stay,
+    /// so the loaded count can pass the bound by as many. With a bound, the sweep walks
+    /// the registry ([`Output::ListGroups`]) for the groups it probes instead of going
+    /// round the loaded ones.
+    pub cache_groups: Option<usize>,
 }
 
 /// An event for the replica.
@@ -75,6 +88,11 @@ pub enum Input {
         /// Its root row, read at the latest state.
         row: Option<Row>,
     },
+    /// The registered groups the replica asked for with [`Output::ListGroups`].
+    Listed {
+        /// Up to its `limit`, in key order (none: the walk reached the end).
+        groups: Vec<EgId>,
+    },
     /// Time passed.
     Tick,
 }
@@ -88,6 +106,14 @@ pub enum Output {
         eg: EgId,
         /// Its root row key.
         root_row: Vec<u8>,
+    },
+    /// List up to `limit` registered groups after `after` ([`list_groups`]) and feed
+    /// them back as [`Input::Listed`].
+    ListGroups {
+        /// Where the walk stands (`None`: from the first group).
+        after: Option<EgId>,
+        /// How many.
+        limit: usize,
     },
     /// Write this root-row mutation, synced. Sends after it wait until it is durable.
     Persist {
@@ -204,9 +230,27 @@ pub struct Replica {
     to_clear: Vec<EgId>,
     /// Watchers' long polls, held.
     awaiting: Awaiting,
+    /// The loaded groups by last use (with [`ReplicaConfig::cache_groups`]).
+    recency: Recency,
+    /// Loaded groups whose root row did not exist: registered with their first
+    /// persisted state ([`registry`]).
+    unregistered: BTreeSet<EgId>,
+    /// The last group the registry walk reached.
+    walk_after: Option<EgId>,
+    /// Groups the walk is loading, to probe once loaded.
+    probe_when_loaded: BTreeSet<EgId>,
+    /// Groups dropped from memory so far.
+    evictions: u64,
     /// The time of the step being taken.
     now: Time,
 }
+
+/// How many registered groups the walk takes at each sweep (each gets probed).
+const WALK_GROUPS: usize = 1;
+
+/// How many pinned groups an eviction passes over in one step before giving up until
+/// the next (each is moved to the recent end, so the next step sees others).
+const EVICT_SKIP_MAX: usize = 64;
 
 impl Replica {
     /// A replica with nothing loaded (at start, or after a restart).
@@ -216,7 +260,11 @@ impl Replica {
             .replica(config.id)
             .cloned()
             .expect("the replica is in its topology");
-        let sweeper = config.sweep.clone().map(|sweep| Sweeper::new(sweep, me.id));
+        let walk = config.cache_groups.is_some();
+        let sweeper = config
+            .sweep
+            .clone()
+            .map(|sweep| Sweeper::new(sweep, me.id, walk));
         Self {
             config,
             me,
@@ -224,8 +272,30 @@ impl Replica {
             sweeper,
             to_clear: Vec::new(),
             awaiting: Awaiting::default(),
+            recency: Recency::default(),
+            unregistered: BTreeSet::new(),
+            walk_after: None,
+            probe_when_loaded: BTreeSet::new(),
+            evictions: 0,
             now: Time(0),
         }
+    }
+
+    /// How many groups are loaded (ready to serve, or failed to load).
+    pub fn loaded_groups(&self) -> usize {
+        if self.config.cache_groups.is_some() {
+            return self.recency.len();
+        }
+        self.groups
+            .values()
+            .filter(|g| !matches!(g, GroupSlot::Loading(_)))
+            .count()
+    }
+
+    /// How many groups were dropped from memory so far
+    /// ([`ReplicaConfig::cache_groups`]).
+    pub fn evictions(&self) -> u64 {
+        self.evictions
     }
 
     /// This replica.
@@ -329,6 +399,7 @@ impl Replica {
             }
             Input::Message { .. } => {}
             Input::Loaded { eg, row } => self.loaded(eg, row.as_ref(), &mut out),
+            Input::Listed { groups } => self.listed(groups, &mut out),
             Input::Tick => {
                 let Self {
                     sweeper, groups, ..
@@ -339,6 +410,12 @@ impl Replica {
                         _ => None,
                     });
                     actions.extend(sweeper.on_tick(now, loaded, &mut sends));
+                    if sweeper.take_walk_due() {
+                        out.push(Output::ListGroups {
+                            after: self.walk_after.clone(),
+                            limit: WALK_GROUPS,
+                        });
+                    }
                 }
             }
         }
@@ -388,10 +465,145 @@ impl Replica {
         if let Some(wake) = wake {
             out.push(Output::WakeAt(wake));
         }
+        self.register_new_groups(&mut out);
+        self.evict(&mut out);
         if cfg!(debug_assertions) {
             self.check_invariants();
         }
         out
+    }
+
+    /// Registers the groups whose first state this step persists (their registry row
+    /// goes first, in the same batch).
+    fn register_new_groups(&mut self, out: &mut Vec<Output>) {
+        if self.unregistered.is_empty() {
+            return;
+        }
+        let mut registrations = Vec::new();
+        for output in out.iter() {
+            let eg = match output {
+                Output::Persist { mutation } => group_of_root_row(&mutation.row),
+                Output::Install { eg, .. } => Some(&eg.0[..]),
+                _ => None,
+            };
+            if let Some(eg) = eg.map(|eg| EgId(eg.to_vec()))
+                && self.unregistered.remove(&eg)
+            {
+                registrations.push(Output::Persist {
+                    mutation: register_group(&eg),
+                });
+            }
+        }
+        if !registrations.is_empty() {
+            registrations.append(out);
+            *out = registrations;
+        }
+    }
+
+    /// `eg` was used: the most recent to evict (only with a bounded cache; without one
+    /// nothing is ordered).
+    fn used(&mut self, eg: &EgId) {
+        if self.config.cache_groups.is_some() {
+            self.recency.touch(eg);
+        }
+    }
+
+    /// Whether `eg` must stay loaded: it is loading, or not quiescent (see
+    /// [`ReplicaConfig::cache_groups`]).
+    fn pinned(&self, eg: &EgId) -> bool {
+        match self.groups.get(eg) {
+            Some(GroupSlot::Ready(group)) => {
+                group.unfinished(self.me.kind)
+                    || self.awaiting.holds(eg)
+                    || self.sweeper.as_ref().is_some_and(|s| s.busy(eg))
+            }
+            Some(GroupSlot::Failed(_)) => false,
+            Some(GroupSlot::Loading(_)) | None => true,
+        }
+    }
+
+    /// Drops least recently used quiescent groups from memory while more than
+    /// [`ReplicaConfig::cache_groups`] are loaded. Everything they hold is in their
+    /// root rows already — this step's writes are among the outputs the driver carries
+    /// out before it reads any root row again.
+    fn evict(&mut self, out: &mut Vec<Output>) {
+        let Some(limit) = self.config.cache_groups else {
+            return;
+        };
+        if self.config.bugs.evict_dirty_group() && self.recency.len() > limit {
+            self.evict_dirty(out);
+        }
+        let mut skipped = 0;
+        while self.recency.len() > limit && skipped < EVICT_SKIP_MAX {
+            let eg = self.recency.oldest().expect("over the bound").clone();
+            if self.pinned(&eg) {
+                self.recency.touch(&eg);
+                skipped += 1;
+                continue;
+            }
+            self.groups.remove(&eg);
+            self.recency.remove(&eg);
+            self.evictions += 1;
+        }
+    }
+
+    /// The `evict-dirty-group` knob: a group this step changed is dropped, and its
+    /// writes with it (root row, applies), as a write-back cache that loses a dirty
+    /// entry would.
+    fn evict_dirty(&mut self, out: &mut Vec<Output>) {
+        let dirty = out.iter().find_map(|o| match o {
+            Output::Persist { mutation } => group_of_root_row(&mutation.row)
+                .map(|eg| EgId(eg.to_vec()))
+                .filter(|eg| matches!(self.groups.get(eg), Some(GroupSlot::Ready(_)))),
+            _ => None,
+        });
+        if let Some(eg) = dirty {
+            let row = root_row(&eg);
+            out.retain(|o| match o {
+                Output::Persist { mutation } => mutation.row != row,
+                Output::Apply { eg: of, .. }
+                | Output::Install { eg: of, .. }
+                | Output::CollectGarbage { eg: of, .. } => *of != eg,
+                _ => true,
+            });
+            self.groups.remove(&eg);
+            self.recency.remove(&eg);
+            self.evictions += 1;
+        }
+    }
+
+    /// The registry walk's next groups: each is probed by the sweep, loaded first if it
+    /// is not.
+    fn listed(&mut self, groups: Vec<EgId>, out: &mut Vec<Output>) {
+        self.walk_after = groups.last().cloned();
+        for eg in groups {
+            match self.groups.get(&eg) {
+                Some(GroupSlot::Ready(_)) => self.probe(&eg, out),
+                Some(GroupSlot::Failed(_)) => {}
+                Some(GroupSlot::Loading(_)) => {
+                    self.probe_when_loaded.insert(eg);
+                }
+                None => {
+                    self.probe_when_loaded.insert(eg.clone());
+                    let from = NodeId::Client(DRIVER_CLIENT);
+                    self.handle(from, ReplicaRequest::LogState { id: 0, eg }, out);
+                }
+            }
+        }
+    }
+
+    /// Has the sweep probe `eg` at the other replicas, unless it is busy with it.
+    fn probe(&mut self, eg: &EgId, out: &mut Vec<Output>) {
+        let Some(sweeper) = &mut self.sweeper else {
+            return;
+        };
+        let mut sends = Vec::new();
+        sweeper.probe_idle(self.now, eg, &mut sends);
+        out.extend(
+            sends
+                .into_iter()
+                .map(|(to, message)| Output::Send { to, message }),
+        );
     }
 
     /// Answers the held long polls whose group moved past them or whose wait ended.
@@ -427,6 +639,7 @@ impl Replica {
         let Some(GroupSlot::Loading(waiting)) = self.groups.remove(&eg) else {
             return;
         };
+        let probe = self.probe_when_loaded.remove(&eg);
         match StoredGroup::from_row(row) {
             Ok(stored) => {
                 let bugs = self.config.bugs;
@@ -447,7 +660,14 @@ impl Replica {
                 if self.me.kind != ReplicaKind::Witness {
                     group.apply_ready(out);
                 }
-                self.groups.insert(eg, GroupSlot::Ready(group));
+                if row.is_none() {
+                    self.unregistered.insert(eg.clone());
+                }
+                self.used(&eg);
+                self.groups.insert(eg.clone(), GroupSlot::Ready(group));
+                if probe {
+                    self.probe(&eg, out);
+                }
                 for (from, request) in waiting {
                     self.handle(from, request, out);
                 }
@@ -464,6 +684,7 @@ impl Replica {
                         },
                     );
                 }
+                self.used(&eg);
                 self.groups.insert(eg, GroupSlot::Failed(e.to_string()));
             }
         }
@@ -518,6 +739,9 @@ impl Replica {
             .eg()
             .expect("every request but a global scan names its group")
             .clone();
+        if matches!(self.groups.get(&eg), Some(GroupSlot::Ready(_))) {
+            self.used(&eg);
+        }
         let group = match self.groups.get_mut(&eg) {
             None => {
                 out.push(Output::Load {
@@ -765,6 +989,19 @@ impl Replica {
     pub fn check_invariants(&self) {
         for group in self.groups() {
             group.check_invariants(self.me.kind, &self.config.bugs);
+        }
+        if self.config.cache_groups.is_some() {
+            self.recency.check();
+            let loaded = self
+                .groups
+                .values()
+                .filter(|g| !matches!(g, GroupSlot::Loading(_)))
+                .count();
+            assert_eq!(
+                loaded,
+                self.recency.len(),
+                "every loaded group is ordered by use"
+            );
         }
     }
 }

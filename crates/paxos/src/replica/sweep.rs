@@ -109,10 +109,16 @@ pub(crate) struct Sweeper {
     /// helps, and only a probe asks for one; a catch-up started again at every sweep
     /// would keep the group from ever being probed.
     failed: BTreeSet<EgId>,
+    /// The idle group probed at each sweep comes from the registry walk (a replica
+    /// with a bounded cache, which does not hold every group) rather than from the
+    /// loaded groups.
+    walk: bool,
+    /// A sweep ran and the walk should take its next groups.
+    walk_due: bool,
 }
 
 impl Sweeper {
-    pub(crate) fn new(config: SweepConfig, me: ReplicaId) -> Self {
+    pub(crate) fn new(config: SweepConfig, me: ReplicaId, walk: bool) -> Self {
         let wiring = Wiring::new(&config.proposer, config.seed);
         Self {
             config,
@@ -123,6 +129,26 @@ impl Sweeper {
             pending_last: BTreeSet::new(),
             cursor: 0,
             failed: BTreeSet::new(),
+            walk,
+            walk_due: false,
+        }
+    }
+
+    /// Whether a task runs for `eg`, or one failed and waits for the next sweep.
+    pub(crate) fn busy(&self, eg: &EgId) -> bool {
+        self.tasks.contains_key(eg) || self.failed.contains(eg)
+    }
+
+    /// Whether a sweep ran since the last call and wants the walk's next groups.
+    pub(crate) fn take_walk_due(&mut self) -> bool {
+        std::mem::take(&mut self.walk_due)
+    }
+
+    /// Probes `eg` at every other replica, as the sweep probes an idle group, unless a
+    /// task runs for it already.
+    pub(crate) fn probe_idle(&mut self, now: Time, eg: &EgId, sends: &mut Vec<(NodeId, Message)>) {
+        if !self.tasks.contains_key(eg) {
+            self.probe(now, eg.clone(), false, sends);
         }
     }
 
@@ -235,7 +261,12 @@ impl Sweeper {
             }
             self.probe(now, eg, false, sends);
         }
-        // Probe one idle group per sweep, round robin, at every other replica.
+        // Probe one idle group per sweep, round robin, at every other replica: from the
+        // registry walk with a bounded cache, else from the loaded groups.
+        if self.walk {
+            self.walk_due = true;
+            return;
+        }
         let idle: Vec<&&GroupLog> = groups
             .iter()
             .filter(|g| !self.tasks.contains_key(g.eg()))

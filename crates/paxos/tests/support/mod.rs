@@ -99,6 +99,7 @@ impl Node {
             bugs,
             sweep: None,
             rejoining,
+            cache_groups: None,
         }
     }
 
