@@ -82,6 +82,7 @@ pub const BUG_NAMES: &[&str] = &[
     "settled-read-ignores-in-flight",
     "combine-conflicting",
     "evict-dirty-group",
+    "skip-open-index",
 ];
 
 /// The knob called `name`.
@@ -127,6 +128,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "settled-read-ignores-in-flight" => p.settled_read_ignores_in_flight = true,
         "combine-conflicting" => p.combine_conflicting = true,
         "evict-dirty-group" => p.evict_dirty_group = true,
+        "skip-open-index" => p.skip_open_index = true,
         _ => return None,
     }
     Some(Bugs {

@@ -109,6 +109,11 @@ impl<'a> Observation<'a> {
         })
     }
 
+    /// Replica `r`'s store (its durable state).
+    pub(crate) fn store(&self, r: ReplicaId) -> Option<&megastore_rowstore::MemoryStore> {
+        self.replicas.get(&r).map(|node| &node.store)
+    }
+
     /// The transaction replica `r` granted ballot 0 at `p` of `eg` (its stored grant).
     pub(crate) fn stored_grant(&self, r: ReplicaId, eg: &EgId, p: Position) -> Option<TxnId> {
         self.stored(r, eg, &grant_column(p))

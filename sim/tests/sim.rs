@@ -179,6 +179,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         &["acceptor-monotone", "single-value", "durable-ack"],
         40,
     ),
+    ("skip-open-index", &["open-is-indexed"], 40),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -258,6 +259,7 @@ knob_tests! {
     combine_conflicting_is_caught => 33,
     drop_invalidate_when_full_is_caught => 34,
     evict_dirty_group_is_caught => 35,
+    skip_open_index_is_caught => 36,
 }
 
 #[test]
@@ -266,7 +268,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 38);
+    assert_eq!(BUG_NAMES.len(), 39);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

@@ -36,6 +36,10 @@ megastore_types::bug_knobs! {
         /// write-back cache that loses a dirty entry would: what it promised or
         /// accepted is forgotten.
         evict_dirty_group,
+        /// A replica with a bounded group cache never lists a group in its open index:
+        /// after a crash it does not load the groups with work left, and nothing
+        /// finishes their work until someone asks for them.
+        skip_open_index,
         /// A replica applies a visible position even if an earlier one is not applied.
         apply_out_of_order,
         /// Readers validate the local coordinator after catching up another replica.

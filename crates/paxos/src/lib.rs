@@ -57,7 +57,7 @@ pub use proposer::read::{ReadError, ReadMode, ReadPath, ReadResult};
 pub use proposer::resolve::Resolution;
 pub use proposer::{ProposerConfig, Timeouts};
 pub use replica::{
-    Batch, BatchCounts, CHOSEN_REMEMBERED, DRIVER_CLIENT, GroupLog, HISTORY_KEPT,
+    Batch, BatchCounts, CHOSEN_REMEMBERED, DRIVER_CLIENT, GroupList, GroupLog, HISTORY_KEPT,
     Input as ReplicaInput, Output as ReplicaOutput, REGISTRY_PREFIX, Rejoin, Released, Replica,
     ReplicaConfig, ReplicaLag, SweepConfig, answer_read, answer_snapshot, list_groups, load_group,
     register_group, registered_in,

@@ -1,6 +1,8 @@
-//! The store's row layout marker. The registry of the groups a replica holds (one row
-//! per group under [`SYSTEM_GROUPS_PREFIX`], written by the replica core with the
-//! group's first persisted state) is the core's: `megastore_paxos::list_groups`.
+//! The store's row layout marker, and whether the store keeps the open index. The
+//! registry of the groups a replica holds (one row per group under
+//! [`SYSTEM_GROUPS_PREFIX`], written by the replica core with the group's first
+//! persisted state) and the open index of the groups with work left are the core's
+//! (`megastore_paxos::GroupList`).
 
 use megastore_rowstore::{Durability, KeyRange, LATEST, RowMutation, RowStore, RowStoreError};
 
@@ -19,6 +21,9 @@ const _: () = {
     }
 };
 const LAYOUT_COLUMN: &[u8] = b"v";
+/// Set once every group with work left is in the open index: on a new store at once,
+/// on one written by a version without the index after loading every group once.
+const OPEN_INDEX_COLUMN: &[u8] = b"open";
 /// The row layout of this version: every group id self-delimiting
 /// ([`megastore_schema::keyspace`]). Layout 1, which has no marker, named untyped groups
 /// by their raw bytes, so one group's range could hold another's rows.
@@ -54,11 +59,9 @@ pub(crate) fn check_layout<S: RowStore>(store: &S) -> Result<(), LayoutError> {
             .map(u64::from_be_bytes)
             .map_err(|_| LayoutError::Old { found: 0 })?,
         None if megastore_paxos::list_groups(store, None, 1)?.is_empty() => {
-            let mark = RowMutation::new(LAYOUT_ROW.to_vec()).set(
-                LAYOUT_COLUMN.to_vec(),
-                0,
-                ROW_LAYOUT.to_be_bytes().to_vec(),
-            );
+            let mark = RowMutation::new(LAYOUT_ROW.to_vec())
+                .set(LAYOUT_COLUMN.to_vec(), 0, ROW_LAYOUT.to_be_bytes().to_vec())
+                .set(OPEN_INDEX_COLUMN.to_vec(), 0, Vec::new());
             store.mutate_row(&mark, None, Durability::Synced)?;
             ROW_LAYOUT
         }
@@ -69,6 +72,22 @@ pub(crate) fn check_layout<S: RowStore>(store: &S) -> Result<(), LayoutError> {
     } else {
         Err(LayoutError::Old { found })
     }
+}
+
+/// Whether every group of `store` with work left is in the open index (else it
+/// holds groups written by a version without one).
+pub(crate) fn open_index_kept<S: RowStore>(store: &S) -> Result<bool, RowStoreError> {
+    let marker = store.read_row(LAYOUT_ROW, &KeyRange::all(), LATEST)?;
+    Ok(marker.is_some_and(|r| r.value(OPEN_INDEX_COLUMN).is_some()))
+}
+
+/// Records that every group with work left is in the open index, synced (and with it
+/// every listing written before).
+pub(crate) fn mark_open_index_kept<S: RowStore>(store: &S) -> Result<(), RowStoreError> {
+    let mark = RowMutation::new(LAYOUT_ROW.to_vec()).set(OPEN_INDEX_COLUMN.to_vec(), 0, Vec::new());
+    store
+        .mutate_row(&mark, None, Durability::Synced)
+        .map(|_| ())
 }
 
 #[cfg(test)]
@@ -86,6 +105,10 @@ mod tests {
         let new = MemoryStore::new();
         check_layout(&new).unwrap();
         check_layout(&new).unwrap();
+        assert!(
+            open_index_kept(&new).unwrap(),
+            "a new store keeps it from the start"
+        );
         new.mutate_row(&register(b"\xfeg\x00\x01"), None, Durability::Synced)
             .unwrap();
         check_layout(&new).unwrap();
@@ -97,5 +120,26 @@ mod tests {
         let refused = check_layout(&old).unwrap_err().to_string();
         assert!(refused.contains("row layout 1"), "{refused}");
         assert!(refused.contains("empty data directory"), "{refused}");
+    }
+
+    #[test]
+    fn a_store_from_before_the_open_index_is_marked_once_it_is_built() {
+        let store = MemoryStore::new();
+        let layout_only = RowMutation::new(LAYOUT_ROW.to_vec()).set(
+            LAYOUT_COLUMN.to_vec(),
+            0,
+            ROW_LAYOUT.to_be_bytes().to_vec(),
+        );
+        store
+            .mutate_row(&layout_only, None, Durability::Synced)
+            .unwrap();
+        store
+            .mutate_row(&register(b"\xfeg\x00\x01"), None, Durability::Synced)
+            .unwrap();
+        check_layout(&store).unwrap();
+        assert!(!open_index_kept(&store).unwrap());
+        mark_open_index_kept(&store).unwrap();
+        assert!(open_index_kept(&store).unwrap());
+        check_layout(&store).unwrap();
     }
 }

@@ -128,6 +128,8 @@ impl ReplicaProcess {
                 me.data_dir.display()
             ))
         })?;
+        let open_index_kept = registry::open_index_kept(&store)
+            .map_err(|e| ProcessError::Store(format!("replica {name}: {e}")))?;
         let peers = Peers::at_site(config, &me.site).map_err(ProcessError::Config)?;
         let rejoining = check_or_stamp(config, id, &me.data_dir, peers.lockd()).await?;
         if rejoining {
@@ -158,7 +160,7 @@ impl ReplicaProcess {
             prepared: turn.is_some().then_some(prepared),
             metrics,
             core,
-            store,
+            store: Arc::new(store),
             clock: Clock::start(),
             peers,
             runtime: tokio::runtime::Handle::current(),
@@ -167,6 +169,7 @@ impl ReplicaProcess {
             next_caller: 0,
             wake: None,
             evicted_counted: 0,
+            open_index_kept,
             // Measured at the first tick.
             lag_measured: std::time::Instant::now()
                 .checked_sub(LAG_EVERY)
@@ -316,7 +319,7 @@ impl ReplicaProcess {
 struct Driver {
     metrics: ReplicaMetrics,
     core: Replica,
-    store: RocksStore,
+    store: Arc<RocksStore>,
     clock: Clock,
     peers: Arc<Peers>,
     runtime: tokio::runtime::Handle,
@@ -329,6 +332,8 @@ struct Driver {
     lag_measured: std::time::Instant,
     /// The core's evictions already added to the metric.
     evicted_counted: u64,
+    /// The store lists every group with work left in the open index.
+    open_index_kept: bool,
     /// Groups with queue messages to deliver, for a full replica's delivery task.
     outboxes: Option<tokio::sync::mpsc::UnboundedSender<EgId>>,
     /// Groups with prepared cross-group transactions, for a full replica's settling
@@ -346,6 +351,46 @@ fn registered_page(store: &RocksStore, after: Option<&EgId>) -> Vec<EgId> {
     })
 }
 
+/// A task that takes groups, and the rows of a group that give it work.
+type PendingTask = (
+    Option<tokio::sync::mpsc::UnboundedSender<EgId>>,
+    fn(&EgId) -> megastore_rowstore::KeyRange,
+);
+
+/// Sends each registered group with a row in a task's range to that task.
+fn find_pending_work(store: &RocksStore, tasks: &[PendingTask]) {
+    /// The pause between pages of groups (each page is up to two short scans per
+    /// group): a million groups take some tens of seconds, beside serving.
+    const PAUSE: Duration = Duration::from_millis(5);
+    let first = megastore_rowstore::ScanOptions {
+        limit: Some(1),
+        ..Default::default()
+    };
+    let mut after = None;
+    loop {
+        let page = registered_page(store, after.as_ref());
+        let Some(last) = page.last().cloned() else {
+            return;
+        };
+        for eg in page {
+            for (task, range) in tasks {
+                let Some(task) = task else { continue };
+                match store.scan(&range(&eg), megastore_rowstore::LATEST, &first) {
+                    Ok(rows) if !rows.is_empty() => {
+                        if task.send(eg.clone()).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(group = %eg, "cannot read its pending work: {e}"),
+                }
+            }
+        }
+        after = Some(last);
+        std::thread::sleep(PAUSE);
+    }
+}
+
 /// How often the lag gauges are updated (each update looks at every loaded group).
 const LAG_EVERY: Duration = Duration::from_secs(1);
 
@@ -356,20 +401,27 @@ const DRIVER: u32 = megastore_paxos::DRIVER_CLIENT.0;
 impl Driver {
     fn run(mut self, events: &mpsc::Receiver<Event>) {
         let mut batch = Batch::new();
-        // Load every group this replica holds, so the sweep looks after idle ones too
-        // (with the cache bounded, the quiescent ones leave again as it goes), a page
-        // at a time.
-        let mut after = None;
-        loop {
-            let page = registered_page(&self.store, after.as_ref());
-            let Some(last) = page.last().cloned() else {
-                break;
-            };
-            for eg in page {
-                self.step(megastore_paxos::load_group(eg), &mut batch);
+        // The core loads what needs looking after itself (the groups the open index
+        // lists) at its first step. A store written by a version without the index
+        // gets every group loaded once, which lists those with work left.
+        if !self.open_index_kept {
+            tracing::info!("building the open index: loading every group once");
+            let mut after = None;
+            loop {
+                let page = registered_page(&self.store, after.as_ref());
+                let Some(last) = page.last().cloned() else {
+                    break;
+                };
+                for eg in page {
+                    self.step(megastore_paxos::load_group(eg), &mut batch);
+                }
+                self.release(std::mem::take(&mut batch));
+                after = Some(last);
             }
-            self.release(std::mem::take(&mut batch));
-            after = Some(last);
+            if let Err(e) = registry::mark_open_index_kept(&*self.store) {
+                tracing::error!("recording the open index failed: {e}; stopping the replica");
+                std::process::exit(70);
+            }
         }
         self.step(ReplicaInput::Tick, &mut batch);
         self.release(batch);
@@ -401,7 +453,7 @@ impl Driver {
                         reply,
                     } => {
                         let groups =
-                            match megastore_paxos::registered_in(&self.store, &range, limit) {
+                            match megastore_paxos::registered_in(&*self.store, &range, limit) {
                                 Ok(groups) => groups.into_iter().map(|eg| eg.0).collect(),
                                 Err(e) => {
                                     tracing::warn!("cannot read the group registry: {e}");
@@ -475,7 +527,7 @@ impl Driver {
     /// store buffered, messages wait in the batch.
     fn step(&mut self, input: ReplicaInput, batch: &mut Batch) {
         let now = self.clock.now();
-        if let Err(e) = self.core.step_into(now, input, &self.store, batch) {
+        if let Err(e) = self.core.step_into(now, input, &*self.store, batch) {
             // A store that cannot write cannot keep the protocol's promises: stop
             // rather than answer from state that is not durable.
             tracing::error!("the row store failed: {e}; stopping the replica");
@@ -485,41 +537,28 @@ impl Driver {
 
     /// Hands the delivery task every registered group whose outbox holds messages, and
     /// the settling task every one with prepared transactions (at start: work left
-    /// from before a restart is done too).
+    /// from before a restart is done too) — from a thread of its own, a page of
+    /// groups at a time with a pause between pages, so the replica serves meanwhile.
     fn find_outboxes(&self) {
-        let first = megastore_rowstore::ScanOptions {
-            limit: Some(1),
-            ..Default::default()
-        };
+        let store = Arc::clone(&self.store);
         let tasks = [
             (
-                &self.outboxes,
+                self.outboxes.clone(),
                 megastore_paxos::queue::outbox_range as fn(&EgId) -> _,
             ),
-            (&self.prepared, megastore_paxos::two_phase::records_range),
+            (
+                self.prepared.clone(),
+                megastore_paxos::two_phase::records_range,
+            ),
         ];
-        let mut after = None;
-        loop {
-            let page = registered_page(&self.store, after.as_ref());
-            let Some(last) = page.last().cloned() else {
-                return;
-            };
-            for eg in page {
-                for (task, range) in &tasks {
-                    let Some(task) = task else { continue };
-                    match self
-                        .store
-                        .scan(&range(&eg), megastore_rowstore::LATEST, &first)
-                    {
-                        Ok(rows) if !rows.is_empty() => {
-                            let _ = task.send(eg.clone());
-                        }
-                        Ok(_) => {}
-                        Err(e) => tracing::warn!(group = %eg, "cannot read its pending work: {e}"),
-                    }
-                }
-            }
-            after = Some(last);
+        if tasks.iter().all(|(task, _)| task.is_none()) {
+            return;
+        }
+        let found = std::thread::Builder::new()
+            .name("pending-work".into())
+            .spawn(move || find_pending_work(&store, &tasks));
+        if let Err(e) = found {
+            tracing::error!("cannot start looking for pending queue and 2PC work: {e}");
         }
     }
 
@@ -540,7 +579,7 @@ impl Driver {
         self.metrics
             .batch_done(counts.applies, counts.installs, counts.catchup_requests);
         let started = std::time::Instant::now();
-        let released = match batch.release(&self.store) {
+        let released = match batch.release(&*self.store) {
             Ok(released) => released,
             Err(e) => {
                 tracing::error!("syncing the WAL failed: {e}; stopping the replica");

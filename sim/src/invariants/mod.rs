@@ -14,6 +14,7 @@ mod durable_ack;
 mod global_index;
 mod linearizable_eg;
 mod multi_group_atomicity;
+mod open_indexed;
 mod prefix_snapshots;
 mod queue_exactly_once;
 mod single_value;
@@ -116,6 +117,19 @@ impl Checkers {
         self.grants
             .after_accept(obs, &self.chosen, r, request, &mut found);
         self.bounds.after_step(obs, r, request, replies, &mut found);
+        for (invariant, detail) in found {
+            self.violation(obs, invariant, detail);
+        }
+    }
+
+    /// Replica `r` crashed (its store keeps what was synced): with a bounded group
+    /// cache, its open index must list every group with work left.
+    pub fn after_crash(&mut self, obs: &Observation<'_>, r: ReplicaId, bounded_cache: bool) {
+        if !bounded_cache {
+            return;
+        }
+        let mut found = Vec::new();
+        open_indexed::check(obs, r, &mut found);
         for (invariant, detail) in found {
             self.violation(obs, invariant, detail);
         }

@@ -27,6 +27,9 @@ impl World {
                 let n = self.replicas.get_mut(&r).expect("replica exists");
                 n.core = None;
                 n.store.crash();
+                let mut checks = self.checks.take().expect("checkers are present");
+                checks.after_crash(&self.observation(), r, self.config.replica_cache.is_some());
+                self.checks = Some(checks);
             }
             NodeId::Coordinator(r) => {
                 if let Some(c) = self.coordinators.get_mut(&r) {
@@ -84,14 +87,9 @@ impl World {
                 let n = self.replicas.get_mut(&r).expect("replica exists");
                 if n.core.is_none() {
                     n.core = Some(Replica::new(config));
-                    // As the replica server starts: every registered group is loaded
-                    // (its state asked for by the driver), so the sweep sees it (with
-                    // a bounded cache, the quiescent ones leave again at once).
-                    let registered = megastore_paxos::list_groups(&n.store, None, usize::MAX)
-                        .expect("the memory store does not fail");
-                    for eg in registered {
-                        self.run_replica(r, megastore_paxos::load_group(eg), None);
-                    }
+                    // The core loads what it must look after at its first step
+                    // (every registered group, or with a bounded cache those the
+                    // open index lists).
                     let now = self.now;
                     self.schedule(now, Event::Wake(NodeId::Replica(r)));
                 }

@@ -6,6 +6,7 @@
 //!   Replica::step_into(input, store, &mut batch)   (once or many times)
 //!       Load ──► read the root row ──► Input::Loaded (stepped at once)
 //!       ListGroups ──► read the registry ──► Input::Listed (stepped at once)
+//!       Index ──► written buffered (synced with the state it lists)
 //!       Persist / Install ──► written buffered; the batch now needs a sync
 //!       Apply / CollectGarbage ──► written buffered
 //!       ReadData / ReadSnapshot ──► answered from the store, held
@@ -210,9 +211,16 @@ fn carry_out<S: RowStore>(
             let row = store.read_row(&root_row, &KeyRange::all(), LATEST)?;
             return Ok(Some(Input::Loaded { eg, row }));
         }
-        Output::ListGroups { after, limit } => {
-            let groups = super::list_groups(store, after.as_ref(), limit)?;
-            return Ok(Some(Input::Listed { groups }));
+        Output::ListGroups {
+            which,
+            after,
+            limit,
+        } => {
+            let groups = super::list(store, which, after.as_ref(), limit)?;
+            return Ok(Some(Input::Listed { which, groups }));
+        }
+        Output::Index { mutation } => {
+            store.mutate_row(&mutation, None, Durability::Buffered)?;
         }
         Output::Persist { mutation } => {
             if let Some(eg) = group_of_root_row(&mutation.row) {

@@ -31,7 +31,9 @@ use megastore_types::{
 pub use awaiting::{AWAIT_MAX, AWAITING_MAX};
 pub use driver::{Batch, BatchCounts, DRIVER_CLIENT, Released, load_group};
 pub use group::{CHOSEN_REMEMBERED, GroupLog, HISTORY_KEPT, Proposal, Rejoin};
-pub use registry::{REGISTRY_PREFIX, list_groups, register_group, registered_in};
+pub use registry::{
+    GroupList, OPEN_PREFIX, REGISTRY_PREFIX, list, list_groups, register_group, registered_in,
+};
 pub use sweep::SweepConfig;
 
 use awaiting::{Awaiter, Awaiting};
@@ -88,9 +90,11 @@ pub enum Input {
         /// Its root row, read at the latest state.
         row: Option<Row>,
     },
-    /// The registered groups the replica asked for with [`Output::ListGroups`].
+    /// The groups the replica asked for with [`Output::ListGroups`].
     Listed {
-        /// Up to its `limit`, in key order (none: the walk reached the end).
+        /// Which list they are from.
+        which: GroupList,
+        /// Up to its `limit`, in key order (fewer: the list ended).
         groups: Vec<EgId>,
     },
     /// Time passed.
@@ -107,13 +111,24 @@ pub enum Output {
         /// Its root row key.
         root_row: Vec<u8>,
     },
-    /// List up to `limit` registered groups after `after` ([`list_groups`]) and feed
-    /// them back as [`Input::Listed`].
+    /// List up to `limit` groups of list `which` after `after` ([`registry::list`])
+    /// and feed them back as [`Input::Listed`]. The registry is listed for the sweep's
+    /// walk with a bounded cache, and to load every group at start without one; the
+    /// open index, to load the groups with work left at start with a bounded cache.
     ListGroups {
-        /// Where the walk stands (`None`: from the first group).
+        /// Which list.
+        which: GroupList,
+        /// Where the listing stands (`None`: from the first group).
         after: Option<EgId>,
         /// How many.
         limit: usize,
+    },
+    /// Write this mutation to one of the replica's lists of groups ([`registry`]),
+    /// buffered. It needs no sync of its own: a listing goes before the state it is
+    /// for, under the same sync, and an unlisting may be lost.
+    Index {
+        /// The mutation.
+        mutation: RowMutation,
     },
     /// Write this root-row mutation, synced. Sends after it wait until it is durable.
     Persist {
@@ -235,6 +250,11 @@ pub struct Replica {
     /// Loaded groups whose root row did not exist: registered with their first
     /// persisted state ([`registry`]).
     unregistered: BTreeSet<EgId>,
+    /// Loaded groups listed in the open index (with a bounded cache): unlisted when
+    /// they leave memory.
+    open_listed: BTreeSet<EgId>,
+    /// The start-up listing ran (or runs): the first step begins it.
+    started: bool,
     /// The last group the registry walk reached.
     walk_after: Option<EgId>,
     /// Groups the walk is loading, to probe once loaded.
@@ -247,6 +267,9 @@ pub struct Replica {
 
 /// How many registered groups the walk takes at each sweep (each gets probed).
 const WALK_GROUPS: usize = 1;
+
+/// How many groups the start-up listing loads at once.
+const START_PAGE: usize = 256;
 
 /// How many pinned groups an eviction passes over in one step before giving up until
 /// the next (each is moved to the recent end, so the next step sees others).
@@ -274,6 +297,8 @@ impl Replica {
             awaiting: Awaiting::default(),
             recency: Recency::default(),
             unregistered: BTreeSet::new(),
+            open_listed: BTreeSet::new(),
+            started: false,
             walk_after: None,
             probe_when_loaded: BTreeSet::new(),
             evictions: 0,
@@ -351,6 +376,16 @@ impl Replica {
         let mut out = Vec::new();
         let mut sends = Vec::new();
         let mut actions = Vec::new();
+        if !self.started {
+            // Load what needs looking after: with a bounded cache the groups with work
+            // left, else every group.
+            self.started = true;
+            out.push(Output::ListGroups {
+                which: self.start_list(),
+                after: None,
+                limit: START_PAGE,
+            });
+        }
         match input {
             Input::Message {
                 from,
@@ -399,7 +434,7 @@ impl Replica {
             }
             Input::Message { .. } => {}
             Input::Loaded { eg, row } => self.loaded(eg, row.as_ref(), &mut out),
-            Input::Listed { groups } => self.listed(groups, &mut out),
+            Input::Listed { which, groups } => self.listed(which, groups, &mut out),
             Input::Tick => {
                 let Self {
                     sweeper, groups, ..
@@ -412,6 +447,7 @@ impl Replica {
                     actions.extend(sweeper.on_tick(now, loaded, &mut sends));
                     if sweeper.take_walk_due() {
                         out.push(Output::ListGroups {
+                            which: GroupList::Registered,
                             after: self.walk_after.clone(),
                             limit: WALK_GROUPS,
                         });
@@ -465,7 +501,7 @@ impl Replica {
         if let Some(wake) = wake {
             out.push(Output::WakeAt(wake));
         }
-        self.register_new_groups(&mut out);
+        self.index_changed_groups(&mut out);
         self.evict(&mut out);
         if cfg!(debug_assertions) {
             self.check_invariants();
@@ -473,30 +509,57 @@ impl Replica {
         out
     }
 
-    /// Registers the groups whose first state this step persists (their registry row
-    /// goes first, in the same batch).
-    fn register_new_groups(&mut self, out: &mut Vec<Output>) {
-        if self.unregistered.is_empty() {
+    /// Lists the groups this step changed where they belong, ahead of the changes: in
+    /// the registry those persisted for the first time, in the open index (with a
+    /// bounded cache) those the change left with work ([`registry`]).
+    fn index_changed_groups(&mut self, out: &mut Vec<Output>) {
+        let bounded = self.config.cache_groups.is_some();
+        if self.unregistered.is_empty() && !bounded {
             return;
         }
-        let mut registrations = Vec::new();
+        let mut listings = Vec::new();
+        let mut seen = BTreeSet::new();
         for output in out.iter() {
             let eg = match output {
                 Output::Persist { mutation } => group_of_root_row(&mutation.row),
                 Output::Install { eg, .. } => Some(&eg.0[..]),
                 _ => None,
             };
-            if let Some(eg) = eg.map(|eg| EgId(eg.to_vec()))
-                && self.unregistered.remove(&eg)
-            {
-                registrations.push(Output::Persist {
+            let Some(eg) = eg.map(|eg| EgId(eg.to_vec())) else {
+                continue;
+            };
+            if !seen.insert(eg.clone()) {
+                continue;
+            }
+            if self.unregistered.remove(&eg) {
+                listings.push(Output::Index {
                     mutation: register_group(&eg),
                 });
             }
+            let open = matches!(
+                self.groups.get(&eg),
+                Some(GroupSlot::Ready(g)) if g.unfinished(self.me.kind)
+            );
+            let list = bounded && !self.config.bugs.skip_open_index();
+            if list && open && self.open_listed.insert(eg.clone()) {
+                listings.push(Output::Index {
+                    mutation: GroupList::Open.listing(&eg),
+                });
+            }
         }
-        if !registrations.is_empty() {
-            registrations.append(out);
-            *out = registrations;
+        if !listings.is_empty() {
+            listings.append(out);
+            *out = listings;
+        }
+    }
+
+    /// Which list the start-up listing loads: the open index with a bounded cache,
+    /// else the registry.
+    fn start_list(&self) -> GroupList {
+        if self.config.cache_groups.is_some() {
+            GroupList::Open
+        } else {
+            GroupList::Registered
         }
     }
 
@@ -541,6 +604,11 @@ impl Replica {
                 skipped += 1;
                 continue;
             }
+            if self.open_listed.remove(&eg) {
+                out.push(Output::Index {
+                    mutation: GroupList::Open.unlisting(&eg),
+                });
+            }
             self.groups.remove(&eg);
             self.recency.remove(&eg);
             self.evictions += 1;
@@ -566,25 +634,41 @@ impl Replica {
                 | Output::CollectGarbage { eg: of, .. } => *of != eg,
                 _ => true,
             });
+            self.open_listed.remove(&eg);
             self.groups.remove(&eg);
             self.recency.remove(&eg);
             self.evictions += 1;
         }
     }
 
-    /// The registry walk's next groups: each is probed by the sweep, loaded first if it
-    /// is not.
-    fn listed(&mut self, groups: Vec<EgId>, out: &mut Vec<Output>) {
-        self.walk_after = groups.last().cloned();
+    /// Groups listed: the start-up listing's (loaded, and the next page asked for), or
+    /// the registry walk's next groups with a bounded cache (each probed by the sweep,
+    /// loaded first if it is not).
+    fn listed(&mut self, which: GroupList, groups: Vec<EgId>, out: &mut Vec<Output>) {
+        let walk = which == GroupList::Registered && self.config.cache_groups.is_some();
+        if walk {
+            self.walk_after = groups.last().cloned();
+        } else if groups.len() == START_PAGE {
+            out.push(Output::ListGroups {
+                which,
+                after: groups.last().cloned(),
+                limit: START_PAGE,
+            });
+        }
         for eg in groups {
+            if which == GroupList::Open {
+                self.open_listed.insert(eg.clone());
+            }
             match self.groups.get(&eg) {
-                Some(GroupSlot::Ready(_)) => self.probe(&eg, out),
-                Some(GroupSlot::Failed(_)) => {}
-                Some(GroupSlot::Loading(_)) => {
+                Some(GroupSlot::Ready(_)) if walk => self.probe(&eg, out),
+                Some(GroupSlot::Loading(_)) if walk => {
                     self.probe_when_loaded.insert(eg);
                 }
+                Some(_) => {}
                 None => {
-                    self.probe_when_loaded.insert(eg.clone());
+                    if walk {
+                        self.probe_when_loaded.insert(eg.clone());
+                    }
                     let from = NodeId::Client(DRIVER_CLIENT);
                     self.handle(from, ReplicaRequest::LogState { id: 0, eg }, out);
                 }
@@ -662,6 +746,17 @@ impl Replica {
                 }
                 if row.is_none() {
                     self.unregistered.insert(eg.clone());
+                }
+                // Work left that the open index does not show (written before there
+                // was one): listed now.
+                if self.config.cache_groups.is_some()
+                    && !bugs.skip_open_index()
+                    && group.unfinished(self.me.kind)
+                    && self.open_listed.insert(eg.clone())
+                {
+                    out.push(Output::Index {
+                        mutation: GroupList::Open.listing(&eg),
+                    });
                 }
                 self.used(&eg);
                 self.groups.insert(eg.clone(), GroupSlot::Ready(group));
@@ -1002,6 +1097,16 @@ impl Replica {
                 self.recency.len(),
                 "every loaded group is ordered by use"
             );
+            let bugs = &self.config.bugs;
+            if !bugs.evict_dirty_group() && !bugs.skip_open_index() {
+                for group in self.groups() {
+                    assert!(
+                        !group.unfinished(self.me.kind) || self.open_listed.contains(group.eg()),
+                        "open-is-indexed: {} has work left and is not in the open index",
+                        group.eg()
+                    );
+                }
+            }
         }
     }
 }

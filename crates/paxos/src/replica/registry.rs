@@ -1,27 +1,62 @@
-//! The registry of the groups a replica holds: one row per group, `0xFF 0xFF
-//! "megastore/groups/" ‖ eg`, in the system's part of the key space where no group's
-//! prefix starts (the schema crate's `keyspace` reserves it). The replica writes a
-//! group's row with the group's first persisted state, in the same batch (so under the
-//! same sync), and walks the registry a few groups at a time
-//! ([`super::Output::ListGroups`]) to look after groups nobody asks about — what lets it
-//! keep only some groups in memory.
+//! Two lists of groups a replica keeps in its store, in the system's part of the key
+//! space where no group's prefix starts (the schema crate's `keyspace` reserves it):
+//!
+//! - the **registry**, `0xFF 0xFF "megastore/groups/" ‖ eg`: every group it holds. The
+//!   replica writes a group's row with the group's first persisted state, in the same
+//!   batch (so under the same sync), and walks the registry a few groups at a time to
+//!   look after groups nobody asks about — what lets it keep only some in memory.
+//! - the **open index**, `0xFF 0xFF "megastore/open/" ‖ eg`: the groups that may have
+//!   work left (a position above `visible`, or one visible and not applied). A group's
+//!   row is written before the state that gives it work, in the same batch, so after a
+//!   crash every group with work left is listed (invariant *open-is-indexed*); a
+//!   restarted replica with a bounded cache loads only these. A row can outlive the
+//!   work (it is deleted when the group leaves memory quiescent, unsynced): such a
+//!   group is loaded once more at the next start, found quiescent, and unlisted.
 
 use megastore_rowstore::{KeyRange, LATEST, RowMutation, RowRead, RowStoreError, ScanOptions};
 use megastore_types::EgId;
 
 /// Where the registry's rows start.
 pub const REGISTRY_PREFIX: &[u8] = b"\xff\xffmegastore/groups/";
+/// Where the open index's rows start.
+pub const OPEN_PREFIX: &[u8] = b"\xff\xffmegastore/open/";
 const COLUMN: &[u8] = b"g";
 
-fn row(eg: &EgId) -> Vec<u8> {
-    let mut row = REGISTRY_PREFIX.to_vec();
-    row.extend_from_slice(&eg.0);
-    row
+/// Which list of groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupList {
+    /// Every group the replica holds.
+    Registered,
+    /// The groups that may have work left.
+    Open,
+}
+
+impl GroupList {
+    fn prefix(self) -> &'static [u8] {
+        match self {
+            Self::Registered => REGISTRY_PREFIX,
+            Self::Open => OPEN_PREFIX,
+        }
+    }
+
+    fn row(self, eg: &EgId) -> Vec<u8> {
+        [self.prefix(), &eg.0[..]].concat()
+    }
+
+    /// The mutation that lists `eg`.
+    pub fn listing(self, eg: &EgId) -> RowMutation {
+        RowMutation::new(self.row(eg)).set(COLUMN.to_vec(), 0, Vec::new())
+    }
+
+    /// The mutation that unlists `eg`.
+    pub fn unlisting(self, eg: &EgId) -> RowMutation {
+        RowMutation::new(self.row(eg)).delete_cell(COLUMN.to_vec(), 0)
+    }
 }
 
 /// The mutation that registers `eg`.
 pub fn register_group(eg: &EgId) -> RowMutation {
-    RowMutation::new(row(eg)).set(COLUMN.to_vec(), 0, Vec::new())
+    GroupList::Registered.listing(eg)
 }
 
 /// Up to `limit` registered groups after `after` (from the first with `None`), in key
@@ -31,12 +66,23 @@ pub fn list_groups<S: RowRead>(
     after: Option<&EgId>,
     limit: usize,
 ) -> Result<Vec<EgId>, RowStoreError> {
+    list(store, GroupList::Registered, after, limit)
+}
+
+/// Up to `limit` groups of `which` list after `after` (from the first with `None`), in
+/// key order.
+pub fn list<S: RowRead>(
+    store: &S,
+    which: GroupList,
+    after: Option<&EgId>,
+    limit: usize,
+) -> Result<Vec<EgId>, RowStoreError> {
     let start = match after {
         // The least group key above `after`.
         Some(after) => [&after.0[..], &[0]].concat(),
         None => Vec::new(),
     };
-    registered_in(store, &KeyRange { start, end: None }, limit)
+    listed_in(store, which, &KeyRange { start, end: None }, limit)
 }
 
 /// Up to `limit` registered groups whose keys lie in `groups` (a range of group keys,
@@ -46,11 +92,21 @@ pub fn registered_in<S: RowRead>(
     groups: &KeyRange,
     limit: usize,
 ) -> Result<Vec<EgId>, RowStoreError> {
-    let within = KeyRange::prefix(REGISTRY_PREFIX.to_vec());
+    listed_in(store, GroupList::Registered, groups, limit)
+}
+
+fn listed_in<S: RowRead>(
+    store: &S,
+    which: GroupList,
+    groups: &KeyRange,
+    limit: usize,
+) -> Result<Vec<EgId>, RowStoreError> {
+    let prefix = which.prefix();
+    let within = KeyRange::prefix(prefix.to_vec());
     let rows = KeyRange {
-        start: [REGISTRY_PREFIX, &groups.start[..]].concat(),
+        start: [prefix, &groups.start[..]].concat(),
         end: match &groups.end {
-            Some(end) => Some([REGISTRY_PREFIX, &end[..]].concat()),
+            Some(end) => Some([prefix, &end[..]].concat()),
             None => within.end,
         },
     };
@@ -64,7 +120,7 @@ pub fn registered_in<S: RowRead>(
     )?;
     Ok(found
         .into_iter()
-        .map(|r| EgId(r.key[REGISTRY_PREFIX.len()..].to_vec()))
+        .map(|r| EgId(r.key[prefix.len()..].to_vec()))
         .collect())
 }
 
