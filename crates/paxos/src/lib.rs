@@ -22,7 +22,8 @@
 //! Invariants kept here and checked by the simulator (docs/protocol.md, "Invariants"): single-value,
 //! ballot-zero-once, visible-after-invalidate, vouched-is-current (with the
 //! coordinator), durable-ack, linearizable-eg, prefix-snapshots; and across groups
-//! queue-exactly-once-in-order, multi-group-atomicity and decision-stable. For
+//! queue-exactly-once-in-order, multi-group-atomicity and decision-stable; with a
+//! bounded group cache, open-is-indexed (`replica/registry.rs`). For
 //! watchers, kept where they are stated (the simulator runs no watchers):
 //! watch-reads-committed ([`watch`]) and awaiting-bounded (the replica's held long
 //! polls).

@@ -351,6 +351,22 @@ fn registered_page(store: &RocksStore, after: Option<&EgId>) -> Vec<EgId> {
     })
 }
 
+/// The thread looking for pending queue and 2PC work: told to stop, and joined, when
+/// dropped.
+struct PendingSearch {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for PendingSearch {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// A task that takes groups, and the rows of a group that give it work.
 type PendingTask = (
     Option<tokio::sync::mpsc::UnboundedSender<EgId>>,
@@ -358,7 +374,11 @@ type PendingTask = (
 );
 
 /// Sends each registered group with a row in a task's range to that task.
-fn find_pending_work(store: &RocksStore, tasks: &[PendingTask]) {
+fn find_pending_work(
+    store: &RocksStore,
+    tasks: &[PendingTask],
+    stop: &std::sync::atomic::AtomicBool,
+) {
     /// The pause between pages of groups (each page is up to two short scans per
     /// group): a million groups take some tens of seconds, beside serving.
     const PAUSE: Duration = Duration::from_millis(5);
@@ -373,6 +393,9 @@ fn find_pending_work(store: &RocksStore, tasks: &[PendingTask]) {
             return;
         };
         for eg in page {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
             for (task, range) in tasks {
                 let Some(task) = task else { continue };
                 match store.scan(&range(&eg), megastore_rowstore::LATEST, &first) {
@@ -425,7 +448,9 @@ impl Driver {
         }
         self.step(ReplicaInput::Tick, &mut batch);
         self.release(batch);
-        self.find_outboxes();
+        // Stopped and joined before the store closes: a thread still inside RocksDB when
+        // the process exits can abort it.
+        let _search = self.find_outboxes();
         loop {
             let timeout = self
                 .wake
@@ -539,7 +564,7 @@ impl Driver {
     /// the settling task every one with prepared transactions (at start: work left
     /// from before a restart is done too) — from a thread of its own, a page of
     /// groups at a time with a pause between pages, so the replica serves meanwhile.
-    fn find_outboxes(&self) {
+    fn find_outboxes(&self) -> Option<PendingSearch> {
         let store = Arc::clone(&self.store);
         let tasks = [
             (
@@ -552,13 +577,22 @@ impl Driver {
             ),
         ];
         if tasks.iter().all(|(task, _)| task.is_none()) {
-            return;
+            return None;
         }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
         let found = std::thread::Builder::new()
             .name("pending-work".into())
-            .spawn(move || find_pending_work(&store, &tasks));
-        if let Err(e) = found {
-            tracing::error!("cannot start looking for pending queue and 2PC work: {e}");
+            .spawn(move || find_pending_work(&store, &tasks, &stopped));
+        match found {
+            Ok(thread) => Some(PendingSearch {
+                stop,
+                thread: Some(thread),
+            }),
+            Err(e) => {
+                tracing::error!("cannot start looking for pending queue and 2PC work: {e}");
+                None
+            }
         }
     }
 

@@ -11,7 +11,7 @@
 //! | `0xF9`–`0xFC` | never used |
 //! | `0xFD` ([`GLOBAL_INDEX_TAG`]) | global index entries, `0xFD ‖ id(index) ‖ key(values) ‖ key(primary key)`: outside every group, copies of the groups' mirrors |
 //! | `0xFE` ([`UNTYPED_GROUP_TAG`]) | untyped groups: `0xFE ‖ escape(name)` |
-//! | `0xFF` ([`SYSTEM_TAG`]) | the system: a replica's registry of the groups it holds ([`SYSTEM_GROUPS_PREFIX`]) and its row-layout marker ([`SYSTEM_LAYOUT_ROW`]) |
+//! | `0xFF` ([`SYSTEM_TAG`]) | the system: a replica's registry of the groups it holds ([`SYSTEM_GROUPS_PREFIX`]), its open index of the groups with work left (`0xFF 0xFF megastore/open/…`) and its row-layout marker ([`SYSTEM_LAYOUT_ROW`]) |
 //!
 //! Inside a group with prefix `G`: `G ‖ 0x00` is the root row (the log and replication
 //! state), `G ‖ 0x01`–`G ‖ 0xF7 …` are data rows (an untyped group's key `k` is the

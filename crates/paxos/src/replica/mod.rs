@@ -13,6 +13,12 @@
 //! kept. Hosts do not carry outputs out themselves: [`Replica::step_into`] does, into a
 //! [`Batch`] whose messages only [`Batch::release`] hands out, after one sync for
 //! however many steps the batch took (`driver`).
+//!
+//! With [`ReplicaConfig::cache_groups`] it holds only that many quiescent groups in
+//! memory (`cache`): a group's state is its root row read back, so one that leaves is
+//! loaded again on its next request. It keeps the registry of its groups and the open
+//! index of those with work left (`registry`), and at its first step loads what the
+//! open index lists (docs/protocol.md, "Groups in memory").
 
 mod awaiting;
 mod cache;
