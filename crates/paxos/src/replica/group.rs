@@ -73,7 +73,10 @@ pub struct GroupLog {
     eg: EgId,
     root_row: Vec<u8>,
     promises: BTreeMap<Position, Ballot>,
-    slots: BTreeMap<Position, SlotRecord>,
+    /// Boxed: a map allocates its nodes whole (eleven entries each), and most loaded
+    /// groups hold one or two slots — a node of boxes is a tenth the size of a node of
+    /// records (docs/performance.md, "A replica's memory per group").
+    slots: BTreeMap<Position, Box<SlotRecord>>,
     grants: BTreeMap<Position, TxnId>,
     /// Whose entry was chosen at the last [`CHOSEN_REMEMBERED`] truncated positions.
     chosen: BTreeMap<Position, ChosenTxn>,
@@ -101,7 +104,11 @@ impl GroupLog {
             eg,
             root_row,
             promises,
-            slots: stored.slots.into_iter().collect(),
+            slots: stored
+                .slots
+                .into_iter()
+                .map(|(p, slot)| (p, Box::new(slot)))
+                .collect(),
             grants: stored.grants.into_iter().collect(),
             chosen: stored.chosen.into_iter().collect(),
             visible: stored.visible,
@@ -180,12 +187,12 @@ impl GroupLog {
 
     /// What is held at `p`.
     pub fn slot(&self, p: Position) -> Option<&SlotRecord> {
-        self.slots.get(&p)
+        self.slots.get(&p).map(Box::as_ref)
     }
 
     /// Every held position.
     pub fn slots(&self) -> impl Iterator<Item = (Position, &SlotRecord)> + '_ {
-        self.slots.iter().map(|(p, s)| (*p, s))
+        self.slots.iter().map(|(p, s)| (*p, s.as_ref()))
     }
 
     /// The ballot-0 grant recorded at `p`.
@@ -316,7 +323,7 @@ impl GroupLog {
             out.push(Output::Persist {
                 mutation: write.slot(p, &slot).0,
             });
-            self.slots.insert(p, slot);
+            self.slots.insert(p, Box::new(slot));
             return AcceptResult::Accepted;
         }
         // Ballot 0: one value per position, and only the leader's grant admits it.
@@ -364,7 +371,7 @@ impl GroupLog {
         out.push(Output::Persist {
             mutation: write.slot(p, &slot).0,
         });
-        self.slots.insert(p, slot);
+        self.slots.insert(p, Box::new(slot));
         AcceptResult::Accepted
     }
 
@@ -432,7 +439,7 @@ impl GroupLog {
             visible: true,
         };
         let mut write = self.write().slot(p, &slot);
-        self.slots.insert(p, slot);
+        self.slots.insert(p, Box::new(slot));
         let before = self.visible;
         while self
             .slots

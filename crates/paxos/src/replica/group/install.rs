@@ -52,7 +52,7 @@ impl GroupLog {
             write = write.forget(p);
         }
         write = write.slot(at, &slot);
-        self.slots.insert(at, slot);
+        self.slots.insert(at, Box::new(slot));
         self.truncated = at.prev();
         self.installed = at;
         self.visible = at;
