@@ -126,9 +126,9 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     (
         "rejoin-as-voter",
         &["single-value", "ballot-zero-once", "linearizable-eg"],
-        400,
+        180,
     ),
-    ("resolve-without-settling", &["durable-ack"], 150),
+    ("resolve-without-settling", &["durable-ack"], 240),
     (
         "release-while-vouching",
         &["visible-after-invalidate", "vouched-is-current"],
@@ -161,7 +161,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         10,
     ),
     ("consume-outside-txn", &["queue-exactly-once-in-order"], 10),
-    ("batch-in-row-order", &["queue-exactly-once-in-order"], 15),
+    ("batch-in-row-order", &["queue-exactly-once-in-order"], 25),
     ("decide-before-all-prepared", &["multi-group-atomicity"], 10),
     ("abort-without-recording", &["multi-group-atomicity"], 10),
     ("ignore-prepared-on-commit", &["multi-group-atomicity"], 10),
