@@ -25,7 +25,7 @@ use megastore_rowstore::{Durability, KeyRange, LATEST, RowStore, RowStoreError};
 use megastore_types::{ClientId, EgId, NodeId, Time};
 
 use super::{Input, Output, Replica, answer_read, answer_snapshot};
-use crate::entry::{data_range, global_index_range, group_of_root_row, group_range};
+use crate::entry::{data_range, global_index_range, group_range};
 use crate::messages::{Message, ReplicaRequest};
 
 /// The caller a host names for its own requests to its replica: their replies go
@@ -50,7 +50,6 @@ pub struct Batch {
     needs_sync: bool,
     reply_before_sync: bool,
     wake: Option<Time>,
-    persisted: BTreeSet<EgId>,
     outboxes: BTreeSet<EgId>,
     prepared: BTreeSet<EgId>,
     counts: BatchCounts,
@@ -86,12 +85,6 @@ impl Batch {
     /// An empty batch.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// The groups whose root row the batch wrote (a host that keeps a registry of its
-    /// groups writes their entries before releasing the batch).
-    pub fn persisted_groups(&self) -> &BTreeSet<EgId> {
-        &self.persisted
     }
 
     /// The groups whose applied entries (or installed snapshots) in this batch hold
@@ -223,9 +216,6 @@ fn carry_out<S: RowStore>(
             store.mutate_row(&mutation, None, Durability::Buffered)?;
         }
         Output::Persist { mutation } => {
-            if let Some(eg) = group_of_root_row(&mutation.row) {
-                batch.persisted.insert(EgId(eg.to_vec()));
-            }
             store.mutate_row(&mutation, None, Durability::Buffered)?;
             batch.needs_sync = true;
             batch.counts.persists += 1;

@@ -117,7 +117,7 @@ pub enum Output {
         /// Its root row key.
         root_row: Vec<u8>,
     },
-    /// List up to `limit` groups of list `which` after `after` ([`registry::list`])
+    /// List up to `limit` groups of list `which` after `after` ([`list`])
     /// and feed them back as [`Input::Listed`]. The registry is listed for the sweep's
     /// walk with a bounded cache, and to load every group at start without one; the
     /// open index, to load the groups with work left at start with a bounded cache.
@@ -129,7 +129,7 @@ pub enum Output {
         /// How many.
         limit: usize,
     },
-    /// Write this mutation to one of the replica's lists of groups ([`registry`]),
+    /// Write this mutation to one of the replica's lists of groups ([`GroupList`]),
     /// buffered. It needs no sync of its own: a listing goes before the state it is
     /// for, under the same sync, and an unlisting may be lost.
     Index {
@@ -254,7 +254,7 @@ pub struct Replica {
     /// The loaded groups by last use (with [`ReplicaConfig::cache_groups`]).
     recency: Recency,
     /// Loaded groups whose root row did not exist: registered with their first
-    /// persisted state ([`registry`]).
+    /// persisted state (`registry`).
     unregistered: BTreeSet<EgId>,
     /// Loaded groups listed in the open index (with a bounded cache): unlisted when
     /// they leave memory.
@@ -517,7 +517,7 @@ impl Replica {
 
     /// Lists the groups this step changed where they belong, ahead of the changes: in
     /// the registry those persisted for the first time, in the open index (with a
-    /// bounded cache) those the change left with work ([`registry`]).
+    /// bounded cache) those the change left with work (`registry`).
     fn index_changed_groups(&mut self, out: &mut Vec<Output>) {
         let bounded = self.config.cache_groups.is_some();
         if self.unregistered.is_empty() && !bounded {
