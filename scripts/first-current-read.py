@@ -1,5 +1,7 @@
 """Waits for a replica's public API to serve a current read, and prints how long after
-START (seconds since the epoch) the first one came back (scripts/many-groups.sh).
+START (seconds since the epoch) the first one came back, how it was served, its row
+count, and how long after START the first one served locally came back (vouched by the
+replica's coordinator; "-" if none within the limit) (scripts/many-groups.sh).
 
 Usage: first-current-read.py REPO_ROOT ADDRESS GROUP START [LIMIT_SECONDS]
 """
@@ -24,15 +26,24 @@ def main():
         mode=pb.READ_MODE_CURRENT,
         query=pb.RowQuery(range=pb.RowQuery.Range()),
     )
+    first = None
     while True:
         try:
             answer = stub.Read(request, timeout=2)
-            print(f"{time.time() - start:.2f} {answer.path} {len(answer.rows)}")
-            return
+            elapsed = time.time() - start
+            if first is None:
+                first = (elapsed, answer.path, len(answer.rows))
+            if answer.path == "local":
+                break
+            if elapsed > limit:
+                elapsed = None
+                break
         except grpc.RpcError as e:
             if time.time() - start > limit:
                 sys.exit(f"no current read of {group} at {address} within {limit} s: {e}")
-            time.sleep(0.05)
+        time.sleep(0.05)
+    local = "-" if elapsed is None else f"{elapsed:.2f}"
+    print(f"{first[0]:.2f} {first[1]} {first[2]} {local}")
 
 
 main()

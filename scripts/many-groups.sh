@@ -70,8 +70,8 @@ print(next(r['address'] for r in c['replicas'] if r['name'] == '$replica'))" "$c
     start=$(date +%s.%N)
     "$megastore" replica --config "$config" --id "$replica" >> "$dir/logs/replica-$replica.restarted.log" 2>&1 &
     new=$!
-    read -r seconds path rows < <("$python" scripts/first-current-read.py . "$address" fill0-000001 "$start")
-    echo "restart replica $replica: first current read after ${seconds} s ($path, $rows row)"
+    read -r seconds path rows local < <("$python" scripts/first-current-read.py . "$address" fill0-000001 "$start" 30)
+    echo "restart replica $replica: first current read after ${seconds} s ($path, $rows row); first local (vouched) read after ${local} s"
     sleep 2
     echo "rss MB (replica $replica restarted, 2 s later): $(( $(awk '/VmRSS/ {print $2}' /proc/$new/status) / 1024 ))"
     # The restarted process is this script's child: stop it with the rest.
