@@ -36,8 +36,8 @@ struct Event {
 
 fn events(worker: &Process) -> Vec<Event> {
     worker
-        .log()
-        .lines()
+        .finished_lines()
+        .iter()
         .filter(|l| l.starts_with('{'))
         .map(|l| {
             let v: serde_json::Value =
@@ -487,9 +487,9 @@ fn the_lock_tool_runs_a_command_under_the_lock_and_stops_it_when_the_lock_is_los
         dir.path(),
     );
     wait_until("the first holder", Duration::from_secs(60), || {
-        first.log().contains("held")
+        first.finished_lines().iter().any(|l| l.contains("held"))
     });
-    let first_token = token_of(&first.log());
+    let first_token = token_of(&first.finished_lines().join("\n"));
     let second = megastore_e2e::run_megastore(
         &[
             "lock",

@@ -113,8 +113,8 @@ fn the_recipes_keep_their_contract_and_claims_race_to_one_winner_under_a_kill() 
 /// One worker's events (JSON lines on its stdout).
 fn worker_events(worker: &Process) -> Vec<serde_json::Value> {
     worker
-        .log()
-        .lines()
+        .finished_lines()
+        .iter()
         .filter(|l| l.starts_with('{'))
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
         .collect()

@@ -186,6 +186,14 @@ impl Process {
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The log's finished lines: a running process may be halfway through
+    /// writing its last one, which a parser must not see.
+    pub fn finished_lines(&self) -> Vec<String> {
+        let log = self.log();
+        let finished = log.rfind('\n').map_or("", |end| &log[..end]);
+        finished.lines().map(str::to_string).collect()
+    }
 }
 
 impl Drop for Process {
