@@ -83,6 +83,7 @@ pub const BUG_NAMES: &[&str] = &[
     "combine-conflicting",
     "evict-dirty-group",
     "skip-open-index",
+    "blind-write-forgets-locks",
 ];
 
 /// The knob called `name`.
@@ -129,6 +130,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "combine-conflicting" => p.combine_conflicting = true,
         "evict-dirty-group" => p.evict_dirty_group = true,
         "skip-open-index" => p.skip_open_index = true,
+        "blind-write-forgets-locks" => p.blind_write_forgets_locks = true,
         _ => return None,
     }
     Some(Bugs {
@@ -178,6 +180,7 @@ pub fn run_seed(seed: u64, bugs: Bugs, readable: bool) -> SeedReport {
     }
     let mut stats = world.stats;
     stats.combined = checks.chosen.combined_count() as u64;
+    stats.committed_unread = world.clients.values().map(|c| c.committed_unread).sum();
     SeedReport {
         seed,
         trace_hash: world.trace.hash(),

@@ -69,6 +69,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.faults += s.faults;
     total.commits += s.commits;
     total.combined += s.combined;
+    total.committed_unread += s.committed_unread;
     total.conflicts += s.conflicts;
     total.unknown += s.unknown;
     total.resolved_not_committed += s.resolved_not_committed;
@@ -93,9 +94,10 @@ fn add(total: &mut Stats, s: &Stats) {
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (in combined entries: {} entries; conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, messages {}, violations {violations}",
         s.commits,
         s.combined,
+        s.committed_unread,
         s.conflicts,
         s.resolved_not_committed,
         s.unknown,

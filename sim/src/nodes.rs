@@ -63,6 +63,9 @@ pub struct Stats {
     pub commits: u64,
     /// Chosen entries that combine two or more transactions.
     pub combined: u64,
+    /// Blind writes committed without a read of their own (on the read of their
+    /// client's commit in flight).
+    pub committed_unread: u64,
     /// Writes that did not commit (conflict or aborted).
     pub conflicts: u64,
     /// Writes with unknown outcome (after trying to resolve it).

@@ -153,6 +153,8 @@ struct Companion {
     start: u64,
     read_position: Position,
     read_keys: BTreeSet<Vec<u8>>,
+    /// A blind write that took the read of the commit in flight instead of reading.
+    unread: bool,
 }
 
 /// One simulated client: its protocol core and what it is doing.
@@ -190,6 +192,8 @@ pub(crate) struct ClientNode {
     pub deliver_from: u64,
     /// What it mostly does.
     pub role: Role,
+    /// Its blind writes committed without a read of their own.
+    pub committed_unread: u64,
     /// Per group, an older position one of its reads found: a transaction open for a
     /// long time reads again there, below where garbage collection may have reached.
     remembered: BTreeMap<EgId, Position>,
@@ -224,6 +228,7 @@ impl ClientNode {
             two_phase_serial: 0,
             deliver_from: 0,
             role: Role::Mixed,
+            committed_unread: 0,
             remembered: BTreeMap::new(),
         }
     }
@@ -360,7 +365,19 @@ impl ClientNode {
         let mut out = Vec::new();
         if let Some(i) = self.companions.iter().position(|c| c.op == op) {
             let companion = self.companions.swap_remove(i);
+            if companion.unread
+                && matches!(
+                    result,
+                    OpResult::Commit {
+                        result: CommitResult::Committed { .. },
+                        ..
+                    }
+                )
+            {
+                self.committed_unread += 1;
+            }
             records.push(companion_record(self.id, companion, real, result));
+            out = self.late_blind_companion(real, now);
             return (records, out);
         }
         match std::mem::replace(&mut self.state, State::Idle) {
@@ -436,6 +453,7 @@ impl ClientNode {
                     end: real,
                     outcome,
                 });
+                out = self.late_blind_companion(real, now);
             }
             State::Resolving {
                 op: expected,
@@ -756,6 +774,39 @@ impl ClientNode {
             start: real,
             read_position,
             read_keys,
+            unread: false,
+        });
+        out
+    }
+
+    /// Now and then, while companions of an earlier read are still in flight, one more
+    /// blind write of their group that does not read: the core takes the read of its
+    /// commit in flight as the write's own (a basis older than what it has learned
+    /// since, prepared transactions' locks included), as the client library's blind
+    /// writes do.
+    fn late_blind_companion(&mut self, real: u64, now: Time) -> Vec<ClientOutput> {
+        let Some(eg) = self.companions.first().map(|c| c.eg.clone()) else {
+            return Vec::new();
+        };
+        if self.companions.len() >= 4 || !self.rng.chance(0.25) {
+            return Vec::new();
+        }
+        let rows = self.some_rows(&eg);
+        let txn = self.next_txn();
+        let writes = self.writes_of(now, &eg, &rows, txn);
+        // Nothing in flight for the group (the companions wait behind nothing yet, or
+        // have settled): no basis, and the write is not made.
+        let Ok((op, read_position, out)) = self.core.commit_blind(now, txn, eg.clone(), writes)
+        else {
+            return Vec::new();
+        };
+        self.companions.push(Companion {
+            op,
+            eg,
+            start: real,
+            read_position,
+            read_keys: BTreeSet::new(),
+            unread: true,
         });
         out
     }

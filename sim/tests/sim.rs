@@ -161,7 +161,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         10,
     ),
     ("consume-outside-txn", &["queue-exactly-once-in-order"], 10),
-    ("batch-in-row-order", &["queue-exactly-once-in-order"], 25),
+    ("batch-in-row-order", &["queue-exactly-once-in-order"], 45),
     ("decide-before-all-prepared", &["multi-group-atomicity"], 10),
     ("abort-without-recording", &["multi-group-atomicity"], 10),
     ("ignore-prepared-on-commit", &["multi-group-atomicity"], 10),
@@ -169,6 +169,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ("read-ignores-prepared", &["multi-group-atomicity"], 20),
     ("settled-read-ignores-in-flight", &["linearizable-eg"], 10),
     ("combine-conflicting", &["linearizable-eg"], 10),
+    ("blind-write-forgets-locks", &["multi-group-atomicity"], 10),
     (
         "drop-invalidate-when-full",
         &["vouched-is-current", "visible-after-invalidate"],
@@ -260,6 +261,7 @@ knob_tests! {
     drop_invalidate_when_full_is_caught => 34,
     evict_dirty_group_is_caught => 35,
     skip_open_index_is_caught => 36,
+    blind_write_forgets_locks_is_caught => 37,
 }
 
 #[test]
@@ -268,7 +270,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 39);
+    assert_eq!(BUG_NAMES.len(), 40);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

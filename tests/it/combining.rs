@@ -7,7 +7,8 @@
 //! acknowledged increments and at most those plus the ones whose outcome stayed
 //! unknown), every acknowledged row is present, every row of a transaction that did
 //! not commit is absent, and some positions did hold several acknowledged
-//! transactions.
+//! transactions. Every other task writes blind (a row of its own, nothing read): those
+//! commit on the read of the client's commit in flight, without reading the group.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -62,6 +63,11 @@ fn wait_for_commits(acked: &AtomicUsize, count: usize) {
     }
 }
 
+/// Whether `task` writes blind (its notes only) rather than read-modify-write.
+fn blind(task: usize) -> bool {
+    task % 2 == 1
+}
+
 async fn task(client: Client, task: usize, deadline: Instant, acked: Arc<AtomicUsize>) -> Seen {
     let eg = group();
     let mut seen = Seen::default();
@@ -71,8 +77,10 @@ async fn task(client: Client, task: usize, deadline: Instant, acked: Arc<AtomicU
         }
         let mut txn = client.begin(&eg);
         let result: Result<Attempt, ClientError> = async {
-            let next = counter_value(txn.get(&counter(task)).await?) + 1;
-            txn.set(&counter(task), b"n", next.to_string().as_bytes())?;
+            if !blind(task) {
+                let next = counter_value(txn.get(&counter(task)).await?) + 1;
+                txn.set(&counter(task), b"n", next.to_string().as_bytes())?;
+            }
             txn.set(&note(task, attempt), b"n", b"1")?;
             txn.commit().await
         }
@@ -149,7 +157,11 @@ fn transactions_sharing_a_client_combine_and_each_applies_exactly_once_through_a
             "task {t} barely committed: {seen:?}"
         );
         let value = counter_value(rows.get(&counter(t)).cloned());
-        let acked = seen.committed.len() as u64;
+        let acked = if blind(t) {
+            0
+        } else {
+            seen.committed.len() as u64
+        };
         assert!(
             (acked..=acked + seen.unknown.len() as u64).contains(&value),
             "task {t}: counter {value}, {acked} increments acknowledged, {} unknown",
@@ -175,6 +187,15 @@ fn transactions_sharing_a_client_combine_and_each_applies_exactly_once_through_a
         .map(|(p, _)| p)
         .collect();
     let committed: usize = by_position.values().sum();
+    let blind_acked: usize = (0..TASKS)
+        .filter(|t| blind(*t))
+        .map(|t| seen[t].committed.len())
+        .sum();
+    let unread = client.metrics().blind_writes_unread();
+    assert!(
+        unread as usize * 2 >= blind_acked,
+        "only {unread} of {blind_acked} acknowledged blind writes went without a read"
+    );
     assert!(
         shared.len() * 10 >= by_position.len(),
         "only {} of {} positions held several of the {committed} acknowledged transactions",

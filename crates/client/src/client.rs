@@ -109,6 +109,15 @@ enum Event {
         reads: ReadSet,
         done: oneshot::Sender<Committed>,
     },
+    /// A blind write's commit on the read of the client's commit to `eg` in flight:
+    /// `started` says whether there was one (else it gives the writes back).
+    CommitBlind {
+        txn: TxnId,
+        eg: EgId,
+        writes: Vec<RowWrite>,
+        started: oneshot::Sender<Result<(), Vec<RowWrite>>>,
+        done: oneshot::Sender<Committed>,
+    },
     Resolve {
         eg: EgId,
         position: Position,
@@ -622,6 +631,33 @@ impl Client {
             .map_err(|_| ClientError::Closed)?;
         result.await.map_err(|_| ClientError::Closed)
     }
+
+    /// Commits a blind write (transaction `txn`, which read nothing) of `eg` on the read
+    /// of this client's commit to the group in flight, without reading the group
+    /// itself ([`ClientCore::commit_blind`]). `Ok(Err(writes))`: nothing is in flight —
+    /// read the group's position and [`commit`](Self::commit).
+    pub(crate) async fn commit_blind(
+        &self,
+        txn: TxnId,
+        eg: &EgId,
+        writes: Vec<RowWrite>,
+    ) -> Result<Result<Committed, Vec<RowWrite>>, ClientError> {
+        let (started, was_started) = oneshot::channel();
+        let (done, result) = oneshot::channel();
+        self.events
+            .send(Event::CommitBlind {
+                txn,
+                eg: eg.clone(),
+                writes,
+                started,
+                done,
+            })
+            .map_err(|_| ClientError::Closed)?;
+        if let Err(writes) = was_started.await.map_err(|_| ClientError::Closed)? {
+            return Ok(Err(writes));
+        }
+        Ok(Ok(result.await.map_err(|_| ClientError::Closed)?))
+    }
 }
 
 /// Owns the state machine.
@@ -740,6 +776,25 @@ impl Driver {
                     self.waiting.insert(op, Waiting::Commit(done, started, eg));
                     out
                 }
+                Some(Event::CommitBlind {
+                    txn,
+                    eg,
+                    writes,
+                    started,
+                    done,
+                }) => match self.core.commit_blind(now, txn, eg.clone(), writes) {
+                    Ok((op, _, out)) => {
+                        self.metrics.blind_write_unread();
+                        let _ = started.send(Ok(()));
+                        let started = std::time::Instant::now();
+                        self.waiting.insert(op, Waiting::Commit(done, started, eg));
+                        out
+                    }
+                    Err(writes) => {
+                        let _ = started.send(Err(writes));
+                        Vec::new()
+                    }
+                },
                 Some(Event::Resolve {
                     eg,
                     position,

@@ -306,7 +306,20 @@ impl Transaction {
             return Ok(Attempt::Done(Outcome::ReadOnly));
         }
         let (client, id) = (self.client.clone(), self.id);
-        let participant = self.into_participant().await?;
+        let mut txn = self;
+        let mut writes = txn.checked_writes()?;
+        if txn.blind() {
+            // While this client's commit to the group is in flight, a blind write
+            // takes that commit's read instead of reading (docs/protocol.md, "Combining
+            // commits"): it joins the next entry at once.
+            match client.commit_blind(id, &txn.eg, writes).await? {
+                Ok(committed) => {
+                    return Self::outcome(&client, &txn.eg, committed.txn, committed.result).await;
+                }
+                Err(unstarted) => writes = unstarted,
+            }
+        }
+        let participant = txn.participant_with(writes).await?;
         let committed = client
             .commit(
                 id,
@@ -320,6 +333,25 @@ impl Transaction {
         Self::outcome(&client, &participant.eg, committed.txn, committed.result).await
     }
 
+    /// Whether it writes without having read anything (not even declared a read).
+    fn blind(&self) -> bool {
+        self.position.is_none()
+            && self.reads.rows.is_empty()
+            && self.reads.ranges.is_empty()
+            && self.reads.prepared.is_empty()
+    }
+
+    /// Its writes as log entry rows, checked.
+    fn checked_writes(&mut self) -> Result<Vec<RowWrite>, ClientError> {
+        let writes: Vec<RowWrite> = std::mem::take(&mut self.writes)
+            .into_iter()
+            .map(|(row, cells)| RowWrite { row, cells })
+            .collect();
+        check_proposed_writes(&self.eg, &writes)
+            .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
+        Ok(writes)
+    }
+
     /// Whether the attempt read or wrote anything.
     pub(crate) fn touched(&self) -> bool {
         self.position.is_some() || !self.writes.is_empty()
@@ -328,7 +360,13 @@ impl Transaction {
     /// What this attempt commits: its read position (a current read now, for blind
     /// writes), its writes (checked) and its read set — for a commit of its own group,
     /// or as one group of a cross-group commit.
-    pub(crate) async fn into_participant(self) -> Result<Participant, ClientError> {
+    pub(crate) async fn into_participant(mut self) -> Result<Participant, ClientError> {
+        let writes = self.checked_writes()?;
+        self.participant_with(writes).await
+    }
+
+    /// [`into_participant`](Self::into_participant) with its writes taken out and checked.
+    async fn participant_with(self, writes: Vec<RowWrite>) -> Result<Participant, ClientError> {
         let mut reads = self.reads;
         let (position, leader) = match self.position {
             Some(p) => p,
@@ -342,13 +380,6 @@ impl Transaction {
                 (read.position.unwrap_or(Position::NONE), read.next_leader)
             }
         };
-        let writes: Vec<RowWrite> = self
-            .writes
-            .into_iter()
-            .map(|(row, cells)| RowWrite { row, cells })
-            .collect();
-        check_proposed_writes(&self.eg, &writes)
-            .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
         Ok(Participant {
             eg: self.eg,
             read_position: position,

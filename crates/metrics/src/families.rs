@@ -73,6 +73,7 @@ pub struct ClientMetrics {
     invalidations: Counter,
     commit_seconds: Family<Label, Histogram, fn() -> Histogram>,
     two_phase: Family<Label, Counter>,
+    blind_unread: Counter,
 }
 
 impl Default for ClientMetrics {
@@ -87,6 +88,7 @@ impl Default for ClientMetrics {
             invalidations: Counter::default(),
             commit_seconds: Family::new_with_constructor(latency_buckets),
             two_phase: Family::default(),
+            blind_unread: Counter::default(),
         }
     }
 }
@@ -140,6 +142,21 @@ impl ClientMetrics {
             "Transactions across groups, by outcome (committed, aborted, unknown)",
             self.two_phase.clone(),
         );
+        r.register(
+            "blind_writes_unread",
+            "Blind writes sent on the read of the client's commit in flight to their group, without a read of their own",
+            self.blind_unread.clone(),
+        );
+    }
+
+    /// A blind write went on the read of a commit in flight.
+    pub fn blind_write_unread(&self) {
+        self.blind_unread.inc();
+    }
+
+    /// Blind writes sent so far on the read of a commit in flight.
+    pub fn blind_writes_unread(&self) -> u64 {
+        self.blind_unread.get()
     }
 
     /// A transaction across groups ended so (`committed`, `aborted`, `unknown`).

@@ -113,5 +113,9 @@ megastore_types::bug_knobs! {
         /// each against the ones before it: a transaction that read a row an earlier
         /// one in the entry writes commits on a stale read.
         combine_conflicting,
+        /// A blind write that takes the read of its client's commit in flight instead
+        /// of reading the group takes its position but not the prepared transactions
+        /// pending there, so their locks do not hold against it.
+        blind_write_forgets_locks,
     }
 }

@@ -585,6 +585,38 @@ impl ClientCore {
         (op, self.finish_step(now, sends))
     }
 
+    /// Commits transaction `txn`, which read nothing and writes `writes`, without a
+    /// read of its own when one of this client's commits to `eg` is in flight: it takes
+    /// that commit's read (position, next leader, the prepared transactions pending
+    /// there) as its own and waits behind it, to join the next entry (docs/protocol.md,
+    /// "Combining commits"). Returns the operation and the position it counts as having
+    /// read at — or, with nothing in flight, gives `writes` back: read the group's
+    /// position first and [`commit`](Self::commit).
+    pub fn commit_blind(
+        &mut self,
+        now: Time,
+        txn: TxnId,
+        eg: EgId,
+        writes: Vec<RowWrite>,
+    ) -> Result<(OpId, Position, Vec<Output>), Vec<RowWrite>> {
+        let bugs = self.config.proposer.bugs;
+        let Some(basis) = self.lanes.get(&eg).and_then(|l| l.blind_basis(&bugs)) else {
+            return Err(writes);
+        };
+        let mut reads = ReadSet::default();
+        reads.saw_prepared(&basis.prepared);
+        let (op, out) = self.commit(
+            now,
+            txn,
+            eg,
+            basis.read_position,
+            basis.leader,
+            writes,
+            reads,
+        );
+        Ok((op, basis.read_position, out))
+    }
+
     /// Prepared transactions its reads saw lock a commit out if it writes what they
     /// read or write, or read what they write: settles them first, then reports a
     /// conflict (the operation returned).

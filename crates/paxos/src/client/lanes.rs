@@ -15,6 +15,14 @@
 //! entry that loses its position drops the transactions whose reads the winner wrote
 //! and carries the others to the next position ([`Commit`](crate::proposer::commit)).
 //!
+//! A blind write (a transaction that read nothing) that arrives while the lane's commit
+//! is in flight need not read the group first: it takes a read of that commit as its
+//! own ([`Lane::blind_basis`]) — the newest position one of its transactions read at,
+//! with the prepared transactions pending there — and waits, to be judged against the
+//! known stretch like any other. A read more than [`BASIS_AGE_MAX`] positions below the
+//! commit is not lent: so that blind writes arriving one after another, each on the read
+//! of the one before, do not keep an old read alive until it falls out of the stretch.
+//!
 //! Invariants: *one commit per lane* — a lane starts a commit only with none in flight
 //! (asserted in [`Lane::next`]); *known is a contiguous stretch of chosen positions* —
 //! what a lane learns extends its stretch only where it continues it, and otherwise
@@ -29,6 +37,7 @@ use super::OpId;
 use crate::bugs::ProtocolBugs;
 use crate::entry::write_bytes;
 use crate::proposer::commit::{CommitResult, Member, Winner};
+use crate::two_phase::Prepared;
 
 /// Transactions one entry combines at most.
 pub(crate) const COMBINED_MAX: usize = 64;
@@ -36,6 +45,9 @@ pub(crate) const COMBINED_MAX: usize = 64;
 /// Positions a lane remembers what was chosen at (the newest): waiting transactions
 /// that read before them start alone.
 const KNOWN_MAX: usize = 32;
+
+/// How far below its commit's position a read may be and still be lent to blind writes.
+const BASIS_AGE_MAX: u64 = (KNOWN_MAX / 2) as u64;
 
 /// A transaction waiting for its group's lane.
 #[derive(Debug)]
@@ -59,11 +71,35 @@ pub(crate) struct Start {
     pub(crate) members: Vec<(OpId, Member)>,
 }
 
+/// A read a blind write may take as its own: where a transaction of the commit in
+/// flight read (the newest such read), as it read it.
+#[derive(Debug, Clone)]
+pub(crate) struct Basis {
+    pub(crate) read_position: Position,
+    pub(crate) leader: Option<ReplicaId>,
+    /// The prepared transactions pending at `read_position`: their locks hold against
+    /// a blind write as against any commit after that read.
+    pub(crate) prepared: Vec<Prepared>,
+}
+
+impl Basis {
+    fn of(waiting: &Waiting) -> Self {
+        Self {
+            read_position: waiting.read_position,
+            leader: waiting.leader,
+            prepared: waiting.member.reads.prepared.clone(),
+        }
+    }
+}
+
 /// One group's lane.
 #[derive(Debug, Default)]
 pub(crate) struct Lane {
     /// The operation of the commit in flight (keyed by its first transaction's op).
     pub(crate) busy: Option<OpId>,
+    /// The newest read of the last commit started, and that commit's position: with
+    /// `busy`, the commit in flight's.
+    basis: Option<(Basis, Position)>,
     waiting: VecDeque<Waiting>,
     /// What was chosen at positions `known_from..known_from + known.len()`.
     known_from: Position,
@@ -83,6 +119,24 @@ impl Lane {
 
     pub(crate) fn wait(&mut self, waiting: Waiting) {
         self.waiting.push_back(waiting);
+    }
+
+    /// The read a blind write may take instead of reading the group itself: the read of
+    /// the commit in flight, if one is. Sound because that read was a current read (or
+    /// itself such a basis) with the locks pending at its position, and a waiting
+    /// transaction is judged against every position after its read, locks included —
+    /// or, if the lane no longer knows them all, goes alone after its read and rebases.
+    pub(crate) fn blind_basis(&self, bugs: &ProtocolBugs) -> Option<Basis> {
+        self.busy?;
+        let (basis, position) = self.basis.as_ref()?;
+        if position.0 - basis.read_position.0 > BASIS_AGE_MAX {
+            return None;
+        }
+        let mut basis = basis.clone();
+        if bugs.blind_write_forgets_locks() {
+            basis.prepared.clear();
+        }
+        Some(basis)
     }
 
     /// Takes in what a commit learned was chosen from position `first` on.
@@ -179,6 +233,7 @@ impl Lane {
         let mut members: Vec<(OpId, Member)> = Vec::new();
         let mut written: BTreeSet<Vec<u8>> = BTreeSet::new();
         let mut bytes = 0usize;
+        let mut newest_read: Option<Basis> = None;
         let mut kept = VecDeque::new();
         for waiting in std::mem::take(&mut self.waiting) {
             let size = write_bytes(&waiting.member.writes);
@@ -189,6 +244,12 @@ impl Lane {
                 kept.push_back(waiting);
                 continue;
             }
+            if newest_read
+                .as_ref()
+                .is_none_or(|read| read.read_position < waiting.read_position)
+            {
+                newest_read = Some(Basis::of(&waiting));
+            }
             bytes += size;
             written.extend(waiting.member.writes.iter().map(|w| w.row.clone()));
             members.push((waiting.op, waiting.member));
@@ -198,6 +259,7 @@ impl Lane {
             // Even the oldest alone is over the size limit: the replicas will say so.
             return (results, Some(self.start_first_alone()));
         }
+        self.basis = newest_read.map(|read| (read, head.next()));
         let start = Start {
             position: head.next(),
             leader,
@@ -210,6 +272,7 @@ impl Lane {
     /// The oldest waiting transaction, alone at the position after its read.
     fn start_first_alone(&mut self) -> Start {
         let first = self.waiting.pop_front().expect("a transaction is waiting");
+        self.basis = Some((Basis::of(&first), first.read_position.next()));
         Start {
             position: first.read_position.next(),
             leader: first.leader,
@@ -363,6 +426,64 @@ mod tests {
         bugs.combine_conflicting = true;
         let (_, start) = lane.next(&eg(), &bugs);
         assert_eq!(members(&start.unwrap()), vec![1, 2]);
+    }
+
+    /// A prepared transaction of `seq` that writes `row`.
+    fn prepared(seq: u64, row: &str) -> Prepared {
+        Prepared {
+            txn: txn(seq),
+            coordinator: eg(),
+            participants: vec![eg()],
+            prepared_ms: 0,
+            writes: [format!("g\x01{row}").into_bytes()].into(),
+            read_rows: BTreeSet::new(),
+            read_ranges: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_blind_write_is_lent_the_newest_read_of_the_commit_in_flight_only() {
+        let bugs = ProtocolBugs::default();
+        let mut lane = Lane::default();
+        assert!(lane.blind_basis(&bugs).is_none(), "nothing started");
+        lane.learned(Position(5), &[chosen(100, &["z"])]);
+        lane.wait(waiting(1, 4, &["a"], &["a"]));
+        let mut fresher = waiting(2, 5, &["b"], &["b"]);
+        fresher.member.reads.saw_prepared(&[prepared(50, "c")]);
+        fresher.leader = Some(ReplicaId(3));
+        lane.wait(fresher);
+        let (_, start) = lane.next(&eg(), &bugs);
+        assert_eq!(members(&start.expect("a commit starts")), vec![1, 2]);
+        assert!(
+            lane.blind_basis(&bugs).is_none(),
+            "not lent before the commit is in flight"
+        );
+        lane.busy = Some(OpId(1));
+        let basis = lane.blind_basis(&bugs).expect("lent while in flight");
+        assert_eq!(
+            (basis.read_position, basis.leader, basis.prepared.len()),
+            (Position(5), Some(ReplicaId(3)), 1),
+            "the newest read, with the locks pending there"
+        );
+        let mut forgetful = bugs;
+        forgetful.blind_write_forgets_locks = true;
+        assert!(lane.blind_basis(&forgetful).unwrap().prepared.is_empty());
+    }
+
+    #[test]
+    fn a_read_far_below_its_commit_is_not_lent() {
+        let bugs = ProtocolBugs::default();
+        let mut lane = Lane::default();
+        let stretch: Vec<Winner> = (0..20).map(|i| chosen(100 + i, &["z"])).collect();
+        lane.learned(Position(5), &stretch);
+        lane.wait(waiting(1, 4, &[], &["a"]));
+        let (_, start) = lane.next(&eg(), &bugs);
+        assert_eq!(start.expect("a commit starts").position, Position(25));
+        lane.busy = Some(OpId(1));
+        assert!(
+            lane.blind_basis(&bugs).is_none(),
+            "read at 4 for position 25: blind writes read for themselves"
+        );
     }
 
     #[test]
