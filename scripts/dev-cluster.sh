@@ -2,9 +2,14 @@
 # directory, with extra config lines (e.g. [[wan]] links), started and stopped.
 #   start_dev "$extra_config_lines"   # sets DEV_DIR and DEV_PID; waits until it serves
 #   stop_dev                          # SIGINT, wait, remove the directory (also on exit)
+# MEGASTORE_BIN names another binary to run instead (an A/B against an older build).
 target=${CARGO_TARGET_DIR:-target}
-cargo build --release --locked -p megastore-cli
-megastore="$target/release/megastore"
+if [ -n "${MEGASTORE_BIN:-}" ]; then
+    megastore=$MEGASTORE_BIN
+else
+    cargo build --release --locked -p megastore-cli
+    megastore="$target/release/megastore"
+fi
 
 start_dev() {
     DEV_DIR=$(mktemp -d)

@@ -84,6 +84,7 @@ pub const BUG_NAMES: &[&str] = &[
     "evict-dirty-group",
     "skip-open-index",
     "blind-write-forgets-locks",
+    "carry-skips-prepares",
 ];
 
 /// The knob called `name`.
@@ -131,6 +132,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "evict-dirty-group" => p.evict_dirty_group = true,
         "skip-open-index" => p.skip_open_index = true,
         "blind-write-forgets-locks" => p.blind_write_forgets_locks = true,
+        "carry-skips-prepares" => p.carry_skips_prepares = true,
         _ => return None,
     }
     Some(Bugs {

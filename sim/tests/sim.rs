@@ -170,6 +170,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ("settled-read-ignores-in-flight", &["linearizable-eg"], 10),
     ("combine-conflicting", &["linearizable-eg"], 10),
     ("blind-write-forgets-locks", &["multi-group-atomicity"], 10),
+    ("carry-skips-prepares", &["multi-group-atomicity"], 40),
     (
         "drop-invalidate-when-full",
         &["vouched-is-current", "visible-after-invalidate"],
@@ -262,6 +263,7 @@ knob_tests! {
     evict_dirty_group_is_caught => 35,
     skip_open_index_is_caught => 36,
     blind_write_forgets_locks_is_caught => 37,
+    carry_skips_prepares_is_caught => 38,
 }
 
 #[test]
@@ -270,7 +272,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 40);
+    assert_eq!(BUG_NAMES.len(), 41);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

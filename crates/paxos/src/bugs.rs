@@ -117,5 +117,9 @@ megastore_types::bug_knobs! {
         /// of reading the group takes its position but not the prepared transactions
         /// pending there, so their locks do not hold against it.
         blind_write_forgets_locks,
+        /// A read lent to blind writes is carried over the known stretch without the
+        /// transactions the stretch prepared: their locks do not hold against a blind
+        /// write on it.
+        carry_skips_prepares,
     }
 }

@@ -16,12 +16,13 @@
 //! and carries the others to the next position ([`Commit`](crate::proposer::commit)).
 //!
 //! A blind write (a transaction that read nothing) that arrives while the lane's commit
-//! is in flight need not read the group first: it takes a read of that commit as its
-//! own ([`Lane::blind_basis`]) — the newest position one of its transactions read at,
-//! with the prepared transactions pending there — and waits, to be judged against the
-//! known stretch like any other. A read more than [`BASIS_AGE_MAX`] positions below the
-//! commit is not lent: so that blind writes arriving one after another, each on the read
-//! of the one before, do not keep an old read alive until it falls out of the stretch.
+//! is in flight need not read the group first: it takes a read the lane lends as its
+//! own ([`Lane::blind_basis`]) — a position and the prepared transactions pending
+//! there — and waits, to be judged against the known stretch like any other. The read
+//! lent is the newest of the commit's transactions, carried forward over the known
+//! stretch to the position before the commit: the stretch's entries say which records
+//! they prepared and which they finished. So blind writes arriving one after another,
+//! each on the read lent to the one before, do not keep an old read alive.
 //!
 //! Invariants: *one commit per lane* — a lane starts a commit only with none in flight
 //! (asserted in [`Lane::next`]); *known is a contiguous stretch of chosen positions* —
@@ -37,7 +38,7 @@ use super::OpId;
 use crate::bugs::ProtocolBugs;
 use crate::entry::write_bytes;
 use crate::proposer::commit::{CommitResult, Member, Winner};
-use crate::two_phase::Prepared;
+use crate::two_phase::{Prepared, record_row};
 
 /// Transactions one entry combines at most.
 pub(crate) const COMBINED_MAX: usize = 64;
@@ -45,9 +46,6 @@ pub(crate) const COMBINED_MAX: usize = 64;
 /// Positions a lane remembers what was chosen at (the newest): waiting transactions
 /// that read before them start alone.
 const KNOWN_MAX: usize = 32;
-
-/// How far below its commit's position a read may be and still be lent to blind writes.
-const BASIS_AGE_MAX: u64 = (KNOWN_MAX / 2) as u64;
 
 /// A transaction waiting for its group's lane.
 #[derive(Debug)]
@@ -90,6 +88,34 @@ impl Basis {
             prepared: waiting.member.reads.prepared.clone(),
         }
     }
+
+    /// The same read carried forward over `winners`, chosen at the positions right
+    /// after it: the records they finished are no longer pending, those they prepared
+    /// are.
+    fn carried<'w>(
+        mut self,
+        eg: &EgId,
+        winners: impl IntoIterator<Item = &'w Winner>,
+        bugs: &ProtocolBugs,
+    ) -> Self {
+        for winner in winners {
+            self.prepared
+                .retain(|p| !winner.finished.contains(&record_row(eg, p.txn)));
+            let prepared_here = if bugs.carry_skips_prepares() {
+                &[][..]
+            } else {
+                &winner.prepared[..]
+            };
+            for prepared in prepared_here {
+                if !self.prepared.iter().any(|p| p.txn == prepared.txn) {
+                    self.prepared.push(prepared.clone());
+                }
+            }
+            self.read_position = self.read_position.next();
+            self.leader = winner.next_leader;
+        }
+        self
+    }
 }
 
 /// One group's lane.
@@ -97,9 +123,9 @@ impl Basis {
 pub(crate) struct Lane {
     /// The operation of the commit in flight (keyed by its first transaction's op).
     pub(crate) busy: Option<OpId>,
-    /// The newest read of the last commit started, and that commit's position: with
-    /// `busy`, the commit in flight's.
-    basis: Option<(Basis, Position)>,
+    /// The read lent to blind writes: of the last commit started, at the position
+    /// before it (with `busy`, the commit in flight's).
+    basis: Option<Basis>,
     waiting: VecDeque<Waiting>,
     /// What was chosen at positions `known_from..known_from + known.len()`.
     known_from: Position,
@@ -121,18 +147,15 @@ impl Lane {
         self.waiting.push_back(waiting);
     }
 
-    /// The read a blind write may take instead of reading the group itself: the read of
-    /// the commit in flight, if one is. Sound because that read was a current read (or
-    /// itself such a basis) with the locks pending at its position, and a waiting
-    /// transaction is judged against every position after its read, locks included —
-    /// or, if the lane no longer knows them all, goes alone after its read and rebases.
+    /// The read a blind write may take instead of reading the group itself, while a
+    /// commit is in flight. Sound because it holds exactly the locks pending at its
+    /// position (a current read's, or one lent before, carried over chosen entries),
+    /// and a waiting transaction is judged against every position after its read,
+    /// locks included — or, if the lane no longer knows them all, goes alone after its
+    /// read and rebases.
     pub(crate) fn blind_basis(&self, bugs: &ProtocolBugs) -> Option<Basis> {
         self.busy?;
-        let (basis, position) = self.basis.as_ref()?;
-        if position.0 - basis.read_position.0 > BASIS_AGE_MAX {
-            return None;
-        }
-        let mut basis = basis.clone();
+        let mut basis = self.basis.clone()?;
         if bugs.blind_write_forgets_locks() {
             basis.prepared.clear();
         }
@@ -259,7 +282,11 @@ impl Lane {
             // Even the oldest alone is over the size limit: the replicas will say so.
             return (results, Some(self.start_first_alone()));
         }
-        self.basis = newest_read.map(|read| (read, head.next()));
+        self.basis = newest_read.map(|read| {
+            // Judged, so the stretch holds every position from its read through head.
+            let skip = (read.read_position.next().0 - self.known_from.0) as usize;
+            read.carried(eg, self.known.iter().skip(skip), bugs)
+        });
         let start = Start {
             position: head.next(),
             leader,
@@ -272,7 +299,7 @@ impl Lane {
     /// The oldest waiting transaction, alone at the position after its read.
     fn start_first_alone(&mut self) -> Start {
         let first = self.waiting.pop_front().expect("a transaction is waiting");
-        self.basis = Some((Basis::of(&first), first.read_position.next()));
+        self.basis = Some(Basis::of(&first));
         Start {
             position: first.read_position.next(),
             leader: first.leader,
@@ -442,18 +469,28 @@ mod tests {
     }
 
     #[test]
-    fn a_blind_write_is_lent_the_newest_read_of_the_commit_in_flight_only() {
+    fn a_blind_write_is_lent_the_newest_read_carried_to_the_commit_in_flight() {
         let bugs = ProtocolBugs::default();
         let mut lane = Lane::default();
         assert!(lane.blind_basis(&bugs).is_none(), "nothing started");
-        lane.learned(Position(5), &[chosen(100, &["z"])]);
-        lane.wait(waiting(1, 4, &["a"], &["a"]));
-        let mut fresher = waiting(2, 5, &["b"], &["b"]);
-        fresher.member.reads.saw_prepared(&[prepared(50, "c")]);
-        fresher.leader = Some(ReplicaId(3));
-        lane.wait(fresher);
+        // Known: 4 prepares transaction 60, 5 finishes 50 (pending when 1 read at 3).
+        let prepare = crate::two_phase::prepare_write(&eg(), &prepared(60, "d"), &[]).unwrap();
+        let finish = RowWrite {
+            row: record_row(&eg(), txn(50)),
+            cells: vec![CellWrite::Delete {
+                column: b"locks".to_vec(),
+            }],
+        };
+        let entry = |writes: Vec<RowWrite>| {
+            let entry = LogEntry::combining([(txn(100), writes)], Some(ReplicaId(7)));
+            Winner::of(&eg(), &entry, megastore_types::Ballot::ZERO)
+        };
+        lane.learned(Position(4), &[entry(vec![prepare]), entry(vec![finish])]);
+        let mut first = waiting(1, 3, &["a"], &["a"]);
+        first.member.reads.saw_prepared(&[prepared(50, "c")]);
+        lane.wait(first);
         let (_, start) = lane.next(&eg(), &bugs);
-        assert_eq!(members(&start.expect("a commit starts")), vec![1, 2]);
+        assert_eq!(start.expect("a commit starts").position, Position(6));
         assert!(
             lane.blind_basis(&bugs).is_none(),
             "not lent before the commit is in flight"
@@ -461,9 +498,13 @@ mod tests {
         lane.busy = Some(OpId(1));
         let basis = lane.blind_basis(&bugs).expect("lent while in flight");
         assert_eq!(
-            (basis.read_position, basis.leader, basis.prepared.len()),
-            (Position(5), Some(ReplicaId(3)), 1),
-            "the newest read, with the locks pending there"
+            (
+                basis.read_position,
+                basis.leader,
+                basis.prepared.iter().map(|p| p.txn).collect::<Vec<_>>()
+            ),
+            (Position(5), Some(ReplicaId(7)), vec![txn(60)]),
+            "carried to the position before the commit: 50 finished, 60 pending"
         );
         let mut forgetful = bugs;
         forgetful.blind_write_forgets_locks = true;
@@ -471,18 +512,21 @@ mod tests {
     }
 
     #[test]
-    fn a_read_far_below_its_commit_is_not_lent() {
+    fn the_newest_read_of_a_commits_transactions_is_lent() {
         let bugs = ProtocolBugs::default();
         let mut lane = Lane::default();
-        let stretch: Vec<Winner> = (0..20).map(|i| chosen(100 + i, &["z"])).collect();
-        lane.learned(Position(5), &stretch);
-        lane.wait(waiting(1, 4, &[], &["a"]));
+        lane.learned(Position(5), &[chosen(100, &["z"])]);
+        lane.wait(waiting(1, 4, &["a"], &["a"]));
+        let mut fresher = waiting(2, 5, &["b"], &["b"]);
+        fresher.member.reads.saw_prepared(&[prepared(50, "c")]);
+        lane.wait(fresher);
         let (_, start) = lane.next(&eg(), &bugs);
-        assert_eq!(start.expect("a commit starts").position, Position(25));
+        assert_eq!(members(&start.expect("a commit starts")), vec![1, 2]);
         lane.busy = Some(OpId(1));
-        assert!(
-            lane.blind_basis(&bugs).is_none(),
-            "read at 4 for position 25: blind writes read for themselves"
+        let basis = lane.blind_basis(&bugs).expect("lent while in flight");
+        assert_eq!(
+            (basis.read_position, basis.prepared.len()),
+            (Position(5), 1)
         );
     }
 

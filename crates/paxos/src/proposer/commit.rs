@@ -19,7 +19,7 @@ use super::settle::{Settle, SettleOutcome};
 use crate::bugs::ProtocolBugs;
 use crate::entry::{LogEntry, RowWrite};
 use crate::messages::ReplicaReply;
-use crate::two_phase::{Prepared, effective_writes, prepared_in};
+use crate::two_phase::{Prepared, effective_writes, finished_in, prepared_in};
 
 /// Rebases before a commit reports a conflict (with no conflicting keys: a retry is
 /// safe).
@@ -125,7 +125,10 @@ pub(crate) struct Member {
 #[derive(Debug, Clone)]
 pub(crate) struct Winner {
     rows: BTreeSet<Vec<u8>>,
-    prepared: Vec<Prepared>,
+    /// The transactions it prepared (records it wrote).
+    pub(crate) prepared: Vec<Prepared>,
+    /// The prepared records it finished (deleted), by row.
+    pub(crate) finished: Vec<Vec<u8>>,
     pub(crate) next_leader: Option<ReplicaId>,
     pub(crate) ballot: Ballot,
 }
@@ -135,6 +138,10 @@ impl Winner {
         Self {
             rows: entry.written_rows().map(<[u8]>::to_vec).collect(),
             prepared: prepared_in(eg, entry),
+            finished: finished_in(eg, entry)
+                .into_iter()
+                .map(|(row, _)| row)
+                .collect(),
             next_leader: entry.next_leader,
             ballot,
         }
