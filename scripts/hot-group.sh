@@ -4,14 +4,17 @@
 # 1, 4, 16 and 64 writers at site A all writing one group (blind writes of one 256-byte
 # row, up to 8 attempts each), SECONDS per run — once with a client connection per
 # writer, once with every writer sharing one connection (whose core combines their
-# commits into shared log entries). Each run's JSON line goes to OUT, followed by a
-# table of commits/s, latency percentiles and give-ups.
-#   scripts/hot-group.sh [OUT] [RTT] [SECONDS]
+# commits into shared log entries). Each run first writes WARMUP seconds unmeasured (a
+# fresh group's first writes find no position leader yet). Each run's JSON line goes to
+# OUT, followed by a table of commits/s, latency percentiles and give-ups.
+#   scripts/hot-group.sh [OUT] [RTT] [SECONDS] [WARMUP]
+# MEGASTORE_BIN=path runs that binary instead of building one (an A/B of two builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/megastore-hot-group.jsonl}
 rtt=${2:-80}
 seconds=${3:-20}
+warmup=${4:-3}
 
 source scripts/dev-cluster.sh
 : > "$out"
@@ -25,7 +28,7 @@ for writers in 1 4 16 64; do
         shared=()
         if [ "$connections" = shared ]; then shared=(--connections 1); fi
         line=$("$megastore" bench --config "$DEV_DIR/cluster.toml" --groups 1 --reads 0 \
-            --value-size 256 --clients "$writers" --site A --duration "$seconds" \
+            --value-size 256 --clients "$writers" --site A --duration "$seconds" --warmup "$warmup" \
             --group-prefix "hot-$writers-$connections" "${shared[@]}" 2>/dev/null | tail -1)
         python3 - "$line" "$rtt" <<'PY' >> "$out"
 import json, sys
@@ -38,13 +41,14 @@ done
 
 python3 - "$out" <<'PY'
 import json, sys
-print("| writers | connections | commits/s | p50 / p99 ms | give-ups |")
+print("| writers | connections | commits/s | p50 / p90 / p99 ms | give-ups |")
 print("|---|---|---|---|---|")
 for line in open(sys.argv[1]):
     r = json.loads(line)
     w = next(k for k in r["kinds"] if k["kind"] == "write")
     shared = "one, shared" if r.get("connections") else "one per writer"
     print(f"| {r['clients']} | {shared} | {w['per_second']:.1f} | "
-          f"{w['p50_us'] / 1000:.0f} / {w['p99_us'] / 1000:.0f} | {r['conflicts']} |")
+          f"{w['p50_us'] / 1000:.0f} / {w['p90_us'] / 1000:.0f} / {w['p99_us'] / 1000:.0f} | "
+          f"{r['conflicts']} |")
 PY
 echo "results: $out" >&2

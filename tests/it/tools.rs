@@ -325,6 +325,8 @@ fn bench_runs_a_bounded_workload_and_reports_percentiles() {
             "200",
             "--duration",
             "60",
+            "--warmup",
+            "1",
             "--clients",
             "4",
             "--groups",
@@ -366,7 +368,7 @@ fn bench_runs_a_bounded_workload_and_reports_percentiles() {
     assert_eq!(
         kinds.iter().map(count).sum::<u64>() + errors + conflicts,
         200,
-        "every operation is accounted for: {json_line}"
+        "every operation after the warm-up is accounted for, and none before: {json_line}"
     );
     assert_eq!(errors, 0, "{json_line}");
     for k in kinds {
@@ -395,6 +397,16 @@ fn bench_runs_a_bounded_workload_and_reports_percentiles() {
     assert!(!bad.status.success());
     assert!(
         bad.stderr.contains("--reads must be between 0 and 1"),
+        "{bad:?}"
+    );
+    let bad = run_megastore(
+        &["bench", "--config", config_arg, "--warmup", "7200"],
+        dir.path(),
+        LIMIT,
+    );
+    assert!(
+        bad.stderr
+            .contains("--warmup must be between 0 and 3600 seconds"),
         "{bad:?}"
     );
     let bad = run_megastore(

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use rand::Rng;
 
-use crate::report::{Kind, Recorder, Report};
+use crate::report::{Done, Kind, Recorder, Report, Window};
 use crate::{Spec, SpecError};
 
 /// The key of item `n` (`bench/000042`), under the spec's prefix.
@@ -29,7 +29,6 @@ pub async fn run_etcd(
         return Err(SpecError::Invalid("--etcd: name an endpoint".into()));
     }
     spec.check_shape()?;
-    let cpu_before = crate::report::process_cpu_seconds();
     // One connection per client, as each megastore client has its own — or, with
     // `connections`, client `i` shares connection `i mod connections`, as megastore's do.
     let connections = spec
@@ -45,8 +44,7 @@ pub async fn run_etcd(
     let clients: Vec<_> = (0..spec.clients as usize)
         .map(|i| shared[i % connections].clone())
         .collect();
-    let started = Instant::now();
-    let deadline = started + spec.duration;
+    let window = Window::of(spec);
     let issued = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let progress = Arc::new(progress);
@@ -57,8 +55,13 @@ pub async fn run_etcd(
         tasks.push(tokio::spawn(async move {
             let mut recorder = Recorder::new();
             let value = vec![b'x'; spec.value_size];
-            while Instant::now() < deadline {
-                let n = issued.fetch_add(1, Ordering::Relaxed);
+            while Instant::now() < window.until {
+                let measured = window.measuring();
+                let n = if measured {
+                    issued.fetch_add(1, Ordering::Relaxed)
+                } else {
+                    0
+                };
                 if spec.operations.is_some_and(|limit| n >= limit) {
                     break;
                 }
@@ -71,22 +74,26 @@ pub async fn run_etcd(
                 };
                 let key = key(&spec, n);
                 let began = Instant::now();
-                if is_read {
+                let outcome = if is_read {
                     match client.get(key, None).await {
-                        Ok(_) => recorder.record(Kind::Read, began.elapsed()),
-                        Err(e) => recorder.error(Kind::Read, e.to_string()),
+                        Ok(_) => Done::Timed(Kind::Read, began.elapsed()),
+                        Err(e) => Done::Failed(Kind::Read, e.to_string()),
                     }
                 } else {
                     match client.put(key, value.clone(), None).await {
-                        Ok(_) => recorder.record(Kind::Write, began.elapsed()),
-                        Err(e) => recorder.error(Kind::Write, e.to_string()),
+                        Ok(_) => Done::Timed(Kind::Write, began.elapsed()),
+                        Err(e) => Done::Failed(Kind::Write, e.to_string()),
                     }
+                };
+                if measured {
+                    recorder.add(outcome);
+                    progress(done.fetch_add(1, Ordering::Relaxed) + 1);
                 }
-                progress(done.fetch_add(1, Ordering::Relaxed) + 1);
             }
             recorder
         }));
     }
+    let cpu_before = window.cpu_at_start().await;
     let mut recorder = Recorder::new();
     for task in tasks {
         match task.await {
@@ -94,7 +101,7 @@ pub async fn run_etcd(
             Err(e) => recorder.error(Kind::Write, format!("a client task failed: {e}")),
         }
     }
-    let mut report = recorder.report(spec, &["etcd".to_string()], started.elapsed());
+    let mut report = recorder.report(spec, &["etcd".to_string()], window.from.elapsed());
     report.system = "etcd".into();
     report.client_cpu_s = crate::report::process_cpu_seconds() - cpu_before;
     Ok(report)

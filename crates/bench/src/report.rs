@@ -22,6 +22,36 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
 }
 
+/// When a closed-loop run measures: after its warm-up (operations that begin earlier
+/// are neither timed nor counted), until its deadline.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Window {
+    pub(crate) from: std::time::Instant,
+    pub(crate) until: std::time::Instant,
+}
+
+impl Window {
+    /// The window of `spec`, from now.
+    pub(crate) fn of(spec: &Spec) -> Self {
+        let from = std::time::Instant::now() + spec.warmup;
+        Self {
+            from,
+            until: from + spec.duration,
+        }
+    }
+
+    /// Whether an operation beginning now is measured.
+    pub(crate) fn measuring(&self) -> bool {
+        std::time::Instant::now() >= self.from
+    }
+
+    /// The process's CPU seconds when the warm-up ends (waits for it).
+    pub(crate) async fn cpu_at_start(&self) -> f64 {
+        tokio::time::sleep_until(self.from.into()).await;
+        process_cpu_seconds()
+    }
+}
+
 /// CPU seconds (user and system) this process has spent so far, from
 /// `/proc/self/stat` (in clock ticks, 100 a second on Linux); 0 where there is none.
 pub(crate) fn process_cpu_seconds() -> f64 {
@@ -54,7 +84,22 @@ pub(crate) struct Recorder {
     messages: Vec<String>,
 }
 
+/// One operation's outcome, recorded only if the run's [`Window`] measures it.
+pub(crate) enum Done {
+    Timed(Kind, Duration),
+    Failed(Kind, String),
+    Conflict,
+}
+
 impl Recorder {
+    pub(crate) fn add(&mut self, done: Done) {
+        match done {
+            Done::Timed(kind, latency) => self.record(kind, latency),
+            Done::Failed(kind, message) => self.error(kind, message),
+            Done::Conflict => self.conflict(),
+        }
+    }
+
     pub(crate) fn new() -> Self {
         Self {
             reads: histogram(),

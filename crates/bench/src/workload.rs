@@ -10,7 +10,7 @@ use megastore_paxos::{DataQuery, ReadMode};
 use megastore_types::{EgId, ReplicaKind};
 use rand::Rng;
 
-use crate::report::{Kind, Recorder, Report};
+use crate::report::{Done, Kind, Recorder, Report, Window};
 
 /// The most concurrent clients a run may have (each holds connections to every process).
 const CLIENTS_MAX: u32 = 4096;
@@ -31,8 +31,11 @@ pub struct Spec {
     pub read_mode: ReadMode,
     /// Bytes per written value.
     pub value_size: usize,
-    /// Stop after this long.
+    /// Stop after this long (after the warm-up).
     pub duration: Duration,
+    /// Run this long first without measuring: a fresh group's first writes find no
+    /// position leader, and a fresh connection has no call queues warm.
+    pub warmup: Duration,
     /// Stop after this many operations (all clients together).
     pub operations: Option<u64>,
     /// Sites the clients act from, in turn (default: every full replica's site).
@@ -66,6 +69,7 @@ impl Default for Spec {
             read_mode: ReadMode::Current,
             value_size: 100,
             duration: Duration::from_secs(10),
+            warmup: Duration::ZERO,
             operations: None,
             sites: Vec::new(),
             group_prefix: "bench".into(),
@@ -123,6 +127,11 @@ impl Spec {
         }
         if self.connections == Some(0) {
             return invalid("--connections must be at least 1".into());
+        }
+        if self.fill && !self.warmup.is_zero() {
+            return invalid(
+                "--warmup does not go with --fill: every write of a fill counts".into(),
+            );
         }
         if self.operations == Some(0) || self.duration.is_zero() {
             return invalid("--operations and --duration must be more than zero".into());
@@ -195,7 +204,6 @@ pub async fn run(
     progress: impl Fn(u64) + Send + Sync + 'static,
 ) -> Result<Report, SpecError> {
     let sites = spec.check(config)?;
-    let cpu_before = crate::report::process_cpu_seconds();
     let mut workers = Vec::new();
     // Connections by (site, number): shared by the workers that map to one.
     let mut connections: std::collections::HashMap<(&String, usize), Client> = Default::default();
@@ -225,8 +233,7 @@ pub async fn run(
         }
         workers.push(clients);
     }
-    let started = Instant::now();
-    let deadline = started + spec.duration;
+    let window = Window::of(spec);
     let issued = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let progress = Arc::new(progress);
@@ -240,10 +247,15 @@ pub async fn run(
             // Which of this worker's clients acted on each group last.
             let mut last_site: std::collections::HashMap<u32, usize> = Default::default();
             loop {
-                if Instant::now() >= deadline {
+                if Instant::now() >= window.until {
                     break;
                 }
-                let n = issued.fetch_add(1, Ordering::Relaxed);
+                let measured = window.measuring();
+                let n = if measured {
+                    issued.fetch_add(1, Ordering::Relaxed)
+                } else {
+                    0
+                };
                 if spec.operations.is_some_and(|limit| n >= limit) {
                     break;
                 }
@@ -265,24 +277,28 @@ pub async fn run(
                 last_site.insert(n, site);
                 let client = &clients[site];
                 let began = Instant::now();
-                if is_read {
+                let outcome = if is_read {
                     let query = DataQuery::Rows(vec![KEY.to_vec()]);
                     match client.read(&eg, spec.read_mode, query).await {
-                        Ok(_) => recorder.record(Kind::Read, began.elapsed()),
-                        Err(e) => recorder.error(Kind::Read, e.to_string()),
+                        Ok(_) => Done::Timed(Kind::Read, began.elapsed()),
+                        Err(e) => Done::Failed(Kind::Read, e.to_string()),
                     }
                 } else {
                     match write(client, &eg, &value, spec.write_attempts).await {
-                        Ok(true) => recorder.record(Kind::Write, began.elapsed()),
-                        Ok(false) => recorder.conflict(),
-                        Err(e) => recorder.error(Kind::Write, e.to_string()),
+                        Ok(true) => Done::Timed(Kind::Write, began.elapsed()),
+                        Ok(false) => Done::Conflict,
+                        Err(e) => Done::Failed(Kind::Write, e.to_string()),
                     }
+                };
+                if measured {
+                    recorder.add(outcome);
+                    progress(done.fetch_add(1, Ordering::Relaxed) + 1);
                 }
-                progress(done.fetch_add(1, Ordering::Relaxed) + 1);
             }
             recorder
         }));
     }
+    let cpu_before = window.cpu_at_start().await;
     let mut recorder = Recorder::new();
     for task in tasks {
         match task.await {
@@ -290,7 +306,7 @@ pub async fn run(
             Err(e) => recorder.error(Kind::Write, format!("a client task failed: {e}")),
         }
     }
-    let mut report = recorder.report(spec, &sites, started.elapsed());
+    let mut report = recorder.report(spec, &sites, window.from.elapsed());
     report.client_cpu_s = crate::report::process_cpu_seconds() - cpu_before;
     Ok(report)
 }

@@ -43,6 +43,10 @@ pub(crate) struct BenchArgs {
     /// Stop after this many seconds (default 10; with --fill, a day).
     #[arg(long)]
     duration: Option<f64>,
+    /// Run this many seconds first without measuring (default 0): a fresh group's first
+    /// writes find no position leader yet.
+    #[arg(long, value_name = "SECONDS", conflicts_with = "fill")]
+    warmup: Option<f64>,
     /// Stop after this many operations (whichever comes first).
     #[arg(long)]
     operations: Option<u64>,
@@ -392,6 +396,11 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         "--duration must be between 0 and 86400 seconds, not {duration}"
     );
     anyhow::ensure!(args.fill != Some(0), "--fill: give at least 1 group");
+    let warmup = args.warmup.unwrap_or(0.0);
+    anyhow::ensure!(
+        warmup.is_finite() && (0.0..=3_600.0).contains(&warmup),
+        "--warmup must be between 0 and 3600 seconds, not {warmup}"
+    );
     let queries = args
         .queries
         .then(|| (args.sites.first().cloned(), args.runs));
@@ -407,6 +416,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         },
         value_size: args.value_size,
         duration: Duration::from_secs_f64(duration),
+        warmup: Duration::from_secs_f64(warmup),
         operations: args.fill.map(u64::from).or(args.operations),
         sites: args.sites,
         group_prefix: args.group_prefix,
