@@ -85,6 +85,7 @@ pub const BUG_NAMES: &[&str] = &[
     "skip-open-index",
     "blind-write-forgets-locks",
     "carry-skips-prepares",
+    "commit-past-span",
 ];
 
 /// The knob called `name`.
@@ -133,6 +134,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "skip-open-index" => p.skip_open_index = true,
         "blind-write-forgets-locks" => p.blind_write_forgets_locks = true,
         "carry-skips-prepares" => p.carry_skips_prepares = true,
+        "commit-past-span" => p.commit_past_span = true,
         _ => return None,
     }
     Some(Bugs {

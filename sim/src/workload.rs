@@ -157,6 +157,17 @@ struct Companion {
     unread: bool,
 }
 
+/// A resolution racing a companion commit still in flight: as a client whose answer
+/// was lost does, knowing only the transaction's first position (a gRPC client's
+/// Begin id), while the writer goes on.
+struct Racer {
+    op: OpId,
+    eg: EgId,
+    start: u64,
+    txn: TxnId,
+    first: Position,
+}
+
 /// One simulated client: its protocol core and what it is doing.
 pub(crate) struct ClientNode {
     /// Its id.
@@ -168,6 +179,8 @@ pub(crate) struct ClientNode {
     state: State,
     /// Commits in flight beside the state's.
     companions: Vec<Companion>,
+    /// Resolutions racing companions in flight.
+    racers: Vec<Racer>,
     rng: Rng,
     groups: u16,
     keys: u8,
@@ -215,6 +228,7 @@ impl ClientNode {
             core,
             state: State::Idle,
             companions: Vec::new(),
+            racers: Vec::new(),
             rng: Rng::new(seed),
             groups,
             keys,
@@ -235,7 +249,7 @@ impl ClientNode {
 
     /// Whether it waits for an operation.
     pub(crate) fn busy(&self) -> bool {
-        !matches!(self.state, State::Idle) || !self.companions.is_empty()
+        !matches!(self.state, State::Idle) || !self.companions.is_empty() || !self.racers.is_empty()
     }
 
     fn all_rows(&self, eg: &EgId) -> Vec<Vec<u8>> {
@@ -363,6 +377,25 @@ impl ClientNode {
     ) -> (Vec<OpRecord>, Vec<ClientOutput>) {
         let mut records = Vec::new();
         let mut out = Vec::new();
+        if let Some(i) = self.racers.iter().position(|r| r.op == op) {
+            let racer = self.racers.swap_remove(i);
+            // Only "not committed" says something to check: it must be so for good,
+            // although the writer was still going. (Its own result records the rest.)
+            if result == OpResult::Resolve(Resolution::NotCommitted) {
+                records.push(OpRecord {
+                    client: self.id,
+                    eg: racer.eg,
+                    kind: OpKind::Commit,
+                    start: racer.start,
+                    end: real,
+                    outcome: Outcome::ResolvedNotCommitted {
+                        txn: racer.txn,
+                        position: racer.first,
+                    },
+                });
+            }
+            return (records, out);
+        }
         if let Some(i) = self.companions.iter().position(|c| c.op == op) {
             let companion = self.companions.swap_remove(i);
             if companion.unread
@@ -767,7 +800,8 @@ impl ClientNode {
         };
         let txn = self.next_txn();
         let writes = self.writes_of(now, eg, &rows, txn);
-        let (op, out) = self.commit_after(now, eg, read, read_position, txn, writes, &read_keys);
+        let (op, mut out) =
+            self.commit_after(now, eg, read, read_position, txn, writes, &read_keys);
         self.companions.push(Companion {
             op,
             eg: eg.clone(),
@@ -775,6 +809,32 @@ impl ClientNode {
             read_position,
             read_keys,
             unread: false,
+        });
+        out.extend(self.race_resolver(real, now, eg, txn, read_position.next()));
+        out
+    }
+
+    /// Now and then, a resolution of `txn` from its first position started at once,
+    /// while its commit is in flight: it settles the transaction's commit span, racing
+    /// the writer for those positions.
+    fn race_resolver(
+        &mut self,
+        real: u64,
+        now: Time,
+        eg: &EgId,
+        txn: TxnId,
+        first: Position,
+    ) -> Vec<ClientOutput> {
+        if !self.rng.chance(0.1) {
+            return Vec::new();
+        }
+        let (op, out) = self.core.resolve_from_first(now, eg.clone(), first, txn);
+        self.racers.push(Racer {
+            op,
+            eg: eg.clone(),
+            start: real,
+            txn,
+            first,
         });
         out
     }
@@ -796,18 +856,19 @@ impl ClientNode {
         let writes = self.writes_of(now, &eg, &rows, txn);
         // Nothing in flight for the group (the companions wait behind nothing yet, or
         // have settled): no basis, and the write is not made.
-        let Ok((op, read_position, out)) = self.core.commit_blind(now, txn, eg.clone(), writes)
+        let Ok((op, read_position, mut out)) = self.core.commit_blind(now, txn, eg.clone(), writes)
         else {
             return Vec::new();
         };
         self.companions.push(Companion {
             op,
-            eg,
+            eg: eg.clone(),
             start: real,
             read_position,
             read_keys: BTreeSet::new(),
             unread: true,
         });
+        out.extend(self.race_resolver(real, now, &eg, txn, read_position.next()));
         out
     }
 

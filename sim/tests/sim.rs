@@ -152,7 +152,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         &["acceptor-monotone", "single-value", "durable-ack"],
         10,
     ),
-    ("global-copies-skip-deletes", &["global-index"], 5),
+    ("global-copies-skip-deletes", &["global-index"], 15),
     ("install-without-global", &["global-index"], 25),
     ("verify-trusts-the-scan", &["verified-scan"], 5),
     (
@@ -171,6 +171,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ("combine-conflicting", &["linearizable-eg"], 10),
     ("blind-write-forgets-locks", &["multi-group-atomicity"], 10),
     ("carry-skips-prepares", &["multi-group-atomicity"], 40),
+    ("commit-past-span", &["durable-ack"], 15),
     (
         "drop-invalidate-when-full",
         &["vouched-is-current", "visible-after-invalidate"],
@@ -264,6 +265,7 @@ knob_tests! {
     skip_open_index_is_caught => 36,
     blind_write_forgets_locks_is_caught => 37,
     carry_skips_prepares_is_caught => 38,
+    commit_past_span_is_caught => 39,
 }
 
 #[test]
@@ -272,7 +274,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 41);
+    assert_eq!(BUG_NAMES.len(), 42);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

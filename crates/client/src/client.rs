@@ -121,6 +121,8 @@ enum Event {
     Resolve {
         eg: EgId,
         position: Position,
+        /// `position` is the transaction's first: settle its whole commit span.
+        span: bool,
         txn: TxnId,
         done: oneshot::Sender<Resolution>,
     },
@@ -586,11 +588,36 @@ impl Client {
         position: Position,
         txn: TxnId,
     ) -> Result<Resolution, ClientError> {
+        self.resolve_at(eg, position, false, txn).await
+    }
+
+    /// Like [`resolve_commit`](Self::resolve_commit), knowing only the transaction's
+    /// first position (the one after its read): settles each position of its commit
+    /// span ([`megastore_paxos::commit_span`]) until one holds it. For a commit whose
+    /// writer cannot say where it ended — its answer was lost, or it died — since a
+    /// commit that lost its first position goes on to the next ones.
+    pub async fn resolve_commit_from_first(
+        &self,
+        eg: &EgId,
+        first: Position,
+        txn: TxnId,
+    ) -> Result<Resolution, ClientError> {
+        self.resolve_at(eg, first, true, txn).await
+    }
+
+    pub(crate) async fn resolve_at(
+        &self,
+        eg: &EgId,
+        position: Position,
+        span: bool,
+        txn: TxnId,
+    ) -> Result<Resolution, ClientError> {
         let (done, result) = oneshot::channel();
         self.events
             .send(Event::Resolve {
                 eg: eg.clone(),
                 position,
+                span,
                 txn,
                 done,
             })
@@ -798,10 +825,15 @@ impl Driver {
                 Some(Event::Resolve {
                     eg,
                     position,
+                    span,
                     txn,
                     done,
                 }) => {
-                    let (op, out) = self.core.resolve(now, eg.clone(), position, txn);
+                    let (op, out) = if span {
+                        self.core.resolve_from_first(now, eg.clone(), position, txn)
+                    } else {
+                        self.core.resolve(now, eg.clone(), position, txn)
+                    };
                     self.waiting.insert(op, Waiting::Resolve(done, eg));
                     out
                 }

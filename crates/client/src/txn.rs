@@ -533,9 +533,31 @@ impl Client {
     /// Any client may resolve any transaction: it needs only the group, the position
     /// and the id.
     pub async fn resolve_patiently(&self, eg: &EgId, position: Position, txn: TxnId) -> Resolution {
+        self.resolve_patiently_at(eg, position, false, txn).await
+    }
+
+    /// [`resolve_patiently`](Self::resolve_patiently) knowing only the transaction's
+    /// first position: every position of its commit span is settled
+    /// ([`resolve_commit_from_first`](Self::resolve_commit_from_first)).
+    pub async fn resolve_patiently_from_first(
+        &self,
+        eg: &EgId,
+        first: Position,
+        txn: TxnId,
+    ) -> Resolution {
+        self.resolve_patiently_at(eg, first, true, txn).await
+    }
+
+    async fn resolve_patiently_at(
+        &self,
+        eg: &EgId,
+        position: Position,
+        span: bool,
+        txn: TxnId,
+    ) -> Resolution {
         let started = tokio::time::Instant::now();
         loop {
-            match self.resolve_commit(eg, position, txn).await {
+            match self.resolve_at(eg, position, span, txn).await {
                 Ok(Resolution::Undecided) | Err(_) => {}
                 Ok(decided) => return decided,
             }

@@ -121,5 +121,10 @@ megastore_types::bug_knobs! {
         /// transactions the stretch prepared: their locks do not hold against a blind
         /// write on it.
         carry_skips_prepares,
+        /// A commit takes a transaction past the end of its commit span (a lane
+        /// starts it, or a lost position rebases it, beyond `first + COMMIT_SPAN`), so
+        /// a resolution that settles its span finds it in none and calls it not
+        /// committed, and then it commits.
+        commit_past_span,
     }
 }

@@ -476,7 +476,7 @@ impl ClientCore {
                 Step::Resolve { eg, position, txn } => {
                     let op = self.new_op();
                     let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, sends);
-                    let resolve = Resolve::start(&mut ctx, eg, position, txn);
+                    let resolve = Resolve::start(&mut ctx, eg, position..=position, txn);
                     self.ops.insert(op, Op::Resolve(Box::new(resolve)));
                     op
                 }
@@ -575,7 +575,7 @@ impl ClientCore {
                 let lane = self.lanes.entry(eg.clone()).or_default();
                 lane.wait(Waiting {
                     op,
-                    member: Member { txn, writes, reads },
+                    member: Member::after_read(txn, writes, reads, read_position),
                     read_position,
                     leader,
                 });
@@ -711,7 +711,7 @@ impl ClientCore {
         }
         let op = self.new_op();
         let next_leader = self.preferred_leader();
-        let members = vec![Member { txn, writes, reads }];
+        let members = vec![Member::after_read(txn, writes, reads, read_position)];
         let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, sends);
         let commit = Commit::start(
             &mut ctx,
@@ -741,10 +741,36 @@ impl ClientCore {
         position: Position,
         txn: TxnId,
     ) -> (OpId, Vec<Output>) {
+        self.start_resolve(now, eg, position..=position, txn)
+    }
+
+    /// Resolves transaction `txn` knowing only its first position (the one after its
+    /// read): settles each position of its [`commit_span`](crate::commit_span) in turn
+    /// until one holds it. For a writer that cannot be asked — it died, or its answer
+    /// was lost — whose commit may have gone on past its first position, as combined
+    /// and rebased commits do. [`Resolution::NotCommitted`] is as final as
+    /// [`resolve`](Self::resolve)'s: no writer takes it past its span.
+    pub fn resolve_from_first(
+        &mut self,
+        now: Time,
+        eg: EgId,
+        first: Position,
+        txn: TxnId,
+    ) -> (OpId, Vec<Output>) {
+        self.start_resolve(now, eg, crate::commit_span(first), txn)
+    }
+
+    fn start_resolve(
+        &mut self,
+        now: Time,
+        eg: EgId,
+        positions: std::ops::RangeInclusive<Position>,
+        txn: TxnId,
+    ) -> (OpId, Vec<Output>) {
         let op = self.new_op();
         let mut sends = Vec::new();
         let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, &mut sends);
-        let resolve = Resolve::start(&mut ctx, eg, position, txn);
+        let resolve = Resolve::start(&mut ctx, eg, positions, txn);
         self.ops.insert(op, Op::Resolve(Box::new(resolve)));
         (op, self.finish_step(now, sends))
     }

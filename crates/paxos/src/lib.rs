@@ -53,7 +53,7 @@ pub use entry::{
 pub use messages::{
     ChosenTxn, DataQuery, LogState, Message, ReadAt, ReplicaError, ReplicaReply, ReplicaRequest,
 };
-pub use proposer::commit::{CommitResult, ReadSet};
+pub use proposer::commit::{COMMIT_SPAN, CommitResult, ReadSet, commit_span};
 pub use proposer::read::{ReadError, ReadMode, ReadPath, ReadResult};
 pub use proposer::resolve::Resolution;
 pub use proposer::{ProposerConfig, Timeouts};

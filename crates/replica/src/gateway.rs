@@ -399,7 +399,12 @@ impl Megastore for Gateway {
         self.require_group(&caller, Access::Read, &eg, Tables::Any)
             .await?;
         let (txn, position) = txn_id_from_wire("id", request.id)?;
-        let resolution = self.client.resolve_patiently(&eg, position, txn).await;
+        // Begin's id names the transaction's first position; a commit that lost it
+        // went on to the next ones, so the whole commit span is settled.
+        let resolution = self
+            .client
+            .resolve_patiently_from_first(&eg, position, txn)
+            .await;
         Ok(Response::new(resolution_to_wire(resolution, position)))
     }
 

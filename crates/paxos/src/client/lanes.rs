@@ -222,9 +222,24 @@ impl Lane {
         debug_assert!(self.busy.is_none(), "one commit per lane at a time");
         let mut results = Vec::new();
         // Conflicts first: they are final, and may leave an eligible transaction first.
+        let next = self.head().map(Position::next);
         let mut kept = VecDeque::new();
         for waiting in std::mem::take(&mut self.waiting) {
-            let conflicts = if self.judges(waiting.read_position) {
+            let judged = self.judges(waiting.read_position);
+            if judged
+                && !bugs.commit_past_span()
+                && next.is_some_and(|next| next > waiting.member.last)
+            {
+                // The next entry is past the end of its commit span: it was never
+                // proposed, so it is in the log nowhere and may run again.
+                results.push((
+                    waiting.op,
+                    waiting.member.txn,
+                    CommitResult::Conflict { keys: Vec::new() },
+                ));
+                continue;
+            }
+            let conflicts = if judged {
                 self.conflicts(eg, &waiting.member, waiting.read_position, bugs)
             } else {
                 BTreeSet::new()
@@ -342,16 +357,17 @@ mod tests {
     fn waiting(seq: u64, read_position: u64, reads: &[&str], writes: &[&str]) -> Waiting {
         Waiting {
             op: OpId(seq),
-            member: Member {
-                txn: txn(seq),
-                writes: writes.iter().map(|r| write(r)).collect(),
-                reads: ReadSet::from(
+            member: Member::after_read(
+                txn(seq),
+                writes.iter().map(|r| write(r)).collect(),
+                ReadSet::from(
                     reads
                         .iter()
                         .map(|r| format!("g\x01{r}").into_bytes())
                         .collect::<BTreeSet<_>>(),
                 ),
-            },
+                Position(read_position),
+            ),
             read_position: Position(read_position),
             leader: None,
         }
@@ -527,6 +543,37 @@ mod tests {
         assert_eq!(
             (basis.read_position, basis.prepared.len()),
             (Position(5), 1)
+        );
+    }
+
+    #[test]
+    fn a_transaction_whose_span_the_next_entry_is_past_runs_again_unproposed() {
+        let bugs = ProtocolBugs::default();
+        let mut lane = Lane::default();
+        // Known 2..=8: the next entry is at 9.
+        let stretch: Vec<Winner> = (0..7).map(|i| chosen(100 + i, &["z"])).collect();
+        lane.learned(Position(2), &stretch);
+        lane.wait(waiting(1, 3, &["a"], &["a"])); // first 4, span ends at 8
+        lane.wait(waiting(2, 4, &["b"], &["b"])); // first 5, span ends at 9
+        let (results, start) = lane.next(&eg(), &bugs);
+        assert_eq!(
+            results,
+            vec![(OpId(1), txn(1), CommitResult::Conflict { keys: Vec::new() })],
+            "never proposed, so retrying it is safe"
+        );
+        let start = start.expect("a commit starts");
+        assert_eq!((start.position, members(&start)), (Position(9), vec![2]));
+        let mut past = Lane::default();
+        past.learned(Position(2), &stretch);
+        past.wait(waiting(1, 3, &["a"], &["a"]));
+        let mut knob = bugs;
+        knob.commit_past_span = true;
+        let (results, start) = past.next(&eg(), &knob);
+        assert!(results.is_empty());
+        assert_eq!(
+            start.unwrap().position,
+            Position(9),
+            "the knob starts it anyway"
         );
     }
 

@@ -25,6 +25,18 @@ use crate::two_phase::{Prepared, effective_writes, finished_in, prepared_in};
 /// safe).
 const REBASES_MAX: u32 = 4;
 
+/// How many positions past its first a transaction may be proposed at: one that read
+/// at `r` goes only to `r + 1 ..= r + 1 + COMMIT_SPAN` (invariant *commit-span*). So
+/// whoever knows only its first position can still resolve it — settle each of those
+/// positions ([`commit_span`]) — even while its writer, out of reach, is still trying.
+pub const COMMIT_SPAN: u64 = REBASES_MAX as u64;
+
+/// The positions a transaction whose first position is `first` may ever be proposed
+/// at.
+pub fn commit_span(first: Position) -> std::ops::RangeInclusive<Position> {
+    first..=Position(first.0.saturating_add(COMMIT_SPAN))
+}
+
 /// What a transaction read, for conflicts: rows by key, and key ranges it scanned (a
 /// write anywhere in a scanned range conflicts, also to a row that did not exist when
 /// it was scanned: no phantoms); and the cross-group transactions its reads found
@@ -116,6 +128,25 @@ pub(crate) struct Member {
     pub(crate) txn: TxnId,
     pub(crate) writes: Vec<RowWrite>,
     pub(crate) reads: ReadSet,
+    /// The last position it may be proposed at: the end of its [`commit_span`].
+    pub(crate) last: Position,
+}
+
+impl Member {
+    /// Transaction `txn` that read at `read_position`.
+    pub(crate) fn after_read(
+        txn: TxnId,
+        writes: Vec<RowWrite>,
+        reads: ReadSet,
+        read_position: Position,
+    ) -> Self {
+        Self {
+            txn,
+            writes,
+            reads,
+            last: *commit_span(read_position.next()).end(),
+        }
+    }
 }
 
 /// What a chosen entry means to a transaction that read before it: the rows it
@@ -221,6 +252,10 @@ impl Commit {
         members: Vec<Member>,
         next_leader: Option<ReplicaId>,
     ) -> Self {
+        assert!(
+            ctx.config.bugs.commit_past_span() || members.iter().all(|m| position <= m.last),
+            "commit-span: a transaction proposed past the end of its span"
+        );
         let entry = LogEntry::combining(
             members.iter().map(|m| (m.txn, m.writes.clone())),
             next_leader,
@@ -363,6 +398,18 @@ impl Commit {
                 }
                 if self.rebases >= REBASES_MAX {
                     self.report_open(|_| CommitResult::Conflict { keys: Vec::new() });
+                    return;
+                }
+                // Members at the end of their span stop here: they lost every position
+                // they were proposed at, so they are in the log nowhere.
+                let next = position.next();
+                let past_span = !bugs.commit_past_span();
+                for (member, report) in self.members.iter().zip(&mut self.reports) {
+                    if past_span && matches!(report, Report::NotYetKnown) && member.last < next {
+                        *report = Report::Known(CommitResult::Conflict { keys: Vec::new() });
+                    }
+                }
+                if self.decided() {
                     return;
                 }
                 // None of the others' reads changed: their writes are still right one

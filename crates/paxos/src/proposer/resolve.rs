@@ -26,11 +26,16 @@ pub enum Resolution {
     Undecided,
 }
 
-/// Settling one position to learn whether one transaction holds it.
+/// Settling positions, one after another, to learn whether one transaction holds one
+/// of them: a single position (where its writer's commit ended unknown), or every
+/// position of its commit span (when only its first position is known).
 #[derive(Debug)]
 pub(crate) struct Resolve {
+    eg: EgId,
     txn: TxnId,
     settle: Settle,
+    /// The last position it may hold.
+    last: Position,
     /// The `resolve_without_settling` knob: answer before the position is decided.
     guess: bool,
     /// The `resolve_any_remembered_txn` knob.
@@ -38,23 +43,46 @@ pub(crate) struct Resolve {
 }
 
 impl Resolve {
-    /// Starts settling `position` of `eg`, which `txn` may hold.
+    /// Starts settling `positions` of `eg` in order, one of which `txn` may hold.
     pub(crate) fn start<K: Clone + Ord>(
         ctx: &mut Ctx<'_, K>,
         eg: EgId,
-        position: Position,
+        positions: std::ops::RangeInclusive<Position>,
         txn: TxnId,
     ) -> Self {
+        let (first, last) = positions.into_inner();
         Self {
+            eg: eg.clone(),
             txn,
+            last,
             guess: ctx.config.bugs.resolve_without_settling(),
             any_remembered: ctx.config.bugs.resolve_any_remembered_txn(),
-            settle: Settle::start(ctx, eg, position, None, None),
+            settle: Settle::start(ctx, eg, first, None, None),
         }
     }
 
-    /// The resolution, once the position is settled (or settling gave up).
+    /// The resolution, once a position holds it or every position is settled without
+    /// it (or settling gave up).
     pub(crate) fn result(&self) -> Option<Resolution> {
+        match self.position_result()? {
+            Resolution::NotCommitted if self.settle.position() < self.last && !self.guess => None,
+            found => Some(found),
+        }
+    }
+
+    /// Moves on to the next position once the one being settled does not hold it.
+    fn advance<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
+        let position = self.settle.position();
+        if !self.guess
+            && position < self.last
+            && self.position_result() == Some(Resolution::NotCommitted)
+        {
+            self.settle = Settle::start(ctx, self.eg.clone(), position.next(), None, None);
+        }
+    }
+
+    /// What the position being settled says, once settled.
+    fn position_result(&self) -> Option<Resolution> {
         if self.guess {
             return Some(Resolution::NotCommitted);
         }
@@ -88,6 +116,7 @@ impl Resolve {
     ) {
         if self.settle.owns(reply.id()) {
             self.settle.on_replica_reply(ctx, from, reply);
+            self.advance(ctx);
         }
     }
 
@@ -98,6 +127,7 @@ impl Resolve {
         reply: CoordinatorReply,
     ) {
         self.settle.on_coordinator_reply(ctx, from, reply);
+        self.advance(ctx);
     }
 
     pub(crate) fn on_lock_outcome<K: Clone + Ord>(
@@ -108,10 +138,12 @@ impl Resolve {
     ) {
         if self.settle.owns(id) {
             self.settle.on_lock_outcome(ctx, id, result);
+            self.advance(ctx);
         }
     }
 
     pub(crate) fn on_tick<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
         self.settle.on_tick(ctx);
+        self.advance(ctx);
     }
 }
