@@ -244,3 +244,99 @@ fn commits_whose_replica_died_are_resolved_by_id_elsewhere_and_apply_exactly_onc
         }
     }
 }
+
+/// Transactions begun at one position and committed at once through one replica's
+/// gateway land at several positions: its client core commits one entry per group at a
+/// time, and the others wait behind it and go in the next. Each `Begin` id names the
+/// position after Begin's, the first the transaction may hold; `Resolve` by that id,
+/// asked at the other full replica, must find each where it landed (it settles the
+/// transaction's whole commit span), and never call one of them not committed.
+#[test]
+fn resolve_by_a_begin_id_finds_a_commit_that_landed_past_its_first_position() {
+    use pb::resolve_response::Outcome;
+    const TRANSACTIONS: usize = 8;
+    let (_alone, _dir, _cluster, config, runtime) = start_cluster();
+    let (at_a, at_b) = (
+        config.replica("a").unwrap().address.clone(),
+        config.replica("b").unwrap().address.clone(),
+    );
+    let group = b"resolve-span".to_vec();
+    runtime.block_on(async {
+        let mut api = api_at(&at_a);
+        let started = Instant::now();
+        while !matches!(attempt(&mut api, &group, 0).await, Ok((_, _, Ok(_)))) {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no first commit"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let mut begun = Vec::new();
+        for i in 0..TRANSACTIONS {
+            let b = api
+                .begin(pb::BeginRequest {
+                    eg: group.clone(),
+                    root: None,
+                })
+                .await
+                .expect("Begin")
+                .into_inner();
+            api.write(pb::WriteRequest {
+                txn: b.txn,
+                rows: vec![cell(format!("span-{i}").as_bytes(), b"v")],
+            })
+            .await
+            .expect("Write");
+            begun.push(b);
+        }
+        let first = begun[0].id.expect("an id").position;
+        assert!(
+            begun.iter().all(|b| b.id.expect("an id").position == first),
+            "nothing committed between the Begins: one first position"
+        );
+        let mut commits = tokio::task::JoinSet::new();
+        for b in &begun {
+            let (mut api, txn) = (api.clone(), b.txn);
+            commits.spawn(async move {
+                let answer = api.commit(pb::CommitRequest { txn }).await;
+                (txn, answer.map(tonic::Response::into_inner))
+            });
+        }
+        let mut landed = BTreeMap::new();
+        while let Some(joined) = commits.join_next().await {
+            let (txn, answer) = joined.expect("a commit task");
+            let outcome = answer.expect("an answer").outcome;
+            let Some(pb::commit_response::Outcome::Committed(at)) = outcome else {
+                panic!("blind writes of distinct rows all commit: {outcome:?}");
+            };
+            landed.insert(txn, at.position);
+        }
+        let past_first = landed.values().filter(|p| **p != first).count();
+        assert!(
+            past_first >= 1,
+            "every commit landed at its first position {first}: nothing to resolve past it"
+        );
+        let mut elsewhere = api_at(&at_b);
+        for b in &begun {
+            let answer = elsewhere
+                .resolve(pb::ResolveRequest {
+                    eg: group.clone(),
+                    root: None,
+                    id: b.id,
+                })
+                .await
+                .expect("Resolve")
+                .into_inner()
+                .outcome;
+            match answer {
+                Some(Outcome::Committed(at)) => {
+                    assert_eq!(at.position, landed[&b.txn], "resolved where it landed")
+                }
+                other => panic!(
+                    "transaction committed at {} (first {first}) resolved as {other:?}",
+                    landed[&b.txn]
+                ),
+            }
+        }
+    });
+}
