@@ -7,6 +7,8 @@
 //! - one whose read is older than that known stretch starts alone, as without a lane
 //!   (and the others wait on, so the oldest goes first);
 //! - one whose reads a known position wrote (or locked) conflicts at once;
+//! - one for which the position after the stretch is past its commit span conflicts
+//!   at once too, naming no rows: it was never proposed, so it may run again;
 //! - the others join one entry at the position after the stretch, each after those
 //!   before it only if it read nothing they write (else it waits for the next round,
 //!   where it will see their writes as chosen), within the transaction size limit.
