@@ -813,7 +813,9 @@ fn claim_and_die(
         .unwrap();
     // SIGKILLed as soon as its prepare shows in the blog's group: its decision is then
     // still waiting out the round trip, and is never sent.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // An attempt that works sees the prepare within seconds; one that does not sees it
+    // never (in CI now and then every attempt of a run missed it: the flake is noted).
+    let deadline = Instant::now() + Duration::from_secs(15);
     let mut prepared = false;
     while doomed.try_wait().unwrap().is_none() && Instant::now() < deadline {
         let settled = runtime.block_on(survivor.settle_prepared(&groups[1]));
@@ -928,7 +930,7 @@ fn a_claim_whose_client_is_killed_mid_commit_locks_only_until_the_prepared_timeo
     }
     std::fs::write(&far_config, text).unwrap();
     let mut outcomes = Vec::new();
-    for attempt in 0..4i64 {
+    for attempt in 0..8i64 {
         let name = format!("name-{attempt}");
         let outcome = claim_and_die(
             &runtime,

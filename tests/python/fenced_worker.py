@@ -26,8 +26,15 @@ LOCK = "job"
 FENCE = b"fence/job"
 
 
+SAY = threading.Lock()
+
+
 def say(**event):
-    print(json.dumps(event), flush=True)
+    # One write per line, under a lock: the keep-alive thread speaks too, and print's
+    # separate write of the newline let two events share a line.
+    with SAY:
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
 
 
 def main():
