@@ -1,14 +1,16 @@
-//! Combined commits over real processes (docs/protocol.md, "Combining commits"): many
-//! tasks share one client, as an application server's request handlers do, and commit
-//! to one hot group at once — each a read-modify-write of its own counter plus a row
-//! of its own — while the other full replica is killed and restarted. The client's
-//! core makes them share log entries; each keeps its own outcome. Checked: every
+//! Combined commits over real processes (docs/protocol.md, "Combining commits" and
+//! "Relayed commits"): many tasks commit to one hot group at once — each a
+//! read-modify-write of its own counter plus a row of its own, or (every other task)
+//! a blind write of a row of its own — while a full replica is killed and restarted.
+//! Either the tasks share one client, as an application server's request handlers do,
+//! and its core makes them share log entries (its blind writes commit on the read of
+//! the client's commit in flight, without reading the group); or each has a client of
+//! its own, and they relay their commits through site A's full replica, whose shared
+//! client combines them — and that replica is the one killed. Checked: every
 //! acknowledged increment is in its counter exactly once (a counter is at least its
 //! acknowledged increments and at most those plus the ones whose outcome stayed
-//! unknown), every acknowledged row is present, every row of a transaction that did
-//! not commit is absent, and some positions did hold several acknowledged
-//! transactions. Every other task writes blind (a row of its own, nothing read): those
-//! commit on the read of the client's commit in flight, without reading the group.
+//! unknown), every acknowledged row is present, every row of a transaction that did not
+//! commit is absent, and some positions did hold several acknowledged transactions.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -104,14 +106,20 @@ async fn task(client: Client, task: usize, deadline: Instant, acked: Arc<AtomicU
     seen
 }
 
-#[test]
-fn transactions_sharing_a_client_combine_and_each_applies_exactly_once_through_a_kill() {
-    let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
-    let client = runtime.block_on(connect(&config, "A"));
+/// Runs the tasks over `clients` (task `t` uses `clients[t % clients.len()]`) on the
+/// group, kills `victim` once 200 transactions were acknowledged and starts it again
+/// 200 later; then checks every task's outcomes against the group's rows. Returns the
+/// tasks' outcomes.
+fn load_through_a_kill(
+    cluster: &mut megastore_e2e::LocalCluster,
+    runtime: &tokio::runtime::Runtime,
+    clients: &[Client],
+    victim: &str,
+) -> Vec<Seen> {
     let eg = group();
     // The group exists before the load.
     runtime
-        .block_on(client.transaction(&eg, async |txn| {
+        .block_on(clients[0].transaction(&eg, async |txn| {
             txn.set(b"created", b"n", b"1")?;
             Ok(())
         }))
@@ -119,15 +127,18 @@ fn transactions_sharing_a_client_combine_and_each_applies_exactly_once_through_a
     let deadline = Instant::now() + LOAD;
     let acked = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..TASKS)
-        .map(|t| runtime.spawn(task(client.clone(), t, deadline, acked.clone())))
+        .map(|t| {
+            let client = clients[t % clients.len()].clone();
+            runtime.spawn(task(client, t, deadline, acked.clone()))
+        })
         .collect();
-    // The other full replica dies under load, commits go on without it, and it comes
-    // back while they still do.
+    // The replica dies under load, commits go on without it, and it comes back while
+    // they still do.
     wait_for_commits(&acked, 200);
-    cluster.process("replica-b").kill();
+    cluster.process(victim).kill();
     let at_kill = acked.load(Ordering::Relaxed);
     wait_for_commits(&acked, at_kill + 200);
-    cluster.start_process("replica-b");
+    cluster.start_process(victim);
     let seen: Vec<Seen> = tasks
         .into_iter()
         .map(|t| runtime.block_on(t).unwrap())
@@ -136,7 +147,15 @@ fn transactions_sharing_a_client_combine_and_each_applies_exactly_once_through_a
         Instant::now() >= deadline,
         "the load ended before the fault was over: raise ATTEMPTS"
     );
+    check_rows(runtime, &clients[0], &seen);
+    seen
+}
 
+/// Every acknowledged increment once in its counter, every acknowledged row present,
+/// every row of an attempt that did not commit absent, and a tenth of the positions
+/// holding several acknowledged transactions.
+fn check_rows(runtime: &tokio::runtime::Runtime, client: &Client, seen: &[Seen]) {
+    let eg = group();
     let read = runtime
         .block_on(client.read(
             &eg,
@@ -187,6 +206,24 @@ fn transactions_sharing_a_client_combine_and_each_applies_exactly_once_through_a
         .map(|(p, _)| p)
         .collect();
     let committed: usize = by_position.values().sum();
+    assert!(
+        shared.len() * 10 >= by_position.len(),
+        "only {} of {} positions held several of the {committed} acknowledged transactions",
+        shared.len(),
+        by_position.len()
+    );
+}
+
+#[test]
+fn transactions_sharing_a_client_combine_and_each_applies_exactly_once_through_a_kill() {
+    let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
+    let client = runtime.block_on(connect(&config, "A"));
+    let seen = load_through_a_kill(
+        &mut cluster,
+        &runtime,
+        std::slice::from_ref(&client),
+        "replica-b",
+    );
     let blind_acked: usize = (0..TASKS)
         .filter(|t| blind(*t))
         .map(|t| seen[t].committed.len())
@@ -196,10 +233,28 @@ fn transactions_sharing_a_client_combine_and_each_applies_exactly_once_through_a
         unread as usize * 2 >= blind_acked,
         "only {unread} of {blind_acked} acknowledged blind writes went without a read"
     );
+}
+
+#[test]
+fn separate_clients_relay_a_hot_groups_commits_and_each_applies_exactly_once_through_the_relays_kill()
+ {
+    let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
+    let clients: Vec<Client> = (0..TASKS)
+        .map(|_| runtime.block_on(connect(&config, "A")))
+        .collect();
+    // Site A's full replica is every client's relay: it dies under the load.
+    let seen = load_through_a_kill(&mut cluster, &runtime, &clients, "replica-a");
+    let acked: usize = seen.iter().map(|s| s.committed.len()).sum();
+    let relayed: u64 = clients
+        .iter()
+        .map(|c| c.metrics().relayed_count("sent"))
+        .sum();
+    let unanswered: u64 = clients
+        .iter()
+        .map(|c| c.metrics().relayed_count("unanswered"))
+        .sum();
     assert!(
-        shared.len() * 10 >= by_position.len(),
-        "only {} of {} positions held several of the {committed} acknowledged transactions",
-        shared.len(),
-        by_position.len()
+        relayed as usize * 2 >= acked,
+        "only {relayed} of {acked} acknowledged transactions were relayed ({unanswered} unanswered)"
     );
 }

@@ -93,7 +93,7 @@ pub struct Committed {
     pub result: CommitResult,
 }
 
-enum Event {
+pub(crate) enum Event {
     Read {
         eg: EgId,
         mode: ReadMode,
@@ -107,7 +107,22 @@ enum Event {
         leader: Option<ReplicaId>,
         writes: Vec<RowWrite>,
         reads: ReadSet,
+        /// Another client's transaction, relayed to this one (`relay`).
+        relayed: bool,
         done: oneshot::Sender<Committed>,
+    },
+    /// Where a commit to `eg` goes now ([`ClientCore::relay_for`]).
+    RelayFor {
+        eg: EgId,
+        done: oneshot::Sender<Option<ReplicaId>>,
+    },
+    /// A commit to `eg` relayed by this client ended: its outcome, or `None` when the
+    /// relay did not answer.
+    RelayEnded {
+        eg: EgId,
+        relay: ReplicaId,
+        result: Option<CommitResult>,
+        started: std::time::Instant,
     },
     /// A blind write's commit on the read of the client's commit to `eg` in flight:
     /// `started` says whether there was one (else it gives the writes back).
@@ -258,6 +273,21 @@ impl Client {
     /// Connects to the cluster of `config` as a client at site `site` (call inside a
     /// tokio runtime).
     pub async fn connect(config: &ClusterConfig, site: &str) -> Result<Self, ClientError> {
+        Self::connect_with(config, site, true).await
+    }
+
+    /// Connects like [`connect`](Self::connect) as a replica's own shared client, the
+    /// relay of its site's clients' hot groups (docs/protocol.md, "Relayed commits"):
+    /// it commits what is relayed to it, and relays nothing itself.
+    pub async fn connect_as_relay(config: &ClusterConfig, site: &str) -> Result<Self, ClientError> {
+        Self::connect_with(config, site, false).await
+    }
+
+    async fn connect_with(
+        config: &ClusterConfig,
+        site: &str,
+        relay_hot_groups: bool,
+    ) -> Result<Self, ClientError> {
         let site_id = config.site_id(site).ok_or_else(|| {
             ClientError::Config(format!(
                 "unknown site {site:?} (cluster.sites has {})",
@@ -284,6 +314,7 @@ impl Client {
             delivery_batch: megastore_paxos::queue::DELIVERY_BATCH,
             // The driver's clock starts now (just below).
             wall_clock_offset_ms: wall_clock_ms(),
+            relay_hot_groups,
         });
         let (events_tx, events) = mpsc::unbounded_channel();
         let metrics = ClientMetrics::default();
@@ -653,10 +684,16 @@ impl Client {
                 leader,
                 writes,
                 reads,
+                relayed: false,
                 done,
             })
             .map_err(|_| ClientError::Closed)?;
         result.await.map_err(|_| ClientError::Closed)
+    }
+
+    /// Hands the driver `event`.
+    pub(crate) fn send(&self, event: Event) -> Result<(), ClientError> {
+        self.events.send(event).map_err(|_| ClientError::Closed)
     }
 
     /// Commits a blind write (transaction `txn`, which read nothing) of `eg` on the read
@@ -788,9 +825,16 @@ impl Driver {
                     leader,
                     writes,
                     reads,
+                    relayed,
                     done,
                 }) => {
-                    let (op, out) = self.core.commit(
+                    let commit = if relayed {
+                        ClientCore::commit_relayed
+                    } else {
+                        ClientCore::commit
+                    };
+                    let (op, out) = commit(
+                        &mut self.core,
                         now,
                         txn,
                         eg.clone(),
@@ -892,6 +936,26 @@ impl Driver {
                     self.waiting.insert(op, Waiting::Settle(done));
                     out
                 }
+                Some(Event::RelayFor { eg, done }) => {
+                    let _ = done.send(self.core.relay_for(now, &eg));
+                    Vec::new()
+                }
+                Some(Event::RelayEnded {
+                    eg,
+                    relay,
+                    result,
+                    started,
+                }) => {
+                    self.core.relay_ended(now, &eg, relay, result.is_some());
+                    match result {
+                        Some(result) => {
+                            self.metrics.relayed("sent");
+                            self.count_commit(&eg, &result, started);
+                        }
+                        None => self.metrics.relayed("unanswered"),
+                    }
+                    Vec::new()
+                }
                 Some(Event::HotGroups { n, done }) => {
                     let _ = done.send(self.hot.top(n));
                     Vec::new()
@@ -945,6 +1009,23 @@ impl Driver {
         }
     }
 
+    /// Counts a commit's outcome in the metrics and the hot groups.
+    fn count_commit(&mut self, eg: &EgId, result: &CommitResult, started: std::time::Instant) {
+        match result {
+            CommitResult::Committed { fast, .. } => {
+                self.metrics
+                    .committed(*fast, started.elapsed().as_secs_f64());
+                self.hot.committed(eg);
+            }
+            CommitResult::Conflict { .. } => {
+                self.metrics.conflicted();
+                self.hot.conflicted(eg);
+            }
+            CommitResult::Unknown { .. } => self.metrics.outcome_unknown(),
+            CommitResult::Aborted => self.metrics.aborted(),
+        }
+    }
+
     fn carry_out(&mut self, outputs: Vec<ClientOutput>) {
         for output in outputs {
             match output {
@@ -984,19 +1065,7 @@ impl Driver {
                         Some(Waiting::Commit(done, started, eg)),
                         OpResult::Commit { txn, result },
                     ) => {
-                        match &result {
-                            CommitResult::Committed { fast, .. } => {
-                                self.metrics
-                                    .committed(*fast, started.elapsed().as_secs_f64());
-                                self.hot.committed(&eg);
-                            }
-                            CommitResult::Conflict { .. } => {
-                                self.metrics.conflicted();
-                                self.hot.conflicted(&eg);
-                            }
-                            CommitResult::Unknown { .. } => self.metrics.outcome_unknown(),
-                            CommitResult::Aborted => self.metrics.aborted(),
-                        }
+                        self.count_commit(&eg, &result, started);
                         let _ = done.send(Committed { txn, result });
                     }
                     (Some(Waiting::Resolve(done, eg)), OpResult::Resolve(resolution)) => {

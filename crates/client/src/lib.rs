@@ -42,6 +42,7 @@ mod index_queries;
 mod leases;
 mod multi;
 mod queues;
+mod relay;
 pub mod schema_store;
 mod settings;
 pub mod status;

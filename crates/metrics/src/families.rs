@@ -74,6 +74,7 @@ pub struct ClientMetrics {
     commit_seconds: Family<Label, Histogram, fn() -> Histogram>,
     two_phase: Family<Label, Counter>,
     blind_unread: Counter,
+    relayed: Family<Label, Counter>,
 }
 
 impl Default for ClientMetrics {
@@ -89,6 +90,7 @@ impl Default for ClientMetrics {
             commit_seconds: Family::new_with_constructor(latency_buckets),
             two_phase: Family::default(),
             blind_unread: Counter::default(),
+            relayed: Family::default(),
         }
     }
 }
@@ -147,6 +149,22 @@ impl ClientMetrics {
             "Blind writes sent on the read of the client's commit in flight to their group, without a read of their own",
             self.blind_unread.clone(),
         );
+        r.register(
+            "commits_relayed",
+            "Commits relayed through a replica's shared client because their group was hot (docs/protocol.md, \"Relayed commits\"), by what happened: sent (by this client), unanswered (the relay did not answer; resolved here), served (by this client, as a replica's relay)",
+            self.relayed.clone(),
+        );
+    }
+
+    /// A relayed commit was sent, went unanswered, or was served (`sent`,
+    /// `unanswered`, `served`).
+    pub fn relayed(&self, what: &'static str) {
+        self.relayed.get_or_create(&[("what", what)]).inc();
+    }
+
+    /// Relayed commits so far that were `what` (see [`relayed`](Self::relayed)).
+    pub fn relayed_count(&self, what: &'static str) -> u64 {
+        self.relayed.get_or_create(&[("what", what)]).get()
     }
 
     /// A blind write went on the read of a commit in flight.

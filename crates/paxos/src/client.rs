@@ -10,6 +10,7 @@
 
 mod composite;
 mod lanes;
+mod relay;
 
 use std::collections::BTreeMap;
 
@@ -34,6 +35,9 @@ use crate::two_phase::settle::{Blocked, SettleGroup, SettledGroup, SettlingRead}
 use crate::verify::{CheckedHit, GlobalHit, Verify};
 use composite::Composite;
 use lanes::{Lane, Start, Waiting};
+use relay::Relaying;
+
+pub use relay::{RELAY_DOWN_FOR, RELAY_HOT_FOR, RelayedCommit};
 
 /// How a client runs.
 #[derive(Debug, Clone)]
@@ -55,6 +59,10 @@ pub struct ClientConfig {
     /// the core dates the two-phase records it writes and judges their age. Only
     /// liveness depends on it (a clock far ahead aborts prepared transactions early).
     pub wall_clock_offset_ms: i64,
+    /// Whether it relays the commits of groups it lately lost races for through its
+    /// local full replica ([`ClientCore::relay_for`]): the client library's clients
+    /// do; a replica's own shared client (the relay) does not.
+    pub relay_hot_groups: bool,
 }
 
 /// One operation of a client.
@@ -178,6 +186,8 @@ pub struct ClientCore {
     wakes: Vec<(Time, OpId, u32)>,
     /// Per group, the commit in flight and the commits waiting to combine after it.
     lanes: BTreeMap<EgId, Lane>,
+    /// The groups whose commits go through the relay.
+    relaying: Relaying,
     wiring: Wiring<OpId>,
     next_op: u64,
 }
@@ -200,6 +210,7 @@ impl ClientCore {
             next_core_txn: CORE_TXNS,
             wakes: Vec::new(),
             lanes: BTreeMap::new(),
+            relaying: Relaying::default(),
             wiring,
             next_op: 1,
         }
@@ -566,8 +577,25 @@ impl ClientCore {
             txn.client, self.config.id,
             "a client commits its own transactions only"
         );
+        self.commit_relayed(now, txn, eg, read_position, leader, writes, reads.into())
+    }
+
+    /// [`commit`](Self::commit) for another client, its transaction under its own id:
+    /// a relay's, for a commit relayed to it ([`relay_for`](Self::relay_for)). The
+    /// outcome is reported here; the writer knows the transaction's first position
+    /// (`read_position + 1`) and resolves it from there if the answer is lost.
+    #[allow(clippy::too_many_arguments)]
+    pub fn commit_relayed(
+        &mut self,
+        now: Time,
+        txn: TxnId,
+        eg: EgId,
+        read_position: Position,
+        leader: Option<ReplicaId>,
+        writes: Vec<RowWrite>,
+        reads: ReadSet,
+    ) -> (OpId, Vec<Output>) {
         let mut sends = Vec::new();
-        let reads = reads.into();
         let op = match self.blocked_commit(now, txn, &eg, &writes, &reads, &mut sends) {
             Some(op) => op,
             None => {
@@ -583,6 +611,31 @@ impl ClientCore {
             }
         };
         (op, self.finish_step(now, sends))
+    }
+
+    /// Where to send a commit to `eg` now: to the replica named, which commits it in
+    /// its shared lane ([`commit_relayed`](Self::commit_relayed)), while this client
+    /// lately lost races for the group — its local full replica, or while that one
+    /// fails to answer the next full replica — or, `None`, itself (docs/protocol.md,
+    /// "Relayed commits").
+    pub fn relay_for(&self, now: Time, eg: &EgId) -> Option<ReplicaId> {
+        if !self.config.relay_hot_groups {
+            return None;
+        }
+        let topology = &self.config.proposer.topology;
+        let others = topology.full_replicas().filter(|r| Some(*r) != self.local);
+        self.relaying
+            .relay(now, eg, self.local.into_iter().chain(others))
+    }
+
+    /// A commit to `eg` relayed to `relay` ended: `answered` keeps the group relayed;
+    /// no answer passes `relay` over for a while.
+    pub fn relay_ended(&mut self, now: Time, eg: &EgId, relay: ReplicaId, answered: bool) {
+        if answered {
+            self.relaying.hot(now, eg);
+        } else {
+            self.relaying.failed(now, relay);
+        }
     }
 
     /// Commits transaction `txn`, which read nothing and writes `writes`, without a
@@ -923,7 +976,7 @@ impl ClientCore {
             // Lanes first: a commit that just decided is still there to learn from.
             let mut results = Vec::new();
             self.run_lanes(now, &mut sends, &mut results);
-            results.extend(self.take_results());
+            results.extend(self.take_results(now));
             if results.is_empty() {
                 break;
             }
@@ -965,7 +1018,7 @@ impl ClientCore {
     }
 
     /// The results operations have now, in operation order; finished ones dropped.
-    fn take_results(&mut self) -> Vec<(OpId, OpResult)> {
+    fn take_results(&mut self, now: Time) -> Vec<(OpId, OpResult)> {
         let mut results = Vec::new();
         let mut finished = Vec::new();
         for (op, state) in &mut self.ops {
@@ -974,7 +1027,11 @@ impl ClientCore {
                 Op::Point(read) => (read.result().cloned().map(OpResult::Read), None),
                 Op::Commit(commit) => {
                     // Each transaction reports to its own operation.
-                    for (txn, result) in commit.commit.take_results() {
+                    let taken = commit.commit.take_results();
+                    if !taken.is_empty() && commit.commit.lost_a_race() {
+                        self.relaying.hot(now, commit.commit.group());
+                    }
+                    for (txn, result) in taken {
                         let to = commit
                             .ops
                             .iter()

@@ -182,7 +182,7 @@ impl ReplicaProcess {
 
         // The public API: a client library at this replica's site, on behalf of
         // callers in any language.
-        let gateway = Client::connect(config, &me.site)
+        let gateway = Client::connect_as_relay(config, &me.site)
             .await
             .map_err(|e| ProcessError::Lock(format!("starting the public API: {e}")))?;
         gateway.metrics().register(&mut registry);
@@ -227,6 +227,7 @@ impl ReplicaProcess {
         });
         // The public API takes what the library can commit: one message holds the
         // largest transaction (documented in docs/client-api.md, "Limits").
+        let relay = gateway.clone();
         let gateway = MegastoreServer::new(Gateway::new(gateway, lockd, &config.gateway, access))
             .max_decoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX)
             .max_encoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX);
@@ -235,6 +236,7 @@ impl ReplicaProcess {
         let service = ReplicationServer::new(ReplicationService {
             events: events_tx.clone(),
             metrics: delivery_metrics.clone(),
+            relay,
         })
         .max_decoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX)
         .max_encoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX);

@@ -21,6 +21,8 @@ use crate::replica_server::Event;
 pub(crate) struct ReplicationService {
     pub(crate) events: mpsc::Sender<Event>,
     pub(crate) metrics: ReplicaMetrics,
+    /// This replica's shared client: the relay of its site's clients' hot groups.
+    pub(crate) relay: megastore_client::Client,
 }
 
 impl ReplicationService {
@@ -56,6 +58,24 @@ impl Replication for ReplicationService {
             .map_err(|_| Status::unavailable("replica stopping"))?;
         tracing::debug!(reply = ?answer, "answered");
         Ok(Response::new(answer.into()))
+    }
+
+    async fn relay(
+        &self,
+        request: Request<pb::RelayedCommit>,
+    ) -> Result<Response<pb::RelayedOutcome>, Status> {
+        let commit = megastore_paxos::RelayedCommit::try_from(request.into_inner())
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        megastore_paxos::check_proposed_writes(&commit.eg, &commit.writes)
+            .map_err(|e| Status::invalid_argument(format!("writes: {e}")))?;
+        let result = self
+            .relay
+            .commit_for_relay(commit)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(megastore_rpc::relayed_outcome_to_wire(
+            result,
+        )))
     }
 
     type CallManyStream = Numbered<pb::NumberedReply>;

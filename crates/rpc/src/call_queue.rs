@@ -166,6 +166,11 @@ impl<S: Batching> CallQueue<S> {
         }
     }
 
+    /// The connection itself, for a call that is not the queue's kind.
+    pub(crate) fn connection(&self) -> S {
+        self.shared.client.clone()
+    }
+
     /// Sends `request` alone, outside the queue and its count of calls in flight, and
     /// returns the reply, or `None` if none came within `timeout`: for a request the
     /// server holds (a watcher's long poll), which would otherwise keep one of the

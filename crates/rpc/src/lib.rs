@@ -26,6 +26,7 @@ mod lock;
 mod lockd_client;
 mod peers;
 pub mod public;
+mod relay;
 mod replication;
 mod rows;
 mod transport;
@@ -39,6 +40,7 @@ pub use coordinator::{
 pub use error::WireError;
 pub use lockd_client::{BlockingLockdClient, LockdClient, NodeStatus};
 pub use peers::Peers;
+pub use relay::{relayed_outcome_from_wire, relayed_outcome_to_wire};
 pub use replication::{entry_from_wire, entry_to_wire};
 pub use transport::{Transport, TransportError};
 

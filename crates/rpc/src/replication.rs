@@ -15,14 +15,14 @@ use crate::rows::{
     query_from_wire, query_to_wire, read_at_from_wire, read_at_to_wire, row_from_wire, row_to_wire,
 };
 
-fn txn_to_wire(txn: TxnId) -> pb::TxnId {
+pub(crate) fn txn_to_wire(txn: TxnId) -> pb::TxnId {
     pb::TxnId {
         client: txn.client.0,
         seq: txn.seq,
     }
 }
 
-fn txn_from_wire(txn: pb::TxnId) -> TxnId {
+pub(crate) fn txn_from_wire(txn: pb::TxnId) -> TxnId {
     TxnId {
         client: ClientId(txn.client),
         seq: txn.seq,
@@ -44,7 +44,7 @@ fn ballot_from_wire(ballot: Option<pb::Ballot>, field: &'static str) -> Result<B
     })
 }
 
-fn replica_from_wire(id: u32, field: &'static str) -> Result<ReplicaId, WireError> {
+pub(crate) fn replica_from_wire(id: u32, field: &'static str) -> Result<ReplicaId, WireError> {
     Ok(ReplicaId(narrow(u64::from(id), field)?))
 }
 
@@ -54,14 +54,7 @@ pub fn entry_to_wire(entry: LogEntry) -> pb::LogEntry {
         txn: entry.txn.map(txn_to_wire),
         schema: entry.schema,
         next_leader: entry.next_leader.map(|r| u32::from(r.0)),
-        writes: entry
-            .writes
-            .into_iter()
-            .map(|w| pb::RowWrite {
-                row: w.row,
-                cells: w.cells.into_iter().map(cell_to_wire).collect(),
-            })
-            .collect(),
+        writes: entry.writes.into_iter().map(row_write_to_wire).collect(),
         two_phase: entry.two_phase.into_iter().map(two_phase_to_wire).collect(),
         joined: entry
             .joined
@@ -80,14 +73,7 @@ pub fn entry_from_wire(entry: Option<pb::LogEntry>) -> Result<LogEntry, WireErro
     let writes = entry
         .writes
         .into_iter()
-        .map(|w| {
-            let cells = w
-                .cells
-                .into_iter()
-                .map(cell_from_wire)
-                .collect::<Result<_, _>>()?;
-            Ok(RowWrite { row: w.row, cells })
-        })
+        .map(row_write_from_wire)
         .collect::<Result<_, WireError>>()?;
     Ok(LogEntry {
         txn: entry.txn.map(txn_from_wire),
@@ -112,6 +98,25 @@ pub fn entry_from_wire(entry: Option<pb::LogEntry>) -> Result<LogEntry, WireErro
             .into_iter()
             .map(two_phase_from_wire)
             .collect::<Result<_, _>>()?,
+    })
+}
+
+pub(crate) fn row_write_to_wire(write: RowWrite) -> pb::RowWrite {
+    pb::RowWrite {
+        row: write.row,
+        cells: write.cells.into_iter().map(cell_to_wire).collect(),
+    }
+}
+
+pub(crate) fn row_write_from_wire(write: pb::RowWrite) -> Result<RowWrite, WireError> {
+    let cells = write
+        .cells
+        .into_iter()
+        .map(cell_from_wire)
+        .collect::<Result<_, _>>()?;
+    Ok(RowWrite {
+        row: write.row,
+        cells,
     })
 }
 

@@ -99,6 +99,12 @@ proptest! {
         if let Some(m) = decoded::<rpb::LogEntry>(&bytes) {
             let _ = entry_from_wire(Some(m));
         }
+        if let Some(m) = decoded::<rpb::RelayedCommit>(&bytes) {
+            let _ = megastore_paxos::RelayedCommit::try_from(m);
+        }
+        if let Some(m) = decoded::<rpb::RelayedOutcome>(&bytes) {
+            let _ = megastore_rpc::relayed_outcome_from_wire(m);
+        }
         if let Some(m) = decoded::<cpb::CoordinatorRequest>(&bytes) {
             let _ = megastore_coordinator::CoordinatorRequest::try_from(m);
         }

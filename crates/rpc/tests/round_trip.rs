@@ -10,13 +10,14 @@ use megastore_paxos::messages::{
     AcceptResult, ChosenTxn, GrantRefusal, LogState, PrepareResult, ReplicaError,
 };
 use megastore_paxos::{
-    CellWrite, DataQuery, LogEntry, ReadAt, ReplicaReply, ReplicaRequest, RowWrite,
+    CellWrite, CommitResult, DataQuery, LogEntry, Prepared, ReadAt, ReadSet, RelayedCommit,
+    ReplicaReply, ReplicaRequest, RowWrite,
 };
 use megastore_rowstore::{Cell, KeyRange, Row};
 use megastore_rpc::pb::{coordinator as cpb, replication as pb};
 use megastore_rpc::{
     WireError, coordinator_reply_from_wire, coordinator_reply_to_wire, entry_from_wire,
-    entry_to_wire,
+    entry_to_wire, relayed_outcome_from_wire, relayed_outcome_to_wire,
 };
 use megastore_types::{Ballot, ClientId, EgId, Epoch, Position, ProposerId, ReplicaId, TxnId};
 use proptest::prelude::*;
@@ -314,6 +315,64 @@ fn every_replica_reply_survives_the_wire() {
         let wire = through_bytes(pb::ReplicaReply::from(reply.clone()));
         assert_eq!(ReplicaReply::try_from(wire), Ok(reply));
     }
+}
+
+#[test]
+fn a_relayed_commit_and_every_outcome_survive_the_wire() {
+    let prepared = Prepared {
+        txn: txn(4),
+        coordinator: EgId(b"other".to_vec()),
+        participants: vec![EgId(b"other".to_vec()), eg()],
+        prepared_ms: 1_700_000_000_000,
+        writes: [b"w".to_vec()].into(),
+        read_rows: [b"r".to_vec(), b"s".to_vec()].into(),
+        read_ranges: vec![(b"a".to_vec(), Some(b"b".to_vec())), (b"c".to_vec(), None)],
+    };
+    for (leader, reads) in [
+        (None, ReadSet::default()),
+        (
+            Some(ReplicaId(2)),
+            ReadSet {
+                rows: [b"k".to_vec()].into(),
+                ranges: vec![KeyRange {
+                    start: b"a".to_vec(),
+                    end: None,
+                }],
+                prepared: vec![prepared],
+            },
+        ),
+    ] {
+        let commit = RelayedCommit {
+            txn: txn(11),
+            eg: eg(),
+            read_position: Position(41),
+            leader,
+            writes: entry().writes,
+            reads,
+        };
+        let wire = through_bytes(pb::RelayedCommit::from(commit.clone()));
+        assert_eq!(RelayedCommit::try_from(wire), Ok(commit));
+    }
+    for outcome in [
+        CommitResult::Committed {
+            position: Position(42),
+            fast: true,
+        },
+        CommitResult::Conflict {
+            keys: vec![b"k".to_vec()],
+        },
+        CommitResult::Unknown {
+            position: Position(43),
+        },
+        CommitResult::Aborted,
+    ] {
+        let wire = through_bytes(relayed_outcome_to_wire(outcome.clone()));
+        assert_eq!(relayed_outcome_from_wire(wire), Ok(outcome));
+    }
+    assert!(matches!(
+        relayed_outcome_from_wire(pb::RelayedOutcome { outcome: None }),
+        Err(WireError::Missing("outcome"))
+    ));
 }
 
 #[test]

@@ -161,6 +161,7 @@ impl World {
                 // Its wall clock reads real time (plus its drift): the clients' clocks
                 // disagree by no more than the drift bound allows.
                 wall_clock_offset_ms: -client_clock.offset_ms(),
+                relay_hot_groups: false,
             });
             let node = ClientNode::new(
                 id,

@@ -227,6 +227,8 @@ pub(crate) struct Commit {
     /// there on, as far as it learned.
     first: Position,
     seen: Vec<Winner>,
+    /// Another value was chosen at a position it proposed at.
+    lost_a_position: bool,
 }
 
 /// Where a member's result stands. A result is reported once; the commit then lives
@@ -280,6 +282,7 @@ impl Commit {
             sent_proposal: false,
             first: position,
             seen: Vec::new(),
+            lost_a_position: false,
         };
         commit.advance(ctx);
         commit
@@ -288,6 +291,18 @@ impl Commit {
     /// Whether the commit has stayed on the fast path so far.
     fn on_fast_path(&self) -> bool {
         self.rebases == 0 && self.settle.later_rounds() == 0
+    }
+
+    /// Whether another value was chosen at a position it proposed at (another
+    /// writer's entry, or a resolver's no-op): its group is contended
+    /// (`client::relay`). A prepare round alone (no leader yet, a replica down) is not.
+    pub(crate) fn lost_a_race(&self) -> bool {
+        self.lost_a_position
+    }
+
+    /// Its group.
+    pub(crate) fn group(&self) -> &EgId {
+        &self.eg
     }
 
     /// The results known and not yet taken, by transaction.
@@ -374,6 +389,7 @@ impl Commit {
                 // An earlier position held our value only if it was chosen there; it
                 // was not, so nothing of ours is in the log. Whose reads it wrote
                 // conflicts; the others may go after it.
+                self.lost_a_position = true;
                 let bugs = ctx.config.bugs;
                 for (member, report) in self.members.iter().zip(&mut self.reports) {
                     if matches!(report, Report::NotYetKnown) {

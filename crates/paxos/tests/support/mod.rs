@@ -52,6 +52,7 @@ pub(crate) fn client_core(topology: Topology) -> megastore_paxos::ClientCore {
         seed: 7,
         delivery_batch: megastore_paxos::queue::DELIVERY_BATCH,
         wall_clock_offset_ms: 0,
+        relay_hot_groups: false,
     })
 }
 

@@ -1,0 +1,169 @@
+//! Which commits a client relays (docs/protocol.md, "Relayed commits"): a group whose
+//! commits this client lately lost a race for — another writer's entry took the
+//! position, or the commit needed a prepare round — is *hot* for a while, and its
+//! commits go to the client's local full replica, whose shared client commits them
+//! in its lane with every other relayed one (combined, not duelling). A relay that
+//! did not answer is left alone for a while: the next full replica relays instead
+//! (farther, but one relay's entries never duel), and with none left, commits go
+//! direct.
+//!
+//! Only liveness depends on this: a relayed commit is committed, judged and resolved
+//! exactly as the writer's own would be, under the writer's transaction id.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use megastore_types::{EgId, Position, ReplicaId, Time, TxnId};
+
+use crate::entry::RowWrite;
+use crate::proposer::commit::ReadSet;
+
+/// A commit a client hands its relay: everything [`super::ClientCore::commit`] takes.
+/// The relay answers with the [`crate::CommitResult`] of
+/// [`super::ClientCore::commit_relayed`] (`Aborted` when it settled the transaction's
+/// positions without it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayedCommit {
+    /// The writer's transaction, under the writer's id.
+    pub txn: TxnId,
+    /// Its group.
+    pub eg: EgId,
+    /// The position of its current read.
+    pub read_position: Position,
+    /// The leader the entry at `read_position` named.
+    pub leader: Option<ReplicaId>,
+    /// Its writes.
+    pub writes: Vec<RowWrite>,
+    /// What it read.
+    pub reads: ReadSet,
+}
+
+/// How long a group stays hot after this client last lost a race for it or relayed a
+/// commit of it: while it writes the group this often, it goes on relaying.
+pub const RELAY_HOT_FOR: Duration = Duration::from_secs(5);
+/// How long a relay that failed to answer is passed over.
+pub const RELAY_DOWN_FOR: Duration = Duration::from_secs(2);
+/// Hot groups one client remembers at most (the ones closest to cooling go first).
+pub(crate) const HOT_GROUPS_MAX: usize = 1_024;
+
+/// The hot groups, and which relays are taking commits.
+#[derive(Debug, Default)]
+pub(crate) struct Relaying {
+    /// Per group, until when its commits are relayed.
+    hot_until: BTreeMap<EgId, Time>,
+    /// Relays that failed to answer, passed over until then.
+    down_until: BTreeMap<ReplicaId, Time>,
+}
+
+impl Relaying {
+    /// This client lost a race for `eg`'s position, or relayed one of its commits:
+    /// `eg` is hot until [`RELAY_HOT_FOR`] from now.
+    pub(crate) fn hot(&mut self, now: Time, eg: &EgId) {
+        if !self.hot_until.contains_key(eg) && self.hot_until.len() >= HOT_GROUPS_MAX {
+            self.hot_until.retain(|_, until| *until > now);
+            if self.hot_until.len() >= HOT_GROUPS_MAX
+                && let Some(coolest) = self
+                    .hot_until
+                    .iter()
+                    .min_by_key(|(_, until)| **until)
+                    .map(|(eg, _)| eg.clone())
+            {
+                self.hot_until.remove(&coolest);
+            }
+        }
+        self.hot_until.insert(eg.clone(), now + RELAY_HOT_FOR);
+        debug_assert!(self.hot_until.len() <= HOT_GROUPS_MAX);
+    }
+
+    /// `relay` did not answer a relayed commit: it is passed over for
+    /// [`RELAY_DOWN_FOR`].
+    pub(crate) fn failed(&mut self, now: Time, relay: ReplicaId) {
+        self.down_until.retain(|_, until| *until > now);
+        self.down_until.insert(relay, now + RELAY_DOWN_FOR);
+    }
+
+    /// The relay for a commit to `eg` now: the first of `relays` (in order of
+    /// preference) not passed over, while `eg` is hot; `None`, commit it directly.
+    pub(crate) fn relay(
+        &self,
+        now: Time,
+        eg: &EgId,
+        relays: impl IntoIterator<Item = ReplicaId>,
+    ) -> Option<ReplicaId> {
+        if self.hot_until.get(eg).is_none_or(|until| *until <= now) {
+            return None;
+        }
+        relays
+            .into_iter()
+            .find(|r| self.down_until.get(r).is_none_or(|until| *until <= now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eg(n: usize) -> EgId {
+        EgId(format!("g{n}").into_bytes())
+    }
+
+    const RELAYS: [ReplicaId; 2] = [ReplicaId(1), ReplicaId(2)];
+
+    #[test]
+    fn a_group_is_relayed_while_hot_and_a_relay_that_failed_is_passed_over() {
+        let mut relaying = Relaying::default();
+        let t0 = Time::from_nanos(1_000);
+        assert_eq!(relaying.relay(t0, &eg(1), RELAYS), None, "cold at first");
+        relaying.hot(t0, &eg(1));
+        assert_eq!(relaying.relay(t0, &eg(1), RELAYS), Some(RELAYS[0]));
+        assert_eq!(
+            relaying.relay(t0, &eg(2), RELAYS),
+            None,
+            "only the hot group"
+        );
+        assert_eq!(
+            relaying.relay(t0 + RELAY_HOT_FOR, &eg(1), RELAYS),
+            None,
+            "it cools"
+        );
+        relaying.failed(t0, RELAYS[0]);
+        assert_eq!(
+            relaying.relay(t0, &eg(1), RELAYS),
+            Some(RELAYS[1]),
+            "the next one"
+        );
+        relaying.failed(t0, RELAYS[1]);
+        assert_eq!(
+            relaying.relay(t0, &eg(1), RELAYS),
+            None,
+            "none left: direct"
+        );
+        let later = t0 + RELAY_DOWN_FOR;
+        assert_eq!(
+            relaying.relay(later, &eg(1), RELAYS),
+            Some(RELAYS[0]),
+            "back"
+        );
+    }
+
+    #[test]
+    fn it_remembers_a_bounded_number_of_hot_groups() {
+        let mut relaying = Relaying::default();
+        let t0 = Time::from_nanos(1_000);
+        for n in 0..HOT_GROUPS_MAX + 10 {
+            relaying.hot(t0 + Duration::from_millis(n as u64), &eg(n));
+        }
+        assert_eq!(relaying.hot_until.len(), HOT_GROUPS_MAX);
+        let now = t0 + Duration::from_millis((HOT_GROUPS_MAX + 10) as u64);
+        assert_eq!(
+            relaying.relay(now, &eg(0), RELAYS),
+            None,
+            "the coolest went first"
+        );
+        assert!(
+            relaying
+                .relay(now, &eg(HOT_GROUPS_MAX + 9), RELAYS)
+                .is_some()
+        );
+    }
+}
