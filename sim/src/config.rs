@@ -89,6 +89,10 @@ pub struct SimConfig {
     /// (`megastore_paxos::ReplicaConfig::cache_groups`; `None`: unbounded): small, they
     /// evict and reload groups all the time.
     pub replica_cache: Option<usize>,
+    /// Clients relay the commits of groups they lately lost races for through a relay
+    /// beside each full replica (docs/protocol.md, "Relayed commits"), which dies with
+    /// its replica.
+    pub relays: bool,
 }
 
 fn pick<T: Clone>(rng: &mut Rng, options: &[T]) -> T {
@@ -218,7 +222,14 @@ impl SimConfig {
             deliver_late: rng.chance(0.25),
             coordinator_bounds: None,
             replica_cache: None,
+            relays: false,
         }
+    }
+
+    /// [`SimConfig::relays`] for `seed`: half the seeds, drawn apart from the seed's
+    /// other choices, so that the traces of the other seeds stay as they were.
+    pub fn relays(seed: u64) -> bool {
+        Rng::new(seed ^ 0x5e1a_7ed0_c0aa_11e5).chance(0.5)
     }
 
     /// [`SimConfig::coordinator_bounds`] for `seed`: small for a third of the seeds

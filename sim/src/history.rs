@@ -66,8 +66,12 @@ pub enum Outcome {
         /// The rows it read (and declared for conflicts).
         read_keys: BTreeSet<Vec<u8>>,
     },
-    /// A write that certainly did not commit.
-    NotCommitted,
+    /// A write that certainly did not commit (a conflict, or nothing sent that could
+    /// be chosen): `txn` is chosen nowhere, for good.
+    NotCommitted {
+        /// The transaction.
+        txn: TxnId,
+    },
     /// A write whose outcome was unknown, then resolved by its transaction id as not
     /// committed: `position` is decided, and `txn` is chosen nowhere.
     ResolvedNotCommitted {

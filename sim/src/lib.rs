@@ -86,6 +86,8 @@ pub const BUG_NAMES: &[&str] = &[
     "blind-write-forgets-locks",
     "carry-skips-prepares",
     "commit-past-span",
+    "relay-commits-duplicates",
+    "relay-resolves-first-only",
 ];
 
 /// The knob called `name`.
@@ -135,6 +137,8 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "blind-write-forgets-locks" => p.blind_write_forgets_locks = true,
         "carry-skips-prepares" => p.carry_skips_prepares = true,
         "commit-past-span" => p.commit_past_span = true,
+        "relay-commits-duplicates" => p.relay_commits_duplicates = true,
+        "relay-resolves-first-only" => p.relay_resolves_first_only = true,
         _ => return None,
     }
     Some(Bugs {
@@ -166,7 +170,9 @@ pub fn run_seed(seed: u64, bugs: Bugs, readable: bool) -> SeedReport {
     let (mut checks, world) = world.into_checkers();
     checks.finish(&world.observation());
     let mut violations = checks.violations;
-    for client in world.clients.keys() {
+    // Relays run no workload of their own.
+    let workload = world.clients.iter().filter(|(_, c)| c.relay_of.is_none());
+    for (client, _) in workload {
         let progressed = world
             .history
             .iter()

@@ -70,6 +70,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.commits += s.commits;
     total.combined += s.combined;
     total.committed_unread += s.committed_unread;
+    total.relayed += s.relayed;
     total.conflicts += s.conflicts;
     total.unknown += s.unknown;
     total.resolved_not_committed += s.resolved_not_committed;
@@ -94,10 +95,11 @@ fn add(total: &mut Stats, s: &Stats) {
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; relayed {}; conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, messages {}, violations {violations}",
         s.commits,
         s.combined,
         s.committed_unread,
+        s.relayed,
         s.conflicts,
         s.resolved_not_committed,
         s.unknown,

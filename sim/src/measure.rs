@@ -127,6 +127,7 @@ pub fn three_sites_with_witness_at(rtt_ms: u32, witness_rtt_ms: u32, clients: &[
         lock_lease: Duration::from_secs(5),
         coordinator_bounds: None,
         replica_cache: None,
+        relays: false,
         restart_storm: false,
         crash_after_persist: 0.0,
         lagging: None,
@@ -173,7 +174,7 @@ pub fn run_with_bugs(config: SimConfig, seed: u64, bugs: Bugs) -> Measured {
                 committed += 1;
                 let _ = commit_latency_us.record((op.end - op.start) / 1000);
             }
-            (OpKind::Commit, Outcome::NotCommitted) => conflicts += 1,
+            (OpKind::Commit, Outcome::NotCommitted { .. }) => conflicts += 1,
             _ => {}
         }
     }

@@ -66,6 +66,8 @@ pub struct Stats {
     /// Blind writes committed without a read of their own (on the read of their
     /// client's commit in flight).
     pub committed_unread: u64,
+    /// Commits relayed to a relay that was up to take them.
+    pub relayed: u64,
     /// Writes that did not commit (conflict or aborted).
     pub conflicts: u64,
     /// Writes with unknown outcome (after trying to resolve it).

@@ -14,7 +14,7 @@ use megastore_paxos::{
 };
 use megastore_rowstore::KeyRange;
 use megastore_types::reserved::GLOBAL_INDEX_TAG;
-use megastore_types::{ClientId, EgId, Position, SiteId, Time, TxnId};
+use megastore_types::{ClientId, EgId, NodeId, Position, ReplicaId, SiteId, Time, TxnId};
 
 use crate::history::{OpKind, OpRecord, Outcome, VerifiedHit};
 use crate::rng::Rng;
@@ -137,6 +137,9 @@ struct Unresolved {
     start: u64,
     txn: TxnId,
     position: Position,
+    /// `position` is its first: it may hold any position of its commit span (a
+    /// relayed commit whose relay did not answer).
+    span: bool,
     read_position: Position,
     read_keys: BTreeSet<Vec<u8>>,
     /// When the commit ended unknown (the client's clock).
@@ -210,6 +213,11 @@ pub(crate) struct ClientNode {
     /// Per group, an older position one of its reads found: a transaction open for a
     /// long time reads again there, below where garbage collection may have reached.
     remembered: BTreeMap<EgId, Position>,
+    /// A relay, beside this full replica (docs/protocol.md, "Relayed commits"): it
+    /// runs no workload, and commits what clients relay to it.
+    pub relay_of: Option<ReplicaId>,
+    /// As a relay: the commits it is making, and whose request each answers.
+    relayed: BTreeMap<OpId, (NodeId, u64)>,
 }
 
 impl ClientNode {
@@ -244,6 +252,8 @@ impl ClientNode {
             role: Role::Mixed,
             committed_unread: 0,
             remembered: BTreeMap::new(),
+            relay_of: None,
+            relayed: BTreeMap::new(),
         }
     }
 
@@ -283,6 +293,9 @@ impl ClientNode {
 
     /// Starts the next operation.
     pub(crate) fn start_next(&mut self, real: u64, now: Time) -> Vec<ClientOutput> {
+        if self.relay_of.is_some() {
+            return Vec::new();
+        }
         if self.two_phase_only {
             return self.start_two_phase(real, now);
         }
@@ -367,6 +380,38 @@ impl ClientNode {
         out
     }
 
+    /// As a relay: commits `commit`, relayed by `from` as its request `id`.
+    pub(crate) fn serve_relay(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        id: u64,
+        commit: megastore_paxos::RelayedCommit,
+    ) -> Vec<ClientOutput> {
+        let (op, out) = self.core.commit_relayed(
+            now,
+            commit.txn,
+            commit.eg,
+            commit.read_position,
+            commit.leader,
+            commit.writes,
+            commit.reads,
+        );
+        self.relayed.insert(op, (from, id));
+        out
+    }
+
+    /// As a relay whose replica crashed: a new process, under `new_id`, with nothing in
+    /// flight (its answers are lost; the writers resolve their commits themselves).
+    pub(crate) fn restart_relay(&mut self, new_id: ClientId, seed: u64) {
+        let mut config = self.core.config().clone();
+        config.id = new_id;
+        config.proposer.proposer = megastore_types::ProposerId::client(new_id);
+        config.seed = seed;
+        self.core = megastore_paxos::ClientCore::new(config);
+        self.relayed.clear();
+    }
+
     /// An operation finished: the record of what it did, and the next step's outputs.
     pub(crate) fn on_done(
         &mut self,
@@ -377,6 +422,16 @@ impl ClientNode {
     ) -> (Vec<OpRecord>, Vec<ClientOutput>) {
         let mut records = Vec::new();
         let mut out = Vec::new();
+        if let Some((to, id)) = self.relayed.remove(&op) {
+            // A relay answers the writer; the writer records the outcome.
+            if let OpResult::Commit { result, .. } = result {
+                out.push(ClientOutput::Send {
+                    to,
+                    message: megastore_paxos::Message::RelayOutcome { id, result },
+                });
+            }
+            return (records, out);
+        }
         if let Some(i) = self.racers.iter().position(|r| r.op == op) {
             let racer = self.racers.swap_remove(i);
             // Only "not committed" says something to check: it must be so for good,
@@ -462,7 +517,9 @@ impl ClientNode {
                         read_position,
                         read_keys,
                     },
-                    CommitResult::Conflict { .. } | CommitResult::Aborted => Outcome::NotCommitted,
+                    CommitResult::Conflict { .. } | CommitResult::Aborted => {
+                        Outcome::NotCommitted { txn }
+                    }
                     // As the client library does: resolve it by its transaction id
                     // before reporting anything.
                     CommitResult::Unknown { position } => {
@@ -471,6 +528,20 @@ impl ClientNode {
                             start,
                             txn,
                             position,
+                            span: false,
+                            read_position,
+                            read_keys,
+                            since: now,
+                        };
+                        return (records, self.resolve(now, commit));
+                    }
+                    CommitResult::UnknownInSpan { first } => {
+                        let commit = Unresolved {
+                            eg,
+                            start,
+                            txn,
+                            position: first,
+                            span: true,
                             read_position,
                             read_keys,
                             since: now,
@@ -740,9 +811,13 @@ impl ClientNode {
 
     /// Asks the protocol to resolve `commit` (once more).
     fn resolve(&mut self, now: Time, commit: Unresolved) -> Vec<ClientOutput> {
-        let (op, out) = self
-            .core
-            .resolve(now, commit.eg.clone(), commit.position, commit.txn);
+        let (op, out) = if commit.span {
+            self.core
+                .resolve_from_first(now, commit.eg.clone(), commit.position, commit.txn)
+        } else {
+            self.core
+                .resolve(now, commit.eg.clone(), commit.position, commit.txn)
+        };
         self.state = State::Resolving { op, commit };
         out
     }
@@ -950,8 +1025,8 @@ fn companion_record(
             read_position: companion.read_position,
             read_keys: companion.read_keys,
         },
-        CommitResult::Conflict { .. } | CommitResult::Aborted => Outcome::NotCommitted,
-        CommitResult::Unknown { .. } => Outcome::Unknown,
+        CommitResult::Conflict { .. } | CommitResult::Aborted => Outcome::NotCommitted { txn },
+        CommitResult::Unknown { .. } | CommitResult::UnknownInSpan { .. } => Outcome::Unknown,
     };
     OpRecord {
         client,

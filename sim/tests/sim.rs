@@ -169,9 +169,15 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ("read-ignores-prepared", &["multi-group-atomicity"], 20),
     ("settled-read-ignores-in-flight", &["linearizable-eg"], 10),
     ("combine-conflicting", &["linearizable-eg"], 10),
-    ("blind-write-forgets-locks", &["multi-group-atomicity"], 10),
+    ("blind-write-forgets-locks", &["multi-group-atomicity"], 45),
     ("carry-skips-prepares", &["multi-group-atomicity"], 40),
     ("commit-past-span", &["durable-ack"], 15),
+    (
+        "relay-commits-duplicates",
+        &["durable-ack", "queue-exactly-once-in-order"],
+        140,
+    ),
+    ("relay-resolves-first-only", &["durable-ack"], 40),
     (
         "drop-invalidate-when-full",
         &["vouched-is-current", "visible-after-invalidate"],
@@ -260,12 +266,14 @@ knob_tests! {
     read_ignores_prepared_is_caught => 31,
     settled_read_ignores_in_flight_is_caught => 32,
     combine_conflicting_is_caught => 33,
-    drop_invalidate_when_full_is_caught => 34,
-    evict_dirty_group_is_caught => 35,
-    skip_open_index_is_caught => 36,
-    blind_write_forgets_locks_is_caught => 37,
-    carry_skips_prepares_is_caught => 38,
-    commit_past_span_is_caught => 39,
+    blind_write_forgets_locks_is_caught => 34,
+    carry_skips_prepares_is_caught => 35,
+    commit_past_span_is_caught => 36,
+    relay_commits_duplicates_is_caught => 37,
+    relay_resolves_first_only_is_caught => 38,
+    drop_invalidate_when_full_is_caught => 39,
+    evict_dirty_group_is_caught => 40,
+    skip_open_index_is_caught => 41,
 }
 
 #[test]
@@ -274,7 +282,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 42);
+    assert_eq!(BUG_NAMES.len(), 44);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

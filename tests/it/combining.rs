@@ -228,6 +228,13 @@ fn transactions_sharing_a_client_combine_and_each_applies_exactly_once_through_a
         .filter(|t| blind(*t))
         .map(|t| seen[t].committed.len())
         .sum();
+    // Its only competitor is itself: it never relays (docs/protocol.md, "Relayed
+    // commits").
+    assert_eq!(
+        client.metrics().relayed_count("sent"),
+        0,
+        "a lone client relayed"
+    );
     let unread = client.metrics().blind_writes_unread();
     assert!(
         unread as usize * 2 >= blind_acked,

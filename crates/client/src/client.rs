@@ -111,19 +111,6 @@ pub(crate) enum Event {
         relayed: bool,
         done: oneshot::Sender<Committed>,
     },
-    /// Where a commit to `eg` goes now ([`ClientCore::relay_for`]).
-    RelayFor {
-        eg: EgId,
-        done: oneshot::Sender<Option<ReplicaId>>,
-    },
-    /// A commit to `eg` relayed by this client ended: its outcome, or `None` when the
-    /// relay did not answer.
-    RelayEnded {
-        eg: EgId,
-        relay: ReplicaId,
-        result: Option<CommitResult>,
-        started: std::time::Instant,
-    },
     /// A blind write's commit on the read of the client's commit to `eg` in flight:
     /// `started` says whether there was one (else it gives the writes back).
     CommitBlind {
@@ -936,26 +923,6 @@ impl Driver {
                     self.waiting.insert(op, Waiting::Settle(done));
                     out
                 }
-                Some(Event::RelayFor { eg, done }) => {
-                    let _ = done.send(self.core.relay_for(now, &eg));
-                    Vec::new()
-                }
-                Some(Event::RelayEnded {
-                    eg,
-                    relay,
-                    result,
-                    started,
-                }) => {
-                    self.core.relay_ended(now, &eg, relay, result.is_some());
-                    match result {
-                        Some(result) => {
-                            self.metrics.relayed("sent");
-                            self.count_commit(&eg, &result, started);
-                        }
-                        None => self.metrics.relayed("unanswered"),
-                    }
-                    Vec::new()
-                }
                 Some(Event::HotGroups { n, done }) => {
                     let _ = done.send(self.hot.top(n));
                     Vec::new()
@@ -1021,7 +988,9 @@ impl Driver {
                 self.metrics.conflicted();
                 self.hot.conflicted(eg);
             }
-            CommitResult::Unknown { .. } => self.metrics.outcome_unknown(),
+            CommitResult::Unknown { .. } | CommitResult::UnknownInSpan { .. } => {
+                self.metrics.outcome_unknown();
+            }
             CommitResult::Aborted => self.metrics.aborted(),
         }
     }
@@ -1030,11 +999,12 @@ impl Driver {
         for output in outputs {
             match output {
                 ClientOutput::Send { to, message } => {
-                    if matches!(
-                        message,
-                        Message::CoordinatorRequest(CoordinatorRequest::Invalidate { .. })
-                    ) {
-                        self.metrics.invalidation_sent();
+                    match &message {
+                        Message::CoordinatorRequest(CoordinatorRequest::Invalidate { .. }) => {
+                            self.metrics.invalidation_sent();
+                        }
+                        Message::Relay { .. } => self.metrics.relayed("sent"),
+                        _ => {}
                     }
                     let peers = Arc::clone(&self.peers);
                     let events = self.events.clone();

@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 
 use megastore_paxos::{
-    CellWrite, CommitResult, DataQuery, Participant, ReadMode, ReadSet, RelayedCommit, Resolution,
-    RowWrite, check_proposed_writes,
+    CellWrite, CommitResult, DataQuery, Participant, ReadMode, ReadSet, Resolution, RowWrite,
+    check_proposed_writes,
 };
 use megastore_rowstore::{KeyRange, Row};
 use megastore_types::{EgId, Position, ReplicaId, TxnId};
@@ -319,11 +319,7 @@ impl Transaction {
                 Err(unstarted) => writes = unstarted,
             }
         }
-        let relay = client.relay_route(&txn.eg).await?;
         let participant = txn.participant_with(writes).await?;
-        if let Some(relay) = relay {
-            return Self::relayed(&client, relay, id, participant).await;
-        }
         let committed = client
             .commit(
                 id,
@@ -393,34 +389,6 @@ impl Transaction {
         })
     }
 
-    /// Commits `participant` through `relay` (docs/protocol.md, "Relayed commits"). A
-    /// relay that did not answer may still have committed it, anywhere in its commit
-    /// span: it is resolved from its first position.
-    async fn relayed(
-        client: &Client,
-        relay: ReplicaId,
-        txn: TxnId,
-        participant: Participant,
-    ) -> Result<Attempt, ClientError> {
-        let eg = participant.eg;
-        let first = participant.read_position.next();
-        let commit = RelayedCommit {
-            txn,
-            eg: eg.clone(),
-            read_position: participant.read_position,
-            leader: participant.leader,
-            writes: participant.writes,
-            reads: participant.reads,
-        };
-        match client.relay_commit(relay, commit).await {
-            Some(result) => Self::outcome(client, &eg, txn, result).await,
-            None => {
-                let resolution = client.resolve_patiently_from_first(&eg, first, txn).await;
-                Self::resolved(txn, first, resolution)
-            }
-        }
-    }
-
     /// A commit of unknown outcome, as resolved (`position`: where it was looked for).
     fn resolved(
         txn: TxnId,
@@ -465,6 +433,11 @@ impl Transaction {
             CommitResult::Unknown { position } => {
                 let resolution = client.resolve_patiently(eg, position, txn).await;
                 return Self::resolved(txn, position, resolution);
+            }
+            // Relayed, and its relay did not answer: anywhere in its commit span.
+            CommitResult::UnknownInSpan { first } => {
+                let resolution = client.resolve_patiently_from_first(eg, first, txn).await;
+                return Self::resolved(txn, first, resolution);
             }
         })
     }

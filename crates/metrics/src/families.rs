@@ -151,13 +151,12 @@ impl ClientMetrics {
         );
         r.register(
             "commits_relayed",
-            "Commits relayed through a replica's shared client because their group was hot (docs/protocol.md, \"Relayed commits\"), by what happened: sent (by this client), unanswered (the relay did not answer; resolved here), served (by this client, as a replica's relay)",
+            "Commits relayed through a replica's shared client because their group was hot (docs/protocol.md, \"Relayed commits\"), sent (by this client) or served (by this client, as a replica's relay)",
             self.relayed.clone(),
         );
     }
 
-    /// A relayed commit was sent, went unanswered, or was served (`sent`,
-    /// `unanswered`, `served`).
+    /// A relayed commit was sent, or served (`sent`, `served`).
     pub fn relayed(&self, what: &'static str) {
         self.relayed.get_or_create(&[("what", what)]).inc();
     }

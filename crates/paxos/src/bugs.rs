@@ -126,5 +126,13 @@ megastore_types::bug_knobs! {
         /// a resolution that settles its span finds it in none and calls it not
         /// committed, and then it commits.
         commit_past_span,
+        /// A relay commits every copy of a relayed transaction it is sent (a
+        /// duplicated request): neither its lane nor its commits look for the
+        /// transaction already waiting, in flight or chosen, so it can apply twice.
+        relay_commits_duplicates,
+        /// A writer whose relay did not answer resolves its transaction at its first
+        /// position only, though the relay may have committed it at any position of
+        /// its commit span.
+        relay_resolves_first_only,
     }
 }

@@ -22,7 +22,7 @@ use megastore_types::{
 
 use crate::entry::RowWrite;
 use crate::messages::{DataQuery, Message};
-use crate::proposer::commit::{Commit, CommitResult, Member, ReadSet};
+use crate::proposer::commit::{Commit, CommitResult, Member, ReadSet, commit_span};
 use crate::proposer::read::{CurrentRead, PointRead, PointTarget, ReadError, ReadMode, ReadResult};
 use crate::proposer::resolve::{Resolution, Resolve};
 use crate::proposer::{Ctx, ProposerConfig, Wiring};
@@ -35,7 +35,7 @@ use crate::two_phase::settle::{Blocked, SettleGroup, SettledGroup, SettlingRead}
 use crate::verify::{CheckedHit, GlobalHit, Verify};
 use composite::Composite;
 use lanes::{Lane, Start, Waiting};
-use relay::Relaying;
+use relay::{RelayOp, Relaying};
 
 pub use relay::{RELAY_DOWN_FOR, RELAY_HOT_FOR, RelayedCommit};
 
@@ -60,8 +60,8 @@ pub struct ClientConfig {
     /// liveness depends on it (a clock far ahead aborts prepared transactions early).
     pub wall_clock_offset_ms: i64,
     /// Whether it relays the commits of groups it lately lost races for through its
-    /// local full replica ([`ClientCore::relay_for`]): the client library's clients
-    /// do; a replica's own shared client (the relay) does not.
+    /// local full replica (docs/protocol.md, "Relayed commits"): the client library's
+    /// clients do; a replica's own shared client (the relay) does not.
     pub relay_hot_groups: bool,
 }
 
@@ -148,6 +148,7 @@ enum Op {
     Resolve(Box<Resolve>),
     Verify(Box<Verify>),
     Composite(Box<Composite>),
+    Relay(Box<RelayOp>),
 }
 
 /// A commit, and the operation each of its transactions reports to (the first's is
@@ -188,6 +189,8 @@ pub struct ClientCore {
     lanes: BTreeMap<EgId, Lane>,
     /// The groups whose commits go through the relay.
     relaying: Relaying,
+    /// Results known when the operation started, reported at the end of the step.
+    answered_now: Vec<(OpId, OpResult)>,
     wiring: Wiring<OpId>,
     next_op: u64,
 }
@@ -211,6 +214,7 @@ impl ClientCore {
             wakes: Vec::new(),
             lanes: BTreeMap::new(),
             relaying: Relaying::default(),
+            answered_now: Vec::new(),
             wiring,
             next_op: 1,
         }
@@ -484,10 +488,20 @@ impl ClientCore {
                     });
                     self.start_commit(now, txn, eg, read_position, leader, writes, reads, sends)
                 }
-                Step::Resolve { eg, position, txn } => {
+                Step::Resolve {
+                    eg,
+                    position,
+                    span,
+                    txn,
+                } => {
                     let op = self.new_op();
                     let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, sends);
-                    let resolve = Resolve::start(&mut ctx, eg, position..=position, txn);
+                    let positions = if span {
+                        commit_span(position)
+                    } else {
+                        position..=position
+                    };
+                    let resolve = Resolve::start(&mut ctx, eg, positions, txn);
                     self.ops.insert(op, Op::Resolve(Box::new(resolve)));
                     op
                 }
@@ -562,6 +576,11 @@ impl ClientCore {
     /// While another of this client's commits to the group is in flight, it waits,
     /// and then may share a log entry with other waiting transactions
     /// (docs/protocol.md, "Combining commits"); its result is its own either way.
+    ///
+    /// While this client lately lost positions of the group to other clients' entries,
+    /// it relays the commit to a full replica, which combines it with theirs
+    /// (docs/protocol.md, "Relayed commits"); a relay that does not answer leaves it
+    /// [`CommitResult::UnknownInSpan`] if resolving it here could not decide it.
     #[allow(clippy::too_many_arguments)]
     pub fn commit(
         &mut self,
@@ -577,13 +596,37 @@ impl ClientCore {
             txn.client, self.config.id,
             "a client commits its own transactions only"
         );
-        self.commit_relayed(now, txn, eg, read_position, leader, writes, reads.into())
+        let reads = reads.into();
+        let Some(relay) = self.relay_for(now, &eg) else {
+            return self.commit_relayed(now, txn, eg, read_position, leader, writes, reads);
+        };
+        let mut sends = Vec::new();
+        let op = match self.blocked_commit(now, txn, &eg, &writes, &reads, &mut sends) {
+            Some(op) => op,
+            None => {
+                let op = self.new_op();
+                let commit = RelayedCommit {
+                    txn,
+                    eg,
+                    read_position,
+                    leader,
+                    writes,
+                    reads,
+                };
+                let deadline = now + self.relay_wait();
+                let relayed = RelayOp::start(op.0, relay, commit, deadline, &mut sends);
+                self.ops.insert(op, Op::Relay(Box::new(relayed)));
+                op
+            }
+        };
+        (op, self.finish_step(now, sends))
     }
 
     /// [`commit`](Self::commit) for another client, its transaction under its own id:
-    /// a relay's, for a commit relayed to it ([`relay_for`](Self::relay_for)). The
-    /// outcome is reported here; the writer knows the transaction's first position
-    /// (`read_position + 1`) and resolves it from there if the answer is lost.
+    /// a relay's, for a commit relayed to it ([`Message::Relay`]). The outcome is
+    /// reported here; the writer resolves an unknown one itself. A transaction already
+    /// waiting or in flight here (a duplicated request) is not committed again: that
+    /// copy ends [`CommitResult::UnknownInSpan`].
     #[allow(clippy::too_many_arguments)]
     pub fn commit_relayed(
         &mut self,
@@ -596,6 +639,17 @@ impl ClientCore {
         reads: ReadSet,
     ) -> (OpId, Vec<Output>) {
         let mut sends = Vec::new();
+        if !self.config.proposer.bugs.relay_commits_duplicates() && self.committing(&eg, txn) {
+            // Relayed twice (a duplicated request): one copy is committed at most. This
+            // one cannot tell where the other lands, so its writer resolves it.
+            let op = self.new_op();
+            let result = CommitResult::UnknownInSpan {
+                first: read_position.next(),
+            };
+            self.answered_now
+                .push((op, OpResult::Commit { txn, result }));
+            return (op, self.finish_step(now, sends));
+        }
         let op = match self.blocked_commit(now, txn, &eg, &writes, &reads, &mut sends) {
             Some(op) => op,
             None => {
@@ -618,7 +672,7 @@ impl ClientCore {
     /// lately lost races for the group — its local full replica, or while that one
     /// fails to answer the next full replica — or, `None`, itself (docs/protocol.md,
     /// "Relayed commits").
-    pub fn relay_for(&self, now: Time, eg: &EgId) -> Option<ReplicaId> {
+    fn relay_for(&self, now: Time, eg: &EgId) -> Option<ReplicaId> {
         if !self.config.relay_hot_groups {
             return None;
         }
@@ -628,14 +682,22 @@ impl ClientCore {
             .relay(now, eg, self.local.into_iter().chain(others))
     }
 
-    /// A commit to `eg` relayed to `relay` ended: `answered` keeps the group relayed;
-    /// no answer passes `relay` over for a while.
-    pub fn relay_ended(&mut self, now: Time, eg: &EgId, relay: ReplicaId, answered: bool) {
-        if answered {
-            self.relaying.hot(now, eg);
-        } else {
-            self.relaying.failed(now, relay);
-        }
+    /// Whether `txn` waits in `eg`'s lane or is a member of its commit in flight.
+    fn committing(&self, eg: &EgId, txn: TxnId) -> bool {
+        let Some(lane) = self.lanes.get(eg) else {
+            return false;
+        };
+        let in_flight = match lane.busy.and_then(|op| self.ops.get(&op)) {
+            Some(Op::Commit(commit)) => commit.ops.iter().any(|(t, _)| *t == txn),
+            _ => false,
+        };
+        in_flight || lane.has_waiting(txn)
+    }
+
+    /// How long a relayed commit waits for its relay's answer before it is resolved
+    /// here (two RPC timeouts: the relay may wait in its lane, then commit).
+    pub fn relay_wait(&self) -> std::time::Duration {
+        self.config.proposer.timeouts.rpc * 2
     }
 
     /// Commits transaction `txn`, which read nothing and writes `writes`, without a
@@ -855,6 +917,11 @@ impl ClientCore {
                     Op::Point(read) => read.on_replica_reply(ctx, reply),
                     Op::Commit(op) => op.commit.on_replica_reply(ctx, r, reply),
                     Op::Resolve(resolve) => resolve.on_replica_reply(ctx, r, reply),
+                    Op::Relay(relayed) => {
+                        if let Some(resolve) = relayed.resolving() {
+                            resolve.on_replica_reply(ctx, r, reply);
+                        }
+                    }
                     Op::Verify(_) | Op::Composite(_) => {}
                 });
             }
@@ -871,7 +938,28 @@ impl ClientCore {
                     Op::Current(read) => read.on_coordinator_reply(ctx, r, reply),
                     Op::Commit(op) => op.commit.on_coordinator_reply(ctx, r, reply),
                     Op::Resolve(resolve) => resolve.on_coordinator_reply(ctx, r, reply),
+                    Op::Relay(relayed) => {
+                        if let Some(resolve) = relayed.resolving() {
+                            resolve.on_coordinator_reply(ctx, r, reply);
+                        }
+                    }
                     Op::Point(_) | Op::Verify(_) | Op::Composite(_) => {}
+                });
+            }
+            (_, Message::RelayOutcome { id, result }) => {
+                let op = OpId(id);
+                let Some(Op::Relay(relayed)) = self.ops.get(&op) else {
+                    return;
+                };
+                if relayed.waiting() {
+                    // Answered: the group stays relayed while this client writes it.
+                    let eg = relayed.group().clone();
+                    self.relaying.hot(now, &eg);
+                }
+                self.with_op(now, op, sends, |state, ctx| {
+                    if let Op::Relay(relayed) = state {
+                        relayed.answered(ctx, result);
+                    }
                 });
             }
             (NodeId::LockNode(n), Message::LockResponse(response)) => {
@@ -901,6 +989,11 @@ impl ClientCore {
             Op::Current(read) => read.on_lock_outcome(ctx, outcome.id, outcome.result),
             Op::Commit(op) => op.commit.on_lock_outcome(ctx, outcome.id, outcome.result),
             Op::Resolve(resolve) => resolve.on_lock_outcome(ctx, outcome.id, outcome.result),
+            Op::Relay(relayed) => {
+                if let Some(resolve) = relayed.resolving() {
+                    resolve.on_lock_outcome(ctx, outcome.id, outcome.result);
+                }
+            }
             Op::Point(_) | Op::Verify(_) | Op::Composite(_) => {}
         });
     }
@@ -922,13 +1015,22 @@ impl ClientCore {
             .map(|(op, _)| *op)
             .collect();
         for op in due {
+            let mut unanswered = None;
             self.with_op(now, op, sends, |state, ctx| match state {
                 Op::Current(read) => read.on_tick(ctx),
                 Op::Point(read) => read.on_tick(ctx),
                 Op::Commit(op) => op.commit.on_tick(ctx),
                 Op::Resolve(resolve) => resolve.on_tick(ctx),
+                Op::Relay(relayed) => {
+                    if relayed.on_tick(ctx) {
+                        unanswered = Some(relayed.relay());
+                    }
+                }
                 Op::Verify(_) | Op::Composite(_) => {}
             });
+            if let Some(relay) = unanswered {
+                self.relaying.failed(now, relay);
+            }
         }
         let (woken, waiting): (Vec<_>, Vec<_>) =
             self.wakes.drain(..).partition(|(at, _, _)| *at <= now);
@@ -976,6 +1078,7 @@ impl ClientCore {
             // Lanes first: a commit that just decided is still there to learn from.
             let mut results = Vec::new();
             self.run_lanes(now, &mut sends, &mut results);
+            results.append(&mut self.answered_now);
             results.extend(self.take_results(now));
             if results.is_empty() {
                 break;
@@ -1042,6 +1145,12 @@ impl ClientCore {
                     (None, Some(commit.commit.finished()))
                 }
                 Op::Resolve(resolve) => (resolve.result().map(OpResult::Resolve), None),
+                Op::Relay(relayed) => (
+                    relayed
+                        .result()
+                        .map(|(txn, result)| OpResult::Commit { txn, result }),
+                    None,
+                ),
                 Op::Verify(verify) => (verify.result().map(OpResult::Verify), None),
                 Op::Composite(composite) => (composite.result(), None),
             };
@@ -1086,6 +1195,7 @@ fn op_deadline(state: &Op) -> Option<Time> {
         Op::Point(read) => read.deadline(),
         Op::Commit(op) => op.commit.deadline(),
         Op::Resolve(resolve) => resolve.deadline(),
+        Op::Relay(relayed) => relayed.deadline(),
         // Their reads and commits have their own (and pauses are the core's).
         Op::Verify(_) | Op::Composite(_) => None,
     }

@@ -455,4 +455,19 @@ pub enum Message {
     LockRequest(LockRequest),
     /// From a lock node.
     LockResponse(LockResponse),
+    /// To a replica's relay: commit this transaction of another client
+    /// (docs/protocol.md, "Relayed commits").
+    Relay {
+        /// The request's id (the sender's operation).
+        id: u64,
+        /// The commit.
+        commit: Box<crate::client::RelayedCommit>,
+    },
+    /// From a relay: how the relayed commit `id` ended there.
+    RelayOutcome {
+        /// The request's id.
+        id: u64,
+        /// Its outcome, as [`crate::ClientCore::commit_relayed`] reported it.
+        result: crate::proposer::commit::CommitResult,
+    },
 }

@@ -34,10 +34,12 @@ pub(crate) enum Step {
         reads: ReadSet,
         txn: Option<TxnId>,
     },
-    /// Settle `position` of `eg` and say whether `txn` holds it.
+    /// Settle `position` of `eg` and say whether `txn` holds it (`span`: settle the
+    /// commit span from `position` until one holds it).
     Resolve {
         eg: EgId,
         position: Position,
+        span: bool,
         txn: TxnId,
     },
     /// Call back at `at` (the core's clock).

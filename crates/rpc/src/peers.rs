@@ -118,30 +118,6 @@ impl Peers {
             .ok()
     }
 
-    /// Relays `commit` to replica `to` (`Replication.Relay`, docs/protocol.md, "Relayed
-    /// commits") and returns its outcome, or `None` when no answer came within
-    /// `timeout` (the relay may still commit it: resolve it from its first position).
-    pub async fn relay(
-        &self,
-        to: ReplicaId,
-        commit: megastore_paxos::RelayedCommit,
-        timeout: Duration,
-    ) -> Option<megastore_paxos::CommitResult> {
-        if let Some(rtt) = self.wan_rtt.get(&to) {
-            tokio::time::sleep(*rtt).await;
-        }
-        let mut connection = self.replicas.get(&to)?.connection();
-        let request = pb::replication::RelayedCommit::from(commit);
-        let answer = tokio::time::timeout(timeout, connection.relay(request))
-            .await
-            .ok()?
-            .map_err(|status| tracing::debug!("relay to replica {}: {status}", to.0))
-            .ok()?;
-        crate::relay::relayed_outcome_from_wire(answer.into_inner())
-            .map_err(|e| tracing::warn!("malformed relay outcome from replica {}: {e}", to.0))
-            .ok()
-    }
-
     /// Sends a request and returns the answer as a message from `to`, or `None` if
     /// there is none (unreachable, timed out, malformed, or nothing to say). Protocol
     /// timers decide what a missing answer means.
@@ -170,6 +146,23 @@ impl Peers {
                     .ok()
                     .flatten()
                     .map(Message::CoordinatorReply)
+            }
+            (NodeId::Replica(r), Message::Relay { id, commit }) => {
+                // Answered once the relay's commit ends: the sender's core waits two
+                // RPC timeouts for it (`ClientCore::relay_wait`).
+                let mut connection = self.replicas.get(&r)?.connection();
+                let request = pb::replication::RelayedCommit::from(*commit);
+                let answer = tokio::time::timeout(self.rpc_timeout * 2, connection.relay(request))
+                    .await
+                    .ok()?
+                    .map_err(|status| tracing::debug!("relay to replica {}: {status}", r.0))
+                    .ok()?;
+                crate::relay::relayed_outcome_from_wire(answer.into_inner())
+                    .map(|result| Message::RelayOutcome { id, result })
+                    .map_err(|e| {
+                        tracing::warn!("malformed relay outcome from replica {}: {e}", r.0)
+                    })
+                    .ok()
             }
             (NodeId::LockNode(n), Message::LockRequest(request)) => {
                 self.lockd.send(n, request).await.map(Message::LockResponse)

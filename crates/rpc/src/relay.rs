@@ -112,7 +112,7 @@ impl TryFrom<pb::RelayedCommit> for RelayedCommit {
 
 /// A relayed commit's outcome on the wire (`Aborted`: not committed, for good).
 pub fn relayed_outcome_to_wire(result: CommitResult) -> pb::RelayedOutcome {
-    use pb::relayed_outcome::{Committed, Conflict, NotCommitted, Outcome, Unknown};
+    use pb::relayed_outcome::{Committed, Conflict, NotCommitted, Outcome, Unknown, UnknownInSpan};
     let outcome = match result {
         CommitResult::Committed { position, fast } => Outcome::Committed(Committed {
             position: position.0,
@@ -122,6 +122,9 @@ pub fn relayed_outcome_to_wire(result: CommitResult) -> pb::RelayedOutcome {
         CommitResult::Unknown { position } => Outcome::Unknown(Unknown {
             position: position.0,
         }),
+        CommitResult::UnknownInSpan { first } => {
+            Outcome::UnknownInSpan(UnknownInSpan { first: first.0 })
+        }
         CommitResult::Aborted => Outcome::NotCommitted(NotCommitted {}),
     };
     pb::RelayedOutcome {
@@ -142,5 +145,8 @@ pub fn relayed_outcome_from_wire(outcome: pb::RelayedOutcome) -> Result<CommitRe
             position: Position(u.position),
         },
         Outcome::NotCommitted(_) => CommitResult::Aborted,
+        Outcome::UnknownInSpan(u) => CommitResult::UnknownInSpan {
+            first: Position(u.first),
+        },
     })
 }

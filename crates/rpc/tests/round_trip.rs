@@ -364,6 +364,9 @@ fn a_relayed_commit_and_every_outcome_survive_the_wire() {
         CommitResult::Unknown {
             position: Position(43),
         },
+        CommitResult::UnknownInSpan {
+            first: Position(44),
+        },
         CommitResult::Aborted,
     ] {
         let wire = through_bytes(relayed_outcome_to_wire(outcome.clone()));

@@ -57,6 +57,38 @@ pub(super) fn replica_config(
     }
 }
 
+/// The client ids of the relays beside the full replicas: `RELAY_IDS` + the
+/// replica's id (between the workload's clients and restarted ones).
+pub(super) const RELAY_IDS: u32 = 1 << 15;
+
+/// A relay's client core: it relays nothing itself.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn relay_core(
+    config: &SimConfig,
+    timeouts: &megastore_paxos::Timeouts,
+    lock_nodes: &[LockNodeId],
+    bugs: Bugs,
+    (id, site): (ClientId, megastore_types::SiteId),
+    seed: u64,
+    wall_clock_offset_ms: i64,
+) -> ClientCore {
+    ClientCore::new(ClientConfig {
+        id,
+        site,
+        proposer: ProposerConfig {
+            topology: config.topology.clone(),
+            proposer: ProposerId::client(id),
+            lock_nodes: lock_nodes.to_vec(),
+            timeouts: timeouts.clone(),
+            bugs: bugs.protocol,
+        },
+        seed,
+        delivery_batch: 3,
+        wall_clock_offset_ms,
+        relay_hot_groups: false,
+    })
+}
+
 impl World {
     /// Builds the world a seed describes, with `bugs`.
     pub(crate) fn new(seed: u64, bugs: Bugs, trace: Trace) -> Self {
@@ -64,6 +96,7 @@ impl World {
         let mut config = SimConfig::from_seed(&mut rng);
         config.coordinator_bounds = SimConfig::coordinator_bounds(seed);
         config.replica_cache = SimConfig::replica_cache(seed);
+        config.relays = SimConfig::relays(seed);
         if config.coordinator_bounds.is_some() || config.replica_cache.is_some() {
             // Bounds matter with more groups than they hold.
             config.groups = 3;
@@ -161,7 +194,7 @@ impl World {
                 // Its wall clock reads real time (plus its drift): the clients' clocks
                 // disagree by no more than the drift bound allows.
                 wall_clock_offset_ms: -client_clock.offset_ms(),
-                relay_hot_groups: false,
+                relay_hot_groups: config.relays,
             });
             let node = ClientNode::new(
                 id,
@@ -186,6 +219,29 @@ impl World {
                 .copied()
                 .unwrap_or(crate::workload::Role::Mixed);
             clients.insert(id, node);
+        }
+        // A relay beside each full replica: a client core of its own that commits
+        // what clients relay to the replica, and dies with it.
+        let mut relays = BTreeMap::new();
+        if config.relays {
+            for r in config.topology.full_replicas() {
+                let id = ClientId(RELAY_IDS + u32::from(r.0));
+                let site = config.topology.replica(r).expect("a full replica").site;
+                let relay_clock = clock(&mut rng, NodeId::Client(id));
+                let core = relay_core(
+                    &config,
+                    &timeouts,
+                    &lock_nodes,
+                    bugs,
+                    (id, site),
+                    rng.next_u64(),
+                    -relay_clock.offset_ms(),
+                );
+                let mut node = ClientNode::new(id, site, core, rng.next_u64(), 0, 0);
+                node.relay_of = Some(r);
+                clients.insert(id, node);
+                relays.insert(r, id);
+            }
         }
         let lock = LockModel {
             model: QuorumModel::new(
@@ -225,6 +281,7 @@ impl World {
             held: BTreeMap::new(),
             wiped: false,
             next_client_id: 1 << 16,
+            relays,
             prepared_due: BTreeMap::new(),
         };
         if let Some((r, extra)) = world.config.lagging {

@@ -24,6 +24,10 @@ impl World {
     pub(super) fn deliver(&mut self, from: NodeId, to: NodeId, message: Message) {
         match to {
             NodeId::Replica(r) => {
+                if let Message::Relay { id, commit } = message {
+                    self.relay(r, from, id, *commit);
+                    return;
+                }
                 let handled = match &message {
                     Message::ReplicaRequest(request) => Some(request.clone()),
                     _ => None,
@@ -201,6 +205,42 @@ impl World {
         }
     }
 
+    /// A commit relayed to replica `r`: its relay (beside it, up while it is) commits
+    /// it, and answers `from` once it ends.
+    fn relay(
+        &mut self,
+        r: ReplicaId,
+        from: NodeId,
+        id: u64,
+        commit: megastore_paxos::RelayedCommit,
+    ) {
+        let up = self.replicas.get(&r).is_some_and(|n| n.core.is_some());
+        let Some(relay) = self.relays.get(&r).copied().filter(|_| up) else {
+            return;
+        };
+        let local = self.local_now(NodeId::Client(relay));
+        let Some(node) = self.clients.get_mut(&relay) else {
+            return;
+        };
+        let outputs = node.serve_relay(local, from, id, commit);
+        self.stats.relayed += 1;
+        self.client_outputs(relay, outputs);
+    }
+
+    /// Replica `r` crashed: its relay dies with it (what it was committing goes on
+    /// only as far as it got) and a new one, under a new client id, takes its place.
+    pub(super) fn restart_relay(&mut self, r: ReplicaId) {
+        let Some(relay) = self.relays.get(&r).copied() else {
+            return;
+        };
+        let new_id = ClientId(self.next_client_id);
+        self.next_client_id += 1;
+        let seed = self.rng.next_u64();
+        if let Some(node) = self.clients.get_mut(&relay) {
+            node.restart_relay(new_id, seed);
+        }
+    }
+
     pub(super) fn run_client(&mut self, c: ClientId, input: ClientInput) {
         let local = self.local_now(NodeId::Client(c));
         let Some(client) = self.clients.get_mut(&c) else {
@@ -252,7 +292,7 @@ impl World {
         use crate::history::{OpKind, Outcome};
         match (&record.kind, &record.outcome) {
             (_, Outcome::Committed { .. }) => self.stats.commits += 1,
-            (_, Outcome::NotCommitted) => self.stats.conflicts += 1,
+            (_, Outcome::NotCommitted { .. }) => self.stats.conflicts += 1,
             (_, Outcome::Unknown) => self.stats.unknown += 1,
             (_, Outcome::ResolvedNotCommitted { .. }) => self.stats.resolved_not_committed += 1,
             (OpKind::Settle, Outcome::Failed) => {

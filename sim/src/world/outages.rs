@@ -27,6 +27,7 @@ impl World {
                 let n = self.replicas.get_mut(&r).expect("replica exists");
                 n.core = None;
                 n.store.crash();
+                self.restart_relay(r);
                 let mut checks = self.checks.take().expect("checkers are present");
                 checks.after_crash(&self.observation(), r, self.config.replica_cache.is_some());
                 self.checks = Some(checks);

@@ -197,6 +197,23 @@ impl Lane {
             .is_some_and(|head| read_position.next() >= self.known_from && read_position <= head)
     }
 
+    /// The known position after `read_position` whose entry commits `member`'s
+    /// transaction, if any (a transaction relayed twice).
+    fn committed_at(&self, member: &Member, read_position: Position) -> Option<Position> {
+        let skip = (read_position.next().0 - self.known_from.0) as usize;
+        self.known
+            .iter()
+            .enumerate()
+            .skip(skip)
+            .find(|(_, winner)| winner.holds(member.txn))
+            .map(|(i, _)| Position(self.known_from.0 + i as u64))
+    }
+
+    /// Whether `txn` waits here.
+    pub(crate) fn has_waiting(&self, txn: TxnId) -> bool {
+        self.waiting.iter().any(|w| w.member.txn == txn)
+    }
+
     /// The rows `member` read at `read_position` that a known later position wrote
     /// or locks.
     fn conflicts(
@@ -228,6 +245,21 @@ impl Lane {
         let mut kept = VecDeque::new();
         for waiting in std::mem::take(&mut self.waiting) {
             let judged = self.judges(waiting.read_position);
+            if judged
+                && !bugs.relay_commits_duplicates()
+                && let Some(at) = self.committed_at(&waiting.member, waiting.read_position)
+            {
+                // Relayed twice: its first copy is already in the log there.
+                results.push((
+                    waiting.op,
+                    waiting.member.txn,
+                    CommitResult::Committed {
+                        position: at,
+                        fast: false,
+                    },
+                ));
+                continue;
+            }
             if judged
                 && !bugs.commit_past_span()
                 && next.is_some_and(|next| next > waiting.member.last)

@@ -7,8 +7,14 @@
 //! (farther, but one relay's entries never duel), and with none left, commits go
 //! direct.
 //!
-//! Only liveness depends on this: a relayed commit is committed, judged and resolved
-//! exactly as the writer's own would be, under the writer's transaction id.
+//! A relayed commit is one operation of the writer's core ([`RelayOp`]): it sends
+//! [`Message::Relay`] and waits for [`Message::RelayOutcome`] until a deadline. An
+//! outcome the relay could not know (`Unknown` at a position) is resolved at that
+//! position; no answer by the deadline passes the relay over and resolves the
+//! transaction from its first position over its whole commit span, since the relay may
+//! have proposed it at any of them, or may still. Only liveness depends on relaying:
+//! a relayed commit is committed, judged and resolved exactly as the writer's own
+//! would be, under the writer's transaction id.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -16,7 +22,10 @@ use std::time::Duration;
 use megastore_types::{EgId, Position, ReplicaId, Time, TxnId};
 
 use crate::entry::RowWrite;
-use crate::proposer::commit::ReadSet;
+use crate::messages::Message;
+use crate::proposer::Ctx;
+use crate::proposer::commit::{CommitResult, ReadSet, commit_span};
+use crate::proposer::resolve::{Resolution, Resolve};
 
 /// A commit a client hands its relay: everything [`super::ClientCore::commit`] takes.
 /// The relay answers with the [`crate::CommitResult`] of
@@ -96,6 +105,161 @@ impl Relaying {
         relays
             .into_iter()
             .find(|r| self.down_until.get(r).is_none_or(|until| *until <= now))
+    }
+}
+
+/// A commit of this client relayed to a replica, until its outcome is known.
+#[derive(Debug)]
+pub(crate) struct RelayOp {
+    relay: ReplicaId,
+    eg: EgId,
+    txn: TxnId,
+    first: Position,
+    stage: Stage,
+}
+
+#[derive(Debug)]
+enum Stage {
+    /// Sent; waiting for the relay's answer until then.
+    Sent { deadline: Time },
+    /// Resolving it: at the position the relay could not settle, or (`span`) from
+    /// `first` over its commit span, the relay having not answered.
+    Resolving {
+        resolve: Box<Resolve>,
+        span: bool,
+        position: Position,
+    },
+    /// The relay's answer.
+    Answered(CommitResult),
+}
+
+impl RelayOp {
+    /// Sends `commit` to `relay` as request `id`, to be answered by `deadline`.
+    pub(crate) fn start(
+        id: u64,
+        relay: ReplicaId,
+        commit: RelayedCommit,
+        deadline: Time,
+        sends: &mut Vec<(megastore_types::NodeId, Message)>,
+    ) -> Self {
+        let op = Self {
+            relay,
+            eg: commit.eg.clone(),
+            txn: commit.txn,
+            first: commit.read_position.next(),
+            stage: Stage::Sent { deadline },
+        };
+        sends.push((
+            megastore_types::NodeId::Replica(relay),
+            Message::Relay {
+                id,
+                commit: Box::new(commit),
+            },
+        ));
+        op
+    }
+
+    /// The relay it was sent to.
+    pub(crate) fn relay(&self) -> ReplicaId {
+        self.relay
+    }
+
+    /// Its group.
+    pub(crate) fn group(&self) -> &EgId {
+        &self.eg
+    }
+
+    /// Whether it still waits for the relay's answer.
+    pub(crate) fn waiting(&self) -> bool {
+        matches!(self.stage, Stage::Sent { .. })
+    }
+
+    /// The relay answered `result` (ignored unless it still waits): an unknown outcome
+    /// is resolved at its position.
+    pub(crate) fn answered<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, result: CommitResult) {
+        if !self.waiting() {
+            return;
+        }
+        self.stage = match result {
+            CommitResult::Unknown { position } => Stage::Resolving {
+                resolve: Box::new(Resolve::start(
+                    ctx,
+                    self.eg.clone(),
+                    position..=position,
+                    self.txn,
+                )),
+                span: false,
+                position,
+            },
+            other => Stage::Answered(other),
+        };
+    }
+
+    /// Time passed: past its deadline without an answer, it resolves the transaction
+    /// over its commit span (true: the relay failed to answer).
+    pub(crate) fn on_tick<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) -> bool {
+        match &mut self.stage {
+            Stage::Sent { deadline } if *deadline <= ctx.now => {
+                let positions = if ctx.config.bugs.relay_resolves_first_only() {
+                    self.first..=self.first
+                } else {
+                    commit_span(self.first)
+                };
+                self.stage = Stage::Resolving {
+                    resolve: Box::new(Resolve::start(ctx, self.eg.clone(), positions, self.txn)),
+                    span: true,
+                    position: self.first,
+                };
+                true
+            }
+            Stage::Resolving { resolve, .. } => {
+                resolve.on_tick(ctx);
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// Its resolution, while it resolves.
+    pub(crate) fn resolving(&mut self) -> Option<&mut Resolve> {
+        match &mut self.stage {
+            Stage::Resolving { resolve, .. } => Some(resolve),
+            _ => None,
+        }
+    }
+
+    /// When it next needs a tick.
+    pub(crate) fn deadline(&self) -> Option<Time> {
+        match &self.stage {
+            Stage::Sent { deadline } => Some(*deadline),
+            Stage::Resolving { resolve, .. } => resolve.deadline(),
+            Stage::Answered(_) => None,
+        }
+    }
+
+    /// Its outcome, once known: the relay's answer, or what resolving found (a
+    /// transaction settled without it did not commit: `Aborted`).
+    pub(crate) fn result(&self) -> Option<(TxnId, CommitResult)> {
+        let result = match &self.stage {
+            Stage::Sent { .. } => return None,
+            Stage::Answered(result) => result.clone(),
+            Stage::Resolving {
+                resolve,
+                span,
+                position,
+            } => match resolve.result()? {
+                Resolution::Committed(at) => CommitResult::Committed {
+                    position: at,
+                    fast: false,
+                },
+                Resolution::NotCommitted => CommitResult::Aborted,
+                Resolution::Undecided if *span => CommitResult::UnknownInSpan { first: self.first },
+                Resolution::Undecided => CommitResult::Unknown {
+                    position: *position,
+                },
+            },
+        };
+        Some((self.txn, result))
     }
 }
 

@@ -118,6 +118,14 @@ pub enum CommitResult {
         /// The position it may hold.
         position: Position,
     },
+    /// Like `Unknown`, but it may hold any position of its commit span from `first`
+    /// ([`commit_span`]): a relayed commit whose relay did not answer, and whose
+    /// resolution from `first` could not decide it. Resolve it from `first`
+    /// ([`crate::ClientCore::resolve_from_first`]), never at `first` alone.
+    UnknownInSpan {
+        /// Its first position (the one after its read).
+        first: Position,
+    },
     /// Nothing was sent that could be chosen: not committed, retry is safe.
     Aborted,
 }
@@ -162,11 +170,14 @@ pub(crate) struct Winner {
     pub(crate) finished: Vec<Vec<u8>>,
     pub(crate) next_leader: Option<ReplicaId>,
     pub(crate) ballot: Ballot,
+    /// The transactions it commits.
+    txns: Vec<TxnId>,
 }
 
 impl Winner {
     pub(crate) fn of(eg: &EgId, entry: &LogEntry, ballot: Ballot) -> Self {
         Self {
+            txns: entry.transactions().into_iter().map(|(t, _)| t).collect(),
             rows: entry.written_rows().map(<[u8]>::to_vec).collect(),
             prepared: prepared_in(eg, entry),
             finished: finished_in(eg, entry)
@@ -176,6 +187,12 @@ impl Winner {
             next_leader: entry.next_leader,
             ballot,
         }
+    }
+
+    /// Whether the entry commits `txn` (a transaction relayed twice may meet its own
+    /// first copy).
+    pub(crate) fn holds(&self, txn: TxnId) -> bool {
+        self.txns.contains(&txn)
     }
 
     /// The rows `member` read that this entry wrote, or that a transaction it
@@ -227,7 +244,7 @@ pub(crate) struct Commit {
     /// there on, as far as it learned.
     first: Position,
     seen: Vec<Winner>,
-    /// Another value was chosen at a position it proposed at.
+    /// Another client's entry was chosen at a position it proposed at.
     lost_a_position: bool,
 }
 
@@ -293,9 +310,10 @@ impl Commit {
         self.rebases == 0 && self.settle.later_rounds() == 0
     }
 
-    /// Whether another value was chosen at a position it proposed at (another
-    /// writer's entry, or a resolver's no-op): its group is contended
-    /// (`client::relay`). A prepare round alone (no leader yet, a replica down) is not.
+    /// Whether another client's entry was chosen at a position it proposed at: its
+    /// group is contended (`client::relay`). A no-op (a sweep's, a resolver's), an
+    /// entry of its own client's, or a prepare round alone (no leader yet, a replica
+    /// down) is not.
     pub(crate) fn lost_a_race(&self) -> bool {
         self.lost_a_position
     }
@@ -381,15 +399,36 @@ impl Commit {
                 let winner = Winner::of(&self.eg, &entry, ballot);
                 // The chosen value is our entry (one value per position), so all of
                 // its transactions committed.
-                if self.members.iter().any(|m| entry.holds(m.txn)) {
+                let open =
+                    |(m, r): (&Member, &Report)| matches!(r, Report::NotYetKnown).then_some(m.txn);
+                let mut open_txns = self.members.iter().zip(&self.reports).filter_map(open);
+                if open_txns.all(|txn| entry.holds(txn)) {
                     self.seen.push(winner);
                     self.report_open(|_| CommitResult::Committed { position, fast });
                     return;
                 }
+                // Another entry, which may still hold one of ours: a transaction relayed
+                // twice, whose first copy it is. That one is committed there.
+                let duplicates = !ctx.config.bugs.relay_commits_duplicates();
+                for (member, report) in self.members.iter().zip(&mut self.reports) {
+                    if duplicates
+                        && matches!(report, Report::NotYetKnown)
+                        && entry.holds(member.txn)
+                    {
+                        *report = Report::Known(CommitResult::Committed {
+                            position,
+                            fast: false,
+                        });
+                    }
+                }
                 // An earlier position held our value only if it was chosen there; it
                 // was not, so nothing of ours is in the log. Whose reads it wrote
                 // conflicts; the others may go after it.
-                self.lost_a_position = true;
+                // Another client's (not a no-op of a sweep or a resolver, nor an entry
+                // of this client's own that its read was older than).
+                self.lost_a_position |= entry
+                    .txn
+                    .is_some_and(|t| self.members.iter().all(|m| m.txn.client != t.client));
                 let bugs = ctx.config.bugs;
                 for (member, report) in self.members.iter().zip(&mut self.reports) {
                     if matches!(report, Report::NotYetKnown) {

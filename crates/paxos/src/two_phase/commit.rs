@@ -296,7 +296,9 @@ impl TwoPhaseCommit {
                 Prepare::NotPrepared
             }
             CommitResult::Aborted => Prepare::NotPrepared,
-            CommitResult::Unknown { .. } => Prepare::MaybePrepared,
+            CommitResult::Unknown { .. } | CommitResult::UnknownInSpan { .. } => {
+                Prepare::MaybePrepared
+            }
         };
         if self.parts.iter().any(|p| p.prepare == Prepare::Sent) {
             return Vec::new();
@@ -339,6 +341,16 @@ impl TwoPhaseCommit {
                 Step::Resolve {
                     eg: self.parts[0].participant.eg.clone(),
                     position,
+                    span: false,
+                    txn: self.txn,
+                },
+            )],
+            Ended::Commit(CommitResult::UnknownInSpan { first }) => vec![(
+                DECISION,
+                Step::Resolve {
+                    eg: self.parts[0].participant.eg.clone(),
+                    position: first,
+                    span: true,
                     txn: self.txn,
                 },
             )],

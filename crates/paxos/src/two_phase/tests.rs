@@ -431,7 +431,7 @@ fn an_unknown_decision_is_resolved_by_the_transaction_id() {
     });
     let resolve = commit.on_ended(at_ms(520), 0, unknown);
     assert!(
-        matches!(&resolve[..], [(0, Step::Resolve { eg, position: Position(5), txn: t })] if *eg == c && *t == txn(1)),
+        matches!(&resolve[..], [(0, Step::Resolve { eg, position: Position(5), span: false, txn: t })] if *eg == c && *t == txn(1)),
         "{resolve:?}"
     );
     assert!(
