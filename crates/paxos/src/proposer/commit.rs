@@ -244,7 +244,7 @@ pub(crate) struct Commit {
     /// there on, as far as it learned.
     first: Position,
     seen: Vec<Winner>,
-    /// Another client's entry was chosen at a position it proposed at.
+    /// Another client's entry was chosen at a position it proposed at, or its grant.
     lost_a_position: bool,
 }
 
@@ -310,10 +310,10 @@ impl Commit {
         self.rebases == 0 && self.settle.later_rounds() == 0
     }
 
-    /// Whether another client's entry was chosen at a position it proposed at: its
-    /// group is contended (`client::relay`). A no-op (a sweep's, a resolver's), an
-    /// entry of its own client's, or a prepare round alone (no leader yet, a replica
-    /// down) is not.
+    /// Whether another client's entry was chosen at a position it proposed at, or the
+    /// position leader granted one to another client's transaction: its group is
+    /// contended (`client::relay`). A no-op (a sweep's, a resolver's), an entry of its
+    /// own client's, or a prepare round alone (no leader yet, a replica down) is not.
     pub(crate) fn lost_a_race(&self) -> bool {
         self.lost_a_position
     }
@@ -500,6 +500,10 @@ impl Commit {
     ) {
         if self.settle.owns(reply.id()) {
             self.settle.on_replica_reply(ctx, from, reply);
+            // The leader granted the position to another client's transaction.
+            let taken_by = self.settle.grant_taken_by();
+            self.lost_a_position |=
+                taken_by.is_some_and(|t| self.members.iter().all(|m| m.txn.client != t.client));
             self.advance(ctx);
         }
     }

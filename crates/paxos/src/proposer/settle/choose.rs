@@ -11,7 +11,7 @@ use super::super::Ctx;
 use super::{BACKOFF_DOUBLINGS_MAX, Chosen, Phase, Round, Settle, SettleOutcome};
 use crate::cells::SlotRecord;
 use crate::entry::LogEntry;
-use crate::messages::{AcceptResult, PrepareResult, ReplicaRequest};
+use crate::messages::{AcceptResult, GrantRefusal, PrepareResult, ReplicaRequest};
 
 impl Settle {
     pub(super) fn learn<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
@@ -316,6 +316,9 @@ impl Settle {
             | AcceptResult::Truncated => {
                 if let AcceptResult::Rejected { promised } = result {
                     self.max_seen = self.max_seen.max(promised);
+                }
+                if let AcceptResult::GrantRefused(GrantRefusal::Taken(txn)) = result {
+                    self.grant_taken_by = Some(txn);
                 }
                 if matches!(result, AcceptResult::Truncated) && self.truncated_everywhere(ctx, from)
                 {

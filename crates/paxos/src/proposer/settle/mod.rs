@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use megastore_coordinator::lock_name;
 use megastore_lock::LockCommand;
-use megastore_types::{Ballot, EgId, Position, ReplicaId, Time};
+use megastore_types::{Ballot, EgId, Position, ReplicaId, Time, TxnId};
 
 use super::Ctx;
 use crate::cells::SlotRecord;
@@ -141,6 +141,9 @@ pub(crate) struct Settle {
     round: Option<Round>,
     max_seen: Ballot,
     rounds: u32,
+    /// The position leader refused the fast path's grant: ballot 0 went to this
+    /// transaction.
+    grant_taken_by: Option<TxnId>,
     /// Replicas that answered without the value (for the knob that invalidates only
     /// those).
     #[cfg(feature = "sim-bugs")]
@@ -192,6 +195,7 @@ impl Settle {
             round: None,
             max_seen: Ballot::ZERO,
             rounds: 0,
+            grant_taken_by: None,
             #[cfg(feature = "sim-bugs")]
             seen_lacking: BTreeSet::new(),
             sent_proposal: false,
@@ -318,6 +322,11 @@ impl Settle {
     /// the fast path).
     pub(crate) fn later_rounds(&self) -> u32 {
         self.rounds
+    }
+
+    /// The transaction the position leader granted ballot 0 to instead, if it said so.
+    pub(crate) fn grant_taken_by(&self) -> Option<TxnId> {
+        self.grant_taken_by
     }
 
     /// Handles a replica's reply (ignores replies to other rounds).
