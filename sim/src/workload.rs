@@ -424,10 +424,10 @@ impl ClientNode {
         let mut out = Vec::new();
         if let Some((to, id)) = self.relayed.remove(&op) {
             // A relay answers the writer; the writer records the outcome.
-            if let OpResult::Commit { result, .. } = result {
+            if let OpResult::Commit { txn, result } = result {
                 out.push(ClientOutput::Send {
                     to,
-                    message: megastore_paxos::Message::RelayOutcome { id, result },
+                    message: megastore_paxos::Message::RelayOutcome { id, txn, result },
                 });
             }
             return (records, out);

@@ -946,11 +946,14 @@ impl ClientCore {
                     Op::Point(_) | Op::Verify(_) | Op::Composite(_) => {}
                 });
             }
-            (_, Message::RelayOutcome { id, result }) => {
+            (_, Message::RelayOutcome { id, txn, result }) => {
                 let op = OpId(id);
                 let Some(Op::Relay(relayed)) = self.ops.get(&op) else {
                     return;
                 };
+                if relayed.txn() != txn {
+                    return; // for an earlier process of this client
+                }
                 if relayed.waiting() {
                     // Answered: the group stays relayed while this client writes it.
                     let eg = relayed.group().clone();

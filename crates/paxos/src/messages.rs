@@ -467,6 +467,9 @@ pub enum Message {
     RelayOutcome {
         /// The request's id.
         id: u64,
+        /// Its transaction (a reply meant for an earlier process of the writer, whose
+        /// requests may have had the same ids, names another).
+        txn: TxnId,
         /// Its outcome, as [`crate::ClientCore::commit_relayed`] reported it.
         result: crate::proposer::commit::CommitResult,
     },

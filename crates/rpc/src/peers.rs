@@ -151,6 +151,7 @@ impl Peers {
                 // Answered once the relay's commit ends: the sender's core waits two
                 // RPC timeouts for it (`ClientCore::relay_wait`).
                 let mut connection = self.replicas.get(&r)?.connection();
+                let txn = commit.txn;
                 let request = pb::replication::RelayedCommit::from(*commit);
                 let answer = tokio::time::timeout(self.rpc_timeout * 2, connection.relay(request))
                     .await
@@ -158,7 +159,7 @@ impl Peers {
                     .map_err(|status| tracing::debug!("relay to replica {}: {status}", r.0))
                     .ok()?;
                 crate::relay::relayed_outcome_from_wire(answer.into_inner())
-                    .map(|result| Message::RelayOutcome { id, result })
+                    .map(|result| Message::RelayOutcome { id, txn, result })
                     .map_err(|e| {
                         tracing::warn!("malformed relay outcome from replica {}: {e}", r.0)
                     })

@@ -169,6 +169,11 @@ impl RelayOp {
         &self.eg
     }
 
+    /// Its transaction.
+    pub(crate) fn txn(&self) -> TxnId {
+        self.txn
+    }
+
     /// Whether it still waits for the relay's answer.
     pub(crate) fn waiting(&self) -> bool {
         matches!(self.stage, Stage::Sent { .. })
