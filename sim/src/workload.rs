@@ -388,15 +388,7 @@ impl ClientNode {
         id: u64,
         commit: megastore_paxos::RelayedCommit,
     ) -> Vec<ClientOutput> {
-        let (op, out) = self.core.commit_relayed(
-            now,
-            commit.txn,
-            commit.eg,
-            commit.read_position,
-            commit.leader,
-            commit.writes,
-            commit.reads,
-        );
+        let (op, out) = self.core.commit_relayed(now, commit);
         self.relayed.insert(op, (from, id));
         out
     }

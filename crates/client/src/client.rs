@@ -107,8 +107,11 @@ pub(crate) enum Event {
         leader: Option<ReplicaId>,
         writes: Vec<RowWrite>,
         reads: ReadSet,
-        /// Another client's transaction, relayed to this one (`relay`).
-        relayed: bool,
+        done: oneshot::Sender<Committed>,
+    },
+    /// Another client's transaction, relayed to this one (`relay`).
+    CommitRelayed {
+        commit: megastore_paxos::RelayedCommit,
         done: oneshot::Sender<Committed>,
     },
     /// A blind write's commit on the read of the client's commit to `eg` in flight:
@@ -671,7 +674,6 @@ impl Client {
                 leader,
                 writes,
                 reads,
-                relayed: false,
                 done,
             })
             .map_err(|_| ClientError::Closed)?;
@@ -812,16 +814,9 @@ impl Driver {
                     leader,
                     writes,
                     reads,
-                    relayed,
                     done,
                 }) => {
-                    let commit = if relayed {
-                        ClientCore::commit_relayed
-                    } else {
-                        ClientCore::commit
-                    };
-                    let (op, out) = commit(
-                        &mut self.core,
+                    let (op, out) = self.core.commit(
                         now,
                         txn,
                         eg.clone(),
@@ -830,6 +825,13 @@ impl Driver {
                         writes,
                         reads,
                     );
+                    let started = std::time::Instant::now();
+                    self.waiting.insert(op, Waiting::Commit(done, started, eg));
+                    out
+                }
+                Some(Event::CommitRelayed { commit, done }) => {
+                    let eg = commit.eg.clone();
+                    let (op, out) = self.core.commit_relayed(now, commit);
                     let started = std::time::Instant::now();
                     self.waiting.insert(op, Waiting::Commit(done, started, eg));
                     out

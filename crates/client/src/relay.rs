@@ -18,24 +18,7 @@ impl Client {
         commit: RelayedCommit,
     ) -> Result<CommitResult, ClientError> {
         let (done, result) = oneshot::channel();
-        let RelayedCommit {
-            txn,
-            eg,
-            read_position,
-            leader,
-            writes,
-            reads,
-        } = commit;
-        self.send(Event::Commit {
-            txn,
-            eg,
-            read_position,
-            leader,
-            writes,
-            reads,
-            relayed: true,
-            done,
-        })?;
+        self.send(Event::CommitRelayed { commit, done })?;
         self.metrics().relayed("served");
         Ok(result.await.map_err(|_| ClientError::Closed)?.result)
     }

@@ -596,23 +596,22 @@ impl ClientCore {
             txn.client, self.config.id,
             "a client commits its own transactions only"
         );
-        let reads = reads.into();
-        let Some(relay) = self.relay_for(now, &eg) else {
-            return self.commit_relayed(now, txn, eg, read_position, leader, writes, reads);
+        let commit = RelayedCommit {
+            txn,
+            eg,
+            read_position,
+            leader,
+            writes,
+            reads: reads.into(),
+        };
+        let Some(relay) = self.relay_for(now, &commit.eg) else {
+            return self.commit_in_lane(now, commit);
         };
         let mut sends = Vec::new();
-        let op = match self.blocked_commit(now, txn, &eg, &writes, &reads, &mut sends) {
+        let op = match self.blocked(now, &commit, &mut sends) {
             Some(op) => op,
             None => {
                 let op = self.new_op();
-                let commit = RelayedCommit {
-                    txn,
-                    eg,
-                    read_position,
-                    leader,
-                    writes,
-                    reads,
-                };
                 let deadline = now + self.relay_wait();
                 let relayed = RelayOp::start(op.0, relay, commit, deadline, &mut sends);
                 self.ops.insert(op, Op::Relay(Box::new(relayed)));
@@ -627,34 +626,41 @@ impl ClientCore {
     /// reported here; the writer resolves an unknown one itself. A transaction already
     /// waiting or in flight here (a duplicated request) is not committed again: that
     /// copy ends [`CommitResult::UnknownInSpan`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn commit_relayed(
-        &mut self,
-        now: Time,
-        txn: TxnId,
-        eg: EgId,
-        read_position: Position,
-        leader: Option<ReplicaId>,
-        writes: Vec<RowWrite>,
-        reads: ReadSet,
-    ) -> (OpId, Vec<Output>) {
-        let mut sends = Vec::new();
-        if !self.config.proposer.bugs.relay_commits_duplicates() && self.committing(&eg, txn) {
-            // Relayed twice (a duplicated request): one copy is committed at most. This
-            // one cannot tell where the other lands, so its writer resolves it.
-            let op = self.new_op();
-            let result = CommitResult::UnknownInSpan {
-                first: read_position.next(),
-            };
-            self.answered_now
-                .push((op, OpResult::Commit { txn, result }));
-            return (op, self.finish_step(now, sends));
+    pub fn commit_relayed(&mut self, now: Time, commit: RelayedCommit) -> (OpId, Vec<Output>) {
+        let duplicate = !self.config.proposer.bugs.relay_commits_duplicates()
+            && self.committing(&commit.eg, commit.txn);
+        if !duplicate {
+            return self.commit_in_lane(now, commit);
         }
-        let op = match self.blocked_commit(now, txn, &eg, &writes, &reads, &mut sends) {
+        // Relayed twice (a duplicated request): one copy is committed at most. This one
+        // cannot tell where the other lands, so its writer resolves it.
+        let op = self.new_op();
+        let result = CommitResult::UnknownInSpan {
+            first: commit.read_position.next(),
+        };
+        let txn = commit.txn;
+        self.answered_now
+            .push((op, OpResult::Commit { txn, result }));
+        (op, self.finish_step(now, Vec::new()))
+    }
+
+    /// Puts `commit` in its group's lane (or settles the prepared transactions that
+    /// lock it out first, and reports its conflict).
+    fn commit_in_lane(&mut self, now: Time, commit: RelayedCommit) -> (OpId, Vec<Output>) {
+        let mut sends = Vec::new();
+        let op = match self.blocked(now, &commit, &mut sends) {
             Some(op) => op,
             None => {
                 let op = self.new_op();
-                let lane = self.lanes.entry(eg.clone()).or_default();
+                let RelayedCommit {
+                    txn,
+                    eg,
+                    read_position,
+                    leader,
+                    writes,
+                    reads,
+                } = commit;
+                let lane = self.lanes.entry(eg).or_default();
                 lane.wait(Waiting {
                     op,
                     member: Member::after_read(txn, writes, reads, read_position),
@@ -665,6 +671,23 @@ impl ClientCore {
             }
         };
         (op, self.finish_step(now, sends))
+    }
+
+    /// [`blocked_commit`](Self::blocked_commit) for `commit`.
+    fn blocked(
+        &mut self,
+        now: Time,
+        commit: &RelayedCommit,
+        sends: &mut Vec<(NodeId, Message)>,
+    ) -> Option<OpId> {
+        let RelayedCommit {
+            txn,
+            eg,
+            writes,
+            reads,
+            ..
+        } = commit;
+        self.blocked_commit(now, *txn, eg, writes, reads, sends)
     }
 
     /// Where to send a commit to `eg` now: to the replica named, which commits it in

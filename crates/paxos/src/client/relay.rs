@@ -28,9 +28,8 @@ use crate::proposer::commit::{CommitResult, ReadSet, commit_span};
 use crate::proposer::resolve::{Resolution, Resolve};
 
 /// A commit a client hands its relay: everything [`super::ClientCore::commit`] takes.
-/// The relay answers with the [`crate::CommitResult`] of
-/// [`super::ClientCore::commit_relayed`] (`Aborted` when it settled the transaction's
-/// positions without it).
+/// The relay answers with the [`crate::CommitResult`] its
+/// [`super::ClientCore::commit_relayed`] reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RelayedCommit {
     /// The writer's transaction, under the writer's id.
