@@ -175,6 +175,35 @@ impl Process {
             .status()
             .is_ok_and(|s| s.success());
         assert!(sent, "could not send SIG{name} to {}", self.name);
+        if name == "STOP" {
+            self.wait_stopped();
+        }
+    }
+
+    /// Waits (at most 5 s) until every thread of the process has stopped: `kill`
+    /// returns once the signal is sent, and a thread running on another core serves on
+    /// until it is interrupted — on a loaded machine, long enough to answer requests
+    /// sent after the signal.
+    fn wait_stopped(&self) {
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let stopped = |stat: &str| {
+            // The state follows the parenthesised command name.
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+        };
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            let all_stopped = std::fs::read_dir(&tasks).is_ok_and(|threads| {
+                threads.flatten().all(|thread| {
+                    std::fs::read_to_string(thread.path().join("stat"))
+                        .map_or(true, |stat| stopped(&stat))
+                })
+            });
+            if all_stopped {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Whether it is still running.
