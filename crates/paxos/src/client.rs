@@ -37,7 +37,7 @@ use composite::Composite;
 use lanes::{Lane, Start, Waiting};
 use relay::{RelayOp, Relaying};
 
-pub use relay::{RELAY_DOWN_FOR, RELAY_HOT_FOR, RelayedCommit};
+pub use relay::{RELAY_DOWN_FOR, RELAY_HOT_FOR, RelayedCommit, relay_wait};
 
 /// How a client runs.
 #[derive(Debug, Clone)]
@@ -718,9 +718,9 @@ impl ClientCore {
     }
 
     /// How long a relayed commit waits for its relay's answer before it is resolved
-    /// here (two RPC timeouts: the relay may wait in its lane, then commit).
+    /// here ([`relay_wait`]).
     pub fn relay_wait(&self) -> std::time::Duration {
-        self.config.proposer.timeouts.rpc * 2
+        relay_wait(self.config.proposer.timeouts.rpc)
     }
 
     /// Commits transaction `txn`, which read nothing and writes `writes`, without a

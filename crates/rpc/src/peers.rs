@@ -148,12 +148,13 @@ impl Peers {
                     .map(Message::CoordinatorReply)
             }
             (NodeId::Replica(r), Message::Relay { id, commit }) => {
-                // Answered once the relay's commit ends: the sender's core waits two
-                // RPC timeouts for it (`ClientCore::relay_wait`).
+                // Answered once the relay's commit ends: the sender's core waits as
+                // long for it.
                 let mut connection = self.replicas.get(&r)?.connection();
                 let txn = commit.txn;
                 let request = pb::replication::RelayedCommit::from(*commit);
-                let answer = tokio::time::timeout(self.rpc_timeout * 2, connection.relay(request))
+                let wait = megastore_paxos::relay_wait(self.rpc_timeout);
+                let answer = tokio::time::timeout(wait, connection.relay(request))
                     .await
                     .ok()?
                     .map_err(|status| tracing::debug!("relay to replica {}: {status}", r.0))

@@ -2,7 +2,6 @@
 //! [`CommitResult`] back.
 
 use megastore_paxos::{CommitResult, Prepared, ReadSet, RelayedCommit};
-use megastore_rowstore::KeyRange;
 use megastore_types::{EgId, Position};
 
 use crate::error::{WireError, required};
@@ -10,20 +9,7 @@ use crate::pb::replication as pb;
 use crate::replication::{
     replica_from_wire, row_write_from_wire, row_write_to_wire, txn_from_wire, txn_to_wire,
 };
-
-fn range_to_wire(range: KeyRange) -> pb::KeyRange {
-    pb::KeyRange {
-        start: range.start,
-        end: range.end,
-    }
-}
-
-fn range_from_wire(range: pb::KeyRange) -> KeyRange {
-    KeyRange {
-        start: range.start,
-        end: range.end,
-    }
-}
+use crate::rows::{range_from_wire, range_to_wire};
 
 fn prepared_to_wire(p: Prepared) -> pb::PreparedTxn {
     pb::PreparedTxn {

@@ -6,13 +6,13 @@ use megastore_paxos::messages::{
     AcceptResult, ChosenTxn, GrantRefusal, LogState, PrepareResult, ReplicaError,
 };
 use megastore_paxos::{CellWrite, LogEntry, ReplicaReply, ReplicaRequest, RowWrite};
-use megastore_rowstore::KeyRange;
 use megastore_types::{Ballot, ClientId, EgId, Position, ProposerId, ReplicaId, TxnId};
 
 use crate::error::{WireError, narrow, required};
 use crate::pb::replication as pb;
 use crate::rows::{
-    query_from_wire, query_to_wire, read_at_from_wire, read_at_to_wire, row_from_wire, row_to_wire,
+    query_from_wire, query_to_wire, range_from_wire, range_to_wire, read_at_from_wire,
+    read_at_to_wire, row_from_wire, row_to_wire,
 };
 
 pub(crate) fn txn_to_wire(txn: TxnId) -> pb::TxnId {
@@ -298,10 +298,7 @@ impl From<ReplicaRequest> for pb::ReplicaRequest {
                 id,
                 EgId(Vec::new()),
                 r::Request::ScanGlobal(r::ScanGlobal {
-                    range: Some(pb::KeyRange {
-                        start: range.start,
-                        end: range.end,
-                    }),
+                    range: Some(range_to_wire(range)),
                     limit: limit.map(|l| l as u64),
                     reverse,
                 }),
@@ -370,10 +367,7 @@ impl TryFrom<pb::ReplicaRequest> for ReplicaRequest {
                 let range = required(scan.range, "scan_global.range")?;
                 ReplicaRequest::ScanGlobal {
                     id,
-                    range: KeyRange {
-                        start: range.start,
-                        end: range.end,
-                    },
+                    range: range_from_wire(range),
                     limit: scan
                         .limit
                         .map(|l| narrow(l, "scan_global.limit"))

@@ -40,6 +40,20 @@ pub(crate) fn row_from_wire(row: pb::Row) -> Row {
     }
 }
 
+pub(crate) fn range_to_wire(range: KeyRange) -> pb::KeyRange {
+    pb::KeyRange {
+        start: range.start,
+        end: range.end,
+    }
+}
+
+pub(crate) fn range_from_wire(range: pb::KeyRange) -> KeyRange {
+    KeyRange {
+        start: range.start,
+        end: range.end,
+    }
+}
+
 pub(crate) fn query_to_wire(query: DataQuery) -> pb::DataQuery {
     let query = match query {
         DataQuery::Rows(rows) => pb::data_query::Query::Rows(pb::data_query::Rows { rows }),
@@ -48,10 +62,7 @@ pub(crate) fn query_to_wire(query: DataQuery) -> pb::DataQuery {
             limit,
             reverse,
         } => pb::data_query::Query::Scan(pb::data_query::Scan {
-            range: Some(pb::KeyRange {
-                start: range.start,
-                end: range.end,
-            }),
+            range: Some(range_to_wire(range)),
             limit: limit.map(|l| l as u64),
             reverse,
         }),
@@ -66,10 +77,7 @@ pub(crate) fn query_from_wire(query: Option<pb::DataQuery>) -> Result<DataQuery,
         pb::data_query::Query::Scan(scan) => {
             let range = required(scan.range, "read.query.scan.range")?;
             DataQuery::Scan {
-                range: KeyRange {
-                    start: range.start,
-                    end: range.end,
-                },
+                range: range_from_wire(range),
                 limit: scan
                     .limit
                     .map(|l| narrow(l, "read.query.scan.limit"))

@@ -51,6 +51,13 @@ pub struct RelayedCommit {
 pub const RELAY_HOT_FOR: Duration = Duration::from_secs(5);
 /// How long a relay that failed to answer is passed over.
 pub const RELAY_DOWN_FOR: Duration = Duration::from_secs(2);
+/// How long a relayed commit waits for its relay's answer before its writer resolves
+/// it itself, for an RPC timeout of `rpc`: two, since the relay may wait in its lane,
+/// then commit. (A transport carrying the relay's answer waits as long.)
+pub fn relay_wait(rpc: Duration) -> Duration {
+    rpc * 2
+}
+
 /// Hot groups one client remembers at most (the ones closest to cooling go first).
 pub(crate) const HOT_GROUPS_MAX: usize = 1_024;
 
