@@ -368,7 +368,19 @@ impl ClientNode {
             80..92 => (ReadMode::Snapshot, OpKind::SnapshotRead, None),
             _ => (ReadMode::Inconsistent, OpKind::InconsistentRead, None),
         };
-        let (op, out) = self.core.read(now, eg.clone(), mode, query);
+        let (op, kind, out) = if matches!(plan, Some(Plan::Blind(_))) {
+            // A blind write's basis is the core's to choose (a snapshot read while the
+            // group's commits are relayed), as it is for the client library's.
+            let (op, mode, out) = self.core.read_basis(now, eg.clone(), query);
+            let kind = match mode {
+                ReadMode::Snapshot => OpKind::SnapshotRead,
+                _ => OpKind::CurrentRead,
+            };
+            (op, kind, out)
+        } else {
+            let (op, out) = self.core.read(now, eg.clone(), mode, query);
+            (op, kind, out)
+        };
         self.state = State::Reading {
             op,
             kind,

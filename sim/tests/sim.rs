@@ -160,7 +160,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         &["queue-exactly-once-in-order"],
         10,
     ),
-    ("consume-outside-txn", &["queue-exactly-once-in-order"], 10),
+    ("consume-outside-txn", &["queue-exactly-once-in-order"], 40),
     ("batch-in-row-order", &["queue-exactly-once-in-order"], 45),
     ("decide-before-all-prepared", &["multi-group-atomicity"], 10),
     ("abort-without-recording", &["multi-group-atomicity"], 10),

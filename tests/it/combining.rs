@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use megastore_client::{Attempt, Client, ClientError, Outcome};
+use megastore_metrics::ReadPathLabel;
 use megastore_paxos::{DataQuery, ReadMode};
 use megastore_types::{EgId, Position};
 
@@ -263,5 +264,20 @@ fn separate_clients_relay_a_hot_groups_commits_and_each_applies_exactly_once_thr
     assert!(
         relayed as usize * 2 >= acked,
         "only {relayed} of {acked} acknowledged transactions were relayed ({unanswered} unanswered)"
+    );
+    // A relayed blind write's basis is a snapshot read, which never waits for the
+    // relay's entry in flight (docs/protocol.md, "Relayed commits", step 6); these
+    // tasks make no other snapshot reads.
+    let blind_acked: usize = (0..TASKS)
+        .filter(|t| blind(*t))
+        .map(|t| seen[t].committed.len())
+        .sum();
+    let snapshots: u64 = clients
+        .iter()
+        .map(|c| c.metrics().read_count(ReadPathLabel::Snapshot))
+        .sum();
+    assert!(
+        snapshots as usize * 2 >= blind_acked,
+        "only {snapshots} snapshot reads for {blind_acked} acknowledged blind writes"
     );
 }

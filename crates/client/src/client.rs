@@ -100,6 +100,11 @@ pub(crate) enum Event {
         query: DataQuery,
         done: oneshot::Sender<Result<ReadResult, ReadError>>,
     },
+    /// The read a blind write makes for its basis ([`ClientCore::read_basis`]).
+    ReadBasis {
+        eg: EgId,
+        done: oneshot::Sender<Result<ReadResult, ReadError>>,
+    },
     Commit {
         txn: TxnId,
         eg: EgId,
@@ -554,6 +559,23 @@ impl Client {
         }
     }
 
+    /// The read a blind write of `eg` makes for its basis: its position, that
+    /// position's next leader and the prepared transactions pending there
+    /// ([`ClientCore::read_basis`] chooses how).
+    pub(crate) async fn read_basis(&self, eg: &EgId) -> Result<ReadResult, ClientError> {
+        let (done, result) = oneshot::channel();
+        self.events
+            .send(Event::ReadBasis {
+                eg: eg.clone(),
+                done,
+            })
+            .map_err(|_| ClientError::Closed)?;
+        match result.await.map_err(|_| ClientError::Closed)? {
+            Ok(read) => Ok(read),
+            Err(ReadError::Unavailable(why)) => Err(ClientError::Unavailable(why)),
+        }
+    }
+
     /// The entry committed at `position` of `eg`, asking `prefer` first and then every
     /// other replica until one has it ([`megastore_paxos::watch`]).
     pub(crate) async fn read_log(
@@ -804,6 +826,11 @@ impl Driver {
                     done,
                 }) => {
                     let (op, out) = self.core.read(now, eg, mode, query);
+                    self.waiting.insert(op, Waiting::Read(done));
+                    out
+                }
+                Some(Event::ReadBasis { eg, done }) => {
+                    let (op, _, out) = self.core.read_basis(now, eg, DataQuery::Rows(Vec::new()));
                     self.waiting.insert(op, Waiting::Read(done));
                     out
                 }

@@ -372,10 +372,7 @@ impl Transaction {
             Some(p) => p,
             // Blind writes: read the group's position first.
             None => {
-                let read = self
-                    .client
-                    .read_rows(&self.eg, ReadMode::Current, DataQuery::Rows(Vec::new()))
-                    .await?;
+                let read = self.client.read_basis(&self.eg).await?;
                 reads.saw_prepared(&read.prepared);
                 (read.position.unwrap_or(Position::NONE), read.next_leader)
             }

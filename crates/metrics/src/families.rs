@@ -166,6 +166,13 @@ impl ClientMetrics {
         self.relayed.get_or_create(&[("what", what)]).get()
     }
 
+    /// Reads so far served by `path`.
+    pub fn read_count(&self, path: ReadPathLabel) -> u64 {
+        // `get`, not `get_or_create`: reading adds no series to the scrape.
+        let label = [("path", path.name())];
+        self.reads.get(&label).map_or(0, |c| c.get())
+    }
+
     /// A blind write went on the read of a commit in flight.
     pub fn blind_write_unread(&self) {
         self.blind_unread.inc();
@@ -222,10 +229,7 @@ impl ClientMetrics {
     pub fn totals(&self) -> ClientTotals {
         // `get`, not `get_or_create`: reading adds no series to the scrape.
         let commits = |path| self.commits.get(&[("path", path)]).map_or(0, |c| c.get());
-        let reads = |path: ReadPathLabel| {
-            let label = [("path", path.name())];
-            self.reads.get(&label).map_or(0, |c| c.get())
-        };
+        let reads = |path: ReadPathLabel| self.read_count(path);
         ClientTotals {
             commits: commits("fast") + commits("slow"),
             conflicts: self.conflicts.get(),

@@ -263,6 +263,41 @@ impl ClientCore {
         (op, self.finish_step(now, sends))
     }
 
+    /// Starts the read a blind write of `eg` (a transaction that read nothing) makes for
+    /// its basis — the position it commits after, that position's next leader, and the
+    /// prepared transactions pending there — when [`commit_blind`](Self::commit_blind)
+    /// had no commit in flight to borrow one from. `query` is what else it reads (none,
+    /// for the client library). Returns the operation and the read's mode.
+    ///
+    /// A current read, except while the group's commits are relayed (it is hot): then a
+    /// snapshot read, the relay asked first (docs/protocol.md, "Relayed commits"). A
+    /// current read there meets the relay's entry in flight and waits for it; a
+    /// snapshot read does not, and the write needs no newer basis. It reads nothing, so
+    /// it need not see the writes acknowledged meanwhile, and the relay's lane judges
+    /// it against every position after its basis (prepared transactions' locks
+    /// included) before it commits, after all of them.
+    pub fn read_basis(
+        &mut self,
+        now: Time,
+        eg: EgId,
+        query: DataQuery,
+    ) -> (OpId, ReadMode, Vec<Output>) {
+        let Some(relay) = self.relay_for(now, &eg) else {
+            let (op, out) = self.read(now, eg, ReadMode::Current, query);
+            return (op, ReadMode::Current, out);
+        };
+        let mut sends = Vec::new();
+        let op = self.new_op();
+        let mut candidates = self.point_read_candidates(ReadMode::Snapshot);
+        candidates.retain(|r| *r != relay);
+        candidates.insert(0, relay);
+        let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, &mut sends);
+        let target = PointTarget::Group { eg, query };
+        let read = PointRead::start(&mut ctx, target, ReadMode::Snapshot, candidates);
+        self.ops.insert(op, Op::Point(read));
+        (op, ReadMode::Snapshot, self.finish_step(now, sends))
+    }
+
     /// Starts a read; a current read settles the prepared transactions it meets whose
     /// writes it reads (docs/protocol.md, "Two-phase commit").
     fn start_read(

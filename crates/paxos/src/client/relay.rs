@@ -277,6 +277,12 @@ impl RelayOp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::messages::{DataQuery, ReadAt, ReplicaRequest};
+    use crate::proposer::read::ReadMode;
+    use crate::{ClientConfig, ClientCore, ClientOutput, ProposerConfig, ProtocolBugs, Timeouts};
+    use megastore_types::{
+        ClientId, LockNodeId, NodeId, ProposerId, ReplicaInfo, ReplicaKind, SiteId, Topology,
+    };
 
     fn eg(n: usize) -> EgId {
         EgId(format!("g{n}").into_bytes())
@@ -340,5 +346,80 @@ mod tests {
                 .relay(now, &eg(HOT_GROUPS_MAX + 9), RELAYS)
                 .is_some()
         );
+    }
+
+    /// A client at site 1 of full replicas 1 and 2 and witness 3 (one per site).
+    fn relaying_client() -> ClientCore {
+        let r = |id: u16, kind| ReplicaInfo {
+            id: ReplicaId(id),
+            kind,
+            site: SiteId(id),
+        };
+        let topology = Topology::new(vec![
+            r(1, ReplicaKind::Full),
+            r(2, ReplicaKind::Full),
+            r(3, ReplicaKind::Witness),
+        ])
+        .unwrap();
+        let ms = Duration::from_millis;
+        ClientCore::new(ClientConfig {
+            id: ClientId(1),
+            site: SiteId(1),
+            proposer: ProposerConfig {
+                topology,
+                proposer: ProposerId::client(ClientId(1)),
+                lock_nodes: vec![LockNodeId(0)],
+                timeouts: Timeouts::from_rpc_and_lease(ms(100), ms(1000)),
+                bugs: ProtocolBugs::NONE,
+            },
+            seed: 7,
+            delivery_batch: crate::queue::DELIVERY_BATCH,
+            wall_clock_offset_ms: 0,
+            relay_hot_groups: true,
+        })
+    }
+
+    /// The replicas `outputs` ask for data, and at what.
+    fn data_reads(outputs: &[ClientOutput]) -> Vec<(ReplicaId, ReadAt)> {
+        outputs
+            .iter()
+            .filter_map(|o| match o {
+                ClientOutput::Send {
+                    to: NodeId::Replica(r),
+                    message: Message::ReplicaRequest(ReplicaRequest::Read { at, .. }),
+                } => Some((*r, *at)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_blind_writes_basis_is_a_current_read_but_a_snapshot_at_the_relay_while_hot() {
+        let mut core = relaying_client();
+        let t0 = Time::from_nanos(1_000);
+        let none = || DataQuery::Rows(Vec::new());
+        let (_, mode, out) = core.read_basis(t0, eg(1), none());
+        assert_eq!(mode, ReadMode::Current, "cold: a current read");
+        assert!(
+            data_reads(&out).is_empty(),
+            "a current read asks the coordinator first: {out:?}"
+        );
+        core.relaying.hot(t0, &eg(1));
+        let (_, mode, out) = core.read_basis(t0, eg(1), none());
+        assert_eq!(
+            mode,
+            ReadMode::Snapshot,
+            "hot: never waits for the relay's entry"
+        );
+        assert_eq!(data_reads(&out), vec![(ReplicaId(1), ReadAt::Applied)]);
+        core.relaying.failed(t0, ReplicaId(1));
+        let (_, _, out) = core.read_basis(t0, eg(1), none());
+        assert_eq!(
+            data_reads(&out),
+            vec![(ReplicaId(2), ReadAt::Applied)],
+            "the relay that takes its commits now is asked first"
+        );
+        let (_, mode, _) = core.read_basis(t0 + RELAY_HOT_FOR, eg(1), none());
+        assert_eq!(mode, ReadMode::Current, "cooled");
     }
 }
