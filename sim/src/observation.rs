@@ -6,7 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use megastore_paxos::cells::{SlotRecord, TRUNCATED, grant_column, log_column, promise_column};
+use megastore_paxos::cells::{
+    SlotRecord, TRUNCATED, VISIBLE, grant_column, log_column, promise_column,
+};
 use megastore_paxos::root_row;
 use megastore_rowstore::{KeyRange, LATEST, Row, RowRead, ScanOptions};
 use megastore_types::{Ballot, EgId, NodeId, Position, ReplicaId, Topology, TxnId};
@@ -80,7 +82,9 @@ impl<'a> Observation<'a> {
 
     /// What replica `r` holds at `p` of `eg`, read from its store (durable state).
     pub(crate) fn stored_slot(&self, r: ReplicaId, eg: &EgId, p: Position) -> Option<SlotRecord> {
-        self.stored(r, eg, &log_column(p))
+        let mut slot: SlotRecord = self.stored(r, eg, &log_column(p))?;
+        slot.derive_visible(p, self.stored_watermark(r, eg, VISIBLE));
+        Some(slot)
     }
 
     /// The promise replica `r` would reload at `p` of `eg` after a restart (its stored

@@ -51,8 +51,22 @@ pub struct SlotRecord {
     pub ballot: Ballot,
     /// The accepted value.
     pub entry: LogEntry,
-    /// The value is chosen and its invalidation step is done.
+    /// The value is chosen and its invalidation step is done. Stored, it is true only
+    /// of a slot marked visible past a gap: a slot at or below the `visible` watermark
+    /// is visible whatever its cell says (invariant *visible-below-watermark*), so a
+    /// mark that finds its value accepted at its ballot and moves the watermark over it
+    /// writes the watermark alone ([`StoredGroup::from_row`] derives the flag).
     pub visible: bool,
+}
+
+impl SlotRecord {
+    /// Read back from its cell at `p` of a group whose `visible` watermark is
+    /// `visible`: visible if the cell says so or the watermark covers it (invariant
+    /// visible-below-watermark — the watermark moves only over visible slots, and a mark
+    /// that moved it over an accepted slot did not rewrite the slot).
+    pub fn derive_visible(&mut self, p: Position, visible: Position) {
+        self.visible |= p <= visible;
+    }
 }
 
 fn column(family: &[u8], position: Position) -> Vec<u8> {
@@ -165,6 +179,10 @@ impl StoredGroup {
             } else if name == REJOIN_FLOOR {
                 stored.rejoin_floor = Some(decode(name, value)?);
             }
+        }
+        let visible = stored.visible;
+        for (p, slot) in &mut stored.slots {
+            slot.derive_visible(*p, visible);
         }
         Ok(stored)
     }

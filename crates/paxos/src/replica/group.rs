@@ -433,12 +433,24 @@ impl GroupLog {
         if let Some(s) = self.slots.get(&p).filter(|s| s.visible) {
             return if s.entry == entry { Ok(()) } else { Err(p) };
         }
+        // The slot is rewritten unless it holds this value at this ballot already and
+        // the watermark moves over it: the watermark alone then says it is visible
+        // (invariant visible-below-watermark, `SlotRecord::visible`).
+        let watermark_covers = p == self.visible.next()
+            && self
+                .slots
+                .get(&p)
+                .is_some_and(|s| s.ballot == ballot && s.entry == entry);
         let slot = SlotRecord {
             ballot,
             entry,
             visible: true,
         };
-        let mut write = self.write().slot(p, &slot);
+        let mut write = if watermark_covers {
+            self.write()
+        } else {
+            self.write().slot(p, &slot)
+        };
         self.slots.insert(p, Box::new(slot));
         let before = self.visible;
         while self
@@ -451,6 +463,7 @@ impl GroupLog {
         if self.visible != before {
             write = write.watermark(VISIBLE, self.visible);
         }
+        debug_assert!(self.visible >= p || !watermark_covers);
         out.push(Output::Persist { mutation: write.0 });
         if kind != ReplicaKind::Witness {
             #[cfg(feature = "sim-bugs")]

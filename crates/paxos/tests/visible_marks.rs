@@ -1,0 +1,86 @@
+//! A visible mark at a replica that accepted the value (invariant
+//! *visible-below-watermark*, docs/protocol.md "Groups in memory"): when the mark moves
+//! the `visible` watermark over its position, it writes the watermark alone, not the
+//! entry a second time; read back after a restart, the slot is still visible, so a
+//! different value marked there is refused.
+
+mod support;
+
+use megastore_paxos::cells::{StoredGroup, log_column};
+use megastore_paxos::{ReplicaError, ReplicaReply, root_row};
+use megastore_rowstore::{KeyRange, LATEST, RowRead};
+use megastore_types::Position;
+use support::*;
+
+/// The root row as stored, and the raw bytes of its `log:<p>` cell.
+fn stored(node: &Node, p: u64) -> (StoredGroup, Option<Vec<u8>>) {
+    let row = node
+        .store
+        .read_row(&root_row(&eg()), &KeyRange::all(), LATEST)
+        .unwrap();
+    let cell = row
+        .as_ref()
+        .and_then(|r| r.cells.get(&log_column(Position(p))))
+        .map(|c| c.value.clone());
+    (StoredGroup::from_row(row.as_ref()).unwrap(), cell)
+}
+
+fn slot_visible(stored: &StoredGroup, p: u64) -> bool {
+    stored
+        .slots
+        .iter()
+        .any(|(at, slot)| *at == Position(p) && slot.visible)
+}
+
+#[test]
+fn a_mark_over_an_accepted_slot_writes_only_the_watermark_and_the_slot_stays_visible() {
+    let mut node = Node::new(1);
+    let first = write(1, Some(1), "one");
+    assert_eq!(
+        accept_result(node.ask(accept(1, ballot(1), first.clone(), false))),
+        megastore_paxos::messages::AcceptResult::Accepted
+    );
+    let (_, accepted_cell) = stored(&node, 1);
+    assert!(matches!(
+        node.ask(mark(1, ballot(1), first.clone())),
+        ReplicaReply::MarkedVisible { .. }
+    ));
+    let (after, marked_cell) = stored(&node, 1);
+    assert_eq!(
+        marked_cell, accepted_cell,
+        "the log cell is not written again"
+    );
+    assert_eq!(after.visible, Position(1));
+    assert!(slot_visible(&after, 1), "visible below the watermark");
+
+    // Past a gap (nothing at 2) the watermark cannot say it: the cell does.
+    let third = write(3, Some(1), "three");
+    accept_result(node.ask(accept(3, ballot(1), third.clone(), false)));
+    let (_, accepted_third) = stored(&node, 3);
+    assert!(matches!(
+        node.ask(mark(3, ballot(1), third)),
+        ReplicaReply::MarkedVisible { .. }
+    ));
+    let (after, marked_third) = stored(&node, 3);
+    assert_ne!(marked_third, accepted_third, "rewritten as visible");
+    assert_eq!(after.visible, Position(1));
+    assert!(slot_visible(&after, 3));
+
+    // After a restart, position 1 is known visible: another value is refused there.
+    node.restart();
+    assert!(matches!(
+        node.ask(mark(1, ballot(1), first)),
+        ReplicaReply::MarkedVisible { .. }
+    ));
+    let other = write(9, Some(1), "other");
+    assert!(
+        matches!(
+            node.ask(mark(1, ballot(2), other)),
+            ReplicaReply::Error {
+                error: ReplicaError::Conflict(Position(1)),
+                ..
+            }
+        ),
+        "a visible position keeps its value"
+    );
+}
