@@ -282,7 +282,7 @@ impl ClientCore {
         eg: EgId,
         query: DataQuery,
     ) -> (OpId, ReadMode, Vec<Output>) {
-        let Some(relay) = self.relay_for(now, &eg) else {
+        let Some(relay) = self.relay_for(now, &eg, None) else {
             let (op, out) = self.read(now, eg, ReadMode::Current, query);
             return (op, ReadMode::Current, out);
         };
@@ -639,7 +639,7 @@ impl ClientCore {
             writes,
             reads: reads.into(),
         };
-        let Some(relay) = self.relay_for(now, &commit.eg) else {
+        let Some(relay) = self.relay_for(now, &commit.eg, commit.leader) else {
             return self.commit_in_lane(now, commit);
         };
         let mut sends = Vec::new();
@@ -728,16 +728,17 @@ impl ClientCore {
     /// Where to send a commit to `eg` now: to the replica named, which commits it in
     /// its shared lane ([`commit_relayed`](Self::commit_relayed)), while this client
     /// lately lost races for the group — its local full replica, or while that one
-    /// fails to answer the next full replica — or, `None`, itself (docs/protocol.md,
-    /// "Relayed commits").
-    fn relay_for(&self, now: Time, eg: &EgId) -> Option<ReplicaId> {
+    /// fails to answer the next full replica; or `leader` (the position leader its read
+    /// named), while a relayed commit's lost span says relays duel — or, `None`,
+    /// itself (docs/protocol.md, "Relayed commits").
+    fn relay_for(&self, now: Time, eg: &EgId, leader: Option<ReplicaId>) -> Option<ReplicaId> {
         if !self.config.relay_hot_groups {
             return None;
         }
         let topology = &self.config.proposer.topology;
         let others = topology.full_replicas().filter(|r| Some(*r) != self.local);
         self.relaying
-            .relay(now, eg, self.local.into_iter().chain(others))
+            .relay(now, eg, leader, self.local.into_iter().chain(others))
     }
 
     /// Whether `txn` waits in `eg`'s lane or is a member of its commit in flight.
@@ -1016,6 +1017,9 @@ impl ClientCore {
                     // Answered: the group stays relayed while this client writes it.
                     let eg = relayed.group().clone();
                     self.relaying.hot(now, &eg);
+                    if matches!(&result, CommitResult::Conflict { keys } if keys.is_empty()) {
+                        self.relaying.lost_span(now, &eg);
+                    }
                 }
                 self.with_op(now, op, sends, |state, ctx| {
                     if let Op::Relay(relayed) = state {

@@ -66,6 +66,10 @@ pub(crate) const HOT_GROUPS_MAX: usize = 1_024;
 pub(crate) struct Relaying {
     /// Per group, until when its commits are relayed.
     hot_until: BTreeMap<EgId, Time>,
+    /// Per group, until when its commits go to the relay at its position leader rather
+    /// than the local one: a relayed commit of it lost its whole span to other entries
+    /// (another relay's, at another site, whose local leader grants it every position).
+    follow_leader_until: BTreeMap<EgId, Time>,
     /// Relays that failed to answer, passed over until then.
     down_until: BTreeMap<ReplicaId, Time>,
 }
@@ -74,20 +78,20 @@ impl Relaying {
     /// This client lost a race for `eg`'s position, or relayed one of its commits:
     /// `eg` is hot until [`RELAY_HOT_FOR`] from now.
     pub(crate) fn hot(&mut self, now: Time, eg: &EgId) {
-        if !self.hot_until.contains_key(eg) && self.hot_until.len() >= HOT_GROUPS_MAX {
-            self.hot_until.retain(|_, until| *until > now);
-            if self.hot_until.len() >= HOT_GROUPS_MAX
-                && let Some(coolest) = self
-                    .hot_until
-                    .iter()
-                    .min_by_key(|(_, until)| **until)
-                    .map(|(eg, _)| eg.clone())
-            {
-                self.hot_until.remove(&coolest);
-            }
+        remember_until(&mut self.hot_until, now, eg);
+        // Following the leader goes on while the group stays hot.
+        if let Some(until) = self.follow_leader_until.get_mut(eg)
+            && *until > now
+        {
+            *until = now + RELAY_HOT_FOR;
         }
-        self.hot_until.insert(eg.clone(), now + RELAY_HOT_FOR);
-        debug_assert!(self.hot_until.len() <= HOT_GROUPS_MAX);
+    }
+
+    /// A relayed commit of `eg` lost every position of its span to other entries: two
+    /// relays are duelling, and the one beside the position leader wins every grant.
+    /// Until `eg` cools, its commits go to the relay at the leader their read names.
+    pub(crate) fn lost_span(&mut self, now: Time, eg: &EgId) {
+        remember_until(&mut self.follow_leader_until, now, eg);
     }
 
     /// `relay` did not answer a relayed commit: it is passed over for
@@ -97,21 +101,46 @@ impl Relaying {
         self.down_until.insert(relay, now + RELAY_DOWN_FOR);
     }
 
-    /// The relay for a commit to `eg` now: the first of `relays` (in order of
-    /// preference) not passed over, while `eg` is hot; `None`, commit it directly.
+    /// The relay for a commit to `eg` now, while `eg` is hot (`None`: commit it
+    /// directly): the first of `relays` (in order of preference) not passed over — but
+    /// first `leader`, if it is one of them, while `eg`'s commits follow the leader.
     pub(crate) fn relay(
         &self,
         now: Time,
         eg: &EgId,
+        leader: Option<ReplicaId>,
         relays: impl IntoIterator<Item = ReplicaId>,
     ) -> Option<ReplicaId> {
-        if self.hot_until.get(eg).is_none_or(|until| *until <= now) {
+        let live = |until: Option<&Time>| until.is_some_and(|until| *until > now);
+        if !live(self.hot_until.get(eg)) {
             return None;
         }
-        relays
-            .into_iter()
-            .find(|r| self.down_until.get(r).is_none_or(|until| *until <= now))
+        let up = |r: &ReplicaId| !live(self.down_until.get(r));
+        let relays: Vec<ReplicaId> = relays.into_iter().filter(up).collect();
+        let follow = live(self.follow_leader_until.get(eg));
+        match leader.filter(|l| follow && relays.contains(l)) {
+            Some(leader) => Some(leader),
+            None => relays.first().copied(),
+        }
     }
+}
+
+/// Remembers `eg` in `until` for [`RELAY_HOT_FOR`] from `now`, at most
+/// [`HOT_GROUPS_MAX`] groups (the expired, then the closest to expiring, go first).
+fn remember_until(until: &mut BTreeMap<EgId, Time>, now: Time, eg: &EgId) {
+    if !until.contains_key(eg) && until.len() >= HOT_GROUPS_MAX {
+        until.retain(|_, t| *t > now);
+        if until.len() >= HOT_GROUPS_MAX
+            && let Some(coolest) = until
+                .iter()
+                .min_by_key(|(_, t)| **t)
+                .map(|(eg, _)| eg.clone())
+        {
+            until.remove(&coolest);
+        }
+    }
+    until.insert(eg.clone(), now + RELAY_HOT_FOR);
+    debug_assert!(until.len() <= HOT_GROUPS_MAX);
 }
 
 /// A commit of this client relayed to a replica, until its outcome is known.
@@ -294,36 +323,83 @@ mod tests {
     fn a_group_is_relayed_while_hot_and_a_relay_that_failed_is_passed_over() {
         let mut relaying = Relaying::default();
         let t0 = Time::from_nanos(1_000);
-        assert_eq!(relaying.relay(t0, &eg(1), RELAYS), None, "cold at first");
-        relaying.hot(t0, &eg(1));
-        assert_eq!(relaying.relay(t0, &eg(1), RELAYS), Some(RELAYS[0]));
         assert_eq!(
-            relaying.relay(t0, &eg(2), RELAYS),
+            relaying.relay(t0, &eg(1), None, RELAYS),
+            None,
+            "cold at first"
+        );
+        relaying.hot(t0, &eg(1));
+        assert_eq!(relaying.relay(t0, &eg(1), None, RELAYS), Some(RELAYS[0]));
+        assert_eq!(
+            relaying.relay(t0, &eg(2), None, RELAYS),
             None,
             "only the hot group"
         );
         assert_eq!(
-            relaying.relay(t0 + RELAY_HOT_FOR, &eg(1), RELAYS),
+            relaying.relay(t0 + RELAY_HOT_FOR, &eg(1), None, RELAYS),
             None,
             "it cools"
         );
         relaying.failed(t0, RELAYS[0]);
         assert_eq!(
-            relaying.relay(t0, &eg(1), RELAYS),
+            relaying.relay(t0, &eg(1), None, RELAYS),
             Some(RELAYS[1]),
             "the next one"
         );
         relaying.failed(t0, RELAYS[1]);
         assert_eq!(
-            relaying.relay(t0, &eg(1), RELAYS),
+            relaying.relay(t0, &eg(1), None, RELAYS),
             None,
             "none left: direct"
         );
         let later = t0 + RELAY_DOWN_FOR;
         assert_eq!(
-            relaying.relay(later, &eg(1), RELAYS),
+            relaying.relay(later, &eg(1), None, RELAYS),
             Some(RELAYS[0]),
             "back"
+        );
+    }
+
+    #[test]
+    fn a_group_whose_relayed_commit_lost_its_span_follows_the_leader_while_hot() {
+        let mut relaying = Relaying::default();
+        let t0 = Time::from_nanos(1_000);
+        let leader = Some(RELAYS[1]);
+        relaying.hot(t0, &eg(1));
+        assert_eq!(
+            relaying.relay(t0, &eg(1), leader, RELAYS),
+            Some(RELAYS[0]),
+            "the local relay first"
+        );
+        relaying.lost_span(t0, &eg(1));
+        assert_eq!(relaying.relay(t0, &eg(1), leader, RELAYS), leader);
+        assert_eq!(
+            relaying.relay(t0, &eg(1), Some(ReplicaId(9)), RELAYS),
+            Some(RELAYS[0]),
+            "a leader that is no relay is not followed"
+        );
+        assert_eq!(
+            relaying.relay(t0, &eg(1), None, RELAYS),
+            Some(RELAYS[0]),
+            "no leader named"
+        );
+        // Each answer keeps it hot, and following.
+        let later = t0 + RELAY_HOT_FOR - Duration::from_millis(1);
+        relaying.hot(later, &eg(1));
+        let much_later = later + RELAY_HOT_FOR - Duration::from_millis(1);
+        assert_eq!(relaying.relay(much_later, &eg(1), leader, RELAYS), leader);
+        relaying.failed(much_later, RELAYS[1]);
+        assert_eq!(
+            relaying.relay(much_later, &eg(1), leader, RELAYS),
+            Some(RELAYS[0]),
+            "a leader's relay that failed is passed over"
+        );
+        // Cooled, then hot again: local first.
+        let cooled = much_later + RELAY_HOT_FOR;
+        relaying.hot(cooled, &eg(1));
+        assert_eq!(
+            relaying.relay(cooled, &eg(1), leader, RELAYS),
+            Some(RELAYS[0])
         );
     }
 
@@ -337,13 +413,13 @@ mod tests {
         assert_eq!(relaying.hot_until.len(), HOT_GROUPS_MAX);
         let now = t0 + Duration::from_millis((HOT_GROUPS_MAX + 10) as u64);
         assert_eq!(
-            relaying.relay(now, &eg(0), RELAYS),
+            relaying.relay(now, &eg(0), None, RELAYS),
             None,
             "the coolest went first"
         );
         assert!(
             relaying
-                .relay(now, &eg(HOT_GROUPS_MAX + 9), RELAYS)
+                .relay(now, &eg(HOT_GROUPS_MAX + 9), None, RELAYS)
                 .is_some()
         );
     }

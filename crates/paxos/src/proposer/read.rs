@@ -73,7 +73,7 @@ pub struct ReadResult {
     /// The replica that served it.
     pub replica: ReplicaId,
     /// The position leader of the next position, from the visible entry at
-    /// `position` (current reads only).
+    /// `position` (current and snapshot reads).
     pub next_leader: Option<ReplicaId>,
     /// How the position was found.
     pub path: ReadPath,
@@ -700,7 +700,11 @@ impl PointRead {
         }
         match reply {
             ReplicaReply::Data {
-                at, rows, pending, ..
+                at,
+                rows,
+                pending,
+                next_leader,
+                ..
             } => {
                 let prepared = match &self.target {
                     PointTarget::Group { eg, .. } => crate::two_phase::pending(eg, &pending),
@@ -711,11 +715,14 @@ impl PointRead {
                     ReadMode::AtPosition(_) => ReadPath::AtPosition,
                     ReadMode::Current | ReadMode::Inconsistent => ReadPath::Inconsistent,
                 };
+                // A snapshot read's replica names the leader its applied entry named
+                // (a hot group's blind write relays there when relays duel).
+                let next_leader = next_leader.filter(|_| self.mode == ReadMode::Snapshot);
                 self.result = Some(Ok(ReadResult {
                     position: at,
                     rows,
                     replica,
-                    next_leader: None,
+                    next_leader,
                     path,
                     prepared,
                 }));

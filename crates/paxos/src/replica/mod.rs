@@ -1065,7 +1065,15 @@ impl Replica {
                             return;
                         }
                         ReadAt::Position(p) => Some(p),
-                        ReadAt::Applied => Some(group.applied()),
+                        ReadAt::Applied => {
+                            // The leader the entry there names, if it is the visible
+                            // one (a blind write's basis: "Relayed commits").
+                            let state = group.log_state();
+                            if state.applied == state.visible {
+                                next_leader = state.next_leader;
+                            }
+                            Some(group.applied())
+                        }
                         ReadAt::Latest => None,
                     };
                     out.push(Output::ReadData {
