@@ -14,23 +14,48 @@ use megastore_rpc::pb::client as pb;
 use megastore_rpc::pb::client::megastore_client::MegastoreClient;
 use tonic::transport::Channel;
 
-use crate::support::{api_at, grpc_begin_with_write, grpc_committed, start_cluster};
+use crate::support::{api_at, grpc_committed, start_cluster};
 
 /// How long the writers run (bounded by count too).
 const LOAD: Duration = Duration::from_secs(10);
 const WRITES_MAX: u64 = 2_000;
 const COLD_GROUPS: u64 = 40;
 
-/// One blind write of `group` over gRPC: whether it committed.
+/// One read-modify-write of row `k` of `group` over gRPC: whether it committed. (It
+/// reads what it writes, so two sites' writers of the hot group conflict whenever
+/// their transactions overlap — blind writes would only rebase.)
 async fn write(api: &mut MegastoreClient<Channel>, group: &[u8], value: u64) -> bool {
-    let cell = (
-        b"k".as_slice(),
-        b"v".as_slice(),
-        value.to_string().into_bytes(),
-    );
-    let Some(txn) = grpc_begin_with_write(api, group, (cell.0, cell.1, &cell.2)).await else {
+    let Ok(begun) = api
+        .begin(pb::BeginRequest {
+            eg: group.to_vec(),
+            root: None,
+        })
+        .await
+    else {
         return false;
     };
+    let txn = begun.into_inner().txn;
+    let read = pb::TxnReadRequest {
+        txn,
+        keys: vec![b"k".to_vec()],
+    };
+    if api.txn_read(read).await.is_err() {
+        return false;
+    }
+    let row = pb::RowWrite {
+        key: b"k".to_vec(),
+        cells: vec![pb::CellWrite {
+            column: b"v".to_vec(),
+            change: Some(pb::cell_write::Change::Set(value.to_string().into_bytes())),
+        }],
+    };
+    let written = api.write(pb::WriteRequest {
+        txn,
+        rows: vec![row],
+    });
+    if written.await.is_err() {
+        return false;
+    }
     grpc_committed(api.commit(pb::CommitRequest { txn }).await).is_some()
 }
 

@@ -84,6 +84,14 @@ pub enum ClientError {
     Closed,
 }
 
+impl From<ReadError> for ClientError {
+    fn from(error: ReadError) -> Self {
+        match error {
+            ReadError::Unavailable(why) => ClientError::Unavailable(why),
+        }
+    }
+}
+
 /// A commit's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Committed {
@@ -411,10 +419,7 @@ impl Client {
                 done,
             })
             .map_err(|_| ClientError::Closed)?;
-        match result.await.map_err(|_| ClientError::Closed)? {
-            Ok(read) => Ok(read),
-            Err(ReadError::Unavailable(why)) => Err(ClientError::Unavailable(why)),
-        }
+        Ok(result.await.map_err(|_| ClientError::Closed)??)
     }
 
     /// The `n` hottest entity groups this client committed in, and those it lost
@@ -440,10 +445,7 @@ impl Client {
         self.events
             .send(Event::Deliver { sender, done })
             .map_err(|_| ClientError::Closed)?;
-        match result.await.map_err(|_| ClientError::Closed)? {
-            Ok(delivery) => Ok(delivery),
-            Err(ReadError::Unavailable(why)) => Err(ClientError::Unavailable(why)),
-        }
+        Ok(result.await.map_err(|_| ClientError::Closed)??)
     }
 
     /// Runs the protocol core's two-phase commit of `txn` over `participants` (the
@@ -505,10 +507,7 @@ impl Client {
                 done,
             })
             .map_err(|_| ClientError::Closed)?;
-        match result.await.map_err(|_| ClientError::Closed)? {
-            Ok(settled) => Ok(settled),
-            Err(ReadError::Unavailable(why)) => Err(ClientError::Unavailable(why)),
-        }
+        Ok(result.await.map_err(|_| ClientError::Closed)??)
     }
 
     /// Checks global index hits against their groups' mirrors by current reads, at
@@ -530,10 +529,7 @@ impl Client {
                 done,
             })
             .map_err(|_| ClientError::Closed)?;
-        match result.await.map_err(|_| ClientError::Closed)? {
-            Ok(checked) => Ok(checked),
-            Err(ReadError::Unavailable(why)) => Err(ClientError::Unavailable(why)),
-        }
+        Ok(result.await.map_err(|_| ClientError::Closed)??)
     }
 
     /// Reads rows (keys of the row store) of one entity group in `mode`.
@@ -553,10 +549,7 @@ impl Client {
                 done,
             })
             .map_err(|_| ClientError::Closed)?;
-        match result.await.map_err(|_| ClientError::Closed)? {
-            Ok(read) => Ok(read),
-            Err(ReadError::Unavailable(why)) => Err(ClientError::Unavailable(why)),
-        }
+        Ok(result.await.map_err(|_| ClientError::Closed)??)
     }
 
     /// The read a blind write of `eg` makes for its basis: its position, that
@@ -570,10 +563,7 @@ impl Client {
                 done,
             })
             .map_err(|_| ClientError::Closed)?;
-        match result.await.map_err(|_| ClientError::Closed)? {
-            Ok(read) => Ok(read),
-            Err(ReadError::Unavailable(why)) => Err(ClientError::Unavailable(why)),
-        }
+        Ok(result.await.map_err(|_| ClientError::Closed)??)
     }
 
     /// The entry committed at `position` of `eg`, asking `prefer` first and then every

@@ -5,7 +5,9 @@
 //! in its lane with every other relayed one (combined, not duelling). A relay that
 //! did not answer is left alone for a while: the next full replica relays instead
 //! (farther, but one relay's entries never duel), and with none left, commits go
-//! direct.
+//! direct. Writers at two sites relay to two relays, which duel in turn, and the one
+//! beside the position leader wins every grant: a relayed commit that lost its whole
+//! span sends the group's commits to the leader's relay while the group stays hot.
 //!
 //! A relayed commit is one operation of the writer's core ([`RelayOp`]): it sends
 //! [`Message::Relay`] and waits for [`Message::RelayOutcome`] until a deadline. An
