@@ -410,27 +410,21 @@ impl Client {
         limit: Option<usize>,
         reverse: bool,
     ) -> Result<ReadResult, ClientError> {
-        let (done, result) = oneshot::channel();
-        self.events
-            .send(Event::ScanGlobal {
+        Ok(self
+            .ask(|done| Event::ScanGlobal {
                 range,
                 limit,
                 reverse,
                 done,
             })
-            .map_err(|_| ClientError::Closed)?;
-        Ok(result.await.map_err(|_| ClientError::Closed)??)
+            .await??)
     }
 
     /// The `n` hottest entity groups this client committed in, and those it lost
     /// positions in most (estimated counts since it started, bounded memory:
     /// [`crate::HOT_GROUPS_TRACKED`] per kind): `megastore top`'s hot groups.
     pub async fn hot_groups(&self, n: usize) -> Result<HotGroupsNow, ClientError> {
-        let (done, result) = oneshot::channel();
-        self.events
-            .send(Event::HotGroups { n, done })
-            .map_err(|_| ClientError::Closed)?;
-        result.await.map_err(|_| ClientError::Closed)
+        self.ask(|done| Event::HotGroups { n, done }).await
     }
 
     /// Runs the protocol core's delivery of `sender`'s outbox.
@@ -441,11 +435,7 @@ impl Client {
         if sender.0.is_empty() {
             return Err(ClientError::InvalidArgument("sender: name a group".into()));
         }
-        let (done, result) = oneshot::channel();
-        self.events
-            .send(Event::Deliver { sender, done })
-            .map_err(|_| ClientError::Closed)?;
-        Ok(result.await.map_err(|_| ClientError::Closed)??)
+        Ok(self.ask(|done| Event::Deliver { sender, done }).await??)
     }
 
     /// Runs the protocol core's two-phase commit of `txn` over `participants` (the
@@ -455,15 +445,12 @@ impl Client {
         txn: TxnId,
         participants: Vec<Participant>,
     ) -> Result<TwoPhaseResult, ClientError> {
-        let (done, result) = oneshot::channel();
-        self.events
-            .send(Event::TwoPhase {
-                txn,
-                participants,
-                done,
-            })
-            .map_err(|_| ClientError::Closed)?;
-        result.await.map_err(|_| ClientError::Closed)?
+        self.ask(|done| Event::TwoPhase {
+            txn,
+            participants,
+            done,
+        })
+        .await?
     }
 
     /// The decision of cross-group transaction `txn`, read in its coordinator group
@@ -476,16 +463,15 @@ impl Client {
         txn: TxnId,
         prepared_ms: Option<u64>,
     ) -> Result<Option<Decision>, ClientError> {
-        let (done, result) = oneshot::channel();
-        self.events
-            .send(Event::Decision {
+        match self
+            .ask(|done| Event::Decision {
                 coordinator: coordinator.clone(),
                 txn,
                 prepared_ms,
                 done,
             })
-            .map_err(|_| ClientError::Closed)?;
-        match result.await.map_err(|_| ClientError::Closed)? {
+            .await?
+        {
             DecideOutcome::Decided(decision) => Ok(Some(decision)),
             DecideOutcome::Undecided => Ok(None),
             DecideOutcome::Failed(why) => Err(ClientError::Unavailable(why)),
@@ -500,14 +486,12 @@ impl Client {
         if eg.0.is_empty() {
             return Err(ClientError::InvalidArgument("eg: name a group".into()));
         }
-        let (done, result) = oneshot::channel();
-        self.events
-            .send(Event::Settle {
+        Ok(self
+            .ask(|done| Event::Settle {
                 eg: eg.clone(),
                 done,
             })
-            .map_err(|_| ClientError::Closed)?;
-        Ok(result.await.map_err(|_| ClientError::Closed)??)
+            .await??)
     }
 
     /// Checks global index hits against their groups' mirrors by current reads, at
@@ -521,15 +505,13 @@ impl Client {
         if hits.is_empty() {
             return Ok(Vec::new());
         }
-        let (done, result) = oneshot::channel();
-        self.events
-            .send(Event::Verify {
+        Ok(self
+            .ask(|done| Event::Verify {
                 hits,
                 in_flight,
                 done,
             })
-            .map_err(|_| ClientError::Closed)?;
-        Ok(result.await.map_err(|_| ClientError::Closed)??)
+            .await??)
     }
 
     /// Reads rows (keys of the row store) of one entity group in `mode`.
@@ -540,30 +522,26 @@ impl Client {
         mode: ReadMode,
         query: DataQuery,
     ) -> Result<ReadResult, ClientError> {
-        let (done, result) = oneshot::channel();
-        self.events
-            .send(Event::Read {
+        Ok(self
+            .ask(|done| Event::Read {
                 eg: eg.clone(),
                 mode,
                 query,
                 done,
             })
-            .map_err(|_| ClientError::Closed)?;
-        Ok(result.await.map_err(|_| ClientError::Closed)??)
+            .await??)
     }
 
     /// The read a blind write of `eg` makes for its basis: its position, that
     /// position's next leader and the prepared transactions pending there
     /// ([`ClientCore::read_basis`] chooses how).
     pub(crate) async fn read_basis(&self, eg: &EgId) -> Result<ReadResult, ClientError> {
-        let (done, result) = oneshot::channel();
-        self.events
-            .send(Event::ReadBasis {
+        Ok(self
+            .ask(|done| Event::ReadBasis {
                 eg: eg.clone(),
                 done,
             })
-            .map_err(|_| ClientError::Closed)?;
-        Ok(result.await.map_err(|_| ClientError::Closed)??)
+            .await??)
     }
 
     /// The entry committed at `position` of `eg`, asking `prefer` first and then every
@@ -574,16 +552,13 @@ impl Client {
         position: Position,
         prefer: Option<ReplicaId>,
     ) -> Result<LogRead, ClientError> {
-        let (done, result) = oneshot::channel();
-        self.events
-            .send(Event::ReadLog {
-                eg: eg.clone(),
-                position,
-                prefer,
-                done,
-            })
-            .map_err(|_| ClientError::Closed)?;
-        result.await.map_err(|_| ClientError::Closed)
+        self.ask(|done| Event::ReadLog {
+            eg: eg.clone(),
+            position,
+            prefer,
+            done,
+        })
+        .await
     }
 
     /// Waits, up to `wait`, for `eg`'s visible position at replica `at` (default: this
@@ -596,17 +571,15 @@ impl Client {
         at: Option<ReplicaId>,
         wait: std::time::Duration,
     ) -> Result<Option<(ReplicaId, Position)>, ClientError> {
-        let (done, result) = oneshot::channel();
-        self.events
-            .send(Event::AwaitVisible {
+        let moved = self
+            .ask(|done| Event::AwaitVisible {
                 eg: eg.clone(),
                 past,
                 at,
                 wait,
                 done,
             })
-            .map_err(|_| ClientError::Closed)?;
-        let moved = result.await.map_err(|_| ClientError::Closed)?;
+            .await?;
         Ok(moved.filter(|(_, visible)| *visible > past))
     }
 
@@ -645,17 +618,14 @@ impl Client {
         span: bool,
         txn: TxnId,
     ) -> Result<Resolution, ClientError> {
-        let (done, result) = oneshot::channel();
-        self.events
-            .send(Event::Resolve {
-                eg: eg.clone(),
-                position,
-                span,
-                txn,
-                done,
-            })
-            .map_err(|_| ClientError::Closed)?;
-        result.await.map_err(|_| ClientError::Closed)
+        self.ask(|done| Event::Resolve {
+            eg: eg.clone(),
+            position,
+            span,
+            txn,
+            done,
+        })
+        .await
     }
 
     /// Commits `writes` as transaction `txn`'s log entry after a current read at
@@ -677,24 +647,32 @@ impl Client {
         writes: Vec<RowWrite>,
         reads: ReadSet,
     ) -> Result<Committed, ClientError> {
-        let (done, result) = oneshot::channel();
-        self.events
-            .send(Event::Commit {
-                txn,
-                eg: eg.clone(),
-                read_position,
-                leader,
-                writes,
-                reads,
-                done,
-            })
-            .map_err(|_| ClientError::Closed)?;
-        result.await.map_err(|_| ClientError::Closed)
+        self.ask(|done| Event::Commit {
+            txn,
+            eg: eg.clone(),
+            read_position,
+            leader,
+            writes,
+            reads,
+            done,
+        })
+        .await
     }
 
     /// Hands the driver `event`.
     pub(crate) fn send(&self, event: Event) -> Result<(), ClientError> {
         self.events.send(event).map_err(|_| ClientError::Closed)
+    }
+
+    /// Hands the driver the event `event` builds around a reply channel, and waits for
+    /// the reply.
+    pub(crate) async fn ask<T>(
+        &self,
+        event: impl FnOnce(oneshot::Sender<T>) -> Event,
+    ) -> Result<T, ClientError> {
+        let (done, reply) = oneshot::channel();
+        self.send(event(done))?;
+        reply.await.map_err(|_| ClientError::Closed)
     }
 
     /// Commits a blind write (transaction `txn`, which read nothing) of `eg` on the read
@@ -707,17 +685,17 @@ impl Client {
         eg: &EgId,
         writes: Vec<RowWrite>,
     ) -> Result<Result<Committed, Vec<RowWrite>>, ClientError> {
+        // Two replies (whether it started, then its outcome): sent at once, not
+        // through `ask`, which would send only once its reply is awaited.
         let (started, was_started) = oneshot::channel();
         let (done, result) = oneshot::channel();
-        self.events
-            .send(Event::CommitBlind {
-                txn,
-                eg: eg.clone(),
-                writes,
-                started,
-                done,
-            })
-            .map_err(|_| ClientError::Closed)?;
+        self.send(Event::CommitBlind {
+            txn,
+            eg: eg.clone(),
+            writes,
+            started,
+            done,
+        })?;
         if let Err(writes) = was_started.await.map_err(|_| ClientError::Closed)? {
             return Ok(Err(writes));
         }

@@ -5,7 +5,6 @@
 //! core's ([`megastore_paxos::ClientCore::commit`]).
 
 use megastore_paxos::{CommitResult, RelayedCommit};
-use tokio::sync::oneshot;
 
 use crate::client::{Client, ClientError, Event};
 
@@ -17,9 +16,10 @@ impl Client {
         &self,
         commit: RelayedCommit,
     ) -> Result<CommitResult, ClientError> {
-        let (done, result) = oneshot::channel();
-        self.send(Event::CommitRelayed { commit, done })?;
+        let committed = self
+            .ask(|done| Event::CommitRelayed { commit, done })
+            .await?;
         self.metrics().relayed("served");
-        Ok(result.await.map_err(|_| ClientError::Closed)?.result)
+        Ok(committed.result)
     }
 }
