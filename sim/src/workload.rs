@@ -9,8 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use megastore_paxos::queue::{self, Delivery};
 use megastore_paxos::{
-    CellWrite, CheckedHit, ClientCore, ClientOutput, CommitResult, DataQuery, GlobalHit, OpId,
-    OpResult, ReadMode, ReadResult, Resolution, RowWrite, global_mirror_range, mirror_row_of,
+    Basis, BasisStep, CellWrite, CheckedHit, ClientCore, ClientOutput, CommitResult, DataQuery,
+    GlobalHit, OpId, OpResult, ReadMode, ReadResult, Resolution, RowWrite, global_mirror_range,
+    mirror_row_of,
 };
 use megastore_rowstore::KeyRange;
 use megastore_types::reserved::GLOBAL_INDEX_TAG;
@@ -97,6 +98,8 @@ enum State {
         start: u64,
         read_position: Position,
         read_keys: BTreeSet<Vec<u8>>,
+        /// A blind write on a basis lent by a commit in flight (no read of its own).
+        unread: bool,
     },
     /// The commit's outcome was unknown: settling its position to find out.
     Resolving {
@@ -160,6 +163,15 @@ struct Companion {
     unread: bool,
 }
 
+/// A blind write whose basis a commit in flight lent before its writes were made,
+/// committed later (when a companion finishes, or before the next operation): as the
+/// public API's blind Begin fixes its position, and its Commit comes after its Writes.
+struct Deferred {
+    eg: EgId,
+    basis: Basis,
+    start: u64,
+}
+
 /// A resolution racing a companion commit still in flight: as a client whose answer
 /// was lost does, knowing only the transaction's first position (a gRPC client's
 /// Begin id), while the writer goes on.
@@ -218,6 +230,8 @@ pub(crate) struct ClientNode {
     pub relay_of: Option<ReplicaId>,
     /// As a relay: the commits it is making, and whose request each answers.
     relayed: BTreeMap<OpId, (NodeId, u64)>,
+    /// A blind write lent its basis, not committed yet.
+    deferred: Option<Deferred>,
 }
 
 impl ClientNode {
@@ -254,6 +268,7 @@ impl ClientNode {
             remembered: BTreeMap::new(),
             relay_of: None,
             relayed: BTreeMap::new(),
+            deferred: None,
         }
     }
 
@@ -295,6 +310,9 @@ impl ClientNode {
     pub(crate) fn start_next(&mut self, real: u64, now: Time) -> Vec<ClientOutput> {
         if self.relay_of.is_some() {
             return Vec::new();
+        }
+        if self.deferred.is_some() {
+            return self.commit_deferred(real, now);
         }
         if self.two_phase_only {
             return self.start_two_phase(real, now);
@@ -368,15 +386,30 @@ impl ClientNode {
             80..92 => (ReadMode::Snapshot, OpKind::SnapshotRead, None),
             _ => (ReadMode::Inconsistent, OpKind::InconsistentRead, None),
         };
-        let (op, kind, out) = if matches!(plan, Some(Plan::Blind(_))) {
-            // A blind write's basis is the core's to choose (a snapshot read while the
-            // group's commits are relayed), as it is for the client library's.
-            let (op, mode, out) = self.core.read_basis(now, eg.clone(), query);
-            let kind = match mode {
-                ReadMode::Snapshot => OpKind::SnapshotRead,
-                _ => OpKind::CurrentRead,
-            };
-            (op, kind, out)
+        let (op, kind, out) = if let Some(Plan::Blind(rows)) = plan.as_ref() {
+            // A blind write's basis is the core's to choose (lent by a commit of this
+            // client in flight, else a snapshot read while the group's commits are
+            // relayed), as it is for the client library's.
+            match self.core.blind_basis(now, eg.clone(), query) {
+                BasisStep::Lent(basis) => {
+                    let rows = rows.clone();
+                    let txn = self.next_txn();
+                    let writes = self.writes_of(now, &eg, &rows, txn);
+                    let out =
+                        self.start_commit(real, now, eg, &basis, txn, writes, BTreeSet::new());
+                    if let State::Committing { unread, .. } = &mut self.state {
+                        *unread = true;
+                    }
+                    return out;
+                }
+                BasisStep::Reading { op, mode, outputs } => {
+                    let kind = match mode {
+                        ReadMode::Snapshot => OpKind::SnapshotRead,
+                        _ => OpKind::CurrentRead,
+                    };
+                    (op, kind, outputs)
+                }
+            }
         } else {
             let (op, out) = self.core.read(now, eg.clone(), mode, query);
             (op, kind, out)
@@ -469,7 +502,8 @@ impl ClientNode {
                 self.committed_unread += 1;
             }
             records.push(companion_record(self.id, companion, real, result));
-            out = self.late_blind_companion(real, now);
+            out = self.commit_deferred(real, now);
+            out.extend(self.late_blind_companion(real, now));
             return (records, out);
         }
         match std::mem::replace(&mut self.state, State::Idle) {
@@ -510,10 +544,14 @@ impl ClientNode {
                 start,
                 read_position,
                 read_keys,
+                unread,
             } if expected == op => {
                 let OpResult::Commit { txn, result } = result else {
                     unreachable!("a commit op returns a commit result")
                 };
+                if unread && matches!(result, CommitResult::Committed { .. }) {
+                    self.committed_unread += 1;
+                }
                 let outcome = match result {
                     CommitResult::Committed { position, .. } => Outcome::Committed {
                         txn,
@@ -749,7 +787,7 @@ impl ClientNode {
         let (writes, reads) = queue::consume(&messages, self.core.bugs());
         let txn = self.next_txn();
         let read_keys: BTreeSet<Vec<u8>> = reads.into_iter().collect();
-        self.start_commit(real, now, eg, read, txn, writes, read_keys)
+        self.start_commit(real, now, eg, &Basis::of_read(read), txn, writes, read_keys)
     }
 
     /// This client's next transaction id.
@@ -762,52 +800,52 @@ impl ClientNode {
         }
     }
 
-    /// Commits `writes` as `txn` after `read` (of `eg`), and waits for it.
+    /// Commits `writes` as `txn` after `basis` (of `eg`: a read's, or one lent by a
+    /// commit in flight), and waits for it.
     #[allow(clippy::too_many_arguments)]
     fn start_commit(
         &mut self,
         real: u64,
         now: Time,
         eg: EgId,
-        read: &ReadResult,
+        basis: &Basis,
         txn: TxnId,
         writes: Vec<RowWrite>,
         read_keys: BTreeSet<Vec<u8>>,
     ) -> Vec<ClientOutput> {
-        let position = read.position.expect("a current read names its position");
-        let (op, out) = self.commit_after(now, &eg, read, position, txn, writes, &read_keys);
+        let position = basis.read_position;
+        let (op, out) = self.commit_after(now, &eg, basis, txn, writes, &read_keys);
         self.state = State::Committing {
             op,
             eg,
             start: real,
             read_position: position,
             read_keys,
+            unread: false,
         };
         out
     }
 
-    /// Asks the core to commit `txn` after `read` (of `eg`, at `position`), having read
-    /// `read_keys`. As the client library's transactions do: the prepared transactions
-    /// its read found come with its read set, and their locks hold against its commit.
-    #[allow(clippy::too_many_arguments)]
+    /// Asks the core to commit `txn` after `basis` (of `eg`), having read `read_keys`.
+    /// As the client library's transactions do: the prepared transactions pending at
+    /// its basis come with its read set, and their locks hold against its commit.
     fn commit_after(
         &mut self,
         now: Time,
         eg: &EgId,
-        read: &ReadResult,
-        position: Position,
+        basis: &Basis,
         txn: TxnId,
         writes: Vec<RowWrite>,
         read_keys: &BTreeSet<Vec<u8>>,
     ) -> (OpId, Vec<ClientOutput>) {
         let mut reads = megastore_paxos::ReadSet::from(read_keys.clone());
-        reads.saw_prepared(&read.prepared);
+        reads.saw_prepared(&basis.prepared);
         self.core.commit(
             now,
             txn,
             eg.clone(),
-            position,
-            read.next_leader,
+            basis.read_position,
+            basis.leader,
             writes,
             reads,
         )
@@ -848,7 +886,8 @@ impl ClientNode {
         };
         let txn = self.next_txn();
         let writes = self.writes_of(now, &eg, &rows, txn);
-        let mut out = self.start_commit(real, now, eg.clone(), read, txn, writes, read_keys);
+        let basis = Basis::of_read(read);
+        let mut out = self.start_commit(real, now, eg.clone(), &basis, txn, writes, read_keys);
         // Now and then more transactions from the same read, at once: they wait behind
         // this one in the core and may share an entry. (Not when measuring commits,
         // which counts one writer's transactions one at a time.)
@@ -880,7 +919,7 @@ impl ClientNode {
         let txn = self.next_txn();
         let writes = self.writes_of(now, eg, &rows, txn);
         let (op, mut out) =
-            self.commit_after(now, eg, read, read_position, txn, writes, &read_keys);
+            self.commit_after(now, eg, &Basis::of_read(read), txn, writes, &read_keys);
         self.companions.push(Companion {
             op,
             eg: eg.clone(),
@@ -930,6 +969,19 @@ impl ClientNode {
         if self.companions.len() >= 4 || !self.rng.chance(0.25) {
             return Vec::new();
         }
+        // Now and then its basis is lent now and its commit made later, on that basis
+        // grown older meanwhile (`ClientCore::blind_basis`, as a blind Begin takes it).
+        if self.deferred.is_none()
+            && self.rng.chance(0.3)
+            && let Some(basis) = self.core.lend_basis(&eg)
+        {
+            self.deferred = Some(Deferred {
+                eg,
+                basis,
+                start: real,
+            });
+            return Vec::new();
+        }
         let rows = self.some_rows(&eg);
         let txn = self.next_txn();
         let writes = self.writes_of(now, &eg, &rows, txn);
@@ -948,6 +1000,27 @@ impl ClientNode {
             unread: true,
         });
         out.extend(self.race_resolver(real, now, &eg, txn, read_position.next()));
+        out
+    }
+
+    /// Commits the blind write lent its basis earlier, if there is one.
+    fn commit_deferred(&mut self, real: u64, now: Time) -> Vec<ClientOutput> {
+        let Some(Deferred { eg, basis, start }) = self.deferred.take() else {
+            return Vec::new();
+        };
+        let rows = self.some_rows(&eg);
+        let txn = self.next_txn();
+        let writes = self.writes_of(now, &eg, &rows, txn);
+        let (op, mut out) = self.commit_after(now, &eg, &basis, txn, writes, &BTreeSet::new());
+        self.companions.push(Companion {
+            op,
+            eg: eg.clone(),
+            start,
+            read_position: basis.read_position,
+            read_keys: BTreeSet::new(),
+            unread: true,
+        });
+        out.extend(self.race_resolver(real, now, &eg, txn, basis.read_position.next()));
         out
     }
 

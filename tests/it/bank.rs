@@ -49,6 +49,7 @@ async fn begin(api: &mut MegastoreClient<Channel>) -> Result<u64, tonic::Status>
         .begin(pb::BeginRequest {
             eg: GROUP.to_vec(),
             root: None,
+            ..Default::default()
         })
         .await?;
     Ok(begun.into_inner().txn)

@@ -54,6 +54,7 @@ async fn send_mail(api: &mut MegastoreClient<Channel>, n: u64) -> bool {
         .begin(pb::BeginRequest {
             eg: Vec::new(),
             root: Some(account(SENDER)),
+            ..Default::default()
         })
         .await
     else {
@@ -82,6 +83,7 @@ async fn file_mail(api: &mut MegastoreClient<Channel>, address: &str) -> Option<
         .begin(pb::BeginRequest {
             eg: Vec::new(),
             root: Some(account(address)),
+            ..Default::default()
         })
         .await
         .ok()?;
@@ -153,6 +155,7 @@ async fn inbox(api: &mut MegastoreClient<Channel>, address: &str) -> Vec<u64> {
         .begin(pb::BeginRequest {
             eg: Vec::new(),
             root: Some(account(address)),
+            ..Default::default()
         })
         .await
         .unwrap()

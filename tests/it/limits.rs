@@ -34,6 +34,7 @@ async fn commit(
         .begin(pb::BeginRequest {
             eg: GROUP.to_vec(),
             root: None,
+            ..Default::default()
         })
         .await?
         .into_inner()
@@ -190,6 +191,7 @@ fn open_transactions_are_bounded_per_connection_and_expire_when_idle() {
         let begin = || pb::BeginRequest {
             eg: GROUP.to_vec(),
             root: None,
+            ..Default::default()
         };
         let mut first = api_at(&address);
         let started = Instant::now();

@@ -4,6 +4,7 @@ mod admin_auth;
 mod backfill;
 mod bank;
 mod batching;
+mod blind_begin;
 mod cluster;
 mod combining;
 mod compare_etcd;

@@ -56,6 +56,7 @@ async fn attempt(
         .begin(pb::BeginRequest {
             eg: group.to_vec(),
             root: None,
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -277,6 +278,7 @@ fn resolve_by_a_begin_id_finds_a_commit_that_landed_past_its_first_position() {
                 .begin(pb::BeginRequest {
                     eg: group.clone(),
                     root: None,
+                    ..Default::default()
                 })
                 .await
                 .expect("Begin")

@@ -63,6 +63,7 @@ async fn consume(api: &mut MegastoreClient<Channel>, r: usize) -> Option<Consume
         .begin(pb::BeginRequest {
             eg: format!("receiver-{r}").into_bytes(),
             root: None,
+            ..Default::default()
         })
         .await
         .ok()?;

@@ -229,6 +229,7 @@ pub(crate) async fn grpc_begin_with_write(
         .begin(pb::BeginRequest {
             eg: name.to_vec(),
             root: None,
+            ..Default::default()
         })
         .await
         .ok()?;

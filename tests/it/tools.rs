@@ -389,6 +389,51 @@ fn bench_runs_a_bounded_workload_and_reports_percentiles() {
         out.stderr
     );
 
+    // The same loop through the public gRPC API, writes begun blind.
+    let out = run_megastore(
+        &[
+            "bench",
+            "--config",
+            config_arg,
+            "--grpc",
+            "--blind",
+            "--operations",
+            "100",
+            "--duration",
+            "60",
+            "--clients",
+            "4",
+            "--groups",
+            "2",
+            "--reads",
+            "0.3",
+        ],
+        dir.path(),
+        LIMIT,
+    );
+    assert!(out.status.success(), "{out:?}");
+    let json_line = out.stdout.lines().last().expect("a JSON line");
+    let report: serde_json::Value = serde_json::from_str(json_line).expect("the last line is JSON");
+    assert_eq!(report["system"], "megastore-grpc-blind", "{json_line}");
+    let kinds = report["kinds"].as_array().expect("kinds");
+    let timed: u64 = kinds.iter().map(count).sum();
+    assert_eq!(
+        timed + report["conflicts"].as_u64().expect("conflicts"),
+        100,
+        "every operation timed, none failed: {json_line}"
+    );
+    assert!(
+        kinds.iter().any(|k| k["kind"] == "write" && count(k) > 0),
+        "{json_line}"
+    );
+    let bad = run_megastore(
+        &["bench", "--config", config_arg, "--blind"],
+        dir.path(),
+        LIMIT,
+    );
+    assert!(!bad.status.success());
+    assert!(bad.stderr.contains("--grpc"), "{bad:?}");
+
     let bad = run_megastore(
         &["bench", "--config", config_arg, "--reads", "2"],
         dir.path(),

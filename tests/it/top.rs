@@ -29,6 +29,7 @@ async fn write(api: &mut MegastoreClient<Channel>, group: &[u8], value: u64) -> 
         .begin(pb::BeginRequest {
             eg: group.to_vec(),
             root: None,
+            ..Default::default()
         })
         .await
     else {

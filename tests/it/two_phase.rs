@@ -88,6 +88,7 @@ async fn transfer(
             .begin(pb::BeginRequest {
                 eg: account(side),
                 root: None,
+                ..Default::default()
             })
             .await
         else {
@@ -287,6 +288,7 @@ fn transfers_across_groups_are_atomic_through_a_replica_crash() {
                     .begin(pb::BeginRequest {
                         eg: account(i),
                         root: None,
+                        ..Default::default()
                     })
                     .await
                 else {
@@ -530,6 +532,7 @@ async fn claim(api: &mut MegastoreClient<Channel>, name: &str, blog: i64) -> Opt
     let begin = |root| pb::BeginRequest {
         eg: Vec::new(),
         root: Some(root),
+        ..Default::default()
     };
     let name_txn = api
         .begin(begin(name_root(name)))

@@ -95,6 +95,7 @@ pub(crate) async fn put(
             pb::BeginRequest {
                 eg: group.into(),
                 root: None,
+                ..Default::default()
             },
             token,
         ))
@@ -402,6 +403,7 @@ async fn revocation_and_bounds(api: &mut Api, dir: &Path, cfg: &str, alice: &str
             pb::BeginRequest {
                 eg: b"alice/2".to_vec(),
                 root: None,
+                ..Default::default()
             },
             alice,
         ))
@@ -478,6 +480,7 @@ async fn revocation_and_bounds(api: &mut Api, dir: &Path, cfg: &str, alice: &str
             pb::BeginRequest {
                 eg: vec![],
                 root: Some(user_root(1)),
+                ..Default::default()
             },
             alice,
         ))
@@ -494,6 +497,7 @@ async fn revocation_and_bounds(api: &mut Api, dir: &Path, cfg: &str, alice: &str
             pb::BeginRequest {
                 eg: b"bob/1".to_vec(),
                 root: None,
+                ..Default::default()
             },
             &carol,
         ))
@@ -505,6 +509,7 @@ async fn revocation_and_bounds(api: &mut Api, dir: &Path, cfg: &str, alice: &str
             pb::BeginRequest {
                 eg: b"bob/1".to_vec(),
                 root: None,
+                ..Default::default()
             },
             &carol,
         ))
@@ -521,6 +526,7 @@ async fn revocation_and_bounds(api: &mut Api, dir: &Path, cfg: &str, alice: &str
             pb::BeginRequest {
                 eg: b"bob/1".to_vec(),
                 root: None,
+                ..Default::default()
             },
             OPERATOR,
         ))

@@ -33,6 +33,7 @@ pub(crate) async fn every_path_is_refused(api: &mut Api, alice: &str, bob: &str)
             pb::BeginRequest {
                 eg: vec![],
                 root: Some(user_root(1)),
+                ..Default::default()
             },
             alice,
         ))
@@ -128,6 +129,7 @@ pub(crate) async fn every_path_is_refused(api: &mut Api, alice: &str, bob: &str)
             pb::BeginRequest {
                 eg: b"alice/1".to_vec(),
                 root: None,
+                ..Default::default()
             },
             bob,
         ))
@@ -260,6 +262,7 @@ pub(crate) async fn every_path_is_refused(api: &mut Api, alice: &str, bob: &str)
             pb::BeginRequest {
                 eg: b"bob/1".to_vec(),
                 root: None,
+                ..Default::default()
             },
             bob,
         ))
@@ -289,6 +292,7 @@ pub(crate) async fn every_path_is_refused(api: &mut Api, alice: &str, bob: &str)
             pb::BeginRequest {
                 eg: vec![],
                 root: Some(user_root(1)),
+                ..Default::default()
             },
             bob,
         ))
@@ -571,6 +575,7 @@ pub(crate) async fn every_path_is_refused(api: &mut Api, alice: &str, bob: &str)
             pb::BeginRequest {
                 eg: b"alice/1".to_vec(),
                 root: None,
+                ..Default::default()
             },
             alice,
         ))

@@ -7,8 +7,9 @@
 //! message's way from its sender's commit to its consumption at another site, and a
 //! transaction across two groups next to the same transaction in one, and a committed
 //! change's way to a watcher at another site; the task board's claims and completions
-//! and leases' keep-alives; and the same closed loop (and watch, board and leases)
-//! against an etcd cluster, for a side-by-side comparison.
+//! and leases' keep-alives; the same closed loop through the public gRPC API, as a
+//! client in another language drives it; and the same closed loop (and watch, board
+//! and leases) against an etcd cluster, for a side-by-side comparison.
 //!
 //! Invariants:
 //! - every run is bounded: it stops at its operation count or its duration, whichever
@@ -19,6 +20,7 @@
 
 mod coordination;
 mod etcd;
+mod grpc;
 mod queries;
 mod queues;
 mod report;
@@ -31,6 +33,7 @@ pub use coordination::{
     CoordinationReport, EtcdBackend, run_board, run_etcd_board, run_etcd_leases, run_leases,
 };
 pub use etcd::run_etcd;
+pub use grpc::run_grpc;
 pub use queries::{QueryReport, run_queries};
 pub use queues::{QueueReport, run_queues};
 pub use report::{KindReport, Report};

@@ -139,7 +139,7 @@ impl Spec {
         Ok(())
     }
 
-    fn check(&self, config: &ClusterConfig) -> Result<Vec<String>, SpecError> {
+    pub(crate) fn check(&self, config: &ClusterConfig) -> Result<Vec<String>, SpecError> {
         self.check_shape()?;
         let invalid = |m: String| Err(SpecError::Invalid(m));
         let sites = if self.sites.is_empty() {
@@ -167,7 +167,7 @@ impl Spec {
     }
 }
 
-fn group_name(spec: &Spec, n: u32) -> String {
+pub(crate) fn group_name(spec: &Spec, n: u32) -> String {
     format!("{}-{n:06}", spec.group_prefix)
 }
 
@@ -177,7 +177,7 @@ fn group(spec: &Spec, n: u32) -> EgId {
 }
 
 /// The one key each group's workload reads and writes.
-const KEY: &[u8] = b"bench";
+pub(crate) const KEY: &[u8] = b"bench";
 
 async fn write(
     client: &Client,

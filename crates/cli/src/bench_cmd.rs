@@ -113,6 +113,18 @@ pub(crate) struct BenchArgs {
         conflicts_with_all = ["queries", "queues", "two_phase", "rotate_sites"]
     )]
     etcd: Vec<String>,
+    /// Drive the cluster through its public gRPC API instead of the client library, as
+    /// a client in another language does: each client talks to the full replica at its
+    /// --site (Begin, Write, Commit for a write; Read for a read).
+    #[arg(
+        long,
+        conflicts_with_all = ["queries", "queues", "two_phase", "watches", "board", "leases", "etcd", "rotate_sites", "fill"]
+    )]
+    grpc: bool,
+    /// With --grpc, begin each write blind (`BeginRequest.blind`): it only writes, and
+    /// Begin takes the position of the replica's commit in flight instead of reading.
+    #[arg(long, requires = "grpc")]
+    blind: bool,
     /// Runs of each query with --queries (messages with --queues, transactions of each
     /// kind with --two-phase, changes with --watches).
     #[arg(long, default_value_t = 50)]
@@ -488,6 +500,13 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     if args.two_phase {
         return run_two_phase(spec.sites.first().cloned(), args.runs, &config);
+    }
+    if args.grpc {
+        return run_closed_loop(&spec, plot.as_deref(), |runtime, progress| {
+            runtime.block_on(megastore_bench::run_grpc(
+                &config, &spec, args.blind, progress,
+            ))
+        });
     }
     run_closed_loop(&spec, plot.as_deref(), |runtime, progress| {
         runtime.block_on(megastore_bench::run(&config, &spec, progress))

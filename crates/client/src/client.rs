@@ -10,10 +10,10 @@ use megastore_metrics::{ClientMetrics, ReadPathLabel};
 use megastore_paxos::Decision;
 use megastore_paxos::watch::{LogRead, log_read};
 use megastore_paxos::{
-    CheckedHit, ClientConfig, ClientCore, ClientInput, ClientOutput, CommitResult, DataQuery,
-    DecideOutcome, GlobalHit, Message, OpId, OpResult, Participant, ProposerConfig, ReadError,
-    ReadMode, ReadPath, ReadResult, ReadSet, ReplicaReply, ReplicaRequest, Resolution, RowWrite,
-    SettledGroup, TwoPhaseResult,
+    Basis, BasisStep, CheckedHit, ClientConfig, ClientCore, ClientInput, ClientOutput,
+    CommitResult, DataQuery, DecideOutcome, GlobalHit, Message, OpId, OpResult, Participant,
+    ProposerConfig, ReadError, ReadMode, ReadPath, ReadResult, ReadSet, ReplicaReply,
+    ReplicaRequest, Resolution, RowWrite, SettledGroup, TwoPhaseResult,
 };
 use megastore_rowstore::KeyRange;
 use megastore_types::{ClientId, EgId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
@@ -108,10 +108,11 @@ pub(crate) enum Event {
         query: DataQuery,
         done: oneshot::Sender<Result<ReadResult, ReadError>>,
     },
-    /// The read a blind write makes for its basis ([`ClientCore::read_basis`]).
-    ReadBasis {
+    /// A blind write's basis, lent by a commit in flight or read
+    /// ([`ClientCore::blind_basis`]).
+    BlindBasis {
         eg: EgId,
-        done: oneshot::Sender<Result<ReadResult, ReadError>>,
+        done: oneshot::Sender<Result<Basis, ReadError>>,
     },
     Commit {
         txn: TxnId,
@@ -199,6 +200,8 @@ pub(crate) enum Event {
 
 enum Waiting {
     Read(oneshot::Sender<Result<ReadResult, ReadError>>),
+    /// A blind write's basis, being read.
+    Basis(oneshot::Sender<Result<Basis, ReadError>>),
     Verify(oneshot::Sender<Result<Vec<CheckedHit>, ReadError>>),
     Deliver(oneshot::Sender<Result<megastore_paxos::queue::Delivery, ReadError>>),
     TwoPhase(oneshot::Sender<Result<TwoPhaseResult, ClientError>>),
@@ -532,12 +535,12 @@ impl Client {
             .await??)
     }
 
-    /// The read a blind write of `eg` makes for its basis: its position, that
-    /// position's next leader and the prepared transactions pending there
-    /// ([`ClientCore::read_basis`] chooses how).
-    pub(crate) async fn read_basis(&self, eg: &EgId) -> Result<ReadResult, ClientError> {
+    /// The basis of a blind write of `eg`: a position, that position's next leader
+    /// and the prepared transactions pending there, lent by this client's commit to the
+    /// group in flight or read ([`ClientCore::blind_basis`] chooses how).
+    pub(crate) async fn blind_basis(&self, eg: &EgId) -> Result<Basis, ClientError> {
         Ok(self
-            .ask(|done| Event::ReadBasis {
+            .ask(|done| Event::BlindBasis {
                 eg: eg.clone(),
                 done,
             })
@@ -797,10 +800,18 @@ impl Driver {
                     self.waiting.insert(op, Waiting::Read(done));
                     out
                 }
-                Some(Event::ReadBasis { eg, done }) => {
-                    let (op, _, out) = self.core.read_basis(now, eg, DataQuery::Rows(Vec::new()));
-                    self.waiting.insert(op, Waiting::Read(done));
-                    out
+                Some(Event::BlindBasis { eg, done }) => {
+                    match self.core.blind_basis(now, eg, DataQuery::Rows(Vec::new())) {
+                        BasisStep::Lent(basis) => {
+                            self.metrics.blind_write_unread();
+                            let _ = done.send(Ok(basis));
+                            Vec::new()
+                        }
+                        BasisStep::Reading { op, outputs, .. } => {
+                            self.waiting.insert(op, Waiting::Basis(done));
+                            outputs
+                        }
+                    }
                 }
                 Some(Event::Commit {
                     txn,
@@ -973,6 +984,20 @@ impl Driver {
         }
     }
 
+    /// Counts a read's outcome in the metrics, by the path that served it.
+    fn count_read(&self, result: &Result<ReadResult, ReadError>) {
+        match result {
+            Ok(read) => self.metrics.read(match read.path {
+                ReadPath::LocalVouched => ReadPathLabel::Local,
+                ReadPath::Majority => ReadPathLabel::Majority,
+                ReadPath::Snapshot => ReadPathLabel::Snapshot,
+                ReadPath::Inconsistent => ReadPathLabel::Inconsistent,
+                ReadPath::AtPosition => ReadPathLabel::AtPosition,
+            }),
+            Err(_) => self.metrics.read_failed(),
+        }
+    }
+
     /// Counts a commit's outcome in the metrics and the hot groups.
     fn count_commit(&mut self, eg: &EgId, result: &CommitResult, started: std::time::Instant) {
         match result {
@@ -1016,17 +1041,12 @@ impl Driver {
                 }
                 ClientOutput::Done { op, result } => match (self.waiting.remove(&op), result) {
                     (Some(Waiting::Read(done)), OpResult::Read(result)) => {
-                        match &result {
-                            Ok(read) => self.metrics.read(match read.path {
-                                ReadPath::LocalVouched => ReadPathLabel::Local,
-                                ReadPath::Majority => ReadPathLabel::Majority,
-                                ReadPath::Snapshot => ReadPathLabel::Snapshot,
-                                ReadPath::Inconsistent => ReadPathLabel::Inconsistent,
-                                ReadPath::AtPosition => ReadPathLabel::AtPosition,
-                            }),
-                            Err(_) => self.metrics.read_failed(),
-                        }
+                        self.count_read(&result);
                         let _ = done.send(result);
+                    }
+                    (Some(Waiting::Basis(done)), OpResult::Read(result)) => {
+                        self.count_read(&result);
+                        let _ = done.send(result.map(|read| Basis::of_read(&read)));
                     }
                     (
                         Some(Waiting::Commit(done, started, eg)),

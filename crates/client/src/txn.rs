@@ -49,10 +49,13 @@ pub struct Transaction {
     writes: BTreeMap<Vec<u8>, Vec<CellWrite>>,
     /// How many queue messages it sent (the next one's index).
     sent: u32,
+    /// Begun blind ([`Client::begin_blind`]): it only writes, and its position is a
+    /// blind write's basis.
+    write_only: bool,
 }
 
 impl Transaction {
-    fn new(client: Client, eg: EgId) -> Self {
+    fn new(client: Client, eg: EgId, write_only: bool) -> Self {
         Self {
             id: client.new_txn_id(),
             client,
@@ -61,6 +64,7 @@ impl Transaction {
             reads: ReadSet::default(),
             writes: BTreeMap::new(),
             sent: 0,
+            write_only,
         }
     }
 
@@ -93,10 +97,18 @@ impl Transaction {
     }
 
     /// The log position every read of this transaction sees, fixed by its first read
-    /// (this makes that read if there was none yet).
+    /// (this makes that read if there was none yet). For a transaction begun blind
+    /// ([`Client::begin_blind`]), the position it commits after: a blind write's
+    /// basis, which need not be the group's newest.
     pub async fn position(&mut self) -> Result<Position, ClientError> {
         if self.position.is_none() {
-            self.read_at_position(DataQuery::Rows(Vec::new())).await?;
+            if self.write_only {
+                let basis = self.client.blind_basis(&self.eg).await?;
+                self.reads.saw_prepared(&basis.prepared);
+                self.position = Some((basis.read_position, basis.leader));
+            } else {
+                self.read_at_position(DataQuery::Rows(Vec::new())).await?;
+            }
         }
         Ok(self.position.map_or(Position::NONE, |(p, _)| p))
     }
@@ -193,6 +205,14 @@ impl Transaction {
     /// A read as of the transaction's position: the first is a current read and fixes
     /// it; every later one reads at that position.
     async fn read_at_position(&mut self, query: DataQuery) -> Result<Vec<Row>, ClientError> {
+        if self.write_only {
+            // Its position may be older than writes already acknowledged: a read
+            // there would not be current.
+            return Err(ClientError::InvalidArgument(
+                "this transaction was begun blind: it only writes (begin one that reads instead)"
+                    .to_string(),
+            ));
+        }
         let mode = match self.position {
             None => ReadMode::Current,
             Some((p, _)) => ReadMode::AtPosition(p),
@@ -370,11 +390,11 @@ impl Transaction {
         let mut reads = self.reads;
         let (position, leader) = match self.position {
             Some(p) => p,
-            // Blind writes: read the group's position first.
+            // Blind writes: their basis first.
             None => {
-                let read = self.client.read_basis(&self.eg).await?;
-                reads.saw_prepared(&read.prepared);
-                (read.position.unwrap_or(Position::NONE), read.next_leader)
+                let basis = self.client.blind_basis(&self.eg).await?;
+                reads.saw_prepared(&basis.prepared);
+                (basis.read_position, basis.leader)
             }
         };
         Ok(Participant {
@@ -475,7 +495,19 @@ impl Client {
     /// Starts one attempt of a transaction on `eg` (see [`Client::transaction`] for
     /// the loop that retries it).
     pub fn begin(&self, eg: &EgId) -> Transaction {
-        Transaction::new(self.clone(), eg.clone())
+        Transaction::new(self.clone(), eg.clone(), false)
+    }
+
+    /// Starts a transaction on `eg` that only writes (a blind write): its reads are
+    /// refused, and [`Transaction::position`] fixes the position it commits after
+    /// without waiting for a commit in flight — lent by this client's commit to the
+    /// group in flight, or a snapshot read while the group's commits are relayed
+    /// (docs/protocol.md, "Relayed commits"). For a caller that must know the
+    /// transaction's first position before its writes (the public API's Begin, whose
+    /// id names it); [`Client::begin`] serves a blind write as well, fixing its basis
+    /// only at commit.
+    pub fn begin_blind(&self, eg: &EgId) -> Transaction {
+        Transaction::new(self.clone(), eg.clone(), true)
     }
 
     /// Starts one attempt of a transaction on an untyped group, refusing any other.

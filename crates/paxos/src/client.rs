@@ -34,6 +34,7 @@ use crate::two_phase::decide::{Decide, DecideOutcome, MayAbort, Patience, TwoPha
 use crate::two_phase::settle::{Blocked, SettleGroup, SettledGroup, SettlingRead};
 use crate::verify::{CheckedHit, GlobalHit, Verify};
 use composite::Composite;
+pub use lanes::Basis;
 use lanes::{Lane, Start, Waiting};
 use relay::{RelayOp, Relaying};
 
@@ -99,6 +100,22 @@ pub enum OpResult {
     Settled(Result<SettledGroup, ReadError>),
     /// A lookup of a cross-group transaction's decision finished.
     Decision(DecideOutcome),
+}
+
+/// How a blind write's basis comes ([`ClientCore::blind_basis`]).
+#[derive(Debug)]
+pub enum BasisStep {
+    /// Lent at once by the client's commit to the group in flight.
+    Lent(Basis),
+    /// Being read: the operation's read result is the basis ([`Basis::of_read`]).
+    Reading {
+        /// The read.
+        op: OpId,
+        /// Its mode (a snapshot read while the group's commits are relayed).
+        mode: ReadMode,
+        /// What to do for it now.
+        outputs: Vec<Output>,
+    },
 }
 
 /// An event for the client.
@@ -261,6 +278,33 @@ impl ClientCore {
         let mut sends = Vec::new();
         let op = self.start_read(now, eg, mode, query, &mut sends);
         (op, self.finish_step(now, sends))
+    }
+
+    /// The basis of a blind write of `eg` (a transaction that reads nothing): lent at
+    /// once by this client's commit to the group in flight ([`lend_basis`](Self::lend_basis)),
+    /// or else read ([`read_basis`](Self::read_basis), whose read's result is the basis:
+    /// [`Basis::of_read`]).
+    ///
+    /// For a transaction that fixes its basis before its writes are known — a blind
+    /// transaction of the public API, whose Begin answers with its position. Either way
+    /// it is a position with the exact set of prepared transactions pending there, as a
+    /// read of no rows at that position finds it, so a commit after it is judged as one
+    /// after any read there (docs/protocol.md, "Relayed commits", step 8).
+    /// `query` is what else a read would read (none, for the client library).
+    pub fn blind_basis(&mut self, now: Time, eg: EgId, query: DataQuery) -> BasisStep {
+        if let Some(basis) = self.lend_basis(&eg) {
+            return BasisStep::Lent(basis);
+        }
+        let (op, mode, outputs) = self.read_basis(now, eg, query);
+        BasisStep::Reading { op, mode, outputs }
+    }
+
+    /// The read of this client's commit to `eg` in flight, lent to a blind write: its
+    /// position, next leader and the prepared transactions pending there, carried over
+    /// what the lane learned since. `None` with nothing in flight.
+    pub fn lend_basis(&self, eg: &EgId) -> Option<Basis> {
+        let bugs = self.config.proposer.bugs;
+        self.lanes.get(eg).and_then(|l| l.blind_basis(&bugs))
     }
 
     /// Starts the read a blind write of `eg` (a transaction that read nothing) makes for
@@ -773,8 +817,7 @@ impl ClientCore {
         eg: EgId,
         writes: Vec<RowWrite>,
     ) -> Result<(OpId, Position, Vec<Output>), Vec<RowWrite>> {
-        let bugs = self.config.proposer.bugs;
-        let Some(basis) = self.lanes.get(&eg).and_then(|l| l.blind_basis(&bugs)) else {
+        let Some(basis) = self.lend_basis(&eg) else {
             return Err(writes);
         };
         let mut reads = ReadSet::default();

@@ -226,11 +226,22 @@ impl Megastore for Gateway {
         let caller = self.access.caller(&request)?;
         let connection = request.remote_addr();
         let request = request.into_inner();
+        if request.blind && request.root.is_some() {
+            return Err(invalid(
+                "blind",
+                "a typed group's transaction cannot be blind: its entity writes read what they replace (name an untyped group by `eg`)",
+            ));
+        }
         let eg = self.named_group(request.eg, request.root).await?;
         self.require_group(&caller, Access::Read, &eg, Tables::Any)
             .await?;
-        // Begin fixes the position every read of the transaction sees.
-        let mut transaction = self.client.begin(&eg);
+        // Begin fixes the position every read of the transaction sees (a blind one's:
+        // the position it commits after).
+        let mut transaction = if request.blind {
+            self.client.begin_blind(&eg)
+        } else {
+            self.client.begin(&eg)
+        };
         let position = transaction.position().await.map_err(status)?;
         let id = txn_id_to_wire(transaction.id(), position.next());
         let txn = self.sessions.insert(transaction, connection, &caller)?;

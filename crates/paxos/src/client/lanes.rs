@@ -71,18 +71,31 @@ pub(crate) struct Start {
     pub(crate) members: Vec<(OpId, Member)>,
 }
 
-/// A read a blind write may take as its own: where a transaction of the commit in
-/// flight read (the newest such read), as it read it.
-#[derive(Debug, Clone)]
-pub(crate) struct Basis {
-    pub(crate) read_position: Position,
-    pub(crate) leader: Option<ReplicaId>,
+/// What a blind write commits after, as a read of no rows finds it: a position, the
+/// leader its entry named for the next one, and the prepared transactions pending
+/// there. Lent by a commit in flight ([`ClientCore::lend_basis`](crate::ClientCore::lend_basis)):
+/// where a transaction of that commit read (the newest such read), as it read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Basis {
+    /// The position.
+    pub read_position: Position,
+    /// The next position's leader, as the entry at `read_position` named it.
+    pub leader: Option<ReplicaId>,
     /// The prepared transactions pending at `read_position`: their locks hold against
     /// a blind write as against any commit after that read.
-    pub(crate) prepared: Vec<Prepared>,
+    pub prepared: Vec<Prepared>,
 }
 
 impl Basis {
+    /// The basis a read of the group found (its rows aside).
+    pub fn of_read(read: &crate::ReadResult) -> Self {
+        Self {
+            read_position: read.position.unwrap_or(Position::NONE),
+            leader: read.next_leader,
+            prepared: read.prepared.clone(),
+        }
+    }
+
     fn of(waiting: &Waiting) -> Self {
         Self {
             read_position: waiting.read_position,

@@ -472,6 +472,60 @@ mod tests {
     }
 
     #[test]
+    fn a_blind_basis_is_lent_by_the_commit_in_flight_and_read_without_one() {
+        let mut core = relaying_client();
+        let t0 = Time::from_nanos(1_000);
+        let none = || DataQuery::Rows(Vec::new());
+        assert!(
+            matches!(
+                core.blind_basis(t0, eg(1), none()),
+                crate::BasisStep::Reading {
+                    mode: ReadMode::Current,
+                    ..
+                }
+            ),
+            "nothing in flight: read"
+        );
+        // This client's commit that read at position 4 is in flight.
+        let writes = vec![crate::RowWrite {
+            row: b"g1\x01a".to_vec(),
+            cells: vec![crate::CellWrite::Set {
+                column: b"v".to_vec(),
+                value: b"x".to_vec(),
+            }],
+        }];
+        let txn = TxnId {
+            client: ClientId(1),
+            seq: 1,
+        };
+        let (_, out) = core.commit(
+            t0,
+            txn,
+            eg(1),
+            Position(4),
+            Some(ReplicaId(1)),
+            writes,
+            crate::ReadSet::default(),
+        );
+        assert!(!out.is_empty(), "the commit starts at once");
+        match core.blind_basis(t0, eg(1), none()) {
+            crate::BasisStep::Lent(basis) => assert_eq!(
+                (basis.read_position, basis.leader, basis.prepared.len()),
+                (Position(4), Some(ReplicaId(1)), 0),
+                "the in-flight commit's read"
+            ),
+            other => panic!("a commit is in flight, yet the basis is read: {other:?}"),
+        }
+        assert!(
+            matches!(
+                core.blind_basis(t0, eg(2), none()),
+                crate::BasisStep::Reading { .. }
+            ),
+            "another group has nothing in flight"
+        );
+    }
+
+    #[test]
     fn a_blind_writes_basis_is_a_current_read_but_a_snapshot_at_the_relay_while_hot() {
         let mut core = relaying_client();
         let t0 = Time::from_nanos(1_000);
