@@ -131,6 +131,11 @@ fn python_grpc_client_runs_transactions_reads_and_versioned_txns() {
     }
     assert_eq!(seen["after_errors"], serde_json::json!(["Ada"]));
     assert_eq!(
+        seen["blind"],
+        serde_json::json!({"id_is_next": true, "outcome": "committed", "after_begin": true})
+    );
+    assert_eq!(errors["blind_read"][0], "INVALID_ARGUMENT", "{errors}");
+    assert_eq!(
         seen["queue"],
         serde_json::json!({"sent": "committed", "bodies": ["from python"], "senders": ["py-group-0001"], "left": 0}),
         "a message sent from Python is received once"

@@ -281,6 +281,20 @@ def main():
     }
     expect_error("resolve_without_id", lambda: stub.Resolve(pb.ResolveRequest(eg=eg)))
 
+    # A blind transaction only writes: Begin takes its position without waiting for a
+    # commit in flight, and its reads are refused.
+    blind = stub.Begin(pb.BeginRequest(eg=eg, blind=True))
+    expect_error("blind_read", lambda: stub.TxnRead(pb.TxnReadRequest(
+        txn=blind.txn, keys=[b"resolved"])))
+    stub.Write(pb.WriteRequest(txn=blind.txn, rows=[pb.RowWrite(
+        key=b"blind", cells=[pb.CellWrite(column=b"c", set=b"v")])]))
+    blind_commit = stub.Commit(pb.CommitRequest(txn=blind.txn))
+    seen["blind"] = {
+        "id_is_next": blind.id.position == blind.position + 1,
+        "outcome": blind_commit.WhichOneof("outcome"),
+        "after_begin": blind_commit.committed.position > blind.position,
+    }
+
     # 7. Still serving, and the first write is still there.
     read = stub.Read(pb.ReadRequest(eg=eg, mode=pb.READ_MODE_CURRENT, query=pb.RowQuery(
         keys=pb.RowQuery.Keys(keys=[name_key]))))
