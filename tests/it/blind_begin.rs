@@ -18,7 +18,7 @@ use megastore_rpc::pb::client as pb;
 use megastore_rpc::pb::client::megastore_client::MegastoreClient;
 use tonic::transport::Channel;
 
-use crate::support::{api_at, start_cluster};
+use crate::support::{api_at, grpc_resolve, start_cluster, wait_for_acks};
 
 const GROUP: &[u8] = b"blind-hot";
 /// gRPC clients, each with a connection of its own.
@@ -26,6 +26,8 @@ const CLIENTS: usize = 16;
 /// Attempts each client makes at most (and the load stops after `LOAD` anyway).
 const ATTEMPTS: usize = 2_000;
 const LOAD: Duration = Duration::from_secs(14);
+/// How long the load may take to acknowledge the transactions a step waits for.
+const ACK_WAIT: Duration = Duration::from_secs(30);
 
 fn note(client: usize, attempt: usize) -> Vec<u8> {
     format!("note-{client:02}-{attempt:04}").into_bytes()
@@ -40,30 +42,6 @@ struct Seen {
     not_committed: Vec<usize>,
     /// Commits whose answer was lost (then resolved).
     indefinite: usize,
-}
-
-/// Asks `api` whether transaction `id` committed, until it can tell.
-async fn resolve(api: &mut MegastoreClient<Channel>, id: pb::TxnId) -> bool {
-    use pb::resolve_response::Outcome;
-    let started = Instant::now();
-    loop {
-        let answer = api
-            .resolve(pb::ResolveRequest {
-                eg: GROUP.to_vec(),
-                root: None,
-                id: Some(id),
-            })
-            .await;
-        match answer.map(|r| r.into_inner().outcome) {
-            Ok(Some(Outcome::Committed(_))) => return true,
-            Ok(Some(Outcome::NotCommitted(_))) => return false,
-            other => assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "transaction {id:?} still unresolved: {other:?}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// Begins a blind transaction at `api`: its handle, position and id.
@@ -147,7 +125,7 @@ async fn client(
             // Indefinite (UNKNOWN, or no answer at all): resolve it at site B.
             Err(_) => {
                 seen.indefinite += 1;
-                if resolve(&mut other, id).await {
+                if grpc_resolve(&mut other, GROUP, id).await {
                     seen.committed.push(attempt);
                     acked.fetch_add(1, Ordering::Relaxed);
                 } else {
@@ -157,19 +135,6 @@ async fn client(
         }
     }
     seen
-}
-
-/// Waits until the clients together have acknowledged `count` transactions.
-fn wait_for_commits(acked: &AtomicUsize, count: usize) {
-    let started = Instant::now();
-    while acked.load(Ordering::Relaxed) < count {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "only {} of {count} transactions acknowledged",
-            acked.load(Ordering::Relaxed)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Blind writes sent on the read of the gateway's commit in flight, by the replica at
@@ -250,13 +215,13 @@ fn blind_transactions_through_grpc_commit_exactly_once_through_their_gateways_ki
         })
         .collect();
     // The gateway dies under load, with commits in flight, and comes back.
-    wait_for_commits(&acked, 300);
+    wait_for_acks(&acked, 300, ACK_WAIT);
     let unread = blind_writes_unread(&metrics);
     let acked_then = acked.load(Ordering::Relaxed);
     cluster.process("replica-a").kill();
     std::thread::sleep(Duration::from_secs(1));
     cluster.start_process("replica-a");
-    wait_for_commits(&acked, acked.load(Ordering::Relaxed) + 200);
+    wait_for_acks(&acked, acked.load(Ordering::Relaxed) + 200, ACK_WAIT);
     let seen: Vec<Seen> = clients
         .into_iter()
         .map(|c| runtime.block_on(c).unwrap())

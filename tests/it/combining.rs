@@ -22,7 +22,7 @@ use megastore_metrics::ReadPathLabel;
 use megastore_paxos::{DataQuery, ReadMode};
 use megastore_types::{EgId, Position};
 
-use crate::support::{connect, counter_value, start_cluster, start_cluster_with};
+use crate::support::{connect, counter_value, start_cluster, start_cluster_with, wait_for_acks};
 
 /// Tasks sharing the client.
 const TASKS: usize = 16;
@@ -51,19 +51,6 @@ struct Seen {
     not_committed: Vec<usize>,
     /// Attempts whose outcome stayed unknown (an error after the commit was sent).
     unknown: Vec<usize>,
-}
-
-/// Waits until the tasks together have acknowledged `count` transactions.
-fn wait_for_commits(acked: &AtomicUsize, count: usize) {
-    let started = Instant::now();
-    while acked.load(Ordering::Relaxed) < count {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "only {} of {count} transactions acknowledged",
-            acked.load(Ordering::Relaxed)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Whether `task` writes blind (its notes only) rather than read-modify-write.
@@ -135,10 +122,10 @@ fn load_through_a_kill(
         .collect();
     // The replica dies under load, commits go on without it, and it comes back while
     // they still do.
-    wait_for_commits(&acked, 200);
+    wait_for_acks(&acked, 200, Duration::from_secs(20));
     cluster.process(victim).kill();
     let at_kill = acked.load(Ordering::Relaxed);
-    wait_for_commits(&acked, at_kill + 200);
+    wait_for_acks(&acked, at_kill + 200, Duration::from_secs(20));
     cluster.start_process(victim);
     let seen: Vec<Seen> = tasks
         .into_iter()

@@ -11,7 +11,7 @@ use megastore_rpc::pb::client as pb;
 use megastore_rpc::pb::client::megastore_client::MegastoreClient;
 use tonic::transport::Channel;
 
-use crate::support::{api_at, start_cluster};
+use crate::support::{api_at, grpc_resolve, start_cluster};
 
 const WRITERS: usize = 3;
 /// Writes each writer makes (bounded in time too).
@@ -86,30 +86,6 @@ async fn attempt(
     Ok((tag, id, answer))
 }
 
-/// Asks `api` whether transaction `id` committed, until it can tell.
-async fn resolve(api: &mut MegastoreClient<Channel>, group: &[u8], id: pb::TxnId) -> bool {
-    use pb::resolve_response::Outcome;
-    let started = Instant::now();
-    loop {
-        let answer = api
-            .resolve(pb::ResolveRequest {
-                eg: group.to_vec(),
-                root: None,
-                id: Some(id),
-            })
-            .await;
-        match answer.map(|r| r.into_inner().outcome) {
-            Ok(Some(Outcome::Committed(_))) => return true,
-            Ok(Some(Outcome::NotCommitted(_))) => return false,
-            other => assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "transaction {id:?} still unresolved: {other:?}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 async fn writer(addresses: [String; 2], group: Vec<u8>, deadline: Instant) -> Seen {
     let mut apis = addresses.map(|a| api_at(&a));
     let mut serving = 0;
@@ -136,7 +112,7 @@ async fn writer(addresses: [String; 2], group: Vec<u8>, deadline: Instant) -> Se
                 // Indefinite (UNKNOWN, or no answer at all): resolve it elsewhere.
                 seen.indefinite += 1;
                 serving = 1;
-                if resolve(&mut apis[serving], &group, id).await {
+                if grpc_resolve(&mut apis[serving], &group, id).await {
                     seen.committed.insert(tag);
                     i += 1;
                 } else {

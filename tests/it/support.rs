@@ -259,3 +259,53 @@ pub(crate) fn grpc_committed(
         _ => None,
     }
 }
+
+/// Asks `api` whether transaction `id` of the untyped group `group` committed
+/// (`Resolve`), until it can tell (within a minute).
+pub(crate) async fn grpc_resolve(
+    api: &mut megastore_rpc::pb::client::megastore_client::MegastoreClient<
+        tonic::transport::Channel,
+    >,
+    group: &[u8],
+    id: megastore_rpc::pb::client::TxnId,
+) -> bool {
+    use megastore_rpc::pb::client as pb;
+    use pb::resolve_response::Outcome;
+    let started = Instant::now();
+    loop {
+        let answer = api
+            .resolve(pb::ResolveRequest {
+                eg: group.to_vec(),
+                root: None,
+                id: Some(id),
+            })
+            .await;
+        match answer.map(|r| r.into_inner().outcome) {
+            Ok(Some(Outcome::Committed(_))) => return true,
+            Ok(Some(Outcome::NotCommitted(_))) => return false,
+            other => assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "transaction {id:?} still unresolved: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until `acked` reaches `count` (the transactions a load's tasks acknowledged
+/// together), failing the test after `within`.
+pub(crate) fn wait_for_acks(
+    acked: &std::sync::atomic::AtomicUsize,
+    count: usize,
+    within: Duration,
+) {
+    let started = Instant::now();
+    while acked.load(std::sync::atomic::Ordering::Relaxed) < count {
+        assert!(
+            started.elapsed() < within,
+            "only {} of {count} transactions acknowledged",
+            acked.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

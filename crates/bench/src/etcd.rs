@@ -5,17 +5,15 @@
 //! `--connections`, the clients share that many connections, as megastore's do.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use rand::Rng;
-
-use crate::report::{Done, Kind, Recorder, Report, Window};
+use crate::closed_loop::run_clients;
+use crate::report::{Done, Kind, Report};
 use crate::{Spec, SpecError};
 
-/// The key of item `n` (`bench/000042`), under the spec's prefix.
-fn key(spec: &Spec, n: u32) -> String {
-    format!("{}/{n:06}", spec.group_prefix)
+/// The key of item `n` (`bench/000042`), under the spec's group prefix.
+fn key(prefix: &str, n: u32) -> String {
+    format!("{prefix}/{n:06}")
 }
 
 /// Runs `spec` (its groups are keys here; sites and read modes do not apply) against
@@ -44,65 +42,29 @@ pub async fn run_etcd(
     let clients: Vec<_> = (0..spec.clients as usize)
         .map(|i| shared[i % connections].clone())
         .collect();
-    let window = Window::of(spec);
-    let issued = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicU64::new(0));
-    let progress = Arc::new(progress);
-    let mut tasks = Vec::new();
-    for mut client in clients {
-        let spec = spec.clone();
-        let (issued, done, progress) = (issued.clone(), done.clone(), progress.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut recorder = Recorder::new();
-            let value = vec![b'x'; spec.value_size];
-            while Instant::now() < window.until {
-                let measured = window.measuring();
-                let n = if measured {
-                    issued.fetch_add(1, Ordering::Relaxed)
-                } else {
-                    0
-                };
-                if spec.operations.is_some_and(|limit| n >= limit) {
-                    break;
+    let value = Arc::new(vec![b'x'; spec.value_size]);
+    let prefix = Arc::new(spec.group_prefix.clone());
+    let sites = ["etcd".to_string()];
+    let mut report = run_clients(spec, &sites, clients, progress, move |mut client, pick| {
+        let (value, prefix) = (value.clone(), prefix.clone());
+        async move {
+            let key = key(&prefix, pick.n);
+            let began = Instant::now();
+            let outcome = if pick.read {
+                match client.get(key, None).await {
+                    Ok(_) => Done::Timed(Kind::Read, began.elapsed()),
+                    Err(e) => Done::Failed(Kind::Read, e.to_string()),
                 }
-                let (n, is_read) = {
-                    let mut rng = rand::rng();
-                    (
-                        rng.random_range(0..spec.groups),
-                        rng.random_bool(spec.read_fraction),
-                    )
-                };
-                let key = key(&spec, n);
-                let began = Instant::now();
-                let outcome = if is_read {
-                    match client.get(key, None).await {
-                        Ok(_) => Done::Timed(Kind::Read, began.elapsed()),
-                        Err(e) => Done::Failed(Kind::Read, e.to_string()),
-                    }
-                } else {
-                    match client.put(key, value.clone(), None).await {
-                        Ok(_) => Done::Timed(Kind::Write, began.elapsed()),
-                        Err(e) => Done::Failed(Kind::Write, e.to_string()),
-                    }
-                };
-                if measured {
-                    recorder.add(outcome);
-                    progress(done.fetch_add(1, Ordering::Relaxed) + 1);
+            } else {
+                match client.put(key, value.to_vec(), None).await {
+                    Ok(_) => Done::Timed(Kind::Write, began.elapsed()),
+                    Err(e) => Done::Failed(Kind::Write, e.to_string()),
                 }
-            }
-            recorder
-        }));
-    }
-    let cpu_before = window.cpu_at_start().await;
-    let mut recorder = Recorder::new();
-    for task in tasks {
-        match task.await {
-            Ok(r) => recorder.merge(r),
-            Err(e) => recorder.error(Kind::Write, format!("a client task failed: {e}")),
+            };
+            (client, outcome)
         }
-    }
-    let mut report = recorder.report(spec, &["etcd".to_string()], window.from.elapsed());
+    })
+    .await;
     report.system = "etcd".into();
-    report.client_cpu_s = crate::report::process_cpu_seconds() - cpu_before;
     Ok(report)
 }

@@ -4,7 +4,6 @@
 //! Read; a commit that conflicts is run again, up to the spec's attempts.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use megastore_config::ClusterConfig;
@@ -12,10 +11,10 @@ use megastore_paxos::ReadMode;
 use megastore_rpc::pb::client as pb;
 use megastore_rpc::pb::client::megastore_client::MegastoreClient;
 use megastore_types::ReplicaKind;
-use rand::Rng;
 use tonic::transport::Channel;
 
-use crate::report::{Done, Kind, Recorder, Report, Window};
+use crate::closed_loop::run_clients;
+use crate::report::{Done, Kind, Report};
 use crate::workload::{KEY, group_name};
 use crate::{Spec, SpecError};
 
@@ -134,70 +133,33 @@ pub async fn run_grpc(
                 .max_decoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX),
         );
     }
-    let window = Window::of(spec);
-    let issued = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicU64::new(0));
-    let progress = Arc::new(progress);
-    let mut tasks = Vec::new();
-    for mut api in clients {
-        let spec = spec.clone();
-        let (issued, done, progress) = (issued.clone(), done.clone(), progress.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut recorder = Recorder::new();
-            let value = vec![b'x'; spec.value_size];
-            while Instant::now() < window.until {
-                let measured = window.measuring();
-                let n = if measured {
-                    issued.fetch_add(1, Ordering::Relaxed)
-                } else {
-                    0
-                };
-                if spec.operations.is_some_and(|limit| n >= limit) {
-                    break;
+    let shared = Arc::new(spec.clone());
+    let value = Arc::new(vec![b'x'; spec.value_size]);
+    let mut report = run_clients(spec, &sites, clients, progress, move |mut api, pick| {
+        let (spec, value) = (shared.clone(), value.clone());
+        async move {
+            let eg = group_name(&spec, pick.n).into_bytes();
+            let began = Instant::now();
+            let outcome = if pick.read {
+                match read(&mut api, &eg, spec.read_mode).await {
+                    Ok(()) => Done::Timed(Kind::Read, began.elapsed()),
+                    Err(e) => Done::Failed(Kind::Read, e.to_string()),
                 }
-                let (n, is_read) = {
-                    let mut rng = rand::rng();
-                    (
-                        rng.random_range(0..spec.groups),
-                        rng.random_bool(spec.read_fraction),
-                    )
-                };
-                let eg = group_name(&spec, n).into_bytes();
-                let began = Instant::now();
-                let outcome = if is_read {
-                    match read(&mut api, &eg, spec.read_mode).await {
-                        Ok(()) => Done::Timed(Kind::Read, began.elapsed()),
-                        Err(e) => Done::Failed(Kind::Read, e.to_string()),
-                    }
-                } else {
-                    match write(&mut api, &eg, &value, spec.write_attempts, blind).await {
-                        Ok(true) => Done::Timed(Kind::Write, began.elapsed()),
-                        Ok(false) => Done::Conflict,
-                        Err(e) => Done::Failed(Kind::Write, e.to_string()),
-                    }
-                };
-                if measured {
-                    recorder.add(outcome);
-                    progress(done.fetch_add(1, Ordering::Relaxed) + 1);
+            } else {
+                match write(&mut api, &eg, &value, spec.write_attempts, blind).await {
+                    Ok(true) => Done::Timed(Kind::Write, began.elapsed()),
+                    Ok(false) => Done::Conflict,
+                    Err(e) => Done::Failed(Kind::Write, e.to_string()),
                 }
-            }
-            recorder
-        }));
-    }
-    let cpu_before = window.cpu_at_start().await;
-    let mut recorder = Recorder::new();
-    for task in tasks {
-        match task.await {
-            Ok(r) => recorder.merge(r),
-            Err(e) => recorder.error(Kind::Write, format!("a client task failed: {e}")),
+            };
+            (api, outcome)
         }
-    }
-    let mut report = recorder.report(spec, &sites, window.from.elapsed());
+    })
+    .await;
     report.system = if blind {
         "megastore-grpc-blind".into()
     } else {
         "megastore-grpc".into()
     };
-    report.client_cpu_s = crate::report::process_cpu_seconds() - cpu_before;
     Ok(report)
 }

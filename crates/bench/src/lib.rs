@@ -18,6 +18,7 @@
 //!   error of its kind (with the first few messages kept), never as a latency sample,
 //!   and a write that gave up on conflicts is counted as a conflict, not an error.
 
+mod closed_loop;
 mod coordination;
 mod etcd;
 mod grpc;

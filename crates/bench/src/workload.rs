@@ -1,16 +1,15 @@
 //! The closed loop: each client picks a group, reads or writes, records, repeats.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::closed_loop::run_clients;
+use crate::report::{Done, Kind, Report};
 use megastore_client::{Attempt, Client, ClientError};
 use megastore_config::ClusterConfig;
 use megastore_paxos::{DataQuery, ReadMode};
 use megastore_types::{EgId, ReplicaKind};
-use rand::Rng;
-
-use crate::report::{Done, Kind, Recorder, Report, Window};
 
 /// The most concurrent clients a run may have (each holds connections to every process).
 const CLIENTS_MAX: u32 = 4096;
@@ -206,7 +205,7 @@ pub async fn run(
     let sites = spec.check(config)?;
     let mut workers = Vec::new();
     // Connections by (site, number): shared by the workers that map to one.
-    let mut connections: std::collections::HashMap<(&String, usize), Client> = Default::default();
+    let mut connections: HashMap<(&String, usize), Client> = HashMap::new();
     for i in 0..spec.clients as usize {
         let at: Vec<&String> = if spec.rotate_sites {
             sites.iter().collect()
@@ -233,80 +232,41 @@ pub async fn run(
         }
         workers.push(clients);
     }
-    let window = Window::of(spec);
-    let issued = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicU64::new(0));
-    let progress = Arc::new(progress);
-    let mut tasks = Vec::new();
-    for clients in workers {
-        let spec = spec.clone();
-        let (issued, done, progress) = (issued.clone(), done.clone(), progress.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut recorder = Recorder::new();
-            let value = vec![b'x'; spec.value_size];
-            // Which of this worker's clients acted on each group last.
-            let mut last_site: std::collections::HashMap<u32, usize> = Default::default();
-            loop {
-                if Instant::now() >= window.until {
-                    break;
+    // Each worker's clients (one per site it acts from), and which of them acted on
+    // each group last.
+    let workers: Vec<(Vec<Client>, HashMap<u32, usize>)> = workers
+        .into_iter()
+        .map(|clients| (clients, HashMap::new()))
+        .collect();
+    let shared = Arc::new(spec.clone());
+    let value = Arc::new(vec![b'x'; spec.value_size]);
+    let report = run_clients(spec, &sites, workers, progress, move |worker, pick| {
+        let (spec, value) = (shared.clone(), value.clone());
+        async move {
+            let (clients, mut last_site) = worker;
+            let eg = group(&spec, pick.n);
+            let site = last_site
+                .get(&pick.n)
+                .map_or(0, |s| (s + 1) % clients.len());
+            last_site.insert(pick.n, site);
+            let client = &clients[site];
+            let began = Instant::now();
+            let outcome = if pick.read {
+                let query = DataQuery::Rows(vec![KEY.to_vec()]);
+                match client.read(&eg, spec.read_mode, query).await {
+                    Ok(_) => Done::Timed(Kind::Read, began.elapsed()),
+                    Err(e) => Done::Failed(Kind::Read, e.to_string()),
                 }
-                let measured = window.measuring();
-                let n = if measured {
-                    issued.fetch_add(1, Ordering::Relaxed)
-                } else {
-                    0
-                };
-                if spec.operations.is_some_and(|limit| n >= limit) {
-                    break;
+            } else {
+                match write(client, &eg, &value, spec.write_attempts).await {
+                    Ok(true) => Done::Timed(Kind::Write, began.elapsed()),
+                    Ok(false) => Done::Conflict,
+                    Err(e) => Done::Failed(Kind::Write, e.to_string()),
                 }
-                let (n, is_read) = if spec.fill {
-                    // Each group once: the operations are numbered below `groups`.
-                    (
-                        u32::try_from(n % u64::from(spec.groups)).expect("below groups"),
-                        false,
-                    )
-                } else {
-                    let mut rng = rand::rng();
-                    (
-                        rng.random_range(0..spec.groups),
-                        rng.random_bool(spec.read_fraction),
-                    )
-                };
-                let eg = group(&spec, n);
-                let site = last_site.get(&n).map_or(0, |s| (s + 1) % clients.len());
-                last_site.insert(n, site);
-                let client = &clients[site];
-                let began = Instant::now();
-                let outcome = if is_read {
-                    let query = DataQuery::Rows(vec![KEY.to_vec()]);
-                    match client.read(&eg, spec.read_mode, query).await {
-                        Ok(_) => Done::Timed(Kind::Read, began.elapsed()),
-                        Err(e) => Done::Failed(Kind::Read, e.to_string()),
-                    }
-                } else {
-                    match write(client, &eg, &value, spec.write_attempts).await {
-                        Ok(true) => Done::Timed(Kind::Write, began.elapsed()),
-                        Ok(false) => Done::Conflict,
-                        Err(e) => Done::Failed(Kind::Write, e.to_string()),
-                    }
-                };
-                if measured {
-                    recorder.add(outcome);
-                    progress(done.fetch_add(1, Ordering::Relaxed) + 1);
-                }
-            }
-            recorder
-        }));
-    }
-    let cpu_before = window.cpu_at_start().await;
-    let mut recorder = Recorder::new();
-    for task in tasks {
-        match task.await {
-            Ok(r) => recorder.merge(r),
-            Err(e) => recorder.error(Kind::Write, format!("a client task failed: {e}")),
+            };
+            ((clients, last_site), outcome)
         }
-    }
-    let mut report = recorder.report(spec, &sites, window.from.elapsed());
-    report.client_cpu_s = crate::report::process_cpu_seconds() - cpu_before;
+    })
+    .await;
     Ok(report)
 }
