@@ -499,10 +499,10 @@ impl Client {
     }
 
     /// Starts a transaction on `eg` that only writes (a blind write): its reads are
-    /// refused, and [`Transaction::position`] fixes the position it commits after
-    /// without waiting for a commit in flight — lent by this client's commit to the
-    /// group in flight, or a snapshot read while the group's commits are relayed
-    /// (docs/protocol.md, "Relayed commits"). For a caller that must know the
+    /// refused, and [`Transaction::position`] fixes the position it commits after —
+    /// lent at once by this client's commit to the group in flight, else read as a
+    /// blind write reads it (a snapshot while the group's commits are relayed, else a
+    /// current read; docs/protocol.md, "Relayed commits"). For a caller that must know the
     /// transaction's first position before its writes (the public API's Begin, whose
     /// id names it); [`Client::begin`] serves a blind write as well, fixing its basis
     /// only at commit.
