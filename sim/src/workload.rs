@@ -9,9 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use megastore_paxos::queue::{self, Delivery};
 use megastore_paxos::{
-    Basis, BasisStep, CellWrite, CheckedHit, ClientCore, ClientOutput, CommitResult, DataQuery,
-    GlobalHit, OpId, OpResult, ReadMode, ReadResult, Resolution, RowWrite, global_mirror_range,
-    mirror_row_of,
+    Basis, CellWrite, CheckedHit, ClientCore, ClientOutput, CommitResult, DataQuery, GlobalHit,
+    OpId, OpResult, ReadMode, ReadResult, Resolution, RowWrite, global_mirror_range, mirror_row_of,
 };
 use megastore_rowstore::KeyRange;
 use megastore_types::reserved::GLOBAL_INDEX_TAG;
@@ -98,8 +97,6 @@ enum State {
         start: u64,
         read_position: Position,
         read_keys: BTreeSet<Vec<u8>>,
-        /// A blind write on a basis lent by a commit in flight (no read of its own).
-        unread: bool,
     },
     /// The commit's outcome was unknown: settling its position to find out.
     Resolving {
@@ -386,30 +383,17 @@ impl ClientNode {
             80..92 => (ReadMode::Snapshot, OpKind::SnapshotRead, None),
             _ => (ReadMode::Inconsistent, OpKind::InconsistentRead, None),
         };
-        let (op, kind, out) = if let Some(Plan::Blind(rows)) = plan.as_ref() {
-            // A blind write's basis is the core's to choose (lent by a commit of this
-            // client in flight, else a snapshot read while the group's commits are
-            // relayed), as it is for the client library's.
-            match self.core.blind_basis(now, eg.clone(), query) {
-                BasisStep::Lent(basis) => {
-                    let rows = rows.clone();
-                    let txn = self.next_txn();
-                    let writes = self.writes_of(now, &eg, &rows, txn);
-                    let out =
-                        self.start_commit(real, now, eg, &basis, txn, writes, BTreeSet::new());
-                    if let State::Committing { unread, .. } = &mut self.state {
-                        *unread = true;
-                    }
-                    return out;
-                }
-                BasisStep::Reading { op, mode, outputs } => {
-                    let kind = match mode {
-                        ReadMode::Snapshot => OpKind::SnapshotRead,
-                        _ => OpKind::CurrentRead,
-                    };
-                    (op, kind, outputs)
-                }
-            }
+        let (op, kind, out) = if matches!(plan, Some(Plan::Blind(_))) {
+            // A blind write's basis is the core's to choose (a snapshot read while the
+            // group's commits are relayed), as it is for the client library's. (No
+            // commit of this client is in flight to lend one: it starts an operation
+            // only when its companions are done; `late_blind_companion` borrows.)
+            let (op, mode, out) = self.core.read_basis(now, eg.clone(), query);
+            let kind = match mode {
+                ReadMode::Snapshot => OpKind::SnapshotRead,
+                _ => OpKind::CurrentRead,
+            };
+            (op, kind, out)
         } else {
             let (op, out) = self.core.read(now, eg.clone(), mode, query);
             (op, kind, out)
@@ -544,14 +528,10 @@ impl ClientNode {
                 start,
                 read_position,
                 read_keys,
-                unread,
             } if expected == op => {
                 let OpResult::Commit { txn, result } = result else {
                     unreachable!("a commit op returns a commit result")
                 };
-                if unread && matches!(result, CommitResult::Committed { .. }) {
-                    self.committed_unread += 1;
-                }
                 let outcome = match result {
                     CommitResult::Committed { position, .. } => Outcome::Committed {
                         txn,
@@ -821,7 +801,6 @@ impl ClientNode {
             start: real,
             read_position: position,
             read_keys,
-            unread: false,
         };
         out
     }
