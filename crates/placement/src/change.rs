@@ -1,0 +1,168 @@
+//! The changes an operator (or a rebalancer) makes to a placement. Each takes the
+//! current placement and returns the next one, one version later, or says why not;
+//! the caller writes the result to the lock service only if the version it read is
+//! still the stored one (compare-and-set), so changes are linearizable.
+
+use megastore_types::ReplicaId;
+
+use crate::error::ChangeError;
+use crate::ids::{RangeId, ServerId, Version};
+use crate::map::Placement;
+use crate::range::{Move, MovePhase, Range};
+
+impl Placement {
+    /// Splits range `range` at group key `at`: the left half keeps the id, the right
+    /// half gets a new one; both keep the replica set, and both get the new version as
+    /// their epoch, so a request routed by the old bounds is sent back to refresh.
+    /// Refused while the range is being moved.
+    pub fn split(&self, range: RangeId, at: &[u8]) -> Result<Placement, ChangeError> {
+        let index = self.range_index(range)?;
+        let old = &self.ranges[index];
+        refuse_if_moving(old)?;
+        if at <= old.start.as_slice() || !old.contains(at) {
+            return Err(ChangeError::SplitOutside {
+                range,
+                at: at.to_vec(),
+            });
+        }
+        let mut next = self.successor();
+        let version = next.version;
+        let right = Range {
+            id: next.next_range,
+            start: at.to_vec(),
+            end: old.end.clone(),
+            epoch: version,
+            slots: old.slots.clone(),
+            moving: None,
+        };
+        next.next_range = RangeId(next.next_range.0 + 1);
+        let left = &mut next.ranges[index];
+        left.end = Some(at.to_vec());
+        left.epoch = version;
+        next.ranges.insert(index + 1, right);
+        next.assert_checked();
+        Ok(next)
+    }
+
+    /// Begins moving slot `replica` of `range` to server `to` (at the slot's site,
+    /// holding no slot of the range). Nothing changes for the range's readers and
+    /// writers yet: its server still serves it while `to` copies it.
+    pub fn begin_move(
+        &self,
+        range: RangeId,
+        replica: ReplicaId,
+        to: ServerId,
+    ) -> Result<Placement, ChangeError> {
+        let index = self.range_index(range)?;
+        let current = &self.ranges[index];
+        refuse_if_moving(current)?;
+        let slot = current
+            .slot(replica)
+            .ok_or(ChangeError::UnknownSlot { range, replica })?;
+        let target = self.server(to).ok_or(ChangeError::UnknownServer(to))?;
+        if target.site != slot.site {
+            return Err(ChangeError::WrongSite {
+                range,
+                replica,
+                slot_site: slot.site,
+                server: to,
+                server_site: target.site,
+            });
+        }
+        if let Some(held) = current.slot_held_by(to) {
+            return Err(ChangeError::AlreadyHolds {
+                range,
+                server: to,
+                replica: held.replica,
+            });
+        }
+        let from = slot.server;
+        let mut next = self.successor();
+        let id = next.version;
+        next.ranges[index].moving = Some(Move {
+            id,
+            replica,
+            from,
+            to,
+            phase: MovePhase::Copying,
+        });
+        next.assert_checked();
+        Ok(next)
+    }
+
+    /// Records that the move's source answered that it froze the range durably. Made
+    /// only with that answer in hand: it is what lets the move finish.
+    pub fn record_frozen(
+        &self,
+        range: RangeId,
+        move_id: Version,
+    ) -> Result<Placement, ChangeError> {
+        let index = self.move_index(range, move_id)?;
+        let mut next = self.successor();
+        if let Some(m) = next.ranges[index].moving.as_mut() {
+            m.phase = MovePhase::Frozen;
+        }
+        next.assert_checked();
+        Ok(next)
+    }
+
+    /// Finishes the move: its target holds the slot from now on, at a new epoch. Only
+    /// after [`Placement::record_frozen`] (*flip-after-freeze*), and only once the
+    /// target copied everything the frozen source holds of the range.
+    pub fn finish_move(&self, range: RangeId, move_id: Version) -> Result<Placement, ChangeError> {
+        let index = self.move_index(range, move_id)?;
+        let Some(m) = self.ranges[index].moving.clone() else {
+            unreachable!("move_index found the move");
+        };
+        if m.phase != MovePhase::Frozen {
+            return Err(ChangeError::NotFrozen { range, move_id });
+        }
+        let mut next = self.successor();
+        let version = next.version;
+        let moved = &mut next.ranges[index];
+        moved.moving = None;
+        moved.epoch = version;
+        for slot in &mut moved.slots {
+            if slot.replica == m.replica {
+                slot.server = m.to;
+            }
+        }
+        next.assert_checked();
+        Ok(next)
+    }
+
+    /// Gives the move up: the source keeps the slot (it unfreezes when it sees this),
+    /// the target throws its copy away. The epoch stays: who serves did not change.
+    pub fn abort_move(&self, range: RangeId, move_id: Version) -> Result<Placement, ChangeError> {
+        let index = self.move_index(range, move_id)?;
+        let mut next = self.successor();
+        next.ranges[index].moving = None;
+        next.assert_checked();
+        Ok(next)
+    }
+
+    fn move_index(&self, range: RangeId, move_id: Version) -> Result<usize, ChangeError> {
+        let index = self.range_index(range)?;
+        match &self.ranges[index].moving {
+            Some(m) if m.id == move_id => Ok(index),
+            _ => Err(ChangeError::NoSuchMove { range, move_id }),
+        }
+    }
+
+    /// A copy one version later (the caller then changes it).
+    fn successor(&self) -> Placement {
+        let mut next = self.clone();
+        next.version = Version(self.version.0 + 1);
+        next
+    }
+}
+
+fn refuse_if_moving(range: &Range) -> Result<(), ChangeError> {
+    match &range.moving {
+        Some(m) => Err(ChangeError::Moving {
+            range: range.id,
+            move_id: m.id,
+        }),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,99 @@
+//! Why a placement, or a change to one, is refused.
+
+use megastore_types::{ReplicaId, SiteId};
+use thiserror::Error;
+
+use crate::ids::{RangeId, ServerId, Version};
+
+/// A change to the placement that cannot be made. Each names what and where.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ChangeError {
+    /// No range has this id.
+    #[error("{0} does not exist")]
+    UnknownRange(RangeId),
+    /// No server has this id.
+    #[error("{0} is not a server of this cluster")]
+    UnknownServer(ServerId),
+    /// A server id given twice.
+    #[error("{0} is listed twice")]
+    DuplicateServer(ServerId),
+    /// The range has no such slot.
+    #[error("{range} has no replica {}", replica.0)]
+    UnknownSlot {
+        /// The range.
+        range: RangeId,
+        /// The slot asked for.
+        replica: ReplicaId,
+    },
+    /// A split key at or outside a range's bounds.
+    #[error("{range} cannot be split at {at:?}: the key must lie strictly inside it")]
+    SplitOutside {
+        /// The range.
+        range: RangeId,
+        /// The key given.
+        at: Vec<u8>,
+    },
+    /// The range is being moved: it is neither split nor moved again until that ends.
+    #[error("{range} is being moved (move {move_id}); finish or abort that first")]
+    Moving {
+        /// The range.
+        range: RangeId,
+        /// The move under way.
+        move_id: Version,
+    },
+    /// A slot must stay at its site.
+    #[error("{server} is at site {}, but replica {} of {range} is at site {}", server_site.0, replica.0, slot_site.0)]
+    WrongSite {
+        /// The range.
+        range: RangeId,
+        /// The slot.
+        replica: ReplicaId,
+        /// The slot's site.
+        slot_site: SiteId,
+        /// The server named.
+        server: ServerId,
+        /// Its site.
+        server_site: SiteId,
+    },
+    /// A server would hold two slots of one range.
+    #[error("{server} already holds replica {} of {range}", replica.0)]
+    AlreadyHolds {
+        /// The range.
+        range: RangeId,
+        /// The server.
+        server: ServerId,
+        /// The slot it holds.
+        replica: ReplicaId,
+    },
+    /// No move of this id is under way for the range.
+    #[error("{range} has no move {move_id} under way")]
+    NoSuchMove {
+        /// The range.
+        range: RangeId,
+        /// The move named.
+        move_id: Version,
+    },
+    /// A move finishes only after its source froze the range (*flip-after-freeze*).
+    #[error("move {move_id} of {range} cannot finish: its source has not frozen the range")]
+    NotFrozen {
+        /// The range.
+        range: RangeId,
+        /// The move.
+        move_id: Version,
+    },
+    /// A default placement cannot be made.
+    #[error("no default placement: {0}")]
+    Initial(String),
+}
+
+/// An invariant a placement breaks (one read from the lock service, or a bug).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("placement {version} breaks *{invariant}*: {detail}")]
+pub struct Violation {
+    /// The placement's version.
+    pub version: Version,
+    /// The invariant's name, as docs/protocol.md spells it.
+    pub invariant: &'static str,
+    /// What and where.
+    pub detail: String,
+}

@@ -1,0 +1,50 @@
+//! Placement: which replica servers hold which entity groups (docs/protocol.md,
+//! "Placement").
+//!
+//! Responsibility: the meaning of a placement, once. The group key space is split into
+//! contiguous [`Range`]s of encoded group keys; each range has a replica set of
+//! [`Slot`]s — the voters and read-only replicas its groups' Paxos logs know by
+//! [`megastore_types::ReplicaId`] — each held by one [`Server`] at the slot's site.
+//! [`Placement`] is one version of all of it, stored in the lock service as one file
+//! and changed only by compare-and-set, through the changes here: [`Placement::split`]
+//! and the move of a slot to another server of its site ([`Placement::begin_move`],
+//! [`Placement::record_frozen`], [`Placement::finish_move`],
+//! [`Placement::abort_move`]). [`ServerPlacement`] is a server's side: which requests
+//! it answers ([`ServerPlacement::judge`]), its durable freezes, and what it retires
+//! when it reads a newer placement.
+//!
+//! Not here: storing the placement (the lock service's files), copying a range's rows
+//! (the replica's snapshot install), routing caches, and changing a range's voter set
+//! (a reconfiguration of the groups' logs, designed in docs/protocol.md and not built
+//! yet). A move keeps the slot's replica id, so the groups' Paxos state moves with it
+//! unchanged and no quorum changes.
+//!
+//! Invariants ([`Placement::check`], asserted after every change and checked on every
+//! decode): *ranges-partition*, *slot-at-its-site*, *one-slot-per-server*,
+//! *epochs-from-the-past*, *move-well-formed*; and, across servers,
+//! *flip-after-freeze* and *one-server-per-slot* (see [`ServerPlacement`]; the
+//! property test `tests/moves.rs` checks it under arbitrary interleavings, and catches
+//! the `serve_while_frozen` knob).
+//!
+//! ```text
+//!  operator / rebalancer ──change──▶ Placement v(n) ──CAS──▶ lock service file
+//!                                         │ read (any lag)
+//!                                         ▼
+//!  request(key, slot, epoch) ──▶ ServerPlacement::judge ──▶ Serve | WrongServer | Refresh | Frozen
+//! ```
+
+mod change;
+mod error;
+mod ids;
+mod map;
+mod range;
+mod serving;
+
+pub use error::{ChangeError, Violation};
+pub use ids::{RangeId, Server, ServerId, Version};
+pub use map::{DecodeError, Placement};
+pub use range::{Move, MovePhase, Range, Slot};
+pub use serving::{Observed, PlacementBugs, ServerPlacement, Serving, Span};
+
+#[cfg(test)]
+mod tests;

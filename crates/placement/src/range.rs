@@ -1,0 +1,85 @@
+//! One range of entity groups and who holds it.
+
+use megastore_types::{ReplicaId, ReplicaKind, SiteId};
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{RangeId, ServerId, Version};
+
+/// A contiguous range of encoded group keys (`EgId` bytes), `start..end`, and its
+/// replica set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Range {
+    /// Its id.
+    pub id: RangeId,
+    /// The first group key in it; the first range starts at the empty key.
+    pub start: Vec<u8>,
+    /// The first key past it; `None` for the last range (the end of the key space).
+    pub end: Option<Vec<u8>>,
+    /// The placement version at which this record last changed who serves it, or its
+    /// bounds. A request routed by an older epoch is answered `WrongServer`.
+    pub epoch: Version,
+    /// Its replica set: one slot per voter or read-only replica of its groups' Paxos
+    /// logs, each held by one server at the slot's site.
+    pub slots: Vec<Slot>,
+    /// A move of one slot to another server, under way.
+    pub moving: Option<Move>,
+}
+
+impl Range {
+    /// Whether `key` falls in this range.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        key >= self.start.as_slice() && self.end.as_ref().is_none_or(|end| key < end.as_slice())
+    }
+
+    /// The slot `replica`, if the range has one.
+    pub fn slot(&self, replica: ReplicaId) -> Option<&Slot> {
+        self.slots.iter().find(|s| s.replica == replica)
+    }
+
+    /// The slot `server` holds, if any (a server holds at most one slot of a range).
+    pub fn slot_held_by(&self, server: ServerId) -> Option<&Slot> {
+        self.slots.iter().find(|s| s.server == server)
+    }
+}
+
+/// One replica of a range's groups: the voter (or read-only replica) the groups' Paxos
+/// logs know as `replica`, and the server that holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slot {
+    /// The replica id the protocol uses (ballots, `next_leader`, coordinators' names).
+    /// A move keeps it: only the server holding it changes.
+    pub replica: ReplicaId,
+    /// Its site.
+    pub site: SiteId,
+    /// What it does.
+    pub kind: ReplicaKind,
+    /// The server that holds it, at `site`.
+    pub server: ServerId,
+}
+
+/// A slot on its way from one server to another (docs/protocol.md, "Placement").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Move {
+    /// The placement version that began it: names this move, so a server frozen for
+    /// it can tell it from a later move of the same range.
+    pub id: Version,
+    /// The slot that moves.
+    pub replica: ReplicaId,
+    /// Its server until the move finishes.
+    pub from: ServerId,
+    /// Its server after.
+    pub to: ServerId,
+    /// How far the move got.
+    pub phase: MovePhase,
+}
+
+/// The phases of a move that the placement records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MovePhase {
+    /// `to` copies the range while `from` still serves it.
+    Copying,
+    /// `from` answered that it froze the range durably: it serves none of it until it
+    /// sees the move end. Only now may the move finish (*flip-after-freeze*).
+    Frozen,
+}
