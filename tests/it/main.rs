@@ -22,6 +22,7 @@ mod limits;
 mod many_groups;
 mod operations;
 mod outcomes;
+mod placement;
 mod processes;
 mod python_api;
 mod queues;

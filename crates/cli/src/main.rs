@@ -32,6 +32,7 @@ mod dev_drills;
 mod lock_cmd;
 mod lockd_cmd;
 mod logging;
+mod range_cmd;
 mod replica_cmd;
 mod schema_cmd;
 mod shell_cmd;
@@ -74,6 +75,9 @@ enum Command {
     Replica(replica_cmd::ReplicaArgs),
     /// Run (or disable) the coordinator of a full replica.
     Coordinator(coordinator_cmd::CoordinatorArgs),
+    /// Show or change where entity groups live: ranges of groups and their servers.
+    #[command(subcommand)]
+    Range(range_cmd::RangeCommand),
     /// Show how every process of a cluster stands (and one group's log positions).
     Status(status_cmd::StatusArgs),
     /// Watch a running cluster live: commits, conflicts and reads per site, replica
@@ -112,6 +116,7 @@ fn main() -> ExitCode {
         Command::Lockd(args) => lockd_cmd::run(args),
         Command::Replica(args) => replica_cmd::run(args),
         Command::Coordinator(args) => coordinator_cmd::run(args),
+        Command::Range(command) => range_cmd::run(command),
         Command::Status(args) => status_cmd::run(args),
         Command::Top(args) => top_cmd::run(args),
         Command::Shell(args) => shell_cmd::run(args),

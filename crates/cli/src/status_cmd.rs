@@ -1,6 +1,6 @@
 //! `megastore status`: replicas by site and kind with their health, coordinators with
-//! their epochs and lock holders, lockd's leader and members, and — for a named entity
-//! group — every replica's log positions.
+//! their epochs and lock holders, lockd's leader and members, the placement of groups
+//! over servers, and — for a named entity group — every replica's log positions.
 
 use std::process::ExitCode;
 
@@ -33,6 +33,9 @@ enum Output {
     Json,
 }
 
+/// How many ranges the status shows (`megastore range list` shows all).
+const PLACEMENT_ROWS: usize = 12;
+
 pub(crate) fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let config = args.cluster.load()?;
     let group = crate::bytes_arg::group_flag(args.group.as_deref())?;
@@ -43,7 +46,15 @@ pub(crate) fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         anyhow::Ok(cluster_status(&config, &peers, group.as_ref()).await)
     })?;
     match args.output {
-        Output::Text => print!("{}", render(&status)),
+        Output::Text => {
+            print!("{}", render(&status));
+            if let Some(placement) = &status.placement {
+                print!(
+                    "\n{}",
+                    crate::range_cmd::render(placement, &config, PLACEMENT_ROWS)
+                );
+            }
+        }
         Output::Json => println!("{}", to_json(&status)),
     }
     Ok(ExitCode::SUCCESS)
@@ -142,6 +153,7 @@ pub(crate) fn to_json(status: &ClusterStatus) -> serde_json::Value {
             show_bytes(&name)
         }),
         "schema": schema,
+        "placement": status.placement.as_ref().map(crate::range_cmd::to_json),
         "queues": status.queues.as_ref().map(|q| {
             let depth = |d: &megastore_paxos::queue::Depth| {
                 json!({"messages": d.messages, "oldest_sent_ms": d.oldest_sent_ms})

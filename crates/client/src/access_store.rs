@@ -4,31 +4,25 @@
 //! operator token when `[auth]` is on (lockd refuses the file to anyone else).
 
 use megastore_access::{ACCESS_FILE, AccessDoc, AccessError};
-use megastore_lock::{LockCommand, LockError, LockReply};
+use megastore_lock::LockFile;
 use megastore_rpc::LockdClient;
 
 use crate::client::ClientError;
-
-/// Edits that lose a race this many times in a row give up.
-const EDIT_ATTEMPTS: usize = 16;
+use crate::lockd_files::{edit_file, read_file};
 
 /// The current document and its file version (an empty document, version 0, before
 /// the first edit).
 pub async fn load_access(lockd: &LockdClient) -> Result<(AccessDoc, u64), ClientError> {
-    let reply = lockd
-        .execute(LockCommand::ReadFile {
-            name: ACCESS_FILE.into(),
-        })
-        .await
-        .map_err(|e| ClientError::Lock(e.to_string()))?;
-    let LockReply::File(file) = reply else {
-        return Err(ClientError::Lock(format!("unexpected reply {reply:?}")));
-    };
+    let file = read_file(lockd, ACCESS_FILE).await?;
+    Ok((decode(file.as_ref())?, file.map_or(0, |f| f.version)))
+}
+
+fn decode(file: Option<&LockFile>) -> Result<AccessDoc, ClientError> {
     match file {
-        None => Ok((AccessDoc::default(), 0)),
-        Some(file) => AccessDoc::from_json(&file.contents)
-            .map(|doc| (doc, file.version))
-            .map_err(|e| ClientError::Corrupt(e.to_string())),
+        None => Ok(AccessDoc::default()),
+        Some(file) => {
+            AccessDoc::from_json(&file.contents).map_err(|e| ClientError::Corrupt(e.to_string()))
+        }
     }
 }
 
@@ -39,22 +33,10 @@ pub async fn edit_access<T>(
     lockd: &LockdClient,
     mut edit: impl FnMut(&mut AccessDoc) -> Result<T, AccessError>,
 ) -> Result<T, ClientError> {
-    for _ in 0..EDIT_ATTEMPTS {
-        let (mut doc, version) = load_access(lockd).await?;
+    edit_file(lockd, ACCESS_FILE, |file| {
+        let mut doc = decode(file)?;
         let answer = edit(&mut doc).map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
-        let write = LockCommand::WriteFile {
-            name: ACCESS_FILE.into(),
-            expected: version,
-            contents: doc.to_json(),
-        };
-        match lockd.execute(write).await {
-            Ok(LockReply::Written { .. }) => return Ok(answer),
-            Ok(other) => return Err(ClientError::Lock(format!("unexpected reply {other:?}"))),
-            Err(LockError::VersionMismatch { .. }) => continue,
-            Err(e) => return Err(ClientError::Lock(e.to_string())),
-        }
-    }
-    Err(ClientError::Unavailable(format!(
-        "{ACCESS_FILE} changed under {EDIT_ATTEMPTS} edits in a row; try again"
-    )))
+        Ok((Some(doc.to_json()), answer))
+    })
+    .await
 }

@@ -18,16 +18,7 @@ pub const CATALOG_FILE: &str = "schema/catalog";
 
 /// The current catalog and its file version (`None`: no schema applied yet).
 pub async fn load_catalog(lockd: &LockdClient) -> Result<Option<(Catalog, u64)>, ClientError> {
-    let reply = lockd
-        .execute(LockCommand::ReadFile {
-            name: CATALOG_FILE.into(),
-        })
-        .await
-        .map_err(|e| ClientError::Lock(e.to_string()))?;
-    let LockReply::File(file) = reply else {
-        return Err(ClientError::Lock(format!("unexpected reply {reply:?}")));
-    };
-    let Some(file) = file else {
+    let Some(file) = crate::lockd_files::read_file(lockd, CATALOG_FILE).await? else {
         return Ok(None);
     };
     let text = String::from_utf8(file.contents)

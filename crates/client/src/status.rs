@@ -126,6 +126,8 @@ pub struct ClusterStatus {
     pub queues: Option<QueueStatus>,
     /// The applied schema, when lockd answered and one is applied.
     pub schema: Option<SchemaStatus>,
+    /// Where groups live, when lockd answered.
+    pub placement: Option<crate::placement_store::StoredPlacement>,
     /// Whether the replicas' administration service needs the operator token
     /// (`[auth]` in the config).
     pub admin_auth: bool,
@@ -332,6 +334,7 @@ pub async fn cluster_status(
         group: group.cloned(),
         queues: None,
         schema: None,
+        placement: None,
         admin_auth: config.auth.is_some(),
         users_required: config.auth.as_ref().is_some_and(|a| a.require_users),
     };
@@ -339,6 +342,11 @@ pub async fn cluster_status(
     let lockd_serving = status.lockd_leader().is_some();
     if lockd_serving {
         status.schema = schema_status(peers).await;
+        if let Ok(topology) = config.topology() {
+            status.placement = crate::placement_store::load_placement(peers.lockd(), &topology)
+                .await
+                .ok();
+        }
     }
     for r in &config.replicas {
         let id = ReplicaId(r.id);
@@ -424,6 +432,7 @@ mod tests {
             group: None,
             queues: None,
             schema: None,
+            placement: None,
             admin_auth: false,
             users_required: false,
         }

@@ -58,6 +58,11 @@ pub const APP_PREFIX: &str = "app/";
 /// writing them is administration ([`LockCommand::is_administrative`]).
 pub const ADMIN_FILES_PREFIX: &str = "schema/";
 
+/// Files under this prefix say where groups live (`megastore-placement`): writing them
+/// is administration ([`LockCommand::is_administrative`]); anyone may read them, to
+/// route.
+pub const PLACEMENT_FILES_PREFIX: &str = "placement/";
+
 /// Files under this prefix are the public API's users and roles: reading them as well
 /// as writing them is administration (they hold token digests and every grant).
 pub const AUTH_FILES_PREFIX: &str = "auth/";
@@ -188,13 +193,15 @@ pub enum LockCommand {
 
 impl LockCommand {
     /// Whether only an operator may ask it (lockd checks the operator token of
-    /// `[auth]`): revoking a holder (disabling a coordinator), writing the schema, and
-    /// reading or writing users and roles.
+    /// `[auth]`): revoking a holder (disabling a coordinator), writing the schema or the
+    /// placement, and reading or writing users and roles.
     pub fn is_administrative(&self) -> bool {
         match self {
             LockCommand::RevokeHolder { .. } => true,
             LockCommand::WriteFile { name, .. } => {
-                name.starts_with(ADMIN_FILES_PREFIX) || name.starts_with(AUTH_FILES_PREFIX)
+                name.starts_with(ADMIN_FILES_PREFIX)
+                    || name.starts_with(AUTH_FILES_PREFIX)
+                    || name.starts_with(PLACEMENT_FILES_PREFIX)
             }
             LockCommand::ReadFile { name } => name.starts_with(AUTH_FILES_PREFIX),
             _ => false,
@@ -709,6 +716,13 @@ mod tests {
         assert!(write("schema/backfill/7").is_administrative());
         assert!(!write("clients/next-id").is_administrative());
         assert!(write("auth/access").is_administrative());
+        assert!(write("placement/ranges").is_administrative());
+        assert!(
+            !LockCommand::ReadFile {
+                name: "placement/ranges".into()
+            }
+            .is_administrative()
+        );
         let read = |name: &str| LockCommand::ReadFile { name: name.into() };
         assert!(read("auth/access").is_administrative());
         assert!(!read("schema/catalog").is_administrative());

@@ -49,7 +49,8 @@ pub fn holder_lease(lease: Duration, max_clock_drift_ppm: u32, margin: Duration)
 pub use core::{
     ADMIN_FILES_PREFIX, APP_PREFIX, AUTH_FILES_PREFIX, LEASE_TTL_MAX, LEASE_TTL_MIN,
     LEASED_KEYS_PER_LEASE_MAX, LEASED_NAME_BYTES_MAX, LEASED_VALUE_BYTES_MAX, LeasedKey,
-    LockCommand, LockCore, LockError, LockFile, LockHolder, LockReply, Sequencer, SessionId,
+    LockCommand, LockCore, LockError, LockFile, LockHolder, LockReply, PLACEMENT_FILES_PREFIX,
+    Sequencer, SessionId,
 };
 pub use messages::{LockRequest, LockResponse};
 pub use quorum::QuorumModel;

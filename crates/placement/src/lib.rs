@@ -46,5 +46,8 @@ pub use map::{DecodeError, Placement};
 pub use range::{Move, MovePhase, Range, Slot};
 pub use serving::{Observed, PlacementBugs, ServerPlacement, Serving, Span};
 
+/// The lock-service file that holds the placement (writing it is administration).
+pub const PLACEMENT_FILE: &str = "placement/ranges";
+
 #[cfg(test)]
 mod tests;

@@ -127,6 +127,45 @@ impl Placement {
         Ok(placement)
     }
 
+    /// The placement of a cluster that runs one server per replica of `topology`
+    /// (every cluster today: the server of replica `r` is `ServerId(r)`): one range,
+    /// the whole key space, each slot on its own replica's server. What the lock
+    /// service holds until an operator first changes it.
+    pub fn one_server_per_replica(topology: &Topology) -> Placement {
+        let server_of = |r: &megastore_types::ReplicaInfo| ServerId(r.id.0);
+        let placement = Placement {
+            version: Version(1),
+            servers: topology
+                .replicas()
+                .iter()
+                .map(|r| {
+                    let id = server_of(r);
+                    (id, Server { id, site: r.site })
+                })
+                .collect(),
+            ranges: vec![Range {
+                id: RangeId(0),
+                start: Vec::new(),
+                end: None,
+                epoch: Version(1),
+                slots: topology
+                    .replicas()
+                    .iter()
+                    .map(|r| Slot {
+                        replica: r.id,
+                        site: r.site,
+                        kind: r.kind,
+                        server: server_of(r),
+                    })
+                    .collect(),
+                moving: None,
+            }],
+            next_range: RangeId(1),
+        };
+        placement.assert_checked();
+        placement
+    }
+
     /// Its version.
     pub fn version(&self) -> Version {
         self.version

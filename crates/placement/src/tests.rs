@@ -434,3 +434,29 @@ fn a_server_retires_only_the_part_of_a_split_range_that_moved_away() {
         }]
     );
 }
+
+#[test]
+fn a_cluster_of_one_server_per_replica_is_one_range_on_its_own_replicas() {
+    // Two replicas at one site, listed against id order.
+    let info = |id, kind, site| ReplicaInfo {
+        id: ReplicaId(id),
+        kind,
+        site: SiteId(site),
+    };
+    let topology = Topology::new(vec![
+        info(5, ReplicaKind::Full, 0),
+        info(1, ReplicaKind::Witness, 0),
+        info(2, ReplicaKind::Full, 1),
+    ])
+    .unwrap();
+    let p = Placement::one_server_per_replica(&topology);
+    let [range] = p.ranges() else {
+        panic!("one range")
+    };
+    assert_eq!((range.start.as_slice(), &range.end), (&[][..], &None));
+    for slot in &range.slots {
+        assert_eq!(slot.server, ServerId(slot.replica.0));
+    }
+    assert_eq!(p.servers().count(), 3);
+    assert_eq!(Placement::decode(&p.encode()).unwrap(), p);
+}

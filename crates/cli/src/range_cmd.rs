@@ -1,0 +1,312 @@
+//! `megastore range`: where groups live (docs/protocol.md, "Placement"). `list` shows
+//! the placement held in lockd; `split` cuts a range in two at a group key. Each range
+//! keeps its servers through a split; moving a range's replica to another server of its
+//! site is not built yet, and every cluster today runs one server per replica.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use comfy_table::Table;
+use megastore_client::placement_store::{StoredPlacement, change_placement, load_placement};
+use megastore_config::ClusterConfig;
+use megastore_placement::{MovePhase, RangeId, ServerId};
+
+use crate::bytes_arg::{parse_bytes, show_bytes};
+use crate::cluster_arg::ClusterArg;
+
+/// Show or change where entity groups live.
+#[derive(Debug, Subcommand)]
+pub(crate) enum RangeCommand {
+    /// Show every range of groups: its bounds, epoch and replicas' servers.
+    List {
+        #[command(flatten)]
+        cluster: ClusterArg,
+        /// Output format: `text` (a table) or `json` (the placement as lockd holds it).
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Split a range in two at a group key: both halves keep its servers and get a new
+    /// epoch (operators only, with `[auth]`).
+    Split(SplitArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Output {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SplitArgs {
+    #[command(flatten)]
+    cluster: ClusterArg,
+    /// The range: its number as `range list` shows it (`3` or `range-3`). Default: the
+    /// range that holds the key.
+    range: Option<String>,
+    /// Where the right half starts: an encoded group key as `range list` shows one
+    /// (text, `\xHH` for other bytes).
+    #[arg(
+        long,
+        value_name = "KEY",
+        conflicts_with = "at_group",
+        required_unless_present = "at_group"
+    )]
+    at: Option<String>,
+    /// Where the right half starts: the untyped group of this name (and every later key).
+    #[arg(long, value_name = "GROUP")]
+    at_group: Option<String>,
+}
+
+pub(crate) fn run(command: RangeCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        RangeCommand::List { cluster, output } => {
+            let config = cluster.load()?;
+            let stored = on_lockd(&config, async |lockd, topology| {
+                load_placement(lockd, topology).await
+            })?;
+            match output {
+                Output::Text => print!("{}", render(&stored, &config, usize::MAX)),
+                Output::Json => println!("{}", to_json(&stored)),
+            }
+        }
+        RangeCommand::Split(args) => {
+            let config = args.cluster.load()?;
+            let range = args.range.as_deref().map(parse_range).transpose()?;
+            let at = match (&args.at, &args.at_group) {
+                (Some(key), _) => parse_bytes(key).map_err(|e| anyhow::anyhow!("--at: {e}"))?,
+                (None, Some(name)) => {
+                    let name = parse_bytes(name).map_err(|e| anyhow::anyhow!("--at-group: {e}"))?;
+                    megastore_client::group(&name)
+                        .map_err(|e| anyhow::anyhow!("--at-group: {e}"))?
+                        .0
+                }
+                (None, None) => anyhow::bail!("give --at KEY or --at-group GROUP"),
+            };
+            anyhow::ensure!(
+                !at.is_empty(),
+                "--at: the key space starts at the empty key; a split needs a key after it"
+            );
+            let already = std::cell::Cell::new(false);
+            let placement = on_lockd(&config, async |lockd, topology| {
+                change_placement(lockd, topology, |p| {
+                    let holder = p.range_of(&at);
+                    // Already split there (by this command's own write, perhaps, whose
+                    // answer was lost and which it made again): done.
+                    already.set(holder.start == at);
+                    if already.get() {
+                        return Ok(p.clone());
+                    }
+                    p.split(range.unwrap_or(holder.id), &at)
+                })
+                .await
+            })
+            .with_context(|| format!("splitting at {}", show_bytes(&at)))?;
+            let right = placement.range_of(&at);
+            let left = placement
+                .ranges()
+                .iter()
+                .find(|r| r.end.as_deref() == Some(at.as_slice()))
+                .context("the split's left half")?;
+            println!(
+                "{} {} at {}: {} and {} at epoch {} (placement {})",
+                if already.get() {
+                    "already split"
+                } else {
+                    "split"
+                },
+                left.id,
+                show_bytes(&at),
+                left.id,
+                right.id,
+                right.epoch.0,
+                placement.version()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `3` or `range-3`.
+fn parse_range(text: &str) -> anyhow::Result<RangeId> {
+    let digits = text.strip_prefix("range-").unwrap_or(text);
+    digits
+        .parse()
+        .map(RangeId)
+        .map_err(|_| anyhow::anyhow!("RANGE: {text:?} is not a range number (like 3 or range-3)"))
+}
+
+/// Runs `call` against the cluster's lockd (with the operator token of its config).
+fn on_lockd<T>(
+    config: &ClusterConfig,
+    call: impl AsyncFnOnce(
+        &megastore_rpc::LockdClient,
+        &megastore_types::Topology,
+    ) -> Result<T, megastore_client::ClientError>,
+) -> anyhow::Result<T> {
+    let topology = config.topology().map_err(anyhow::Error::msg)?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    // The channels are made in the runtime they will run on.
+    let _entered = runtime.enter();
+    let lockd = megastore_rpc::LockdClient::new(config).map_err(anyhow::Error::msg)?;
+    Ok(runtime.block_on(call(&lockd, &topology))?)
+}
+
+/// A server by its replica's name in the config (every cluster today runs one server
+/// per replica, with its id), else by id.
+fn server_name(config: &ClusterConfig, id: ServerId) -> String {
+    config
+        .replicas
+        .iter()
+        .find(|r| r.id == id.0)
+        .map_or_else(|| id.to_string(), |r| r.name.clone())
+}
+
+/// The placement as text: a summary line and a table of at most `rows` ranges.
+pub(crate) fn render(stored: &StoredPlacement, config: &ClusterConfig, rows: usize) -> String {
+    let placement = &stored.placement;
+    let mut out = format!(
+        "placement {}: {} range{} ({})\n",
+        placement.version(),
+        placement.ranges().len(),
+        if placement.ranges().len() == 1 {
+            ""
+        } else {
+            "s"
+        },
+        if stored.stored {
+            "held in lockd"
+        } else {
+            "the default: one range on every replica, not stored until changed"
+        }
+    );
+    let mut table = Table::new();
+    table
+        .load_style(comfy_table::presets::NOTHING)
+        .set_header(vec![
+            "RANGE",
+            "FROM",
+            "TO",
+            "EPOCH",
+            "REPLICAS (replica@server)",
+            "MOVING",
+        ]);
+    for range in placement.ranges().iter().take(rows) {
+        let bound = |key: &[u8]| {
+            let text = show_bytes(key);
+            let group = megastore_client::group_name(&megastore_types::EgId(key.to_vec()));
+            match group {
+                Some(name) => format!("{text} (group {})", show_bytes(&name)),
+                None if key.is_empty() => "(start)".into(),
+                None => text,
+            }
+        };
+        let replicas: Vec<String> = range
+            .slots
+            .iter()
+            .map(|s| {
+                let name = config
+                    .replicas
+                    .iter()
+                    .find(|r| r.id == s.replica.0)
+                    .map_or_else(|| format!("#{}", s.replica.0), |r| r.name.clone());
+                format!("{name}@{}", server_name(config, s.server))
+            })
+            .collect();
+        let moving = range.moving.as_ref().map_or_else(
+            || "-".to_string(),
+            |m| {
+                format!(
+                    "replica {} {} → {} ({})",
+                    m.replica.0,
+                    server_name(config, m.from),
+                    server_name(config, m.to),
+                    match m.phase {
+                        MovePhase::Copying => "copying",
+                        MovePhase::Frozen => "frozen",
+                    }
+                )
+            },
+        );
+        table.add_row(vec![
+            range.id.to_string(),
+            bound(&range.start),
+            range.end.as_deref().map_or_else(|| "(end)".into(), bound),
+            range.epoch.0.to_string(),
+            replicas.join(" "),
+            moving,
+        ]);
+    }
+    out.push_str(&format!("{table}\n"));
+    if placement.ranges().len() > rows {
+        out.push_str(&format!(
+            "… and {} more (megastore range list)\n",
+            placement.ranges().len() - rows
+        ));
+    }
+    out
+}
+
+/// The placement as JSON: exactly what lockd holds (or would hold), and whether it
+/// is stored.
+pub(crate) fn to_json(stored: &StoredPlacement) -> serde_json::Value {
+    let placement: serde_json::Value =
+        serde_json::from_slice(&stored.placement.encode()).unwrap_or_default();
+    serde_json::json!({"stored": stored.stored, "placement": placement})
+}
+
+#[cfg(test)]
+mod tests {
+    use megastore_placement::Placement;
+
+    use super::*;
+
+    #[test]
+    fn a_range_is_named_by_its_number_or_its_name() {
+        assert_eq!(parse_range("3").unwrap(), RangeId(3));
+        assert_eq!(parse_range("range-12").unwrap(), RangeId(12));
+        let err = parse_range("r3").unwrap_err().to_string();
+        assert!(err.contains("\"r3\" is not a range number"), "{err}");
+    }
+
+    #[test]
+    fn the_default_placement_renders_one_range_on_every_replica() {
+        let config = crate::cluster_arg::ClusterArg { config: None }
+            .load()
+            .unwrap();
+        let topology = config.topology().unwrap();
+        let stored = StoredPlacement {
+            placement: Placement::one_server_per_replica(&topology),
+            stored: false,
+        };
+        let text = render(&stored, &config, usize::MAX);
+        assert!(
+            text.starts_with("placement v1: 1 range (the default"),
+            "{text}"
+        );
+        assert!(text.contains("a@a b@b c@c d@d"), "{text}");
+        assert!(text.contains("(start)") && text.contains("(end)"), "{text}");
+        let json = to_json(&stored);
+        assert_eq!(json["stored"], false);
+        assert_eq!(json["placement"]["ranges"].as_array().unwrap().len(), 1);
+
+        // A split at a group shows the group by name; a status shows `rows` ranges.
+        let at = megastore_client::group(b"user-5000").unwrap().0;
+        let split = StoredPlacement {
+            placement: stored.placement.split(RangeId(0), &at).unwrap(),
+            stored: true,
+        };
+        let text = render(&split, &config, usize::MAX);
+        let bound = format!("{} (group user-5000)", show_bytes(&at));
+        assert!(text.contains(&bound), "{text}");
+        assert!(
+            text.starts_with("placement v2: 2 ranges (held in lockd)"),
+            "{text}"
+        );
+        let one_row = render(&split, &config, 1);
+        assert!(
+            one_row.contains("… and 1 more (megastore range list)"),
+            "{one_row}"
+        );
+    }
+}
