@@ -11,7 +11,9 @@
 //! [`Placement::record_frozen`], [`Placement::finish_move`],
 //! [`Placement::abort_move`]). [`ServerPlacement`] is a server's side: which requests
 //! it answers ([`ServerPlacement::judge`]), its durable freezes, and what it retires
-//! when it reads a newer placement.
+//! when it reads a newer placement. [`next_step`] is the operator's side of a move:
+//! its next write, copy or freeze, from the stored placement alone and what it did
+//! since it started, so a move survives the operator's crash.
 //!
 //! Not here: storing the placement (the lock service's files), copying a range's rows
 //! (the replica's snapshot install), routing caches, and changing a range's voter set
@@ -22,9 +24,10 @@
 //! Invariants ([`Placement::check`], asserted after every change and checked on every
 //! decode): *ranges-partition*, *slot-at-its-site*, *one-slot-per-server*,
 //! *epochs-from-the-past*, *move-well-formed*; and, across servers,
-//! *flip-after-freeze* and *one-server-per-slot* (see [`ServerPlacement`]; the
-//! property test `tests/moves.rs` checks it under arbitrary interleavings, and catches
-//! the `serve_while_frozen` knob).
+//! *flip-after-freeze*, *one-server-per-slot* (see [`ServerPlacement`]) and
+//! *moves-keep-writes* (see [`next_step`]); the property test `tests/moves.rs` checks
+//! both under arbitrary interleavings, and catches the knobs `serve_while_frozen` and
+//! `finish_without_final_copy`.
 //!
 //! ```text
 //!  operator / rebalancer ──change──▶ Placement v(n) ──CAS──▶ lock service file
@@ -37,12 +40,14 @@ mod change;
 mod error;
 mod ids;
 mod map;
+mod operator;
 mod range;
 mod serving;
 
 pub use error::{ChangeError, Violation};
 pub use ids::{RangeId, Server, ServerId, Version};
 pub use map::{DecodeError, Placement};
+pub use operator::{MoveEnd, MoveRequest, OperatorBugs, OperatorStep, Progress, next_step};
 pub use range::{Move, MovePhase, Range, Slot};
 pub use serving::{Observed, PlacementBugs, ServerPlacement, Serving, Span};
 

@@ -1,13 +1,19 @@
-//! *one-server-per-slot* under arbitrary interleavings: an operator splits ranges and
-//! moves slots (begin, freeze at the source, record, finish or abort), while every
-//! server reads placements late, in its own order, and restarts. After every step, no
-//! group's slot is served by two servers. The same search with the
-//! `serve_while_frozen` knob must find a violation, or it proves nothing.
+//! Moves under arbitrary interleavings. Operators (which crash and resume, or give up)
+//! move slots with the placement core's `next_step`, while an operator splits ranges,
+//! clients write to whichever server serves a key, and every server reads placements
+//! late, in its own order, and restarts. After every step:
+//! - *one-server-per-slot*: no group's slot is served by two servers;
+//! - *moves-keep-writes*: the server that holds a slot (as stored) has every write
+//!   acknowledged to that slot.
+//!
+//! At the end, operators left to run finish or abort every move. The same search with
+//! a bug knob on must find a violation, or it proves nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use megastore_placement::{
-    MovePhase, Placement, PlacementBugs, Server, ServerId, ServerPlacement, Serving,
+    MoveRequest, OperatorBugs, OperatorStep, Placement, PlacementBugs, Progress, Server, ServerId,
+    ServerPlacement, Serving, Span, next_step,
 };
 use megastore_types::{ReplicaId, ReplicaInfo, ReplicaKind, SiteId, Topology};
 use proptest::prelude::*;
@@ -25,20 +31,25 @@ enum Step {
         range: usize,
         at: Vec<u8>,
     },
-    BeginMove {
+    /// An operator takes its next step (or, idle, is asked for a new move).
+    Operate {
+        operator: usize,
         range: usize,
         slot: usize,
         to: usize,
     },
-    /// The operator asks a move's source to freeze; if it does, the freeze is recorded.
-    Freeze {
-        range: usize,
+    /// An operator crashes and starts again on the same move, remembering nothing.
+    CrashOperator {
+        operator: usize,
     },
-    Finish {
-        range: usize,
+    /// An operator gives its move up.
+    GiveUp {
+        operator: usize,
     },
-    Abort {
-        range: usize,
+    /// A client writes to a key's slot, at the server that serves it (if one does).
+    Write {
+        key: usize,
+        slot: usize,
     },
     /// A server restarts with what it persisted (its freezes) and its placement.
     Restart {
@@ -52,14 +63,16 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(server, newest, pick)| Step::Read { server, newest, pick }),
         1 => (any::<usize>(), proptest::collection::vec(any::<u8>(), 1..3))
             .prop_map(|(range, at)| Step::Split { range, at }),
-        2 => (any::<usize>(), any::<usize>(), any::<usize>())
-            .prop_map(|(range, slot, to)| Step::BeginMove { range, slot, to }),
-        2 => any::<usize>().prop_map(|range| Step::Freeze { range }),
-        2 => any::<usize>().prop_map(|range| Step::Finish { range }),
-        1 => any::<usize>().prop_map(|range| Step::Abort { range }),
+        6 => (0..OPERATORS, any::<usize>(), any::<usize>(), any::<usize>())
+            .prop_map(|(operator, range, slot, to)| Step::Operate { operator, range, slot, to }),
+        1 => (0..OPERATORS).prop_map(|operator| Step::CrashOperator { operator }),
+        1 => (0..OPERATORS).prop_map(|operator| Step::GiveUp { operator }),
+        4 => (any::<usize>(), any::<usize>()).prop_map(|(key, slot)| Step::Write { key, slot }),
         1 => any::<usize>().prop_map(|server| Step::Restart { server }),
     ]
 }
+
+const OPERATORS: usize = 2;
 
 fn topology() -> Topology {
     let info = |id, kind, site| ReplicaInfo {
@@ -86,7 +99,7 @@ fn servers() -> Vec<Server> {
         .collect()
 }
 
-/// Keys probed after every step: both sides of every default split point, and more.
+/// Keys probed and written: both sides of every default split point, and more.
 fn probes() -> Vec<Vec<u8>> {
     (0..=255u8)
         .step_by(15)
@@ -94,155 +107,402 @@ fn probes() -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Runs `steps` and checks *one-server-per-slot* after each.
-fn run(steps: &[Step], bugs: PlacementBugs) -> Result<(), TestCaseError> {
-    let initial = Placement::initial(servers(), &topology(), 2).unwrap();
-    let mut history = vec![initial.clone()];
-    let mut fleet: Vec<ServerPlacement> = servers()
-        .iter()
-        .map(|s| ServerPlacement::new(s.id, initial.clone(), BTreeMap::new(), bugs).0)
-        .collect();
-    let probes = probes();
-    for step in steps {
-        let stored = history.last().unwrap().clone();
+fn in_span(key: &[u8], span: &Span) -> bool {
+    key >= span.start.as_slice() && span.end.as_ref().is_none_or(|end| key < end.as_slice())
+}
+
+/// One server: its placement, and the writes it holds per (key, slot).
+struct Node {
+    placement: ServerPlacement,
+    rows: BTreeMap<(Vec<u8>, ReplicaId), BTreeSet<u64>>,
+}
+
+impl Node {
+    fn observe(&mut self, placement: Placement) {
+        let seen = self.placement.observe(placement);
+        for span in seen.retire {
+            self.rows.retain(|(key, _), _| !in_span(key, &span));
+        }
+    }
+}
+
+struct World {
+    history: Vec<Placement>,
+    nodes: Vec<Node>,
+    operators: Vec<Option<(MoveRequest, Progress)>>,
+    acknowledged: BTreeMap<(Vec<u8>, ReplicaId), BTreeSet<u64>>,
+    next_write: u64,
+    bugs: (PlacementBugs, OperatorBugs),
+}
+
+impl World {
+    fn new(bugs: (PlacementBugs, OperatorBugs)) -> Self {
+        let initial = Placement::initial(servers(), &topology(), 2).unwrap();
+        Self {
+            history: vec![initial.clone()],
+            nodes: servers()
+                .iter()
+                .map(|s| Node {
+                    placement: ServerPlacement::new(s.id, initial.clone(), BTreeMap::new(), bugs.0)
+                        .0,
+                    rows: BTreeMap::new(),
+                })
+                .collect(),
+            operators: vec![None; OPERATORS],
+            acknowledged: BTreeMap::new(),
+            next_write: 0,
+            bugs,
+        }
+    }
+
+    fn stored(&self) -> &Placement {
+        self.history.last().unwrap()
+    }
+
+    fn node(&mut self, id: ServerId) -> &mut Node {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.placement.server() == id)
+            .unwrap()
+    }
+
+    /// One step of operator `index`; false once it is idle.
+    fn operate(&mut self, index: usize) -> bool {
+        let Some((request, mut progress)) = self.operators[index].clone() else {
+            return false;
+        };
+        let stored = self.stored().clone();
+        match next_step(&stored, &request, &mut progress, self.bugs.1) {
+            OperatorStep::Write { expected, next } => {
+                // Compare-and-set: only on the version read.
+                if expected == stored.version() {
+                    self.history.push(next);
+                }
+            }
+            OperatorStep::Copy {
+                from,
+                to,
+                span,
+                last,
+            } => {
+                let copied: Vec<_> = self
+                    .node(from)
+                    .rows
+                    .iter()
+                    .filter(|((key, _), _)| in_span(key, &span))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                let target = self.node(to);
+                target.rows.retain(|(key, _), _| !in_span(key, &span));
+                target.rows.extend(copied);
+                if last {
+                    progress.final_copied = true;
+                } else {
+                    progress.bulk_copied = true;
+                }
+            }
+            OperatorStep::Freeze {
+                server,
+                range,
+                move_id,
+            } => {
+                let source = self.node(server);
+                source.observe(stored.clone());
+                if source.placement.freeze(range, move_id).is_ok() {
+                    progress.froze = true;
+                }
+            }
+            OperatorStep::Done(_) => {
+                self.operators[index] = None;
+                return false;
+            }
+        }
+        self.operators[index] = Some((request, progress));
+        true
+    }
+
+    fn apply(&mut self, step: &Step) {
+        let stored = self.stored().clone();
         let range_at = |pick: usize| stored.ranges()[pick % stored.ranges().len()].clone();
-        let next = match step {
+        match step {
             Step::Read {
                 server,
                 newest,
                 pick,
             } => {
-                let count = fleet.len();
-                let server = &mut fleet[server % count];
-                let from = server.view().version().0 as usize; // versions count from 1
-                let newer = &history[from.min(history.len())..];
+                let count = self.nodes.len();
+                let from = self.nodes[server % count].placement.view().version().0 as usize;
+                let newer = self.history[from.min(self.history.len())..].to_vec();
                 if !newer.is_empty() {
                     let chosen = if *newest {
                         newer.len() - 1
                     } else {
                         pick % newer.len()
                     };
-                    server.observe(newer[chosen].clone());
-                }
-                None
-            }
-            Step::Split { range, at } => stored.split(range_at(*range).id, at).ok(),
-            Step::BeginMove { range, slot, to } => {
-                let range = range_at(*range);
-                let slot = &range.slots[slot % range.slots.len()];
-                let to = servers()[to % servers().len()].id;
-                stored.begin_move(range.id, slot.replica, to).ok()
-            }
-            Step::Freeze { range } => {
-                let range = range_at(*range);
-                match &range.moving {
-                    Some(m) if m.phase == MovePhase::Copying => {
-                        let source = fleet.iter_mut().find(|s| s.server() == m.from).unwrap();
-                        // The source freezes only if its placement shows the move;
-                        // only its answer lets the freeze be recorded.
-                        match source.freeze(range.id, m.id) {
-                            Ok(()) => stored.record_frozen(range.id, m.id).ok(),
-                            Err(_) => None,
-                        }
-                    }
-                    _ => None,
+                    self.nodes[server % count].observe(newer[chosen].clone());
                 }
             }
-            Step::Finish { range } => {
-                let range = range_at(*range);
-                range
-                    .moving
-                    .and_then(|m| stored.finish_move(range.id, m.id).ok())
+            Step::Split { range, at } => {
+                if let Ok(next) = stored.split(range_at(*range).id, at) {
+                    self.history.push(next);
+                }
             }
-            Step::Abort { range } => {
-                let range = range_at(*range);
-                range
-                    .moving
-                    .and_then(|m| stored.abort_move(range.id, m.id).ok())
+            Step::Operate {
+                operator,
+                range,
+                slot,
+                to,
+            } => {
+                if self.operators[*operator].is_none() {
+                    let range = range_at(*range);
+                    let request = MoveRequest {
+                        range: range.id,
+                        replica: range.slots[slot % range.slots.len()].replica,
+                        to: servers()[to % servers().len()].id,
+                    };
+                    self.operators[*operator] = Some((request, Progress::default()));
+                }
+                self.operate(*operator);
+            }
+            Step::CrashOperator { operator } => {
+                if let Some((_, progress)) = &mut self.operators[*operator] {
+                    *progress = Progress::default();
+                }
+            }
+            Step::GiveUp { operator } => {
+                if let Some((_, progress)) = &mut self.operators[*operator] {
+                    progress.giving_up = true;
+                }
+            }
+            Step::Write { key, slot } => {
+                let probes = probes();
+                let key = probes[key % probes.len()].clone();
+                let replica = topology().replicas()[slot % 3].id;
+                let write = self.next_write;
+                self.next_write += 1;
+                let serving = self.nodes.iter_mut().find(|n| {
+                    matches!(
+                        n.placement.judge(&key, replica, None),
+                        Serving::Serve { .. }
+                    )
+                });
+                if let Some(node) = serving {
+                    node.rows
+                        .entry((key.clone(), replica))
+                        .or_default()
+                        .insert(write);
+                    self.acknowledged
+                        .entry((key, replica))
+                        .or_default()
+                        .insert(write);
+                }
             }
             Step::Restart { server } => {
-                let index = server % fleet.len();
-                let old = &fleet[index];
-                let restarted = ServerPlacement::new(
+                let count = self.nodes.len();
+                let node = &mut self.nodes[server % count];
+                let old = &node.placement;
+                node.placement = ServerPlacement::new(
                     old.server(),
                     old.view().clone(),
                     old.frozen().clone(),
-                    bugs,
+                    self.bugs.0,
                 )
                 .0;
-                fleet[index] = restarted;
-                None
             }
-        };
-        history.extend(next);
-        for key in &probes {
+        }
+    }
+
+    fn check(&self, after: &str) -> Result<(), TestCaseError> {
+        let stored = self.stored();
+        for key in probes() {
             for replica in topology().replicas() {
-                let serving: Vec<ServerId> = fleet
+                let serving: Vec<ServerId> = self
+                    .nodes
                     .iter()
-                    .filter(|s| matches!(s.judge(key, replica.id, None), Serving::Serve { .. }))
-                    .map(|s| s.server())
+                    .filter(|n| {
+                        matches!(
+                            n.placement.judge(&key, replica.id, None),
+                            Serving::Serve { .. }
+                        )
+                    })
+                    .map(|n| n.placement.server())
                     .collect();
                 prop_assert!(
                     serving.len() <= 1,
-                    "*one-server-per-slot*: replica {} of key {key:?} served by {serving:?} after {step:?}",
+                    "*one-server-per-slot*: replica {} of key {key:?} served by {serving:?} after {after}",
+                    replica.id.0
+                );
+                let holder = stored.range_of(&key).slot(replica.id).unwrap().server;
+                let acked = self.acknowledged.get(&(key.clone(), replica.id));
+                let held = self
+                    .nodes
+                    .iter()
+                    .find(|n| n.placement.server() == holder)
+                    .and_then(|n| n.rows.get(&(key.clone(), replica.id)));
+                let lost: Vec<_> = acked
+                    .into_iter()
+                    .flatten()
+                    .filter(|w| !held.is_some_and(|h| h.contains(w)))
+                    .collect();
+                prop_assert!(
+                    lost.is_empty(),
+                    "*moves-keep-writes*: {holder} holds replica {} of key {key:?} without writes {lost:?} after {after}",
                     replica.id.0
                 );
             }
         }
+        Ok(())
     }
+}
+
+/// Runs `steps`, checking after each, then lets every operator finish its move.
+fn run(steps: &[Step], bugs: (PlacementBugs, OperatorBugs)) -> Result<(), TestCaseError> {
+    let mut world = World::new(bugs);
+    for step in steps {
+        world.apply(step);
+        world.check(&format!("{step:?}"))?;
+    }
+    for operator in 0..OPERATORS {
+        let mut steps = 0;
+        while world.operate(operator) {
+            world.check(&format!("operator {operator} finishing"))?;
+            steps += 1;
+            prop_assert!(steps < 100, "operator {operator} does not finish its move");
+        }
+    }
+    // A move left under way by a request that was refused (another's move of the same
+    // range) has no operator; every move begun by one is over.
     Ok(())
 }
+
+const NO_BUGS: (PlacementBugs, OperatorBugs) = (
+    PlacementBugs {
+        serve_while_frozen: false,
+    },
+    OperatorBugs {
+        finish_without_final_copy: false,
+    },
+);
 
 proptest! {
     #![proptest_config(Config { cases: 512, failure_persistence: None, ..Config::default() })]
 
     #[test]
-    fn no_slot_is_ever_served_by_two_servers(steps in proptest::collection::vec(step(), 1..60)) {
-        run(&steps, PlacementBugs::default())?;
+    fn moves_keep_one_server_per_slot_and_every_acknowledged_write(
+        steps in proptest::collection::vec(step(), 1..80)
+    ) {
+        run(&steps, NO_BUGS)?;
     }
 }
 
-#[test]
-fn the_search_catches_a_source_serving_while_frozen() {
+/// The search finds a violation of one of `invariants` with a knob on.
+fn search_catches(bugs: (PlacementBugs, OperatorBugs), invariants: &[&str]) {
     let mut runner = TestRunner::new(Config {
         cases: 4_096,
         failure_persistence: None,
         ..Config::default()
     });
-    let bugs = PlacementBugs {
-        serve_while_frozen: true,
-    };
-    let found = runner.run(&proptest::collection::vec(step(), 1..60), |steps| {
+    let found = runner.run(&proptest::collection::vec(step(), 1..80), |steps| {
         run(&steps, bugs)
     });
-    assert!(found.is_err(), "serve_while_frozen went unnoticed");
+    match found {
+        Err(proptest::test_runner::TestError::Fail(why, _)) => {
+            let why = why.to_string();
+            assert!(invariants.iter().any(|i| why.contains(i)), "{why}");
+        }
+        other => panic!("{bugs:?} went unnoticed: {other:?}"),
+    }
 }
 
-/// The moves finish and are served somewhere: the search reaches the flips it checks.
 #[test]
-fn a_move_finishes_and_its_target_serves() {
-    let steps = vec![
-        Step::BeginMove {
+fn the_search_catches_a_source_serving_while_frozen() {
+    let bugs = (
+        PlacementBugs {
+            serve_while_frozen: true,
+        },
+        NO_BUGS.1,
+    );
+    // The frozen source's writes after the final copy are lost, or it serves beside
+    // the target: whichever the search meets first.
+    search_catches(bugs, &["*one-server-per-slot*", "*moves-keep-writes*"]);
+}
+
+#[test]
+fn the_search_catches_a_move_finished_without_its_final_copy() {
+    let bugs = (
+        NO_BUGS.0,
+        OperatorBugs {
+            finish_without_final_copy: true,
+        },
+    );
+    search_catches(bugs, &["*moves-keep-writes*"]);
+}
+
+/// A move by hand: begun, copied, a write at the source, frozen, copied again,
+/// finished; the target then serves, with the write.
+#[test]
+fn a_move_finishes_and_its_target_serves_with_every_write() {
+    let key = 0; // probes()[0] = [0], in range 0, whose replica 1 is on server 0
+    let mut steps = vec![
+        Step::Write { key, slot: 0 },
+        Step::Operate {
+            operator: 0,
             range: 0,
             slot: 0,
             to: 1,
-        },
-        Step::Read {
-            server: 0,
-            newest: true,
-            pick: 0,
-        },
-        Step::Freeze { range: 0 },
-        Step::Finish { range: 0 },
-        Step::Read {
-            server: 1,
-            newest: true,
-            pick: 0,
-        },
+        }, // begin
+        Step::Operate {
+            operator: 0,
+            range: 0,
+            slot: 0,
+            to: 1,
+        }, // bulk copy
+        Step::Write { key, slot: 0 },
     ];
-    run(&steps, PlacementBugs::default()).unwrap();
-    let bugs = PlacementBugs {
-        serve_while_frozen: true,
-    };
-    assert!(run(&steps, bugs).is_err());
+    steps.extend((0..4).map(|_| Step::Operate {
+        operator: 0,
+        range: 0,
+        slot: 0,
+        to: 1,
+    })); // freeze, record, final copy, finish
+    steps.push(Step::Read {
+        server: 1,
+        newest: true,
+        pick: 0,
+    });
+    run(&steps, NO_BUGS).unwrap();
+    let mut world = World::new(NO_BUGS);
+    for step in &steps {
+        world.apply(step);
+    }
+    let moved = world.stored().range_of(&[0]).clone();
+    assert_eq!(moved.slot(ReplicaId(1)).unwrap().server, ServerId(1));
+    assert!(moved.moving.is_none());
+    assert_eq!(
+        world
+            .node(ServerId(1))
+            .rows
+            .get(&(vec![0], ReplicaId(1)))
+            .map(BTreeSet::len),
+        Some(2)
+    );
+    assert!(matches!(
+        world
+            .node(ServerId(1))
+            .placement
+            .judge(&[0], ReplicaId(1), None),
+        Serving::Serve { .. }
+    ));
+    assert!(
+        run(
+            &steps,
+            (
+                NO_BUGS.0,
+                OperatorBugs {
+                    finish_without_final_copy: true
+                }
+            )
+        )
+        .is_err()
+    );
 }

@@ -1,0 +1,186 @@
+//! The operator's side of a move (docs/protocol.md, "Placement"): what to do next,
+//! decided from the stored placement and what this operator has done since it last
+//! started. Nothing else is remembered, so an operator that crashes and starts again
+//! (or another one) resumes the move from the placement alone: the copies and the
+//! freeze are safe to repeat.
+
+use megastore_types::ReplicaId;
+
+use crate::error::ChangeError;
+use crate::ids::{RangeId, ServerId, Version};
+use crate::map::Placement;
+use crate::range::MovePhase;
+use crate::serving::Span;
+
+megastore_types::bug_knobs! {
+    /// Deliberate mistakes of the operator that the placement tests must catch. All
+    /// off in every real deployment.
+    pub struct OperatorBugs {
+        /// Finish as soon as the source froze, without copying what was written
+        /// between the bulk copy and the freeze: those writes are lost.
+        finish_without_final_copy,
+    }
+}
+
+/// The move an operator was asked for: slot `replica` of `range` to server `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveRequest {
+    /// The range.
+    pub range: RangeId,
+    /// Its slot that moves.
+    pub replica: ReplicaId,
+    /// The server that takes it over.
+    pub to: ServerId,
+}
+
+/// What one operator did since it (re)started, for the move it carries out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// The move it is carrying out, once begun or found under way.
+    pub move_id: Option<Version>,
+    /// The target copied the range while the source still served it.
+    pub bulk_copied: bool,
+    /// The source answered that it froze the range.
+    pub froze: bool,
+    /// The target copied the frozen range: everything the source holds of it.
+    pub final_copied: bool,
+    /// The operator gives the move up (a copy keeps failing, or it was asked to).
+    pub giving_up: bool,
+}
+
+/// The next thing the operator does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OperatorStep {
+    /// Store `next` in the lock service if the stored placement is still `expected`;
+    /// then read the placement again, whether or not the write won.
+    Write {
+        /// The version read.
+        expected: Version,
+        /// The placement to store.
+        next: Placement,
+    },
+    /// Have `to` copy every row of `span` from `from` (the whole group state: data,
+    /// log, promises, grants, marks), replacing what it holds there. `last`: `from`
+    /// is frozen, so the copy is final.
+    Copy {
+        /// The source.
+        from: ServerId,
+        /// The target.
+        to: ServerId,
+        /// The range's keys.
+        span: Span,
+        /// Whether this is the copy of the frozen range.
+        last: bool,
+    },
+    /// Ask `server`, the move's source, to freeze `range` for `move_id` (it reads the
+    /// placement first if it has not seen the move).
+    Freeze {
+        /// The source.
+        server: ServerId,
+        /// The range.
+        range: RangeId,
+        /// The move.
+        move_id: Version,
+    },
+    /// The move is over.
+    Done(MoveEnd),
+}
+
+/// How a move ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MoveEnd {
+    /// The target holds the slot, from `epoch` on.
+    Finished {
+        /// The range's new epoch.
+        epoch: Version,
+    },
+    /// Given up: the source holds the slot still, and serves it again.
+    Aborted,
+    /// Not begun: the placement refuses it, naming why.
+    Refused(ChangeError),
+}
+
+/// What the operator does next for `request`, given the stored `placement` and its
+/// `progress` (updated by the caller as each step completes).
+///
+/// Invariant *moves-keep-writes*: a move finishes only after a copy made while the
+/// source was frozen, so the target starts with every write the source acknowledged
+/// (the source serves nothing of the range from its freeze on).
+pub fn next_step(
+    placement: &Placement,
+    request: &MoveRequest,
+    progress: &mut Progress,
+    bugs: OperatorBugs,
+) -> OperatorStep {
+    let write = |next: Result<Placement, ChangeError>| match next {
+        Ok(next) => OperatorStep::Write {
+            expected: placement.version(),
+            next,
+        },
+        Err(refused) => OperatorStep::Done(MoveEnd::Refused(refused)),
+    };
+    let Some(range) = placement.range(request.range) else {
+        return OperatorStep::Done(MoveEnd::Refused(ChangeError::UnknownRange(request.range)));
+    };
+    let Some(moving) = &range.moving else {
+        // No move under way: not begun yet, or over (finished or aborted).
+        return match progress.move_id {
+            None if progress.giving_up => OperatorStep::Done(MoveEnd::Aborted),
+            // Already there: a move made before this operator restarted.
+            None if range
+                .slot(request.replica)
+                .is_some_and(|s| s.server == request.to) =>
+            {
+                OperatorStep::Done(MoveEnd::Finished { epoch: range.epoch })
+            }
+            None => write(placement.begin_move(request.range, request.replica, request.to)),
+            Some(_) => match range.slot(request.replica) {
+                Some(slot) if slot.server == request.to => {
+                    OperatorStep::Done(MoveEnd::Finished { epoch: range.epoch })
+                }
+                _ => OperatorStep::Done(MoveEnd::Aborted),
+            },
+        };
+    };
+    let ours = moving.replica == request.replica && moving.to == request.to;
+    if !ours || progress.move_id.is_some_and(|id| id != moving.id) {
+        return OperatorStep::Done(MoveEnd::Refused(ChangeError::Moving {
+            range: range.id,
+            move_id: moving.id,
+        }));
+    }
+    if progress.move_id != Some(moving.id) {
+        // Found under way (begun by this operator before it restarted, or by
+        // another): carried on from what the placement says, every step repeated.
+        *progress = Progress {
+            move_id: Some(moving.id),
+            giving_up: progress.giving_up,
+            ..Progress::default()
+        };
+    }
+    if progress.giving_up {
+        return write(placement.abort_move(range.id, moving.id));
+    }
+    let copy = |last| OperatorStep::Copy {
+        from: moving.from,
+        to: moving.to,
+        span: Span {
+            start: range.start.clone(),
+            end: range.end.clone(),
+        },
+        last,
+    };
+    match moving.phase {
+        MovePhase::Copying if !progress.bulk_copied => copy(false),
+        MovePhase::Copying if !progress.froze => OperatorStep::Freeze {
+            server: moving.from,
+            range: range.id,
+            move_id: moving.id,
+        },
+        MovePhase::Copying => write(placement.record_frozen(range.id, moving.id)),
+        MovePhase::Frozen if !progress.final_copied && !bugs.finish_without_final_copy() => {
+            copy(true)
+        }
+        MovePhase::Frozen => write(placement.finish_move(range.id, moving.id)),
+    }
+}
