@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use megastore_e2e::run_megastore;
 
-use crate::support::start_cluster;
+use crate::support::{connect, eg, increment, start_cluster};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -16,7 +16,17 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// nothing is there that no one asked for.
 #[test]
 fn concurrent_splits_through_a_lockd_leader_kill_each_land_exactly_once() {
-    let (_alone, dir, mut cluster, _config, _runtime) = start_cluster();
+    let (_alone, dir, mut cluster, config, runtime) = start_cluster();
+    // Groups to count: eg-0000 … eg-0029, one write each.
+    let groups = 30;
+    runtime.block_on(async {
+        let client = connect(&config, "A").await;
+        for n in 0..groups {
+            increment(&client, &eg(n), "n")
+                .await
+                .expect("a first write");
+        }
+    });
     let config_arg = cluster.config_path.to_str().expect("UTF-8").to_string();
     let megastore = |args: &[&str]| {
         let mut all = args.to_vec();
@@ -173,6 +183,22 @@ fn concurrent_splits_through_a_lockd_leader_kill_each_land_exactly_once() {
         assert!(out.status.success(), "{out:?}");
         assert!(out.stdout.starts_with("already split"), "{}", out.stdout);
     }
+    // Counted per range: each group in exactly one. The raw keys above all sort before
+    // untyped groups (tag 0xfe); a split at a group's name cuts them in two.
+    let out = megastore(&["range", "split", "--at-group", "eg-0012"]);
+    assert!(out.status.success(), "{out:?}");
+    let out = megastore(&["range", "list", "--groups", "-o", "json"]);
+    assert!(out.status.success(), "{out:?}");
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).expect("list JSON");
+    let counts: BTreeMap<String, u64> =
+        serde_json::from_value(json["groups"].clone()).expect("counts per range");
+    let mut nonzero: Vec<u64> = counts.values().copied().filter(|n| *n > 0).collect();
+    nonzero.sort_unstable();
+    assert_eq!(nonzero, [12, 18], "{counts:?}");
+    let text = megastore(&["range", "list", "--groups"]).stdout;
+    assert!(text.contains("(group eg-0012)"), "{text}");
+
+    let ranges = json["placement"]["ranges"].as_array().expect("ranges");
     let out = megastore(&["status"]);
     assert!(
         out.stdout

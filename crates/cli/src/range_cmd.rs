@@ -3,14 +3,18 @@
 //! keeps its servers through a split; moving a range's replica to another server of its
 //! site is not built yet, and every cluster today runs one server per replica.
 
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use comfy_table::Table;
+use indicatif::ProgressBar;
 use megastore_client::placement_store::{StoredPlacement, change_placement, load_placement};
 use megastore_config::ClusterConfig;
 use megastore_placement::{MovePhase, RangeId, ServerId};
+use megastore_rowstore::KeyRange;
 
 use crate::bytes_arg::{parse_bytes, show_bytes};
 use crate::cluster_arg::ClusterArg;
@@ -25,6 +29,10 @@ pub(crate) enum RangeCommand {
         /// Output format: `text` (a table) or `json` (the placement as lockd holds it).
         #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
         output: Output,
+        /// Also count each range's groups: every group some replica holds, listed page
+        /// by page from a majority of the voters (a scan of their registries).
+        #[arg(long)]
+        groups: bool,
     },
     /// Split a range in two at a group key: both halves keep its servers and get a new
     /// epoch (operators only, with `[auth]`).
@@ -60,14 +68,34 @@ pub(crate) struct SplitArgs {
 
 pub(crate) fn run(command: RangeCommand) -> anyhow::Result<ExitCode> {
     match command {
-        RangeCommand::List { cluster, output } => {
+        RangeCommand::List {
+            cluster,
+            output,
+            groups,
+        } => {
             let config = cluster.load()?;
-            let stored = on_lockd(&config, async |lockd, topology| {
-                load_placement(lockd, topology).await
+            let (stored, counts) = on_lockd(&config, async |lockd, topology| {
+                let stored = load_placement(lockd, topology).await?;
+                let counts = if groups {
+                    Some(count_groups(&config, &stored.placement).await?)
+                } else {
+                    None
+                };
+                Ok((stored, counts))
             })?;
             match output {
-                Output::Text => print!("{}", render(&stored, &config, usize::MAX)),
-                Output::Json => println!("{}", to_json(&stored)),
+                Output::Text => print!("{}", render(&stored, &config, usize::MAX, counts.as_ref())),
+                Output::Json => {
+                    let mut json = to_json(&stored);
+                    if let Some(counts) = &counts {
+                        json["groups"] = counts
+                            .iter()
+                            .map(|(range, n)| (range.0.to_string(), serde_json::json!(n)))
+                            .collect::<serde_json::Map<_, _>>()
+                            .into();
+                    }
+                    println!("{json}");
+                }
             }
         }
         RangeCommand::Split(args) => {
@@ -127,6 +155,50 @@ pub(crate) fn run(command: RangeCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Groups listed per page while counting.
+const COUNT_PAGE: usize = 10_000;
+
+/// How many groups each range holds, with a spinner on a terminal.
+async fn count_groups(
+    config: &ClusterConfig,
+    placement: &megastore_placement::Placement,
+) -> Result<BTreeMap<RangeId, u64>, megastore_client::ClientError> {
+    let bar = ProgressBar::new_spinner();
+    if !std::io::stderr().is_terminal() {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let mut counts = BTreeMap::new();
+    for range in placement.ranges() {
+        let keys = KeyRange {
+            start: range.start.clone(),
+            end: range.end.clone(),
+        };
+        let (mut count, mut after) = (0u64, None::<Vec<u8>>);
+        loop {
+            let page = megastore_client::backfill::list_groups(
+                config,
+                &keys,
+                after.as_deref(),
+                COUNT_PAGE,
+            )
+            .await?;
+            count += page.len() as u64;
+            bar.set_message(format!(
+                "counting groups: {} holds {count} so far",
+                range.id
+            ));
+            bar.tick();
+            if page.len() < COUNT_PAGE {
+                break;
+            }
+            after = page.last().map(|eg| eg.0.clone());
+        }
+        counts.insert(range.id, count);
+    }
+    bar.finish_and_clear();
+    Ok(counts)
+}
+
 /// `3` or `range-3`.
 fn parse_range(text: &str) -> anyhow::Result<RangeId> {
     let digits = text.strip_prefix("range-").unwrap_or(text);
@@ -162,8 +234,14 @@ fn server_name(config: &ClusterConfig, id: ServerId) -> String {
         .map_or_else(|| id.to_string(), |r| r.name.clone())
 }
 
-/// The placement as text: a summary line and a table of at most `rows` ranges.
-pub(crate) fn render(stored: &StoredPlacement, config: &ClusterConfig, rows: usize) -> String {
+/// The placement as text: a summary line and a table of at most `rows` ranges (with
+/// each one's groups, when counted).
+pub(crate) fn render(
+    stored: &StoredPlacement,
+    config: &ClusterConfig,
+    rows: usize,
+    groups: Option<&BTreeMap<RangeId, u64>>,
+) -> String {
     let placement = &stored.placement;
     let mut out = format!(
         "placement {}: {} range{} ({})\n",
@@ -181,16 +259,20 @@ pub(crate) fn render(stored: &StoredPlacement, config: &ClusterConfig, rows: usi
         }
     );
     let mut table = Table::new();
+    let mut header = vec![
+        "RANGE",
+        "FROM",
+        "TO",
+        "EPOCH",
+        "REPLICAS (replica@server)",
+        "MOVING",
+    ];
+    if groups.is_some() {
+        header.push("GROUPS");
+    }
     table
         .load_style(comfy_table::presets::NOTHING)
-        .set_header(vec![
-            "RANGE",
-            "FROM",
-            "TO",
-            "EPOCH",
-            "REPLICAS (replica@server)",
-            "MOVING",
-        ]);
+        .set_header(header);
     for range in placement.ranges().iter().take(rows) {
         let bound = |key: &[u8]| {
             let text = show_bytes(key);
@@ -228,14 +310,22 @@ pub(crate) fn render(stored: &StoredPlacement, config: &ClusterConfig, rows: usi
                 )
             },
         );
-        table.add_row(vec![
+        let mut row = vec![
             range.id.to_string(),
             bound(&range.start),
             range.end.as_deref().map_or_else(|| "(end)".into(), bound),
             range.epoch.0.to_string(),
             replicas.join(" "),
             moving,
-        ]);
+        ];
+        if let Some(groups) = groups {
+            row.push(
+                groups
+                    .get(&range.id)
+                    .map_or_else(|| "?".into(), u64::to_string),
+            );
+        }
+        table.add_row(row);
     }
     out.push_str(&format!("{table}\n"));
     if placement.ranges().len() > rows {
@@ -279,7 +369,7 @@ mod tests {
             placement: Placement::one_server_per_replica(&topology),
             stored: false,
         };
-        let text = render(&stored, &config, usize::MAX);
+        let text = render(&stored, &config, usize::MAX, None);
         assert!(
             text.starts_with("placement v1: 1 range (the default"),
             "{text}"
@@ -296,14 +386,26 @@ mod tests {
             placement: stored.placement.split(RangeId(0), &at).unwrap(),
             stored: true,
         };
-        let text = render(&split, &config, usize::MAX);
+        let text = render(
+            &split,
+            &config,
+            usize::MAX,
+            Some(&BTreeMap::from([(RangeId(0), 3)])),
+        );
         let bound = format!("{} (group user-5000)", show_bytes(&at));
         assert!(text.contains(&bound), "{text}");
         assert!(
             text.starts_with("placement v2: 2 ranges (held in lockd)"),
             "{text}"
         );
-        let one_row = render(&split, &config, 1);
+        assert!(text.contains(" GROUPS"), "{text}");
+        let counts: Vec<&str> = text
+            .lines()
+            .skip(2)
+            .map(|l| l.split_whitespace().last().unwrap_or_default())
+            .collect();
+        assert_eq!(counts, ["3", "?"], "{text}");
+        let one_row = render(&split, &config, 1, None);
         assert!(
             one_row.contains("… and 1 more (megastore range list)"),
             "{one_row}"

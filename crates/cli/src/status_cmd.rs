@@ -51,7 +51,7 @@ pub(crate) fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
             if let Some(placement) = &status.placement {
                 print!(
                     "\n{}",
-                    crate::range_cmd::render(placement, &config, PLACEMENT_ROWS)
+                    crate::range_cmd::render(placement, &config, PLACEMENT_ROWS, None)
                 );
             }
         }
