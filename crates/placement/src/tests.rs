@@ -466,5 +466,8 @@ fn a_cluster_of_one_server_per_replica_is_one_range_on_its_own_replicas() {
 fn a_stored_range_costs_about_three_hundred_bytes() {
     let p = placement(1_000);
     let per_range = p.encode().len() / 1_000;
-    assert!((250..=320).contains(&per_range), "{per_range} bytes per range");
+    assert!(
+        (250..=320).contains(&per_range),
+        "{per_range} bytes per range"
+    );
 }
