@@ -237,6 +237,11 @@ pub enum PrepareResult {
 pub enum AcceptResult {
     /// Accepted (durably).
     Accepted,
+    /// Accepted (durably), and ballot 0 granted, while another client's grant request
+    /// for the position before (or this one) was refused here: the group is contended,
+    /// and the grantee should relay its next commits (docs/protocol.md, "Relayed
+    /// commits"). Only liveness depends on it.
+    GrantedContended,
     /// A higher ballot was promised, or ballot 0 holds another value.
     Rejected {
         /// The ballot in the way.
@@ -248,6 +253,16 @@ pub enum AcceptResult {
     Visible(Ballot, LogEntry),
     /// The position is truncated here.
     Truncated,
+}
+
+impl AcceptResult {
+    /// Whether the value was accepted (durably), contended or not.
+    pub fn accepted(&self) -> bool {
+        matches!(
+            self,
+            AcceptResult::Accepted | AcceptResult::GrantedContended
+        )
+    }
 }
 
 /// What was chosen at a position, as a replica remembers it after truncating the entry.

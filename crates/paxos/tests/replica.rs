@@ -730,3 +730,43 @@ fn a_long_poll_is_answered_when_visible_moves_past_it_or_its_wait_ends() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A position leader that refused another client's grant request tells the grantee of
+/// the next position that the group is contended, so that writer relays too instead of
+/// winning every position by learning each first; a refused request of the grantee's
+/// own client, or one long before, does not.
+#[test]
+fn a_grant_right_after_refusing_another_client_says_the_group_is_contended() {
+    let mut leader = Node::new(1);
+    with_visible_first_entry(&mut leader);
+    let by = |client: u32, seq: u64| LogEntry {
+        txn: Some(TxnId {
+            client: ClientId(client),
+            seq,
+        }),
+        ..write(seq, Some(1), &format!("{client}.{seq}"))
+    };
+    // Ask for `p`'s grant for `entry`, the position leader's answer; then for each of
+    // `refused`, another transaction's request at `p`; then mark `entry` visible.
+    let mut round = |p: u64, entry: LogEntry, refused: &[LogEntry]| {
+        let result = accept_result(leader.ask(accept(p, Ballot::ZERO, entry.clone(), true)));
+        for other in refused {
+            assert!(matches!(
+                accept_result(leader.ask(accept(p, Ballot::ZERO, other.clone(), true))),
+                AcceptResult::GrantRefused(GrantRefusal::Taken(_))
+            ));
+        }
+        assert!(result.accepted(), "{result:?}");
+        leader.ask(mark(p, Ballot::ZERO, entry));
+        result
+    };
+    assert_eq!(round(2, by(1, 2), &[]), AcceptResult::Accepted);
+    // Refused at 3, but its own client's request: combined lanes of one client never duel.
+    assert_eq!(round(3, by(1, 3), &[by(1, 4)]), AcceptResult::Accepted);
+    // Another client refused at 4: the grantee of 5 hears of it.
+    assert_eq!(round(4, by(1, 5), &[by(2, 1)]), AcceptResult::Accepted);
+    assert_eq!(round(5, by(1, 6), &[]), AcceptResult::GrantedContended);
+    assert!(AcceptResult::GrantedContended.accepted());
+    // Two positions on, with no refusal since, it is quiet again.
+    assert_eq!(round(6, by(1, 7), &[]), AcceptResult::Accepted);
+}

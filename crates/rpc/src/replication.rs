@@ -413,6 +413,7 @@ fn accept_to_wire(result: AcceptResult) -> pb::AcceptResult {
     use pb::accept_result::Result as R;
     let result = match result {
         AcceptResult::Accepted => R::Accepted(true),
+        AcceptResult::GrantedContended => R::GrantedContended(true),
         AcceptResult::Rejected { promised } => R::Rejected(ballot_to_wire(promised)),
         AcceptResult::GrantRefused(GrantRefusal::NotLeader) => R::GrantRefusedNotLeader(true),
         AcceptResult::GrantRefused(GrantRefusal::Taken(txn)) => {
@@ -430,6 +431,7 @@ fn accept_from_wire(result: pb::AcceptResult) -> Result<AcceptResult, WireError>
     use pb::accept_result::Result as R;
     Ok(match required(result.result, "accept.result")? {
         R::Accepted(_) => AcceptResult::Accepted,
+        R::GrantedContended(_) => AcceptResult::GrantedContended,
         R::Rejected(b) => AcceptResult::Rejected {
             promised: ballot_from_wire(Some(b), "accept.rejected")?,
         },

@@ -25,7 +25,7 @@
 
 use std::collections::BTreeMap;
 
-use megastore_paxos::messages::{AcceptResult, PrepareResult};
+use megastore_paxos::messages::PrepareResult;
 use megastore_paxos::{ReplicaReply, ReplicaRequest};
 use megastore_types::{Ballot, EgId, Position, ReplicaId};
 
@@ -82,8 +82,8 @@ impl Bounds {
             } => *reply_id == id,
             ReplicaReply::Accept {
                 id: reply_id,
-                result: AcceptResult::Accepted,
-            } => *reply_id == id,
+                result,
+            } => *reply_id == id && result.accepted(),
             _ => false,
         });
         // A visible slot is decided: it may carry the (lower) ballot the value was

@@ -22,7 +22,6 @@ mod verified_scan;
 mod visible_after_invalidate;
 mod vouched_is_current;
 
-use megastore_paxos::messages::AcceptResult;
 use megastore_paxos::{ReplicaReply, ReplicaRequest};
 use megastore_types::{EgId, Position, ReplicaId};
 
@@ -100,7 +99,7 @@ impl Checkers {
                 // A vote counts once it is durable, reply or not: a crash right after
                 // the write loses the reply, but a learner reading the slots counts it.
                 let accepted = replies.iter().any(|reply| {
-                    matches!(reply, ReplicaReply::Accept { id: reply_id, result: AcceptResult::Accepted } if reply_id == id)
+                    matches!(reply, ReplicaReply::Accept { id: reply_id, result } if reply_id == id && result.accepted())
                 }) || obs.stored_slot(r, eg, *position)
                     .is_some_and(|slot| slot.ballot == *ballot && &slot.entry == entry);
                 if accepted && obs.topology.is_voter(r) {

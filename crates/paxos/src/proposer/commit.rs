@@ -311,8 +311,8 @@ impl Commit {
     }
 
     /// Whether another client's entry was chosen at a position it proposed at, or the
-    /// position leader granted one to another client's transaction: its group is
-    /// contended (`client::relay`). A no-op (a sweep's, a resolver's), an entry of its
+    /// position leader granted one to another client's transaction, or granted this
+    /// commit while refusing another client: its group is contended (`client::relay`). A no-op (a sweep's, a resolver's), an entry of its
     /// own client's, or a prepare round alone (no leader yet, a replica down) is not.
     pub(crate) fn lost_a_race(&self) -> bool {
         self.lost_a_position
@@ -500,10 +500,12 @@ impl Commit {
     ) {
         if self.settle.owns(reply.id()) {
             self.settle.on_replica_reply(ctx, from, reply);
-            // The leader granted the position to another client's transaction.
+            // The leader granted the position to another client's transaction, or to
+            // this one while refusing another client's: without relaying, the writer
+            // that learns each position first would win every grant.
             let taken_by = self.settle.grant_taken_by();
-            self.lost_a_position |=
-                taken_by.is_some_and(|t| self.members.iter().all(|m| m.txn.client != t.client));
+            self.lost_a_position |= self.settle.grant_contended()
+                || taken_by.is_some_and(|t| self.members.iter().all(|m| m.txn.client != t.client));
             self.advance(ctx);
         }
     }

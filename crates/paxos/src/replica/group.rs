@@ -8,7 +8,7 @@ mod install;
 use std::collections::{BTreeMap, BTreeSet};
 
 use megastore_rowstore::RowMutation;
-use megastore_types::{Ballot, EgId, Position, ReplicaId, ReplicaKind, TxnId};
+use megastore_types::{Ballot, ClientId, EgId, Position, ReplicaId, ReplicaKind, TxnId};
 
 use self::global::{global_copies, global_rows_of};
 use super::Output;
@@ -78,6 +78,10 @@ pub struct GroupLog {
     /// records (docs/performance.md, "A replica's memory per group").
     slots: BTreeMap<Position, Box<SlotRecord>>,
     grants: BTreeMap<Position, TxnId>,
+    /// The last position at which this replica, as position leader, refused a grant
+    /// because another transaction held it, and the refused transaction's client. Not
+    /// stored: it only tells the next grantee the group is contended (liveness).
+    grant_refused: Option<(Position, ClientId)>,
     /// Whose entry was chosen at the last [`CHOSEN_REMEMBERED`] truncated positions.
     chosen: BTreeMap<Position, ChosenTxn>,
     visible: Position,
@@ -110,6 +114,7 @@ impl GroupLog {
                 .map(|(p, slot)| (p, Box::new(slot)))
                 .collect(),
             grants: stored.grants.into_iter().collect(),
+            grant_refused: None,
             chosen: stored.chosen.into_iter().collect(),
             visible: stored.visible,
             applied: stored.applied,
@@ -334,7 +339,10 @@ impl GroupLog {
             let overwrite = grant && bugs.grant_ballot0_twice();
             if s.entry != entry && !overwrite {
                 return match (grant, s.entry.txn) {
-                    (true, Some(txn)) => AcceptResult::GrantRefused(GrantRefusal::Taken(txn)),
+                    (true, Some(txn)) => {
+                        self.note_grant_refused(p, entry.txn);
+                        AcceptResult::GrantRefused(GrantRefusal::Taken(txn))
+                    }
                     _ => AcceptResult::Rejected {
                         promised: Ballot::ZERO,
                     },
@@ -345,6 +353,7 @@ impl GroupLog {
             }
         }
         let mut write = self.write();
+        let mut contended = false;
         if grant {
             let Some(txn) = entry.txn else {
                 return AcceptResult::GrantRefused(GrantRefusal::NotLeader);
@@ -358,10 +367,14 @@ impl GroupLog {
                 .copied()
                 .filter(|t| *t != txn && !bugs.grant_ballot0_twice())
             {
+                self.note_grant_refused(p, Some(txn));
                 return AcceptResult::GrantRefused(GrantRefusal::Taken(taken));
             }
             self.grants.insert(p, txn);
             write = write.grant(p, txn);
+            contended = self
+                .grant_refused
+                .is_some_and(|(at, client)| at.next() >= p && client != txn.client);
         }
         let slot = SlotRecord {
             ballot: Ballot::ZERO,
@@ -372,7 +385,20 @@ impl GroupLog {
             mutation: write.slot(p, &slot).0,
         });
         self.slots.insert(p, Box::new(slot));
-        AcceptResult::Accepted
+        if contended {
+            AcceptResult::GrantedContended
+        } else {
+            AcceptResult::Accepted
+        }
+    }
+
+    /// A grant request for `p` by `txn` was refused: another transaction holds `p`.
+    fn note_grant_refused(&mut self, p: Position, txn: Option<TxnId>) {
+        if let Some(txn) = txn
+            && self.grant_refused.is_none_or(|(at, _)| at <= p)
+        {
+            self.grant_refused = Some((p, txn.client));
+        }
     }
 
     /// `position_leader(p)`: the `next_leader` of the visible entry at `p - 1`; none at

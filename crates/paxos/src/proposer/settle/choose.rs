@@ -297,7 +297,10 @@ impl Settle {
         match result {
             // (`on_replica_reply` takes visible answers first; kept for exhaustiveness.)
             AcceptResult::Visible(ballot, entry) => self.learned_visible(ctx, ballot, entry),
-            AcceptResult::Accepted => {
+            AcceptResult::Accepted | AcceptResult::GrantedContended => {
+                if result == AcceptResult::GrantedContended {
+                    self.grant_contended = true;
+                }
                 if let Phase::FastGrant { leader, .. } = self.phase {
                     // The leader granted ballot 0: ask everyone else.
                     if let Some(round) = &mut self.round {

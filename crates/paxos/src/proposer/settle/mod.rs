@@ -144,6 +144,9 @@ pub(crate) struct Settle {
     /// The position leader refused the fast path's grant: ballot 0 went to this
     /// transaction.
     grant_taken_by: Option<TxnId>,
+    /// The position leader granted ballot 0 while refusing another client's request
+    /// ([`AcceptResult::GrantedContended`]).
+    grant_contended: bool,
     /// Replicas that answered without the value (for the knob that invalidates only
     /// those).
     #[cfg(feature = "sim-bugs")]
@@ -196,6 +199,7 @@ impl Settle {
             max_seen: Ballot::ZERO,
             rounds: 0,
             grant_taken_by: None,
+            grant_contended: false,
             #[cfg(feature = "sim-bugs")]
             seen_lacking: BTreeSet::new(),
             sent_proposal: false,
@@ -329,6 +333,12 @@ impl Settle {
         self.grant_taken_by
     }
 
+    /// Whether the position leader granted this settle's value ballot 0 while another
+    /// client's grant request was refused (a contended group).
+    pub(crate) fn grant_contended(&self) -> bool {
+        self.grant_contended
+    }
+
     /// Handles a replica's reply (ignores replies to other rounds).
     pub(crate) fn on_replica_reply<K: Clone + Ord>(
         &mut self,
@@ -340,10 +350,8 @@ impl Settle {
         // A late accept from the deciding round makes its sender a holder.
         if let Phase::Invalidate { .. } = self.phase {
             if self.deciding.contains_key(&id)
-                && let ReplicaReply::Accept {
-                    result: AcceptResult::Accepted,
-                    ..
-                } = reply
+                && let ReplicaReply::Accept { result, .. } = &reply
+                && result.accepted()
             {
                 self.invalidated(ctx, from);
             }
