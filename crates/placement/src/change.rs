@@ -97,7 +97,7 @@ impl Placement {
         range: RangeId,
         move_id: Version,
     ) -> Result<Placement, ChangeError> {
-        let index = self.move_index(range, move_id)?;
+        let (index, _) = self.move_index(range, move_id)?;
         let mut next = self.successor();
         if let Some(m) = next.ranges[index].moving.as_mut() {
             m.phase = MovePhase::Frozen;
@@ -110,10 +110,7 @@ impl Placement {
     /// after [`Placement::record_frozen`] (*flip-after-freeze*), and only once the
     /// target copied everything the frozen source holds of the range.
     pub fn finish_move(&self, range: RangeId, move_id: Version) -> Result<Placement, ChangeError> {
-        let index = self.move_index(range, move_id)?;
-        let Some(m) = self.ranges[index].moving.clone() else {
-            unreachable!("move_index found the move");
-        };
+        let (index, m) = self.move_index(range, move_id)?;
         if m.phase != MovePhase::Frozen {
             return Err(ChangeError::NotFrozen { range, move_id });
         }
@@ -134,17 +131,18 @@ impl Placement {
     /// Gives the move up: the source keeps the slot (it unfreezes when it sees this),
     /// the target throws its copy away. The epoch stays: who serves did not change.
     pub fn abort_move(&self, range: RangeId, move_id: Version) -> Result<Placement, ChangeError> {
-        let index = self.move_index(range, move_id)?;
+        let (index, _) = self.move_index(range, move_id)?;
         let mut next = self.successor();
         next.ranges[index].moving = None;
         next.assert_checked();
         Ok(next)
     }
 
-    fn move_index(&self, range: RangeId, move_id: Version) -> Result<usize, ChangeError> {
+    /// The index of `range` and its move `move_id`, if that move is under way.
+    fn move_index(&self, range: RangeId, move_id: Version) -> Result<(usize, Move), ChangeError> {
         let index = self.range_index(range)?;
         match &self.ranges[index].moving {
-            Some(m) if m.id == move_id => Ok(index),
+            Some(m) if m.id == move_id => Ok((index, m.clone())),
             _ => Err(ChangeError::NoSuchMove { range, move_id }),
         }
     }
