@@ -38,7 +38,7 @@ pub use lanes::Basis;
 use lanes::{Lane, Start, Waiting};
 use relay::{RelayOp, Relaying};
 
-pub use relay::{RELAY_DOWN_FOR, RELAY_HOT_FOR, RelayedCommit, relay_wait};
+pub use relay::{RELAY_DOWN_FOR, RELAY_DOWN_MAX, RELAY_HOT_FOR, RelayedCommit, relay_wait};
 
 /// How a client runs.
 #[derive(Debug, Clone)]
@@ -1059,6 +1059,7 @@ impl ClientCore {
                 if relayed.waiting() {
                     // Answered: the group stays relayed while this client writes it.
                     let eg = relayed.group().clone();
+                    self.relaying.answered(relayed.relay());
                     self.relaying.hot(now, &eg);
                     if matches!(&result, CommitResult::Conflict { keys } if keys.is_empty()) {
                         self.relaying.lost_span(now, &eg);

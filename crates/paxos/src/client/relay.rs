@@ -51,8 +51,14 @@ pub struct RelayedCommit {
 /// How long a group stays hot after this client last lost a race for it or relayed a
 /// commit of it: while it writes the group this often, it goes on relaying.
 pub const RELAY_HOT_FOR: Duration = Duration::from_secs(5);
-/// How long a relay that failed to answer is passed over.
+/// How long a relay that failed to answer is passed over, at first. Each time it fails
+/// again when tried after that, it is passed over twice as long, up to
+/// [`RELAY_DOWN_MAX`], until it answers: a relay that stays dead costs each of its
+/// writers a relay wait and a span resolution per try, so tries must thin out.
 pub const RELAY_DOWN_FOR: Duration = Duration::from_secs(2);
+/// The longest a relay that keeps failing is passed over: a relay back from a crash
+/// takes commits again within this.
+pub const RELAY_DOWN_MAX: Duration = Duration::from_secs(32);
 /// How long a relayed commit waits for its relay's answer before its writer resolves
 /// it itself, for an RPC timeout of `rpc`: two, since the relay may wait in its lane,
 /// then commit. (A transport carrying the relay's answer waits as long.)
@@ -72,8 +78,17 @@ pub(crate) struct Relaying {
     /// than the local one: a relayed commit of it lost its whole span to other entries
     /// (another relay's, at another site, whose local leader grants it every position).
     follow_leader_until: BTreeMap<EgId, Time>,
-    /// Relays that failed to answer, passed over until then.
-    down_until: BTreeMap<ReplicaId, Time>,
+    /// Relays that failed to answer since they last answered.
+    down: BTreeMap<ReplicaId, Down>,
+}
+
+/// A relay that failed to answer, and has not answered since.
+#[derive(Debug, Clone, Copy)]
+struct Down {
+    /// Passed over until then.
+    until: Time,
+    /// For how long it was last passed over.
+    passed_over_for: Duration,
 }
 
 impl Relaying {
@@ -97,10 +112,28 @@ impl Relaying {
     }
 
     /// `relay` did not answer a relayed commit: it is passed over for
-    /// [`RELAY_DOWN_FOR`].
+    /// [`RELAY_DOWN_FOR`], or twice as long as last time (up to [`RELAY_DOWN_MAX`]) if
+    /// it has not answered since. A failure while it is passed over is of a commit sent
+    /// before: it changes nothing.
     pub(crate) fn failed(&mut self, now: Time, relay: ReplicaId) {
-        self.down_until.retain(|_, until| *until > now);
-        self.down_until.insert(relay, now + RELAY_DOWN_FOR);
+        let passed_over_for = match self.down.get(&relay) {
+            Some(down) if down.until > now => return,
+            Some(down) => (down.passed_over_for * 2).min(RELAY_DOWN_MAX),
+            None => RELAY_DOWN_FOR,
+        };
+        self.down.insert(
+            relay,
+            Down {
+                until: now + passed_over_for,
+                passed_over_for,
+            },
+        );
+    }
+
+    /// `relay` answered a relayed commit: if it fails again, it is passed over for
+    /// [`RELAY_DOWN_FOR`] only.
+    pub(crate) fn answered(&mut self, relay: ReplicaId) {
+        self.down.remove(&relay);
     }
 
     /// The relay for a commit to `eg` now, while `eg` is hot (`None`: commit it
@@ -117,7 +150,7 @@ impl Relaying {
         if !live(self.hot_until.get(eg)) {
             return None;
         }
-        let up = |r: &ReplicaId| !live(self.down_until.get(r));
+        let up = |r: &ReplicaId| !live(self.down.get(r).map(|down| &down.until));
         let relays: Vec<ReplicaId> = relays.into_iter().filter(up).collect();
         let follow = live(self.follow_leader_until.get(eg));
         match leader.filter(|l| follow && relays.contains(l)) {
@@ -359,6 +392,40 @@ mod tests {
             relaying.relay(later, &eg(1), None, RELAYS),
             Some(RELAYS[0]),
             "back"
+        );
+    }
+
+    #[test]
+    fn a_relay_that_stays_dead_is_passed_over_twice_as_long_each_time_until_it_answers() {
+        let mut relaying = Relaying::default();
+        let mut now = Time::from_nanos(1_000);
+        relaying.hot(now, &eg(1));
+        let mut expected = RELAY_DOWN_FOR;
+        for _ in 0..8 {
+            relaying.failed(now, RELAYS[0]);
+            // A commit sent before the failure that fails too changes nothing.
+            relaying.failed(now + Duration::from_millis(1), RELAYS[0]);
+            let just_before = now + expected - Duration::from_millis(1);
+            relaying.hot(just_before, &eg(1));
+            assert_eq!(
+                relaying.relay(just_before, &eg(1), None, RELAYS),
+                Some(RELAYS[1]),
+                "passed over for {expected:?}"
+            );
+            now = now + expected;
+            relaying.hot(now, &eg(1));
+            assert_eq!(relaying.relay(now, &eg(1), None, RELAYS), Some(RELAYS[0]));
+            expected = (expected * 2).min(RELAY_DOWN_MAX);
+        }
+        assert_eq!(expected, RELAY_DOWN_MAX, "it reached the cap");
+        relaying.answered(RELAYS[0]);
+        relaying.failed(now, RELAYS[0]);
+        let after_first_wait = now + RELAY_DOWN_FOR;
+        relaying.hot(after_first_wait, &eg(1));
+        assert_eq!(
+            relaying.relay(after_first_wait, &eg(1), None, RELAYS),
+            Some(RELAYS[0]),
+            "an answer resets it"
         );
     }
 
