@@ -11,10 +11,11 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use comfy_table::Table;
 use indicatif::ProgressBar;
-use megastore_client::placement_store::{StoredPlacement, change_placement, load_placement};
+use megastore_client::placement_store::{
+    StoredPlacement, count_groups, load_placement, split_range,
+};
 use megastore_config::ClusterConfig;
 use megastore_placement::{MovePhase, RangeId, ServerId};
-use megastore_rowstore::KeyRange;
 
 use crate::bytes_arg::{parse_bytes, show_bytes};
 use crate::cluster_arg::ClusterArg;
@@ -77,7 +78,7 @@ pub(crate) fn run(command: RangeCommand) -> anyhow::Result<ExitCode> {
             let (stored, counts) = on_lockd(&config, async |lockd, topology| {
                 let stored = load_placement(lockd, topology).await?;
                 let counts = if groups {
-                    Some(count_groups(&config, &stored.placement).await?)
+                    Some(count_groups_shown(&config, &stored.placement).await?)
                 } else {
                     None
                 };
@@ -111,55 +112,35 @@ pub(crate) fn run(command: RangeCommand) -> anyhow::Result<ExitCode> {
                 }
                 (None, None) => anyhow::bail!("give --at KEY or --at-group GROUP"),
             };
-            anyhow::ensure!(
-                !at.is_empty(),
-                "--at: the key space starts at the empty key; a split needs a key after it"
-            );
-            let already = std::cell::Cell::new(false);
-            let placement = on_lockd(&config, async |lockd, topology| {
-                change_placement(lockd, topology, |p| {
-                    let holder = p.range_of(&at);
-                    // Already split there (by this command's own write, perhaps, whose
-                    // answer was lost and which it made again): done.
-                    already.set(holder.start == at);
-                    if already.get() {
-                        return Ok(p.clone());
-                    }
-                    p.split(range.unwrap_or(holder.id), &at)
-                })
-                .await
+            let done = on_lockd(&config, async |lockd, topology| {
+                split_range(lockd, topology, range, &at).await
             })
             .with_context(|| format!("splitting at {}", show_bytes(&at)))?;
-            let right = placement.range_of(&at);
-            let left = placement
-                .ranges()
-                .iter()
-                .find(|r| r.end.as_deref() == Some(at.as_slice()))
-                .context("the split's left half")?;
+            let right = done
+                .placement
+                .range(done.right)
+                .context("the split's right half")?;
             println!(
                 "{} {} at {}: {} and {} at epoch {} (placement {})",
-                if already.get() {
+                if done.already {
                     "already split"
                 } else {
                     "split"
                 },
-                left.id,
+                done.left,
                 show_bytes(&at),
-                left.id,
-                right.id,
+                done.left,
+                done.right,
                 right.epoch.0,
-                placement.version()
+                done.placement.version()
             );
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Groups listed per page while counting.
-const COUNT_PAGE: usize = 10_000;
-
 /// How many groups each range holds, with a spinner on a terminal.
-async fn count_groups(
+async fn count_groups_shown(
     config: &ClusterConfig,
     placement: &megastore_placement::Placement,
 ) -> Result<BTreeMap<RangeId, u64>, megastore_client::ClientError> {
@@ -167,36 +148,13 @@ async fn count_groups(
     if !std::io::stderr().is_terminal() {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let mut counts = BTreeMap::new();
-    for range in placement.ranges() {
-        let keys = KeyRange {
-            start: range.start.clone(),
-            end: range.end.clone(),
-        };
-        let (mut count, mut after) = (0u64, None::<Vec<u8>>);
-        loop {
-            let page = megastore_client::backfill::list_groups(
-                config,
-                &keys,
-                after.as_deref(),
-                COUNT_PAGE,
-            )
-            .await?;
-            count += page.len() as u64;
-            bar.set_message(format!(
-                "counting groups: {} holds {count} so far",
-                range.id
-            ));
-            bar.tick();
-            if page.len() < COUNT_PAGE {
-                break;
-            }
-            after = page.last().map(|eg| eg.0.clone());
-        }
-        counts.insert(range.id, count);
-    }
+    let counts = count_groups(config, placement, |range, count| {
+        bar.set_message(format!("counting groups: {range} holds {count} so far"));
+        bar.tick();
+    })
+    .await;
     bar.finish_and_clear();
-    Ok(counts)
+    counts
 }
 
 /// `3` or `range-3`.

@@ -4,7 +4,11 @@
 //! the one a cluster of one server per replica has (one range on every replica),
 //! computed from the config and not stored.
 
-use megastore_placement::{ChangeError, PLACEMENT_FILE, Placement};
+use std::collections::BTreeMap;
+
+use megastore_config::ClusterConfig;
+use megastore_placement::{ChangeError, PLACEMENT_FILE, Placement, RangeId, SplitAt};
+use megastore_rowstore::KeyRange;
 use megastore_rpc::LockdClient;
 use megastore_types::Topology;
 
@@ -56,4 +60,86 @@ pub async fn change_placement(
         Ok((contents, next))
     })
     .await
+}
+
+/// A split, stored: the placement after it and the two ranges that meet at its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitDone {
+    /// The placement stored.
+    pub placement: Placement,
+    /// Whether the split had been made already (by an earlier try of this one,
+    /// perhaps, whose answer was lost): nothing was written.
+    pub already: bool,
+    /// The left half: the ids of the range that was split.
+    pub left: RangeId,
+    /// The right half, which starts at the key.
+    pub right: RangeId,
+}
+
+/// Splits at group key `at` the range holding it, or `range` if named
+/// ([`Placement::split_at`]); a split already made is reported, not refused, so a
+/// command whose answer was lost can be run again.
+pub async fn split_range(
+    lockd: &LockdClient,
+    topology: &Topology,
+    range: Option<RangeId>,
+    at: &[u8],
+) -> Result<SplitDone, ClientError> {
+    let mut already = false;
+    let placement = change_placement(lockd, topology, |p| {
+        let outcome = p.split_at(range, at)?;
+        already = outcome == SplitAt::AlreadySplit;
+        Ok(match outcome {
+            SplitAt::Made(next) => next,
+            SplitAt::AlreadySplit => p.clone(),
+        })
+    })
+    .await?;
+    let (left, right) = placement
+        .ranges_meeting_at(at)
+        .map(|(left, right)| (left.id, right.id))
+        .ok_or_else(|| {
+            ClientError::Corrupt(format!(
+                "{PLACEMENT_FILE}: no two ranges meet at {at:?} after splitting there"
+            ))
+        })?;
+    Ok(SplitDone {
+        placement,
+        already,
+        left,
+        right,
+    })
+}
+
+/// Groups listed per page while counting.
+const COUNT_PAGE: usize = 10_000;
+
+/// How many groups each range of `placement` holds: every group some replica holds,
+/// listed page by page from a majority of the voters (a scan of their registries).
+/// `progress` hears each range's count so far after every page.
+pub async fn count_groups(
+    config: &ClusterConfig,
+    placement: &Placement,
+    mut progress: impl FnMut(RangeId, u64),
+) -> Result<BTreeMap<RangeId, u64>, ClientError> {
+    let mut counts = BTreeMap::new();
+    for range in placement.ranges() {
+        let keys = KeyRange {
+            start: range.start.clone(),
+            end: range.end.clone(),
+        };
+        let (mut count, mut after) = (0u64, None::<Vec<u8>>);
+        loop {
+            let page =
+                crate::backfill::list_groups(config, &keys, after.as_deref(), COUNT_PAGE).await?;
+            count += page.len() as u64;
+            progress(range.id, count);
+            if page.len() < COUNT_PAGE {
+                break;
+            }
+            after = page.last().map(|eg| eg.0.clone());
+        }
+        counts.insert(range.id, count);
+    }
+    Ok(counts)
 }

@@ -10,7 +10,53 @@ use crate::ids::{RangeId, ServerId, Version};
 use crate::map::Placement;
 use crate::range::{Move, MovePhase, Range};
 
+/// What [`Placement::split_at`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SplitAt {
+    /// The split, made: the next placement.
+    Made(Placement),
+    /// A range already starts at the key (a split made before, perhaps by this same
+    /// request, whose answer was lost and which its caller sent again): nothing changes.
+    AlreadySplit,
+}
+
 impl Placement {
+    /// Splits at group key `at` the range that holds it, or `range` if named (which
+    /// must hold it) — or finds the split already made: a range starts at `at`, and
+    /// `range`, if named, is that range or the one ending there. So a split request
+    /// repeated after its answer was lost succeeds again, and changes nothing.
+    pub fn split_at(&self, range: Option<RangeId>, at: &[u8]) -> Result<SplitAt, ChangeError> {
+        if at.is_empty() {
+            return Err(ChangeError::SplitAtStart);
+        }
+        let holder = self.range_of(at);
+        if holder.start == at {
+            let named = range.map(|id| self.range(id).ok_or(ChangeError::UnknownRange(id)));
+            return match named.transpose()? {
+                Some(named) if named.id != holder.id && named.end.as_deref() != Some(at) => {
+                    Err(ChangeError::SplitOutside {
+                        range: named.id,
+                        at: at.to_vec(),
+                    })
+                }
+                _ => Ok(SplitAt::AlreadySplit),
+            };
+        }
+        self.split(range.unwrap_or(holder.id), at)
+            .map(SplitAt::Made)
+    }
+
+    /// The two ranges that meet at `at`, left then right, if a range starts there
+    /// after a split (or the placement's start, which has no left).
+    pub fn ranges_meeting_at(&self, at: &[u8]) -> Option<(&Range, &Range)> {
+        let right = self.range_of(at);
+        if right.start != at {
+            return None;
+        }
+        let left = self.ranges.iter().find(|r| r.end.as_deref() == Some(at))?;
+        Some((left, right))
+    }
+
     /// Splits range `range` at group key `at`: the left half keeps the id, the right
     /// half gets a new one; both keep the replica set, and both get the new version as
     /// their epoch, so a request routed by the old bounds is sent back to refresh.

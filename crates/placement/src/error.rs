@@ -33,6 +33,9 @@ pub enum ChangeError {
         /// The key given.
         at: Vec<u8>,
     },
+    /// A split at the empty key, where the key space starts.
+    #[error("the key space starts at the empty key; a split needs a key after it")]
+    SplitAtStart,
     /// The range is being moved: it is neither split nor moved again until that ends.
     #[error("{range} is being moved (move {move_id}); finish or abort that first")]
     Moving {

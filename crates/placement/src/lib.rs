@@ -44,6 +44,7 @@ mod operator;
 mod range;
 mod serving;
 
+pub use change::SplitAt;
 pub use error::{ChangeError, Violation};
 pub use ids::{RangeId, Server, ServerId, Version};
 pub use map::{DecodeError, Placement};

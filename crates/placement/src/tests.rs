@@ -150,6 +150,44 @@ fn a_split_keeps_the_replica_set_and_gives_both_halves_a_new_epoch() {
 }
 
 #[test]
+fn a_split_at_a_key_finds_its_range_and_a_repeated_split_changes_nothing() {
+    let p = placement(2);
+    let at = b"\x20user";
+    let SplitAt::Made(split) = p.split_at(None, at).unwrap() else {
+        panic!("split")
+    };
+    assert_eq!(split, p.split(RangeId(0), at).unwrap());
+    let (left, right) = split.ranges_meeting_at(at).unwrap();
+    assert_eq!((left.id, right.id), (RangeId(0), RangeId(2)));
+    assert_eq!(p.ranges_meeting_at(at), None, "not split yet");
+    // Again, by either half or by none: already made.
+    for named in [None, Some(RangeId(0)), Some(RangeId(2))] {
+        assert_eq!(
+            split.split_at(named, at),
+            Ok(SplitAt::AlreadySplit),
+            "{named:?}"
+        );
+    }
+    // A range that neither holds the key nor ends there is refused, as is an unknown one.
+    assert!(matches!(
+        split.split_at(Some(RangeId(1)), at),
+        Err(ChangeError::SplitOutside {
+            range: RangeId(1),
+            ..
+        })
+    ));
+    assert_eq!(
+        split.split_at(Some(RangeId(9)), at),
+        Err(ChangeError::UnknownRange(RangeId(9)))
+    );
+    assert!(matches!(
+        split.split_at(Some(RangeId(1)), b"\x10"),
+        Err(ChangeError::SplitOutside { .. })
+    ));
+    assert_eq!(split.split_at(None, b""), Err(ChangeError::SplitAtStart));
+}
+
+#[test]
 fn a_move_hands_the_slot_over_only_after_its_source_froze() {
     let p = placement(2);
     let begun = p.begin_move(RangeId(0), ReplicaId(1), ServerId(2)).unwrap();
