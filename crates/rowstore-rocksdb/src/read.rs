@@ -6,11 +6,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use megastore_rowstore::ordered::{escape_into, prefix_successor, unescape};
-use megastore_rowstore::{Cell, KeyRange, Row, RowStoreError, ScanOptions, Timestamp};
+use megastore_rowstore::{
+    Cell, KeyRange, Row, RowStoreError, ScanOptions, StoredRow, StoredVersion, Timestamp,
+};
 use rocksdb::{DB, DBRawIteratorWithThreadMode, ReadOptions, Snapshot};
 
 use crate::errors::{corrupt, engine_error};
-use crate::layout::{parse_value, row_prefix};
+use crate::layout::{parse_cell_key, parse_value, row_prefix};
 
 /// Something a raw iterator can be opened on: the database or a snapshot of it.
 pub(crate) trait RawSource {
@@ -208,5 +210,50 @@ pub(crate) fn scan<S: RawSource>(
     if let Some(last) = row.filter(|_| found.len() < limit) {
         last.finish(&mut found);
     }
+    Ok(found)
+}
+
+/// Every stored version of the first `limit` rows of `rows`; see
+/// [`megastore_rowstore::RowRead::export_rows`].
+pub(crate) fn export_rows<S: RawSource>(
+    source: &S,
+    path: &Path,
+    rows: &KeyRange,
+    limit: usize,
+) -> Result<Vec<StoredRow>, RowStoreError> {
+    if rows.is_empty() || limit == 0 {
+        return Ok(Vec::new());
+    }
+    let lower = row_prefix(&rows.start);
+    let mut read_options = ReadOptions::default();
+    read_options.set_iterate_lower_bound(lower.clone());
+    if let Some(end) = &rows.end {
+        read_options.set_iterate_upper_bound(row_prefix(end));
+    }
+    let mut it = source.raw_iter(read_options);
+    it.seek(&lower);
+    let mut found: Vec<StoredRow> = Vec::new();
+    while let Some((key, value)) = it.item() {
+        let cell = parse_cell_key(key).map_err(|e| corrupt(path, e))?;
+        let value = parse_value(value).map_err(|e| corrupt(path, e))?;
+        let version = StoredVersion {
+            column: cell.column,
+            timestamp: cell.timestamp,
+            value: value.map(<[u8]>::to_vec),
+        };
+        let same_row = found.last().is_some_and(|row| row.key == cell.row);
+        if same_row {
+            found.last_mut().expect("a row").versions.push(version);
+        } else if found.len() == limit {
+            break;
+        } else {
+            found.push(StoredRow {
+                key: cell.row,
+                versions: vec![version],
+            });
+        }
+        it.next();
+    }
+    it.status().map_err(|e| engine_error(path, e))?;
     Ok(found)
 }

@@ -3,7 +3,7 @@ use std::path::{Path, PathBuf};
 use megastore_rowstore::versions::garbage_versions;
 use megastore_rowstore::{
     Condition, Durability, GcStats, KeyRange, MutateOutcome, Mutation, Row, RowMutation, RowRead,
-    RowStore, RowStoreError, ScanOptions, Timestamp, check_rows_in_range,
+    RowStore, RowStoreError, ScanOptions, StoredRow, Timestamp, check_rows_in_range,
 };
 use rocksdb::{
     BlockBasedOptions, Cache, DB, DBCompressionType, Options, ReadOptions, Snapshot, WriteBatch,
@@ -15,7 +15,7 @@ use crate::layout::{
     TOMBSTONE_TAG, cell_key, column_prefix, parse_cell_key, parse_value, row_prefix, value_bytes,
 };
 use crate::locks::RowLocks;
-use crate::read::{RawSource, scan};
+use crate::read::{RawSource, export_rows, scan};
 
 /// Tuning of a [`RocksStore`]. The defaults suit a replica on a small machine.
 #[derive(Debug, Clone)]
@@ -210,6 +210,10 @@ impl RowRead for RocksStore {
     ) -> Result<Vec<Row>, RowStoreError> {
         scan(&self.db, &self.path, rows, at, options)
     }
+
+    fn export_rows(&self, rows: &KeyRange, limit: usize) -> Result<Vec<StoredRow>, RowStoreError> {
+        export_rows(&self.db, &self.path, rows, limit)
+    }
 }
 
 impl RowRead for RocksSnapshot<'_> {
@@ -229,6 +233,10 @@ impl RowRead for RocksSnapshot<'_> {
         options: &ScanOptions,
     ) -> Result<Vec<Row>, RowStoreError> {
         scan(&self.snapshot, self.path, rows, at, options)
+    }
+
+    fn export_rows(&self, rows: &KeyRange, limit: usize) -> Result<Vec<StoredRow>, RowStoreError> {
+        export_rows(&self.snapshot, self.path, rows, limit)
     }
 }
 

@@ -6,6 +6,13 @@
 
 use std::collections::BTreeSet;
 
+mod copy_cases;
+pub use copy_cases::{
+    a_copy_makes_the_span_exactly_the_sources_and_leaves_the_rest,
+    a_synced_copy_survives_a_restart, clearing_a_span_removes_all_of_it_and_nothing_else,
+    export_carries_every_version_and_tombstone,
+};
+
 use crate::ordered::KeyRange;
 use crate::store::{RowRead, RowStore};
 use crate::types::{
@@ -926,6 +933,10 @@ macro_rules! rowstore_conformance_tests {
             garbage_collection_keeps_everything_visible_at_or_above_the_watermark,
             concurrent_check_and_mutate_is_atomic,
             concurrent_synced_writes_are_all_durable,
+            export_carries_every_version_and_tombstone,
+            a_copy_makes_the_span_exactly_the_sources_and_leaves_the_rest,
+            a_synced_copy_survives_a_restart,
+            clearing_a_span_removes_all_of_it_and_nothing_else,
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

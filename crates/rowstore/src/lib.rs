@@ -3,7 +3,9 @@
 //! Responsibility: rows (ordered byte keys) of columns of cells versioned by a `u64`
 //! timestamp — the log position — with reads at a timestamp, ordered scans, single-row
 //! atomic check-and-mutate, atomic multi-row batches inside one key range, snapshots
-//! and garbage collection of old versions. [`RowStore`] is the trait,
+//! garbage collection of old versions, and exact copies of a span of rows between
+//! stores ([`copy_span`], [`clear_span`]: every version and tombstone, for moving a
+//! range of groups between servers). [`RowStore`] is the trait,
 //! [`MemoryStore`] the in-memory implementation (with an explicit synced/unsynced
 //! durability model for the simulator), and [`conformance`] the suite every
 //! implementation passes. The RocksDB implementation lives in
@@ -33,6 +35,7 @@
 //! ```
 
 pub mod conformance;
+mod copy;
 mod error;
 mod memory;
 pub mod ordered;
@@ -40,13 +43,14 @@ mod store;
 mod types;
 pub mod versions;
 
+pub use copy::{CopyStats, clear_span, copy_span};
 pub use error::{RowStoreError, display_key};
 pub use memory::{MemorySnapshot, MemoryStore};
 pub use ordered::{KeyRange, prefix_successor};
 pub use store::{RowRead, RowStore, check_rows_in_range};
 pub use types::{
     Cell, Condition, Durability, GcStats, LATEST, MutateOutcome, Mutation, Row, RowMutation,
-    ScanOptions, Timestamp,
+    ScanOptions, StoredRow, StoredVersion, Timestamp,
 };
 
 #[cfg(test)]

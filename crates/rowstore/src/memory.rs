@@ -15,7 +15,7 @@ use crate::ordered::KeyRange;
 use crate::store::{RowRead, RowStore, check_rows_in_range};
 use crate::types::{
     Cell, Condition, Durability, GcStats, MutateOutcome, Mutation, Row, RowMutation, ScanOptions,
-    Timestamp,
+    StoredRow, StoredVersion, Timestamp,
 };
 use crate::versions::{garbage_versions, visible_version};
 
@@ -202,6 +202,10 @@ impl RowRead for Data {
             .and_then(|cols| Data::row_at(row, cols, columns, at)))
     }
 
+    fn export_rows(&self, rows: &KeyRange, limit: usize) -> Result<Vec<StoredRow>, RowStoreError> {
+        Ok(self.stored_rows(rows, limit))
+    }
+
     fn scan(
         &self,
         rows: &KeyRange,
@@ -220,6 +224,33 @@ impl RowRead for Data {
         } else {
             in_range.filter_map(visible).take(limit).collect()
         })
+    }
+}
+
+impl Data {
+    fn stored_rows(&self, rows: &KeyRange, limit: usize) -> Vec<StoredRow> {
+        let Some(rows) = bounds(rows) else {
+            return Vec::new();
+        };
+        self.rows
+            .range::<[u8], _>(rows)
+            .take(limit)
+            .map(|(key, columns)| StoredRow {
+                key: key.clone(),
+                versions: columns
+                    .iter()
+                    .flat_map(|(column, versions)| {
+                        versions
+                            .iter()
+                            .map(|(Reverse(timestamp), value)| StoredVersion {
+                                column: column.clone(),
+                                timestamp: *timestamp,
+                                value: value.clone(),
+                            })
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 }
 
@@ -256,6 +287,10 @@ impl RowRead for MemoryStore {
     ) -> Result<Vec<Row>, RowStoreError> {
         self.live().scan(rows, at, options)
     }
+
+    fn export_rows(&self, rows: &KeyRange, limit: usize) -> Result<Vec<StoredRow>, RowStoreError> {
+        Ok(self.live().stored_rows(rows, limit))
+    }
 }
 
 impl RowRead for MemorySnapshot {
@@ -275,6 +310,10 @@ impl RowRead for MemorySnapshot {
         options: &ScanOptions,
     ) -> Result<Vec<Row>, RowStoreError> {
         self.data.scan(rows, at, options)
+    }
+
+    fn export_rows(&self, rows: &KeyRange, limit: usize) -> Result<Vec<StoredRow>, RowStoreError> {
+        Ok(self.data.stored_rows(rows, limit))
     }
 }
 

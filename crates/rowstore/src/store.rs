@@ -1,7 +1,8 @@
 use crate::error::RowStoreError;
 use crate::ordered::KeyRange;
 use crate::types::{
-    Cell, Condition, Durability, GcStats, MutateOutcome, Row, RowMutation, ScanOptions, Timestamp,
+    Cell, Condition, Durability, GcStats, MutateOutcome, Row, RowMutation, ScanOptions, StoredRow,
+    Timestamp,
 };
 
 /// Reads at a timestamp. Implemented by every store and by its snapshots.
@@ -22,6 +23,11 @@ pub trait RowRead {
         at: Timestamp,
         options: &ScanOptions,
     ) -> Result<Vec<Row>, RowStoreError>;
+
+    /// Every stored version of the first `limit` rows of `rows` in key order,
+    /// deletion tombstones included: the rows exactly as stored, for a copy of them to
+    /// another store ([`crate::copy_span`]). A row is never split across calls.
+    fn export_rows(&self, rows: &KeyRange, limit: usize) -> Result<Vec<StoredRow>, RowStoreError>;
 
     /// The visible version of one cell at `at`.
     fn read_cell(

@@ -189,3 +189,24 @@ pub struct GcStats {
     /// Cell versions (including tombstones) removed.
     pub cells_removed: u64,
 }
+
+/// One stored version of one column, tombstones included: what a copy of rows carries
+/// ([`crate::RowRead::export_rows`], [`crate::copy_span`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StoredVersion {
+    /// Column name.
+    pub column: Vec<u8>,
+    /// Version timestamp.
+    pub timestamp: Timestamp,
+    /// The bytes, or `None` for a deletion tombstone.
+    pub value: Option<Vec<u8>>,
+}
+
+/// Every stored version of one row: by column, then newest first. Never empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRow {
+    /// The row key.
+    pub key: Vec<u8>,
+    /// Its versions.
+    pub versions: Vec<StoredVersion>,
+}

@@ -1,0 +1,151 @@
+//! Copying a span of rows from one store to another exactly as stored: every version
+//! and tombstone, so reads at any timestamp see the same rows in both. Moving a range
+//! of entity groups between servers (docs/protocol.md, "Placement") is this copy,
+//! made once while the source still serves and again once it is frozen.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::error::RowStoreError;
+use crate::ordered::KeyRange;
+use crate::store::{RowRead, RowStore};
+use crate::types::{Durability, RowMutation, StoredRow, StoredVersion, Timestamp};
+
+/// What [`copy_span`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CopyStats {
+    /// Rows the source holds in the span.
+    pub rows: u64,
+    /// Versions written to the target (those it held already are not written again).
+    pub written: u64,
+    /// Versions the target held that the source does not, removed.
+    pub removed: u64,
+}
+
+/// Makes `to`'s rows in `span` exactly `from`'s — every version and tombstone, and no
+/// other row — leaving every row outside `span` alone. Works page by page,
+/// `page_rows` rows of the source at a time, each page one atomic batch of the target
+/// written with `durability`. The copy is of one moment if `from` is a snapshot or
+/// does not change meanwhile; otherwise each page is of its own moment, and a later
+/// copy of the span (from a source that no longer changes) makes it exact.
+pub fn copy_span<F, T>(
+    from: &F,
+    to: &T,
+    span: &KeyRange,
+    page_rows: usize,
+    durability: Durability,
+) -> Result<CopyStats, RowStoreError>
+where
+    F: RowRead + ?Sized,
+    T: RowStore + ?Sized,
+{
+    let page_rows = page_rows.max(1);
+    let mut stats = CopyStats::default();
+    let mut start = span.start.clone();
+    loop {
+        let rest = KeyRange {
+            start: start.clone(),
+            end: span.end.clone(),
+        };
+        if rest.is_empty() {
+            return Ok(stats);
+        }
+        let page = from.export_rows(&rest, page_rows)?;
+        let last_page = page.len() < page_rows;
+        // The keys this page speaks for: up to and including its last row, or, on the
+        // last page, the rest of the span.
+        let covered = KeyRange {
+            start,
+            end: match page.last() {
+                Some(last) if !last_page => Some([last.key.as_slice(), &[0]].concat()),
+                _ => span.end.clone(),
+            },
+        };
+        let held = to.export_rows(&covered, usize::MAX)?;
+        let mutations = page_mutations(&page, &held, &mut stats);
+        if !mutations.is_empty() {
+            to.mutate_rows(&covered, &mutations, durability)?;
+        }
+        stats.rows += page.len() as u64;
+        if last_page {
+            return Ok(stats);
+        }
+        start = covered.end.expect("a full page ends at its last row");
+    }
+}
+
+/// Removes every version of every row of `to` in `span` (retiring a copy of a range
+/// that moved away), page by page, `page_rows` rows at a time, each page one atomic
+/// batch written with `durability`. Returns how many versions it removed.
+pub fn clear_span<T: RowStore + ?Sized>(
+    to: &T,
+    span: &KeyRange,
+    page_rows: usize,
+    durability: Durability,
+) -> Result<u64, RowStoreError> {
+    let mut removed = 0;
+    loop {
+        let page = to.export_rows(span, page_rows.max(1))?;
+        if page.is_empty() {
+            return Ok(removed);
+        }
+        let mutations: Vec<RowMutation> = page
+            .iter()
+            .map(|row| {
+                removed += row.versions.len() as u64;
+                row.versions
+                    .iter()
+                    .fold(RowMutation::new(row.key.clone()), |m, v| {
+                        m.delete_cell(v.column.clone(), v.timestamp)
+                    })
+            })
+            .collect();
+        to.mutate_rows(span, &mutations, durability)?;
+    }
+}
+
+/// The mutations that turn `held` (the target's rows of a page's keys) into `page`.
+fn page_mutations(
+    page: &[StoredRow],
+    held: &[StoredRow],
+    stats: &mut CopyStats,
+) -> Vec<RowMutation> {
+    let (wanted, had) = (by_key(page), by_key(held));
+    let keys: BTreeSet<&[u8]> = wanted.keys().chain(had.keys()).copied().collect();
+    let none = BTreeSet::new();
+    let mut mutations = Vec::new();
+    for key in keys {
+        let want = wanted.get(key).unwrap_or(&none);
+        let have = had.get(key).unwrap_or(&none);
+        // A version written at a (column, timestamp) replaces the one there, so only
+        // versions at places the source leaves empty are removed.
+        let places: BTreeSet<(&[u8], Timestamp)> = want
+            .iter()
+            .map(|v| (v.column.as_slice(), v.timestamp))
+            .collect();
+        let mut mutation = RowMutation::new(key);
+        for gone in have.difference(want) {
+            if !places.contains(&(gone.column.as_slice(), gone.timestamp)) {
+                mutation = mutation.delete_cell(gone.column.clone(), gone.timestamp);
+                stats.removed += 1;
+            }
+        }
+        for new in want.difference(have) {
+            mutation = match &new.value {
+                Some(value) => mutation.set(new.column.clone(), new.timestamp, value.clone()),
+                None => mutation.delete_column(new.column.clone(), new.timestamp),
+            };
+            stats.written += 1;
+        }
+        if !mutation.mutations.is_empty() {
+            mutations.push(mutation);
+        }
+    }
+    mutations
+}
+
+/// Each row's versions, by key.
+fn by_key(rows: &[StoredRow]) -> BTreeMap<&[u8], BTreeSet<&StoredVersion>> {
+    rows.iter()
+        .map(|row| (row.key.as_slice(), row.versions.iter().collect()))
+        .collect()
+}
