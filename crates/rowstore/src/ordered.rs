@@ -137,6 +137,18 @@ impl KeyRange {
             .is_some_and(|end| end <= self.start.as_slice())
     }
 
+    /// The keys in both ranges, if any.
+    pub fn intersection(&self, other: &KeyRange) -> Option<KeyRange> {
+        let start = std::cmp::max(&self.start, &other.start).clone();
+        let end = match (&self.end, &other.end) {
+            (Some(a), Some(b)) => Some(std::cmp::min(a, b).clone()),
+            (Some(end), None) | (None, Some(end)) => Some(end.clone()),
+            (None, None) => None,
+        };
+        let both = KeyRange { start, end };
+        (!both.is_empty()).then_some(both)
+    }
+
     /// Where `key` lies relative to the range.
     pub fn position_of(&self, key: &[u8]) -> Ordering {
         if key < self.start.as_slice() {
@@ -180,6 +192,26 @@ mod tests {
                                                         key in proptest::collection::vec(prop_oneof![Just(0u8), Just(0xFF), any::<u8>()], 0..6)) {
             let range = KeyRange::prefix(prefix.clone());
             prop_assert_eq!(range.contains(&key), key.starts_with(&prefix));
+        }
+
+        #[test]
+        fn an_intersection_holds_exactly_the_keys_in_both(
+            bounds in proptest::collection::vec(proptest::collection::vec(0u8..4, 0..3), 4),
+            open_ends in (any::<bool>(), any::<bool>()),
+            key in proptest::collection::vec(0u8..4, 0..4),
+        ) {
+            let range = |start: &Vec<u8>, end: &Vec<u8>, open: bool| KeyRange {
+                start: start.clone(),
+                end: (!open).then(|| end.clone()),
+            };
+            let a = range(&bounds[0], &bounds[1], open_ends.0);
+            let b = range(&bounds[2], &bounds[3], open_ends.1);
+            let both = a.intersection(&b);
+            prop_assert_eq!(
+                both.as_ref().is_some_and(|r| r.contains(&key)),
+                a.contains(&key) && b.contains(&key)
+            );
+            prop_assert!(both.is_none_or(|r| !r.is_empty()));
         }
 
         #[test]

@@ -48,7 +48,8 @@ pub const LONG_OBJECT_ID: u8 = 0xF8;
 /// versioned primitives' keys live under it (`G ‖ 0xF8 FFFFFFFF ‖ escape(key)`).
 pub const VERSIONED_KEYS_OBJECT: [u8; 5] = [LONG_OBJECT_ID, 0xFF, 0xFF, 0xFF, 0xFF];
 pub use megastore_types::reserved::{
-    GLOBAL_INDEX_TAG, GLOBAL_MIRROR_OBJECT, QUEUE_OBJECT, TWO_PHASE_OBJECT,
+    GLOBAL_INDEX_TAG, GLOBAL_MIRROR_OBJECT, QUEUE_OBJECT, SYSTEM_TAG, TWO_PHASE_OBJECT,
+    UNTYPED_GROUP_TAG,
 };
 const _: () = assert!(
     GLOBAL_MIRROR_OBJECT[0] == LONG_OBJECT_ID
@@ -56,10 +57,6 @@ const _: () = assert!(
         && TWO_PHASE_OBJECT[0] == LONG_OBJECT_ID
 );
 
-/// The first byte of every untyped group's prefix.
-pub const UNTYPED_GROUP_TAG: u8 = 0xFE;
-/// The first byte of the system's rows.
-pub const SYSTEM_TAG: u8 = 0xFF;
 /// A replica's registry of the groups it holds: one row per group,
 /// `0xFF 0xFF ‖ "megastore/groups/" ‖ group prefix`.
 pub const SYSTEM_GROUPS_PREFIX: &[u8] = b"\xff\xffmegastore/groups/";

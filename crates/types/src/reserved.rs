@@ -2,6 +2,13 @@
 //! as the schema (`megastore_schema::keyspace` names and documents every reserved
 //! byte, and re-exports these).
 
+/// The first byte of every untyped group's prefix: `0xFE ‖ escape(name)`.
+pub const UNTYPED_GROUP_TAG: u8 = 0xFE;
+
+/// The first byte of the system's rows (a replica's registry and open index of its
+/// groups, the store's layout marker): outside every entity group.
+pub const SYSTEM_TAG: u8 = 0xFF;
+
 /// The first byte of every global index entry's row: `0xFD ‖ id(index) ‖ key(values)
 /// ‖ key(primary key)`, outside every entity group.
 pub const GLOBAL_INDEX_TAG: u8 = 0xFD;

@@ -43,6 +43,18 @@ impl GroupList {
         [self.prefix(), &eg.0[..]].concat()
     }
 
+    /// The rows of this list that name the groups whose keys lie in `groups`.
+    pub fn rows_of(self, groups: &KeyRange) -> KeyRange {
+        let prefix = self.prefix();
+        KeyRange {
+            start: [prefix, &groups.start[..]].concat(),
+            end: match &groups.end {
+                Some(end) => Some([prefix, &end[..]].concat()),
+                None => KeyRange::prefix(prefix.to_vec()).end,
+            },
+        }
+    }
+
     /// The mutation that lists `eg`.
     pub fn listing(self, eg: &EgId) -> RowMutation {
         RowMutation::new(self.row(eg)).set(COLUMN.to_vec(), 0, Vec::new())
@@ -102,14 +114,7 @@ fn listed_in<S: RowRead>(
     limit: usize,
 ) -> Result<Vec<EgId>, RowStoreError> {
     let prefix = which.prefix();
-    let within = KeyRange::prefix(prefix.to_vec());
-    let rows = KeyRange {
-        start: [prefix, &groups.start[..]].concat(),
-        end: match &groups.end {
-            Some(end) => Some([prefix, &end[..]].concat()),
-            None => within.end,
-        },
-    };
+    let rows = which.rows_of(groups);
     let found = store.scan(
         &rows,
         LATEST,

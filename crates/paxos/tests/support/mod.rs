@@ -65,6 +65,7 @@ pub(crate) struct Node {
     pub(crate) id: ReplicaId,
     pub(crate) bugs: ProtocolBugs,
     pub(crate) rejoining: bool,
+    pub(crate) cache_groups: Option<usize>,
     pub(crate) replica: Replica,
     pub(crate) store: MemoryStore,
 }
@@ -88,19 +89,39 @@ impl Node {
             id: ReplicaId(id),
             bugs,
             rejoining,
-            replica: Replica::new(Self::config(ReplicaId(id), bugs, rejoining)),
+            cache_groups: None,
+            replica: Replica::new(Self::config(ReplicaId(id), bugs, rejoining, None)),
             store: MemoryStore::new(),
         }
     }
 
-    fn config(id: ReplicaId, bugs: ProtocolBugs, rejoining: bool) -> ReplicaConfig {
+    /// A replica with a bounded group cache (so an open index), started over `store`:
+    /// a server whose store may already hold state.
+    pub(crate) fn cached_over(id: u16, cache_groups: usize, store: MemoryStore) -> Self {
+        let config = Self::config(ReplicaId(id), ProtocolBugs::NONE, false, Some(cache_groups));
+        Node {
+            id: ReplicaId(id),
+            bugs: ProtocolBugs::NONE,
+            rejoining: false,
+            cache_groups: Some(cache_groups),
+            replica: Replica::new(config),
+            store,
+        }
+    }
+
+    fn config(
+        id: ReplicaId,
+        bugs: ProtocolBugs,
+        rejoining: bool,
+        cache_groups: Option<usize>,
+    ) -> ReplicaConfig {
         ReplicaConfig {
             id,
             topology: topology(),
             bugs,
             sweep: None,
             rejoining,
-            cache_groups: None,
+            cache_groups,
         }
     }
 
@@ -130,6 +151,8 @@ impl Node {
         let replies = released
             .sends
             .into_iter()
+            // Replies to the host's own requests (loading open groups) go nowhere.
+            .filter(|(to, _)| *to != NodeId::Client(megastore_paxos::DRIVER_CLIENT))
             .filter_map(|(_, message)| match message {
                 Message::ReplicaReply(reply) => Some(reply),
                 _ => None,
@@ -141,7 +164,12 @@ impl Node {
     /// A crash: unsynced writes are lost and the replica restarts from its store.
     pub(crate) fn restart(&mut self) {
         self.store.crash();
-        self.replica = Replica::new(Self::config(self.id, self.bugs, self.rejoining));
+        self.replica = Replica::new(Self::config(
+            self.id,
+            self.bugs,
+            self.rejoining,
+            self.cache_groups,
+        ));
     }
 }
 

@@ -1,0 +1,105 @@
+//! What of a replica's row store belongs to a range of groups (docs/protocol.md,
+//! "Placement"): what moving the range's slot to another server copies, exactly as
+//! stored (`megastore_rowstore::copy_span`), and what the source retires once the
+//! move is done (`megastore_rowstore::clear_span`).
+//!
+//! Everything a replica knows of a group is in its rows — the log, promises, grants
+//! and marks in its root row, its data and mirrors in the rest — plus its rows in the
+//! registry and the open index. A server that starts from a copy of them answers as
+//! the slot did, since the core keeps nothing of a group in memory that it cannot
+//! reload (the position leader's memory of a refused grant is liveness only). Not
+//! here: the global index entries (`0xFD …`), copies of the groups' mirrors, which a
+//! target must rebuild from the mirrors it received, as a snapshot install does (not
+//! built yet).
+
+use megastore_rowstore::KeyRange;
+use megastore_types::reserved::{GLOBAL_INDEX_TAG, SYSTEM_TAG, UNTYPED_GROUP_TAG};
+
+use super::registry::GroupList;
+
+/// The parts of the key space where groups' rows are: typed groups below the global
+/// index entries, and untyped groups below the system's rows.
+fn group_areas() -> [KeyRange; 2] {
+    [
+        KeyRange {
+            start: Vec::new(),
+            end: Some(vec![GLOBAL_INDEX_TAG]),
+        },
+        KeyRange::between([UNTYPED_GROUP_TAG], [SYSTEM_TAG]),
+    ]
+}
+
+/// Every span of a replica's store that holds state of the groups whose keys lie in
+/// `groups` (a range of group keys, as a placement's range is): their rows, and their
+/// rows in the registry and the open index. Disjoint, in key order.
+pub fn group_state_spans(groups: &KeyRange) -> Vec<KeyRange> {
+    let mut spans: Vec<KeyRange> = group_areas()
+        .iter()
+        .filter_map(|area| area.intersection(groups))
+        .collect();
+    for list in [GroupList::Open, GroupList::Registered] {
+        let rows = list.rows_of(groups);
+        if !rows.is_empty() {
+            spans.push(rows);
+        }
+    }
+    spans.sort_by(|a, b| a.start.cmp(&b.start));
+    debug_assert!(
+        spans
+            .windows(2)
+            .all(|w| w[0].end.as_ref().is_some_and(|end| *end <= w[1].start)),
+        "group state spans overlap: {spans:?}"
+    );
+    spans
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replica::registry::{OPEN_PREFIX, REGISTRY_PREFIX};
+
+    #[test]
+    fn the_spans_of_every_group_skip_the_global_entries_and_the_system_rows_but_its_lists() {
+        let spans = group_state_spans(&KeyRange::all());
+        assert_eq!(spans.len(), 4);
+        let in_some = |key: &[u8]| spans.iter().any(|s| s.contains(key));
+        for key in [
+            &[0x01, 7][..],
+            &[0xF8, 0xFF],
+            &[0xFE, b'a', 0, 1],
+            &[REGISTRY_PREFIX, b"\xfeg"].concat(),
+            &[OPEN_PREFIX, b"\x01"].concat(),
+        ] {
+            assert!(in_some(key), "{key:?}");
+        }
+        for key in [
+            &[GLOBAL_INDEX_TAG, 1][..],
+            b"\xff\xffmegastore/layout",
+            &[SYSTEM_TAG],
+        ] {
+            assert!(!in_some(key), "{key:?}");
+        }
+    }
+
+    #[test]
+    fn a_ranges_spans_hold_its_groups_rows_and_list_entries_only() {
+        let range = KeyRange::between([0x20], [0x40]);
+        let spans = group_state_spans(&range);
+        let in_some = |key: &[u8]| spans.iter().any(|s| s.contains(key));
+        assert!(in_some(&[0x20, 0, 9]));
+        assert!(in_some(&[REGISTRY_PREFIX, &[0x3f, 0xff]].concat()));
+        assert!(in_some(&[OPEN_PREFIX, &[0x20]].concat()));
+        assert!(!in_some(&[0x40]));
+        assert!(!in_some(&[0x1f, 0xff]));
+        assert!(!in_some(&[REGISTRY_PREFIX, &[0x40]].concat()));
+        assert!(!in_some(&[OPEN_PREFIX, &[0x10]].concat()));
+        // The last range reaches into the untyped groups, and no further.
+        let last = group_state_spans(&KeyRange {
+            start: vec![0xF0],
+            end: None,
+        });
+        assert_eq!(last.len(), 4);
+        assert!(last.iter().any(|s| s.contains(&[0xFE, 1])));
+        assert!(!last.iter().any(|s| s.contains(&[GLOBAL_INDEX_TAG])));
+    }
+}
