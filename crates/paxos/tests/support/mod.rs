@@ -33,6 +33,15 @@ pub(crate) fn topology() -> Topology {
 
 /// A client core at site 1 of `topology`, with short timeouts.
 pub(crate) fn client_core(topology: Topology) -> megastore_paxos::ClientCore {
+    client_core_relaying(topology, false)
+}
+
+/// A client core at site 1 of `topology`, with short timeouts, relaying hot groups'
+/// commits or not.
+pub(crate) fn client_core_relaying(
+    topology: Topology,
+    relay_hot_groups: bool,
+) -> megastore_paxos::ClientCore {
     let ms = std::time::Duration::from_millis;
     megastore_paxos::ClientCore::new(megastore_paxos::ClientConfig {
         id: ClientId(1),
@@ -52,7 +61,7 @@ pub(crate) fn client_core(topology: Topology) -> megastore_paxos::ClientCore {
         seed: 7,
         delivery_batch: megastore_paxos::queue::DELIVERY_BATCH,
         wall_clock_offset_ms: 0,
-        relay_hot_groups: false,
+        relay_hot_groups,
     })
 }
 
