@@ -62,8 +62,8 @@ pub use proposer::{ProposerConfig, Timeouts};
 pub use replica::{
     Batch, BatchCounts, CHOSEN_REMEMBERED, DRIVER_CLIENT, GroupList, GroupLog, HISTORY_KEPT,
     Input as ReplicaInput, Output as ReplicaOutput, REGISTRY_PREFIX, Rejoin, Released, Replica,
-    ReplicaConfig, ReplicaLag, SweepConfig, answer_read, answer_snapshot, group_state_spans,
-    list_groups, load_group, register_group, registered_in,
+    ReplicaConfig, ReplicaLag, SweepConfig, answer_read, answer_snapshot, copy_range,
+    group_state_spans, list_groups, load_group, register_group, registered_in, retire_range,
 };
 pub use two_phase::commit::{Participant, TwoPhaseResult};
 pub use two_phase::decide::DecideOutcome;

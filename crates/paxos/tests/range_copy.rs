@@ -1,19 +1,22 @@
-//! A range of groups copied to another server's store, exactly as stored, spans of
-//! `group_state_spans` only: a replica core started over the copy answers every
-//! request about the range's groups as the source does — promises, grants, log, marks
-//! and data — so Paxos cannot tell the move from a slow disk (docs/protocol.md,
-//! "Placement"), while the target's own groups stay its own and no other group of the
-//! source comes along.
+//! A range of groups copied to another server's store with `copy_range`, exactly as
+//! stored: a replica core started over the copy answers every request about the
+//! range's groups as the source does — promises, grants, log, marks, data and the
+//! global index rows their mirrors name — so Paxos cannot tell the move from a slow
+//! disk (docs/protocol.md, "Placement"), while the target's own groups stay its own, no
+//! other group of the source comes along, and `retire_range` then leaves the source
+//! nothing of the range.
 
 mod support;
 
+use megastore_paxos::entry::{CellWrite, mirror_row_of};
 use megastore_paxos::messages::AcceptResult;
 use megastore_paxos::{
-    GroupList, LogEntry, ReplicaReply, ReplicaRequest, group_state_spans, registered_in,
+    GroupList, LogEntry, ReplicaReply, ReplicaRequest, RowWrite, copy_range, register_group,
+    registered_in, retire_range,
 };
-use megastore_rowstore::{Durability, KeyRange, MemoryStore, copy_span};
+use megastore_rowstore::{Durability, KeyRange, MemoryStore, RowMutation, RowStore};
 use megastore_types::{EgId, Position};
-use support::{Node, accept, accept_result, ballot, with_visible_first_entry, write};
+use support::{Node, accept, accept_result, ballot, mark, write};
 
 /// Groups each replica keeps in memory: bounded, so each keeps an open index.
 const CACHE: usize = 8;
@@ -39,6 +42,32 @@ fn accept_in(eg: &EgId, p: u64, round: u64, entry: LogEntry) -> ReplicaRequest {
     }
 }
 
+/// The global index row the moved group's first entry writes through its mirror.
+const GLOBAL: &[u8] = b"\xfd\x01by-name";
+/// A global index row an older copy of the moved group at the target named, which the
+/// source no longer does.
+const STALE_GLOBAL: &[u8] = b"\xfd\x01stale";
+
+fn mirror_write(eg: &EgId, global: &[u8], value: &[u8]) -> RowWrite {
+    RowWrite {
+        row: mirror_row_of(eg, global),
+        cells: vec![CellWrite::Set {
+            column: b"G".to_vec(),
+            value: value.to_vec(),
+        }],
+    }
+}
+
+/// Every global index row, as a replica answers it.
+fn scan_global() -> ReplicaRequest {
+    ReplicaRequest::ScanGlobal {
+        id: 6,
+        range: megastore_paxos::global_index_range(),
+        limit: None,
+        reverse: false,
+    }
+}
+
 /// The questions asked of both servers, mutating ones included, in order.
 fn questions(eg: &EgId) -> Vec<ReplicaRequest> {
     let log = |p| ReplicaRequest::ReadLog {
@@ -58,6 +87,7 @@ fn questions(eg: &EgId) -> Vec<ReplicaRequest> {
             id: 4,
             eg: eg.clone(),
         },
+        scan_global(),
         // Below the promise at 2 (round 3) and at 3 (round 5): refused, naming them.
         accept_in(eg, 2, 2, write(7, None, "late")),
         ReplicaRequest::Prepare {
@@ -86,7 +116,21 @@ fn a_server_started_over_a_copy_of_a_ranges_spans_answers_for_its_groups_as_the_
     // The source: position 1 chosen and visible, 2 accepted at round 3 (work left:
     // listed open), a promise of round 5 at 3; and a group outside the range.
     let mut source = Node::cached_over(1, CACHE, MemoryStore::new());
-    with_visible_first_entry(&mut source);
+    let mut first = write(1, Some(1), "one");
+    first
+        .writes
+        .push(mirror_write(&moved, GLOBAL, b"g1's entry"));
+    assert_eq!(
+        accept_result(source.ask(accept(1, ballot(1), first.clone(), false))),
+        AcceptResult::Accepted
+    );
+    assert!(matches!(
+        source.ask(mark(1, ballot(1), first)),
+        ReplicaReply::MarkedVisible {
+            applied: Position(1),
+            ..
+        }
+    ));
     assert_eq!(
         accept_result(source.ask(accept(2, ballot(3), write(2, Some(1), "two"), false))),
         AcceptResult::Accepted
@@ -112,10 +156,28 @@ fn a_server_started_over_a_copy_of_a_ranges_spans_answers_for_its_groups_as_the_
         AcceptResult::Accepted
     );
 
-    // The move's copy: the range's spans only, a page of one row at a time.
-    for span in group_state_spans(&range) {
-        copy_span(&source.store, &target.store, &span, 1, Durability::Synced).expect("copy");
+    // An older copy of the moved group at the target named a global row the source's
+    // no longer does.
+    let stale_mirror = mirror_write(&moved, STALE_GLOBAL, b"old");
+    let stale = |row: &[u8]| RowMutation::new(row).set(b"G".to_vec(), 1, b"old".to_vec());
+    for mutation in [
+        register_group(&moved),
+        stale(&stale_mirror.row),
+        stale(STALE_GLOBAL),
+    ] {
+        target
+            .store
+            .mutate_row(&mutation, None, Durability::Synced)
+            .unwrap();
     }
+
+    // The move's copy, a page of one row at a time.
+    let copied =
+        copy_range(&source.store, &target.store, &range, 1, Durability::Synced).expect("copy");
+    assert!(
+        copied.removed >= 2,
+        "the stale mirror and global row: {copied:?}"
+    );
     // The target's server starts over the copy (a crash first: only synced state).
     let store = std::mem::replace(&mut target.store, MemoryStore::new());
     store.crash();
@@ -156,4 +218,25 @@ fn a_server_started_over_a_copy_of_a_ranges_spans_answers_for_its_groups_as_the_
         state(&mut target, &targets_own),
         state(&mut source, &targets_own)
     );
+    let globals = |node: &mut Node| match node.ask(scan_global()) {
+        ReplicaReply::Data { rows, .. } => rows.into_iter().map(|r| r.key).collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(globals(&mut target), vec![GLOBAL.to_vec()]);
+
+    // The source retires the range: nothing of it is left, and everything else is.
+    let removed = retire_range(&source.store, &range, 1, Durability::Synced).expect("retire");
+    assert!(removed > 0);
+    let store = std::mem::replace(&mut source.store, MemoryStore::new());
+    let mut source = Node::cached_over(1, CACHE, store);
+    assert_eq!(registered(&source), vec![stays.clone()]);
+    assert!(globals(&mut source).is_empty());
+    assert!(matches!(
+        state(&mut source, &moved),
+        ReplicaReply::LogState { state, .. } if state.highest == Position(0)
+    ));
+    assert!(matches!(
+        state(&mut source, &stays),
+        ReplicaReply::LogState { state, .. } if state.highest == Position(1)
+    ));
 }

@@ -38,7 +38,7 @@ use megastore_types::{
 pub use awaiting::{AWAIT_MAX, AWAITING_MAX};
 pub use driver::{Batch, BatchCounts, DRIVER_CLIENT, Released, load_group};
 pub use group::{CHOSEN_REMEMBERED, GroupLog, HISTORY_KEPT, Proposal, Rejoin};
-pub use range_state::group_state_spans;
+pub use range_state::{copy_range, group_state_spans, retire_range};
 pub use registry::{
     GroupList, OPEN_PREFIX, REGISTRY_PREFIX, list, list_groups, register_group, registered_in,
 };

@@ -7,15 +7,23 @@
 //! and marks in its root row, its data and mirrors in the rest — plus its rows in the
 //! registry and the open index. A server that starts from a copy of them answers as
 //! the slot did, since the core keeps nothing of a group in memory that it cannot
-//! reload (the position leader's memory of a refused grant is liveness only). Not
-//! here: the global index entries (`0xFD …`), copies of the groups' mirrors, which a
-//! target must rebuild from the mirrors it received, as a snapshot install does (not
-//! built yet).
+//! reload (the position leader's memory of a refused grant is liveness only). Beside
+//! them, the global index rows (`0xFD …`) the groups' mirrors name: each belongs to
+//! the one group whose mirror names it, so [`copy_range`] copies those rows too, and
+//! [`retire_range`] deletes them.
 
-use megastore_rowstore::KeyRange;
+use std::collections::BTreeSet;
+
+use megastore_rowstore::{
+    CopyStats, Durability, KeyRange, RowRead, RowStore, RowStoreError, clear_span, copy_span,
+};
 use megastore_types::reserved::{GLOBAL_INDEX_TAG, SYSTEM_TAG, UNTYPED_GROUP_TAG};
 
-use super::registry::GroupList;
+use super::registry::{GroupList, registered_in};
+use crate::entry::{global_mirror_range, mirrored_global_row};
+
+/// Groups listed at once while finding the global rows a range's mirrors name.
+const GROUPS_PAGE: usize = 256;
 
 /// The parts of the key space where groups' rows are: typed groups below the global
 /// index entries, and untyped groups below the system's rows.
@@ -51,6 +59,86 @@ pub fn group_state_spans(groups: &KeyRange) -> Vec<KeyRange> {
         "group state spans overlap: {spans:?}"
     );
     spans
+}
+
+/// The global index rows named by the mirrors of the groups in `groups` that `store`
+/// holds (registered), deleted mirror rows included while a version of them is kept.
+fn mirrored_global_rows<S: RowRead>(
+    store: &S,
+    groups: &KeyRange,
+) -> Result<BTreeSet<Vec<u8>>, RowStoreError> {
+    let mut rows = BTreeSet::new();
+    let mut rest = groups.clone();
+    loop {
+        let page = registered_in(store, &rest, GROUPS_PAGE)?;
+        for eg in &page {
+            for mirror in store.export_rows(&global_mirror_range(eg), usize::MAX)? {
+                if let Some(global) = mirrored_global_row(eg, &mirror.key) {
+                    rows.insert(global.to_vec());
+                }
+            }
+        }
+        match page.last() {
+            Some(last) if page.len() == GROUPS_PAGE => {
+                rest.start = [last.0.as_slice(), &[0]].concat();
+            }
+            _ => return Ok(rows),
+        }
+    }
+}
+
+/// Makes `to`'s state of the groups in `groups` exactly `from`'s: every span of
+/// [`group_state_spans`], and every global index row the mirrors of those groups name
+/// at either store (a row only the target's older copy names is removed). Pages of
+/// `page_rows` rows, each written with `durability`. Exact if `from` does not change
+/// meanwhile (a frozen source, or a snapshot); otherwise run again once it does not.
+pub fn copy_range<F: RowRead, T: RowStore>(
+    from: &F,
+    to: &T,
+    groups: &KeyRange,
+    page_rows: usize,
+    durability: Durability,
+) -> Result<CopyStats, RowStoreError> {
+    let mut globals = mirrored_global_rows(to, groups)?;
+    globals.extend(mirrored_global_rows(from, groups)?);
+    let mut total = CopyStats::default();
+    let mut add = |stats: CopyStats| {
+        total.rows += stats.rows;
+        total.written += stats.written;
+        total.removed += stats.removed;
+    };
+    for span in group_state_spans(groups) {
+        add(copy_span(from, to, &span, page_rows, durability)?);
+    }
+    for global in globals {
+        add(copy_span(
+            from,
+            to,
+            &KeyRange::single(global),
+            page_rows,
+            durability,
+        )?);
+    }
+    Ok(total)
+}
+
+/// Deletes `store`'s state of the groups in `groups` (a range that moved away): the
+/// global index rows their mirrors name, then every span of [`group_state_spans`].
+/// Returns how many versions it removed.
+pub fn retire_range<T: RowStore>(
+    store: &T,
+    groups: &KeyRange,
+    page_rows: usize,
+    durability: Durability,
+) -> Result<u64, RowStoreError> {
+    let mut removed = 0;
+    for global in mirrored_global_rows(store, groups)? {
+        removed += clear_span(store, &KeyRange::single(global), page_rows, durability)?;
+    }
+    for span in group_state_spans(groups) {
+        removed += clear_span(store, &span, page_rows, durability)?;
+    }
+    Ok(removed)
 }
 
 #[cfg(test)]
