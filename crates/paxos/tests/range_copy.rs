@@ -16,7 +16,7 @@ use megastore_paxos::{
 };
 use megastore_rowstore::{Durability, KeyRange, MemoryStore, RowMutation, RowStore};
 use megastore_types::{EgId, Position};
-use support::{Node, accept, accept_result, ballot, mark, write};
+use support::{Node, accept, accept_result, ballot, with_visible_first, write};
 
 /// Groups each replica keeps in memory: bounded, so each keeps an open index.
 const CACHE: usize = 8;
@@ -120,17 +120,7 @@ fn a_server_started_over_a_copy_of_a_ranges_spans_answers_for_its_groups_as_the_
     first
         .writes
         .push(mirror_write(&moved, GLOBAL, b"g1's entry"));
-    assert_eq!(
-        accept_result(source.ask(accept(1, ballot(1), first.clone(), false))),
-        AcceptResult::Accepted
-    );
-    assert!(matches!(
-        source.ask(mark(1, ballot(1), first)),
-        ReplicaReply::MarkedVisible {
-            applied: Position(1),
-            ..
-        }
-    ));
+    with_visible_first(&mut source, first);
     assert_eq!(
         accept_result(source.ask(accept(2, ballot(3), write(2, Some(1), "two"), false))),
         AcceptResult::Accepted

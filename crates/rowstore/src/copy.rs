@@ -21,6 +21,14 @@ pub struct CopyStats {
     pub removed: u64,
 }
 
+impl std::ops::AddAssign for CopyStats {
+    fn add_assign(&mut self, other: CopyStats) {
+        self.rows += other.rows;
+        self.written += other.written;
+        self.removed += other.removed;
+    }
+}
+
 /// Makes `to`'s rows in `span` exactly `from`'s — every version and tombstone, and no
 /// other row — leaving every row outside `span` alone. Works page by page,
 /// `page_rows` rows of the source at a time, each page one atomic batch of the target

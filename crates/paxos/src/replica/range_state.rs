@@ -102,22 +102,11 @@ pub fn copy_range<F: RowRead, T: RowStore>(
     let mut globals = mirrored_global_rows(to, groups)?;
     globals.extend(mirrored_global_rows(from, groups)?);
     let mut total = CopyStats::default();
-    let mut add = |stats: CopyStats| {
-        total.rows += stats.rows;
-        total.written += stats.written;
-        total.removed += stats.removed;
-    };
     for span in group_state_spans(groups) {
-        add(copy_span(from, to, &span, page_rows, durability)?);
+        total += copy_span(from, to, &span, page_rows, durability)?;
     }
     for global in globals {
-        add(copy_span(
-            from,
-            to,
-            &KeyRange::single(global),
-            page_rows,
-            durability,
-        )?);
+        total += copy_span(from, to, &KeyRange::single(global), page_rows, durability)?;
     }
     Ok(total)
 }

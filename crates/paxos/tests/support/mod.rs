@@ -237,7 +237,11 @@ pub(crate) fn accept_result(reply: ReplicaReply) -> AcceptResult {
 
 /// Position 1 chosen with `next_leader` = 1 and marked visible at `node`.
 pub(crate) fn with_visible_first_entry(node: &mut Node) {
-    let first = write(1, Some(1), "one");
+    with_visible_first(node, write(1, Some(1), "one"));
+}
+
+/// Position 1 chosen as `first` and marked visible (so applied) at `node`.
+pub(crate) fn with_visible_first(node: &mut Node, first: LogEntry) {
     assert_eq!(
         accept_result(node.ask(accept(1, ballot(1), first.clone(), false))),
         AcceptResult::Accepted
