@@ -58,15 +58,17 @@ where
             return Ok(stats);
         }
         let page = from.export_rows(&rest, page_rows)?;
-        let last_page = page.len() < page_rows;
+        // Where the next page starts: right after this page's last row if the page is
+        // full; none if this is the last page.
+        let next = page
+            .last()
+            .filter(|_| page.len() == page_rows)
+            .map(|last| [last.key.as_slice(), &[0]].concat());
         // The keys this page speaks for: up to and including its last row, or, on the
         // last page, the rest of the span.
         let covered = KeyRange {
             start,
-            end: match page.last() {
-                Some(last) if !last_page => Some([last.key.as_slice(), &[0]].concat()),
-                _ => span.end.clone(),
-            },
+            end: next.clone().or_else(|| span.end.clone()),
         };
         let held = to.export_rows(&covered, usize::MAX)?;
         let mutations = page_mutations(&page, &held, &mut stats);
@@ -74,10 +76,10 @@ where
             to.mutate_rows(&covered, &mutations, durability)?;
         }
         stats.rows += page.len() as u64;
-        if last_page {
-            return Ok(stats);
+        match next {
+            Some(next) => start = next,
+            None => return Ok(stats),
         }
-        start = covered.end.expect("a full page ends at its last row");
     }
 }
 
