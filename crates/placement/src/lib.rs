@@ -24,10 +24,11 @@
 //! Invariants ([`Placement::check`], asserted after every change and checked on every
 //! decode): *ranges-partition*, *slot-at-its-site*, *one-slot-per-server*,
 //! *epochs-from-the-past*, *move-well-formed*; and, across servers,
-//! *flip-after-freeze*, *one-server-per-slot* (see [`ServerPlacement`]) and
+//! *flip-after-freeze*, *one-server-per-slot* (see [`ServerPlacement`]),
+//! *copy-after-seeing-the-move* (see [`ServerPlacement::receive`]) and
 //! *moves-keep-writes* (see [`next_step`]); the property test `tests/moves.rs` checks
-//! both under arbitrary interleavings, and catches the knobs `serve_while_frozen` and
-//! `finish_without_final_copy`.
+//! them under arbitrary interleavings, and catches the knobs `serve_while_frozen`,
+//! `receive_before_seeing_move` and `finish_without_final_copy`.
 //!
 //! ```text
 //!  operator / rebalancer ──change──▶ Placement v(n) ──CAS──▶ lock service file

@@ -60,13 +60,21 @@ pub enum OperatorStep {
         next: Placement,
     },
     /// Have `to` copy every row of `span` from `from` (the whole group state: data,
-    /// log, promises, grants, marks), replacing what it holds there. `last`: `from`
-    /// is frozen, so the copy is final.
+    /// log, promises, grants, marks), replacing what it holds there. The target
+    /// first checks that its placement shows the move ([`ServerPlacement::receive`]),
+    /// reading the placement if it does not. `last`: `from` is frozen, so the copy is
+    /// final.
+    ///
+    /// [`ServerPlacement::receive`]: crate::ServerPlacement::receive
     Copy {
         /// The source.
         from: ServerId,
         /// The target.
         to: ServerId,
+        /// The range.
+        range: RangeId,
+        /// The move the copy is for.
+        move_id: Version,
         /// The range's keys.
         span: Span,
         /// Whether this is the copy of the frozen range.
@@ -164,6 +172,8 @@ pub fn next_step(
     let copy = |last| OperatorStep::Copy {
         from: moving.from,
         to: moving.to,
+        range: range.id,
+        move_id: moving.id,
         span: Span {
             start: range.start.clone(),
             end: range.end.clone(),

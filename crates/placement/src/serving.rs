@@ -18,6 +18,10 @@ megastore_types::bug_knobs! {
         /// placement still shows the slot as its own: once the move finishes, two
         /// servers then serve one slot.
         serve_while_frozen,
+        /// A move's target takes in a copy for a move its placement does not show
+        /// yet. Reading a placement from before the move then retires the rows it
+        /// was just given, and the move finishes without them.
+        receive_before_seeing_move,
     }
 }
 
@@ -190,6 +194,34 @@ impl ServerPlacement {
                 Ok(())
             }
             _ => Err(ChangeError::NoSuchMove { range, move_id }),
+        }
+    }
+
+    /// Accepts a copy of `range` into this server for move `move_id`, naming the span
+    /// to copy: refused unless this server's placement shows the move, to this server
+    /// (read the placement and ask again if it is older than the move).
+    ///
+    /// Invariant *copy-after-seeing-the-move*: from the move's placement on, every
+    /// placement this server can read keeps the span here until the move ends
+    /// (moving to it, then held by it), so no retirement removes the copy before the
+    /// move is over. A server with an older placement could still read one from
+    /// before the move, in which it does not keep the span, and retire the copy.
+    pub fn receive(&self, range: RangeId, move_id: Version) -> Result<Span, ChangeError> {
+        let current = self
+            .view
+            .range(range)
+            .ok_or(ChangeError::UnknownRange(range))?;
+        let shown = current
+            .moving
+            .as_ref()
+            .is_some_and(|m| m.id == move_id && m.to == self.server);
+        if shown || self.bugs.receive_before_seeing_move() {
+            Ok(Span {
+                start: current.start.clone(),
+                end: current.end.clone(),
+            })
+        } else {
+            Err(ChangeError::NoSuchMove { range, move_id })
         }
     }
 

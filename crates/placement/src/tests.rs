@@ -332,8 +332,19 @@ fn a_source_serves_until_it_freezes_and_its_target_only_after_the_flip() {
     let move_id = begun.version();
     // A source that has not read the move refuses to freeze for it.
     assert!(source.freeze(RangeId(0), move_id).is_err());
+    // A target that has not read the move refuses its copy; having read it, it names
+    // the range's span. The source takes no copy of its own move.
+    assert!(target.receive(RangeId(0), move_id).is_err());
     assert_eq!(source.observe(begun.clone()), Observed::default());
     assert_eq!(target.observe(begun.clone()), Observed::default());
+    assert_eq!(
+        target.receive(RangeId(0), move_id),
+        Ok(Span {
+            start: vec![],
+            end: None
+        })
+    );
+    assert!(source.receive(RangeId(0), move_id).is_err());
     assert_eq!(source.judge(key, ReplicaId(1), None), serve);
     source.freeze(RangeId(0), move_id).unwrap();
     assert_eq!(
