@@ -29,6 +29,10 @@ megastore_types::bug_knobs! {
         /// and a writer that lost a position rebases through the leader its own (losing)
         /// entry named.
         leader_from_unchosen_entry,
+        /// A placed replica keeps in memory the groups of ranges it stops serving (moved
+        /// away or frozen): when a range comes back to it, the copy of its newer state
+        /// is shadowed by the old one in memory, promises included.
+        keep_unserved_groups,
         /// A restarted replica forgets its promises.
         forget_promise_on_restart,
         /// A replica with a bounded group cache evicts a group this step changed and

@@ -23,7 +23,8 @@
 //! ballot-zero-once, visible-after-invalidate, vouched-is-current (with the
 //! coordinator), durable-ack, linearizable-eg, prefix-snapshots; and across groups
 //! queue-exactly-once-in-order, multi-group-atomicity and decision-stable; with a
-//! bounded group cache, open-is-indexed (`replica/registry.rs`). For
+//! bounded group cache, open-is-indexed (`replica/registry.rs`); placed over many
+//! servers, loaded-only-if-served (`replica/placed.rs`, tests/placed.rs). For
 //! watchers, kept where they are stated (the simulator runs no watchers):
 //! watch-reads-committed ([`watch`]) and awaiting-bounded (the replica's held long
 //! polls).
@@ -60,10 +61,11 @@ pub use proposer::read::{ReadError, ReadMode, ReadPath, ReadResult};
 pub use proposer::resolve::Resolution;
 pub use proposer::{ProposerConfig, Timeouts};
 pub use replica::{
-    Batch, BatchCounts, CHOSEN_REMEMBERED, DRIVER_CLIENT, GroupList, GroupLog, HISTORY_KEPT,
-    Input as ReplicaInput, Output as ReplicaOutput, REGISTRY_PREFIX, Rejoin, Released, Replica,
-    ReplicaConfig, ReplicaLag, SweepConfig, answer_read, answer_snapshot, copy_range,
-    group_state_spans, list_groups, load_group, register_group, registered_in, retire_range,
+    Batch, BatchCounts, CHOSEN_REMEMBERED, DRIVER_CLIENT, FREEZES_ROW, FreezesError, GroupList,
+    GroupLog, HISTORY_KEPT, Input as ReplicaInput, Output as ReplicaOutput, REGISTRY_PREFIX,
+    Rejoin, Released, Replica, ReplicaConfig, ReplicaLag, SweepConfig, answer_read,
+    answer_snapshot, copy_range, group_state_spans, list_groups, load_freezes, load_group,
+    register_group, registered_in, retire_range,
 };
 pub use two_phase::commit::{Participant, TwoPhaseResult};
 pub use two_phase::decide::DecideOutcome;

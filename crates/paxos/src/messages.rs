@@ -4,6 +4,7 @@
 
 use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
 use megastore_lock::{LockRequest, LockResponse};
+use megastore_placement::{RangeId, Version};
 use megastore_rowstore::{KeyRange, Row};
 use megastore_types::{Ballot, EgId, Position, ReplicaId, TxnId};
 use serde::{Deserialize, Serialize};
@@ -353,6 +354,25 @@ pub enum ReplicaError {
     /// (nor report its log state) until it has learned how far the others got.
     #[error("rejoining after losing its state; not voting here yet")]
     Rejoining,
+    /// This server does not hold the replica's slot of the group's range, as of the
+    /// range's `epoch` in its placement: the caller refreshes its placement and routes
+    /// again (docs/protocol.md, "Placement").
+    #[error("{range} is not served here as of its epoch {epoch}")]
+    WrongServer {
+        /// The group's range, as this server knows it.
+        range: RangeId,
+        /// Its epoch there.
+        epoch: Version,
+    },
+    /// The group's range is frozen here for a move away: nothing of it is answered
+    /// until the move ends (then by this server or the move's target).
+    #[error("{range} is frozen here for move {move_id}")]
+    Frozen {
+        /// The range.
+        range: RangeId,
+        /// The move.
+        move_id: Version,
+    },
     /// The group was installed here from a snapshot: no history below it.
     #[error("history starts at {installed} here")]
     HistoryFrom {

@@ -6,6 +6,7 @@ use megastore_paxos::messages::{
     AcceptResult, ChosenTxn, GrantRefusal, LogState, PrepareResult, ReplicaError,
 };
 use megastore_paxos::{CellWrite, LogEntry, ReplicaReply, ReplicaRequest, RowWrite};
+use megastore_placement::{RangeId, Version};
 use megastore_types::{Ballot, ClientId, EgId, Position, ProposerId, ReplicaId, TxnId};
 
 use crate::error::{WireError, narrow, required};
@@ -478,6 +479,14 @@ fn error_to_wire(error: ReplicaError) -> pb::ReplicaError {
         ReplicaError::Rejoining => E::Rejoining(true),
         ReplicaError::HistoryFrom { installed } => E::HistoryFrom(installed.0),
         ReplicaError::NoSnapshot => E::NoSnapshot(true),
+        ReplicaError::WrongServer { range, epoch } => E::WrongServer(pb::RangeRefusal {
+            range: range.0,
+            version: epoch.0,
+        }),
+        ReplicaError::Frozen { range, move_id } => E::Frozen(pb::RangeRefusal {
+            range: range.0,
+            version: move_id.0,
+        }),
     };
     pb::ReplicaError { error: Some(error) }
 }
@@ -513,6 +522,14 @@ fn error_from_wire(error: pb::ReplicaError) -> Result<ReplicaError, WireError> {
             installed: Position(p),
         },
         E::NoSnapshot(_) => ReplicaError::NoSnapshot,
+        E::WrongServer(r) => ReplicaError::WrongServer {
+            range: RangeId(r.range),
+            epoch: Version(r.version),
+        },
+        E::Frozen(r) => ReplicaError::Frozen {
+            range: RangeId(r.range),
+            move_id: Version(r.version),
+        },
     })
 }
 

@@ -290,6 +290,14 @@ fn replies() -> Vec<ReplicaReply> {
                 installed: Position(4),
             },
             ReplicaError::NoSnapshot,
+            ReplicaError::WrongServer {
+                range: megastore_placement::RangeId(5),
+                epoch: megastore_placement::Version(6),
+            },
+            ReplicaError::Frozen {
+                range: megastore_placement::RangeId(7),
+                move_id: megastore_placement::Version(8),
+            },
         ]
         .map(|error| ReplicaReply::Error { id, error }),
     );

@@ -49,6 +49,14 @@ impl Awaiting {
         Ok(())
     }
 
+    /// Takes out every request held for `eg` (its group leaves: they are answered at
+    /// once).
+    pub(crate) fn release(&mut self, eg: &EgId) -> Vec<Awaiter> {
+        let released = self.by_group.remove(eg).unwrap_or_default();
+        self.held -= released.len();
+        released
+    }
+
     /// Takes out every held request that may be answered now: its group's visible
     /// position (`visible`, `None` for a group no longer loaded) is past what it knows,
     /// or its wait is over at `now`.

@@ -32,6 +32,9 @@ use crate::messages::{Message, ReplicaRequest};
 /// nowhere.
 pub const DRIVER_CLIENT: ClientId = ClientId(u32::MAX);
 
+/// Rows deleted per atomic batch when a span is retired.
+const RETIRE_PAGE_ROWS: usize = 256;
+
 /// The input that loads group `eg` (its state asked for by the host itself): what a
 /// host steps for every registered group when its replica starts, so the sweep looks
 /// after idle groups too.
@@ -212,10 +215,15 @@ fn carry_out<S: RowStore>(
             let groups = super::list(store, which, after.as_ref(), limit)?;
             return Ok(Some(Input::Listed { which, groups }));
         }
+        Output::Retire { groups } => {
+            // Synced: a lost deletion would leave rows no placement names again.
+            super::retire_range(store, &groups, RETIRE_PAGE_ROWS, Durability::Buffered)?;
+            batch.needs_sync = true;
+        }
         Output::Index { mutation } => {
             store.mutate_row(&mutation, None, Durability::Buffered)?;
         }
-        Output::Persist { mutation } => {
+        Output::Persist { mutation } | Output::PersistFreezes { mutation } => {
             store.mutate_row(&mutation, None, Durability::Buffered)?;
             batch.needs_sync = true;
             batch.counts.persists += 1;

@@ -24,12 +24,14 @@ mod awaiting;
 mod cache;
 mod driver;
 mod group;
+mod placed;
 mod range_state;
 mod registry;
 mod sweep;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use megastore_placement::{Placement, RangeId, ServerPlacement, Version};
 use megastore_rowstore::{KeyRange, Row, RowMutation, RowRead, ScanOptions};
 use megastore_types::{
     EgId, NodeId, Position, ReplicaId, ReplicaInfo, ReplicaKind, Time, Topology,
@@ -38,6 +40,7 @@ use megastore_types::{
 pub use awaiting::{AWAIT_MAX, AWAITING_MAX};
 pub use driver::{Batch, BatchCounts, DRIVER_CLIENT, Released, load_group};
 pub use group::{CHOSEN_REMEMBERED, GroupLog, HISTORY_KEPT, Proposal, Rejoin};
+pub use placed::{FREEZES_ROW, FreezesError, load_freezes};
 pub use range_state::{copy_range, group_state_spans, retire_range};
 pub use registry::{
     GroupList, OPEN_PREFIX, REGISTRY_PREFIX, list, list_groups, register_group, registered_in,
@@ -107,6 +110,17 @@ pub enum Input {
     },
     /// Time passed.
     Tick,
+    /// The server read this placement from the lock service (a placed replica only,
+    /// see [`Replica::placed`]; older than the one it has: ignored).
+    Placement(Placement),
+    /// The operator asks this server, the source of move `move_id`, to freeze `range`
+    /// (a placed replica only; see [`Replica::placed`]).
+    Freeze {
+        /// The range.
+        range: RangeId,
+        /// The move.
+        move_id: Version,
+    },
 }
 
 /// What the replica asks its driver to do, in order.
@@ -224,6 +238,18 @@ pub enum Output {
     },
     /// Feed [`Input::Tick`] at this time.
     WakeAt(Time),
+    /// Write the server's freezes ([`FREEZES_ROW`]), synced: sends after it wait until
+    /// it is durable.
+    PersistFreezes {
+        /// The mutation.
+        mutation: RowMutation,
+    },
+    /// Delete the rows of these groups ([`retire_range`]): the server neither holds
+    /// nor receives them any more. Synced; nothing of them is in memory.
+    Retire {
+        /// The groups' key span.
+        groups: KeyRange,
+    },
 }
 
 /// See [`Replica::lag`].
@@ -269,6 +295,8 @@ pub struct Replica {
     probe_when_loaded: BTreeSet<EgId>,
     /// Groups dropped from memory so far.
     evictions: u64,
+    /// The server's placement (`None`: not placed, every group is served).
+    placement: Option<ServerPlacement>,
     /// The time of the step being taken.
     now: Time,
 }
@@ -310,6 +338,7 @@ impl Replica {
             walk_after: None,
             probe_when_loaded: BTreeSet::new(),
             evictions: 0,
+            placement: None,
             now: Time(0),
         }
     }
@@ -442,6 +471,8 @@ impl Replica {
             }
             Input::Message { .. } => {}
             Input::Loaded { eg, row } => self.loaded(eg, row.as_ref(), &mut out),
+            Input::Placement(placement) => self.observe_placement(placement, &mut out),
+            Input::Freeze { range, move_id } => self.freeze(range, move_id, &mut out),
             Input::Listed { which, groups } => self.listed(which, groups, &mut out),
             Input::Tick => {
                 let Self {
@@ -664,6 +695,10 @@ impl Replica {
             });
         }
         for eg in groups {
+            if self.refusal(&eg).is_some() {
+                // Listed here, placed elsewhere (its rows wait for retirement).
+                continue;
+            }
             if which == GroupList::Open {
                 self.open_listed.insert(eg.clone());
             }
@@ -842,6 +877,11 @@ impl Replica {
             .eg()
             .expect("every request but a global scan names its group")
             .clone();
+        if let Some(error) = self.refusal(&eg) {
+            let id = request.id();
+            reply(out, from, ReplicaReply::Error { id, error });
+            return;
+        }
         if matches!(self.groups.get(&eg), Some(GroupSlot::Ready(_))) {
             self.used(&eg);
         }
@@ -1098,6 +1138,7 @@ impl Replica {
 
     /// Checks every loaded group's invariants (panics on a broken one).
     pub fn check_invariants(&self) {
+        self.check_placement();
         for group in self.groups() {
             group.check_invariants(self.me.kind, &self.config.bugs);
         }

@@ -134,6 +134,15 @@ impl Sweeper {
         }
     }
 
+    /// Drops everything kept about `eg` (it left this replica's memory, no longer
+    /// served here): its task, its failure, the positions seen pending. Late answers
+    /// to its task find none and are ignored.
+    pub(crate) fn forget(&mut self, eg: &EgId) {
+        self.tasks.remove(eg);
+        self.failed.remove(eg);
+        self.pending_last.retain(|(g, _)| g != eg);
+    }
+
     /// Whether a task runs for `eg`, or one failed and waits for the next sweep.
     pub(crate) fn busy(&self, eg: &EgId) -> bool {
         self.tasks.contains_key(eg) || self.failed.contains(eg)

@@ -118,6 +118,25 @@ impl Node {
         }
     }
 
+    /// A replica placed on a server (`placement`), with a bounded group cache, over
+    /// `store`.
+    pub(crate) fn placed_over(
+        id: u16,
+        placement: megastore_placement::ServerPlacement,
+        store: MemoryStore,
+        bugs: ProtocolBugs,
+    ) -> Self {
+        let config = Self::config(ReplicaId(id), bugs, false, Some(8));
+        Node {
+            id: ReplicaId(id),
+            bugs,
+            rejoining: false,
+            cache_groups: Some(8),
+            replica: Replica::new(config).placed(placement),
+            store,
+        }
+    }
+
     fn config(
         id: ReplicaId,
         bugs: ProtocolBugs,

@@ -1,0 +1,222 @@
+//! A replica placed over many servers (docs/protocol.md, "Placement"): it answers only
+//! for the groups of ranges its server holds, and keeps in memory only those.
+//!
+//! With a [`ServerPlacement`] ([`Replica::placed`]) every request naming a group is
+//! judged first. A group whose range this server does not hold the slot of is refused
+//! with [`ReplicaError::WrongServer`], one whose range it froze for a move away with
+//! [`ReplicaError::Frozen`]; neither is loaded. When the placement changes
+//! ([`Input::Placement`](super::Input::Placement)) the groups it no longer serves
+//! leave memory at once — their held long polls answered with the refusal, their
+//! sweep forgotten — so a copy that then replaces their rows (a move's target
+//! receiving the range, or its source after an abort) or a retirement that deletes
+//! them is never shadowed by a stale group in memory.
+//!
+//! A move's source freezes the range ([`Input::Freeze`](super::Input::Freeze)): its
+//! groups leave memory the same way, and the server's freezes are persisted, synced,
+//! in [`FREEZES_ROW`] before anything later leaves, so the host acknowledges the
+//! freeze to the operator only after the batch's sync. [`load_freezes`] reads them
+//! back at start.
+//!
+//! Invariant (*loaded-only-if-served*): every group in memory is one the placement
+//! lets this replica serve. Loads are answered within the step that asks
+//! ([`super::driver`]), so no load is in flight when the placement changes.
+
+use std::collections::BTreeMap;
+
+use megastore_placement::{Placement, RangeId, ServerPlacement, Serving, Span, Version};
+use megastore_rowstore::{KeyRange, LATEST, RowMutation, RowRead, RowStoreError};
+use megastore_types::EgId;
+
+use super::{GroupSlot, Output, Replica, reply};
+use crate::messages::{ReplicaError, ReplicaReply};
+
+/// The system row that holds a placed server's freezes: the ranges it froze for moves
+/// away, each with its move.
+pub const FREEZES_ROW: &[u8] = b"\xff\xffmegastore/placement/frozen";
+const FREEZES_COLUMN: &[u8] = b"f";
+
+/// Why a server's freezes could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum FreezesError {
+    /// The store failed.
+    #[error("reading the freezes row: {0}")]
+    Store(#[from] RowStoreError),
+    /// The row does not decode: the server must not guess which ranges it froze.
+    #[error("the freezes row ({row:?}) does not decode: {why}")]
+    Corrupt {
+        /// The row.
+        row: String,
+        /// The decoder's complaint.
+        why: String,
+    },
+}
+
+/// The freezes a placed server persisted (none if it never froze a range).
+pub fn load_freezes<R: RowRead>(store: &R) -> Result<BTreeMap<RangeId, Version>, FreezesError> {
+    let Some(row) = store.read_row(FREEZES_ROW, &KeyRange::all(), LATEST)? else {
+        return Ok(BTreeMap::new());
+    };
+    let corrupt = |why: String| FreezesError::Corrupt {
+        row: String::from_utf8_lossy(FREEZES_ROW).into_owned(),
+        why,
+    };
+    let value = row
+        .value(FREEZES_COLUMN)
+        .ok_or_else(|| corrupt("no freezes column".to_string()))?;
+    postcard::from_bytes(value).map_err(|e| corrupt(e.to_string()))
+}
+
+/// The mutation that stores `frozen` as the server's freezes.
+fn freezes_mutation(frozen: &BTreeMap<RangeId, Version>) -> RowMutation {
+    let value = postcard::to_allocvec(frozen).expect("a map of integers encodes");
+    RowMutation::new(FREEZES_ROW.to_vec()).set(FREEZES_COLUMN.to_vec(), 0, value)
+}
+
+impl Replica {
+    /// This replica, answering only for the ranges `placement` puts its slot on its
+    /// server (the placement the server read, and the freezes it persisted).
+    pub fn placed(mut self, placement: ServerPlacement) -> Self {
+        self.placement = Some(placement);
+        let mut out = Vec::new();
+        self.forget_unserved(&mut out);
+        debug_assert!(out.is_empty(), "a new replica holds no group");
+        self
+    }
+
+    /// The server's placement, if the replica is placed.
+    pub fn placement(&self) -> Option<&ServerPlacement> {
+        self.placement.as_ref()
+    }
+
+    /// Why this replica does not serve `eg` (`None`: it does, or it is not placed).
+    pub(super) fn refusal(&self, eg: &EgId) -> Option<ReplicaError> {
+        let placement = self.placement.as_ref()?;
+        match placement.judge(&eg.0, self.me.id, None) {
+            Serving::Serve { .. } => None,
+            Serving::WrongServer { range, epoch } => {
+                Some(ReplicaError::WrongServer { range, epoch })
+            }
+            Serving::Frozen { range, move_id } => Some(ReplicaError::Frozen { range, move_id }),
+            // Only a request routed by an epoch is told to refresh; none is yet.
+            Serving::Refresh { .. } => {
+                let range = placement.view().range_of(&eg.0);
+                Some(ReplicaError::WrongServer {
+                    range: range.id,
+                    epoch: range.epoch,
+                })
+            }
+        }
+    }
+
+    /// The server read a newer placement: groups it no longer serves leave memory,
+    /// freezes of ended moves are dropped, and the spans it neither holds nor
+    /// receives any more are retired.
+    pub(super) fn observe_placement(&mut self, placement: Placement, out: &mut Vec<Output>) {
+        let Some(server) = &mut self.placement else {
+            return;
+        };
+        let before = server.frozen().clone();
+        let seen = server.observe(placement);
+        if *server.frozen() != before {
+            out.push(Output::PersistFreezes {
+                mutation: freezes_mutation(server.frozen()),
+            });
+        }
+        self.forget_unserved(out);
+        out.extend(seen.retire.into_iter().map(|span| Output::Retire {
+            groups: span_keys(span),
+        }));
+    }
+
+    /// The operator asks this server, a move's source, to freeze `range` for
+    /// `move_id`. Refused (nothing changes) unless its placement shows the move, from
+    /// it. Else the range's groups leave memory and the freezes are persisted; the
+    /// host acknowledges once [`ServerPlacement::frozen`] holds the move and the
+    /// batch is released (so synced).
+    pub(super) fn freeze(&mut self, range: RangeId, move_id: Version, out: &mut Vec<Output>) {
+        let Some(server) = &mut self.placement else {
+            return;
+        };
+        if server.freeze(range, move_id).is_err() {
+            return;
+        }
+        out.push(Output::PersistFreezes {
+            mutation: freezes_mutation(server.frozen()),
+        });
+        self.forget_unserved(out);
+    }
+
+    /// Drops from memory every group this replica does not serve.
+    fn forget_unserved(&mut self, out: &mut Vec<Output>) {
+        if self.config.bugs.keep_unserved_groups() {
+            return;
+        }
+        let unserved: Vec<(EgId, ReplicaError)> = self
+            .groups
+            .keys()
+            .filter_map(|eg| self.refusal(eg).map(|why| (eg.clone(), why)))
+            .collect();
+        for (eg, why) in unserved {
+            self.forget(&eg, why, out);
+        }
+    }
+
+    /// Drops `eg` from memory with everything kept about it: requests waiting for its
+    /// load and held long polls are answered with `why`. Nothing is written: its rows
+    /// (open index listing included) stay for the range's next holder or retirement.
+    fn forget(&mut self, eg: &EgId, why: ReplicaError, out: &mut Vec<Output>) {
+        if let Some(GroupSlot::Loading(waiting)) = self.groups.remove(eg) {
+            for (from, request) in waiting {
+                let error = why.clone();
+                reply(
+                    out,
+                    from,
+                    ReplicaReply::Error {
+                        id: request.id(),
+                        error,
+                    },
+                );
+            }
+        }
+        for awaiter in self.awaiting.release(eg) {
+            let error = why.clone();
+            reply(
+                out,
+                awaiter.from,
+                ReplicaReply::Error {
+                    id: awaiter.id,
+                    error,
+                },
+            );
+        }
+        self.recency.remove(eg);
+        self.open_listed.remove(eg);
+        self.unregistered.remove(eg);
+        self.probe_when_loaded.remove(eg);
+        self.to_clear.retain(|g| g != eg);
+        if let Some(sweeper) = &mut self.sweeper {
+            sweeper.forget(eg);
+        }
+    }
+
+    /// Panics unless *loaded-only-if-served* holds.
+    pub(super) fn check_placement(&self) {
+        if self.config.bugs.keep_unserved_groups() {
+            return;
+        }
+        for eg in self.groups.keys() {
+            assert!(
+                self.refusal(eg).is_none(),
+                "loaded-only-if-served: {eg} is in memory and not served here"
+            );
+        }
+    }
+}
+
+/// A placement span as the row store's key range.
+fn span_keys(span: Span) -> KeyRange {
+    KeyRange {
+        start: span.start,
+        end: span.end,
+    }
+}

@@ -1,0 +1,378 @@
+//! Replica cores placed over many servers (docs/protocol.md, "Placement"): each answers
+//! only for the ranges its server holds, keeps only their groups in memory, and a move
+//! — placement read, bulk copy, freeze, final copy, finish — hands a group from one
+//! core to another with its whole state, long polls answered, the freeze durable and
+//! the source's rows retired. With the `keep-unserved-groups` knob a range that comes
+//! back is answered from the stale state in memory, which the move-back test catches.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use megastore_paxos::messages::{AcceptResult, ReplicaError};
+use megastore_paxos::{
+    FREEZES_ROW, ProtocolBugs, ReplicaInput, ReplicaReply, ReplicaRequest, copy_range,
+    group_state_spans, load_freezes,
+};
+use megastore_placement::{
+    Placement, PlacementBugs, Range, RangeId, Server, ServerId, ServerPlacement, Version,
+};
+use megastore_rowstore::{Durability, KeyRange, LATEST, MemoryStore, RowRead, ScanOptions};
+use megastore_types::{EgId, Position, ReplicaId, SiteId, Time};
+use support::{Node, accept, accept_result, ballot, eg, mark, topology, with_visible_first, write};
+
+/// Two servers at site 1 (replica 1's slots), one at each other site.
+fn servers() -> Vec<Server> {
+    [(0, 1), (1, 1), (10, 2), (20, 3), (30, 4)]
+        .into_iter()
+        .map(|(id, site)| Server {
+            id: ServerId(id),
+            site: SiteId(site),
+        })
+        .collect()
+}
+
+fn initial() -> Placement {
+    Placement::initial(servers(), &topology(), 2).unwrap()
+}
+
+/// The range of the test group `g1`, and the server at site 1 that does not hold it.
+fn moved_range(p: &Placement) -> (Range, ServerId, ServerId) {
+    let range = p.range_of(&eg().0).clone();
+    let from = range.slot(ReplicaId(1)).unwrap().server;
+    let to = if from == ServerId(0) {
+        ServerId(1)
+    } else {
+        ServerId(0)
+    };
+    (range, from, to)
+}
+
+fn keys(range: &Range) -> KeyRange {
+    KeyRange {
+        start: range.start.clone(),
+        end: range.end.clone(),
+    }
+}
+
+/// Replica 1's core on `server`, as it starts: the placement read, the freezes stored.
+fn replica_on(server: ServerId, view: &Placement, store: MemoryStore, bugs: ProtocolBugs) -> Node {
+    let frozen = load_freezes(&store).unwrap();
+    let (placement, _) = ServerPlacement::new(server, view.clone(), frozen, PlacementBugs::NONE);
+    Node::placed_over(1, placement, store, bugs)
+}
+
+fn log_state(eg: &EgId) -> ReplicaRequest {
+    ReplicaRequest::LogState {
+        id: 3,
+        eg: eg.clone(),
+    }
+}
+
+fn refusal(reply: ReplicaReply) -> ReplicaError {
+    match reply {
+        ReplicaReply::Error { error, .. } => error,
+        other => panic!("served: {other:?}"),
+    }
+}
+
+/// A watcher's long poll on `g1` past position `past`.
+fn long_poll(past: u64) -> ReplicaInput {
+    ReplicaInput::Message {
+        from: support::CLIENT,
+        message: megastore_paxos::Message::ReplicaRequest(ReplicaRequest::AwaitVisible {
+            id: 9,
+            eg: eg(),
+            past: Position(past),
+            wait: Duration::from_secs(5),
+        }),
+    }
+}
+
+/// Every row the store holds in `span`, with its cells.
+fn rows_in(store: &MemoryStore, span: &KeyRange) -> usize {
+    store
+        .scan(span, LATEST, &ScanOptions::default())
+        .unwrap()
+        .len()
+}
+
+/// Accepts and marks `entry` visible at `p` on `node` (ballot 1).
+fn commit_at(node: &mut Node, p: u64, entry: megastore_paxos::LogEntry) {
+    assert_eq!(
+        accept_result(node.ask(accept(p, ballot(1), entry.clone(), false))),
+        AcceptResult::Accepted
+    );
+    assert!(matches!(
+        node.ask(mark(p, ballot(1), entry)),
+        ReplicaReply::MarkedVisible { .. }
+    ));
+}
+
+#[test]
+fn a_placed_replica_answers_only_for_its_ranges_and_loads_nothing_else() {
+    let p = initial();
+    let (range, from, _) = moved_range(&p);
+    let mut node = replica_on(from, &p, MemoryStore::new(), ProtocolBugs::NONE);
+    // A group of the other range, whose replica-1 slot the other site-1 server holds.
+    let elsewhere = EgId(b"\xf0elsewhere".to_vec());
+    let other = p.range_of(&elsewhere.0).clone();
+    assert_ne!(other.id, range.id);
+    assert_eq!(
+        refusal(node.ask(log_state(&elsewhere))),
+        ReplicaError::WrongServer {
+            range: other.id,
+            epoch: other.epoch
+        }
+    );
+    assert_eq!(
+        node.replica.loaded_groups(),
+        0,
+        "a refused group is not loaded"
+    );
+    with_visible_first(&mut node, write(1, Some(1), "one"));
+    assert_eq!(node.replica.loaded_groups(), 1);
+}
+
+#[test]
+fn a_move_hands_a_group_from_one_core_to_another_with_its_whole_state() {
+    let p0 = initial();
+    let (range, from, to) = moved_range(&p0);
+    let mut source = replica_on(from, &p0, MemoryStore::new(), ProtocolBugs::NONE);
+    let mut target = replica_on(to, &p0, MemoryStore::new(), ProtocolBugs::NONE);
+    with_visible_first(&mut source, write(1, Some(1), "one"));
+
+    let p1 = p0.begin_move(range.id, ReplicaId(1), to).unwrap();
+    let move_id = p1.version();
+    // A source that has not read the move does not freeze for it.
+    source.step_at(
+        Time::ZERO,
+        ReplicaInput::Freeze {
+            range: range.id,
+            move_id,
+        },
+    );
+    assert!(source.replica.placement().unwrap().frozen().is_empty());
+    for node in [&mut source, &mut target] {
+        let (replies, _) = node.step_at(Time::ZERO, ReplicaInput::Placement(p1.clone()));
+        assert!(replies.is_empty(), "{replies:?}");
+    }
+    // The target takes the copy, and serves none of the range until the move ends.
+    assert!(
+        target
+            .replica
+            .placement()
+            .unwrap()
+            .receive(range.id, move_id)
+            .is_ok()
+    );
+    assert!(matches!(
+        refusal(target.ask(log_state(&eg()))),
+        ReplicaError::WrongServer { .. }
+    ));
+    copy_range(
+        &source.store,
+        &target.store,
+        &keys(&range),
+        2,
+        Durability::Synced,
+    )
+    .unwrap();
+    // Written at the source after the bulk copy.
+    commit_at(&mut source, 2, write(2, Some(1), "two"));
+    let state_before_freeze = source.ask(log_state(&eg()));
+    let (held, _) = source.step_at(Time::ZERO, long_poll(2));
+    assert!(held.is_empty(), "the long poll is held");
+
+    let (answered, _) = source.step_at(
+        Time::ZERO,
+        ReplicaInput::Freeze {
+            range: range.id,
+            move_id,
+        },
+    );
+    assert_eq!(
+        answered,
+        vec![ReplicaReply::Error {
+            id: 9,
+            error: ReplicaError::Frozen {
+                range: range.id,
+                move_id
+            }
+        }],
+        "the held long poll is answered when its group leaves"
+    );
+    assert_eq!(source.replica.loaded_groups(), 0);
+    assert_eq!(
+        refusal(source.ask(log_state(&eg()))),
+        ReplicaError::Frozen {
+            range: range.id,
+            move_id
+        }
+    );
+    // The freeze was synced: a crash right after keeps it.
+    source.store.crash();
+    let mut source = replica_on(from, &p1, source.store, ProtocolBugs::NONE);
+    assert_eq!(
+        source.replica.placement().unwrap().frozen(),
+        &BTreeMap::from([(range.id, move_id)])
+    );
+    assert!(matches!(
+        refusal(source.ask(log_state(&eg()))),
+        ReplicaError::Frozen { .. }
+    ));
+
+    copy_range(
+        &source.store,
+        &target.store,
+        &keys(&range),
+        2,
+        Durability::Synced,
+    )
+    .unwrap();
+    let p2 = p1
+        .record_frozen(range.id, move_id)
+        .unwrap()
+        .finish_move(range.id, move_id)
+        .unwrap();
+    target.step_at(Time::ZERO, ReplicaInput::Placement(p2.clone()));
+    assert_eq!(target.ask(log_state(&eg())), state_before_freeze);
+    // It goes on where the source stopped: its promise and position 3.
+    commit_at(&mut target, 3, write(3, Some(1), "three"));
+
+    // The source drops its freeze and retires every row of the range.
+    source.step_at(Time::ZERO, ReplicaInput::Placement(p2.clone()));
+    assert!(load_freezes(&source.store).unwrap().is_empty());
+    for span in group_state_spans(&keys(&range)) {
+        assert_eq!(rows_in(&source.store, &span), 0, "{span:?} retired");
+    }
+    assert_eq!(
+        refusal(source.ask(log_state(&eg()))),
+        ReplicaError::WrongServer {
+            range: range.id,
+            epoch: Version(p2.version().0)
+        }
+    );
+    assert!(rows_in(&source.store, &KeyRange::single(FREEZES_ROW.to_vec())) == 1);
+}
+
+#[test]
+fn an_aborted_move_unfreezes_the_source_and_retires_the_targets_copy() {
+    let p0 = initial();
+    let (range, from, to) = moved_range(&p0);
+    let mut source = replica_on(from, &p0, MemoryStore::new(), ProtocolBugs::NONE);
+    let mut target = replica_on(to, &p0, MemoryStore::new(), ProtocolBugs::NONE);
+    with_visible_first(&mut source, write(1, Some(1), "one"));
+    let p1 = p0.begin_move(range.id, ReplicaId(1), to).unwrap();
+    let move_id = p1.version();
+    for node in [&mut source, &mut target] {
+        node.step_at(Time::ZERO, ReplicaInput::Placement(p1.clone()));
+    }
+    copy_range(
+        &source.store,
+        &target.store,
+        &keys(&range),
+        2,
+        Durability::Synced,
+    )
+    .unwrap();
+    source.step_at(
+        Time::ZERO,
+        ReplicaInput::Freeze {
+            range: range.id,
+            move_id,
+        },
+    );
+    assert!(matches!(
+        refusal(source.ask(log_state(&eg()))),
+        ReplicaError::Frozen { .. }
+    ));
+
+    let aborted = p1
+        .record_frozen(range.id, move_id)
+        .unwrap()
+        .abort_move(range.id, move_id)
+        .unwrap();
+    source.step_at(Time::ZERO, ReplicaInput::Placement(aborted.clone()));
+    assert!(load_freezes(&source.store).unwrap().is_empty());
+    assert!(matches!(
+        source.ask(log_state(&eg())),
+        ReplicaReply::LogState { .. }
+    ));
+    commit_at(&mut source, 2, write(2, Some(1), "two"));
+
+    target.step_at(Time::ZERO, ReplicaInput::Placement(aborted));
+    for span in group_state_spans(&keys(&range)) {
+        assert_eq!(
+            rows_in(&target.store, &span),
+            0,
+            "{span:?} retired at the target"
+        );
+    }
+}
+
+/// Moves slot 1 of `range` from `from` to `to`, every step in order; the placement
+/// that finished it.
+fn move_slot(view: &Placement, range: RangeId, from: &mut Node, to: &mut Node) -> Placement {
+    let target = to.replica.placement().unwrap().server();
+    let begun = view.begin_move(range, ReplicaId(1), target).unwrap();
+    let move_id = begun.version();
+    for node in [&mut *from, &mut *to] {
+        node.step_at(Time::ZERO, ReplicaInput::Placement(begun.clone()));
+    }
+    from.step_at(Time::ZERO, ReplicaInput::Freeze { range, move_id });
+    let span = to
+        .replica
+        .placement()
+        .unwrap()
+        .receive(range, move_id)
+        .unwrap();
+    let span = KeyRange {
+        start: span.start,
+        end: span.end,
+    };
+    copy_range(&from.store, &to.store, &span, 2, Durability::Synced).unwrap();
+    let done = begun
+        .record_frozen(range, move_id)
+        .unwrap()
+        .finish_move(range, move_id)
+        .unwrap();
+    for node in [from, to] {
+        node.step_at(Time::ZERO, ReplicaInput::Placement(done.clone()));
+    }
+    done
+}
+
+/// A group moves from X to Y, is written at Y, and moves back to X; X's answer.
+fn move_away_and_back(bugs: ProtocolBugs) -> ReplicaReply {
+    let p0 = initial();
+    let (range, x_id, y_id) = moved_range(&p0);
+    let mut x = replica_on(x_id, &p0, MemoryStore::new(), bugs);
+    let mut y = replica_on(y_id, &p0, MemoryStore::new(), bugs);
+    with_visible_first(&mut x, write(1, Some(1), "one"));
+    let there = move_slot(&p0, range.id, &mut x, &mut y);
+    commit_at(&mut y, 2, write(2, Some(1), "two at y"));
+    move_slot(&there, range.id, &mut y, &mut x);
+    x.ask(log_state(&eg()))
+}
+
+#[test]
+fn a_group_that_moves_away_and_back_is_answered_from_the_copy_it_came_back_with() {
+    match move_away_and_back(ProtocolBugs::NONE) {
+        ReplicaReply::LogState { state, .. } => assert_eq!(state.visible, Position(2)),
+        other => panic!("{other:?}"),
+    }
+    let stale = ProtocolBugs {
+        keep_unserved_groups: true,
+        ..ProtocolBugs::NONE
+    };
+    match move_away_and_back(stale) {
+        ReplicaReply::LogState { state, .. } => assert_eq!(
+            state.visible,
+            Position(1),
+            "with keep-unserved-groups, the old state in memory shadows the copy"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
