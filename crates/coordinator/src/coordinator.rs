@@ -1,3 +1,5 @@
+mod placed;
+
 use std::collections::BTreeMap;
 
 use crate::groups::Groups;
@@ -6,6 +8,7 @@ use std::time::Duration;
 use megastore_lock::{
     LockClient, LockCommand, LockError, LockReply, LockResponse, LockSend, SessionId,
 };
+use megastore_placement::{Placement, RangeId, ServerPlacement, Version};
 use megastore_types::{EgId, Epoch, LockNodeId, NodeId, Position, ReplicaId, Time};
 
 use crate::messages::{CoordinatorReply, CoordinatorRequest};
@@ -33,6 +36,10 @@ megastore_types::bug_knobs! {
         /// At its bound on invalid groups, drop a new invalidation (the group stays as
         /// it was, valid perhaps) instead of restarting its epoch: "the table is full".
         drop_invalidate_when_full,
+        /// A placed coordinator keeps its epoch when a range arrives at its server: what
+        /// it validated during an earlier stay of the range vouches for the copy the
+        /// range came back with, which may lack writes chosen meanwhile.
+        vouch_moved_in_range,
     }
 }
 
@@ -120,6 +127,17 @@ pub enum Input {
     },
     /// Time passed (a [`Output::WakeAt`] came due).
     Tick,
+    /// The server read this placement (a placed coordinator only, see
+    /// [`Coordinator::placed`]; older than the one it has: ignored).
+    Placement(Placement),
+    /// The server froze `range` for move `move_id`: fed to the coordinator before the
+    /// freeze is acknowledged to the operator.
+    Freeze {
+        /// The range.
+        range: RangeId,
+        /// The move.
+        move_id: Version,
+    },
 }
 
 /// What the coordinator asks its driver to do. It keeps no durable state: nothing
@@ -185,6 +203,8 @@ pub struct Coordinator {
     keepalive_due: Time,
     keepalive_out: bool,
     groups: Groups,
+    /// The server's placement (`None`: not placed, every group is its replica's).
+    placement: Option<ServerPlacement>,
 }
 
 impl Coordinator {
@@ -204,6 +224,7 @@ impl Coordinator {
             keepalive_due: Time::ZERO,
             keepalive_out: false,
             groups: Groups::default(),
+            placement: None,
         }
     }
 
@@ -242,7 +263,7 @@ impl Coordinator {
         let serving = self.holds_lease(now)
             || (bugs.validate_without_lock() && !retired)
             || (bugs.release_while_vouching() && retired && now < self.lease_end);
-        serving && matches!(self.groups.get(eg), Some(GroupState::Valid { .. }))
+        serving && self.serves(eg) && matches!(self.groups.get(eg), Some(GroupState::Valid { .. }))
     }
 
     /// Whether it has stopped for good and given its lock back (the lock service
@@ -291,6 +312,8 @@ impl Coordinator {
                 Err(retry) => out.extend(retry.map(Output::Lock)),
             },
             Input::Tick => self.on_tick(now, &mut out),
+            Input::Placement(placement) => self.observe_placement(now, placement, &mut out),
+            Input::Freeze { range, move_id } => self.freeze(range, move_id),
         }
         out.extend(self.next_wake().map(Output::WakeAt));
         self.check_invariants();
@@ -572,17 +595,26 @@ impl Coordinator {
                 out.push(Output::Reply { to: from, reply });
             }
             CoordinatorRequest::Invalidate { id, eg, position } => {
+                // Recorded even where not served: an invalidation is always safe, and
+                // an aborted move's source serves the group again.
+                let served = self.serves(&eg);
                 self.invalidate(now, eg, position, out);
-                out.push(Output::Reply {
-                    to: from,
-                    reply: CoordinatorReply::Invalidated { id },
-                });
+                let reply = if served {
+                    CoordinatorReply::Invalidated { id }
+                } else {
+                    CoordinatorReply::NotServed { id }
+                };
+                out.push(Output::Reply { to: from, reply });
             }
             CoordinatorRequest::Validate {
                 eg,
                 position,
                 epoch,
-            } => self.validate(now, eg, position, epoch),
+            } => {
+                if self.serves(&eg) {
+                    self.validate(now, eg, position, epoch);
+                }
+            }
         }
     }
 

@@ -24,7 +24,11 @@
 //! - revoked ("disabled") or stopping means never vouching again in this process;
 //! - *release-after-last-vouch*: it closes its session (giving its lock back, so writers
 //!   may skip it at once instead of waiting out the lease) only in the step that stopped
-//!   its vouching, or later.
+//!   its vouching, or later;
+//! - placed on one of many servers ([`Coordinator::placed`], `coordinator/placed.rs`):
+//!   *vouch-only-served*, *invalidate-where-served* (an invalidation for a group not
+//!   served here is recorded but answered [`CoordinatorReply::NotServed`]) and
+//!   *new-epoch-on-arrival* (a range becoming served restarts the epoch).
 //!
 //! Memory: one entry per group remembered in the epoch — its key and 8 bytes of state
 //! in one allocation, about 46 bytes beside the key (`tests/memory.rs`) — at most

@@ -55,4 +55,20 @@ pub enum CoordinatorReply {
         /// The invalidate's id.
         id: u64,
     },
+    /// The invalidation is recorded, but this coordinator's server does not serve the
+    /// group's slot now (its range moved away, or is frozen for a move): it does not
+    /// count for the invalidation step. The writer routes again by a newer placement.
+    NotServed {
+        /// The invalidate's id.
+        id: u64,
+    },
+}
+
+impl CoordinatorReply {
+    /// The id of the request it answers.
+    pub fn id(&self) -> u64 {
+        match self {
+            Self::Query { id, .. } | Self::Invalidated { id } | Self::NotServed { id } => *id,
+        }
+    }
 }

@@ -14,7 +14,6 @@ mod relay;
 
 use std::collections::BTreeMap;
 
-use megastore_coordinator::CoordinatorReply;
 use megastore_rowstore::KeyRange;
 use megastore_types::{
     ClientId, EgId, NodeId, Position, ReplicaId, ReplicaKind, SiteId, Time, TxnId,
@@ -1028,11 +1027,7 @@ impl ClientCore {
                 });
             }
             (NodeId::Coordinator(r), Message::CoordinatorReply(reply)) => {
-                let id = match &reply {
-                    CoordinatorReply::Query { id, .. } | CoordinatorReply::Invalidated { id } => {
-                        *id
-                    }
-                };
+                let id = reply.id();
                 let Some(op) = self.wiring.route(id).copied() else {
                     return;
                 };

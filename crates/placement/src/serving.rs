@@ -225,6 +225,31 @@ impl ServerPlacement {
         }
     }
 
+    /// The key spans where this server serves slot `replica`: the ranges whose slot it
+    /// holds, less those it froze. In key order, adjacent spans merged.
+    pub fn served_spans(&self, replica: ReplicaId) -> Vec<Span> {
+        let mut out = Vec::new();
+        for range in self.view.ranges() {
+            let holds = range.slot(replica).is_some_and(|s| s.server == self.server);
+            if holds && !self.frozen.contains_key(&range.id) {
+                push_merged(
+                    &mut out,
+                    Span {
+                        start: range.start.clone(),
+                        end: range.end.clone(),
+                    },
+                );
+            }
+        }
+        out
+    }
+
+    /// The spans where this server serves slot `replica` and `before` did not: what
+    /// arrived (a move finished to it, or a freeze lifted).
+    pub fn newly_served(&self, before: &ServerPlacement, replica: ReplicaId) -> Vec<Span> {
+        subtract(&self.served_spans(replica), &before.served_spans(replica))
+    }
+
     /// Adopts `placement` if it is newer than the one it has (placements never go
     /// back), lifting the freezes of aborted moves and naming the spans to retire.
     pub fn observe(&mut self, placement: Placement) -> Observed {

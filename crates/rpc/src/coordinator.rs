@@ -75,6 +75,7 @@ pub fn reply_to_wire(reply: Option<CoordinatorReply>) -> pb::CoordinatorReply {
             retired,
         }),
         Some(CoordinatorReply::Invalidated { id }) => r::Reply::Invalidated(r::Invalidated { id }),
+        Some(CoordinatorReply::NotServed { id }) => r::Reply::NotServed(r::NotServed { id }),
         None => r::Reply::None(r::None {}),
     };
     pb::CoordinatorReply { reply: Some(reply) }
@@ -91,6 +92,7 @@ pub fn reply_from_wire(reply: pb::CoordinatorReply) -> Result<Option<Coordinator
             retired: q.retired,
         }),
         r::Reply::Invalidated(i) => Some(CoordinatorReply::Invalidated { id: i.id }),
+        r::Reply::NotServed(n) => Some(CoordinatorReply::NotServed { id: n.id }),
         r::Reply::None(_) => None,
     })
 }

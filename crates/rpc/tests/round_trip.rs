@@ -419,6 +419,7 @@ fn every_coordinator_message_survives_the_wire() {
             retired: true,
         }),
         Some(CoordinatorReply::Invalidated { id: 9 }),
+        Some(CoordinatorReply::NotServed { id: 10 }),
         None,
     ];
     for reply in replies {

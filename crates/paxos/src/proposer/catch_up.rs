@@ -147,9 +147,7 @@ impl CatchUp {
         from: ReplicaId,
         reply: CoordinatorReply,
     ) -> CatchUpProgress {
-        let id = match &reply {
-            CoordinatorReply::Invalidated { id } | CoordinatorReply::Query { id, .. } => *id,
-        };
+        let id = reply.id();
         if let Some(settle) = self.settles.values_mut().find(|s| s.owns(id)) {
             settle.on_coordinator_reply(ctx, from, reply);
         }

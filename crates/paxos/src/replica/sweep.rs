@@ -553,9 +553,7 @@ impl Sweeper {
         reply: CoordinatorReply,
         sends: &mut Vec<(NodeId, Message)>,
     ) {
-        let id = match &reply {
-            CoordinatorReply::Invalidated { id } | CoordinatorReply::Query { id, .. } => *id,
-        };
+        let id = reply.id();
         let Some(eg) = self.wiring.route(id).cloned() else {
             return;
         };
