@@ -30,9 +30,10 @@ impl std::ops::AddAssign for CopyStats {
 }
 
 /// Makes `to`'s rows in `span` exactly `from`'s — every version and tombstone, and no
-/// other row — leaving every row outside `span` alone. Works page by page,
-/// `page_rows` rows of the source at a time, each page one atomic batch of the target
-/// written with `durability`. The copy is of one moment if `from` is a snapshot or
+/// other row — leaving every row outside `span` alone. Works page by page, reading at
+/// most `page_rows` rows of each store at a time (so memory is bounded however much
+/// either holds), each page one atomic batch of the target written with
+/// `durability`. The copy is of one moment if `from` is a snapshot or
 /// does not change meanwhile; otherwise each page is of its own moment, and a later
 /// copy of the span (from a source that no longer changes) makes it exact.
 pub fn copy_span<F, T>(
@@ -58,19 +59,29 @@ where
             return Ok(stats);
         }
         let page = from.export_rows(&rest, page_rows)?;
-        // Where the next page starts: right after this page's last row if the page is
-        // full; none if this is the last page.
-        let next = page
-            .last()
-            .filter(|_| page.len() == page_rows)
-            .map(|last| [last.key.as_slice(), &[0]].concat());
-        // The keys this page speaks for: up to and including its last row, or, on the
-        // last page, the rest of the span.
+        let held = to.export_rows(&rest, page_rows)?;
+        // Each side speaks for the keys up to and including its last row if its page
+        // is full, else for the rest of the span; this page covers what both speak
+        // for, and the next starts right after (none: this is the last page).
+        let next = match (
+            speaks_until(&page, page_rows),
+            speaks_until(&held, page_rows),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let covered = KeyRange {
             start,
             end: next.clone().or_else(|| span.end.clone()),
         };
-        let held = to.export_rows(&covered, usize::MAX)?;
+        let page: Vec<StoredRow> = page
+            .into_iter()
+            .filter(|r| covered.contains(&r.key))
+            .collect();
+        let held: Vec<StoredRow> = held
+            .into_iter()
+            .filter(|r| covered.contains(&r.key))
+            .collect();
         let mutations = page_mutations(&page, &held, &mut stats);
         if !mutations.is_empty() {
             to.mutate_rows(&covered, &mutations, durability)?;
@@ -81,6 +92,14 @@ where
             None => return Ok(stats),
         }
     }
+}
+
+/// The key right after a full page's last row (`None`: the page is not full, so it
+/// speaks for the rest of its span).
+fn speaks_until(rows: &[StoredRow], page_rows: usize) -> Option<Vec<u8>> {
+    rows.last()
+        .filter(|_| rows.len() == page_rows)
+        .map(|last| [last.key.as_slice(), &[0]].concat())
 }
 
 /// Removes every version of every row of `to` in `span` (retiring a copy of a range

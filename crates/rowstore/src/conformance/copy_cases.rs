@@ -69,6 +69,10 @@ fn fill_stale_target<S: RowStore + ?Sized>(store: &S) {
         store,
         RowMutation::new(b"bb").set(b"c", 1, b"not at the source"),
     );
+    // More stale rows between two of the source's than any page holds.
+    for n in 0..5u8 {
+        apply(store, RowMutation::new([b'b', b'z', n]).set(b"s", 1, [n]));
+    }
     apply(store, RowMutation::new([b'c', 4]).delete_column(b"v", 9));
     apply(
         store,
