@@ -479,18 +479,6 @@ fn run(steps: &[Step], bugs: Knobs) -> Result<(), TestCaseError> {
             prop_assert!(steps < 100, "operator {operator} does not finish its move");
         }
     }
-    if std::env::var("PLACED_MOVES_STATS").is_ok() {
-        let moved = world
-            .history
-            .iter()
-            .filter(|p| p.ranges().iter().any(|r| r.moving.is_some()))
-            .count();
-        let acked: usize = world.acknowledged.values().map(Vec::len).sum();
-        eprintln!(
-            "versions {} with a move {moved} acked {acked}",
-            world.history.len()
-        );
-    }
     Ok(())
 }
 
