@@ -61,11 +61,11 @@ pub use proposer::read::{ReadError, ReadMode, ReadPath, ReadResult};
 pub use proposer::resolve::Resolution;
 pub use proposer::{ProposerConfig, Timeouts};
 pub use replica::{
-    Batch, BatchCounts, CHOSEN_REMEMBERED, DRIVER_CLIENT, FREEZES_ROW, FreezesError, GroupList,
-    GroupLog, HISTORY_KEPT, Input as ReplicaInput, Output as ReplicaOutput, REGISTRY_PREFIX,
-    Rejoin, Released, Replica, ReplicaConfig, ReplicaLag, SweepConfig, answer_read,
-    answer_snapshot, copy_range, group_state_spans, list_groups, load_freezes, load_group,
-    register_group, registered_in, retire_range,
+    Batch, BatchCounts, CHOSEN_REMEMBERED, DRIVER_CLIENT, GroupList, GroupLog, HISTORY_KEPT,
+    Input as ReplicaInput, Output as ReplicaOutput, REGISTRY_PREFIX, Rejoin, Released, Replica,
+    ReplicaConfig, ReplicaLag, SERVER_PLACEMENT_ROW, ServerPlacementError, SweepConfig,
+    answer_read, answer_snapshot, copy_range, group_state_spans, list_groups, load_group,
+    load_server_placement, register_group, registered_in, retire_range,
 };
 pub use two_phase::commit::{Participant, TwoPhaseResult};
 pub use two_phase::decide::DecideOutcome;

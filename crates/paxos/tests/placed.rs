@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use megastore_paxos::messages::{AcceptResult, ReplicaError};
 use megastore_paxos::{
-    FREEZES_ROW, ProtocolBugs, ReplicaInput, ReplicaReply, ReplicaRequest, copy_range,
-    group_state_spans, load_freezes,
+    ProtocolBugs, ReplicaInput, ReplicaReply, ReplicaRequest, SERVER_PLACEMENT_ROW, copy_range,
+    group_state_spans, load_server_placement,
 };
 use megastore_placement::{
     Placement, PlacementBugs, Range, RangeId, Server, ServerId, ServerPlacement, Version,
@@ -56,11 +56,25 @@ fn keys(range: &Range) -> KeyRange {
     }
 }
 
-/// Replica 1's core on `server`, as it starts: the placement read, the freezes stored.
+/// Replica 1's core on `server`, as it starts: from the placement it stored (if any),
+/// then fed `view`, the newest it reads.
 fn replica_on(server: ServerId, view: &Placement, store: MemoryStore, bugs: ProtocolBugs) -> Node {
-    let frozen = load_freezes(&store).unwrap();
-    let (placement, _) = ServerPlacement::new(server, view.clone(), frozen, PlacementBugs::NONE);
-    Node::placed_over(1, placement, store, bugs)
+    let placement = load_server_placement(&store, server, PlacementBugs::NONE)
+        .unwrap()
+        .unwrap_or_else(|| {
+            ServerPlacement::new(server, view.clone(), BTreeMap::new(), PlacementBugs::NONE).0
+        });
+    let mut node = Node::placed_over(1, placement, store, bugs);
+    node.step_at(Time::ZERO, ReplicaInput::Placement(view.clone()));
+    node
+}
+
+/// What `node` stored of its placement.
+fn stored(node: &Node) -> ServerPlacement {
+    let server = node.replica.placement().unwrap().server();
+    load_server_placement(&node.store, server, PlacementBugs::NONE)
+        .unwrap()
+        .expect("a stored placement")
 }
 
 fn log_state(eg: &EgId) -> ReplicaRequest {
@@ -243,7 +257,8 @@ fn a_move_hands_a_group_from_one_core_to_another_with_its_whole_state() {
 
     // The source drops its freeze and retires every row of the range.
     source.step_at(Time::ZERO, ReplicaInput::Placement(p2.clone()));
-    assert!(load_freezes(&source.store).unwrap().is_empty());
+    assert!(stored(&source).frozen().is_empty());
+    assert_eq!(stored(&source).view().version(), p2.version());
     for span in group_state_spans(&keys(&range)) {
         assert_eq!(rows_in(&source.store, &span), 0, "{span:?} retired");
     }
@@ -254,7 +269,13 @@ fn a_move_hands_a_group_from_one_core_to_another_with_its_whole_state() {
             epoch: Version(p2.version().0)
         }
     );
-    assert!(rows_in(&source.store, &KeyRange::single(FREEZES_ROW.to_vec())) == 1);
+    assert_eq!(
+        rows_in(
+            &source.store,
+            &KeyRange::single(SERVER_PLACEMENT_ROW.to_vec())
+        ),
+        1
+    );
 }
 
 #[test]
@@ -295,7 +316,7 @@ fn an_aborted_move_unfreezes_the_source_and_retires_the_targets_copy() {
         .abort_move(range.id, move_id)
         .unwrap();
     source.step_at(Time::ZERO, ReplicaInput::Placement(aborted.clone()));
-    assert!(load_freezes(&source.store).unwrap().is_empty());
+    assert!(stored(&source).frozen().is_empty());
     assert!(matches!(
         source.ask(log_state(&eg())),
         ReplicaReply::LogState { .. }

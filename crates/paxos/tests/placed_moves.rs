@@ -23,7 +23,7 @@ use megastore_paxos::entry::root_row;
 use megastore_paxos::messages::AcceptResult;
 use megastore_paxos::{
     LogEntry, ProtocolBugs, ReplicaInput, ReplicaReply, ReplicaRequest, RowWrite, copy_range,
-    load_freezes,
+    load_server_placement,
 };
 use megastore_placement::{
     MoveRequest, OperatorBugs, OperatorStep, Placement, PlacementBugs, Progress, Server, ServerId,
@@ -156,8 +156,11 @@ fn start_server(
     store: MemoryStore,
     bugs: Knobs,
 ) -> ServerNode {
-    let frozen = load_freezes(&store).expect("freezes decode");
-    let (placement, _) = ServerPlacement::new(id, view, frozen, bugs.placement);
+    // From the placement it stored; one that never stored any never judged by any but
+    // the first.
+    let placement = load_server_placement(&store, id, bugs.placement)
+        .expect("the stored placement decodes")
+        .unwrap_or_else(|| ServerPlacement::new(id, view, BTreeMap::new(), bugs.placement).0);
     ServerNode {
         id,
         node: Node::placed_over(site.0, placement, store, bugs.protocol),
@@ -329,9 +332,8 @@ impl World {
                 let old = &mut self.servers[server % count];
                 old.node.store.crash();
                 let (id, site) = (old.id, SiteId(old.node.id.0));
-                let view = old.placement().view().clone();
                 let store = std::mem::replace(&mut old.node.store, MemoryStore::new());
-                *old = start_server(id, site, view, store, self.bugs);
+                *old = start_server(id, site, self.history[0].clone(), store, self.bugs);
             }
             Step::Split { range, at } => {
                 if let Ok(next) = stored.split(range_at(*range).id, &[*at]) {

@@ -223,7 +223,7 @@ fn carry_out<S: RowStore>(
         Output::Index { mutation } => {
             store.mutate_row(&mutation, None, Durability::Buffered)?;
         }
-        Output::Persist { mutation } | Output::PersistFreezes { mutation } => {
+        Output::Persist { mutation } | Output::PersistPlacement { mutation } => {
             store.mutate_row(&mutation, None, Durability::Buffered)?;
             batch.needs_sync = true;
             batch.counts.persists += 1;

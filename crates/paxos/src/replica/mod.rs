@@ -40,7 +40,7 @@ use megastore_types::{
 pub use awaiting::{AWAIT_MAX, AWAITING_MAX};
 pub use driver::{Batch, BatchCounts, DRIVER_CLIENT, Released, load_group};
 pub use group::{CHOSEN_REMEMBERED, GroupLog, HISTORY_KEPT, Proposal, Rejoin};
-pub use placed::{FREEZES_ROW, FreezesError, load_freezes};
+pub use placed::{SERVER_PLACEMENT_ROW, ServerPlacementError, load_server_placement};
 pub use range_state::{copy_range, group_state_spans, retire_range};
 pub use registry::{
     GroupList, OPEN_PREFIX, REGISTRY_PREFIX, list, list_groups, register_group, registered_in,
@@ -238,9 +238,10 @@ pub enum Output {
     },
     /// Feed [`Input::Tick`] at this time.
     WakeAt(Time),
-    /// Write the server's freezes ([`FREEZES_ROW`]), synced: sends after it wait until
-    /// it is durable.
-    PersistFreezes {
+    /// Write the server's placement ([`SERVER_PLACEMENT_ROW`]: the placement it judges
+    /// by and its freezes), synced: sends after it wait until it is durable, and
+    /// nothing after it (a retirement) is durable without it.
+    PersistPlacement {
         /// The mutation.
         mutation: RowMutation,
     },

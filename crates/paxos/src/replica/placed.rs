@@ -12,64 +12,89 @@
 //! them is never shadowed by a stale group in memory.
 //!
 //! A move's source freezes the range ([`Input::Freeze`](super::Input::Freeze)): its
-//! groups leave memory the same way, and the server's freezes are persisted, synced,
-//! in [`FREEZES_ROW`] before anything later leaves, so the host acknowledges the
-//! freeze to the operator only after the batch's sync. [`load_freezes`] reads them
-//! back at start.
+//! groups leave memory the same way. Whenever the server's placement changes — a newer
+//! placement read, a freeze made or lifted — the whole of it (the placement it judges
+//! by and its freezes) is persisted, synced, in [`SERVER_PLACEMENT_ROW`] before
+//! anything later in the batch leaves; so the host acknowledges a freeze to the
+//! operator only after the sync, and a retirement is never durable without the
+//! placement that caused it. [`load_server_placement`] reads it back at start.
 //!
-//! Invariant (*loaded-only-if-served*): every group in memory is one the placement
-//! lets this replica serve. Loads are answered within the step that asks
-//! ([`super::driver`]), so no load is in flight when the placement changes.
+//! Invariants:
+//! - *loaded-only-if-served*: every group in memory is one the placement lets this
+//!   replica serve. Loads are answered within the step that asks
+//!   ([`super::driver`]), so no load is in flight when the placement changes.
+//! - *placement-never-goes-back*: a server restarts from the placement it last
+//!   judged by, never an older one, even before it reaches the lock service. An older
+//!   one could show a range it has since given away (frozen, finished, the freeze
+//!   dropped and the rows retired) as its own, and it would serve the range again
+//!   beside its new holder. (The view persisted with each freeze already prevents
+//!   that; persisting every view also keeps a restart from judging by a placement
+//!   older than any it acted on.) The host then feeds the newest placement it reads
+//!   from the lock service, as any other.
 
 use std::collections::BTreeMap;
 
-use megastore_placement::{Placement, RangeId, ServerPlacement, Serving, Span, Version};
+use megastore_placement::{
+    Placement, PlacementBugs, RangeId, ServerId, ServerPlacement, Serving, Span, Version,
+};
 use megastore_rowstore::{KeyRange, LATEST, RowMutation, RowRead, RowStoreError};
 use megastore_types::EgId;
 
 use super::{GroupSlot, Output, Replica, reply};
 use crate::messages::{ReplicaError, ReplicaReply};
 
-/// The system row that holds a placed server's freezes: the ranges it froze for moves
-/// away, each with its move.
-pub const FREEZES_ROW: &[u8] = b"\xff\xffmegastore/placement/frozen";
-const FREEZES_COLUMN: &[u8] = b"f";
+/// The system row that holds a placed server's placement: the placement it judges
+/// by, and the ranges it froze for moves away, each with its move.
+pub const SERVER_PLACEMENT_ROW: &[u8] = b"\xff\xffmegastore/placement/server";
+const VIEW_COLUMN: &[u8] = b"view";
+const FROZEN_COLUMN: &[u8] = b"frozen";
 
-/// Why a server's freezes could not be read back.
+/// Why a server's stored placement could not be read back.
 #[derive(Debug, thiserror::Error)]
-pub enum FreezesError {
+pub enum ServerPlacementError {
     /// The store failed.
-    #[error("reading the freezes row: {0}")]
+    #[error("reading the server's placement: {0}")]
     Store(#[from] RowStoreError),
-    /// The row does not decode: the server must not guess which ranges it froze.
-    #[error("the freezes row ({row:?}) does not decode: {why}")]
+    /// The row does not decode: the server must not guess what it holds or froze.
+    #[error("the server's placement row ({row:?}) does not decode: {why}")]
     Corrupt {
         /// The row.
         row: String,
-        /// The decoder's complaint.
+        /// What is wrong.
         why: String,
     },
 }
 
-/// The freezes a placed server persisted (none if it never froze a range).
-pub fn load_freezes<R: RowRead>(store: &R) -> Result<BTreeMap<RangeId, Version>, FreezesError> {
-    let Some(row) = store.read_row(FREEZES_ROW, &KeyRange::all(), LATEST)? else {
-        return Ok(BTreeMap::new());
+/// The placement a placed server persisted (`None`: it never persisted one, so it
+/// never judged by any but the one it is first given), for server `server`.
+pub fn load_server_placement<R: RowRead>(
+    store: &R,
+    server: ServerId,
+    bugs: PlacementBugs,
+) -> Result<Option<ServerPlacement>, ServerPlacementError> {
+    let Some(row) = store.read_row(SERVER_PLACEMENT_ROW, &KeyRange::all(), LATEST)? else {
+        return Ok(None);
     };
-    let corrupt = |why: String| FreezesError::Corrupt {
-        row: String::from_utf8_lossy(FREEZES_ROW).into_owned(),
+    let corrupt = |why: String| ServerPlacementError::Corrupt {
+        row: String::from_utf8_lossy(SERVER_PLACEMENT_ROW).into_owned(),
         why,
     };
-    let value = row
-        .value(FREEZES_COLUMN)
-        .ok_or_else(|| corrupt("no freezes column".to_string()))?;
-    postcard::from_bytes(value).map_err(|e| corrupt(e.to_string()))
+    let column = |name: &[u8]| {
+        row.value(name)
+            .ok_or_else(|| corrupt(format!("no {} column", String::from_utf8_lossy(name))))
+    };
+    let view = Placement::decode(column(VIEW_COLUMN)?).map_err(|e| corrupt(e.to_string()))?;
+    let frozen: BTreeMap<RangeId, Version> =
+        postcard::from_bytes(column(FROZEN_COLUMN)?).map_err(|e| corrupt(e.to_string()))?;
+    Ok(Some(ServerPlacement::new(server, view, frozen, bugs).0))
 }
 
-/// The mutation that stores `frozen` as the server's freezes.
-fn freezes_mutation(frozen: &BTreeMap<RangeId, Version>) -> RowMutation {
-    let value = postcard::to_allocvec(frozen).expect("a map of integers encodes");
-    RowMutation::new(FREEZES_ROW.to_vec()).set(FREEZES_COLUMN.to_vec(), 0, value)
+/// The mutation that stores `placement` as the server's.
+fn placement_mutation(placement: &ServerPlacement) -> RowMutation {
+    let frozen = postcard::to_allocvec(placement.frozen()).expect("a map of integers encodes");
+    RowMutation::new(SERVER_PLACEMENT_ROW.to_vec())
+        .set(VIEW_COLUMN.to_vec(), 0, placement.view().encode())
+        .set(FROZEN_COLUMN.to_vec(), 0, frozen)
 }
 
 impl Replica {
@@ -115,11 +140,11 @@ impl Replica {
         let Some(server) = &mut self.placement else {
             return;
         };
-        let before = server.frozen().clone();
+        let before = server.view().version();
         let seen = server.observe(placement);
-        if *server.frozen() != before {
-            out.push(Output::PersistFreezes {
-                mutation: freezes_mutation(server.frozen()),
+        if server.view().version() != before {
+            out.push(Output::PersistPlacement {
+                mutation: placement_mutation(server),
             });
         }
         self.forget_unserved(out);
@@ -130,7 +155,7 @@ impl Replica {
 
     /// The operator asks this server, a move's source, to freeze `range` for
     /// `move_id`. Refused (nothing changes) unless its placement shows the move, from
-    /// it. Else the range's groups leave memory and the freezes are persisted; the
+    /// it. Else the range's groups leave memory and the placement is persisted; the
     /// host acknowledges once [`ServerPlacement::frozen`] holds the move and the
     /// batch is released (so synced).
     pub(super) fn freeze(&mut self, range: RangeId, move_id: Version, out: &mut Vec<Output>) {
@@ -140,8 +165,8 @@ impl Replica {
         if server.freeze(range, move_id).is_err() {
             return;
         }
-        out.push(Output::PersistFreezes {
-            mutation: freezes_mutation(server.frozen()),
+        out.push(Output::PersistPlacement {
+            mutation: placement_mutation(server),
         });
         self.forget_unserved(out);
     }
