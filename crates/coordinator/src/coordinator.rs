@@ -8,7 +8,7 @@ use std::time::Duration;
 use megastore_lock::{
     LockClient, LockCommand, LockError, LockReply, LockResponse, LockSend, SessionId,
 };
-use megastore_placement::{Placement, RangeId, ServerPlacement, Version};
+use megastore_placement::{Placement, ServerId};
 use megastore_types::{EgId, Epoch, LockNodeId, NodeId, Position, ReplicaId, Time};
 
 use crate::messages::{CoordinatorReply, CoordinatorRequest};
@@ -127,17 +127,9 @@ pub enum Input {
     },
     /// Time passed (a [`Output::WakeAt`] came due).
     Tick,
-    /// The server read this placement (a placed coordinator only, see
+    /// The host read this placement (a placed coordinator only, see
     /// [`Coordinator::placed`]; older than the one it has: ignored).
     Placement(Placement),
-    /// The server froze `range` for move `move_id`: fed to the coordinator before the
-    /// freeze is acknowledged to the operator.
-    Freeze {
-        /// The range.
-        range: RangeId,
-        /// The move.
-        move_id: Version,
-    },
 }
 
 /// What the coordinator asks its driver to do. It keeps no durable state: nothing
@@ -203,8 +195,9 @@ pub struct Coordinator {
     keepalive_due: Time,
     keepalive_out: bool,
     groups: Groups,
-    /// The server's placement (`None`: not placed, every group is its replica's).
-    placement: Option<ServerPlacement>,
+    /// Its server and the placement it judges by (`None`: not placed, every group is
+    /// its replica's).
+    placement: Option<(ServerId, Placement)>,
 }
 
 impl Coordinator {
@@ -313,7 +306,6 @@ impl Coordinator {
             },
             Input::Tick => self.on_tick(now, &mut out),
             Input::Placement(placement) => self.observe_placement(now, placement, &mut out),
-            Input::Freeze { range, move_id } => self.freeze(range, move_id),
         }
         out.extend(self.next_wake().map(Output::WakeAt));
         self.check_invariants();

@@ -26,9 +26,10 @@
 //!   may skip it at once instead of waiting out the lease) only in the step that stopped
 //!   its vouching, or later;
 //! - placed on one of many servers ([`Coordinator::placed`], `coordinator/placed.rs`):
-//!   *vouch-only-served*, *invalidate-where-served* (an invalidation for a group not
-//!   served here is recorded but answered [`CoordinatorReply::NotServed`]) and
-//!   *new-epoch-on-arrival* (a range becoming served restarts the epoch).
+//!   *vouch-only-served* (a range held and not moving away), *invalidate-where-served*
+//!   (an invalidation for a group not served here is recorded but answered
+//!   [`CoordinatorReply::NotServed`]) and *new-epoch-on-arrival* (a range becoming
+//!   served restarts the epoch).
 //!
 //! Memory: one entry per group remembered in the epoch — its key and 8 bytes of state
 //! in one allocation, about 46 bytes beside the key (`tests/memory.rs`) — at most

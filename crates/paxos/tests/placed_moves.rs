@@ -250,6 +250,8 @@ impl World {
                     progress.froze = true;
                 }
             }
+            // No coordinators here: each has read the placement by the time it is asked.
+            OperatorStep::Fence { .. } => progress.fenced = true,
             OperatorStep::Done(_) => {
                 self.operators[index] = None;
                 return false;
@@ -608,7 +610,7 @@ fn a_move_over_replica_cores_hands_the_slot_over_with_every_write() {
         to,
     };
     let mut steps = vec![write.clone()];
-    steps.extend(std::iter::repeat_n(operate, 6)); // begin, copy, freeze, record, copy, finish
+    steps.extend(std::iter::repeat_n(operate, 7)); // begin, copy, freeze, fence, record, copy, finish
     steps.extend([
         Step::Read {
             server: to,

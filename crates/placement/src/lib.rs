@@ -51,7 +51,7 @@ pub use ids::{RangeId, Server, ServerId, Version};
 pub use map::{DecodeError, Placement};
 pub use operator::{MoveEnd, MoveRequest, OperatorBugs, OperatorStep, Progress, next_step};
 pub use range::{Move, MovePhase, Range, Slot};
-pub use serving::{Observed, PlacementBugs, ServerPlacement, Serving, Span};
+pub use serving::{Observed, PlacementBugs, ServerPlacement, Serving, Span, spans_of, uncovered};
 
 /// The lock-service file that holds the placement (writing it is administration).
 pub const PLACEMENT_FILE: &str = "placement/ranges";

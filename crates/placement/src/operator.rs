@@ -42,6 +42,9 @@ pub struct Progress {
     pub bulk_copied: bool,
     /// The source answered that it froze the range.
     pub froze: bool,
+    /// The source's coordinator answered that it has read the move, so it vouches and
+    /// acknowledges invalidations for none of the range.
+    pub fenced: bool,
     /// The target copied the frozen range: everything the source holds of it.
     pub final_copied: bool,
     /// The operator gives the move up (a copy keeps failing, or it was asked to).
@@ -87,6 +90,17 @@ pub enum OperatorStep {
         server: ServerId,
         /// The range.
         range: RangeId,
+        /// The move.
+        move_id: Version,
+    },
+    /// Ask the coordinator of `server`, the move's source, whether it has read the
+    /// placement that began `move_id` (it then vouches and acknowledges invalidations
+    /// for none of the range); ask again until it has. A move is recorded frozen only
+    /// then, so no writer can finish its invalidation step at the source's coordinator
+    /// once the target may serve.
+    Fence {
+        /// The source.
+        server: ServerId,
         /// The move.
         move_id: Version,
     },
@@ -185,6 +199,10 @@ pub fn next_step(
         MovePhase::Copying if !progress.froze => OperatorStep::Freeze {
             server: moving.from,
             range: range.id,
+            move_id: moving.id,
+        },
+        MovePhase::Copying if !progress.fenced => OperatorStep::Fence {
+            server: moving.from,
             move_id: moving.id,
         },
         MovePhase::Copying => write(placement.record_frozen(range.id, moving.id)),

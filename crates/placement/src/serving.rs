@@ -225,31 +225,6 @@ impl ServerPlacement {
         }
     }
 
-    /// The key spans where this server serves slot `replica`: the ranges whose slot it
-    /// holds, less those it froze. In key order, adjacent spans merged.
-    pub fn served_spans(&self, replica: ReplicaId) -> Vec<Span> {
-        let mut out = Vec::new();
-        for range in self.view.ranges() {
-            let holds = range.slot(replica).is_some_and(|s| s.server == self.server);
-            if holds && !self.frozen.contains_key(&range.id) {
-                push_merged(
-                    &mut out,
-                    Span {
-                        start: range.start.clone(),
-                        end: range.end.clone(),
-                    },
-                );
-            }
-        }
-        out
-    }
-
-    /// The spans where this server serves slot `replica` and `before` did not: what
-    /// arrived (a move finished to it, or a freeze lifted).
-    pub fn newly_served(&self, before: &ServerPlacement, replica: ReplicaId) -> Vec<Span> {
-        subtract(&self.served_spans(replica), &before.served_spans(replica))
-    }
-
     /// Adopts `placement` if it is newer than the one it has (placements never go
     /// back), lifting the freezes of aborted moves and naming the spans to retire.
     pub fn observe(&mut self, placement: Placement) -> Observed {
@@ -290,15 +265,7 @@ impl ServerPlacement {
     /// The key spans whose rows this server keeps under `placement`: the ranges it
     /// holds a slot of, and those being moved to it. In key order.
     fn spans_kept(&self, placement: &Placement) -> Vec<Span> {
-        placement
-            .ranges()
-            .iter()
-            .filter(|r| keeps(r, self.server))
-            .map(|r| Span {
-                start: r.start.clone(),
-                end: r.end.clone(),
-            })
-            .collect()
+        spans_of(placement.ranges().iter().filter(|r| keeps(r, self.server)))
     }
 }
 
@@ -306,8 +273,27 @@ fn keeps(range: &Range, server: ServerId) -> bool {
     range.slot_held_by(server).is_some() || range.moving.as_ref().is_some_and(|m| m.to == server)
 }
 
+/// The spans of `ranges`, in key order, adjacent ones merged.
+pub fn spans_of<'a>(ranges: impl IntoIterator<Item = &'a Range>) -> Vec<Span> {
+    let mut out = Vec::new();
+    for range in ranges {
+        push_merged(
+            &mut out,
+            Span {
+                start: range.start.clone(),
+                end: range.end.clone(),
+            },
+        );
+    }
+    out
+}
+
 /// The parts of the spans `before` that no span of `after` covers (both sorted and
 /// disjoint), adjacent parts merged.
+pub fn uncovered(before: &[Span], after: &[Span]) -> Vec<Span> {
+    subtract(before, after)
+}
+
 fn subtract(before: &[Span], after: &[Span]) -> Vec<Span> {
     let mut out: Vec<Span> = Vec::new();
     for span in before {
