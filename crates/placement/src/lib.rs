@@ -28,7 +28,9 @@
 //! *copy-after-seeing-the-move* (see [`ServerPlacement::receive`]) and
 //! *moves-keep-writes* (see [`next_step`]); the property test `tests/moves.rs` checks
 //! them under arbitrary interleavings, and catches the knobs `serve_while_frozen`,
-//! `receive_before_seeing_move` and `finish_without_final_copy`.
+//! `receive_before_seeing_move` and `finish_without_final_copy`
+//! (`record_frozen_unfenced` is caught over real cores, in the paxos crate's
+//! `tests/placed_moves.rs`).
 //!
 //! ```text
 //!  operator / rebalancer ──change──▶ Placement v(n) ──CAS──▶ lock service file

@@ -19,6 +19,10 @@ megastore_types::bug_knobs! {
         /// Finish as soon as the source froze, without copying what was written
         /// between the bulk copy and the freeze: those writes are lost.
         finish_without_final_copy,
+        /// Record the move frozen without asking the source's coordinator whether it
+        /// read the move: a coordinator behind it goes on acknowledging invalidations
+        /// for the range, which the writers then count though the target will serve.
+        record_frozen_unfenced,
     }
 }
 
@@ -201,10 +205,12 @@ pub fn next_step(
             range: range.id,
             move_id: moving.id,
         },
-        MovePhase::Copying if !progress.fenced => OperatorStep::Fence {
-            server: moving.from,
-            move_id: moving.id,
-        },
+        MovePhase::Copying if !progress.fenced && !bugs.record_frozen_unfenced() => {
+            OperatorStep::Fence {
+                server: moving.from,
+                move_id: moving.id,
+            }
+        }
         MovePhase::Copying => write(placement.record_frozen(range.id, moving.id)),
         MovePhase::Frozen if !progress.final_copied && !bugs.finish_without_final_copy() => {
             copy(true)

@@ -411,6 +411,7 @@ const NO_BUGS: (PlacementBugs, OperatorBugs) = (
     },
     OperatorBugs {
         finish_without_final_copy: false,
+        record_frozen_unfenced: false,
     },
 );
 
@@ -479,6 +480,7 @@ fn the_search_catches_a_move_finished_without_its_final_copy() {
         NO_BUGS.0,
         OperatorBugs {
             finish_without_final_copy: true,
+            ..OperatorBugs::NONE
         },
     );
     search_catches(bugs, &["*moves-keep-writes*"], step());
@@ -548,7 +550,8 @@ fn a_move_finishes_and_its_target_serves_with_every_write() {
             (
                 NO_BUGS.0,
                 OperatorBugs {
-                    finish_without_final_copy: true
+                    finish_without_final_copy: true,
+                    ..OperatorBugs::NONE
                 }
             )
         )
