@@ -385,28 +385,7 @@ fn past_its_bounds_it_forgets_valid_groups_and_restarts_its_epoch_for_invalid_on
     let mut bounded = config(CoordinatorBugs::NONE);
     bounded.valid_max = 2;
     bounded.invalid_max = 2;
-    let mut c = Coordinator::new(bounded.clone());
-    // Brought to serving as `serving` does, with the bounded config.
-    let out = c.step(t(0.0), Input::Start);
-    let (id, _) = lock_request(&out);
-    let out = respond(
-        &mut c,
-        t(0.1),
-        id,
-        Ok(LockReply::Session {
-            session: SessionId(5),
-            lease: LEASE,
-        }),
-    );
-    let (id, _) = lock_request(&out);
-    respond(
-        &mut c,
-        t(0.2),
-        id,
-        Ok(LockReply::Acquired {
-            sequencer: Sequencer(42),
-        }),
-    );
+    let mut c = start_serving(Coordinator::new(bounded.clone()));
     let validate = |n| CoordinatorRequest::Validate {
         eg: group(n),
         position: Position(5),
