@@ -12,11 +12,12 @@
 //! [`Placement::abort_move`]). [`ServerPlacement`] is a server's side: which requests
 //! it answers ([`ServerPlacement::judge`]), its durable freezes, and what it retires
 //! when it reads a newer placement. [`next_step`] is the operator's side of a move:
-//! its next write, copy or freeze, from the stored placement alone and what it did
-//! since it started, so a move survives the operator's crash.
+//! its next write, copy, freeze or fence, from the stored placement alone and what it
+//! did since it started, so a move survives the operator's crash.
 //!
 //! Not here: storing the placement (the lock service's files), copying a range's rows
-//! (the replica's snapshot install), routing caches, and changing a range's voter set
+//! (`copy_range` in the paxos crate, over the row store's `copy_span`), routing
+//! caches, and changing a range's voter set
 //! (a reconfiguration of the groups' logs, designed in docs/protocol.md and not built
 //! yet). A move keeps the slot's replica id, so the groups' Paxos state moves with it
 //! unchanged and no quorum changes.
