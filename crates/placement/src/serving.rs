@@ -237,7 +237,7 @@ impl ServerPlacement {
         let unfrozen = self.reconcile_freezes();
         Observed {
             unfrozen,
-            retire: subtract(&before, &after),
+            retire: uncovered(&before, &after),
         }
     }
 
@@ -291,10 +291,6 @@ pub fn spans_of<'a>(ranges: impl IntoIterator<Item = &'a Range>) -> Vec<Span> {
 /// The parts of the spans `before` that no span of `after` covers (both sorted and
 /// disjoint), adjacent parts merged.
 pub fn uncovered(before: &[Span], after: &[Span]) -> Vec<Span> {
-    subtract(before, after)
-}
-
-fn subtract(before: &[Span], after: &[Span]) -> Vec<Span> {
     let mut out: Vec<Span> = Vec::new();
     for span in before {
         let mut cursor = Some(span.start.clone());
