@@ -236,11 +236,37 @@ impl Drop for Process {
     }
 }
 
-/// Distinct free loopback ports (all listeners are held until every port is chosen).
+/// Where [`free_ports`] looks: below Linux's ephemeral range (32768–60999 by
+/// default), because the kernel hands ephemeral ports to every outgoing connection and
+/// to every `bind(…:0)`. A test that restarts a process on its port after a kill would
+/// otherwise race any client connection for it (a restarted replica once failed to
+/// bind its metrics port, held by some connection's source port).
+const TEST_PORTS: std::ops::Range<u16> = 16_384..32_768;
+
+/// Distinct free loopback ports outside the ephemeral range (all listeners are held
+/// until every port is chosen). The start is random, so concurrent test processes
+/// rarely probe the same ports.
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port"))
-        .collect();
+    use std::hash::{BuildHasher, Hasher};
+    let span = u64::from(TEST_PORTS.end - TEST_PORTS.start);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    let start = hasher.finish() % span;
+    let mut listeners = Vec::with_capacity(n);
+    for offset in 0..span {
+        if listeners.len() == n {
+            break;
+        }
+        let port = TEST_PORTS.start + u16::try_from((start + offset) % span).expect("in range");
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            listeners.push(listener);
+        }
+    }
+    assert_eq!(
+        listeners.len(),
+        n,
+        "{n} free loopback ports in {TEST_PORTS:?}"
+    );
     listeners
         .iter()
         .map(|l| l.local_addr().expect("bound").port())

@@ -29,20 +29,8 @@ struct TestCluster {
     _alone: std::sync::MutexGuard<'static, ()>,
 }
 
-/// Distinct free loopback ports (the listeners are held until all are chosen, so no
-/// port is handed out twice).
-fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
-}
-
 fn config_text(dir: &Path) -> String {
-    let ports = free_ports(5);
+    let ports = megastore_e2e::free_ports(5);
     let mut free = ports.into_iter();
     let mut free_port = move || free.next().unwrap();
     let mut text = format!(
