@@ -3,12 +3,13 @@
 //! the caller writes the result to the lock service only if the version it read is
 //! still the stored one (compare-and-set), so changes are linearizable.
 
-use megastore_types::ReplicaId;
+use megastore_types::{ReplicaId, ReplicaInfo};
 
 use crate::error::ChangeError;
+use crate::ids::Server;
 use crate::ids::{RangeId, ServerId, Version};
 use crate::map::Placement;
-use crate::range::{Move, MovePhase, Range};
+use crate::range::{Move, MovePhase, Range, Slot};
 
 /// What [`Placement::split_at`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +87,48 @@ impl Placement {
         left.end = Some(at.to_vec());
         left.epoch = version;
         next.ranges.insert(index + 1, right);
+        next.assert_checked();
+        Ok(next)
+    }
+
+    /// Adds a replica that joined the cluster (a `[[replicas]]` entry new to the
+    /// config, which rejoins and catches up as any replica that lost its store) to
+    /// every range, on a server of its own, `server`: the placement of one server per
+    /// replica, grown by one. Each range's epoch becomes the new version. A replica
+    /// some range already names is left as it is (the same placement comes back), so a
+    /// join retried after a lost answer changes nothing.
+    pub fn add_replica(
+        &self,
+        replica: &ReplicaInfo,
+        server: ServerId,
+    ) -> Result<Placement, ChangeError> {
+        if self.ranges.iter().any(|r| r.slot(replica.id).is_some()) {
+            return Ok(self.clone());
+        }
+        if self.servers.contains_key(&server) {
+            return Err(ChangeError::ServerTaken {
+                replica: replica.id,
+                server,
+            });
+        }
+        let mut next = self.successor();
+        let version = next.version;
+        next.servers.insert(
+            server,
+            Server {
+                id: server,
+                site: replica.site,
+            },
+        );
+        for range in &mut next.ranges {
+            range.slots.push(Slot {
+                replica: replica.id,
+                site: replica.site,
+                kind: replica.kind,
+                server,
+            });
+            range.epoch = version;
+        }
         next.assert_checked();
         Ok(next)
     }

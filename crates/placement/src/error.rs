@@ -84,6 +84,15 @@ pub enum ChangeError {
         /// The move.
         move_id: Version,
     },
+    /// A replica new to the placement joins on a server of its own, but a server of
+    /// that id is already placed.
+    #[error("replica {} joins on {server}, but {server} is already a server of the placement", replica.0)]
+    ServerTaken {
+        /// The replica joining.
+        replica: ReplicaId,
+        /// Its server.
+        server: ServerId,
+    },
     /// A default placement cannot be made.
     #[error("no default placement: {0}")]
     Initial(String),

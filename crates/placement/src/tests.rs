@@ -510,6 +510,42 @@ fn a_cluster_of_one_server_per_replica_is_one_range_on_its_own_replicas() {
     assert_eq!(Placement::decode(&p.encode()).unwrap(), p);
 }
 
+#[test]
+fn a_replica_that_joins_gets_a_slot_of_every_range_on_a_server_of_its_own() {
+    let split = Placement::one_server_per_replica(&slots())
+        .split(RangeId(0), b"m")
+        .unwrap();
+    let joining = ReplicaInfo {
+        id: ReplicaId(5),
+        kind: ReplicaKind::Full,
+        site: SiteId(2),
+    };
+    let grown = split.add_replica(&joining, ServerId(5)).unwrap();
+    assert_eq!(grown.version(), Version(split.version().0 + 1));
+    for range in grown.ranges() {
+        let slot = range.slot(ReplicaId(5)).expect("a slot of every range");
+        assert_eq!(
+            (slot.server, slot.site, slot.kind),
+            (ServerId(5), SiteId(2), ReplicaKind::Full)
+        );
+        assert_eq!(range.epoch, grown.version(), "who serves it changed");
+    }
+    // Joining again (an answer lost) changes nothing.
+    assert_eq!(grown.add_replica(&joining, ServerId(5)).unwrap(), grown);
+    // A server id some other replica's server has is refused, by name.
+    let other = ReplicaInfo {
+        id: ReplicaId(6),
+        ..joining
+    };
+    assert_eq!(
+        grown.add_replica(&other, ServerId(3)).unwrap_err(),
+        ChangeError::ServerTaken {
+            replica: ReplicaId(6),
+            server: ServerId(3)
+        }
+    );
+}
+
 /// docs/scaling.md quotes this: what a range costs in the stored placement.
 #[test]
 fn a_stored_range_costs_about_three_hundred_bytes() {
