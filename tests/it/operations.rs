@@ -371,6 +371,39 @@ fn a_full_replica_added_to_a_running_cluster_serves_local_reads_and_is_invalidat
         first_commit(&at_a, &group).await;
         increment(&at_a, &group, "counter").await.unwrap();
     });
+    // A placement stored in lockd before e joins (a split): e places itself in it, on
+    // a server of its own, or it would serve nothing.
+    let placement = |config_path: &Path| {
+        let out = run_megastore(
+            &[
+                "range",
+                "list",
+                "-o",
+                "json",
+                "--config",
+                config_path.to_str().unwrap(),
+            ],
+            dir.path(),
+            Duration::from_secs(60),
+        );
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_str::<serde_json::Value>(&out.stdout).expect("list JSON")["placement"]
+            .clone()
+    };
+    let split = run_megastore(
+        &[
+            "range",
+            "split",
+            "--at-group",
+            "eg-0030",
+            "--config",
+            cluster.config_path.to_str().unwrap(),
+        ],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert!(split.status.success(), "{split:?}");
+    assert_eq!(placement(&cluster.config_path)["version"], 2);
 
     // A full replica, e, with its coordinator, at site C (which had only a witness).
     let ports = megastore_e2e::free_ports(2);
@@ -398,6 +431,16 @@ fn a_full_replica_added_to_a_running_cluster_serves_local_reads_and_is_invalidat
         .await;
         assert_eq!(counter_value(read.rows.into_iter().next()), 3);
     });
+    let grown_placement = placement(&grown_path);
+    let ranges = grown_placement["ranges"].as_array().expect("ranges");
+    assert_eq!(ranges.len(), 2, "{grown_placement}");
+    for range in ranges {
+        let slots = range["slots"].as_array().expect("slots");
+        assert!(
+            slots.iter().any(|s| s["replica"] == 5 && s["server"] == 5),
+            "e has no slot of its own in {range}"
+        );
+    }
 
     // e misses a write (stopped): the writer invalidates e's coordinator, so the reader
     // at C is not served e's stale copy.

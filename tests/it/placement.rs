@@ -1,5 +1,6 @@
 //! `megastore range`: the placement of groups held in lockd, read by `range list` and
-//! `status`, and split by several operators at once while lockd loses its leader.
+//! `status`, split by several operators at once while lockd loses its leader, and
+//! followed by every replica server and coordinator while writers run.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -7,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use megastore_e2e::run_megastore;
 
-use crate::support::{connect, eg, increment, start_cluster};
+use crate::support::{connect, counter_value, eg, increment, row, start_cluster};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -206,4 +207,148 @@ fn concurrent_splits_through_a_lockd_leader_kill_each_land_exactly_once() {
         "{}",
         out.stdout
     );
+}
+
+/// Writers at two sites, each incrementing counters of groups of its own, while ranges
+/// split under them and replica b is killed and restarted: every replica server and
+/// coordinator ends judging by the stored placement (their gauges say so), and every
+/// counter holds exactly its acknowledged increments (plus at most those of unknown
+/// outcome): a server that refused, or lost, what it still serves fails this.
+#[test]
+fn servers_follow_splits_made_while_writers_run_through_a_replica_crash() {
+    let (_alone, dir, mut cluster, config, runtime) = start_cluster();
+    let config_arg = cluster.config_path.to_str().expect("UTF-8").to_string();
+    let megastore = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--config", &config_arg]);
+        run_megastore(&all, dir.path(), LIMIT)
+    };
+    const WRITERS: u32 = 4;
+    const GROUPS_PER_WRITER: u32 = 5;
+    const INCREMENTS_MAX: u32 = 400;
+    let group_of = |writer: u32, i: u32| eg(100 + writer * GROUPS_PER_WRITER + i);
+    let stop = AtomicBool::new(false);
+    // Each writer: per group, the increments acknowledged and those that failed (which
+    // may or may not have committed).
+    let writers = (0..WRITERS).map(|writer| {
+        let (config, stop) = (&config, &stop);
+        async move {
+            let site = if writer % 2 == 0 { "A" } else { "B" };
+            let client = connect(config, site).await;
+            let mut acked = vec![0u64; GROUPS_PER_WRITER as usize];
+            let mut failed = vec![0u64; GROUPS_PER_WRITER as usize];
+            let started = Instant::now();
+            for n in 0..INCREMENTS_MAX {
+                if stop.load(Ordering::SeqCst) || started.elapsed() > LIMIT {
+                    break;
+                }
+                let i = n % GROUPS_PER_WRITER;
+                match increment(&client, &group_of(writer, i), "n").await {
+                    Ok(_) => acked[i as usize] += 1,
+                    Err(_) => failed[i as usize] += 1,
+                }
+            }
+            (acked, failed)
+        }
+    });
+    let outcomes: Vec<(Vec<u64>, Vec<u64>)> = std::thread::scope(|scope| {
+        let writing = scope.spawn(|| runtime.block_on(futures::future::join_all(writers)));
+
+        // Splits between the writers' groups, replica b killed among them.
+        let split = |group: u32| {
+            let name = format!("eg-{group:04}");
+            let out = megastore(&["range", "split", "--at-group", &name]);
+            assert!(out.status.success(), "split at {name}: {out:?}");
+        };
+        for group in [103, 108, 113] {
+            split(group);
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        cluster.process("replica-b").kill();
+        split(106);
+        std::thread::sleep(Duration::from_millis(500));
+        cluster.start_process("replica-b");
+        for group in [111, 116] {
+            split(group);
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        stop.store(true, Ordering::SeqCst);
+        writing.join().expect("the writers")
+    });
+
+    // Every counter holds its acknowledged increments, and no more than those plus the
+    // ones of unknown outcome.
+    let at_a = runtime.block_on(connect(&config, "A"));
+    let mut acknowledged = 0;
+    for (writer, (acked, failed)) in (0..WRITERS).zip(&outcomes) {
+        for i in 0..GROUPS_PER_WRITER {
+            let group = group_of(writer, i);
+            let value = runtime.block_on(async {
+                let read = at_a
+                    .read(
+                        &group,
+                        megastore_paxos::ReadMode::Current,
+                        megastore_paxos::DataQuery::Rows(vec![row(&group, "n")]),
+                    )
+                    .await
+                    .expect("a current read");
+                counter_value(read.rows.into_iter().next())
+            });
+            let (acked, failed) = (acked[i as usize], failed[i as usize]);
+            assert!(
+                (acked..=acked + failed).contains(&value),
+                "{group}: counter {value}, {acked} increments acknowledged, {failed} failed"
+            );
+            acknowledged += acked;
+        }
+    }
+    assert!(
+        acknowledged >= u64::from(WRITERS) * 20,
+        "too few writes acknowledged while ranges split: {outcomes:?}"
+    );
+
+    // Every process judges by the stored placement, and holds every range.
+    let out = megastore(&["range", "list", "-o", "json"]);
+    assert!(out.status.success(), "{out:?}");
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).expect("list JSON");
+    let version = json["placement"]["version"].as_f64().expect("a version");
+    let ranges = json["placement"]["ranges"]
+        .as_array()
+        .expect("ranges")
+        .len() as f64;
+    assert_eq!(ranges, 7.0, "{json}");
+    let processes = ["a", "b", "c", "d"]
+        .into_iter()
+        .map(|name| {
+            let replica = config.replica(name).expect("a replica");
+            (replica.metrics_address.clone(), "megastore_replica")
+        })
+        .chain(["a", "b"].into_iter().map(|name| {
+            let replica = config.replica(name).expect("a replica");
+            (
+                replica.coordinator_metrics_address.clone(),
+                "megastore_coordinator",
+            )
+        }));
+    for (address, prefix) in processes {
+        let address = address.expect("a metrics address");
+        let started = Instant::now();
+        loop {
+            let text = megastore_e2e::scrape_metrics(&address);
+            let seen = (
+                megastore_e2e::metric_value(&text, &format!("{prefix}_placement_version")),
+                megastore_e2e::metric_value(&text, &format!("{prefix}_ranges_held")),
+            );
+            if seen == (Some(version), Some(ranges)) {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "{prefix} at {address} judges by (version, ranges) {seen:?}, not {:?}",
+                (version, ranges)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
 }

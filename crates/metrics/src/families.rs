@@ -263,6 +263,8 @@ pub struct ReplicaMetrics {
     prepared_settled: Family<Label, Counter>,
     groups_loaded: Gauge,
     groups_evicted: Counter,
+    placement_version: Gauge,
+    ranges_held: Gauge,
 }
 
 impl Default for ReplicaMetrics {
@@ -277,6 +279,8 @@ impl Default for ReplicaMetrics {
             snapshot_installs: Counter::default(),
             catchup_requests: Counter::default(),
             groups_behind: Gauge::default(),
+            placement_version: Gauge::default(),
+            ranges_held: Gauge::default(),
             positions_behind: Gauge::default(),
             outboxes_waiting: Gauge::default(),
             messages_delivered: Counter::default(),
@@ -368,6 +372,23 @@ impl ReplicaMetrics {
             "Quiescent groups dropped from memory to keep the group cache within its bound (loaded again when next used)",
             self.groups_evicted.clone(),
         );
+        r.register(
+            "placement_version",
+            "The version of the placement this replica judges requests by (read from lockd)",
+            self.placement_version.clone(),
+        );
+        r.register(
+            "ranges_held",
+            "Ranges whose slot of this replica the placement puts on this server (frozen ones included)",
+            self.ranges_held.clone(),
+        );
+    }
+
+    /// The replica judges by placement `version`, which puts `ranges` on its server.
+    pub fn placement(&self, version: u64, ranges: usize) {
+        self.placement_version.set(gauge_value(version));
+        self.ranges_held
+            .set(i64::try_from(ranges).unwrap_or(i64::MAX));
     }
 
     /// The group cache: `loaded` groups in memory, `evicted` more dropped since the
@@ -455,6 +476,8 @@ pub struct CoordinatorMetrics {
     queries: Family<Label, Counter>,
     lock_held: Gauge,
     epoch: Gauge,
+    placement_version: Gauge,
+    ranges_held: Gauge,
 }
 
 impl CoordinatorMetrics {
@@ -481,6 +504,23 @@ impl CoordinatorMetrics {
             "The epoch (lock sequencer) it serves in; 0 when it holds no lock",
             self.epoch.clone(),
         );
+        r.register(
+            "placement_version",
+            "The version of the placement it vouches by (read from lockd); 0 until it has read one",
+            self.placement_version.clone(),
+        );
+        r.register(
+            "ranges_held",
+            "Ranges whose slot of its replica the placement puts on its server",
+            self.ranges_held.clone(),
+        );
+    }
+
+    /// It vouches by placement `version`, which puts `ranges` on its server.
+    pub fn placement(&self, version: u64, ranges: usize) {
+        self.placement_version.set(gauge_value(version));
+        self.ranges_held
+            .set(i64::try_from(ranges).unwrap_or(i64::MAX));
     }
 
     /// A request of `kind` arrived.

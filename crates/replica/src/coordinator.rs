@@ -15,6 +15,7 @@ use megastore_coordinator::{
     Output, lock_name,
 };
 use megastore_lock::{LockCommand, LockReply, LockResponse, SessionId};
+use megastore_placement::{Placement, ServerId};
 use megastore_rpc::LockdClient;
 use megastore_rpc::Transport;
 use megastore_rpc::pb::coordinator::coordinator_server::CoordinatorServer;
@@ -27,6 +28,7 @@ use megastore_metrics::{CoordinatorMetrics, MetricsServer, Registry};
 use crate::ProcessError;
 use crate::clock::Clock;
 use crate::coordinator_service::CoordinatorService;
+use crate::placement_follower::{self, Fed};
 
 /// The coordinator settings for full replica `replica` of `config`.
 pub fn coordinator_config(config: &ClusterConfig, replica: ReplicaId) -> CoordinatorConfig {
@@ -56,6 +58,8 @@ pub(crate) enum Event {
         from: LockNodeId,
         response: LockResponse,
     },
+    /// A newer placement read from lockd.
+    Placement(Placement),
     /// Stop vouching and give the lock back, then end (after at most the grace).
     Stop,
 }
@@ -95,7 +99,12 @@ impl CoordinatorProcess {
             .await
             .map_err(|e| ProcessError::Bind(address.clone(), e.to_string()))?;
         let lockd = Arc::new(LockdClient::new(config).map_err(ProcessError::Config)?);
-        let core = Coordinator::new(coordinator_config(config, ReplicaId(replica.id)));
+        let replica_id = ReplicaId(replica.id);
+        let core = Coordinator::new(coordinator_config(config, replica_id));
+        let topology = config
+            .topology()
+            .map_err(|e| ProcessError::Config(e.to_string()))?;
+        let following_lockd = LockdClient::new(config).map_err(ProcessError::Config)?;
 
         let metrics = CoordinatorMetrics::default();
         let metrics_server = match &replica.coordinator_metrics_address {
@@ -111,17 +120,40 @@ impl CoordinatorProcess {
             None => None,
         };
         let (events_tx, events) = mpsc::channel(1024);
+        let events_tx_driver = events_tx.clone();
         let (epoch_tx, epoch) = watch::channel(None);
         let (stop, stopped) = oneshot::channel::<()>();
-        let driver = Driver {
-            metrics,
-            core,
-            clock: Clock::start(),
-            lockd,
-            events_tx: events_tx.clone(),
-            epoch: epoch_tx,
-            wake: None,
-            stop_grace: config.timeouts.rpc() * 2,
+        let stop_grace = config.timeouts.rpc() * 2;
+        let placement_events = events_tx.clone();
+        // The coordinator vouches by the placement, so it reads one before it answers
+        // anything (calls wait in the channel meanwhile), then follows lockd.
+        let driver = async move {
+            let server = placement_follower::own_server(replica_id);
+            let view = placement_follower::first_placement(&lockd, &topology).await;
+            let following = placement_follower::follow(
+                following_lockd,
+                topology,
+                view.version(),
+                move |placement| match placement_events.try_send(Event::Placement(placement)) {
+                    Ok(()) => Fed::Taken,
+                    Err(mpsc::error::TrySendError::Full(_)) => Fed::Busy,
+                    Err(mpsc::error::TrySendError::Closed(_)) => Fed::Gone,
+                },
+            );
+            let driver = Driver {
+                metrics,
+                core: core.placed(server, view),
+                server,
+                replica: replica_id,
+                clock: Clock::start(),
+                lockd,
+                events_tx: events_tx_driver,
+                epoch: epoch_tx,
+                wake: None,
+                stop_grace,
+            };
+            driver.run(events).await;
+            following.abort();
         };
         let service = tonic::service::interceptor::InterceptedService::new(
             CoordinatorServer::new(CoordinatorService {
@@ -145,7 +177,7 @@ impl CoordinatorProcess {
                         tracing::error!("coordinator server failed: {e}");
                     }
                 }
-                () = driver.run(events) => {}
+                () = driver => {}
             }
         });
         Ok(Self {
@@ -196,6 +228,10 @@ impl CoordinatorProcess {
 struct Driver {
     metrics: CoordinatorMetrics,
     core: Coordinator,
+    /// The server it runs on.
+    server: ServerId,
+    /// The replica it coordinates for.
+    replica: ReplicaId,
     clock: Clock,
     lockd: Arc<LockdClient>,
     events_tx: mpsc::Sender<Event>,
@@ -206,7 +242,16 @@ struct Driver {
 }
 
 impl Driver {
+    /// The placement gauges, from the placement the core vouches by.
+    fn placement_measured(&self) {
+        if let Some(view) = self.core.placement() {
+            let held = placement_follower::ranges_held(view, self.server, self.replica);
+            self.metrics.placement(view.version().0, held);
+        }
+    }
+
     async fn run(mut self, mut events: mpsc::Receiver<Event>) {
+        self.placement_measured();
         let start = self.core.step(self.clock.now(), Input::Start);
         self.carry_out(start, None);
         let mut stop_by = None;
@@ -238,6 +283,11 @@ impl Driver {
                 Some(Event::Lock { from, response }) => {
                     let out = self.core.step(now, Input::Lock { from, response });
                     self.carry_out(out, None);
+                }
+                Some(Event::Placement(placement)) => {
+                    let out = self.core.step(now, Input::Placement(placement));
+                    self.carry_out(out, None);
+                    self.placement_measured();
                 }
                 Some(Event::Stop) => {
                     stop_by = Some(tokio::time::Instant::now() + self.stop_grace);

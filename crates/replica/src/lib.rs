@@ -14,6 +14,9 @@
 //! - request ids towards other processes start at a random point on every start;
 //! - a reply leaves only after the step that produced it (and, for the replica, after
 //!   the storage writes it depends on are durable: one WAL sync per batch);
+//! - a process answers nothing before it has read a placement, and hands its core
+//!   only newer ones (`placement_follower`): it judges by the newest placement it read
+//!   (a replica server restarts from the one it persisted);
 //! - a data directory serves only the replica and cluster it is stamped for, and a
 //!   replica that lost its store — or runs on a restored copy — rejoins (see `stamp`,
 //!   `backup`).
@@ -34,6 +37,7 @@ mod gateway_queues;
 mod gateway_sessions;
 mod gateway_watch;
 mod group_work;
+mod placement_follower;
 mod registry;
 mod replica_server;
 mod replication_service;

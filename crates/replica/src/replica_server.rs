@@ -22,6 +22,7 @@ use megastore_config::{ClusterConfig, resolve_address};
 use megastore_paxos::{
     Batch, Message, Replica, ReplicaConfig, ReplicaInput, ReplicaReply, ReplicaRequest,
 };
+use megastore_placement::ServerPlacement;
 use megastore_rowstore::RowRead;
 use megastore_rowstore_rocksdb::RocksStore;
 use megastore_rpc::Transport;
@@ -34,6 +35,7 @@ use crate::ProcessError;
 use crate::admin::AdminService;
 use crate::clock::Clock;
 use crate::gateway::Gateway;
+use crate::placement_follower;
 use crate::registry;
 use crate::replication_service::ReplicationService;
 use crate::settings::sweep_config;
@@ -69,6 +71,8 @@ pub(crate) enum Event {
     Lag {
         reply: oneshot::Sender<megastore_paxos::ReplicaLag>,
     },
+    /// A newer placement read from lockd.
+    Placement(megastore_placement::Placement),
     /// The registered groups within `range`, in order, at most `limit`.
     ListGroups {
         range: megastore_rowstore::KeyRange,
@@ -87,6 +91,8 @@ pub struct ReplicaProcess {
     served: Vec<tokio::task::JoinHandle<()>>,
     metrics_server: Option<MetricsServer>,
     rejoining: bool,
+    /// The task polling lockd for newer placements.
+    following: tokio::task::JoinHandle<()>,
 }
 
 impl ReplicaProcess {
@@ -135,14 +141,17 @@ impl ReplicaProcess {
         if rejoining {
             tracing::warn!(replica = %name, "store lost since this replica last served: rejoining (no vote per group until caught up)");
         }
+        let placement = server_placement(&store, id, peers.lockd(), &topology).await?;
+        let known_placement = placement.view().version();
         let core = Replica::new(ReplicaConfig {
             id,
             topology: topology.clone(),
             bugs: megastore_paxos::ProtocolBugs::NONE,
-            sweep: Some(sweep_config(config, id, topology)),
+            sweep: Some(sweep_config(config, id, topology.clone())),
             rejoining,
             cache_groups: Some(me.cache_groups()),
-        });
+        })
+        .placed(placement);
 
         let metrics = ReplicaMetrics::default();
         let mut registry = Registry::default();
@@ -179,6 +188,16 @@ impl ReplicaProcess {
             .name(format!("replica-{name}"))
             .spawn(move || driver.run(&events))
             .map_err(|e| ProcessError::Config(format!("cannot start the replica thread: {e}")))?;
+        let placement_events = events_tx.clone();
+        let following = placement_follower::follow(
+            megastore_rpc::LockdClient::new(config).map_err(ProcessError::Config)?,
+            topology,
+            known_placement,
+            move |placement| match placement_events.send(Event::Placement(placement)) {
+                Ok(()) => placement_follower::Fed::Taken,
+                Err(_) => placement_follower::Fed::Gone,
+            },
+        );
 
         // The public API: a client library at this replica's site, on behalf of
         // callers in any language.
@@ -291,6 +310,7 @@ impl ReplicaProcess {
             served,
             metrics_server,
             rejoining,
+            following,
         })
     }
 
@@ -301,6 +321,7 @@ impl ReplicaProcess {
 
     /// Stops serving, then stops the driver (closing the store).
     pub async fn shutdown(mut self) {
+        self.following.abort();
         if let Some(stop) = self.stop_serving.take() {
             let _ = stop.send(true);
         }
@@ -341,6 +362,36 @@ struct Driver {
     /// Groups with prepared cross-group transactions, for a full replica's settling
     /// task.
     prepared: Option<tokio::sync::mpsc::UnboundedSender<EgId>>,
+}
+
+/// The placement the replica judges by at start: the one it persisted when it last
+/// judged by one (never an older one: *placement-never-goes-back*), else the one lockd
+/// holds now — which names this replica once it joined: a replica new to the
+/// placement adds itself first ([`Placement::add_replica`]). Its freezes come with it.
+///
+/// [`Placement::add_replica`]: megastore_placement::Placement::add_replica
+async fn server_placement(
+    store: &RocksStore,
+    replica: ReplicaId,
+    lockd: &megastore_rpc::LockdClient,
+    topology: &megastore_types::Topology,
+) -> Result<ServerPlacement, ProcessError> {
+    let server = placement_follower::own_server(replica);
+    let bugs = megastore_placement::PlacementBugs::NONE;
+    let stored = megastore_paxos::load_server_placement(store, server, bugs)
+        .map_err(|e| ProcessError::Store(format!("replica {}: {e}", replica.0)))?;
+    if let Some(placement) = stored {
+        return Ok(placement);
+    }
+    let me = topology.replica(replica).ok_or_else(|| {
+        ProcessError::Config(format!("replica {} is not in the topology", replica.0))
+    })?;
+    let view = megastore_client::placement_store::change_placement(lockd, topology, |current| {
+        current.add_replica(me, server)
+    })
+    .await
+    .map_err(|e| ProcessError::Lock(format!("placing replica {}: {e}", replica.0)))?;
+    Ok(ServerPlacement::new(server, view, BTreeMap::new(), bugs).0)
 }
 
 /// The registry's groups after `after`, a page at a time (a replica that cannot read
@@ -450,6 +501,7 @@ impl Driver {
         }
         self.step(ReplicaInput::Tick, &mut batch);
         self.release(batch);
+        self.placement_measured();
         // Stopped and joined before the store closes: a thread still inside RocksDB when
         // the process exits can abort it.
         let _search = self.find_outboxes();
@@ -501,6 +553,10 @@ impl Driver {
                     Event::Answer { from, message } => {
                         self.step(ReplicaInput::Message { from, message }, &mut batch);
                     }
+                    Event::Placement(placement) => {
+                        self.step(ReplicaInput::Placement(placement), &mut batch);
+                        self.placement_measured();
+                    }
                 }
             }
             if self.wake.is_some_and(|w| w <= self.clock.now()) {
@@ -529,6 +585,16 @@ impl Driver {
             }
             // Callers that gave up leave nothing behind.
             self.waiting.retain(|_, reply| !reply.is_closed());
+        }
+    }
+
+    /// The placement gauges, from the placement the core judges by.
+    fn placement_measured(&self) {
+        if let Some(placement) = self.core.placement() {
+            let view = placement.view();
+            let held =
+                placement_follower::ranges_held(view, placement.server(), self.core.info().id);
+            self.metrics.placement(view.version().0, held);
         }
     }
 
