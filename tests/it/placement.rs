@@ -273,6 +273,17 @@ fn servers_follow_splits_made_while_writers_run_through_a_replica_crash() {
             std::thread::sleep(Duration::from_millis(300));
         }
         std::thread::sleep(Duration::from_secs(2));
+        // While the writers run, the replicas report the ranges' write rates.
+        let status = megastore(&["status", "-o", "json"]);
+        assert!(status.status.success(), "{status:?}");
+        let json: serde_json::Value = serde_json::from_str(&status.stdout).expect("status JSON");
+        let rate: f64 = json["replicas"][0]["ranges"]["ranges"]
+            .as_array()
+            .unwrap_or_else(|| panic!("replica a reports no ranges: {json}"))
+            .iter()
+            .map(|r| r["applied_per_second"].as_f64().expect("a rate"))
+            .sum();
+        assert!(rate > 0.0, "no writes per second while writers run: {json}");
         stop.store(true, Ordering::SeqCst);
         writing.join().expect("the writers")
     });
@@ -307,6 +318,37 @@ fn servers_follow_splits_made_while_writers_run_through_a_replica_crash() {
         acknowledged >= u64::from(WRITERS) * 20,
         "too few writes acknowledged while ranges split: {outcomes:?}"
     );
+    // Replica a, up throughout, applied one entry per increment that landed (each
+    // group has one writer, so none shares an entry), each counted under some range.
+    let failed: u64 = outcomes.iter().flat_map(|(_, f)| f).sum();
+    let started = Instant::now();
+    loop {
+        let status = megastore(&["status", "-o", "json"]);
+        let json: serde_json::Value = serde_json::from_str(&status.stdout).expect("status JSON");
+        let applied: u64 = json["replicas"][0]["ranges"]["ranges"]
+            .as_array()
+            .map(|ranges| {
+                ranges
+                    .iter()
+                    .map(|r| r["applied"].as_u64().expect("a count"))
+                    .sum()
+            })
+            .unwrap_or(0);
+        assert!(
+            applied <= acknowledged + failed,
+            "replica a counts {applied} entries applied, more than the {acknowledged} increments acknowledged and {failed} failed"
+        );
+        if applied >= acknowledged {
+            let text = megastore(&["status"]).stdout;
+            assert!(text.contains("WRITES/S (10 s)"), "{text}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "replica a counts {applied} entries applied, fewer than the {acknowledged} increments acknowledged"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
 
     // Every process judges by the stored placement, and holds every range.
     let out = megastore(&["range", "list", "-o", "json"]);

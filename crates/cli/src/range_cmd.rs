@@ -14,6 +14,7 @@ use indicatif::ProgressBar;
 use megastore_client::placement_store::{
     StoredPlacement, count_groups, load_placement, split_range,
 };
+use megastore_client::status::RangeApplied;
 use megastore_config::ClusterConfig;
 use megastore_placement::{MovePhase, RangeId, ServerId};
 
@@ -85,7 +86,10 @@ pub(crate) fn run(command: RangeCommand) -> anyhow::Result<ExitCode> {
                 Ok((stored, counts))
             })?;
             match output {
-                Output::Text => print!("{}", render(&stored, &config, usize::MAX, counts.as_ref())),
+                Output::Text => print!(
+                    "{}",
+                    render(&stored, &config, usize::MAX, counts.as_ref(), None)
+                ),
                 Output::Json => {
                     let mut json = to_json(&stored);
                     if let Some(counts) = &counts {
@@ -193,12 +197,13 @@ fn server_name(config: &ClusterConfig, id: ServerId) -> String {
 }
 
 /// The placement as text: a summary line and a table of at most `rows` ranges (with
-/// each one's groups, when counted).
+/// each one's groups, when counted, and its writes, when the replicas were asked).
 pub(crate) fn render(
     stored: &StoredPlacement,
     config: &ClusterConfig,
     rows: usize,
     groups: Option<&BTreeMap<RangeId, u64>>,
+    writes: Option<&BTreeMap<RangeId, RangeApplied>>,
 ) -> String {
     let placement = &stored.placement;
     let mut out = format!(
@@ -227,6 +232,9 @@ pub(crate) fn render(
     ];
     if groups.is_some() {
         header.push("GROUPS");
+    }
+    if writes.is_some() {
+        header.push("WRITES/S (10 s)");
     }
     table
         .load_style(comfy_table::presets::NOTHING)
@@ -283,6 +291,13 @@ pub(crate) fn render(
                     .map_or_else(|| "?".into(), u64::to_string),
             );
         }
+        if let Some(writes) = writes {
+            row.push(
+                writes
+                    .get(&range.id)
+                    .map_or_else(|| "?".into(), |w| format!("{:.1}", w.per_second)),
+            );
+        }
         table.add_row(row);
     }
     out.push_str(&format!("{table}\n"));
@@ -327,7 +342,7 @@ mod tests {
             placement: Placement::one_server_per_replica(&topology),
             stored: false,
         };
-        let text = render(&stored, &config, usize::MAX, None);
+        let text = render(&stored, &config, usize::MAX, None, None);
         assert!(
             text.starts_with("placement v1: 1 range (the default"),
             "{text}"
@@ -349,6 +364,14 @@ mod tests {
             &config,
             usize::MAX,
             Some(&BTreeMap::from([(RangeId(0), 3)])),
+            Some(&BTreeMap::from([(
+                RangeId(1),
+                RangeApplied {
+                    range: RangeId(1),
+                    applied: 40,
+                    per_second: 2.5,
+                },
+            )])),
         );
         let bound = format!("{} (group user-5000)", show_bytes(&at));
         assert!(text.contains(&bound), "{text}");
@@ -356,14 +379,14 @@ mod tests {
             text.starts_with("placement v2: 2 ranges (held in lockd)"),
             "{text}"
         );
-        assert!(text.contains(" GROUPS"), "{text}");
-        let counts: Vec<&str> = text
+        assert!(text.contains(" GROUPS  WRITES/S (10 s)"), "{text}");
+        let counts: Vec<Vec<&str>> = text
             .lines()
             .skip(2)
-            .map(|l| l.split_whitespace().last().unwrap_or_default())
+            .map(|l| l.split_whitespace().rev().take(2).collect())
             .collect();
-        assert_eq!(counts, ["3", "?"], "{text}");
-        let one_row = render(&split, &config, 1, None);
+        assert_eq!(counts, [["?", "3"], ["2.5", "?"]], "{text}");
+        let one_row = render(&split, &config, 1, None, None);
         assert!(
             one_row.contains("… and 1 more (megastore range list)"),
             "{one_row}"

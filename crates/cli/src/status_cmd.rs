@@ -51,7 +51,13 @@ pub(crate) fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
             if let Some(placement) = &status.placement {
                 print!(
                     "\n{}",
-                    crate::range_cmd::render(placement, &config, PLACEMENT_ROWS, None)
+                    crate::range_cmd::render(
+                        placement,
+                        &config,
+                        PLACEMENT_ROWS,
+                        None,
+                        Some(&status.range_writes())
+                    )
                 );
             }
         }
@@ -103,6 +109,14 @@ pub(crate) fn to_json(status: &ClusterStatus) -> serde_json::Value {
                 "address": r.address,
                 "health": health(&r.health),
                 "behind": r.behind.map(|lag| json!({"groups": lag.groups, "positions": lag.positions})),
+                "ranges": r.ranges.as_ref().map(|s| json!({
+                    "placement_version": s.placement_version,
+                    "ranges": s.ranges.iter().map(|w| json!({
+                        "range": w.range.0,
+                        "applied": w.applied,
+                        "applied_per_second": w.per_second,
+                    })).collect::<Vec<_>>(),
+                })),
                 "coordinator": r.coordinator.as_ref().map(|c| json!({
                     "address": c.address,
                     "answering": c.answering,

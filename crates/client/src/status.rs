@@ -53,15 +53,51 @@ pub struct ReplicaStatus {
     /// For a replica with data that answered: how far behind what it has heard of it
     /// is (`groups`, `positions`) — what a global index scan there may miss.
     pub behind: Option<megastore_paxos::ReplicaLag>,
+    /// For a replica with data that answered: the ranges its server holds and what it
+    /// applied in each.
+    pub ranges: Option<ServerRanges>,
 }
 
-/// How far behind a replica is, asked of its admin service.
-async fn replica_lag(config: &ClusterConfig, address: &str) -> Option<megastore_paxos::ReplicaLag> {
+/// The ranges a replica server holds, by the placement it judges by, and the log
+/// entries it applied in each.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerRanges {
+    /// The version of the placement it judges by.
+    pub placement_version: u64,
+    /// In key order.
+    pub ranges: Vec<RangeApplied>,
+}
+
+/// One range's writes at one replica server: every replica of a range applies every
+/// entry chosen there, so this is the range's commits as that replica has seen them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RangeApplied {
+    /// The range.
+    pub range: megastore_placement::RangeId,
+    /// Log entries applied since the server started.
+    pub applied: u64,
+    /// Per second over the last ten seconds.
+    pub per_second: f64,
+}
+
+/// A replica's admin service at `address`, with the config's operator token, if it can
+/// be reached at all.
+fn admin_at(
+    config: &ClusterConfig,
+    address: &str,
+) -> Option<megastore_rpc::pb::admin::admin_client::AdminClient<tonic::transport::Channel>> {
     let channel = megastore_rpc::Transport::from_config(config)
         .ok()?
         .channel(address, config.timeouts.rpc())
         .ok()?;
-    let mut admin = megastore_rpc::pb::admin::admin_client::AdminClient::new(channel);
+    Some(megastore_rpc::pb::admin::admin_client::AdminClient::new(
+        channel,
+    ))
+}
+
+/// How far behind a replica is, asked of its admin service.
+async fn replica_lag(config: &ClusterConfig, address: &str) -> Option<megastore_paxos::ReplicaLag> {
+    let mut admin = admin_at(config, address)?;
     let token = config.operator_token().ok().flatten();
     let call = admin.lag(megastore_rpc::with_operator_token(
         megastore_rpc::pb::admin::LagRequest {},
@@ -75,6 +111,34 @@ async fn replica_lag(config: &ClusterConfig, address: &str) -> Option<megastore_
     Some(megastore_paxos::ReplicaLag {
         groups: answer.groups_behind,
         positions: answer.positions_behind,
+    })
+}
+
+/// The ranges a replica server holds and what it applied in each, asked of its admin
+/// service.
+async fn replica_ranges(config: &ClusterConfig, address: &str) -> Option<ServerRanges> {
+    let mut admin = admin_at(config, address)?;
+    let token = config.operator_token().ok().flatten();
+    let call = admin.ranges(megastore_rpc::with_operator_token(
+        megastore_rpc::pb::admin::RangesRequest {},
+        token.as_deref(),
+    ));
+    let answer = tokio::time::timeout(config.timeouts.rpc(), call)
+        .await
+        .ok()?
+        .ok()?
+        .into_inner();
+    Some(ServerRanges {
+        placement_version: answer.placement_version,
+        ranges: answer
+            .ranges
+            .into_iter()
+            .map(|r| RangeApplied {
+                range: megastore_placement::RangeId(r.range),
+                applied: r.applied,
+                per_second: r.applied_per_second,
+            })
+            .collect(),
     })
 }
 
@@ -195,6 +259,31 @@ async fn schema_status(peers: &Peers) -> Option<SchemaStatus> {
 }
 
 impl ClusterStatus {
+    /// Each range's writes as the replica that applied most of them saw them: every
+    /// replica of a range applies every entry chosen there, so the most caught-up one
+    /// counts them all (one restarted since counts from its start).
+    pub fn range_writes(
+        &self,
+    ) -> std::collections::BTreeMap<megastore_placement::RangeId, RangeApplied> {
+        let mut writes = std::collections::BTreeMap::new();
+        for range in self
+            .replicas
+            .iter()
+            .filter_map(|r| r.ranges.as_ref())
+            .flat_map(|s| &s.ranges)
+        {
+            writes
+                .entry(range.range)
+                .and_modify(|seen: &mut RangeApplied| {
+                    if range.applied > seen.applied {
+                        *seen = range.clone();
+                    }
+                })
+                .or_insert_with(|| range.clone());
+        }
+        writes
+    }
+
     /// The lockd leader: the node that a majority of all lockd nodes name as leader
     /// (a minority cut off with a stale leader in mind does not count).
     pub fn lockd_leader(&self) -> Option<u64> {
@@ -379,10 +468,13 @@ pub async fn cluster_status(
             }
             _ => None,
         };
-        let behind = if r.kind != ReplicaKind::Witness && health == Health::Serving {
-            replica_lag(config, r.admin_endpoint()).await
+        let (behind, ranges) = if r.kind != ReplicaKind::Witness && health == Health::Serving {
+            (
+                replica_lag(config, r.admin_endpoint()).await,
+                replica_ranges(config, r.admin_endpoint()).await,
+            )
         } else {
-            None
+            (None, None)
         };
         status.replicas.push(ReplicaStatus {
             id,
@@ -394,6 +486,7 @@ pub async fn cluster_status(
             log: group.and(log),
             coordinator,
             behind,
+            ranges,
         });
     }
     if let Some(eg) = group {

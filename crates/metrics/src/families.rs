@@ -8,6 +8,8 @@ use prometheus_client::registry::Registry;
 
 /// One label, as `(name, value)`.
 type Label = [(&'static str, &'static str); 1];
+/// A label whose value is made at run time (a range's name).
+type RangeLabel = [(&'static str, String); 1];
 
 /// Latency buckets in seconds: 100 µs to about 26 s.
 fn latency_buckets() -> Histogram {
@@ -265,6 +267,7 @@ pub struct ReplicaMetrics {
     groups_evicted: Counter,
     placement_version: Gauge,
     ranges_held: Gauge,
+    range_applied: Family<RangeLabel, Counter>,
 }
 
 impl Default for ReplicaMetrics {
@@ -281,6 +284,7 @@ impl Default for ReplicaMetrics {
             groups_behind: Gauge::default(),
             placement_version: Gauge::default(),
             ranges_held: Gauge::default(),
+            range_applied: Family::default(),
             positions_behind: Gauge::default(),
             outboxes_waiting: Gauge::default(),
             messages_delivered: Counter::default(),
@@ -382,6 +386,18 @@ impl ReplicaMetrics {
             "Ranges whose slot of this replica the placement puts on this server (frozen ones included)",
             self.ranges_held.clone(),
         );
+        r.register(
+            "range_applied",
+            "Log entries applied, by the range their group is in (range-<id>): each range's commits",
+            self.range_applied.clone(),
+        );
+    }
+
+    /// `entries` were applied in range `range`.
+    pub fn range_applied(&self, range: u64, entries: u64) {
+        self.range_applied
+            .get_or_create(&[("range", format!("range-{range}"))])
+            .inc_by(entries);
     }
 
     /// The replica judges by placement `version`, which puts `ranges` on its server.

@@ -56,6 +56,18 @@ const LIST_GROUPS_MAX: u32 = 10_000;
 const HOT_GROUPS_DEFAULT: u32 = 10;
 
 impl AdminService {
+    async fn measure_ranges(
+        &self,
+    ) -> Result<(u64, Vec<megastore_client::status::RangeApplied>), Status> {
+        let (reply, measured) = oneshot::channel();
+        self.events
+            .send(Event::Ranges { reply })
+            .map_err(|_| Status::unavailable("the replica is stopping"))?;
+        measured
+            .await
+            .map_err(|_| Status::unavailable("the replica is stopping"))
+    }
+
     async fn measure_lag(&self) -> Result<megastore_paxos::ReplicaLag, Status> {
         let (reply, measured) = oneshot::channel();
         self.events
@@ -89,6 +101,25 @@ impl Admin for AdminService {
         Ok(Response::new(pb::LagResponse {
             groups_behind: lag.groups,
             positions_behind: lag.positions,
+        }))
+    }
+
+    async fn ranges(
+        &self,
+        request: Request<pb::RangesRequest>,
+    ) -> Result<Response<pb::RangesResponse>, Status> {
+        self.operator.admit(&request, "Admin.Ranges", false)?;
+        let (placement_version, ranges) = self.measure_ranges().await?;
+        Ok(Response::new(pb::RangesResponse {
+            placement_version,
+            ranges: ranges
+                .into_iter()
+                .map(|r| pb::RangeApplied {
+                    range: r.range.0,
+                    applied: r.applied,
+                    applied_per_second: r.per_second,
+                })
+                .collect(),
         }))
     }
 

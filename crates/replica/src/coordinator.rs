@@ -245,7 +245,7 @@ impl Driver {
     /// The placement gauges, from the placement the core vouches by.
     fn placement_measured(&self) {
         if let Some(view) = self.core.placement() {
-            let held = placement_follower::ranges_held(view, self.server, self.replica);
+            let held = placement_follower::ranges_held(view, self.server, self.replica).count();
             self.metrics.placement(view.version().0, held);
         }
     }

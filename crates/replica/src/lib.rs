@@ -38,6 +38,7 @@ mod gateway_sessions;
 mod gateway_watch;
 mod group_work;
 mod placement_follower;
+mod range_activity;
 mod registry;
 mod replica_server;
 mod replication_service;

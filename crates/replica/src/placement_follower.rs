@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use megastore_client::placement_store::load_placement;
-use megastore_placement::{Placement, ServerId, Version};
+use megastore_placement::{Placement, Range, ServerId, Version};
 use megastore_rpc::LockdClient;
 use megastore_types::{ReplicaId, Topology};
 
@@ -89,11 +89,14 @@ pub(crate) fn follow(
     })
 }
 
-/// How many ranges `placement` puts `replica`'s slot on `server` (for the gauges).
-pub(crate) fn ranges_held(placement: &Placement, server: ServerId, replica: ReplicaId) -> usize {
+/// The ranges `placement` puts `replica`'s slot on `server`, in key order.
+pub(crate) fn ranges_held(
+    placement: &Placement,
+    server: ServerId,
+    replica: ReplicaId,
+) -> impl Iterator<Item = &Range> {
     placement
         .ranges()
         .iter()
-        .filter(|r| r.slot(replica).is_some_and(|s| s.server == server))
-        .count()
+        .filter(move |r| r.slot(replica).is_some_and(|s| s.server == server))
 }

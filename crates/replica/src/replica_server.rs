@@ -36,11 +36,13 @@ use crate::admin::AdminService;
 use crate::clock::Clock;
 use crate::gateway::Gateway;
 use crate::placement_follower;
+use crate::range_activity::RangeActivity;
 use crate::registry;
 use crate::replication_service::ReplicationService;
 use crate::settings::sweep_config;
 use crate::stamp::check_or_stamp;
 use megastore_client::Client;
+use megastore_client::status::RangeApplied;
 use megastore_metrics::{MetricsServer, Registry, ReplicaMetrics};
 use megastore_rpc::Peers;
 use megastore_rpc::pb::admin::admin_server::AdminServer;
@@ -73,6 +75,11 @@ pub(crate) enum Event {
     },
     /// A newer placement read from lockd.
     Placement(megastore_placement::Placement),
+    /// The ranges it holds and the entries it applied in each, with the version of
+    /// the placement it judges by.
+    Ranges {
+        reply: oneshot::Sender<(u64, Vec<RangeApplied>)>,
+    },
     /// The registered groups within `range`, in order, at most `limit`.
     ListGroups {
         range: megastore_rowstore::KeyRange,
@@ -179,6 +186,7 @@ impl ReplicaProcess {
             wake: None,
             evicted_counted: 0,
             open_index_kept,
+            activity: RangeActivity::new(std::time::Instant::now()),
             // Measured at the first tick.
             lag_measured: std::time::Instant::now()
                 .checked_sub(LAG_EVERY)
@@ -357,6 +365,8 @@ struct Driver {
     evicted_counted: u64,
     /// The store lists every group with work left in the open index.
     open_index_kept: bool,
+    /// The entries applied per range.
+    activity: RangeActivity,
     /// Groups with queue messages to deliver, for a full replica's delivery task.
     outboxes: Option<tokio::sync::mpsc::UnboundedSender<EgId>>,
     /// Groups with prepared cross-group transactions, for a full replica's settling
@@ -557,6 +567,15 @@ impl Driver {
                         self.step(ReplicaInput::Placement(placement), &mut batch);
                         self.placement_measured();
                     }
+                    Event::Ranges { reply } => {
+                        let report = self.core.placement().map_or((0, Vec::new()), |p| {
+                            let now = std::time::Instant::now();
+                            let me = self.core.info().id;
+                            let ranges = self.activity.report(p.view(), p.server(), me, now);
+                            (p.view().version().0, ranges)
+                        });
+                        let _ = reply.send(report);
+                    }
                 }
             }
             if self.wake.is_some_and(|w| w <= self.clock.now()) {
@@ -588,12 +607,26 @@ impl Driver {
         }
     }
 
+    /// Counts the entries a batch applied under their groups' ranges.
+    fn count_applied(&mut self, applied: &BTreeMap<EgId, u64>) {
+        let Some(placement) = self.core.placement() else {
+            return;
+        };
+        let now = std::time::Instant::now();
+        for (eg, entries) in applied {
+            let range = placement.view().range_of(&eg.0).id;
+            self.activity.record(range, *entries, now);
+            self.metrics.range_applied(range.0, *entries);
+        }
+    }
+
     /// The placement gauges, from the placement the core judges by.
     fn placement_measured(&self) {
         if let Some(placement) = self.core.placement() {
             let view = placement.view();
             let held =
-                placement_follower::ranges_held(view, placement.server(), self.core.info().id);
+                placement_follower::ranges_held(view, placement.server(), self.core.info().id)
+                    .count();
             self.metrics.placement(view.version().0, held);
         }
     }
@@ -680,6 +713,7 @@ impl Driver {
         let counts = batch.counts();
         self.metrics
             .batch_done(counts.applies, counts.installs, counts.catchup_requests);
+        self.count_applied(batch.applied_entries());
         let started = std::time::Instant::now();
         let released = match batch.release(&*self.store) {
             Ok(released) => released,

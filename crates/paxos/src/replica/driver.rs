@@ -19,7 +19,7 @@
 //! replication state — so no reply leaves before the state it depends on is durable,
 //! however many steps share the one sync.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use megastore_rowstore::{Durability, KeyRange, LATEST, RowStore, RowStoreError};
 use megastore_types::{ClientId, EgId, NodeId, Time};
@@ -55,6 +55,7 @@ pub struct Batch {
     wake: Option<Time>,
     outboxes: BTreeSet<EgId>,
     prepared: BTreeSet<EgId>,
+    applied: BTreeMap<EgId, u64>,
     counts: BatchCounts,
 }
 
@@ -101,6 +102,12 @@ impl Batch {
     /// at.
     pub fn prepared_groups(&self) -> &BTreeSet<EgId> {
         &self.prepared
+    }
+
+    /// The log entries applied in this batch, by group: what a host that reports
+    /// commit rates (per range, say) counts.
+    pub fn applied_entries(&self) -> &BTreeMap<EgId, u64> {
+        &self.applied
     }
 
     /// What the batch did so far.
@@ -167,12 +174,18 @@ fn global_index_knobs(bugs: &crate::ProtocolBugs, output: Output) -> Output {
             eg,
             mut global,
             rows,
+            entries,
         } if bugs.global_copies_skip_deletes() => {
             for copy in &mut global {
                 copy.mutations
                     .retain(|m| matches!(m, megastore_rowstore::Mutation::Set { .. }));
             }
-            Output::Apply { eg, global, rows }
+            Output::Apply {
+                eg,
+                global,
+                rows,
+                entries,
+            }
         }
         other => other,
     }
@@ -228,7 +241,12 @@ fn carry_out<S: RowStore>(
             batch.needs_sync = true;
             batch.counts.persists += 1;
         }
-        Output::Apply { eg, global, rows } => {
+        Output::Apply {
+            eg,
+            global,
+            rows,
+            entries,
+        } => {
             // Need not be synced: a lost apply is redone from the log. The global
             // copies go first, so a crash that keeps the `applied` marker keeps them.
             if !global.is_empty() {
@@ -236,6 +254,7 @@ fn carry_out<S: RowStore>(
             }
             store.mutate_rows(&group_range(&eg), &rows, Durability::Buffered)?;
             batch.counts.applies += 1;
+            *batch.applied.entry(eg.clone()).or_default() += entries;
             note_outbox(batch, eg, &rows);
         }
         Output::Install { eg, global, rows } => {

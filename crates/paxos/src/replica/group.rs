@@ -549,6 +549,7 @@ impl GroupLog {
             eg: self.eg.clone(),
             global,
             rows,
+            entries: positions.len() as u64,
         });
     }
 

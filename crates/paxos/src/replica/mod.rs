@@ -169,6 +169,8 @@ pub enum Output {
         global: Vec<RowMutation>,
         /// The rows.
         rows: Vec<RowMutation>,
+        /// How many log entries (positions) this applies.
+        entries: u64,
     },
     /// Install a snapshot: the global index copies of its mirror (`global`, first),
     /// then one atomic batch within the group's range (data rows and the root row's
