@@ -93,6 +93,9 @@ pub struct SimConfig {
     /// beside each full replica (docs/protocol.md, "Relayed commits"), which dies with
     /// its replica.
     pub relays: bool,
+    /// An operator splits ranges of the placement while faults run, and the processes
+    /// read each new placement late (`world/placement.rs`): the seed of its choices.
+    pub splits: Option<u64>,
 }
 
 fn pick<T: Clone>(rng: &mut Rng, options: &[T]) -> T {
@@ -223,7 +226,15 @@ impl SimConfig {
             coordinator_bounds: None,
             replica_cache: None,
             relays: false,
+            splits: None,
         }
+    }
+
+    /// [`SimConfig::splits`] for `seed`: half the seeds, drawn apart from the seed's
+    /// other choices, so that the traces of the other seeds stay as they were.
+    pub fn splits(seed: u64) -> Option<u64> {
+        let mut rng = Rng::new(seed ^ 0x5b11_7a7e_d0c0_ffee);
+        rng.chance(0.5).then(|| rng.next_u64())
     }
 
     /// [`SimConfig::relays`] for `seed`: half the seeds, drawn apart from the seed's

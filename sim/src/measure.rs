@@ -139,6 +139,7 @@ pub fn three_sites_with_witness_at(rtt_ms: u32, witness_rtt_ms: u32, clients: &[
         two_phase_only: false,
         deliver_late: false,
         think_ms: 30,
+        splits: None,
     }
 }
 

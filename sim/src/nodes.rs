@@ -109,4 +109,9 @@ pub struct Stats {
     pub collections: u64,
     /// Groups replicas dropped from memory (a bounded cache) and loaded again later.
     pub evictions: u64,
+    /// Ranges the operator split.
+    pub splits: u64,
+    /// Processes up at the end of the run that judge by an older placement than the
+    /// newest (each had seconds to read it: none should).
+    pub placements_behind: u64,
 }

@@ -24,6 +24,14 @@ fn runs_exercise_commits_local_and_majority_reads_and_faults() {
     assert!(sum(|s| s.faults) > 0, "faults");
     assert!(sum(|s| s.collections) > 0, "garbage collections");
     assert!(sum(|s| s.reads_at_position) > 0, "reads at a position");
+    // The operator split ranges, and every process up at the end follows the newest
+    // placement.
+    assert!(sum(|s| s.splits) > 0, "ranges split");
+    assert_eq!(
+        sum(|s| s.placements_behind),
+        0,
+        "processes behind the placement"
+    );
 }
 
 /// Runs `seeds` and fails on any violation, naming the seed to reproduce. Returns how

@@ -97,6 +97,7 @@ impl World {
         config.coordinator_bounds = SimConfig::coordinator_bounds(seed);
         config.replica_cache = SimConfig::replica_cache(seed);
         config.relays = SimConfig::relays(seed);
+        config.splits = SimConfig::splits(seed);
         if config.coordinator_bounds.is_some() || config.replica_cache.is_some() {
             // Bounds matter with more groups than they hold.
             config.groups = 3;
@@ -108,6 +109,8 @@ impl World {
     pub(crate) fn from_config(config: SimConfig, mut rng: Rng, bugs: Bugs, trace: Trace) -> Self {
         let max_latency = config.max_latency();
         let config_quiet = config.quiet;
+        let placement = megastore_placement::Placement::one_server_per_replica(&config.topology);
+        let operator_rng = Rng::new(config.splits.unwrap_or_default());
         // The library's derivation from a round that fits the slowest link, except the
         // waits that must cover a round trip on it: the library's fractions of `rpc`
         // (sized for a configured `rpc_ms` well above the WAN round trip) would end the
@@ -147,11 +150,18 @@ impl World {
                 rng.next_u64(),
                 false,
             );
+            let store = MemoryStore::new();
+            let core = super::placement::placed_replica(
+                Replica::new(replica_config),
+                info.id,
+                &store,
+                &placement,
+            );
             replicas.insert(
                 info.id,
                 ReplicaNode {
-                    core: Some(Replica::new(replica_config)),
-                    store: MemoryStore::new(),
+                    core: Some(core),
+                    store,
                     site: info.site,
                     rejoining: false,
                     wipes: 0,
@@ -283,6 +293,8 @@ impl World {
             next_client_id: 1 << 16,
             relays,
             prepared_due: BTreeMap::new(),
+            placement,
+            operator_rng,
         };
         if let Some((r, extra)) = world.config.lagging {
             world.net.slow_down(NodeId::Replica(r), extra);
@@ -306,6 +318,7 @@ impl World {
         }
         world.schedule(ns(Duration::from_millis(200)), Event::LockElection);
         world.schedule(safety_end, Event::EndSafetyPhase);
+        world.schedule_first_split();
         world
     }
 
@@ -334,6 +347,7 @@ impl World {
 
     pub(super) fn start_coordinator(&mut self, r: ReplicaId) {
         let core = Coordinator::new(self.coordinator_config(r));
+        let core = super::placement::placed_coordinator(core, r, &self.placement);
         if let Some(node) = self.coordinators.get_mut(&r) {
             node.core = Some(core);
         }

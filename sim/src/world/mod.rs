@@ -5,6 +5,7 @@
 mod build;
 mod drive;
 mod outages;
+mod placement;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -50,6 +51,10 @@ enum Event {
     Release(Hold),
     LockElection,
     EndSafetyPhase,
+    /// The operator splits a range (`megastore range split`).
+    Split,
+    /// This process reads the newest placement (its poll of lockd).
+    ReadPlacement(NodeId),
 }
 
 /// One simulated run.
@@ -99,6 +104,11 @@ pub(crate) struct World {
     /// Groups whose prepared transactions the full replicas' sweep settles, and from
     /// when (real time, ns).
     prepared_due: BTreeMap<EgId, u64>,
+    /// The placement lockd holds (`placement.rs`).
+    placement: megastore_placement::Placement,
+    /// The operator's choices, drawn apart from the world's, so that the traces of
+    /// seeds without an operator stay as they were.
+    operator_rng: Rng,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -324,6 +334,8 @@ impl World {
                 self.schedule(next, Event::LockElection);
             }
             Event::EndSafetyPhase => self.heal_everything(),
+            Event::Split => self.split(),
+            Event::ReadPlacement(node) => self.read_placement(node),
         }
     }
 

@@ -87,7 +87,13 @@ impl World {
                 );
                 let n = self.replicas.get_mut(&r).expect("replica exists");
                 if n.core.is_none() {
-                    n.core = Some(Replica::new(config));
+                    let core = Replica::new(config);
+                    n.core = Some(super::placement::placed_replica(
+                        core,
+                        r,
+                        &n.store,
+                        &self.placement,
+                    ));
                     // The core loads what it must look after at its first step
                     // (every registered group, or with a bounded cache those the
                     // open index lists).

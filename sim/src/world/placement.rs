@@ -1,0 +1,143 @@
+//! The placement, as the simulated processes follow it (docs/protocol.md, "Placement"):
+//! every replica and coordinator core runs placed on its own server (one server per
+//! replica, as every cluster today), exactly as the server processes do. For half
+//! the seeds an operator splits ranges while faults run; each process reads the
+//! newest placement late, on its own (as the servers poll lockd), and a restarted
+//! replica judges by the placement it persisted, else by the newest one.
+//!
+//! The placement stands for lockd's file: changes are linearizable, and a read always
+//! finds the newest one (a lockd outage only delays a real server's poll, which the
+//! random read delay covers).
+
+use std::time::Duration;
+
+use megastore_coordinator::{Coordinator, Input as CoordinatorInput};
+use megastore_paxos::{Replica, ReplicaInput};
+use megastore_placement::{Placement, PlacementBugs, ServerId, ServerPlacement, SplitAt};
+use megastore_rowstore::MemoryStore;
+use megastore_types::{NodeId, ReplicaId};
+
+use super::{Event, World, ns};
+
+/// The most splits one run makes.
+const SPLITS_MAX: u64 = 8;
+
+/// The server replica `r`'s process runs as (one server per replica).
+fn own_server(r: ReplicaId) -> ServerId {
+    ServerId(r.0)
+}
+
+/// Replica `r`'s core, placed: on the placement its store persisted, else on
+/// `newest` (what `megastore replica` does at start).
+pub(super) fn placed_replica(
+    core: Replica,
+    r: ReplicaId,
+    store: &MemoryStore,
+    newest: &Placement,
+) -> Replica {
+    let server = own_server(r);
+    let stored = megastore_paxos::load_server_placement(store, server, PlacementBugs::NONE)
+        .expect("the memory store reads, and the row it wrote decodes");
+    let placement = stored.unwrap_or_else(|| {
+        ServerPlacement::new(
+            server,
+            newest.clone(),
+            Default::default(),
+            PlacementBugs::NONE,
+        )
+        .0
+    });
+    core.placed(placement)
+}
+
+/// Replica `r`'s coordinator core, placed on `newest` (a coordinator reads the
+/// placement before it answers anything).
+pub(super) fn placed_coordinator(
+    core: Coordinator,
+    r: ReplicaId,
+    newest: &Placement,
+) -> Coordinator {
+    core.placed(own_server(r), newest.clone())
+}
+
+impl World {
+    /// The operator's first split, if this seed's operator splits.
+    pub(super) fn schedule_first_split(&mut self) {
+        if self.config.splits.is_some() {
+            let at = self.operator_rng.below(ns(self.config.safety_phase) / 2);
+            self.schedule(at, Event::Split);
+        }
+    }
+
+    /// The operator splits at a random key (a split already made changes nothing),
+    /// and every process reads the new placement within two seconds; the next split
+    /// follows within a few seconds, while faults run.
+    pub(super) fn split(&mut self) {
+        let len = 1 + self.operator_rng.below(3) as usize;
+        let key: Vec<u8> = (0..len)
+            .map(|_| self.operator_rng.below(256) as u8)
+            .collect();
+        if let Ok(SplitAt::Made(next)) = self.placement.split_at(None, &key) {
+            self.trace.note(
+                self.now,
+                &format!("split at {key:?}: placement {}", next.version()),
+            );
+            self.placement = next;
+            self.stats.splits += 1;
+            let nodes: Vec<NodeId> = self
+                .replicas
+                .keys()
+                .map(|r| NodeId::Replica(*r))
+                .chain(self.coordinators.keys().map(|r| NodeId::Coordinator(*r)))
+                .collect();
+            for node in nodes {
+                let at = self.now + self.operator_rng.below(ns(Duration::from_secs(2)));
+                self.schedule(at, Event::ReadPlacement(node));
+            }
+        }
+        if self.stats.splits < SPLITS_MAX && self.now < self.safety_end {
+            let at = self.now
+                + ns(Duration::from_millis(500))
+                + self.operator_rng.below(ns(Duration::from_secs(3)));
+            self.schedule(at, Event::Split);
+        }
+    }
+
+    /// How many replica and coordinator cores that are up judge by an older placement
+    /// than the newest.
+    pub(crate) fn placements_behind(&self) -> u64 {
+        let newest = self.placement.version();
+        let replicas = self
+            .replicas
+            .values()
+            .filter_map(|n| n.core.as_ref())
+            .map(|core| core.placement().map(|p| p.view().version()));
+        let coordinators = self
+            .coordinators
+            .values()
+            .filter_map(|c| c.core.as_ref())
+            .map(|core| core.placement().map(|p| p.version()));
+        replicas
+            .chain(coordinators)
+            .filter(|version| *version != Some(newest))
+            .count() as u64
+    }
+
+    /// `node` reads the newest placement and hands it to its core (if it is up).
+    pub(super) fn read_placement(&mut self, node: NodeId) {
+        let placement = self.placement.clone();
+        match node {
+            NodeId::Replica(r) => {
+                if self.replicas.get(&r).is_some_and(|n| n.core.is_some()) {
+                    self.run_replica(r, ReplicaInput::Placement(placement), None);
+                }
+            }
+            NodeId::Coordinator(r) => {
+                if self.coordinators.get(&r).is_some_and(|c| c.core.is_some()) {
+                    self.run_coordinator(r, CoordinatorInput::Placement(placement));
+                }
+            }
+            NodeId::Client(_) | NodeId::LockNode(_) => {}
+        }
+    }
+}
