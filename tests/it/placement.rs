@@ -393,4 +393,13 @@ fn servers_follow_splits_made_while_writers_run_through_a_replica_crash() {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+    // `megastore status` says so too, for each replica with data (a, b and d; the
+    // witness holds none).
+    let text = megastore(&["status"]).stdout;
+    let following = format!("v{version} ({ranges} ranges)");
+    assert_eq!(
+        text.lines().filter(|l| l.contains(&following)).count(),
+        3,
+        "{text}"
+    );
 }

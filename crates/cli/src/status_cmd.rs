@@ -283,6 +283,7 @@ pub(crate) fn render(status: &ClusterStatus) -> String {
         "ADDRESS",
         "HEALTH",
         "BEHIND",
+        "PLACEMENT",
         "COORDINATOR",
         "EPOCH",
         "LOCK HOLDER",
@@ -328,6 +329,12 @@ pub(crate) fn render(status: &ClusterStatus) -> String {
                     0 => "0".to_string(),
                     n => format!("{n} positions in {} groups", lag.groups),
                 },
+            ),
+            // The placement it judges by, and the ranges that puts on it: one behind
+            // the others has not read the newest yet.
+            r.ranges.as_ref().map_or_else(
+                || "-".into(),
+                |s| format!("v{} ({} ranges)", s.placement_version, s.ranges.len()),
             ),
             coordinator,
             epoch,
