@@ -80,34 +80,43 @@ pub struct RangeApplied {
     pub per_second: f64,
 }
 
-/// A replica's admin service at `address`, with the config's operator token, if it can
-/// be reached at all.
-fn admin_at(
+type AdminClient = megastore_rpc::pb::admin::admin_client::AdminClient<tonic::transport::Channel>;
+
+/// What the admin service of the replica at `address` answers the call `ask` makes
+/// (given the client and the config's operator token), within the RPC timeout; `None`
+/// if it cannot be reached or does not answer.
+async fn ask_admin<T, Asked>(
     config: &ClusterConfig,
     address: &str,
-) -> Option<megastore_rpc::pb::admin::admin_client::AdminClient<tonic::transport::Channel>> {
+    ask: impl FnOnce(AdminClient, Option<String>) -> Asked,
+) -> Option<T>
+where
+    Asked: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
     let channel = megastore_rpc::Transport::from_config(config)
         .ok()?
         .channel(address, config.timeouts.rpc())
         .ok()?;
-    Some(megastore_rpc::pb::admin::admin_client::AdminClient::new(
-        channel,
-    ))
+    let token = config.operator_token().ok().flatten();
+    let call = ask(AdminClient::new(channel), token);
+    let answer = tokio::time::timeout(config.timeouts.rpc(), call)
+        .await
+        .ok()?;
+    answer.ok().map(tonic::Response::into_inner)
 }
 
 /// How far behind a replica is, asked of its admin service.
 async fn replica_lag(config: &ClusterConfig, address: &str) -> Option<megastore_paxos::ReplicaLag> {
-    let mut admin = admin_at(config, address)?;
-    let token = config.operator_token().ok().flatten();
-    let call = admin.lag(megastore_rpc::with_operator_token(
-        megastore_rpc::pb::admin::LagRequest {},
-        token.as_deref(),
-    ));
-    let answer = tokio::time::timeout(config.timeouts.rpc(), call)
-        .await
-        .ok()?
-        .ok()?
-        .into_inner();
+    let answer = ask_admin(config, address, |mut admin, token| async move {
+        let request = megastore_rpc::pb::admin::LagRequest {};
+        admin
+            .lag(megastore_rpc::with_operator_token(
+                request,
+                token.as_deref(),
+            ))
+            .await
+    })
+    .await?;
     Some(megastore_paxos::ReplicaLag {
         groups: answer.groups_behind,
         positions: answer.positions_behind,
@@ -117,17 +126,16 @@ async fn replica_lag(config: &ClusterConfig, address: &str) -> Option<megastore_
 /// The ranges a replica server holds and what it applied in each, asked of its admin
 /// service.
 async fn replica_ranges(config: &ClusterConfig, address: &str) -> Option<ServerRanges> {
-    let mut admin = admin_at(config, address)?;
-    let token = config.operator_token().ok().flatten();
-    let call = admin.ranges(megastore_rpc::with_operator_token(
-        megastore_rpc::pb::admin::RangesRequest {},
-        token.as_deref(),
-    ));
-    let answer = tokio::time::timeout(config.timeouts.rpc(), call)
-        .await
-        .ok()?
-        .ok()?
-        .into_inner();
+    let answer = ask_admin(config, address, |mut admin, token| async move {
+        let request = megastore_rpc::pb::admin::RangesRequest {};
+        admin
+            .ranges(megastore_rpc::with_operator_token(
+                request,
+                token.as_deref(),
+            ))
+            .await
+    })
+    .await?;
     Some(ServerRanges {
         placement_version: answer.placement_version,
         ranges: answer

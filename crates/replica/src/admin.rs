@@ -56,12 +56,15 @@ const LIST_GROUPS_MAX: u32 = 10_000;
 const HOT_GROUPS_DEFAULT: u32 = 10;
 
 impl AdminService {
-    async fn measure_ranges(
+    /// What the driver thread answers to the event `ask` makes (it measures between
+    /// batches).
+    async fn ask_driver<T>(
         &self,
-    ) -> Result<(u64, Vec<megastore_client::status::RangeApplied>), Status> {
+        ask: impl FnOnce(oneshot::Sender<T>) -> Event,
+    ) -> Result<T, Status> {
         let (reply, measured) = oneshot::channel();
         self.events
-            .send(Event::Ranges { reply })
+            .send(ask(reply))
             .map_err(|_| Status::unavailable("the replica is stopping"))?;
         measured
             .await
@@ -69,13 +72,7 @@ impl AdminService {
     }
 
     async fn measure_lag(&self) -> Result<megastore_paxos::ReplicaLag, Status> {
-        let (reply, measured) = oneshot::channel();
-        self.events
-            .send(Event::Lag { reply })
-            .map_err(|_| Status::unavailable("the replica is stopping"))?;
-        measured
-            .await
-            .map_err(|_| Status::unavailable("the replica is stopping"))
+        self.ask_driver(|reply| Event::Lag { reply }).await
     }
 }
 
@@ -109,7 +106,7 @@ impl Admin for AdminService {
         request: Request<pb::RangesRequest>,
     ) -> Result<Response<pb::RangesResponse>, Status> {
         self.operator.admit(&request, "Admin.Ranges", false)?;
-        let (placement_version, ranges) = self.measure_ranges().await?;
+        let (placement_version, ranges) = self.ask_driver(|reply| Event::Ranges { reply }).await?;
         Ok(Response::new(pb::RangesResponse {
             placement_version,
             ranges: ranges
