@@ -33,6 +33,11 @@ megastore_types::bug_knobs! {
         /// away or frozen): when a range comes back to it, the copy of its newer state
         /// is shadowed by the old one in memory, promises included.
         keep_unserved_groups,
+        /// A placed replica that starts serving a range (a move to it finished, or one
+        /// away was aborted) loads none of its groups until a request names one: a
+        /// received group with work left (an accepted position not yet visible) waits
+        /// for a client instead of being swept.
+        ignore_arrivals,
         /// A restarted replica forgets its promises.
         forget_promise_on_restart,
         /// A replica with a bounded group cache evicts a group this step changed and

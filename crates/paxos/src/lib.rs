@@ -24,7 +24,8 @@
 //! coordinator), durable-ack, linearizable-eg, prefix-snapshots; and across groups
 //! queue-exactly-once-in-order, multi-group-atomicity and decision-stable; with a
 //! bounded group cache, open-is-indexed (`replica/registry.rs`); placed over many
-//! servers, loaded-only-if-served (`replica/placed.rs`, tests/placed.rs). For
+//! servers, loaded-only-if-served and arrivals-are-looked-after (`replica/placed.rs`,
+//! tests/placed.rs). For
 //! watchers, kept where they are stated (the simulator runs no watchers):
 //! watch-reads-committed ([`watch`]) and awaiting-bounded (the replica's held long
 //! polls).

@@ -397,3 +397,37 @@ fn a_group_that_moves_away_and_back_is_answered_from_the_copy_it_came_back_with(
         other => panic!("{other:?}"),
     }
 }
+
+/// How many groups Y holds in memory right after a move from X brings it `g1`, whose
+/// position 2 X accepted but no one made visible (work left), with `bugs`.
+fn loaded_on_arrival(bugs: ProtocolBugs) -> usize {
+    let p0 = initial();
+    let (range, x_id, y_id) = moved_range(&p0);
+    let mut x = replica_on(x_id, &p0, MemoryStore::new(), bugs);
+    let mut y = replica_on(y_id, &p0, MemoryStore::new(), bugs);
+    with_visible_first(&mut x, write(1, Some(1), "one"));
+    assert_eq!(
+        accept_result(x.ask(accept(2, ballot(1), write(2, Some(1), "two"), false))),
+        AcceptResult::Accepted
+    );
+    assert_eq!(y.replica.loaded_groups(), 0, "y serves nothing of g1 yet");
+    move_slot(&p0, range.id, &mut x, &mut y);
+    y.replica.loaded_groups()
+}
+
+/// *arrivals-are-looked-after*: a group with work left that moves to a server is loaded
+/// there as soon as the server serves its range, so its sweep settles it without
+/// waiting for a request.
+#[test]
+fn a_received_group_with_work_left_is_loaded_as_its_range_arrives() {
+    assert_eq!(loaded_on_arrival(ProtocolBugs::NONE), 1);
+    let ignoring = ProtocolBugs {
+        ignore_arrivals: true,
+        ..ProtocolBugs::NONE
+    };
+    assert_eq!(
+        loaded_on_arrival(ignoring),
+        0,
+        "with ignore-arrivals, the received group waits for a request"
+    );
+}

@@ -177,6 +177,18 @@ impl ServerPlacement {
         }
     }
 
+    /// The key spans in which it serves slot `replica` — the ranges whose slot it holds
+    /// and has not frozen — in key order, adjacent ones merged: where
+    /// [`ServerPlacement::judge`] answers `Serve` to a request routed by key alone.
+    pub fn served_spans(&self, replica: ReplicaId) -> Vec<Span> {
+        spans_of(self.view.ranges().iter().filter(|range| {
+            (!self.frozen.contains_key(&range.id) || self.bugs.serve_while_frozen())
+                && range
+                    .slot(replica)
+                    .is_some_and(|slot| slot.server == self.server)
+        }))
+    }
+
     /// Freezes `range` for move `move_id` away from this server: from now on it serves
     /// none of the range until it reads a placement in which the move has ended. The
     /// driver persists [`ServerPlacement::frozen`] before it acknowledges the freeze,

@@ -31,11 +31,15 @@
 //!   that; persisting every view also keeps a restart from judging by a placement
 //!   older than any it acted on.) The host then feeds the newest placement it reads
 //!   from the lock service, as any other.
+//! - *arrivals-are-looked-after*: where the server starts serving (a move to it
+//!   finished, or one away was aborted), it loads what it would load at start there
+//!   (with a bounded cache, the groups with work left), so a received group's sweep
+//!   does not wait for a request.
 
 use std::collections::BTreeMap;
 
 use megastore_placement::{
-    Placement, PlacementBugs, RangeId, ServerId, ServerPlacement, Serving, Span, Version,
+    Placement, PlacementBugs, RangeId, ServerId, ServerPlacement, Serving, Span, Version, uncovered,
 };
 use megastore_rowstore::{KeyRange, LATEST, RowMutation, RowRead, RowStoreError};
 use megastore_types::EgId;
@@ -135,19 +139,34 @@ impl Replica {
 
     /// The server read a newer placement: groups it no longer serves leave memory,
     /// freezes of ended moves are dropped, and the spans it neither holds nor
-    /// receives any more are retired.
+    /// receives any more are retired. Where it starts serving (a move to it finished,
+    /// or a move away was aborted) it loads what needs looking after as at start: the
+    /// groups the start listing finds there (*arrivals-are-looked-after*), so a
+    /// received group with work left is swept without waiting for a request.
     pub(super) fn observe_placement(&mut self, placement: Placement, out: &mut Vec<Output>) {
+        let me = self.me.id;
         let Some(server) = &mut self.placement else {
             return;
         };
         let before = server.view().version();
+        let served_before = server.served_spans(me);
         let seen = server.observe(placement);
         if server.view().version() != before {
             out.push(Output::PersistPlacement {
                 mutation: placement_mutation(server),
             });
         }
+        let arrived = !uncovered(&server.served_spans(me), &served_before).is_empty();
         self.forget_unserved(out);
+        if arrived && !self.config.bugs.ignore_arrivals() {
+            // From the first group: the listing skips those served elsewhere and those
+            // already in memory.
+            out.push(Output::ListGroups {
+                which: self.start_list(),
+                after: None,
+                limit: super::START_PAGE,
+            });
+        }
         out.extend(seen.retire.into_iter().map(|span| Output::Retire {
             groups: span_keys(span),
         }));
