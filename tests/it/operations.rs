@@ -359,6 +359,69 @@ fn a_replica_added_to_a_running_cluster_rejoins_catches_up_and_then_votes() {
         .find(|l| l.trim_start().starts_with("e ") && l.contains("witness"))
         .unwrap_or_else(|| panic!("no line for e:\n{}", status.stdout));
     assert!(e_line.contains("serving"), "{e_line}");
+
+    // An operator splits with the config from before e joined. Nothing was stored yet,
+    // so the placement it stores is that config's default split: it names no slot of
+    // e. e joins it again at its next poll, and votes on.
+    let split = run_megastore(
+        &[
+            "range",
+            "split",
+            "--at-group",
+            "eg-0030",
+            "--config",
+            cluster.config_path.to_str().unwrap(),
+        ],
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert!(split.status.success(), "{split:?}");
+    let started = std::time::Instant::now();
+    loop {
+        let out = run_megastore(
+            &[
+                "range",
+                "list",
+                "-o",
+                "json",
+                "--config",
+                grown_path.to_str().unwrap(),
+            ],
+            dir.path(),
+            Duration::from_secs(60),
+        );
+        assert!(out.status.success(), "{out:?}");
+        let json: serde_json::Value = serde_json::from_str(&out.stdout).expect("list JSON");
+        let ranges = json["placement"]["ranges"]
+            .as_array()
+            .expect("ranges")
+            .clone();
+        let e_everywhere = ranges.iter().all(|range| {
+            range["slots"]
+                .as_array()
+                .is_some_and(|slots| slots.iter().any(|s| s["replica"] == 5))
+        });
+        if ranges.len() == 2 && e_everywhere {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "e did not place itself again: {json}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    cluster.process("replica-c").signal("STOP");
+    runtime.block_on(async {
+        let at_b = connect(&grown, "B").await;
+        let started = std::time::Instant::now();
+        while let Err(e) = increment(&at_b, &group, "counter").await {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no write with e as the third vote after the split: {e}"
+            );
+        }
+    });
+    cluster.process("replica-c").signal("CONT");
 }
 
 #[test]

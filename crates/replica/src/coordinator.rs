@@ -134,6 +134,7 @@ impl CoordinatorProcess {
                 following_lockd,
                 topology,
                 view.version(),
+                None,
                 move |placement| match placement_events.try_send(Event::Placement(placement)) {
                     Ok(()) => Fed::Taken,
                     Err(mpsc::error::TrySendError::Full(_)) => Fed::Busy,

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use megastore_client::placement_store::load_placement;
+use megastore_client::placement_store::{change_placement, load_placement};
 use megastore_placement::{Placement, Range, ServerId, Version};
 use megastore_rpc::LockdClient;
 use megastore_types::{ReplicaId, Topology};
@@ -55,14 +55,36 @@ pub(crate) enum Fed {
     Gone,
 }
 
+/// The placement lockd holds, with `replica` in it: a replica the placement names in
+/// no range (new to the cluster, or left out by a change made from a config that
+/// predates it) adds itself first, by compare-and-set ([`Placement::add_replica`]: a
+/// slot of every range on a server of its own). Removing a replica from a range is
+/// not built; when it is, a removed replica must not add itself back.
+pub(crate) async fn join(
+    lockd: &LockdClient,
+    topology: &Topology,
+    replica: ReplicaId,
+) -> Result<Placement, String> {
+    let me = topology
+        .replica(replica)
+        .ok_or_else(|| format!("replica {} is not in the topology", replica.0))?;
+    change_placement(lockd, topology, |current| {
+        current.add_replica(me, own_server(replica))
+    })
+    .await
+    .map_err(|e| format!("placing replica {}: {e}", replica.0))
+}
+
 /// Polls lockd every [`PLACEMENT_POLL`] and hands `feed` each placement newer than
 /// `known` (the one the process judges by already), until `feed` says the process is
 /// gone. A placement that cannot be read or decoded is logged and read again later:
-/// the process keeps judging by the one it has.
+/// the process keeps judging by the one it has. With `joined`, a placement that names
+/// that replica in no range is joined again ([`join`]) before it is fed.
 pub(crate) fn follow(
     lockd: LockdClient,
     topology: Topology,
     mut known: Version,
+    joined: Option<ReplicaId>,
     mut feed: impl FnMut(Placement) -> Fed + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -70,10 +92,18 @@ pub(crate) fn follow(
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            match load_placement(&lockd, &topology).await {
-                Ok(stored) if stored.placement.version() > known => {
-                    let version = stored.placement.version();
-                    match feed(stored.placement) {
+            // A join reads the placement too, and writes only if it lacks the replica.
+            let read = match joined {
+                Some(replica) => join(&lockd, &topology, replica).await,
+                None => load_placement(&lockd, &topology)
+                    .await
+                    .map(|stored| stored.placement)
+                    .map_err(|e| e.to_string()),
+            };
+            match read {
+                Ok(placement) if placement.version() > known => {
+                    let version = placement.version();
+                    match feed(placement) {
                         Fed::Taken => {
                             tracing::info!(version = version.0, "read a newer placement");
                             known = version;

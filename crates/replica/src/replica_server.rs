@@ -201,6 +201,7 @@ impl ReplicaProcess {
             megastore_rpc::LockdClient::new(config).map_err(ProcessError::Config)?,
             topology,
             known_placement,
+            Some(id),
             move |placement| match placement_events.send(Event::Placement(placement)) {
                 Ok(()) => placement_follower::Fed::Taken,
                 Err(_) => placement_follower::Fed::Gone,
@@ -377,9 +378,8 @@ struct Driver {
 /// The placement the replica judges by at start: the one it persisted when it last
 /// judged by one (never an older one: *placement-never-goes-back*), else the one lockd
 /// holds now — which names this replica once it joined: a replica new to the
-/// placement adds itself first ([`Placement::add_replica`]). Its freezes come with it.
-///
-/// [`Placement::add_replica`]: megastore_placement::Placement::add_replica
+/// placement adds itself first ([`placement_follower::join`]). Its freezes come with
+/// it.
 async fn server_placement(
     store: &RocksStore,
     replica: ReplicaId,
@@ -393,14 +393,9 @@ async fn server_placement(
     if let Some(placement) = stored {
         return Ok(placement);
     }
-    let me = topology.replica(replica).ok_or_else(|| {
-        ProcessError::Config(format!("replica {} is not in the topology", replica.0))
-    })?;
-    let view = megastore_client::placement_store::change_placement(lockd, topology, |current| {
-        current.add_replica(me, server)
-    })
-    .await
-    .map_err(|e| ProcessError::Lock(format!("placing replica {}: {e}", replica.0)))?;
+    let view = placement_follower::join(lockd, topology, replica)
+        .await
+        .map_err(ProcessError::Lock)?;
     Ok(ServerPlacement::new(server, view, BTreeMap::new(), bugs).0)
 }
 
