@@ -234,6 +234,43 @@ fn a_stopped_directory_copied_by_hand_is_recognised_when_restored() {
 /// the cluster's config, and restarts every running process with the new config, one at
 /// a time (the cluster keeps serving) — as docs/operations.md says, before e or its
 /// coordinator starts. Returns the new config's path and the config.
+/// `megastore range split --at-group eg-0030` with the config at `config`, which must
+/// succeed.
+fn split_at_eg_0030(dir: &Path, config: &Path) {
+    let split = run_megastore(
+        &[
+            "range",
+            "split",
+            "--at-group",
+            "eg-0030",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        dir,
+        Duration::from_secs(60),
+    );
+    assert!(split.status.success(), "{split:?}");
+}
+
+/// The placement `megastore range list -o json` shows with the config at `config`.
+fn placement(dir: &Path, config: &Path) -> serde_json::Value {
+    let out = run_megastore(
+        &[
+            "range",
+            "list",
+            "-o",
+            "json",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        dir,
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).expect("list JSON");
+    json["placement"].clone()
+}
+
 fn grow_cluster(
     cluster: &mut megastore_e2e::LocalCluster,
     dir: &Path,
@@ -363,39 +400,11 @@ fn a_replica_added_to_a_running_cluster_rejoins_catches_up_and_then_votes() {
     // An operator splits with the config from before e joined. Nothing was stored yet,
     // so the placement it stores is that config's default split: it names no slot of
     // e. e joins it again at its next poll, and votes on.
-    let split = run_megastore(
-        &[
-            "range",
-            "split",
-            "--at-group",
-            "eg-0030",
-            "--config",
-            cluster.config_path.to_str().unwrap(),
-        ],
-        dir.path(),
-        Duration::from_secs(60),
-    );
-    assert!(split.status.success(), "{split:?}");
+    split_at_eg_0030(dir.path(), &cluster.config_path);
     let started = std::time::Instant::now();
     loop {
-        let out = run_megastore(
-            &[
-                "range",
-                "list",
-                "-o",
-                "json",
-                "--config",
-                grown_path.to_str().unwrap(),
-            ],
-            dir.path(),
-            Duration::from_secs(60),
-        );
-        assert!(out.status.success(), "{out:?}");
-        let json: serde_json::Value = serde_json::from_str(&out.stdout).expect("list JSON");
-        let ranges = json["placement"]["ranges"]
-            .as_array()
-            .expect("ranges")
-            .clone();
+        let json = placement(dir.path(), &grown_path);
+        let ranges = json["ranges"].as_array().expect("ranges").clone();
         let e_everywhere = ranges.iter().all(|range| {
             range["slots"]
                 .as_array()
@@ -436,37 +445,8 @@ fn a_full_replica_added_to_a_running_cluster_serves_local_reads_and_is_invalidat
     });
     // A placement stored in lockd before e joins (a split): e places itself in it, on
     // a server of its own, or it would serve nothing.
-    let placement = |config_path: &Path| {
-        let out = run_megastore(
-            &[
-                "range",
-                "list",
-                "-o",
-                "json",
-                "--config",
-                config_path.to_str().unwrap(),
-            ],
-            dir.path(),
-            Duration::from_secs(60),
-        );
-        assert!(out.status.success(), "{out:?}");
-        serde_json::from_str::<serde_json::Value>(&out.stdout).expect("list JSON")["placement"]
-            .clone()
-    };
-    let split = run_megastore(
-        &[
-            "range",
-            "split",
-            "--at-group",
-            "eg-0030",
-            "--config",
-            cluster.config_path.to_str().unwrap(),
-        ],
-        dir.path(),
-        Duration::from_secs(60),
-    );
-    assert!(split.status.success(), "{split:?}");
-    assert_eq!(placement(&cluster.config_path)["version"], 2);
+    split_at_eg_0030(dir.path(), &cluster.config_path);
+    assert_eq!(placement(dir.path(), &cluster.config_path)["version"], 2);
 
     // A full replica, e, with its coordinator, at site C (which had only a witness).
     let ports = megastore_e2e::free_ports(2);
@@ -494,7 +474,7 @@ fn a_full_replica_added_to_a_running_cluster_serves_local_reads_and_is_invalidat
         .await;
         assert_eq!(counter_value(read.rows.into_iter().next()), 3);
     });
-    let grown_placement = placement(&grown_path);
+    let grown_placement = placement(dir.path(), &grown_path);
     let ranges = grown_placement["ranges"].as_array().expect("ranges");
     assert_eq!(ranges.len(), 2, "{grown_placement}");
     for range in ranges {

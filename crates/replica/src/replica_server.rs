@@ -607,11 +607,17 @@ impl Driver {
         let Some(placement) = self.core.placement() else {
             return;
         };
-        let now = std::time::Instant::now();
+        // Summed per range first: the metric's label is made once per range touched.
+        let mut by_range: BTreeMap<megastore_placement::RangeId, u64> = BTreeMap::new();
         for (eg, entries) in applied {
-            let range = placement.view().range_of(&eg.0).id;
-            self.activity.record(range, *entries, now);
-            self.metrics.range_applied(range.0, *entries);
+            *by_range
+                .entry(placement.view().range_of(&eg.0).id)
+                .or_default() += entries;
+        }
+        let now = std::time::Instant::now();
+        for (range, entries) in by_range {
+            self.activity.record(range, entries, now);
+            self.metrics.range_applied(range.0, entries);
         }
     }
 
