@@ -429,7 +429,7 @@ impl ClientNode {
         config.id = new_id;
         config.proposer.proposer = megastore_types::ProposerId::client(new_id);
         config.seed = seed;
-        self.core = megastore_paxos::ClientCore::new(config);
+        self.core = restarted(&self.core, config);
         self.relayed.clear();
     }
 
@@ -1166,5 +1166,19 @@ fn read_outcome(eg: &EgId, read: &ReadResult, at: Option<Position>) -> Outcome {
         values,
         path: read.path,
         replica: read.replica,
+    }
+}
+
+/// A new client process in place of `old`, run by `config`: it routes by the placement
+/// `old` knew (a process reads the placement before it starts; the newest one reaches
+/// it within the read delay, as every process).
+pub(crate) fn restarted(
+    old: &megastore_paxos::ClientCore,
+    config: megastore_paxos::ClientConfig,
+) -> megastore_paxos::ClientCore {
+    let core = megastore_paxos::ClientCore::new(config);
+    match old.placement() {
+        Some(placement) => core.placed(placement.clone()),
+        None => core,
     }
 }

@@ -81,9 +81,17 @@ pub struct CoordinatorConfig {
     pub bugs: CoordinatorBugs,
 }
 
-/// The lock a coordinator holds while it serves.
+/// The lock a coordinator that is not placed holds while it serves: it runs on its
+/// replica's own server, `ServerId(replica)` (one server per replica).
 pub fn lock_name(replica: ReplicaId) -> String {
-    format!("coordinator/{}", replica.0)
+    coordinator_lock(ServerId(replica.0))
+}
+
+/// The lock the coordinator of replica server `server` holds while it serves. A
+/// writer that finds it lapsed (and the placement, read after, still naming `server`
+/// for the slot) needs no invalidate there.
+pub fn coordinator_lock(server: ServerId) -> String {
+    format!("coordinator/{}", server.0)
 }
 
 /// What the coordinator knows about one entity group in the current epoch.
@@ -326,7 +334,7 @@ impl Coordinator {
 
     fn open_session(&mut self, now: Time, out: &mut Vec<Output>) {
         self.phase = Phase::Opening;
-        let owner = lock_name(self.config.replica);
+        let owner = self.lock_name();
         self.send_lock(
             now,
             LockCommand::OpenSession { owner },
@@ -340,7 +348,7 @@ impl Coordinator {
             session,
             retry_at: None,
         };
-        let lock = lock_name(self.config.replica);
+        let lock = self.lock_name();
         self.send_lock(
             now,
             LockCommand::Acquire { session, lock },

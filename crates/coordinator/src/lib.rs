@@ -41,6 +41,6 @@ pub mod messages;
 
 pub use coordinator::{
     Coordinator, CoordinatorBugs, CoordinatorConfig, GroupState, INVALID_TRACKED_MAX, Input,
-    Output, VALID_TRACKED_MAX, lock_name,
+    Output, VALID_TRACKED_MAX, coordinator_lock, lock_name,
 };
 pub use messages::{CoordinatorReply, CoordinatorRequest};

@@ -385,7 +385,7 @@ fn past_its_bounds_it_forgets_valid_groups_and_restarts_its_epoch_for_invalid_on
     let mut bounded = config(CoordinatorBugs::NONE);
     bounded.valid_max = 2;
     bounded.invalid_max = 2;
-    let mut c = start_serving(Coordinator::new(bounded.clone()));
+    let mut c = start_serving(Coordinator::new(bounded.clone()), "coordinator/1");
     let validate = |n| CoordinatorRequest::Validate {
         eg: group(n),
         position: Position(5),

@@ -56,7 +56,12 @@ fn start() -> (Placement, Range, ServerId, ServerId) {
 
 /// The coordinator of `server`, placed by `view`, holding its lock (epoch 42).
 fn coordinator_on(server: ServerId, view: &Placement, bugs: CoordinatorBugs) -> Coordinator {
-    start_serving(Coordinator::new(config(bugs)).placed(server, view.clone()))
+    // Each server's coordinator holds a lock of its own.
+    let lock = megastore_coordinator::coordinator_lock(server);
+    start_serving(
+        Coordinator::new(config(bugs)).placed(server, view.clone()),
+        &lock,
+    )
 }
 
 /// A writer's invalidation of `eg` at `position`; the coordinator's answer.

@@ -18,6 +18,11 @@ megastore_types::bug_knobs! {
         /// Step 5 invalidates only replicas that answered without the value, not every
         /// full replica not known to hold it.
         invalidate_only_seen_lacking,
+        /// A placed writer counts a coordinator that cannot vouch (its lock lapsed, or
+        /// it does not serve the group) as invalidated without reading the placement
+        /// again: when the slot moved to another server meanwhile, that server's
+        /// coordinator was never told.
+        trust_unconfirmed_lapse,
         /// Readers read locally without asking the coordinator.
         read_local_unvouched,
         /// Writers acknowledge as soon as the value is chosen, before step 5.

@@ -119,10 +119,6 @@ pub enum BasisStep {
 
 /// An event for the client.
 #[derive(Debug, Clone)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "nearly every input is a message, moved once into the core: boxing it would add an allocation to each"
-)]
 pub enum Input {
     /// A message arrived.
     Message {
@@ -133,6 +129,9 @@ pub enum Input {
     },
     /// Time passed.
     Tick,
+    /// The host read this placement (older than the one the client routes by:
+    /// ignored). The first makes the client placed (see [`ClientCore::placed`]).
+    Placement(megastore_placement::Placement),
 }
 
 /// What the client asks its driver to do.
@@ -234,6 +233,22 @@ impl ClientCore {
             wiring,
             next_op: 1,
         }
+    }
+
+    /// This client, routing by `placement` (docs/protocol.md, "Placement"): its
+    /// requests to a replica's coordinator about a group go to the coordinator of the
+    /// server that the placement names for the replica's slot of the group's range,
+    /// and its host routes them by [`ClientCore::placement`]. A client that is not
+    /// placed takes every replica to run on a server of its own.
+    pub fn placed(mut self, placement: megastore_placement::Placement) -> Self {
+        self.wiring.observe_placement(placement);
+        self
+    }
+
+    /// The placement it routes by, if placed: the newest it read (fed by the host, or
+    /// read itself during a write's invalidation step).
+    pub fn placement(&self) -> Option<&megastore_placement::Placement> {
+        self.wiring.placement()
     }
 
     /// How this client runs.
@@ -997,6 +1012,7 @@ impl ClientCore {
         match input {
             Input::Message { from, message } => self.on_message(now, from, message, &mut sends),
             Input::Tick => self.on_tick(now, &mut sends),
+            Input::Placement(placement) => self.wiring.observe_placement(placement),
         }
         self.finish_step(now, sends)
     }

@@ -168,7 +168,7 @@ impl ClientNode {
         config.id = new_id;
         config.proposer.proposer = megastore_types::ProposerId::client(new_id);
         config.seed = seed;
-        self.core = megastore_paxos::ClientCore::new(config);
+        self.core = super::restarted(&self.core, config);
         self.state = State::Idle;
         Some(self.two_phase_record(start, real, txn, groups, TwoPhaseOutcome::Unknown))
     }

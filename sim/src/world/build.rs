@@ -205,7 +205,8 @@ impl World {
                 // disagree by no more than the drift bound allows.
                 wall_clock_offset_ms: -client_clock.offset_ms(),
                 relay_hot_groups: config.relays,
-            });
+            })
+            .placed(placement.clone());
             let node = ClientNode::new(
                 id,
                 *site,
@@ -246,7 +247,8 @@ impl World {
                     (id, site),
                     rng.next_u64(),
                     -relay_clock.offset_ms(),
-                );
+                )
+                .placed(placement.clone());
                 let mut node = ClientNode::new(id, site, core, rng.next_u64(), 0, 0);
                 node.relay_of = Some(r);
                 clients.insert(id, node);
@@ -294,6 +296,7 @@ impl World {
             relays,
             prepared_due: BTreeMap::new(),
             placement,
+            placement_file_version: 0,
             operator_rng,
         };
         if let Some((r, extra)) = world.config.lagging {

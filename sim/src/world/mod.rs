@@ -106,6 +106,8 @@ pub(crate) struct World {
     prepared_due: BTreeMap<EgId, u64>,
     /// The placement lockd holds (`placement.rs`).
     placement: megastore_placement::Placement,
+    /// The version of the lock service's placement file (0: not written yet).
+    placement_file_version: u64,
     /// The operator's choices, drawn apart from the world's, so that the traces of
     /// seeds without an operator stay as they were.
     operator_rng: Rng,

@@ -5,15 +5,22 @@
 //! newest placement late, on its own (as the servers poll lockd), and a restarted
 //! replica judges by the placement it persisted, else by the newest one.
 //!
-//! The placement stands for lockd's file: changes are linearizable, and a read always
-//! finds the newest one (a lockd outage only delays a real server's poll, which the
-//! random read delay covers).
+//! The operator writes each change to the lock service's placement file, through its
+//! leader (refused without a majority, as lockd would), and `World::placement` mirrors
+//! that file. A process's poll finds the newest (a lockd outage only delays a real
+//! server's poll, which the random read delay covers). The clients are placed too:
+//! their writes' invalidation steps read the file themselves, through the lock
+//! service, when a coordinator cannot vouch (*lapse-of-the-holder*).
 
 use std::time::Duration;
 
 use megastore_coordinator::{Coordinator, Input as CoordinatorInput};
+use megastore_lock::{LockCommand, LockReply};
+use megastore_paxos::ClientInput;
 use megastore_paxos::{Replica, ReplicaInput};
-use megastore_placement::{Placement, PlacementBugs, ServerId, ServerPlacement, SplitAt};
+use megastore_placement::{
+    PLACEMENT_FILE, Placement, PlacementBugs, ServerId, ServerPlacement, SplitAt,
+};
 use megastore_rowstore::MemoryStore;
 use megastore_types::{NodeId, ReplicaId};
 
@@ -77,7 +84,9 @@ impl World {
         let key: Vec<u8> = (0..len)
             .map(|_| self.operator_rng.below(256) as u8)
             .collect();
-        if let Ok(SplitAt::Made(next)) = self.placement.split_at(None, &key) {
+        if let Ok(SplitAt::Made(next)) = self.placement.split_at(None, &key)
+            && self.write_placement(&next)
+        {
             self.trace.note(
                 self.now,
                 &format!("split at {key:?}: placement {}", next.version()),
@@ -89,6 +98,7 @@ impl World {
                 .keys()
                 .map(|r| NodeId::Replica(*r))
                 .chain(self.coordinators.keys().map(|r| NodeId::Coordinator(*r)))
+                .chain(self.clients.keys().map(|c| NodeId::Client(*c)))
                 .collect();
             for node in nodes {
                 let at = self.now + self.operator_rng.below(ns(Duration::from_secs(2)));
@@ -103,8 +113,37 @@ impl World {
         }
     }
 
-    /// How many replica and coordinator cores that are up judge by an older placement
-    /// than the newest.
+    /// Stores `next` in the lock service's placement file, through its leader, if the
+    /// file is still the one the operator read (the first change creates it); whether
+    /// it was stored.
+    fn write_placement(&mut self, next: &Placement) -> bool {
+        let (clocks, now, net) = (&self.clocks, self.now, &self.net);
+        let result = self.lock.model.execute_at_leader(
+            |n| clocks[&NodeId::LockNode(n)].local(now),
+            &LockCommand::WriteFile {
+                name: PLACEMENT_FILE.into(),
+                expected: self.placement_file_version,
+                contents: next.encode(),
+            },
+            super::drive::lock_link(net),
+        );
+        match result {
+            Ok(LockReply::Written { version }) => {
+                self.placement_file_version = version;
+                true
+            }
+            refused => {
+                self.trace.note(
+                    self.now,
+                    &format!("operator's placement write refused: {refused:?}"),
+                );
+                false
+            }
+        }
+    }
+
+    /// How many replica, coordinator and client cores that are up judge (or route) by
+    /// an older placement than the newest.
     pub(crate) fn placements_behind(&self) -> u64 {
         let newest = self.placement.version();
         let replicas = self
@@ -117,8 +156,13 @@ impl World {
             .values()
             .filter_map(|c| c.core.as_ref())
             .map(|core| core.placement().map(|p| p.version()));
+        let clients = self
+            .clients
+            .values()
+            .map(|c| c.core.placement().map(|p| p.version()));
         replicas
             .chain(coordinators)
+            .chain(clients)
             .filter(|version| *version != Some(newest))
             .count() as u64
     }
@@ -137,7 +181,12 @@ impl World {
                     self.run_coordinator(r, CoordinatorInput::Placement(placement));
                 }
             }
-            NodeId::Client(_) | NodeId::LockNode(_) => {}
+            NodeId::Client(c) => {
+                if self.clients.contains_key(&c) {
+                    self.run_client(c, ClientInput::Placement(placement));
+                }
+            }
+            NodeId::LockNode(_) => {}
         }
     }
 }

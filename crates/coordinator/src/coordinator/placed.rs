@@ -46,6 +46,14 @@ impl Coordinator {
         self.placement.as_ref().map(|(_, view)| view)
     }
 
+    /// The lock it holds while it serves: its server's when placed.
+    pub(super) fn lock_name(&self) -> String {
+        match &self.placement {
+            Some((server, _)) => crate::coordinator_lock(*server),
+            None => crate::lock_name(self.config.replica),
+        }
+    }
+
     /// Whether its placement is at least as new as the one that began move `move_id`
     /// (so it shows the move, or its end): from the move's first placement on it serves
     /// nothing of the range, so the operator may freeze the move's source.

@@ -70,19 +70,15 @@ pub(crate) fn respond(
 
 /// A coordinator that opened session 5 at 0 s and holds its lock with sequencer 42.
 pub(crate) fn serving(bugs: CoordinatorBugs) -> Coordinator {
-    start_serving(Coordinator::new(config(bugs)))
+    start_serving(Coordinator::new(config(bugs)), "coordinator/1")
 }
 
-/// `c`, started: it opened session 5 at 0 s and holds its lock with sequencer 42.
-pub(crate) fn start_serving(mut c: Coordinator) -> Coordinator {
+/// `c`, started: it opened session 5 at 0 s and holds its lock, `lock`, with sequencer
+/// 42.
+pub(crate) fn start_serving(mut c: Coordinator, lock: &str) -> Coordinator {
     let out = c.step(t(0.0), Input::Start);
     let (id, command) = lock_request(&out);
-    assert_eq!(
-        command,
-        LockCommand::OpenSession {
-            owner: "coordinator/1".into()
-        }
-    );
+    assert_eq!(command, LockCommand::OpenSession { owner: lock.into() });
     let out = respond(
         &mut c,
         t(0.1),
@@ -97,7 +93,7 @@ pub(crate) fn start_serving(mut c: Coordinator) -> Coordinator {
         command,
         LockCommand::Acquire {
             session: SessionId(5),
-            lock: "coordinator/1".into()
+            lock: lock.into()
         }
     );
     respond(

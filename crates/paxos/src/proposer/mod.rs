@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use megastore_coordinator::CoordinatorRequest;
 use megastore_lock::{LockClient, LockCommand};
-use megastore_types::{LockNodeId, NodeId, ProposerId, ReplicaId, Time, Topology};
+use megastore_placement::{Placement, ServerId};
+use megastore_types::{EgId, LockNodeId, NodeId, ProposerId, ReplicaId, Time, Topology};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 
@@ -101,13 +102,20 @@ pub struct ProposerConfig {
 }
 
 /// Request ids, routes from request ids to the operation that sent them, the lock
-/// client, and the proposer's random numbers.
+/// client, the proposer's random numbers, and — for a proposer on many servers — the
+/// placement it routes by.
 pub(crate) struct Wiring<K> {
     next_id: u64,
     routes: BTreeMap<u64, K>,
     lock: LockClient,
     lock_routes: BTreeMap<u64, K>,
     rng: ChaCha8Rng,
+    /// The newest placement this proposer knows (`None`: not placed, every replica
+    /// runs on one server of its own). A request to `NodeId::Coordinator(r)` about a
+    /// group goes to the coordinator of the server this placement names for slot `r`
+    /// of the group's range: the host routes by [`Wiring::placement`], so the
+    /// proposer and its host never disagree on where a request went.
+    placement: Option<Placement>,
 }
 
 impl<K: Clone + Ord> Wiring<K> {
@@ -123,6 +131,24 @@ impl<K: Clone + Ord> Wiring<K> {
                 .first_id(first_lock_id),
             lock_routes: BTreeMap::new(),
             rng,
+            placement: None,
+        }
+    }
+
+    /// The placement it routes by, if placed.
+    pub(crate) fn placement(&self) -> Option<&Placement> {
+        self.placement.as_ref()
+    }
+
+    /// Adopts `placement` if it is newer than the one it routes by (placements never
+    /// go back), making the proposer placed if it was not.
+    pub(crate) fn observe_placement(&mut self, placement: Placement) {
+        if self
+            .placement
+            .as_ref()
+            .is_none_or(|known| placement.version() > known.version())
+        {
+            self.placement = Some(placement);
         }
     }
 
@@ -209,6 +235,21 @@ impl<K: Clone + Ord> Ctx<'_, K> {
             Message::CoordinatorRequest(build(id)),
         ));
         id
+    }
+
+    /// The server whose coordinator answers for slot `replica` of group `eg`, by the
+    /// proposer's placement (`None`: not placed, or no such slot).
+    pub(crate) fn coordinator_server(&self, eg: &EgId, replica: ReplicaId) -> Option<ServerId> {
+        let placement = self.wiring.placement.as_ref()?;
+        placement
+            .range_of(&eg.0)
+            .slot(replica)
+            .map(|slot| slot.server)
+    }
+
+    /// Adopts a placement read from the lock service, if newer than its own.
+    pub(crate) fn observe_placement(&mut self, placement: Placement) {
+        self.wiring.observe_placement(placement);
     }
 
     /// Starts a lock service request; returns its lock request id.

@@ -105,11 +105,23 @@ impl Replica {
     /// This replica, answering only for the ranges `placement` puts its slot on its
     /// server (the placement the server read, and the freezes it persisted).
     pub fn placed(mut self, placement: ServerPlacement) -> Self {
+        if let Some(sweeper) = &mut self.sweeper {
+            sweeper.observe_placement(placement.view().clone());
+        }
         self.placement = Some(placement);
         let mut out = Vec::new();
         self.forget_unserved(&mut out);
         debug_assert!(out.is_empty(), "a new replica holds no group");
         self
+    }
+
+    /// The placement the replica's own proposer (its sweep) routes coordinator requests
+    /// by: the server's, or a newer one the sweep read during an invalidation step.
+    pub fn routing_placement(&self) -> Option<&Placement> {
+        self.sweeper
+            .as_ref()
+            .and_then(|s| s.placement())
+            .or_else(|| self.placement.as_ref().map(ServerPlacement::view))
     }
 
     /// The server's placement, if the replica is placed.
@@ -150,6 +162,9 @@ impl Replica {
         };
         let before = server.view().version();
         let served_before = server.served_spans(me);
+        if let Some(sweeper) = &mut self.sweeper {
+            sweeper.observe_placement(placement.clone());
+        }
         let seen = server.observe(placement);
         if server.view().version() != before {
             out.push(Output::PersistPlacement {

@@ -118,6 +118,16 @@ pub(crate) struct Sweeper {
 }
 
 impl Sweeper {
+    /// The server's newer placement: the sweep's invalidations route by it.
+    pub(crate) fn observe_placement(&mut self, placement: megastore_placement::Placement) {
+        self.wiring.observe_placement(placement);
+    }
+
+    /// The placement the sweep's invalidations route by, if placed.
+    pub(crate) fn placement(&self) -> Option<&megastore_placement::Placement> {
+        self.wiring.placement()
+    }
+
     pub(crate) fn new(config: SweepConfig, me: ReplicaId, walk: bool) -> Self {
         let wiring = Wiring::new(&config.proposer, config.seed);
         Self {

@@ -42,6 +42,15 @@ pub(crate) fn client_core_relaying(
     topology: Topology,
     relay_hot_groups: bool,
 ) -> megastore_paxos::ClientCore {
+    client_core_with(topology, relay_hot_groups, ProtocolBugs::NONE)
+}
+
+/// [`client_core_relaying`] with protocol mistakes `bugs`.
+pub(crate) fn client_core_with(
+    topology: Topology,
+    relay_hot_groups: bool,
+    bugs: ProtocolBugs,
+) -> megastore_paxos::ClientCore {
     let ms = std::time::Duration::from_millis;
     megastore_paxos::ClientCore::new(megastore_paxos::ClientConfig {
         id: ClientId(1),
@@ -56,7 +65,7 @@ pub(crate) fn client_core_relaying(
                 backoff: ms(20),
                 ..megastore_paxos::Timeouts::from_rpc_and_lease(ms(100), ms(1000))
             },
-            bugs: ProtocolBugs::NONE,
+            bugs,
         },
         seed: 7,
         delivery_batch: megastore_paxos::queue::DELIVERY_BATCH,

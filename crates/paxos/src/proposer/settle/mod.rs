@@ -22,8 +22,7 @@ mod visible;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use megastore_coordinator::lock_name;
-use megastore_lock::LockCommand;
+use megastore_placement::ServerId;
 use megastore_types::{Ballot, EgId, Position, ReplicaId, Time, TxnId};
 
 use super::Ctx;
@@ -111,6 +110,14 @@ struct Invalidation {
     /// Whether the invalidate went out (not while the replica's accept may still
     /// come).
     sent: bool,
+    /// The server whose coordinator is invalidated (`None`: the proposer is not
+    /// placed, and the replica runs on one server of its own).
+    server: Option<ServerId>,
+    /// The invalidates sent to `server`: only their answers count.
+    requests: BTreeSet<u64>,
+    /// The placement read confirming that `server`, whose coordinator cannot vouch,
+    /// still holds the slot (its lock query id).
+    confirming: Option<u64>,
 }
 
 /// The value being pushed at one ballot, and who has accepted it there.
@@ -491,39 +498,12 @@ impl Settle {
             }
             Phase::Backoff { until } if now >= *until => self.prepare(ctx),
             Phase::Patience { until } if now >= *until => self.learn(ctx),
-            Phase::Invalidate {
-                pending, started, ..
-            } => {
+            Phase::Invalidate { started, .. } => {
                 if now.since(*started) > ctx.config.timeouts.invalidate_patience {
                     self.phase = Phase::Done(SettleOutcome::Failed);
                     return;
                 }
-                let due: Vec<ReplicaId> = pending
-                    .iter()
-                    .filter(|(_, p)| now >= p.retry_at)
-                    .map(|(r, _)| *r)
-                    .collect();
-                for r in due {
-                    self.invalidate(ctx, r);
-                    if let Phase::Invalidate { pending, .. } = &mut self.phase
-                        && let Some(p) = pending.get_mut(&r)
-                        && !p.sent
-                    {
-                        // Its accept did not come in time: the first invalidate.
-                        p.sent = true;
-                        p.retry_at = now + ctx.config.timeouts.invalidate;
-                        continue;
-                    }
-                    let lock = lock_name(r);
-                    let query = ctx.send_lock(LockCommand::Holder { lock });
-                    self.mine.insert(query);
-                    if let Phase::Invalidate { pending, .. } = &mut self.phase
-                        && let Some(p) = pending.get_mut(&r)
-                    {
-                        p.retry_at = now + ctx.config.timeouts.invalidate;
-                        p.lock_query = Some(query);
-                    }
-                }
+                self.retry_invalidations(ctx);
             }
             _ => {}
         }
