@@ -481,6 +481,14 @@ fn a_frozen_site_stalls_writes_at_most_a_lease_and_never_serves_stale_reads() {
             r.path == ReadPath::LocalVouched
         })
         .await;
+        // An operator split the placement, so lockd stores one: a writer that finds
+        // b's coordinator's lock lapsed counts it only once it has read the stored
+        // placement and found b still holding slot 2 (*lapse-of-the-holder*).
+        let lockd = megastore_rpc::LockdClient::new(&config).unwrap();
+        let topology = config.topology().unwrap();
+        megastore_client::placement_store::split_range(&lockd, &topology, None, b"\x80")
+            .await
+            .unwrap();
         (at_a, at_b)
     });
 

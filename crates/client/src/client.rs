@@ -305,6 +305,12 @@ impl Client {
             .map_err(|e| ClientError::Config(e.to_string()))?;
         let peers = Peers::at_site(config, site).map_err(ClientError::Config)?;
         let id = allocate_id(&peers).await?;
+        // The placement its writes' invalidations route by (docs/protocol.md,
+        // "Placement"); the core reads it again itself whenever a coordinator cannot
+        // vouch (*lapse-of-the-holder*).
+        let placement = crate::placement_store::load_placement(peers.lockd(), &topology)
+            .await?
+            .placement;
         let timeouts = proposer_timeouts(config);
         let core = ClientCore::new(ClientConfig {
             id,
@@ -321,7 +327,8 @@ impl Client {
             // The driver's clock starts now (just below).
             wall_clock_offset_ms: wall_clock_ms(),
             relay_hot_groups,
-        });
+        })
+        .placed(placement);
         let (events_tx, events) = mpsc::unbounded_channel();
         let metrics = ClientMetrics::default();
         let driver = Driver {
