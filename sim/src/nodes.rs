@@ -9,7 +9,7 @@ use megastore_coordinator::{Coordinator, CoordinatorBugs};
 use megastore_lock::QuorumModel;
 use megastore_paxos::{ProtocolBugs, Replica};
 use megastore_rowstore::MemoryStore;
-use megastore_types::{LockNodeId, SiteId};
+use megastore_types::{LockNodeId, ReplicaId, SiteId};
 
 /// The mistakes a run re-introduces.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -20,8 +20,12 @@ pub struct Bugs {
     pub coordinator: CoordinatorBugs,
 }
 
-/// A replica server: its protocol core (absent while crashed) and its store.
+/// A replica server: its protocol core (absent while crashed) and its store. The
+/// world keys its servers by address, `ReplicaId(server)` (`world/routing.rs`); every
+/// server so far is its slot's home, whose address is the slot's replica id.
 pub(crate) struct ReplicaNode {
+    /// The replica whose slots it holds (its core's replica id).
+    pub slot: ReplicaId,
     /// The protocol state machine.
     pub core: Option<Replica>,
     /// Its storage; survives crashes except for unsynced writes (and wipes).
@@ -34,8 +38,11 @@ pub(crate) struct ReplicaNode {
     pub wipes: u32,
 }
 
-/// A coordinator process (absent while crashed: it keeps no state).
+/// A coordinator process (absent while crashed: it keeps no state), beside the
+/// replica server of the same address.
 pub(crate) struct CoordinatorNode {
+    /// The replica whose slots its server holds.
+    pub slot: ReplicaId,
     /// The state machine.
     pub core: Option<Coordinator>,
     /// Where it runs.

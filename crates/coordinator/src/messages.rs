@@ -34,6 +34,15 @@ pub enum CoordinatorRequest {
     },
 }
 
+impl CoordinatorRequest {
+    /// The entity group it concerns (a host routes it by the group's placement).
+    pub fn eg(&self) -> &EgId {
+        match self {
+            Self::Query { eg, .. } | Self::Validate { eg, .. } | Self::Invalidate { eg, .. } => eg,
+        }
+    }
+}
+
 /// A coordinator's reply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CoordinatorReply {

@@ -509,3 +509,41 @@ pub enum Message {
         result: crate::proposer::commit::CommitResult,
     },
 }
+
+impl Message {
+    /// The entity group a request to a replica, its coordinator or its relay concerns:
+    /// what a host routes it by, to the server its placement names for the group's
+    /// range (`None`: a reply, a lock service message, or a global index scan).
+    pub fn routed_group(&self) -> Option<&EgId> {
+        match self {
+            Message::ReplicaRequest(request) => request.eg(),
+            Message::CoordinatorRequest(request) => Some(request.eg()),
+            Message::Relay { commit, .. } => Some(&commit.eg),
+            Message::ReplicaReply(_)
+            | Message::CoordinatorReply(_)
+            | Message::LockRequest(_)
+            | Message::LockResponse(_)
+            | Message::RelayOutcome { .. } => None,
+        }
+    }
+
+    /// The id of a reply from a replica or a coordinator (what a host matches to the
+    /// request it answers).
+    pub fn reply_id(&self) -> Option<u64> {
+        match self {
+            Message::ReplicaReply(reply) => Some(reply.id()),
+            Message::CoordinatorReply(reply) => Some(reply.id()),
+            _ => None,
+        }
+    }
+
+    /// The id of a request to a replica or a coordinator, if it expects a reply.
+    pub fn request_id(&self) -> Option<u64> {
+        match self {
+            Message::ReplicaRequest(request) => Some(request.id()),
+            Message::CoordinatorRequest(CoordinatorRequest::Query { id, .. })
+            | Message::CoordinatorRequest(CoordinatorRequest::Invalidate { id, .. }) => Some(*id),
+            _ => None,
+        }
+    }
+}

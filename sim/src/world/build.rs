@@ -160,6 +160,7 @@ impl World {
             replicas.insert(
                 info.id,
                 ReplicaNode {
+                    slot: info.id,
                     core: Some(core),
                     store,
                     site: info.site,
@@ -172,6 +173,7 @@ impl World {
                 coordinators.insert(
                     info.id,
                     CoordinatorNode {
+                        slot: info.id,
                         core: None,
                         site: info.site,
                     },
@@ -297,6 +299,7 @@ impl World {
             prepared_due: BTreeMap::new(),
             placement,
             placement_file_version: 0,
+            asked: BTreeMap::new(),
             operator_rng,
         };
         if let Some((r, extra)) = world.config.lagging {

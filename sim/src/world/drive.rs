@@ -32,9 +32,11 @@ impl World {
                     Message::ReplicaRequest(request) => Some(request.clone()),
                     _ => None,
                 };
+                let from = self.as_seen(from);
                 self.run_replica(r, ReplicaInput::Message { from, message }, handled);
             }
             NodeId::Coordinator(r) => {
+                let from = self.as_seen(from);
                 let input = match (from, message) {
                     (_, Message::CoordinatorRequest(request)) => {
                         CoordinatorInput::Request { from, request }
@@ -46,7 +48,10 @@ impl World {
                 };
                 self.run_coordinator(r, input);
             }
-            NodeId::Client(c) => self.run_client(c, ClientInput::Message { from, message }),
+            NodeId::Client(c) => {
+                let from = self.as_seen(from);
+                self.run_client(c, ClientInput::Message { from, message })
+            }
             NodeId::LockNode(n) => {
                 if let Message::LockRequest(request) = message {
                     self.serve_lock(n, from, request);
@@ -114,7 +119,8 @@ impl World {
         // The full replicas' sweep of prepared transactions (`group_work.rs` on a real
         // replica server): a group whose entries prepared some is settled one prepared
         // timeout later — by a client here, the simulated replicas having none.
-        if self.config.two_phase && self.config.topology.kind(r) == Some(ReplicaKind::Full) {
+        let slot = self.replicas[&r].slot;
+        if self.config.two_phase && self.config.topology.kind(slot) == Some(ReplicaKind::Full) {
             let due = self.now + super::ns(self.timeouts.prepared);
             for eg in batch.prepared_groups() {
                 self.prepared_due.entry(eg.clone()).or_insert(due);

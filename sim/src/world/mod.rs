@@ -6,6 +6,7 @@ mod build;
 mod drive;
 mod outages;
 mod placement;
+mod routing;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -108,6 +109,9 @@ pub(crate) struct World {
     placement: megastore_placement::Placement,
     /// The version of the lock service's placement file (0: not written yet).
     placement_file_version: u64,
+    /// Requests sent by servers away from their slot's home address, by (the address
+    /// asked, request id): where the reply goes (`routing.rs`).
+    asked: BTreeMap<(NodeId, u64), NodeId>,
     /// The operator's choices, drawn apart from the world's, so that the traces of
     /// seeds without an operator stay as they were.
     operator_rng: Rng,
@@ -191,6 +195,7 @@ impl World {
 
     fn send(&mut self, from: NodeId, to: NodeId, message: Message) {
         self.stats.messages += 1;
+        let to = self.route(from, to, &message);
         let (from_site, to_site) = (self.site_of(from), self.site_of(to));
         let delivery = self.net.deliver(
             &self.config,

@@ -18,31 +18,25 @@ use megastore_coordinator::{Coordinator, Input as CoordinatorInput};
 use megastore_lock::{LockCommand, LockReply};
 use megastore_paxos::ClientInput;
 use megastore_paxos::{Replica, ReplicaInput};
-use megastore_placement::{
-    PLACEMENT_FILE, Placement, PlacementBugs, ServerId, ServerPlacement, SplitAt,
-};
+use megastore_placement::{PLACEMENT_FILE, Placement, PlacementBugs, ServerPlacement, SplitAt};
 use megastore_rowstore::MemoryStore;
 use megastore_types::{NodeId, ReplicaId};
 
+use super::routing::server_at;
 use super::{Event, World, ns};
 
 /// The most splits one run makes.
 const SPLITS_MAX: u64 = 8;
 
-/// The server replica `r`'s process runs as (one server per replica).
-fn own_server(r: ReplicaId) -> ServerId {
-    ServerId(r.0)
-}
-
-/// Replica `r`'s core, placed: on the placement its store persisted, else on
-/// `newest` (what `megastore replica` does at start).
+/// The replica core of the server at `address`, placed: on the placement its store
+/// persisted, else on `newest` (what `megastore replica` does at start).
 pub(super) fn placed_replica(
     core: Replica,
-    r: ReplicaId,
+    address: ReplicaId,
     store: &MemoryStore,
     newest: &Placement,
 ) -> Replica {
-    let server = own_server(r);
+    let server = server_at(address);
     let stored = megastore_paxos::load_server_placement(store, server, PlacementBugs::NONE)
         .expect("the memory store reads, and the row it wrote decodes");
     let placement = stored.unwrap_or_else(|| {
@@ -57,14 +51,14 @@ pub(super) fn placed_replica(
     core.placed(placement)
 }
 
-/// Replica `r`'s coordinator core, placed on `newest` (a coordinator reads the
-/// placement before it answers anything).
+/// The coordinator core beside the server at `address`, placed on `newest` (a
+/// coordinator reads the placement before it answers anything).
 pub(super) fn placed_coordinator(
     core: Coordinator,
-    r: ReplicaId,
+    address: ReplicaId,
     newest: &Placement,
 ) -> Coordinator {
-    core.placed(own_server(r), newest.clone())
+    core.placed(server_at(address), newest.clone())
 }
 
 impl World {
