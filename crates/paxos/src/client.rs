@@ -11,6 +11,7 @@
 mod composite;
 mod lanes;
 mod relay;
+mod routes;
 
 use std::collections::BTreeMap;
 
@@ -208,6 +209,11 @@ pub struct ClientCore {
     answered_now: Vec<(OpId, OpResult)>,
     wiring: Wiring<OpId>,
     next_op: u64,
+    /// The placement read under way, after a refusal said the placement is behind
+    /// (its lock request id; `routes.rs`).
+    placement_read: Option<u64>,
+    /// When the last such read started.
+    placement_read_at: Option<Time>,
 }
 
 impl ClientCore {
@@ -232,6 +238,8 @@ impl ClientCore {
             answered_now: Vec::new(),
             wiring,
             next_op: 1,
+            placement_read: None,
+            placement_read_at: None,
         }
     }
 
@@ -1026,6 +1034,7 @@ impl ClientCore {
     ) {
         match (from, message) {
             (NodeId::Replica(r), Message::ReplicaReply(reply)) => {
+                self.follow_refusal(now, &reply, sends);
                 let Some(op) = self.wiring.route(reply.id()).copied() else {
                     return;
                 };
@@ -1102,6 +1111,9 @@ impl ClientCore {
         outcome: megastore_lock::LockOutcome,
         sends: &mut Vec<(NodeId, Message)>,
     ) {
+        if self.on_placement_read(outcome.id, &outcome.result) {
+            return;
+        }
         let Some(op) = self.wiring.lock_route(outcome.id).copied() else {
             return;
         };
