@@ -3,6 +3,12 @@
 //! clients' finished operations — read-only, and nothing a protocol core believes
 //! about its own progress (a core's memory is checked against the stores, never
 //! trusted).
+//!
+//! Servers and slots (`world/routing.rs`): a store or a coordinator is read by its
+//! server's *address*; a checker that asks about a *slot* — the replica the groups'
+//! logs know — finds the servers holding it with [`Observation::servers_of`], or the
+//! one the stored placement names for a group with [`Observation::holder`]. Every
+//! server so far is its slot's home, whose address is the slot's id.
 
 use std::collections::BTreeMap;
 
@@ -10,6 +16,7 @@ use megastore_paxos::cells::{
     SlotRecord, TRUNCATED, VISIBLE, grant_column, log_column, promise_column,
 };
 use megastore_paxos::root_row;
+use megastore_placement::Placement;
 use megastore_rowstore::{KeyRange, LATEST, Row, RowRead, ScanOptions};
 use megastore_types::{Ballot, EgId, NodeId, Position, ReplicaId, Topology, TxnId};
 
@@ -28,6 +35,7 @@ pub struct Observation<'a> {
     replicas: &'a BTreeMap<ReplicaId, ReplicaNode>,
     coordinators: &'a BTreeMap<ReplicaId, CoordinatorNode>,
     clocks: &'a BTreeMap<NodeId, Clock>,
+    placement: &'a Placement,
 }
 
 impl<'a> Observation<'a> {
@@ -39,6 +47,7 @@ impl<'a> Observation<'a> {
         replicas: &'a BTreeMap<ReplicaId, ReplicaNode>,
         coordinators: &'a BTreeMap<ReplicaId, CoordinatorNode>,
         clocks: &'a BTreeMap<NodeId, Clock>,
+        placement: &'a Placement,
     ) -> Self {
         Self {
             now,
@@ -47,7 +56,38 @@ impl<'a> Observation<'a> {
             replicas,
             coordinators,
             clocks,
+            placement,
         }
+    }
+
+    /// The slot of the server at `address`: the replica its core is.
+    pub(crate) fn slot_of(&self, address: ReplicaId) -> ReplicaId {
+        self.replicas.get(&address).map_or(address, |n| n.slot)
+    }
+
+    /// The addresses of the servers holding slot `slot` somewhere (each with its store,
+    /// and its coordinator if the slot is full).
+    pub(crate) fn servers_of(&self, slot: ReplicaId) -> impl Iterator<Item = ReplicaId> + '_ {
+        self.replicas
+            .iter()
+            .filter(move |(_, n)| n.slot == slot)
+            .map(|(address, _)| *address)
+    }
+
+    /// Every server's address.
+    pub(crate) fn servers(&self) -> impl Iterator<Item = ReplicaId> + '_ {
+        self.replicas.keys().copied()
+    }
+
+    /// The address of the server the stored placement names for slot `slot` of `eg`'s
+    /// range: during a move its source, whose store holds the slot's acknowledged state
+    /// until the move finishes, and from then on its target, which copied all of it
+    /// (*moves-keep-writes*).
+    pub(crate) fn holder(&self, slot: ReplicaId, eg: &EgId) -> ReplicaId {
+        self.placement
+            .range_of(&eg.0)
+            .slot(slot)
+            .map_or(slot, |held| ReplicaId(held.server.0))
     }
 
     /// How many times replica `r`'s store was lost (each loss begins a new acceptor
@@ -56,8 +96,8 @@ impl<'a> Observation<'a> {
         self.replicas.get(&r).map(|n| n.wipes)
     }
 
-    /// Whether `r`'s coordinator, if it is up, vouches for `eg` at its own clock's
-    /// reading now.
+    /// Whether the coordinator beside the server at `r`, if it is up, vouches for `eg`
+    /// at its own clock's reading now.
     pub(crate) fn coordinator_vouches(&self, r: ReplicaId, eg: &EgId) -> bool {
         let Some(core) = self.coordinators.get(&r).and_then(|c| c.core.as_ref()) else {
             return false;

@@ -52,7 +52,7 @@ impl Grants {
         let leader = chosen
             .get(eg, position.prev())
             .and_then(|prev| prev.next_leader);
-        if leader != Some(r) {
+        if leader != Some(obs.slot_of(r)) {
             found.push((
                 "ballot-zero-once",
                 format!("{eg} {position}: replica {} granted ballot 0, but position_leader is {leader:?}", r.0),

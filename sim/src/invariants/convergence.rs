@@ -22,7 +22,7 @@ pub(crate) fn check(
             } else {
                 (APPLIED, "applied")
             };
-            let reached = obs.stored_watermark(info.id, eg, column);
+            let reached = obs.stored_watermark(obs.holder(info.id, eg), eg, column);
             if reached < visible {
                 found.push((
                     "convergence",

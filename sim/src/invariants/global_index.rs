@@ -19,6 +19,9 @@ pub(crate) fn check(
     chosen: &ChosenLog,
     found: &mut Vec<(&'static str, String)>,
 ) {
+    // Per slot, at its home server: a slot whose ranges lie on several servers has its
+    // global index split among them, which this check does not yet join (every server
+    // is its slot's home so far).
     for info in obs.topology.replicas() {
         if info.kind == ReplicaKind::Witness {
             continue;

@@ -53,8 +53,8 @@ pub struct Checkers {
     pub violations: Vec<Violation>,
 }
 
-/// Whether replica `r` holds the chosen value at `p`: its slot has that value, or its
-/// log is truncated past `p` (which it did only after applying `p`).
+/// Whether the server at `r` holds the chosen value at `p`: its slot has that value, or
+/// its log is truncated past `p` (which it did only after applying `p`).
 pub(crate) fn holds(
     obs: &Observation<'_>,
     chosen: &ChosenLog,
@@ -77,7 +77,7 @@ impl Checkers {
         });
     }
 
-    /// After a replica handled `request` and replied `replies`.
+    /// After the replica server at address `r` handled `request` and replied `replies`.
     pub fn after_replica_step(
         &mut self,
         obs: &Observation<'_>,
@@ -102,9 +102,11 @@ impl Checkers {
                     matches!(reply, ReplicaReply::Accept { id: reply_id, result } if reply_id == id && result.accepted())
                 }) || obs.stored_slot(r, eg, *position)
                     .is_some_and(|slot| slot.ballot == *ballot && &slot.entry == entry);
-                if accepted && obs.topology.is_voter(r) {
+                // The server at `r` voted as its slot: the slot is the voter counted.
+                let voter = obs.slot_of(r);
+                if accepted && obs.topology.is_voter(voter) {
                     self.chosen
-                        .accepted(obs, r, (eg, *position), (*ballot, entry), &mut found);
+                        .accepted(obs, voter, (eg, *position), (*ballot, entry), &mut found);
                 }
                 self.chosen.observe(obs, eg, *position, &mut found);
             }

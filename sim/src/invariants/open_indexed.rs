@@ -13,7 +13,7 @@ use megastore_types::ReplicaId;
 use crate::observation::Observation;
 
 pub(crate) fn check(obs: &Observation<'_>, r: ReplicaId, found: &mut Vec<(&'static str, String)>) {
-    let Some(kind) = obs.topology.kind(r) else {
+    let Some(kind) = obs.topology.kind(obs.slot_of(r)) else {
         return;
     };
     let Some(store) = obs.store(r) else {

@@ -169,14 +169,15 @@ impl ChosenLog {
         p: Position,
         found: &mut Vec<(&'static str, String)>,
     ) {
-        for info in obs.topology.replicas() {
-            let Some(slot) = obs.stored_slot(info.id, eg, p) else {
+        // Every server's store: a visible mark is a claim wherever it was made.
+        for r in obs.servers() {
+            let Some(slot) = obs.stored_slot(r, eg, p) else {
                 continue;
             };
             if slot.visible {
                 let max = self.max_visible.entry(eg.clone()).or_default();
                 *max = (*max).max(p);
-                let how = format!("visible at replica {}", info.id.0);
+                let how = format!("visible at replica {}", r.0);
                 self.claim(eg, p, (slot.entry, slot.ballot), &how, found);
             }
         }

@@ -19,15 +19,19 @@ pub(crate) fn on_op_done(
     let Some(p) = record.pinned_position().filter(|p| p.0 > 0) else {
         return;
     };
-    for r in obs.topology.of_kind(ReplicaKind::Full) {
-        if !holds(obs, chosen, r, &record.eg, p) && obs.coordinator_vouches(r, &record.eg) {
-            found.push((
-                "visible-after-invalidate",
-                format!(
-                    "{} {p} returned to client {} ({:?}) while replica {} lacks it and its coordinator vouches",
-                    record.eg, record.client.0, record.kind, r.0
-                ),
-            ));
+    for slot in obs.topology.of_kind(ReplicaKind::Full) {
+        // Every server of the slot: whichever holds it, a coordinator that vouches must
+        // sit beside a store that has the position.
+        for r in obs.servers_of(slot) {
+            if !holds(obs, chosen, r, &record.eg, p) && obs.coordinator_vouches(r, &record.eg) {
+                found.push((
+                    "visible-after-invalidate",
+                    format!(
+                        "{} {p} returned to client {} ({:?}) while replica {} (server at {}) lacks it and its coordinator vouches",
+                        record.eg, record.client.0, record.kind, slot.0, r.0
+                    ),
+                ));
+            }
         }
     }
 }

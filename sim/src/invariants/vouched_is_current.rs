@@ -10,7 +10,8 @@ use megastore_types::{EgId, Position, ReplicaId, ReplicaKind};
 use super::{ChosenLog, holds};
 use crate::observation::Observation;
 
-/// How far each replica's log is known to hold the chosen values without a gap.
+/// How far each server's log is known to hold the chosen values without a gap (by
+/// address).
 #[derive(Debug, Default)]
 pub(crate) struct HeldPrefixes {
     held: BTreeMap<(ReplicaId, EgId), Position>,
@@ -23,7 +24,12 @@ impl HeldPrefixes {
         chosen: &ChosenLog,
         found: &mut Vec<(&'static str, String)>,
     ) {
-        let full: Vec<ReplicaId> = obs.topology.of_kind(ReplicaKind::Full).collect();
+        // Every server of every full slot: its coordinator vouches for its own store.
+        let full: Vec<ReplicaId> = obs
+            .topology
+            .of_kind(ReplicaKind::Full)
+            .flat_map(|slot| obs.servers_of(slot).collect::<Vec<_>>())
+            .collect();
         for (eg, visible) in chosen.groups() {
             for &r in &full {
                 if !obs.coordinator_vouches(r, eg) {

@@ -328,10 +328,11 @@ impl World {
         world
     }
 
+    /// The config of the coordinator beside the server at address `r`.
     pub(super) fn coordinator_config(&mut self, r: ReplicaId) -> CoordinatorConfig {
         let lease = self.config.lock_lease;
         CoordinatorConfig {
-            replica: r,
+            replica: self.coordinators.get(&r).map_or(r, |c| c.slot),
             lock_nodes: self.lock.model.nodes().collect(),
             lock_attempt_timeout: self.config.max_latency() * 4 + Duration::from_millis(40),
             keepalive_interval: lease / 4,

@@ -132,6 +132,7 @@ impl World {
             &self.replicas,
             &self.coordinators,
             &self.clocks,
+            &self.placement,
         )
     }
 

@@ -76,12 +76,13 @@ impl World {
                 let lock_nodes: Vec<LockNodeId> = self.lock.model.nodes().collect();
                 let seed = self.rng.next_u64();
                 let rejoining = self.replicas.get(&r).is_some_and(|n| n.rejoining);
+                let slot = self.replicas.get(&r).map_or(r, |n| n.slot);
                 let config = replica_config(
                     &self.config,
                     self.bugs,
                     &self.timeouts,
                     &lock_nodes,
-                    r,
+                    slot,
                     seed,
                     rejoining,
                 );
@@ -144,7 +145,8 @@ impl World {
     /// `megastore coordinator disable`: revokes the holder of the coordinator's lock,
     /// through the lock service's leader (refused without a majority, as lockd would).
     pub(super) fn disable_coordinator(&mut self, r: ReplicaId) {
-        let lock = megastore_coordinator::lock_name(r);
+        // The coordinator beside the server at `r` holds its server's lock.
+        let lock = megastore_coordinator::coordinator_lock(super::routing::server_at(r));
         let (clocks, now, net) = (&self.clocks, self.now, &self.net);
         let result = self.lock.model.execute_at_leader(
             |n| clocks[&NodeId::LockNode(n)].local(now),
