@@ -96,6 +96,10 @@ pub struct SimConfig {
     /// An operator splits ranges of the placement while faults run, and the processes
     /// read each new placement late (`world/placement.rs`): the seed of its choices.
     pub splits: Option<u64>,
+    /// Every replica's site also runs a spare server for its slot, holding no range
+    /// (`world/placement.rs`): servers that hold nothing live through every fault, and
+    /// the placement and the lock service know more servers than slots.
+    pub spares: bool,
 }
 
 fn pick<T: Clone>(rng: &mut Rng, options: &[T]) -> T {
@@ -227,6 +231,7 @@ impl SimConfig {
             replica_cache: None,
             relays: false,
             splits: None,
+            spares: false,
         }
     }
 
@@ -235,6 +240,12 @@ impl SimConfig {
     pub fn splits(seed: u64) -> Option<u64> {
         let mut rng = Rng::new(seed ^ 0x5b11_7a7e_d0c0_ffee);
         rng.chance(0.5).then(|| rng.next_u64())
+    }
+
+    /// [`SimConfig::spares`] for `seed`: half the seeds whose operator splits, drawn
+    /// apart from the seed's other choices.
+    pub fn spares(seed: u64) -> bool {
+        Self::splits(seed).is_some() && Rng::new(seed ^ 0x05a2_e5e2_0e25_0000).chance(0.5)
     }
 
     /// [`SimConfig::relays`] for `seed`: half the seeds, drawn apart from the seed's

@@ -92,11 +92,12 @@ fn add(total: &mut Stats, s: &Stats) {
     total.collections += s.collections;
     total.evictions += s.evictions;
     total.splits += s.splits;
+    total.spares += s.spares;
 }
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; relayed {}; conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, ranges split {}, messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; relayed {}; conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, ranges split {}, spare servers {}, messages {}, violations {violations}",
         s.commits,
         s.combined,
         s.committed_unread,
@@ -123,6 +124,7 @@ fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
         s.collections,
         s.evictions,
         s.splits,
+        s.spares,
         s.messages
     )
 }

@@ -118,6 +118,8 @@ pub struct Stats {
     pub evictions: u64,
     /// Ranges the operator split.
     pub splits: u64,
+    /// Spare servers run (holding no range; `SimConfig::spares`).
+    pub spares: u64,
     /// Processes up at the end of the run that judge by an older placement than the
     /// newest (each had seconds to read it: none should).
     pub placements_behind: u64,

@@ -27,6 +27,7 @@ fn runs_exercise_commits_local_and_majority_reads_and_faults() {
     // The operator split ranges, and every process up at the end follows the newest
     // placement.
     assert!(sum(|s| s.splits) > 0, "ranges split");
+    assert!(sum(|s| s.spares) > 0, "spare servers ran");
     assert_eq!(
         sum(|s| s.placements_behind),
         0,

@@ -98,6 +98,7 @@ impl World {
         config.replica_cache = SimConfig::replica_cache(seed);
         config.relays = SimConfig::relays(seed);
         config.splits = SimConfig::splits(seed);
+        config.spares = SimConfig::spares(seed);
         if config.coordinator_bounds.is_some() || config.replica_cache.is_some() {
             // Bounds matter with more groups than they hold.
             config.groups = 3;
@@ -109,7 +110,11 @@ impl World {
     pub(crate) fn from_config(config: SimConfig, mut rng: Rng, bugs: Bugs, trace: Trace) -> Self {
         let max_latency = config.max_latency();
         let config_quiet = config.quiet;
-        let placement = megastore_placement::Placement::one_server_per_replica(&config.topology);
+        let placement = if config.spares {
+            super::placement::with_spares(&config.topology)
+        } else {
+            megastore_placement::Placement::one_server_per_replica(&config.topology)
+        };
         let operator_rng = Rng::new(config.splits.unwrap_or_default());
         // The library's derivation from a round that fits the slowest link, except the
         // waits that must cover a round trip on it: the library's fractions of `rpc`
@@ -172,6 +177,51 @@ impl World {
                 clock(&mut rng, NodeId::Coordinator(info.id));
                 coordinators.insert(
                     info.id,
+                    CoordinatorNode {
+                        slot: info.id,
+                        core: None,
+                        site: info.site,
+                    },
+                );
+            }
+        }
+        // The spares, after every home server (their draws leave the other seeds'
+        // as they were).
+        let homes: Vec<megastore_types::ReplicaInfo> = config.topology.replicas().to_vec();
+        for info in homes.iter().filter(|_| config.spares) {
+            let address = super::placement::spare_address(info.id);
+            clock(&mut rng, NodeId::Replica(address));
+            let replica_config = replica_config(
+                &config,
+                bugs,
+                &timeouts,
+                &lock_nodes,
+                info.id,
+                rng.next_u64(),
+                false,
+            );
+            let store = MemoryStore::new();
+            let core = super::placement::placed_replica(
+                Replica::new(replica_config),
+                address,
+                &store,
+                &placement,
+            );
+            replicas.insert(
+                address,
+                ReplicaNode {
+                    slot: info.id,
+                    core: Some(core),
+                    store,
+                    site: info.site,
+                    rejoining: false,
+                    wipes: 0,
+                },
+            );
+            if info.kind == ReplicaKind::Full {
+                clock(&mut rng, NodeId::Coordinator(address));
+                coordinators.insert(
+                    address,
                     CoordinatorNode {
                         slot: info.id,
                         core: None,
@@ -302,6 +352,15 @@ impl World {
             asked: BTreeMap::new(),
             operator_rng,
         };
+        if world.config.spares {
+            // The operator added the spares: lockd's file holds the placement naming
+            // them (the default names only the homes).
+            let placement = world.placement.clone();
+            assert!(
+                world.write_placement(&placement),
+                "the lock service takes the first placement"
+            );
+        }
         if let Some((r, extra)) = world.config.lagging {
             world.net.slow_down(NodeId::Replica(r), extra);
         }

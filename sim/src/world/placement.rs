@@ -18,15 +18,51 @@ use megastore_coordinator::{Coordinator, Input as CoordinatorInput};
 use megastore_lock::{LockCommand, LockReply};
 use megastore_paxos::ClientInput;
 use megastore_paxos::{Replica, ReplicaInput};
-use megastore_placement::{PLACEMENT_FILE, Placement, PlacementBugs, ServerPlacement, SplitAt};
+use megastore_placement::{
+    PLACEMENT_FILE, Placement, PlacementBugs, Server, ServerPlacement, SplitAt,
+};
 use megastore_rowstore::MemoryStore;
-use megastore_types::{NodeId, ReplicaId};
+use megastore_types::{NodeId, ReplicaId, Topology};
 
 use super::routing::server_at;
 use super::{Event, World, ns};
 
 /// The most splits one run makes.
 const SPLITS_MAX: u64 = 8;
+
+/// Spare servers' addresses start here (above every replica id).
+const SPARE_ADDRESSES: u16 = 100;
+
+/// The address of the spare server of replica `r`'s slot, at its site.
+pub(super) fn spare_address(r: ReplicaId) -> ReplicaId {
+    ReplicaId(SPARE_ADDRESSES + r.0)
+}
+
+/// The first placement of a world with spares: one range, every slot on its home
+/// server, and a spare server beside each (named, holding nothing).
+pub(super) fn with_spares(topology: &Topology) -> Placement {
+    let servers = topology
+        .replicas()
+        .iter()
+        .flat_map(|r| {
+            [r.id, spare_address(r.id)].map(|address| Server {
+                id: server_at(address),
+                site: r.site,
+            })
+        })
+        .collect();
+    let placement = Placement::initial(servers, topology, 1).expect("every site has its homes");
+    for range in placement.ranges() {
+        for slot in &range.slots {
+            assert_eq!(
+                slot.server,
+                server_at(slot.replica),
+                "every slot starts on its home server"
+            );
+        }
+    }
+    placement
+}
 
 /// The replica core of the server at `address`, placed: on the placement its store
 /// persisted, else on `newest` (what `megastore replica` does at start).
@@ -110,7 +146,7 @@ impl World {
     /// Stores `next` in the lock service's placement file, through its leader, if the
     /// file is still the one the operator read (the first change creates it); whether
     /// it was stored.
-    fn write_placement(&mut self, next: &Placement) -> bool {
+    pub(super) fn write_placement(&mut self, next: &Placement) -> bool {
         let (clocks, now, net) = (&self.clocks, self.now, &self.net);
         let result = self.lock.model.execute_at_leader(
             |n| clocks[&NodeId::LockNode(n)].local(now),
@@ -134,6 +170,14 @@ impl World {
                 false
             }
         }
+    }
+
+    /// How many servers this world runs away from their slot's home (spares).
+    pub(crate) fn spare_servers(&self) -> u64 {
+        self.replicas
+            .iter()
+            .filter(|(address, node)| **address != node.slot)
+            .count() as u64
     }
 
     /// How many replica, coordinator and client cores that are up judge (or route) by
