@@ -88,6 +88,7 @@ pub const BUG_NAMES: &[&str] = &[
     "commit-past-span",
     "relay-commits-duplicates",
     "relay-resolves-first-only",
+    "keep-unserved-groups",
 ];
 
 /// The knob called `name`.
@@ -139,6 +140,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "commit-past-span" => p.commit_past_span = true,
         "relay-commits-duplicates" => p.relay_commits_duplicates = true,
         "relay-resolves-first-only" => p.relay_resolves_first_only = true,
+        "keep-unserved-groups" => p.keep_unserved_groups = true,
         _ => return None,
     }
     Some(Bugs {

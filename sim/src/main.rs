@@ -93,11 +93,13 @@ fn add(total: &mut Stats, s: &Stats) {
     total.evictions += s.evictions;
     total.splits += s.splits;
     total.spares += s.spares;
+    total.moves_finished += s.moves_finished;
+    total.moves_aborted += s.moves_aborted;
 }
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; relayed {}; conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, ranges split {}, spare servers {}, messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; relayed {}; conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, ranges split {}, spare servers {}, moves {} finished / {} aborted, messages {}, violations {violations}",
         s.commits,
         s.combined,
         s.committed_unread,
@@ -125,6 +127,8 @@ fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
         s.evictions,
         s.splits,
         s.spares,
+        s.moves_finished,
+        s.moves_aborted,
         s.messages
     )
 }

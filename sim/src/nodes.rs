@@ -118,8 +118,12 @@ pub struct Stats {
     pub evictions: u64,
     /// Ranges the operator split.
     pub splits: u64,
-    /// Spare servers run (holding no range; `SimConfig::spares`).
+    /// Spare servers run (`SimConfig::spares`).
     pub spares: u64,
+    /// Moves of a slot between its home and its spare that finished.
+    pub moves_finished: u64,
+    /// Moves given up (the source serves the slot again).
+    pub moves_aborted: u64,
     /// Processes up at the end of the run that judge by an older placement than the
     /// newest (each had seconds to read it: none should).
     pub placements_behind: u64,

@@ -25,7 +25,7 @@
 
 use std::collections::BTreeMap;
 
-use megastore_paxos::messages::PrepareResult;
+use megastore_paxos::messages::{PrepareResult, ReplicaError};
 use megastore_paxos::{ReplicaReply, ReplicaRequest};
 use megastore_types::{Ballot, EgId, Position, ReplicaId};
 
@@ -75,6 +75,22 @@ impl Bounds {
             _ => return,
         };
         let id = request.id();
+        // A server that refused for its placement (the slot's range is not its own, or
+        // frozen) did not act as the voter: its store's state of the range is not the
+        // slot's (it may have retired it), and the slot's holder is checked when it
+        // votes.
+        let not_its_own = replies.iter().any(|reply| {
+            matches!(
+                reply,
+                ReplicaReply::Error {
+                    id: reply_id,
+                    error: ReplicaError::WrongServer { .. } | ReplicaError::Frozen { .. },
+                } if *reply_id == id
+            )
+        });
+        if not_its_own {
+            return;
+        }
         let answered_yes = replies.iter().any(|reply| match reply {
             ReplicaReply::Prepare {
                 id: reply_id,

@@ -350,6 +350,7 @@ impl World {
             placement,
             placement_file_version: 0,
             asked: BTreeMap::new(),
+            moving: None,
             operator_rng,
         };
         if world.config.spares {
@@ -384,6 +385,7 @@ impl World {
         world.schedule(ns(Duration::from_millis(200)), Event::LockElection);
         world.schedule(safety_end, Event::EndSafetyPhase);
         world.schedule_first_split();
+        world.schedule_first_move();
         world
     }
 

@@ -4,6 +4,7 @@
 
 mod build;
 mod drive;
+mod moves;
 mod outages;
 mod placement;
 mod routing;
@@ -56,6 +57,8 @@ enum Event {
     Split,
     /// This process reads the newest placement (its poll of lockd).
     ReadPlacement(NodeId),
+    /// The operator takes the next step of its move (`moves.rs`).
+    Operate,
 }
 
 /// One simulated run.
@@ -109,6 +112,11 @@ pub(crate) struct World {
     placement: megastore_placement::Placement,
     /// The version of the lock service's placement file (0: not written yet).
     placement_file_version: u64,
+    /// The move the operator carries out, and what it did since it (re)started.
+    moving: Option<(
+        megastore_placement::MoveRequest,
+        megastore_placement::Progress,
+    )>,
     /// Requests sent by servers away from their slot's home address, by (the address
     /// asked, request id): where the reply goes (`routing.rs`).
     asked: BTreeMap<(NodeId, u64), NodeId>,
@@ -344,6 +352,7 @@ impl World {
             Event::EndSafetyPhase => self.heal_everything(),
             Event::Split => self.split(),
             Event::ReadPlacement(node) => self.read_placement(node),
+            Event::Operate => self.operate(),
         }
     }
 

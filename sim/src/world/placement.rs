@@ -123,23 +123,29 @@ impl World {
             );
             self.placement = next;
             self.stats.splits += 1;
-            let nodes: Vec<NodeId> = self
-                .replicas
-                .keys()
-                .map(|r| NodeId::Replica(*r))
-                .chain(self.coordinators.keys().map(|r| NodeId::Coordinator(*r)))
-                .chain(self.clients.keys().map(|c| NodeId::Client(*c)))
-                .collect();
-            for node in nodes {
-                let at = self.now + self.operator_rng.below(ns(Duration::from_secs(2)));
-                self.schedule(at, Event::ReadPlacement(node));
-            }
+            self.announce_placement();
         }
         if self.stats.splits < SPLITS_MAX && self.now < self.safety_end {
             let at = self.now
                 + ns(Duration::from_millis(500))
                 + self.operator_rng.below(ns(Duration::from_secs(3)));
             self.schedule(at, Event::Split);
+        }
+    }
+
+    /// Every process reads the newest placement within two seconds, each on its own
+    /// (as the servers poll lockd).
+    pub(super) fn announce_placement(&mut self) {
+        let nodes: Vec<NodeId> = self
+            .replicas
+            .keys()
+            .map(|r| NodeId::Replica(*r))
+            .chain(self.coordinators.keys().map(|r| NodeId::Coordinator(*r)))
+            .chain(self.clients.keys().map(|c| NodeId::Client(*c)))
+            .collect();
+        for node in nodes {
+            let at = self.now + self.operator_rng.below(ns(Duration::from_secs(2)));
+            self.schedule(at, Event::ReadPlacement(node));
         }
     }
 

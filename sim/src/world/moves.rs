@@ -1,0 +1,205 @@
+//! The operator's moves (docs/protocol.md, "Placement"): in a world with spare servers,
+//! the operator moves a slot of a range between its home server and its spare, one
+//! move at a time, while the faults run. Every decision is `next_step`'s (the placement
+//! crate's operator core); this file carries its steps out as `megastore range move`
+//! would: writes go to the lock service through its leader, a copy is `copy_range`
+//! between the two servers' stores (taken by the target only for a move its placement
+//! shows), the freeze is `ReplicaInput::Freeze` at the source (after it read the
+//! placement), and the fence asks the source's coordinator whether it read the move. A
+//! step whose process is down waits and is tried again; the operator also crashes (it
+//! forgets what it did and resumes from the placement) and gives moves up.
+
+use std::time::Duration;
+
+use megastore_coordinator::Input as CoordinatorInput;
+use megastore_paxos::{ReplicaInput, copy_range};
+use megastore_placement::{MoveEnd, MoveRequest, OperatorBugs, OperatorStep, Progress, Span};
+use megastore_rowstore::{Durability, KeyRange};
+use megastore_types::ReplicaId;
+
+use super::placement::spare_address;
+use super::routing::{address, server_at};
+use super::{Event, World, ns};
+
+/// Rows per page of a copy.
+const COPY_PAGE_ROWS: usize = 64;
+
+impl World {
+    /// The operator's first move, in a world with spares.
+    pub(super) fn schedule_first_move(&mut self) {
+        if self.config.spares {
+            let at = self.operator_rng.below(ns(self.config.safety_phase) / 3);
+            self.schedule(at, Event::Operate);
+        }
+    }
+
+    /// One step of the operator: the next step of its move, or a new move.
+    pub(super) fn operate(&mut self) {
+        let Some((request, mut progress)) = self.moving.take().or_else(|| self.new_move()) else {
+            return;
+        };
+        if self.operator_rng.chance(0.03) {
+            // The operator crashes and starts again on the same move.
+            self.trace.note(self.now, "operator restarts");
+            progress = Progress::default();
+        }
+        if self.operator_rng.chance(0.02) {
+            progress.giving_up = true;
+        }
+        let step = megastore_placement::next_step(
+            &self.placement,
+            &request,
+            &mut progress,
+            OperatorBugs::NONE,
+        );
+        match step {
+            OperatorStep::Write { expected, next } => {
+                if expected == self.placement.version() && self.write_placement(&next) {
+                    self.trace.note(
+                        self.now,
+                        &format!("operator writes placement {}", next.version()),
+                    );
+                    self.placement = next;
+                    self.announce_placement();
+                }
+            }
+            OperatorStep::Copy {
+                from,
+                to,
+                range,
+                move_id,
+                span,
+                last,
+            } => {
+                if self.copy(address(from), address(to), range, move_id, span) {
+                    if last {
+                        progress.final_copied = true;
+                    } else {
+                        progress.bulk_copied = true;
+                    }
+                }
+            }
+            OperatorStep::Freeze {
+                server,
+                range,
+                move_id,
+            } => {
+                let source = address(server);
+                if self.replicas[&source].core.is_some() {
+                    let newest = self.placement.clone();
+                    self.run_replica(source, ReplicaInput::Placement(newest), None);
+                    self.run_replica(source, ReplicaInput::Freeze { range, move_id }, None);
+                    progress.froze = self.replicas[&source]
+                        .core
+                        .as_ref()
+                        .and_then(|core| core.placement())
+                        .is_some_and(|p| p.frozen().get(&range) == Some(&move_id));
+                }
+            }
+            OperatorStep::Fence { server, move_id } => {
+                let source = address(server);
+                match self.coordinators.get(&source).map(|c| c.core.is_some()) {
+                    // A witness or read-only slot has no coordinator to fence.
+                    None => progress.fenced = true,
+                    Some(false) => {}
+                    Some(true) => {
+                        let newest = self.placement.clone();
+                        self.run_coordinator(source, CoordinatorInput::Placement(newest));
+                        progress.fenced = self.coordinators[&source]
+                            .core
+                            .as_ref()
+                            .is_some_and(|core| core.knows_move(move_id));
+                    }
+                }
+            }
+            OperatorStep::Done(end) => {
+                self.trace.note(self.now, &format!("move over: {end:?}"));
+                match end {
+                    MoveEnd::Finished { .. } => self.stats.moves_finished += 1,
+                    MoveEnd::Aborted => self.stats.moves_aborted += 1,
+                    MoveEnd::Refused(_) => {}
+                }
+                if self.now < self.safety_end {
+                    let at = self.now
+                        + ns(Duration::from_millis(500))
+                        + self.operator_rng.below(ns(Duration::from_secs(3)));
+                    self.schedule(at, Event::Operate);
+                }
+                return;
+            }
+        }
+        self.moving = Some((request, progress));
+        let at = self.now
+            + ns(Duration::from_millis(20))
+            + self.operator_rng.below(ns(Duration::from_millis(400)));
+        self.schedule(at, Event::Operate);
+    }
+
+    /// A move of a random slot of a random range to the other server of its site (home
+    /// to spare, or back).
+    fn new_move(&mut self) -> Option<(MoveRequest, Progress)> {
+        if self.now >= self.safety_end {
+            return None;
+        }
+        let ranges = self.placement.ranges();
+        let range = &ranges[self.operator_rng.below(ranges.len() as u64) as usize];
+        let slot = &range.slots[self.operator_rng.below(range.slots.len() as u64) as usize];
+        let home = slot.replica;
+        let to = if address(slot.server) == home {
+            spare_address(home)
+        } else {
+            home
+        };
+        let request = MoveRequest {
+            range: range.id,
+            replica: slot.replica,
+            to: server_at(to),
+        };
+        self.trace
+            .note(self.now, &format!("operator moves {request:?}"));
+        Some((request, Progress::default()))
+    }
+
+    /// The target at `to` copies `span` from the source at `from`, if both processes
+    /// are up and the target's placement shows the move (it reads the newest first if
+    /// not); whether it copied.
+    fn copy(
+        &mut self,
+        from: ReplicaId,
+        to: ReplicaId,
+        range: megastore_placement::RangeId,
+        move_id: megastore_placement::Version,
+        span: Span,
+    ) -> bool {
+        if self.replicas[&from].core.is_none() || self.replicas[&to].core.is_none() {
+            return false;
+        }
+        let shows = |world: &World| {
+            world.replicas[&to]
+                .core
+                .as_ref()
+                .and_then(|core| core.placement())
+                .is_some_and(|p| p.receive(range, move_id).is_ok())
+        };
+        if !shows(self) {
+            let newest = self.placement.clone();
+            self.run_replica(to, ReplicaInput::Placement(newest), None);
+        }
+        if !shows(self) {
+            return false;
+        }
+        let keys = KeyRange {
+            start: span.start,
+            end: span.end,
+        };
+        copy_range(
+            &self.replicas[&from].store,
+            &self.replicas[&to].store,
+            &keys,
+            COPY_PAGE_ROWS,
+            Durability::Synced,
+        )
+        .expect("the memory store does not fail");
+        true
+    }
+}
