@@ -208,6 +208,8 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
             "ballot-zero-once",
             "acceptor-monotone",
             "durable-ack",
+            "prefix-snapshots",
+            "linearizable-eg",
         ],
         300,
     ),

@@ -24,27 +24,17 @@ use megastore_paxos::{
     ClientInput, ClientOutput, CommitResult, Message, OpResult, ProtocolBugs, ReadSet,
     ReplicaReply, ReplicaRequest, RowWrite,
 };
-use megastore_placement::{PLACEMENT_FILE, Placement, RangeId, Server, ServerId};
-use megastore_types::{ClientId, NodeId, Position, ReplicaId, SiteId, Time, TxnId};
+use megastore_placement::{PLACEMENT_FILE, Placement, RangeId, ServerId};
+use megastore_types::{ClientId, NodeId, Position, ReplicaId, Time, TxnId};
 
 /// Replica 2's slot starts on server 2 and moves to server 22, both at site 2.
 const FIRST: ServerId = ServerId(2);
 const SECOND: ServerId = ServerId(22);
 
-fn servers() -> Vec<Server> {
-    [(1, 1), (2, 2), (22, 2), (3, 3), (4, 4)]
-        .into_iter()
-        .map(|(id, site)| Server {
-            id: ServerId(id),
-            site: SiteId(site),
-        })
-        .collect()
-}
-
 /// One range; slot 2 on server 2.
 fn before_move() -> Placement {
-    let placement =
-        Placement::initial(servers(), &support::topology(), 1).expect("a valid placement");
+    let placement = Placement::initial(support::servers_22_beside_2(), &support::topology(), 1)
+        .expect("a valid placement");
     assert_eq!(holder(&placement), FIRST);
     placement
 }

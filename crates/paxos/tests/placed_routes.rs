@@ -10,22 +10,13 @@ use std::time::Duration;
 
 use megastore_lock::{LockCommand, LockFile, LockReply, LockResponse};
 use megastore_paxos::{ClientCore, ClientInput, ClientOutput, Message, ReplicaError, ReplicaReply};
-use megastore_placement::{PLACEMENT_FILE, Placement, RangeId, Server, ServerId, Version};
-use megastore_types::{NodeId, ReplicaId, SiteId, Time};
-
-fn servers() -> Vec<Server> {
-    [(1, 1), (2, 2), (22, 2), (3, 3), (4, 4)]
-        .into_iter()
-        .map(|(id, site)| Server {
-            id: ServerId(id),
-            site: SiteId(site),
-        })
-        .collect()
-}
+use megastore_placement::{PLACEMENT_FILE, Placement, RangeId, ServerId, Version};
+use megastore_types::{NodeId, ReplicaId, Time};
 
 /// One range, slot 2 on server 2; and after it, slot 2 moved to server 22.
 fn placements() -> (Placement, Placement) {
-    let first = Placement::initial(servers(), &support::topology(), 1).expect("a placement");
+    let first = Placement::initial(support::servers_22_beside_2(), &support::topology(), 1)
+        .expect("a placement");
     let begun = first
         .begin_move(RangeId(0), ReplicaId(2), ServerId(22))
         .expect("a move");

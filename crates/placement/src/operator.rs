@@ -4,7 +4,7 @@
 //! (or another one) resumes the move from the placement alone: the copies and the
 //! freeze are safe to repeat.
 
-use megastore_types::ReplicaId;
+use megastore_types::{ReplicaId, ReplicaKind};
 
 use crate::error::ChangeError;
 use crate::ids::{RangeId, ServerId, Version};
@@ -97,7 +97,8 @@ pub enum OperatorStep {
         /// The move.
         move_id: Version,
     },
-    /// Ask the coordinator of `server`, the move's source, whether it has read the
+    /// (A full replica's slot only.) Ask the coordinator of `server`, the move's
+    /// source, whether it has read the
     /// placement that began `move_id` (it then vouches and acknowledges invalidations
     /// for none of the range); ask again until it has. A move is recorded frozen only
     /// then, so no writer can finish its invalidation step at the source's coordinator
@@ -187,6 +188,9 @@ pub fn next_step(
     if progress.giving_up {
         return write(placement.abort_move(range.id, moving.id));
     }
+    let moves_a_full_slot = range
+        .slot(moving.replica)
+        .is_some_and(|slot| slot.kind == ReplicaKind::Full);
     let copy = |last| OperatorStep::Copy {
         from: moving.from,
         to: moving.to,
@@ -205,7 +209,11 @@ pub fn next_step(
             range: range.id,
             move_id: moving.id,
         },
-        MovePhase::Copying if !progress.fenced && !bugs.record_frozen_unfenced() => {
+        // Only a full replica has a coordinator to fence: a witness or read-only slot
+        // is vouched for by no one.
+        MovePhase::Copying
+            if !progress.fenced && !bugs.record_frozen_unfenced() && moves_a_full_slot =>
+        {
             OperatorStep::Fence {
                 server: moving.from,
                 move_id: moving.id,

@@ -144,52 +144,23 @@ impl World {
         };
         let mut replicas = BTreeMap::new();
         let mut coordinators = BTreeMap::new();
-        for info in config.topology.replicas() {
-            clock(&mut rng, NodeId::Replica(info.id));
-            let replica_config = replica_config(
-                &config,
-                bugs,
-                &timeouts,
-                &lock_nodes,
-                info.id,
-                rng.next_u64(),
-                false,
-            );
-            let store = MemoryStore::new();
-            let core = super::placement::placed_replica(
-                Replica::new(replica_config),
-                info.id,
-                &store,
-                &placement,
-            );
-            replicas.insert(
-                info.id,
-                ReplicaNode {
-                    slot: info.id,
-                    core: Some(core),
-                    store,
-                    site: info.site,
-                    rejoining: false,
-                    wipes: 0,
-                },
-            );
-            if info.kind == ReplicaKind::Full {
-                clock(&mut rng, NodeId::Coordinator(info.id));
-                coordinators.insert(
-                    info.id,
-                    CoordinatorNode {
-                        slot: info.id,
-                        core: None,
-                        site: info.site,
-                    },
-                );
-            }
-        }
-        // The spares, after every home server (their draws leave the other seeds'
-        // as they were).
-        let homes: Vec<megastore_types::ReplicaInfo> = config.topology.replicas().to_vec();
-        for info in homes.iter().filter(|_| config.spares) {
-            let address = super::placement::spare_address(info.id);
+        // Every home server, then the spares (their draws come after the homes', so
+        // the other seeds' stay as they were).
+        let spares = config
+            .topology
+            .replicas()
+            .iter()
+            .filter(|_| config.spares)
+            .map(|info| (super::placement::spare_address(info.id), info));
+        let servers: Vec<(ReplicaId, megastore_types::ReplicaInfo)> = config
+            .topology
+            .replicas()
+            .iter()
+            .map(|info| (info.id, info))
+            .chain(spares)
+            .map(|(address, info)| (address, info.clone()))
+            .collect();
+        for (address, info) in servers {
             clock(&mut rng, NodeId::Replica(address));
             let replica_config = replica_config(
                 &config,

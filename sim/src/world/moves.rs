@@ -5,7 +5,8 @@
 //! would: writes go to the lock service through its leader, a copy is `copy_range`
 //! between the two servers' stores (taken by the target only for a move its placement
 //! shows), the freeze is `ReplicaInput::Freeze` at the source (after it read the
-//! placement), and the fence asks the source's coordinator whether it read the move. A
+//! placement), and the fence (a full replica's slot) asks the source's coordinator
+//! whether it read the move. A
 //! step whose process is down waits and is tried again; the operator also crashes (it
 //! forgets what it did and resumes from the placement) and gives moves up.
 
@@ -98,10 +99,9 @@ impl World {
             }
             OperatorStep::Fence { server, move_id } => {
                 let source = address(server);
+                // `next_step` fences a full replica's slot only, which has a coordinator.
                 match self.coordinators.get(&source).map(|c| c.core.is_some()) {
-                    // A witness or read-only slot has no coordinator to fence.
-                    None => progress.fenced = true,
-                    Some(false) => {}
+                    None | Some(false) => {}
                     Some(true) => {
                         let newest = self.placement.clone();
                         self.run_coordinator(source, CoordinatorInput::Placement(newest));

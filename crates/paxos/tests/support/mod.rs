@@ -282,3 +282,15 @@ pub(crate) fn with_visible_first(node: &mut Node, first: LogEntry) {
         }
     ));
 }
+
+/// A server per replica of [`topology`] (`ServerId` = the replica's id, at its site),
+/// and a second one at site 2, server 22: where replica 2's slot can move.
+pub(crate) fn servers_22_beside_2() -> Vec<megastore_placement::Server> {
+    [(1, 1), (2, 2), (22, 2), (3, 3), (4, 4)]
+        .into_iter()
+        .map(|(id, site)| megastore_placement::Server {
+            id: megastore_placement::ServerId(id),
+            site: SiteId(site),
+        })
+        .collect()
+}
