@@ -37,11 +37,8 @@ pub async fn load_placement(
 }
 
 fn decode(contents: Option<&[u8]>, topology: &Topology) -> Result<Placement, ClientError> {
-    match contents {
-        None => Ok(Placement::one_server_per_replica(topology)),
-        Some(bytes) => Placement::decode(bytes)
-            .map_err(|e| ClientError::Corrupt(format!("{PLACEMENT_FILE}: {e}"))),
-    }
+    Placement::stored(contents, topology)
+        .map_err(|e| ClientError::Corrupt(format!("{PLACEMENT_FILE}: {e}")))
 }
 
 /// Stores `change` of the current placement, again on the newest one if another

@@ -251,11 +251,7 @@ impl World {
                     Durability::Synced,
                 )
                 .expect("the memory store does not fail");
-                if last {
-                    progress.final_copied = true;
-                } else {
-                    progress.bulk_copied = true;
-                }
+                progress.copied(last);
             }
             OperatorStep::Freeze {
                 server,

@@ -166,6 +166,16 @@ impl Placement {
         placement
     }
 
+    /// The placement of a cluster of `topology` whose lock-service file
+    /// ([`crate::PLACEMENT_FILE`]) holds `contents`: decoded, its invariants checked;
+    /// no file means nothing was changed yet, so the one-server-per-replica default.
+    pub fn stored(contents: Option<&[u8]>, topology: &Topology) -> Result<Placement, DecodeError> {
+        match contents {
+            None => Ok(Placement::one_server_per_replica(topology)),
+            Some(bytes) => Placement::decode(bytes),
+        }
+    }
+
     /// Its version.
     pub fn version(&self) -> Version {
         self.version

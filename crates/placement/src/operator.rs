@@ -55,6 +55,17 @@ pub struct Progress {
     pub giving_up: bool,
 }
 
+impl Progress {
+    /// The copy `next_step` asked for is done (`last`: the copy of the frozen range).
+    pub fn copied(&mut self, last: bool) {
+        if last {
+            self.final_copied = true;
+        } else {
+            self.bulk_copied = true;
+        }
+    }
+}
+
 /// The next thing the operator does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OperatorStep {
@@ -98,8 +109,7 @@ pub enum OperatorStep {
         move_id: Version,
     },
     /// (A full replica's slot only.) Ask the coordinator of `server`, the move's
-    /// source, whether it has read the
-    /// placement that began `move_id` (it then vouches and acknowledges invalidations
+    /// source, whether it has read the placement that began `move_id` (it then vouches and acknowledges invalidations
     /// for none of the range); ask again until it has. A move is recorded frozen only
     /// then, so no writer can finish its invalidation step at the source's coordinator
     /// once the target may serve.

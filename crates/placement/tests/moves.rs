@@ -215,11 +215,7 @@ impl World {
                 let target = self.node(to);
                 target.rows.retain(|(key, _), _| !in_span(key, &span));
                 target.rows.extend(copied);
-                if last {
-                    progress.final_copied = true;
-                } else {
-                    progress.bulk_copied = true;
-                }
+                progress.copied(last);
             }
             OperatorStep::Freeze {
                 server,

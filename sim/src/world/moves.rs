@@ -73,11 +73,7 @@ impl World {
                 last,
             } => {
                 if self.copy(address(from), address(to), range, move_id, span) {
-                    if last {
-                        progress.final_copied = true;
-                    } else {
-                        progress.bulk_copied = true;
-                    }
+                    progress.copied(last);
                 }
             }
             OperatorStep::Freeze {

@@ -8,7 +8,7 @@
 //! is read.
 
 use megastore_lock::{LockCommand, LockError, LockReply};
-use megastore_placement::{PLACEMENT_FILE, Placement};
+use megastore_placement::PLACEMENT_FILE;
 use megastore_types::{NodeId, Time};
 
 use super::ClientCore;
@@ -67,15 +67,9 @@ impl ClientCore {
             return false;
         }
         self.placement_read = None;
-        let read = match result {
-            // Nothing stored: the placement every cluster starts from.
-            Ok(LockReply::File(None)) => Some(Placement::one_server_per_replica(
-                &self.config.proposer.topology,
-            )),
-            Ok(LockReply::File(Some(file))) => Placement::decode(&file.contents).ok(),
-            _ => None,
-        };
-        if let Some(placement) = read {
+        if let Some(placement) =
+            crate::proposer::placement_read(result, &self.config.proposer.topology)
+        {
             self.wiring.observe_placement(placement);
         }
         true

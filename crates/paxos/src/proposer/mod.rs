@@ -86,6 +86,20 @@ impl Timeouts {
     }
 }
 
+/// The placement a proposer's `ReadFile` of [`megastore_placement::PLACEMENT_FILE`]
+/// answered (`None`: the read failed, or the file is unusable; read again later).
+pub(crate) fn placement_read(
+    result: &Result<megastore_lock::LockReply, megastore_lock::LockError>,
+    topology: &Topology,
+) -> Option<Placement> {
+    match result {
+        Ok(megastore_lock::LockReply::File(file)) => {
+            Placement::stored(file.as_ref().map(|f| f.contents.as_slice()), topology).ok()
+        }
+        _ => None,
+    }
+}
+
 /// Who proposes, and where.
 #[derive(Debug, Clone)]
 pub struct ProposerConfig {

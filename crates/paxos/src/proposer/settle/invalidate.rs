@@ -269,14 +269,7 @@ impl Settle {
             .find(|(_, p)| p.confirming == Some(id))
             .map(|(r, _)| *r)
         {
-            let read = match result {
-                // Nothing stored: the placement every cluster starts from.
-                Ok(LockReply::File(None)) => {
-                    Some(Placement::one_server_per_replica(&ctx.config.topology))
-                }
-                Ok(LockReply::File(Some(file))) => Placement::decode(&file.contents).ok(),
-                _ => None,
-            };
+            let read = super::super::placement_read(&result, &ctx.config.topology);
             self.on_placement_read(ctx, r, read);
             return;
         }
