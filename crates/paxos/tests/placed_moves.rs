@@ -234,6 +234,18 @@ impl World {
                 last,
                 ..
             } => {
+                // The final copy is taken only from a source frozen for the move.
+                if last
+                    && let Err(why) = self
+                        .server(from)
+                        .node
+                        .replica
+                        .final_copy_source(range, move_id)
+                {
+                    progress.final_copy_refused(why);
+                    self.operators[index] = Some((request, progress));
+                    return true;
+                }
                 let target = self.server(to);
                 if target.placement().receive(range, move_id).is_err() {
                     target.observe(stored.clone());

@@ -52,7 +52,9 @@ pub use change::SplitAt;
 pub use error::{ChangeError, Violation};
 pub use ids::{RangeId, Server, ServerId, Version};
 pub use map::{DecodeError, Placement};
-pub use operator::{MoveEnd, MoveRequest, OperatorBugs, OperatorStep, Progress, next_step};
+pub use operator::{
+    FinalCopyRefused, MoveEnd, MoveRequest, OperatorBugs, OperatorStep, Progress, next_step,
+};
 pub use range::{Move, MovePhase, Range, Slot};
 pub use serving::{Observed, PlacementBugs, ServerPlacement, Serving, Span, spans_of, uncovered};
 

@@ -64,6 +64,32 @@ impl Progress {
             self.bulk_copied = true;
         }
     }
+
+    /// The source refused the final copy: freeze it again first, or give the move
+    /// up if the source can never give a copy.
+    pub fn final_copy_refused(&mut self, why: FinalCopyRefused) {
+        match why {
+            FinalCopyRefused::NotFrozen => self.froze = false,
+            FinalCopyRefused::StoreLost => self.giving_up = true,
+        }
+    }
+}
+
+/// Why a move's source refuses to give the final copy (the copy that makes the target
+/// exactly the source).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FinalCopyRefused {
+    /// It is not frozen for the move: it never froze for it, or it lost the freeze it
+    /// acknowledged (with its store) and has not read the move recorded frozen yet.
+    /// Writes it takes meanwhile would be missing from the copy, so only a copy taken
+    /// while it is frozen is final.
+    #[error("the source is not frozen for the move")]
+    NotFrozen,
+    /// It lost its store since it last served (it is rejoining): what it holds of the
+    /// range is not what its slot voted, and a target given it would vote as if it
+    /// were. The move can only be given up; the source keeps the slot and rejoins.
+    #[error("the source lost its store and is rejoining")]
+    StoreLost,
 }
 
 /// The next thing the operator does.
@@ -230,6 +256,19 @@ pub fn next_step(
             }
         }
         MovePhase::Copying => write(placement.record_frozen(range.id, moving.id)),
+        // The final copy is taken from a source frozen now. An operator that restarted
+        // does not know whether the source froze, and a source that lost its store
+        // lost its freeze (*frozen-once-recorded* restores it once it reads this
+        // placement): the source is asked (again) first.
+        MovePhase::Frozen
+            if !progress.final_copied && !bugs.finish_without_final_copy() && !progress.froze =>
+        {
+            OperatorStep::Freeze {
+                server: moving.from,
+                range: range.id,
+                move_id: moving.id,
+            }
+        }
         MovePhase::Frozen if !progress.final_copied && !bugs.finish_without_final_copy() => {
             copy(true)
         }

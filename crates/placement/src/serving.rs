@@ -8,7 +8,7 @@ use megastore_types::ReplicaId;
 use crate::error::ChangeError;
 use crate::ids::{RangeId, ServerId, Version};
 use crate::map::Placement;
-use crate::range::Range;
+use crate::range::{MovePhase, Range};
 
 megastore_types::bug_knobs! {
     /// Deliberate mistakes that prove the placement checks catch them. All off in
@@ -255,7 +255,20 @@ impl ServerPlacement {
 
     /// Drops the freezes whose move the placement no longer shows; returns those the
     /// server serves again (aborted: the slot is still its own).
+    ///
+    /// Invariant *frozen-once-recorded*: a move the placement records frozen freezes
+    /// its source, whether or not the source still has the freeze it acknowledged (a
+    /// server that lost its store lost its freezes too, and restarts on the newest
+    /// placement).
     fn reconcile_freezes(&mut self) -> Vec<RangeId> {
+        for range in self.view.ranges() {
+            if let Some(m) = &range.moving
+                && m.from == self.server
+                && m.phase == MovePhase::Frozen
+            {
+                self.frozen.insert(range.id, m.id);
+            }
+        }
         let view = &self.view;
         let server = self.server;
         let mut unfrozen = Vec::new();

@@ -556,3 +556,95 @@ fn a_stored_range_costs_about_three_hundred_bytes() {
         "{per_range} bytes per range"
     );
 }
+
+/// *frozen-once-recorded*: a source that restarts without the freeze it acknowledged
+/// (its store was lost) is frozen by a placement that records the move frozen, whether
+/// it starts on that placement or reads it later.
+#[test]
+fn a_move_recorded_frozen_freezes_a_source_that_lost_its_freeze() {
+    let p = placement(1);
+    let key = b"\x10group";
+    let begun = p.begin_move(RangeId(0), ReplicaId(1), ServerId(1)).unwrap();
+    let move_id = begun.version();
+    let recorded = begun.record_frozen(RangeId(0), move_id).unwrap();
+    let frozen = Serving::Frozen {
+        range: RangeId(0),
+        move_id,
+    };
+    let (started, _) = ServerPlacement::new(
+        ServerId(0),
+        recorded.clone(),
+        BTreeMap::new(),
+        PlacementBugs::default(),
+    );
+    assert_eq!(started.judge(key, ReplicaId(1), None), frozen);
+    assert_eq!(started.frozen().get(&RangeId(0)), Some(&move_id));
+    // Before the move is recorded frozen, a source without its freeze serves.
+    let (mut behind, _) = ServerPlacement::new(
+        ServerId(0),
+        begun,
+        BTreeMap::new(),
+        PlacementBugs::default(),
+    );
+    assert!(matches!(
+        behind.judge(key, ReplicaId(1), None),
+        Serving::Serve { .. }
+    ));
+    behind.observe(recorded.clone());
+    assert_eq!(behind.judge(key, ReplicaId(1), None), frozen);
+    // Only the source is frozen by it.
+    let (target, _) = ServerPlacement::new(
+        ServerId(1),
+        recorded,
+        BTreeMap::new(),
+        PlacementBugs::default(),
+    );
+    assert!(target.frozen().is_empty());
+}
+
+/// The final copy is taken from a source frozen now: refused as not frozen, the
+/// operator asks for the freeze again; refused for a lost store, it gives the move up.
+#[test]
+fn the_operator_refreezes_before_a_refused_final_copy_and_gives_up_on_a_lost_store() {
+    let p = placement(1);
+    let request = MoveRequest {
+        range: RangeId(0),
+        replica: ReplicaId(1),
+        to: ServerId(1),
+    };
+    let begun = p.begin_move(RangeId(0), ReplicaId(1), ServerId(1)).unwrap();
+    let move_id = begun.version();
+    let recorded = begun.record_frozen(RangeId(0), move_id).unwrap();
+    let mut progress = Progress {
+        move_id: Some(move_id),
+        bulk_copied: true,
+        froze: true,
+        fenced: true,
+        ..Progress::default()
+    };
+    let step =
+        |progress: &mut Progress| next_step(&recorded, &request, progress, OperatorBugs::default());
+    assert!(matches!(
+        step(&mut progress),
+        OperatorStep::Copy { last: true, .. }
+    ));
+    progress.final_copy_refused(FinalCopyRefused::NotFrozen);
+    assert!(
+        matches!(step(&mut progress), OperatorStep::Freeze { server, .. } if server == ServerId(0))
+    );
+    progress.froze = true;
+    assert!(matches!(
+        step(&mut progress),
+        OperatorStep::Copy { last: true, .. }
+    ));
+    progress.final_copy_refused(FinalCopyRefused::StoreLost);
+    match step(&mut progress) {
+        OperatorStep::Write { next, .. } => {
+            assert!(next.range(RangeId(0)).unwrap().moving.is_none())
+        }
+        other => panic!("expected the abort, got {other:?}"),
+    }
+    // An operator that restarts on a move recorded frozen freezes the source first.
+    let mut restarted = Progress::default();
+    assert!(matches!(step(&mut restarted), OperatorStep::Freeze { .. }));
+}

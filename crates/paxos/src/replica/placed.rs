@@ -39,7 +39,8 @@
 use std::collections::BTreeMap;
 
 use megastore_placement::{
-    Placement, PlacementBugs, RangeId, ServerId, ServerPlacement, Serving, Span, Version, uncovered,
+    FinalCopyRefused, Placement, PlacementBugs, RangeId, ServerId, ServerPlacement, Serving, Span,
+    Version, uncovered,
 };
 use megastore_rowstore::{KeyRange, LATEST, RowMutation, RowRead, RowStoreError};
 use megastore_types::EgId;
@@ -127,6 +128,30 @@ impl Replica {
     /// The server's placement, if the replica is placed.
     pub fn placement(&self) -> Option<&ServerPlacement> {
         self.placement.as_ref()
+    }
+
+    /// Whether the operator may take the final copy of `range` for move `move_id`
+    /// from this server, its source: only while it is frozen for the move (so the
+    /// copy holds everything it will ever hold of the range), and only if it kept its
+    /// store (*final-copy-from-a-kept-store*: a rejoining server's rows are not what
+    /// its slot voted, and the target would vote as if they were).
+    pub fn final_copy_source(
+        &self,
+        range: RangeId,
+        move_id: Version,
+    ) -> Result<(), FinalCopyRefused> {
+        if self.config.rejoining {
+            return Err(FinalCopyRefused::StoreLost);
+        }
+        let frozen = self
+            .placement
+            .as_ref()
+            .is_some_and(|p| p.frozen().get(&range) == Some(&move_id));
+        if frozen {
+            Ok(())
+        } else {
+            Err(FinalCopyRefused::NotFrozen)
+        }
     }
 
     /// Why this replica does not serve `eg` (`None`: it does, or it is not placed).
