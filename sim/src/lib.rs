@@ -34,6 +34,7 @@ mod world;
 
 use megastore_coordinator::CoordinatorBugs;
 use megastore_paxos::ProtocolBugs;
+use megastore_placement::{OperatorBugs, PlacementBugs};
 
 pub use config::SimConfig;
 pub use invariants::Violation;
@@ -89,12 +90,21 @@ pub const BUG_NAMES: &[&str] = &[
     "relay-commits-duplicates",
     "relay-resolves-first-only",
     "keep-unserved-groups",
+    "serve-while-frozen",
+    "receive-before-seeing-move",
+    "finish-without-final-copy",
+    "record-frozen-unfenced",
+    "trust-unconfirmed-lapse",
+    "vouch-moved-in-range",
+    "ignore-arrivals",
 ];
 
 /// The knob called `name`.
 pub fn bug(name: &str) -> Option<Bugs> {
     let mut p = ProtocolBugs::default();
     let mut c = CoordinatorBugs::default();
+    let mut placement = PlacementBugs::default();
+    let mut operator = OperatorBugs::default();
     match name {
         "skip-invalidate" => p.skip_invalidate = true,
         "grant-ballot0-twice" => p.grant_ballot0_twice = true,
@@ -141,11 +151,20 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "relay-commits-duplicates" => p.relay_commits_duplicates = true,
         "relay-resolves-first-only" => p.relay_resolves_first_only = true,
         "keep-unserved-groups" => p.keep_unserved_groups = true,
+        "serve-while-frozen" => placement.serve_while_frozen = true,
+        "receive-before-seeing-move" => placement.receive_before_seeing_move = true,
+        "finish-without-final-copy" => operator.finish_without_final_copy = true,
+        "record-frozen-unfenced" => operator.record_frozen_unfenced = true,
+        "trust-unconfirmed-lapse" => p.trust_unconfirmed_lapse = true,
+        "vouch-moved-in-range" => c.vouch_moved_in_range = true,
+        "ignore-arrivals" => p.ignore_arrivals = true,
         _ => return None,
     }
     Some(Bugs {
         protocol: p,
         coordinator: c,
+        placement,
+        operator,
     })
 }
 

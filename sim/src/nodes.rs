@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use megastore_coordinator::{Coordinator, CoordinatorBugs};
 use megastore_lock::QuorumModel;
 use megastore_paxos::{ProtocolBugs, Replica};
+use megastore_placement::{OperatorBugs, PlacementBugs};
 use megastore_rowstore::MemoryStore;
 use megastore_types::{LockNodeId, ReplicaId, SiteId};
 
@@ -18,6 +19,10 @@ pub struct Bugs {
     pub protocol: ProtocolBugs,
     /// In the coordinator.
     pub coordinator: CoordinatorBugs,
+    /// In a server's side of placement (what it serves, what copy it takes in).
+    pub placement: PlacementBugs,
+    /// In the operator's steps of a move.
+    pub operator: OperatorBugs,
 }
 
 /// A replica server: its protocol core (absent while crashed) and its store. The

@@ -16,7 +16,7 @@ use megastore_paxos::cells::{
     SlotRecord, TRUNCATED, VISIBLE, grant_column, log_column, promise_column,
 };
 use megastore_paxos::root_row;
-use megastore_placement::Placement;
+use megastore_placement::{Placement, Span};
 use megastore_rowstore::{KeyRange, LATEST, Row, RowRead, ScanOptions};
 use megastore_types::{Ballot, EgId, NodeId, Position, ReplicaId, Topology, TxnId};
 
@@ -74,6 +74,19 @@ impl<'a> Observation<'a> {
             .map(|(address, _)| *address)
     }
 
+    /// Whether some slot has more than one server (a world with spares).
+    pub(crate) fn has_spares(&self) -> bool {
+        self.replicas.len() > self.topology.replicas().len()
+    }
+
+    /// The key spans in which the server at `r` serves its slot now, if it is up: where
+    /// its placed core answers a request routed by key alone.
+    pub(crate) fn served_spans(&self, r: ReplicaId) -> Option<Vec<Span>> {
+        let node = self.replicas.get(&r)?;
+        let placement = node.core.as_ref()?.placement()?;
+        Some(placement.served_spans(node.slot))
+    }
+
     /// Every server's address.
     pub(crate) fn servers(&self) -> impl Iterator<Item = ReplicaId> + '_ {
         self.replicas.keys().copied()
@@ -88,6 +101,11 @@ impl<'a> Observation<'a> {
             .range_of(&eg.0)
             .slot(slot)
             .map_or(slot, |held| ReplicaId(held.server.0))
+    }
+
+    /// Whether the server at `r` lost its store at some point (it rejoins since).
+    pub(crate) fn rejoining(&self, r: ReplicaId) -> bool {
+        self.replicas.get(&r).is_some_and(|n| n.rejoining)
     }
 
     /// How many times replica `r`'s store was lost (each loss begins a new acceptor

@@ -180,7 +180,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ("settled-read-ignores-in-flight", &["linearizable-eg"], 10),
     ("combine-conflicting", &["linearizable-eg"], 10),
     ("blind-write-forgets-locks", &["multi-group-atomicity"], 45),
-    ("carry-skips-prepares", &["multi-group-atomicity"], 40),
+    ("carry-skips-prepares", &["multi-group-atomicity"], 90),
     ("commit-past-span", &["durable-ack"], 15),
     (
         "relay-commits-duplicates",
@@ -210,7 +210,25 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
             "durable-ack",
             "prefix-snapshots",
             "linearizable-eg",
+            "moves-keep-writes",
         ],
+        300,
+    ),
+    // The placement knobs need a seed with spares whose operator moves a slot.
+    (
+        "serve-while-frozen",
+        &["one-server-per-slot", "moves-keep-writes"],
+        20,
+    ),
+    ("finish-without-final-copy", &["moves-keep-writes"], 20),
+    (
+        "record-frozen-unfenced",
+        &["visible-after-invalidate", "vouched-is-current"],
+        300,
+    ),
+    (
+        "vouch-moved-in-range",
+        &["vouched-is-current", "visible-after-invalidate"],
         300,
     ),
 ];
@@ -299,6 +317,10 @@ knob_tests! {
     evict_dirty_group_is_caught => 40,
     skip_open_index_is_caught => 41,
     keep_unserved_groups_is_caught => 42,
+    serve_while_frozen_is_caught => 43,
+    finish_without_final_copy_is_caught => 44,
+    record_frozen_unfenced_is_caught => 45,
+    vouch_moved_in_range_is_caught => 46,
 }
 
 #[test]
@@ -307,7 +329,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 45);
+    assert_eq!(BUG_NAMES.len(), 52);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

@@ -1,9 +1,11 @@
 //! Safety checkers, one per invariant of docs/protocol.md, "Invariants" (seven from
 //! the design, acceptor-monotone, the global index's global-index and verified-scan,
-//! the queues' queue-exactly-once-in-order, and two-phase commit's
-//! multi-group-atomicity and decision-stable). Each reads the obs's durable state (the replicas'
-//! stores), the messages replicas send and the clients' history; none trusts what a
-//! protocol core believes about itself.
+//! the queues' queue-exactly-once-in-order, two-phase commit's multi-group-atomicity
+//! and decision-stable, and placement's one-server-per-slot and moves-keep-writes).
+//! Each reads the run's durable state (the servers' stores), the messages replicas send
+//! and the clients' history; none trusts what a protocol core believes about its own
+//! progress (one-server-per-slot, like vouched-is-current, asks what a server would
+//! answer now).
 
 mod acceptor_monotone;
 
@@ -13,7 +15,9 @@ mod decision_stable;
 mod durable_ack;
 mod global_index;
 mod linearizable_eg;
+mod moves_keep_writes;
 mod multi_group_atomicity;
+mod one_server_per_slot;
 mod open_indexed;
 mod prefix_snapshots;
 mod queue_exactly_once;
@@ -49,6 +53,7 @@ pub struct Checkers {
     grants: ballot_zero_once::Grants,
     bounds: acceptor_monotone::Bounds,
     vouched: vouched_is_current::HeldPrefixes,
+    serving: one_server_per_slot::Reported,
     /// What broke.
     pub violations: Vec<Violation>,
 }
@@ -136,10 +141,26 @@ impl Checkers {
         }
     }
 
+    /// The move of `groups` from the server at `from` to the server at `to` finished
+    /// (its placement is stored).
+    pub fn on_move_finished(
+        &mut self,
+        obs: &Observation<'_>,
+        servers: (ReplicaId, ReplicaId),
+        groups: &megastore_rowstore::KeyRange,
+    ) {
+        let mut found = Vec::new();
+        moves_keep_writes::on_move_finished(obs, servers, groups, &mut found);
+        for (invariant, detail) in found {
+            self.violation(obs, invariant, detail);
+        }
+    }
+
     /// After every event.
     pub fn after_event(&mut self, obs: &Observation<'_>) {
         let mut found = Vec::new();
         self.vouched.check(obs, &self.chosen, &mut found);
+        self.serving.check(obs, &mut found);
         for (invariant, detail) in found {
             self.violation(obs, invariant, detail);
         }

@@ -177,6 +177,7 @@ impl World {
                 address,
                 &store,
                 &placement,
+                bugs.placement,
             );
             replicas.insert(
                 address,

@@ -55,8 +55,11 @@ enum Event {
     EndSafetyPhase,
     /// The operator splits a range (`megastore range split`).
     Split,
-    /// This process reads the newest placement (its poll of lockd).
+    /// This process asks lockd for the placement (its poll); the answer is the newest
+    /// placement now, and arrives later.
     ReadPlacement(NodeId),
+    /// The answer to a placement read reaches this process.
+    PlacementAnswer(NodeId, Box<megastore_placement::Placement>),
     /// The operator takes the next step of its move (`moves.rs`).
     Operate,
 }
@@ -352,6 +355,7 @@ impl World {
             Event::EndSafetyPhase => self.heal_everything(),
             Event::Split => self.split(),
             Event::ReadPlacement(node) => self.read_placement(node),
+            Event::PlacementAnswer(node, placement) => self.placement_answer(node, *placement),
             Event::Operate => self.operate(),
         }
     }

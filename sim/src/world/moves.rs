@@ -5,16 +5,18 @@
 //! would: writes go to the lock service through its leader, a copy is `copy_range`
 //! between the two servers' stores (taken by the target only for a move its placement
 //! shows), the freeze is `ReplicaInput::Freeze` at the source (after it read the
-//! placement), and the fence (a full replica's slot) asks the source's coordinator
-//! whether it read the move. A
-//! step whose process is down waits and is tried again; the operator also crashes (it
-//! forgets what it did and resumes from the placement) and gives moves up.
+//! placement), the fence (a full replica's slot) asks the source's coordinator
+//! whether it read the move, and the final copy is taken only if the source gives it
+//! (`Replica::final_copy_source`: frozen for the move, its store kept). A step whose
+//! process is down waits and is tried again; the operator also crashes (it forgets
+//! what it did and resumes from the placement) and gives moves up. When the
+//! finishing placement is stored, the checkers judge the move (*moves-keep-writes*).
 
 use std::time::Duration;
 
 use megastore_coordinator::Input as CoordinatorInput;
 use megastore_paxos::{ReplicaInput, copy_range};
-use megastore_placement::{MoveEnd, MoveRequest, OperatorBugs, OperatorStep, Progress, Span};
+use megastore_placement::{MoveEnd, MoveRequest, OperatorStep, Progress, Span};
 use megastore_rowstore::{Durability, KeyRange};
 use megastore_types::ReplicaId;
 
@@ -51,7 +53,7 @@ impl World {
             &self.placement,
             &request,
             &mut progress,
-            OperatorBugs::NONE,
+            self.bugs.operator,
         );
         match step {
             OperatorStep::Write { expected, next } => {
@@ -60,7 +62,13 @@ impl World {
                         self.now,
                         &format!("operator writes placement {}", next.version()),
                     );
+                    let finished = self.finished_move(&request, &next);
                     self.placement = next;
+                    if let Some((from, to, groups)) = finished {
+                        let mut checks = self.checks.take().expect("checkers are present");
+                        checks.on_move_finished(&self.observation(), (from, to), &groups);
+                        self.checks = Some(checks);
+                    }
                     self.announce_placement();
                 }
             }
@@ -72,7 +80,20 @@ impl World {
                 span,
                 last,
             } => {
-                if self.copy(address(from), address(to), range, move_id, span) {
+                let (from, to) = (address(from), address(to));
+                let refused = if last {
+                    self.replicas[&from]
+                        .core
+                        .as_ref()
+                        .and_then(|core| core.final_copy_source(range, move_id).err())
+                } else {
+                    None
+                };
+                if let Some(why) = refused {
+                    self.trace
+                        .note(self.now, &format!("final copy refused: {why}"));
+                    progress.final_copy_refused(why);
+                } else if self.copy(from, to, range, move_id, span) {
                     progress.copied(last);
                 }
             }
@@ -129,6 +150,27 @@ impl World {
             + ns(Duration::from_millis(20))
             + self.operator_rng.below(ns(Duration::from_millis(400)));
         self.schedule(at, Event::Operate);
+    }
+
+    /// If `next` finishes the move `request` (the range was moving in the stored
+    /// placement and no longer is, its slot on the target): the source's and the
+    /// target's addresses and the range's group keys.
+    fn finished_move(
+        &self,
+        request: &MoveRequest,
+        next: &megastore_placement::Placement,
+    ) -> Option<(ReplicaId, ReplicaId, KeyRange)> {
+        let before = self.placement.range(request.range)?;
+        let moving = before.moving.as_ref()?;
+        let after = next.range(request.range)?;
+        let held = after.slot(request.replica)?;
+        (after.moving.is_none() && held.server == moving.to).then(|| {
+            let groups = KeyRange {
+                start: after.start.clone(),
+                end: after.end.clone(),
+            };
+            (address(moving.from), address(moving.to), groups)
+        })
     }
 
     /// A move of a random slot of a random range to the other server of its site (home

@@ -94,6 +94,7 @@ impl World {
                         r,
                         &n.store,
                         &self.placement,
+                        self.bugs.placement,
                     ));
                     // The core loads what it must look after at its first step
                     // (every registered group, or with a bounded cache those the

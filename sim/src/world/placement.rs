@@ -71,18 +71,13 @@ pub(super) fn placed_replica(
     address: ReplicaId,
     store: &MemoryStore,
     newest: &Placement,
+    bugs: PlacementBugs,
 ) -> Replica {
     let server = server_at(address);
-    let stored = megastore_paxos::load_server_placement(store, server, PlacementBugs::NONE)
+    let stored = megastore_paxos::load_server_placement(store, server, bugs)
         .expect("the memory store reads, and the row it wrote decodes");
     let placement = stored.unwrap_or_else(|| {
-        ServerPlacement::new(
-            server,
-            newest.clone(),
-            Default::default(),
-            PlacementBugs::NONE,
-        )
-        .0
+        ServerPlacement::new(server, newest.clone(), Default::default(), bugs).0
     });
     core.placed(placement)
 }
@@ -211,9 +206,23 @@ impl World {
             .count() as u64
     }
 
-    /// `node` reads the newest placement and hands it to its core (if it is up).
+    /// `node` asks for the placement: lockd answers with the newest, and the answer
+    /// arrives within 50 ms — or, one time in twenty, within 3 s (a slow answer, by
+    /// which time newer placements may have been written).
     pub(super) fn read_placement(&mut self, node: NodeId) {
-        let placement = self.placement.clone();
+        let placement = Box::new(self.placement.clone());
+        let within = if self.operator_rng.chance(0.05) {
+            Duration::from_secs(3)
+        } else {
+            Duration::from_millis(50)
+        };
+        let at = self.now + self.operator_rng.below(ns(within));
+        self.schedule(at, Event::PlacementAnswer(node, placement));
+    }
+
+    /// A placement read's answer reaches `node`: its core (if it is up) adopts the
+    /// placement if it is newer than the one it has.
+    pub(super) fn placement_answer(&mut self, node: NodeId, placement: Placement) {
         match node {
             NodeId::Replica(r) => {
                 if self.replicas.get(&r).is_some_and(|n| n.core.is_some()) {
