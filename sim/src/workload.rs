@@ -222,8 +222,8 @@ pub(crate) struct ClientNode {
     /// Per group, an older position one of its reads found: a transaction open for a
     /// long time reads again there, below where garbage collection may have reached.
     remembered: BTreeMap<EgId, Position>,
-    /// A relay, beside this full replica (docs/protocol.md, "Relayed commits"): it
-    /// runs no workload, and commits what clients relay to it.
+    /// A relay, beside the full replica's server at this address (docs/protocol.md,
+    /// "Relayed commits"): it runs no workload, and commits what clients relay to it.
     pub relay_of: Option<ReplicaId>,
     /// As a relay: the commits it is making, and whose request each answers.
     relayed: BTreeMap<OpId, (NodeId, u64)>,

@@ -57,8 +57,8 @@ pub(super) fn replica_config(
     }
 }
 
-/// The client ids of the relays beside the full replicas: `RELAY_IDS` + the
-/// replica's id (between the workload's clients and restarted ones).
+/// The client ids of the relays beside the full replicas' servers: `RELAY_IDS` + the
+/// server's address (between the workload's clients and restarted ones).
 pub(super) const RELAY_IDS: u32 = 1 << 15;
 
 /// A relay's client core: it relays nothing itself.
@@ -255,13 +255,17 @@ impl World {
                 .unwrap_or(crate::workload::Role::Mixed);
             clients.insert(id, node);
         }
-        // A relay beside each full replica: a client core of its own that commits
-        // what clients relay to the replica, and dies with it.
+        // A relay beside each full replica's server (a spare too): a client core of
+        // its own that commits what clients relay to the server, and dies with it.
         let mut relays = BTreeMap::new();
         if config.relays {
-            for r in config.topology.full_replicas() {
+            let full_servers: Vec<(ReplicaId, megastore_types::SiteId)> = replicas
+                .iter()
+                .filter(|(_, n)| config.topology.kind(n.slot) == Some(ReplicaKind::Full))
+                .map(|(address, n)| (*address, n.site))
+                .collect();
+            for (r, site) in full_servers {
                 let id = ClientId(RELAY_IDS + u32::from(r.0));
-                let site = config.topology.replica(r).expect("a full replica").site;
                 let relay_clock = clock(&mut rng, NodeId::Client(id));
                 let core = relay_core(
                     &config,

@@ -106,7 +106,8 @@ pub(crate) struct World {
     pub(crate) wiped: bool,
     /// The id the next restarted client process runs under (ids no client had).
     next_client_id: u32,
-    /// The relay beside each full replica (its client node), with relays on.
+    /// The relay beside each full replica's server, by address (its client node),
+    /// with relays on.
     relays: BTreeMap<ReplicaId, ClientId>,
     /// Groups whose prepared transactions the full replicas' sweep settles, and from
     /// when (real time, ns).
