@@ -63,8 +63,8 @@ pub use proposer::resolve::Resolution;
 pub use proposer::{ProposerConfig, Timeouts};
 pub use replica::{
     Batch, BatchCounts, CHOSEN_REMEMBERED, DRIVER_CLIENT, GroupList, GroupLog, HISTORY_KEPT,
-    Input as ReplicaInput, Output as ReplicaOutput, REGISTRY_PREFIX, Rejoin, Released, Replica,
-    ReplicaConfig, ReplicaLag, SERVER_PLACEMENT_ROW, ServerPlacementError, SweepConfig,
+    Input as ReplicaInput, Output as ReplicaOutput, REGISTRY_PREFIX, RangeCopy, Rejoin, Released,
+    Replica, ReplicaConfig, ReplicaLag, SERVER_PLACEMENT_ROW, ServerPlacementError, SweepConfig,
     answer_read, answer_snapshot, copy_range, group_state_spans, list_groups, load_group,
     load_server_placement, register_group, registered_in, retire_range,
 };

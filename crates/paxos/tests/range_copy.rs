@@ -230,3 +230,131 @@ fn a_server_started_over_a_copy_of_a_ranges_spans_answers_for_its_groups_as_the_
         ReplicaReply::LogState { state, .. } if state.highest == Position(1)
     ));
 }
+
+/// A copy carried a page at a time, as between processes (the source exports each
+/// page, the target applies it), while the source still takes writes: the copy holds
+/// rows of several moments, and a second copy once the source stops changing makes the
+/// target exactly the source over the range, and leaves the rest of the target alone.
+#[test]
+fn a_copy_a_page_at_a_time_while_the_source_changes_is_made_exact_by_a_second_copy() {
+    use megastore_paxos::RangeCopy;
+    use megastore_paxos::group_state_spans;
+    use megastore_rowstore::{RowRead, export_page};
+
+    let range = KeyRange::between(*b"g", *b"h");
+    let row = |n: u32| format!("g{n:03}\x01k").into_bytes();
+    let put = |store: &MemoryStore, key: &[u8], value: &str| {
+        let mutation = RowMutation::new(key).set(b"v".to_vec(), 1, value.as_bytes().to_vec());
+        store
+            .mutate_row(&mutation, None, Durability::Synced)
+            .unwrap();
+    };
+    let (source, target) = (MemoryStore::new(), MemoryStore::new());
+    for n in 0..10 {
+        put(&source, &row(n), "first");
+    }
+    put(&target, &row(50), "stale");
+    put(&target, b"z-outside", "kept");
+
+    let mut copy = RangeCopy::new(&target, &range).unwrap();
+    let mut pages = 0;
+    while let Some(span) = copy.next_span() {
+        let page = export_page(&source, span, 3).unwrap();
+        copy.apply(&target, &page, 3, Durability::Synced).unwrap();
+        pages += 1;
+        if pages == 2 {
+            // The source changes behind the copy: a row already copied and one not yet.
+            put(&source, &row(0), "second");
+            put(&source, &row(9), "second");
+        }
+    }
+    assert!(copy.is_done() && pages > 4, "{pages} pages");
+    let value = |store: &MemoryStore, key: &[u8]| {
+        store
+            .read_cell(key, b"v", megastore_rowstore::LATEST)
+            .unwrap()
+            .map(|cell| String::from_utf8(cell.value).unwrap())
+    };
+    assert_eq!(
+        value(&target, &row(0)).as_deref(),
+        Some("first"),
+        "copied before"
+    );
+    assert_eq!(
+        value(&target, &row(9)).as_deref(),
+        Some("second"),
+        "copied after"
+    );
+    assert_eq!(value(&target, &row(50)), None, "the source has no such row");
+
+    copy_range(&source, &target, &range, 3, Durability::Synced).unwrap();
+    let state = |store: &MemoryStore| {
+        group_state_spans(&range)
+            .iter()
+            .flat_map(|span| store.export_rows(span, usize::MAX).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(state(&target), state(&source));
+    assert_eq!(value(&target, b"z-outside").as_deref(), Some("kept"));
+}
+
+/// A copy interrupted once the group's rows reached the target (its process died), then
+/// begun again, still removes the global index row that only the target's older copy
+/// of a mirror named: those rows are copied before the mirrors naming them are
+/// replaced.
+#[test]
+fn a_copy_begun_again_still_removes_the_global_rows_an_older_copy_named() {
+    use megastore_paxos::RangeCopy;
+    use megastore_rowstore::{LATEST, RowRead, export_page};
+
+    let eg = group("g1");
+    let range = KeyRange::between(*b"g", *b"h");
+    let (source, target) = (MemoryStore::new(), MemoryStore::new());
+    let set = |store: &MemoryStore, row: &[u8]| {
+        let mutation = RowMutation::new(row).set(b"G".to_vec(), 1, b"v".to_vec());
+        store
+            .mutate_row(&mutation, None, Durability::Synced)
+            .unwrap();
+    };
+    for store in [&source, &target] {
+        store
+            .mutate_row(&register_group(&eg), None, Durability::Synced)
+            .unwrap();
+    }
+    set(&source, &[&eg.0[..], b"\x01k"].concat());
+    let stale_mirror = mirror_write(&eg, STALE_GLOBAL, b"old");
+    set(&target, &stale_mirror.row);
+    set(&target, STALE_GLOBAL);
+
+    // The first copy gets as far as replacing the group's rows, the stale mirror with
+    // them, and dies.
+    let mut first = RangeCopy::new(&target, &range).unwrap();
+    let mirror_gone = |store: &MemoryStore| {
+        store
+            .read_cell(&stale_mirror.row, b"G", LATEST)
+            .unwrap()
+            .is_none()
+    };
+    while !mirror_gone(&target) {
+        let span = first
+            .next_span()
+            .expect("the mirror's span is copied")
+            .clone();
+        let page = export_page(&source, &span, 1).unwrap();
+        first.apply(&target, &page, 1, Durability::Synced).unwrap();
+    }
+    drop(first);
+
+    let mut again = RangeCopy::new(&target, &range).unwrap();
+    while let Some(span) = again.next_span() {
+        let page = export_page(&source, span, 1).unwrap();
+        again.apply(&target, &page, 1, Durability::Synced).unwrap();
+    }
+    assert!(
+        target
+            .read_cell(STALE_GLOBAL, b"G", LATEST)
+            .unwrap()
+            .is_none(),
+        "the global row only the older copy named is gone"
+    );
+}

@@ -35,7 +35,9 @@ impl std::ops::AddAssign for CopyStats {
 /// either holds), each page one atomic batch of the target written with
 /// `durability`. The copy is of one moment if `from` is a snapshot or
 /// does not change meanwhile; otherwise each page is of its own moment, and a later
-/// copy of the span (from a source that no longer changes) makes it exact.
+/// copy of the span (from a source that no longer changes) makes it exact. Each page
+/// is an [`export_page`] at the source and an [`import_page`] at the target, so a copy
+/// between processes is the same copy.
 pub fn copy_span<F, T>(
     from: &F,
     to: &T,
@@ -47,46 +49,85 @@ where
     F: RowRead + ?Sized,
     T: RowStore + ?Sized,
 {
-    let page_rows = page_rows.max(1);
     let mut stats = CopyStats::default();
-    let mut start = span.start.clone();
+    let mut rest = span.clone();
+    while !rest.is_empty() {
+        let page = export_page(from, &rest, page_rows)?;
+        stats += import_page(to, &rest, &page, page_rows, durability)?;
+        match page.next {
+            Some(next) => rest.start = next,
+            None => break,
+        }
+    }
+    Ok(stats)
+}
+
+/// One page of a span as the source holds it: its rows from the start of the span
+/// asked for up to `next`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportedPage {
+    /// The rows, every version and tombstone, in key order.
+    pub rows: Vec<StoredRow>,
+    /// The first key the page does not speak for, where the next page starts (`None`:
+    /// it speaks for the rest of the span; the span is done).
+    pub next: Option<Vec<u8>>,
+}
+
+/// The first page, at most `page_rows` rows, of `from`'s rows in `rest`.
+pub fn export_page<F: RowRead + ?Sized>(
+    from: &F,
+    rest: &KeyRange,
+    page_rows: usize,
+) -> Result<ExportedPage, RowStoreError> {
+    let page_rows = page_rows.max(1);
+    let rows = from.export_rows(rest, page_rows)?;
+    let next = speaks_until(&rows, page_rows);
+    Ok(ExportedPage { rows, next })
+}
+
+/// Makes `to`'s rows in the part of `rest` that `page` (exported from `rest`) speaks
+/// for exactly the page's, reading at most `page_rows` of the target's rows at a time;
+/// each part one atomic batch written with `durability`.
+pub fn import_page<T: RowStore + ?Sized>(
+    to: &T,
+    rest: &KeyRange,
+    page: &ExportedPage,
+    page_rows: usize,
+    durability: Durability,
+) -> Result<CopyStats, RowStoreError> {
+    let page_rows = page_rows.max(1);
+    let covered_end = page.next.clone().or_else(|| rest.end.clone());
+    let mut stats = CopyStats {
+        rows: page.rows.len() as u64,
+        ..CopyStats::default()
+    };
+    let mut start = rest.start.clone();
     loop {
-        let rest = KeyRange {
+        let remaining = KeyRange {
             start: start.clone(),
-            end: span.end.clone(),
+            end: covered_end.clone(),
         };
-        if rest.is_empty() {
+        if remaining.is_empty() {
             return Ok(stats);
         }
-        let page = from.export_rows(&rest, page_rows)?;
-        let held = to.export_rows(&rest, page_rows)?;
-        // Each side speaks for the keys up to and including its last row if its page
-        // is full, else for the rest of the span; this page covers what both speak
-        // for, and the next starts right after (none: this is the last page).
-        let next = match (
-            speaks_until(&page, page_rows),
-            speaks_until(&held, page_rows),
-        ) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let covered = KeyRange {
+        // The target's rows a page at a time: each part covers what its page speaks for.
+        let held = to.export_rows(&remaining, page_rows)?;
+        let next = speaks_until(&held, page_rows);
+        let part = KeyRange {
             start,
-            end: next.clone().or_else(|| span.end.clone()),
+            end: next.clone().or_else(|| covered_end.clone()),
         };
-        let page: Vec<StoredRow> = page
-            .into_iter()
-            .filter(|r| covered.contains(&r.key))
+        let wanted: Vec<StoredRow> = page
+            .rows
+            .iter()
+            .filter(|r| part.contains(&r.key))
+            .cloned()
             .collect();
-        let held: Vec<StoredRow> = held
-            .into_iter()
-            .filter(|r| covered.contains(&r.key))
-            .collect();
-        let mutations = page_mutations(&page, &held, &mut stats);
+        let held: Vec<StoredRow> = held.into_iter().filter(|r| part.contains(&r.key)).collect();
+        let mutations = page_mutations(&wanted, &held, &mut stats);
         if !mutations.is_empty() {
-            to.mutate_rows(&covered, &mutations, durability)?;
+            to.mutate_rows(&part, &mutations, durability)?;
         }
-        stats.rows += page.len() as u64;
         match next {
             Some(next) => start = next,
             None => return Ok(stats),

@@ -5,7 +5,8 @@
 //! atomic check-and-mutate, atomic multi-row batches inside one key range, snapshots
 //! garbage collection of old versions, and exact copies of a span of rows between
 //! stores ([`copy_span`], [`clear_span`]: every version and tombstone, for moving a
-//! range of groups between servers). [`RowStore`] is the trait,
+//! range of groups between servers; a page at a time between processes with
+//! [`export_page`] and [`import_page`]). [`RowStore`] is the trait,
 //! [`MemoryStore`] the in-memory implementation (with an explicit synced/unsynced
 //! durability model for the simulator), and [`conformance`] the suite every
 //! implementation passes. The RocksDB implementation lives in
@@ -43,7 +44,7 @@ mod store;
 mod types;
 pub mod versions;
 
-pub use copy::{CopyStats, clear_span, copy_span};
+pub use copy::{CopyStats, ExportedPage, clear_span, copy_span, export_page, import_page};
 pub use error::{RowStoreError, display_key};
 pub use memory::{MemorySnapshot, MemoryStore};
 pub use ordered::{KeyRange, prefix_successor};

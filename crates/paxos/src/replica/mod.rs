@@ -25,6 +25,7 @@ mod cache;
 mod driver;
 mod group;
 mod placed;
+mod range_copy;
 mod range_state;
 mod registry;
 mod sweep;
@@ -41,7 +42,8 @@ pub use awaiting::{AWAIT_MAX, AWAITING_MAX};
 pub use driver::{Batch, BatchCounts, DRIVER_CLIENT, Released, load_group};
 pub use group::{CHOSEN_REMEMBERED, GroupLog, HISTORY_KEPT, Proposal, Rejoin};
 pub use placed::{SERVER_PLACEMENT_ROW, ServerPlacementError, load_server_placement};
-pub use range_state::{copy_range, group_state_spans, retire_range};
+pub use range_copy::{RangeCopy, copy_range};
+pub use range_state::{group_state_spans, retire_range};
 pub use registry::{
     GroupList, OPEN_PREFIX, REGISTRY_PREFIX, list, list_groups, register_group, registered_in,
 };

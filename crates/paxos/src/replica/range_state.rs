@@ -9,14 +9,12 @@
 //! the slot did, since the core keeps nothing of a group in memory that it cannot
 //! reload (the position leader's memory of a refused grant is liveness only). Beside
 //! them, the global index rows (`0xFD …`) the groups' mirrors name: each belongs to
-//! the one group whose mirror names it, so [`copy_range`] copies those rows too, and
-//! [`retire_range`] deletes them.
+//! the one group whose mirror names it, so a copy (`super::range_copy`) copies those
+//! rows too, and [`retire_range`] deletes them.
 
 use std::collections::BTreeSet;
 
-use megastore_rowstore::{
-    CopyStats, Durability, KeyRange, RowRead, RowStore, RowStoreError, clear_span, copy_span,
-};
+use megastore_rowstore::{Durability, KeyRange, RowRead, RowStore, RowStoreError, clear_span};
 use megastore_types::reserved::{GLOBAL_INDEX_TAG, SYSTEM_TAG, UNTYPED_GROUP_TAG};
 
 use super::registry::{GroupList, registered_in};
@@ -63,7 +61,7 @@ pub fn group_state_spans(groups: &KeyRange) -> Vec<KeyRange> {
 
 /// The global index rows named by the mirrors of the groups in `groups` that `store`
 /// holds (registered), deleted mirror rows included while a version of them is kept.
-fn mirrored_global_rows<S: RowRead>(
+pub(super) fn mirrored_global_rows<S: RowRead>(
     store: &S,
     groups: &KeyRange,
 ) -> Result<BTreeSet<Vec<u8>>, RowStoreError> {
@@ -85,30 +83,6 @@ fn mirrored_global_rows<S: RowRead>(
             _ => return Ok(rows),
         }
     }
-}
-
-/// Makes `to`'s state of the groups in `groups` exactly `from`'s: every span of
-/// [`group_state_spans`], and every global index row the mirrors of those groups name
-/// at either store (a row only the target's older copy names is removed). Pages of
-/// `page_rows` rows, each written with `durability`. Exact if `from` does not change
-/// meanwhile (a frozen source, or a snapshot); otherwise run again once it does not.
-pub fn copy_range<F: RowRead, T: RowStore>(
-    from: &F,
-    to: &T,
-    groups: &KeyRange,
-    page_rows: usize,
-    durability: Durability,
-) -> Result<CopyStats, RowStoreError> {
-    let mut globals = mirrored_global_rows(to, groups)?;
-    globals.extend(mirrored_global_rows(from, groups)?);
-    let mut total = CopyStats::default();
-    for span in group_state_spans(groups) {
-        total += copy_span(from, to, &span, page_rows, durability)?;
-    }
-    for global in globals {
-        total += copy_span(from, to, &KeyRange::single(global), page_rows, durability)?;
-    }
-    Ok(total)
 }
 
 /// Deletes `store`'s state of the groups in `groups` (a range that moved away): the
