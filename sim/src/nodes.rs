@@ -41,6 +41,9 @@ pub(crate) struct ReplicaNode {
     pub rejoining: bool,
     /// How many times its store was lost (each loss begins a new acceptor record).
     pub wipes: u32,
+    /// How many times its process started again (a copy under way at it dies with
+    /// the process).
+    pub starts: u32,
 }
 
 /// A coordinator process (absent while crashed: it keeps no state), beside the
@@ -129,6 +132,9 @@ pub struct Stats {
     pub moves_finished: u64,
     /// Moves given up (the source serves the slot again).
     pub moves_aborted: u64,
+    /// Pages of moves' copies applied at their targets (a copy takes one per operator
+    /// step).
+    pub copy_pages: u64,
     /// Processes up at the end of the run that judge by an older placement than the
     /// newest (each had seconds to read it: none should).
     pub placements_behind: u64,

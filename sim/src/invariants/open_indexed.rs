@@ -2,8 +2,11 @@
 //! every group whose durable state has work left — a log position held above `visible`,
 //! or a visible one not applied (not on a witness) — is in its store's open index, so
 //! the restarted replica, which loads only the listed groups, still finishes and looks
-//! after it. Checked on what survives the crash (the synced state). Catches a listing
-//! written after, or without, the state it lists.
+//! after it. Checked on what survives the crash (the synced state), for the groups
+//! whose slot the server holds in the stored placement: a move's target, in the middle
+//! of a copy, holds a range's group rows before the copy reaches its open index rows,
+//! and serves none of it until a complete copy is made. Catches a listing written
+//! after, or without, the state it lists.
 
 use megastore_paxos::GroupList;
 use megastore_paxos::cells::StoredGroup;
@@ -23,7 +26,11 @@ pub(crate) fn check(obs: &Observation<'_>, r: ReplicaId, found: &mut Vec<(&'stat
         megastore_paxos::replica::list(store, which, None, usize::MAX).expect("memory store scans")
     };
     let open = listed(GroupList::Open);
+    let slot = obs.slot_of(r);
     for eg in listed(GroupList::Registered) {
+        if obs.holder(slot, &eg) != r {
+            continue;
+        }
         let row = megastore_rowstore::RowRead::read_row(
             store,
             &root_row(&eg),

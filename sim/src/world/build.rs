@@ -188,6 +188,7 @@ impl World {
                     site: info.site,
                     rejoining: false,
                     wipes: 0,
+                    starts: 0,
                 },
             );
             if info.kind == ReplicaKind::Full {
@@ -327,6 +328,7 @@ impl World {
             placement_file_version: 0,
             asked: BTreeMap::new(),
             moving: None,
+            copying: None,
             operator_rng,
         };
         if world.config.spares {

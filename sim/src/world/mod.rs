@@ -121,6 +121,8 @@ pub(crate) struct World {
         megastore_placement::MoveRequest,
         megastore_placement::Progress,
     )>,
+    /// The copy under way at a move's target, a page per operator step (`moves.rs`).
+    copying: Option<moves::Copying>,
     /// Requests sent by servers away from their slot's home address, by (the address
     /// asked, request id): where the reply goes (`routing.rs`).
     asked: BTreeMap<(NodeId, u64), NodeId>,

@@ -2,11 +2,13 @@
 //! the operator moves a slot of a range between its home server and its spare, one
 //! move at a time, while the faults run. Every decision is `next_step`'s (the placement
 //! crate's operator core); this file carries its steps out as `megastore range move`
-//! would: writes go to the lock service through its leader, a copy is `copy_range`
-//! between the two servers' stores (taken by the target only for a move its placement
-//! shows), the freeze is `ReplicaInput::Freeze` at the source (after it read the
-//! placement), the fence (a full replica's slot) asks the source's coordinator
-//! whether it read the move, and the final copy is taken only if the source gives it
+//! would: writes go to the lock service through its leader; a copy is a `RangeCopy`
+//! at the target, a page of the source's store per step, the source serving (and
+//! crashing) between pages, taken by the target only for a move its placement shows
+//! and begun again if the target's process restarts; the freeze is
+//! `ReplicaInput::Freeze` at the source (after it read the placement); the fence (a
+//! full replica's slot) asks the source's coordinator whether it read the move; and
+//! each page of the final copy is taken only if the source gives it
 //! (`Replica::final_copy_source`: frozen for the move, its store kept). A step whose
 //! process is down waits and is tried again; the operator also crashes (it forgets
 //! what it did and resumes from the placement) and gives moves up. When the
@@ -15,17 +17,37 @@
 use std::time::Duration;
 
 use megastore_coordinator::Input as CoordinatorInput;
-use megastore_paxos::{ReplicaInput, copy_range};
-use megastore_placement::{MoveEnd, MoveRequest, OperatorStep, Progress, Span};
-use megastore_rowstore::{Durability, KeyRange};
+use megastore_paxos::{RangeCopy, ReplicaInput};
+use megastore_placement::{MoveEnd, MoveRequest, OperatorStep, Progress, RangeId, Span, Version};
+use megastore_rowstore::{Durability, KeyRange, export_page};
 use megastore_types::ReplicaId;
 
 use super::placement::spare_address;
 use super::routing::{address, server_at};
 use super::{Event, World, ns};
 
-/// Rows per page of a copy.
-const COPY_PAGE_ROWS: usize = 64;
+/// Rows per page of a copy: small, so that a copy takes several operator steps, with
+/// the source serving (or crashing) between its pages.
+const COPY_PAGE_ROWS: usize = 16;
+
+/// Which copy: of `range` for move `move_id`, from the server at `from` to the one at
+/// `to`; `last`: the final copy, from the frozen source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Copied {
+    from: ReplicaId,
+    to: ReplicaId,
+    range: RangeId,
+    move_id: Version,
+    last: bool,
+}
+
+/// A copy under way at a move's target, as its process holds it.
+pub(crate) struct Copying {
+    what: Copied,
+    /// The target's process ([`crate::nodes::ReplicaNode::starts`]) the copy runs in.
+    target_process: u32,
+    copy: RangeCopy,
+}
 
 impl World {
     /// The operator's first move, in a world with spares.
@@ -41,12 +63,15 @@ impl World {
         let Some((request, mut progress)) = self.moving.take().or_else(|| self.new_move()) else {
             return;
         };
-        if self.operator_rng.chance(0.03) {
+        // Per step; a copy's pages are quick steps, each a tenth as likely to see the
+        // operator crash or give up.
+        let odds = if self.copying.is_some() { 0.1 } else { 1.0 };
+        if self.operator_rng.chance(0.03 * odds) {
             // The operator crashes and starts again on the same move.
             self.trace.note(self.now, "operator restarts");
             progress = Progress::default();
         }
-        if self.operator_rng.chance(0.02) {
+        if self.operator_rng.chance(0.02 * odds) {
             progress.giving_up = true;
         }
         let step = megastore_placement::next_step(
@@ -92,8 +117,18 @@ impl World {
                 if let Some(why) = refused {
                     self.trace
                         .note(self.now, &format!("final copy refused: {why}"));
+                    self.copying = None;
                     progress.final_copy_refused(why);
-                } else if self.copy(from, to, range, move_id, span) {
+                } else if self.copy_page(
+                    Copied {
+                        from,
+                        to,
+                        range,
+                        move_id,
+                        last,
+                    },
+                    span,
+                ) {
                     progress.copied(last);
                 }
             }
@@ -146,9 +181,13 @@ impl World {
             }
         }
         self.moving = Some((request, progress));
-        let at = self.now
-            + ns(Duration::from_millis(20))
-            + self.operator_rng.below(ns(Duration::from_millis(400)));
+        // A copy's pages follow each other quickly; other steps wait for answers.
+        let (least, spread) = if self.copying.is_some() {
+            (Duration::from_millis(2), Duration::from_millis(30))
+        } else {
+            (Duration::from_millis(20), Duration::from_millis(400))
+        };
+        let at = self.now + ns(least) + self.operator_rng.below(ns(spread));
         self.schedule(at, Event::Operate);
     }
 
@@ -198,17 +237,14 @@ impl World {
         Some((request, Progress::default()))
     }
 
-    /// The target at `to` copies `span` from the source at `from`, if both processes
-    /// are up and the target's placement shows the move (it reads the newest first if
-    /// not); whether it copied.
-    fn copy(
-        &mut self,
-        from: ReplicaId,
-        to: ReplicaId,
-        range: megastore_placement::RangeId,
-        move_id: megastore_placement::Version,
-        span: Span,
-    ) -> bool {
+    /// One page of the copy `what`: the target at `to` applies the next page the
+    /// source at `from` exports, starting the copy first (one per target process) if
+    /// none is under way. Each page needs both processes up and the target's
+    /// placement showing the move (it reads the newest if not, as
+    /// `ServerPlacement::receive` asks); a copy whose target restarted is begun again.
+    /// Whether the copy is done.
+    fn copy_page(&mut self, what: Copied, span: Span) -> bool {
+        let (from, to) = (what.from, what.to);
         if self.replicas[&from].core.is_none() || self.replicas[&to].core.is_none() {
             return false;
         }
@@ -217,7 +253,7 @@ impl World {
                 .core
                 .as_ref()
                 .and_then(|core| core.placement())
-                .is_some_and(|p| p.receive(range, move_id).is_ok())
+                .is_some_and(|p| p.receive(what.range, what.move_id).is_ok())
         };
         if !shows(self) {
             let newest = self.placement.clone();
@@ -226,18 +262,44 @@ impl World {
         if !shows(self) {
             return false;
         }
-        let keys = KeyRange {
-            start: span.start,
-            end: span.end,
+        let target_process = self.replicas[&to].starts;
+        let under_way = self
+            .copying
+            .take()
+            .filter(|c| c.what == what && c.target_process == target_process);
+        let mut copying = match under_way {
+            Some(copying) => copying,
+            None => {
+                let keys = KeyRange {
+                    start: span.start,
+                    end: span.end,
+                };
+                Copying {
+                    what,
+                    target_process,
+                    copy: RangeCopy::new(&self.replicas[&to].store, &keys)
+                        .expect("the memory store does not fail"),
+                }
+            }
         };
-        copy_range(
-            &self.replicas[&from].store,
-            &self.replicas[&to].store,
-            &keys,
-            COPY_PAGE_ROWS,
-            Durability::Synced,
-        )
-        .expect("the memory store does not fail");
-        true
+        if let Some(rest) = copying.copy.next_span() {
+            let page = export_page(&self.replicas[&from].store, rest, COPY_PAGE_ROWS)
+                .expect("the memory store does not fail");
+            copying
+                .copy
+                .apply(
+                    &self.replicas[&to].store,
+                    &page,
+                    COPY_PAGE_ROWS,
+                    Durability::Synced,
+                )
+                .expect("the memory store does not fail");
+            self.stats.copy_pages += 1;
+        }
+        if copying.copy.is_done() {
+            return true;
+        }
+        self.copying = Some(copying);
+        false
     }
 }

@@ -88,6 +88,7 @@ impl World {
                 );
                 let n = self.replicas.get_mut(&r).expect("replica exists");
                 if n.core.is_none() {
+                    n.starts += 1;
                     let core = Replica::new(config);
                     n.core = Some(super::placement::placed_replica(
                         core,

@@ -122,6 +122,7 @@ mod tests {
                 site,
                 rejoining: false,
                 wipes: 0,
+                starts: 0,
             },
         );
         let mut servers: Vec<Server> = world.placement.servers().cloned().collect();
