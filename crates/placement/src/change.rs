@@ -133,6 +133,28 @@ impl Placement {
         Ok(next)
     }
 
+    /// Adds `server`, holding nothing yet, so that slots of its site can be moved to
+    /// it (the first step of adding a server to a site). No range changes, so no
+    /// epoch does. A server listed already at the same site leaves the placement as it
+    /// is (an add retried after a lost answer); at another site it is refused.
+    pub fn add_server(&self, server: Server) -> Result<Placement, ChangeError> {
+        if let Some(listed) = self.servers.get(&server.id) {
+            return if listed.site == server.site {
+                Ok(self.clone())
+            } else {
+                Err(ChangeError::ServerElsewhere {
+                    server: server.id,
+                    listed: listed.site,
+                    asked: server.site,
+                })
+            };
+        }
+        let mut next = self.successor();
+        next.servers.insert(server.id, server);
+        next.assert_checked();
+        Ok(next)
+    }
+
     /// Begins moving slot `replica` of `range` to server `to` (at the slot's site,
     /// holding no slot of the range). Nothing changes for the range's readers and
     /// writers yet: its server still serves it while `to` copies it.

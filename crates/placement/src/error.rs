@@ -58,6 +58,16 @@ pub enum ChangeError {
         /// Its site.
         server_site: SiteId,
     },
+    /// A server is listed already, at another site.
+    #[error("{server} is listed at site {}, not {}", listed.0, asked.0)]
+    ServerElsewhere {
+        /// The server.
+        server: ServerId,
+        /// Its site in the placement.
+        listed: megastore_types::SiteId,
+        /// The site asked for.
+        asked: megastore_types::SiteId,
+    },
     /// A server would hold two slots of one range.
     #[error("{server} already holds replica {} of {range}", replica.0)]
     AlreadyHolds {

@@ -6,8 +6,9 @@
 //! [`Slot`]s — the voters and read-only replicas its groups' Paxos logs know by
 //! [`megastore_types::ReplicaId`] — each held by one [`Server`] at the slot's site.
 //! [`Placement`] is one version of all of it, stored in the lock service as one file
-//! and changed only by compare-and-set, through the changes here: [`Placement::split`]
-//! and the move of a slot to another server of its site ([`Placement::begin_move`],
+//! and changed only by compare-and-set, through the changes here: [`Placement::split`],
+//! [`Placement::add_replica`], [`Placement::add_server`] and the move of a slot to
+//! another server of its site ([`Placement::begin_move`],
 //! [`Placement::record_frozen`], [`Placement::finish_move`],
 //! [`Placement::abort_move`]). [`ServerPlacement`] is a server's side: which requests
 //! it answers ([`ServerPlacement::judge`]), its durable freezes, and what it retires

@@ -648,3 +648,46 @@ fn the_operator_refreezes_before_a_refused_final_copy_and_gives_up_on_a_lost_sto
     let mut restarted = Progress::default();
     assert!(matches!(step(&mut restarted), OperatorStep::Freeze { .. }));
 }
+
+/// A server is added holding nothing: the version moves on, no range's epoch does, a
+/// move to it may begin, and adding it again changes nothing (or is refused at another
+/// site).
+#[test]
+fn an_added_server_holds_nothing_until_a_slot_moves_to_it() {
+    let p = placement(2);
+    let new = Server {
+        id: ServerId(5),
+        site: SiteId(0),
+    };
+    assert!(matches!(
+        p.begin_move(RangeId(0), ReplicaId(1), new.id),
+        Err(ChangeError::UnknownServer(_))
+    ));
+    let added = p.add_server(new.clone()).unwrap();
+    assert_eq!(added.version(), Version(p.version().0 + 1));
+    assert_eq!(added.server(new.id), Some(&new));
+    for (before, after) in p.ranges().iter().zip(added.ranges()) {
+        assert_eq!(before, after, "no range changes");
+    }
+    assert_eq!(
+        added.add_server(new.clone()).unwrap(),
+        added,
+        "an add retried"
+    );
+    assert_eq!(
+        added.add_server(Server {
+            id: new.id,
+            site: SiteId(1)
+        }),
+        Err(ChangeError::ServerElsewhere {
+            server: new.id,
+            listed: SiteId(0),
+            asked: SiteId(1)
+        })
+    );
+    let begun = added.begin_move(RangeId(0), ReplicaId(1), new.id).unwrap();
+    assert_eq!(
+        begun.range(RangeId(0)).unwrap().moving.as_ref().unwrap().to,
+        new.id
+    );
+}
