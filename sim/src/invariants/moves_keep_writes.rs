@@ -1,7 +1,8 @@
 //! **moves-keep-writes** (docs/protocol.md, "Placement"): when a move finishes, the
 //! target's store holds everything the source's store holds of the range's groups —
-//! every vote, promise, applied row and index entry — so every acknowledged write
-//! (and every vote a quorum counted) survives the move. Checked at the moment the
+//! every vote, promise, mark and row, mirrors included, and their registry and open
+//! index rows (the global index rows are judged by global-index) — so every
+//! acknowledged write (and every vote a quorum counted) survives the move. Checked at the moment the
 //! operator's finishing placement is stored: from then on the target may serve, and
 //! the source, frozen since before the final copy, will retire its copy. A target
 //! that lost its store since is rejoining, and is judged by the rejoin checks instead.

@@ -110,11 +110,9 @@ impl World {
     pub(crate) fn from_config(config: SimConfig, mut rng: Rng, bugs: Bugs, trace: Trace) -> Self {
         let max_latency = config.max_latency();
         let config_quiet = config.quiet;
-        let placement = if config.spares {
-            super::placement::with_spares(&config.topology)
-        } else {
-            megastore_placement::Placement::one_server_per_replica(&config.topology)
-        };
+        // Spares run from the start, outside the placement until the operator adds
+        // each (before its first move to it).
+        let placement = megastore_placement::Placement::one_server_per_replica(&config.topology);
         let operator_rng = Rng::new(config.splits.unwrap_or_default());
         // The library's derivation from a round that fits the slowest link, except the
         // waits that must cover a round trip on it: the library's fractions of `rpc`
@@ -331,15 +329,6 @@ impl World {
             copying: None,
             operator_rng,
         };
-        if world.config.spares {
-            // The operator added the spares: lockd's file holds the placement naming
-            // them (the default names only the homes).
-            let placement = world.placement.clone();
-            assert!(
-                world.write_placement(&placement),
-                "the lock service takes the first placement"
-            );
-        }
         if let Some((r, extra)) = world.config.lagging {
             world.net.slow_down(NodeId::Replica(r), extra);
         }

@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use megastore_coordinator::Input as CoordinatorInput;
 use megastore_paxos::{RangeCopy, ReplicaInput};
-use megastore_placement::{MoveEnd, MoveRequest, OperatorStep, Progress, RangeId, Span, Version};
+use megastore_placement::{
+    MoveEnd, MoveRequest, OperatorStep, Progress, RangeId, Server, Span, Version,
+};
 use megastore_rowstore::{Durability, KeyRange, export_page};
 use megastore_types::ReplicaId;
 
@@ -61,6 +63,9 @@ impl World {
     /// One step of the operator: the next step of its move, or a new move.
     pub(super) fn operate(&mut self) {
         let Some((request, mut progress)) = self.moving.take().or_else(|| self.new_move()) else {
+            if self.now < self.safety_end {
+                self.schedule_next_move();
+            }
             return;
         };
         // Per step; a copy's pages are quick steps, each a tenth as likely to see the
@@ -172,10 +177,7 @@ impl World {
                     MoveEnd::Refused(_) => {}
                 }
                 if self.now < self.safety_end {
-                    let at = self.now
-                        + ns(Duration::from_millis(500))
-                        + self.operator_rng.below(ns(Duration::from_secs(3)));
-                    self.schedule(at, Event::Operate);
+                    self.schedule_next_move();
                 }
                 return;
             }
@@ -212,8 +214,17 @@ impl World {
         })
     }
 
+    /// The operator's next move, a few seconds from now.
+    fn schedule_next_move(&mut self) {
+        let at = self.now
+            + ns(Duration::from_millis(500))
+            + self.operator_rng.below(ns(Duration::from_secs(3)));
+        self.schedule(at, Event::Operate);
+    }
+
     /// A move of a random slot of a random range to the other server of its site (home
-    /// to spare, or back).
+    /// to spare, or back). A spare the placement does not list yet is added first (its
+    /// process runs from the start); none if that write fails.
     fn new_move(&mut self) -> Option<(MoveRequest, Progress)> {
         if self.now >= self.safety_end {
             return None;
@@ -232,6 +243,29 @@ impl World {
             replica: slot.replica,
             to: server_at(to),
         };
+        if self.placement.server(request.to).is_none() {
+            let server = Server {
+                id: request.to,
+                site: self.replicas[&to].site,
+            };
+            let added = self
+                .placement
+                .add_server(server)
+                .expect("a spare is at its slot's site");
+            if !self.write_placement(&added) {
+                return None;
+            }
+            self.trace.note(
+                self.now,
+                &format!(
+                    "operator adds {}: placement {}",
+                    request.to,
+                    added.version()
+                ),
+            );
+            self.placement = added;
+            self.announce_placement();
+        }
         self.trace
             .note(self.now, &format!("operator moves {request:?}"));
         Some((request, Progress::default()))

@@ -18,11 +18,9 @@ use megastore_coordinator::{Coordinator, Input as CoordinatorInput};
 use megastore_lock::{LockCommand, LockReply};
 use megastore_paxos::ClientInput;
 use megastore_paxos::{Replica, ReplicaInput};
-use megastore_placement::{
-    PLACEMENT_FILE, Placement, PlacementBugs, Server, ServerPlacement, SplitAt,
-};
+use megastore_placement::{PLACEMENT_FILE, Placement, PlacementBugs, ServerPlacement, SplitAt};
 use megastore_rowstore::MemoryStore;
-use megastore_types::{NodeId, ReplicaId, Topology};
+use megastore_types::{NodeId, ReplicaId};
 
 use super::routing::server_at;
 use super::{Event, World, ns};
@@ -36,32 +34,6 @@ const SPARE_ADDRESSES: u16 = 100;
 /// The address of the spare server of replica `r`'s slot, at its site.
 pub(super) fn spare_address(r: ReplicaId) -> ReplicaId {
     ReplicaId(SPARE_ADDRESSES + r.0)
-}
-
-/// The first placement of a world with spares: one range, every slot on its home
-/// server, and a spare server beside each (named, holding nothing).
-pub(super) fn with_spares(topology: &Topology) -> Placement {
-    let servers = topology
-        .replicas()
-        .iter()
-        .flat_map(|r| {
-            [r.id, spare_address(r.id)].map(|address| Server {
-                id: server_at(address),
-                site: r.site,
-            })
-        })
-        .collect();
-    let placement = Placement::initial(servers, topology, 1).expect("every site has its homes");
-    for range in placement.ranges() {
-        for slot in &range.slots {
-            assert_eq!(
-                slot.server,
-                server_at(slot.replica),
-                "every slot starts on its home server"
-            );
-        }
-    }
-    placement
 }
 
 /// The replica core of the server at `address`, placed: on the placement its store
