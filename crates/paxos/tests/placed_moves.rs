@@ -275,7 +275,7 @@ impl World {
                 source
                     .node
                     .step_at(Time::ZERO, ReplicaInput::Freeze { range, move_id });
-                if source.placement().frozen().get(&range) == Some(&move_id) {
+                if source.placement().frozen_for(range, move_id) {
                     progress.froze = true;
                 }
             }

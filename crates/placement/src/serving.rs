@@ -138,6 +138,12 @@ impl ServerPlacement {
         &self.frozen
     }
 
+    /// Whether it has `range` frozen for move `move_id`: what its host acknowledges to
+    /// the operator's freeze (once persisted), and what a final copy needs.
+    pub fn frozen_for(&self, range: RangeId, move_id: Version) -> bool {
+        self.frozen.get(&range) == Some(&move_id)
+    }
+
     /// Whether it answers a request for slot `replica` of the group whose key is `key`,
     /// routed by the caller at `asked` (the epoch of the range in the caller's
     /// placement; `None` when routed by key alone).

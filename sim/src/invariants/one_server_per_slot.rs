@@ -7,6 +7,7 @@
 
 use std::collections::BTreeSet;
 
+use megastore_paxos::span_keys;
 use megastore_placement::Span;
 use megastore_types::ReplicaId;
 
@@ -20,9 +21,9 @@ pub(crate) struct Reported {
 
 /// Whether two key spans share a key.
 fn overlap(a: &Span, b: &Span) -> bool {
-    let before_end =
-        |start: &[u8], end: &Option<Vec<u8>>| end.as_ref().is_none_or(|e| start < &e[..]);
-    before_end(&a.start, &b.end) && before_end(&b.start, &a.end)
+    span_keys(a.clone())
+        .intersection(&span_keys(b.clone()))
+        .is_some()
 }
 
 impl Reported {

@@ -17,7 +17,7 @@
 use std::time::Duration;
 
 use megastore_coordinator::Input as CoordinatorInput;
-use megastore_paxos::{RangeCopy, ReplicaInput};
+use megastore_paxos::{RangeCopy, ReplicaInput, span_keys};
 use megastore_placement::{
     MoveEnd, MoveRequest, OperatorStep, Progress, RangeId, Server, Span, Version,
 };
@@ -151,7 +151,7 @@ impl World {
                         .core
                         .as_ref()
                         .and_then(|core| core.placement())
-                        .is_some_and(|p| p.frozen().get(&range) == Some(&move_id));
+                        .is_some_and(|p| p.frozen_for(range, move_id));
                 }
             }
             OperatorStep::Fence { server, move_id } => {
@@ -304,10 +304,7 @@ impl World {
         let mut copying = match under_way {
             Some(copying) => copying,
             None => {
-                let keys = KeyRange {
-                    start: span.start,
-                    end: span.end,
-                };
+                let keys = span_keys(span);
                 Copying {
                     what,
                     target_process,

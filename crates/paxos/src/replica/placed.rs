@@ -146,7 +146,7 @@ impl Replica {
         let frozen = self
             .placement
             .as_ref()
-            .is_some_and(|p| p.frozen().get(&range) == Some(&move_id));
+            .is_some_and(|p| p.frozen_for(range, move_id));
         if frozen {
             Ok(())
         } else {
@@ -298,7 +298,7 @@ impl Replica {
 }
 
 /// A placement span as the row store's key range.
-fn span_keys(span: Span) -> KeyRange {
+pub fn span_keys(span: Span) -> KeyRange {
     KeyRange {
         start: span.start,
         end: span.end,
