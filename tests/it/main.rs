@@ -29,6 +29,7 @@ mod queues;
 mod recipes;
 mod roles;
 mod schema_check;
+mod servers;
 mod support;
 mod tidy;
 mod tls;

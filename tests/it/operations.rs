@@ -155,7 +155,10 @@ fn a_backup_streamed_from_a_running_replica_rejoins_when_restored() {
     );
     let unknown = backup(&config_arg, "zz", &dir.path().join("zz"), dir.path());
     assert!(
-        !unknown.status.success() && unknown.stderr.contains("no replica is called \"zz\""),
+        !unknown.status.success()
+            && unknown
+                .stderr
+                .contains("no replica or server is called \"zz\""),
         "{unknown:?}"
     );
     assert!(!dir.path().join("zz").exists() && !dir.path().join("zz.partial").exists());

@@ -380,7 +380,10 @@ fn coordinator_process_vouches_per_epoch_and_can_be_disabled() {
         Duration::from_secs(20),
     );
     assert!(
-        !unknown.status.success() && unknown.stderr.contains("no full replica is called \"zz\""),
+        !unknown.status.success()
+            && unknown
+                .stderr
+                .contains("no full replica or server of one is called \"zz\""),
         "{unknown:?}"
     );
 }

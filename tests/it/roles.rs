@@ -147,7 +147,8 @@ fn witnesses_serve_no_reads_read_only_replicas_never_vote_and_bad_input_is_refus
     );
     assert!(!out.status.success());
     assert!(
-        out.stderr.contains("no replica is called \"zz\"") && out.stderr.contains("a, b, c, d"),
+        out.stderr.contains("no replica or server is called \"zz\"")
+            && out.stderr.contains("a, b, c, d"),
         "{}",
         out.stderr
     );
@@ -163,13 +164,16 @@ fn witnesses_serve_no_reads_read_only_replicas_never_vote_and_bad_input_is_refus
         assert!(process.running(), "{name} died:\n{}", process.log());
     }
 
-    // A data directory stamped for another replica is refused.
+    // A data directory stamped for another replica is refused (c's and d's swapped: a
+    // config naming one directory twice is refused before any stamp is read).
     cluster.process("replica-c").kill();
     cluster.process("replica-d").kill();
     let swapped = dir.path().join("swapped.toml");
     let text = std::fs::read_to_string(&cluster.config_path)
         .unwrap()
-        .replacen("data_dir = \"data/c\"", "data_dir = \"data/d\"", 1);
+        .replacen("data_dir = \"data/c\"", "data_dir = \"data/swap\"", 1)
+        .replacen("data_dir = \"data/d\"", "data_dir = \"data/c\"", 1)
+        .replacen("data_dir = \"data/swap\"", "data_dir = \"data/d\"", 1);
     std::fs::write(&swapped, text).unwrap();
     let out = run_megastore(
         &[

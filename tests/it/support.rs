@@ -142,12 +142,24 @@ pub(crate) fn start_cluster_with(
     ClusterConfig,
     tokio::runtime::Runtime,
 ) {
+    start_cluster_edited(|text| format!("{text}{toml}"))
+}
+
+/// [`start_cluster`] with its config file's text replaced by `edit` of it.
+pub(crate) fn start_cluster_edited(
+    edit: impl FnOnce(&str) -> String,
+) -> (
+    std::sync::MutexGuard<'static, ()>,
+    tempfile::TempDir,
+    megastore_e2e::LocalCluster,
+    ClusterConfig,
+    tokio::runtime::Runtime,
+) {
     let alone = megastore_e2e::one_cluster_at_a_time();
     let dir = tempfile::tempdir().expect("a temporary directory");
     let cluster = megastore_e2e::LocalCluster::start_configured(dir.path(), |path| {
-        let mut text = std::fs::read_to_string(path).expect("the config file");
-        text.push_str(toml);
-        std::fs::write(path, text).expect("write the config file");
+        let text = std::fs::read_to_string(path).expect("the config file");
+        std::fs::write(path, edit(&text)).expect("write the config file");
     });
     let config = ClusterConfig::load(&cluster.config_path).expect("the cluster's config");
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");

@@ -70,8 +70,8 @@ pub(crate) fn run(args: BackupArgs) -> anyhow::Result<ExitCode> {
         Err(failed) => return Err(failed.into()),
     };
     let data_dir = config
-        .replica(&args.id)
-        .map(|r| r.data_dir.display().to_string())
+        .server_process(&args.id)
+        .map(|p| p.process.data_dir.display().to_string())
         .unwrap_or_default();
     println!(
         "backed up replica {} to {} ({how})\nto restore: stop the replica, replace its data directory ({data_dir} in the config) with a copy of {}, start it — it rejoins as a non-voter per group until caught up",

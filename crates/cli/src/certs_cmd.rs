@@ -43,7 +43,8 @@ pub(crate) struct CertsArgs {
 /// Every host name or IP a process of `config` is reached at, plus loopback.
 fn hosts(config: &ClusterConfig) -> BTreeSet<String> {
     let mut addresses: Vec<&str> = Vec::new();
-    for r in &config.replicas {
+    let servers = config.server_processes();
+    for r in servers.iter().map(|p| &p.process) {
         addresses.push(&r.address);
         addresses.extend(r.coordinator_address.as_deref());
     }

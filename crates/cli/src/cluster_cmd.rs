@@ -84,7 +84,13 @@ fn processes(config: &ClusterConfig) -> Vec<(String, &'static str, String, Strin
     for l in &config.lockd {
         all.push((l.name.clone(), "lockd", l.name.clone(), l.address.clone()));
     }
-    for r in &config.replicas {
+    // Each replica's first server, then its other `[[servers]]`.
+    let servers: Vec<_> = config
+        .server_processes()
+        .into_iter()
+        .map(|p| p.process)
+        .collect();
+    for r in &servers {
         all.push((
             format!("replica-{}", r.name),
             "replica",
@@ -92,11 +98,7 @@ fn processes(config: &ClusterConfig) -> Vec<(String, &'static str, String, Strin
             r.address.clone(),
         ));
     }
-    for r in config
-        .replicas
-        .iter()
-        .filter(|r| r.kind == ReplicaKind::Full)
-    {
+    for r in servers.iter().filter(|r| r.kind == ReplicaKind::Full) {
         if let Some(address) = &r.coordinator_address {
             all.push((
                 format!("coordinator-{}", r.name),
@@ -132,17 +134,19 @@ fn plan(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
     for (name, subcommand, id, address) in processes(&config) {
         let data_dir = match subcommand {
             "lockd" => config.lockd_node(&id).map(|l| l.data_dir.clone()),
-            "replica" => config.replica(&id).map(|r| r.data_dir.clone()),
+            "replica" => config.server_process(&id).map(|p| p.process.data_dir),
             _ => None,
         };
         let metrics_address = match subcommand {
             "lockd" => config
                 .lockd_node(&id)
                 .and_then(|l| l.metrics_address.clone()),
-            "replica" => config.replica(&id).and_then(|r| r.metrics_address.clone()),
+            "replica" => config
+                .server_process(&id)
+                .and_then(|p| p.process.metrics_address),
             _ => config
-                .replica(&id)
-                .and_then(|r| r.coordinator_metrics_address.clone()),
+                .server_process(&id)
+                .and_then(|p| p.process.coordinator_metrics_address),
         };
         let planned = Planned {
             name,
@@ -299,4 +303,42 @@ fn down(config_path: &Path) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_servers_replica_and_coordinator_are_started_after_the_replicas() {
+        let text = format!(
+            "{}\n[[servers]]\nname = \"a2\"\nid = 11\nreplica = \"a\"\naddress = \"127.0.0.1:7111\"\ncoordinator_address = \"127.0.0.1:7211\"\ndata_dir = \"data/a2\"\n\n[[servers]]\nname = \"c2\"\nid = 13\nreplica = \"c\"\naddress = \"127.0.0.1:7113\"\ndata_dir = \"data/c2\"\n",
+            crate::cluster_arg::DEV_TOPOLOGY
+        );
+        let config = ClusterConfig::parse(&text, "t.toml").unwrap();
+        let started: Vec<(String, String)> = processes(&config)
+            .into_iter()
+            .map(|(name, _, _, address)| (name, address))
+            .collect();
+        let names: Vec<&str> = started.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "lock-a",
+                "lock-b",
+                "lock-c",
+                "replica-a",
+                "replica-b",
+                "replica-c",
+                "replica-d",
+                "replica-a2",
+                "replica-c2",
+                "coordinator-a",
+                "coordinator-b",
+                "coordinator-a2"
+            ]
+        );
+        assert!(started.contains(&("coordinator-a2".into(), "127.0.0.1:7211".into())));
+        assert!(started.contains(&("replica-c2".into(), "127.0.0.1:7113".into())));
+    }
 }

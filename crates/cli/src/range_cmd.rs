@@ -16,7 +16,7 @@ use megastore_client::placement_store::{
 };
 use megastore_client::status::RangeApplied;
 use megastore_config::ClusterConfig;
-use megastore_placement::{MovePhase, RangeId, ServerId};
+use megastore_placement::{MovePhase, Placement, RangeId, ServerId};
 
 use crate::bytes_arg::{parse_bytes, show_bytes};
 use crate::cluster_arg::ClusterArg;
@@ -186,14 +186,14 @@ fn on_lockd<T>(
     Ok(runtime.block_on(call(&lockd, &topology))?)
 }
 
-/// A server by its replica's name in the config (every cluster today runs one server
-/// per replica, with its id), else by id.
+/// A server by its name in the config (a replica's first server has the replica's
+/// name and id; a `[[servers]]` entry its own), else by id.
 fn server_name(config: &ClusterConfig, id: ServerId) -> String {
     config
-        .replicas
-        .iter()
-        .find(|r| r.id == id.0)
-        .map_or_else(|| id.to_string(), |r| r.name.clone())
+        .server_processes()
+        .into_iter()
+        .find(|p| p.server == id.0)
+        .map_or_else(|| id.to_string(), |p| p.process.name)
 }
 
 /// The placement as text: a summary line and a table of at most `rows` ranges (with
@@ -221,6 +221,7 @@ pub(crate) fn render(
             "the default: one range on every replica, not stored until changed"
         }
     );
+    out.push_str(&servers_line(placement, config));
     let mut table = Table::new();
     let mut header = vec![
         "RANGE",
@@ -310,6 +311,35 @@ pub(crate) fn render(
     out
 }
 
+/// One line naming every server the placement lists, by site, with how many range
+/// slots each holds: `servers: A: a (4), a2 (0); B: b (4)`.
+fn servers_line(placement: &Placement, config: &ClusterConfig) -> String {
+    let mut by_site: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for server in placement.servers() {
+        let held = placement
+            .ranges()
+            .iter()
+            .flat_map(|r| &r.slots)
+            .filter(|slot| slot.server == server.id)
+            .count();
+        let site = config
+            .cluster
+            .sites
+            .get(usize::from(server.site.0))
+            .cloned()
+            .unwrap_or_else(|| format!("site {}", server.site.0));
+        by_site
+            .entry(site)
+            .or_default()
+            .push(format!("{} ({held})", server_name(config, server.id)));
+    }
+    let sites: Vec<String> = by_site
+        .into_iter()
+        .map(|(site, servers)| format!("{site}: {}", servers.join(", ")))
+        .collect();
+    format!("servers (range slots held): {}\n", sites.join("; "))
+}
+
 /// The placement as JSON: exactly what lockd holds (or would hold), and whether it
 /// is stored.
 pub(crate) fn to_json(stored: &StoredPlacement) -> serde_json::Value {
@@ -320,7 +350,6 @@ pub(crate) fn to_json(stored: &StoredPlacement) -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
-    use megastore_placement::Placement;
 
     use super::*;
 
@@ -379,10 +408,14 @@ mod tests {
             text.starts_with("placement v2: 2 ranges (held in lockd)"),
             "{text}"
         );
+        assert!(
+            text.contains("servers (range slots held): A: a (2); B: b (2); C: c (2); D: d (2)\n"),
+            "{text}"
+        );
         assert!(text.contains(" GROUPS  WRITES/S (10 s)"), "{text}");
         let counts: Vec<Vec<&str>> = text
             .lines()
-            .skip(2)
+            .skip(3)
             .map(|l| l.split_whitespace().rev().take(2).collect())
             .collect();
         assert_eq!(counts, [["?", "3"], ["2.5", "?"]], "{text}");

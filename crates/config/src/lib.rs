@@ -6,9 +6,12 @@
 //! cluster reads the same file.
 //!
 //! Invariants of a validated config: names and numeric ids are unique per kind of
-//! process; every site a process names is declared; every address parses; there is at
-//! least one full replica and at least one lockd node; full replicas have a coordinator
-//! address; timeouts are positive and the lock lease outlasts the election timeout.
+//! process (a replica's and a `[[servers]]` entry's names share one namespace, and no
+//! server has a replica's id: that id is the replica's first server); every site and
+//! replica a process names is declared; every address parses and no two processes share
+//! one, nor a replica server's data directory; there is at least one full replica and at
+//! least one lockd node; a full replica's servers have a coordinator address; timeouts
+//! are positive and the lock lease outlasts the election timeout.
 //!
 //! ```toml
 //! [cluster]
@@ -89,6 +92,10 @@ pub struct ClusterConfig {
     /// The replicas.
     #[serde(default)]
     pub replicas: Vec<ReplicaConfig>,
+    /// Servers beyond each replica's first: more processes a replica's ranges can be
+    /// moved to (docs/operations.md, "Adding a replica server").
+    #[serde(default)]
+    pub servers: Vec<ServerConfig>,
     /// The lock service nodes.
     #[serde(default)]
     pub lockd: Vec<LockdConfig>,
@@ -288,6 +295,76 @@ impl ReplicaConfig {
     }
 }
 
+/// `[[servers]]`: one more replica server for a replica's slot. Each `[[replicas]]`
+/// entry is its replica's first server (server id = replica id); a server listed here
+/// runs the same way (`megastore replica --id NAME`, and `megastore coordinator --id
+/// NAME` for a full replica's), holds none of the replica's ranges when it starts, and
+/// takes over ranges moved to it. It has the replica's id, site and kind, and its own
+/// addresses and data directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// What `--id` names it by (unique among replicas and servers).
+    pub name: String,
+    /// Its server id in the placement: never a replica's id (that is the replica's
+    /// first server), never reused for a different server.
+    pub id: u16,
+    /// The replica (its `name`) whose ranges it may hold.
+    pub replica: String,
+    /// Where it serves replication and the public API.
+    pub address: String,
+    /// Where its coordinator serves (a full replica's servers only).
+    #[serde(default)]
+    pub coordinator_address: Option<String>,
+    /// Its RocksDB directory (relative paths are relative to the config file).
+    pub data_dir: PathBuf,
+    /// Where it serves Prometheus metrics (`GET /metrics`); none if absent.
+    #[serde(default)]
+    pub metrics_address: Option<String>,
+    /// Where its coordinator serves Prometheus metrics (a full replica's servers only).
+    #[serde(default)]
+    pub coordinator_metrics_address: Option<String>,
+    /// Where it serves the administration service instead of `address`.
+    #[serde(default)]
+    pub admin_address: Option<String>,
+    /// How many entity groups it keeps loaded in memory (absent:
+    /// [`CACHE_GROUPS_DEFAULT`]).
+    #[serde(default)]
+    pub cache_groups: Option<u64>,
+}
+
+/// One replica server process: a replica's first server (its `[[replicas]]` entry) or
+/// one of its `[[servers]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerProcess {
+    /// Its server id in the placement.
+    pub server: u16,
+    /// Whether it is the replica's first server (its `[[replicas]]` entry).
+    pub first: bool,
+    /// What it runs as: the replica's entry with this server's name, addresses, data
+    /// directory and cache size (the replica's id, site and kind are its own).
+    pub process: ReplicaConfig,
+}
+
+impl ServerConfig {
+    /// The process this server runs as, given its replica's entry.
+    fn process_of(&self, replica: &ReplicaConfig) -> ReplicaConfig {
+        ReplicaConfig {
+            name: self.name.clone(),
+            id: replica.id,
+            site: replica.site.clone(),
+            kind: replica.kind,
+            address: self.address.clone(),
+            coordinator_address: self.coordinator_address.clone(),
+            data_dir: self.data_dir.clone(),
+            metrics_address: self.metrics_address.clone(),
+            coordinator_metrics_address: self.coordinator_metrics_address.clone(),
+            admin_address: self.admin_address.clone(),
+            cache_groups: self.cache_groups,
+        }
+    }
+}
+
 /// `[[lockd]]`: one lock service node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -377,6 +454,9 @@ impl ClusterConfig {
         let base = path.parent().unwrap_or(Path::new("."));
         for r in &mut config.replicas {
             r.data_dir = base.join(&r.data_dir);
+        }
+        for s in &mut config.servers {
+            s.data_dir = base.join(&s.data_dir);
         }
         for l in &mut config.lockd {
             l.data_dir = base.join(&l.data_dir);
@@ -478,6 +558,46 @@ impl ClusterConfig {
     /// The replica with protocol id `id`.
     pub fn replica_by_id(&self, id: ReplicaId) -> Option<&ReplicaConfig> {
         self.replicas.iter().find(|r| r.id == id.0)
+    }
+
+    /// Every replica server process, in config order: each replica's first server,
+    /// then the `[[servers]]`.
+    pub fn server_processes(&self) -> Vec<ServerProcess> {
+        let firsts = self.replicas.iter().map(|r| ServerProcess {
+            server: r.id,
+            first: true,
+            process: r.clone(),
+        });
+        let more = self.servers.iter().filter_map(|s| {
+            Some(ServerProcess {
+                server: s.id,
+                first: false,
+                process: s.process_of(self.replica(&s.replica)?),
+            })
+        });
+        firsts.chain(more).collect()
+    }
+
+    /// The replica server process called `name` (a replica's or a server's name).
+    pub fn server_process(&self, name: &str) -> Option<ServerProcess> {
+        self.server_processes()
+            .into_iter()
+            .find(|p| p.process.name == name)
+    }
+
+    /// The replica server process called `name`, or an error listing the names there
+    /// are.
+    pub fn named_server_process(&self, name: &str) -> Result<ServerProcess, String> {
+        self.server_process(name).ok_or_else(|| {
+            format!(
+                "no replica or server is called {name:?} in the config (replicas and servers: {})",
+                Self::names(
+                    self.server_processes()
+                        .iter()
+                        .map(|p| p.process.name.as_str())
+                )
+            )
+        })
     }
 
     /// The lockd node called `name`.

@@ -1,10 +1,11 @@
 //! The checks behind [`crate::ClusterConfig::parse`]: each failure names its field.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use megastore_types::ReplicaKind;
 
-use crate::{ClusterConfig, check_address};
+use crate::{ClusterConfig, ReplicaConfig, check_address};
 
 type Failure = (String, String);
 
@@ -68,7 +69,8 @@ pub(crate) fn check(config: &ClusterConfig) -> Result<(), Failure> {
     }
     let mut names = BTreeMap::new();
     let mut ids = BTreeMap::new();
-    let mut addresses = BTreeMap::new();
+    let mut seen = Seen::default();
+    let mut server_names = BTreeMap::new();
     for (i, r) in config.replicas.iter().enumerate() {
         let at = |field: &str| format!("replicas[{i}].{field}");
         unique(&mut names, r.name.as_str(), i, "replicas", "name")?;
@@ -77,52 +79,42 @@ pub(crate) fn check(config: &ClusterConfig) -> Result<(), Failure> {
         }
         unique(&mut ids, r.id, i, "replicas", "id")?;
         known_site(at("site"), &r.site)?;
-        check_address(&r.address).or_else(|e| fail(at("address"), e))?;
-        if r.cache_groups == Some(0) {
+        check_process(&mut seen, r, &format!("replicas[{i}]"))?;
+    }
+    let mut server_ids = BTreeMap::new();
+    for (i, s) in config.servers.iter().enumerate() {
+        let at = |field: &str| format!("servers[{i}].{field}");
+        if s.name.trim().is_empty() {
+            return fail(at("name"), "must not be empty");
+        }
+        if let Some(first) = names.get(s.name.as_str()) {
             return fail(
-                at("cache_groups"),
-                "must be at least 1 (the groups being served stay loaded)",
+                at("name"),
+                format!("{:?} is already used by replicas[{first}]", s.name),
             );
         }
-        unique_address(&mut addresses, &r.address, at("address"))?;
-        match (&r.coordinator_address, r.kind) {
-            (Some(a), ReplicaKind::Full) => {
-                check_address(a).or_else(|e| fail(at("coordinator_address"), e))?;
-                unique_address(&mut addresses, a, at("coordinator_address"))?;
-            }
-            (None, ReplicaKind::Full) => {
-                return fail(
-                    at("coordinator_address"),
-                    "a full replica needs the address of its coordinator",
-                );
-            }
-            (Some(_), kind) => {
-                return fail(
-                    at("coordinator_address"),
-                    format!("only full replicas have a coordinator (this one is {kind:?})"),
-                );
-            }
-            (None, _) => {}
-        }
-        if r.data_dir.as_os_str().is_empty() {
-            return fail(at("data_dir"), "must not be empty");
-        }
-        optional_address(&mut addresses, &r.metrics_address, at("metrics_address"))?;
-        optional_address(&mut addresses, &r.admin_address, at("admin_address"))?;
-        if r.coordinator_metrics_address.is_some() && r.kind != ReplicaKind::Full {
+        unique(&mut server_names, s.name.as_str(), i, "servers", "name")?;
+        if let Some(first) = ids.get(&s.id) {
             return fail(
-                at("coordinator_metrics_address"),
+                at("id"),
                 format!(
-                    "only full replicas have a coordinator (this one is {})",
-                    r.kind
+                    "{} is replicas[{first}]'s id, which is that replica's first server; give this server an id no replica has",
+                    s.id
                 ),
             );
         }
-        optional_address(
-            &mut addresses,
-            &r.coordinator_metrics_address,
-            at("coordinator_metrics_address"),
-        )?;
+        unique(&mut server_ids, s.id, i, "servers", "id")?;
+        let Some(replica) = config.replica(&s.replica) else {
+            return fail(
+                at("replica"),
+                format!(
+                    "unknown replica {:?} (replicas: {})",
+                    s.replica,
+                    ClusterConfig::names(config.replicas.iter().map(|r| r.name.as_str()))
+                ),
+            );
+        };
+        check_process(&mut seen, &s.process_of(replica), &format!("servers[{i}]"))?;
     }
     let g = &config.gateway;
     if !(1_000..=3_600_000).contains(&g.idle_txn_ms) {
@@ -178,11 +170,15 @@ pub(crate) fn check(config: &ClusterConfig) -> Result<(), Failure> {
         }
         known_site(at("site"), &l.site)?;
         check_address(&l.address).or_else(|e| fail(at("address"), e))?;
-        unique_address(&mut addresses, &l.address, at("address"))?;
+        unique_address(&mut seen.addresses, &l.address, at("address"))?;
         if l.data_dir.as_os_str().is_empty() {
             return fail(at("data_dir"), "must not be empty");
         }
-        optional_address(&mut addresses, &l.metrics_address, at("metrics_address"))?;
+        optional_address(
+            &mut seen.addresses,
+            &l.metrics_address,
+            at("metrics_address"),
+        )?;
     }
     let mut links = BTreeMap::new();
     for (i, link) in config.wan.iter().enumerate() {
@@ -220,6 +216,77 @@ pub(crate) fn check(config: &ClusterConfig) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// The checks every replica server process passes, a replica's first server
+/// (`replicas[i]`) or another (`servers[i]`, checked as the process it runs as).
+fn check_process(seen: &mut Seen, r: &ReplicaConfig, entry: &str) -> Result<(), Failure> {
+    let at = |field: &str| format!("{entry}.{field}");
+    check_address(&r.address).or_else(|e| fail(at("address"), e))?;
+    if r.cache_groups == Some(0) {
+        return fail(
+            at("cache_groups"),
+            "must be at least 1 (the groups being served stay loaded)",
+        );
+    }
+    unique_address(&mut seen.addresses, &r.address, at("address"))?;
+    match (&r.coordinator_address, r.kind) {
+        (Some(a), ReplicaKind::Full) => {
+            check_address(a).or_else(|e| fail(at("coordinator_address"), e))?;
+            unique_address(&mut seen.addresses, a, at("coordinator_address"))?;
+        }
+        (None, ReplicaKind::Full) => {
+            return fail(
+                at("coordinator_address"),
+                "a full replica's server needs the address of its coordinator",
+            );
+        }
+        (Some(_), kind) => {
+            return fail(
+                at("coordinator_address"),
+                format!("only full replicas have a coordinator (this one is {kind:?})"),
+            );
+        }
+        (None, _) => {}
+    }
+    if r.data_dir.as_os_str().is_empty() {
+        return fail(at("data_dir"), "must not be empty");
+    }
+    if let Some(first) = seen.data_dirs.insert(r.data_dir.clone(), at("data_dir")) {
+        return fail(
+            at("data_dir"),
+            format!("{} is already {first}", r.data_dir.display()),
+        );
+    }
+    optional_address(
+        &mut seen.addresses,
+        &r.metrics_address,
+        at("metrics_address"),
+    )?;
+    optional_address(&mut seen.addresses, &r.admin_address, at("admin_address"))?;
+    if r.coordinator_metrics_address.is_some() && r.kind != ReplicaKind::Full {
+        return fail(
+            at("coordinator_metrics_address"),
+            format!(
+                "only full replicas have a coordinator (this one is {})",
+                r.kind
+            ),
+        );
+    }
+    optional_address(
+        &mut seen.addresses,
+        &r.coordinator_metrics_address,
+        at("coordinator_metrics_address"),
+    )
+}
+
+/// What the processes checked so far use, which no other may.
+#[derive(Default)]
+struct Seen {
+    /// Address → the field that has it.
+    addresses: BTreeMap<String, String>,
+    /// Data directory → the field that has it.
+    data_dirs: BTreeMap<PathBuf, String>,
 }
 
 fn optional_address(

@@ -306,3 +306,98 @@ fn users_and_operator_certificates_are_checked() {
     let e = ClusterConfig::parse(&with("require_user = true"), "t.toml").unwrap_err();
     assert!(e.to_string().contains("require_user"), "{e}");
 }
+
+/// The example with one more server for replica `replica` (the extra TOML lines given).
+fn with_server(replica: &str, extra: &str) -> String {
+    format!(
+        "{EXAMPLE}\n[[servers]]\nname = \"a2\"\nid = 11\nreplica = \"{replica}\"\naddress = \"127.0.0.1:7111\"\ndata_dir = \"data/a2\"\n{extra}"
+    )
+}
+
+#[test]
+fn a_server_runs_as_its_replica_with_its_own_addresses_and_directory() {
+    let text = with_server("a", "coordinator_address = \"127.0.0.1:7211\"\n");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cluster.toml");
+    std::fs::write(&path, text).unwrap();
+    let config = ClusterConfig::load(&path).unwrap();
+    let server = config.server_process("a2").expect("the server");
+    assert_eq!((server.server, server.first), (11, false));
+    assert_eq!(server.process.id, 1, "it holds replica a's slot");
+    assert_eq!(server.process.site, "A");
+    assert_eq!(server.process.address, "127.0.0.1:7111");
+    assert_eq!(
+        server.process.coordinator_address.as_deref(),
+        Some("127.0.0.1:7211")
+    );
+    assert_eq!(server.process.data_dir, dir.path().join("data/a2"));
+    let first = config
+        .server_process("a")
+        .expect("replica a's first server");
+    assert_eq!((first.server, first.first), (1, true));
+    let names: Vec<_> = config
+        .server_processes()
+        .into_iter()
+        .map(|p| p.process.name)
+        .collect();
+    assert_eq!(names, ["a", "b", "c", "d", "a2"]);
+    assert!(config.server_process("nobody").is_none());
+}
+
+#[test]
+fn server_mistakes_name_their_field() {
+    let coordinator = "coordinator_address = \"127.0.0.1:7211\"\n";
+    let cases = [
+        (
+            with_server("e", coordinator),
+            "servers[0].replica",
+            "unknown replica \"e\"",
+        ),
+        (
+            with_server("a", "").replace("id = 11", "id = 2"),
+            "servers[0].id",
+            "replicas[1]'s id",
+        ),
+        (
+            with_server("a", coordinator).replace("name = \"a2\"", "name = \"b\""),
+            "servers[0].name",
+            "already used by replicas[1]",
+        ),
+        (
+            with_server("a", ""),
+            "servers[0].coordinator_address",
+            "needs the address of its coordinator",
+        ),
+        (
+            with_server("c", coordinator),
+            "servers[0].coordinator_address",
+            "only full replicas have a coordinator",
+        ),
+        (
+            with_server("a", coordinator).replace("127.0.0.1:7111", "127.0.0.1:7101"),
+            "servers[0].address",
+            "is already replicas[0].address",
+        ),
+        (
+            with_server("a", coordinator).replace("data/a2", "data/b"),
+            "servers[0].data_dir",
+            "is already replicas[1].data_dir",
+        ),
+        (
+            format!(
+                "{}\n[[servers]]\nname = \"a3\"\nid = 11\nreplica = \"a\"\naddress = \"127.0.0.1:7112\"\ncoordinator_address = \"127.0.0.1:7212\"\ndata_dir = \"data/a3\"\n",
+                with_server("a", coordinator)
+            ),
+            "servers[1].id",
+            "already used by servers[0]",
+        ),
+    ];
+    for (text, field, message) in cases {
+        let (got_field, got_message) = invalid(&text);
+        assert_eq!(got_field, field, "{got_message}");
+        assert!(
+            got_message.contains(message),
+            "{field}: {got_message:?} lacks {message:?}"
+        );
+    }
+}

@@ -59,12 +59,10 @@ pub async fn backup_running_replica(
     out: &Path,
     mut progress: impl FnMut(BackupCopy),
 ) -> Result<BackupCopy, BackupError> {
-    let replica = config.replica(name).ok_or_else(|| {
-        BackupError::Failed(format!(
-            "no replica is called {name:?} in the config (replicas: {})",
-            ClusterConfig::names(config.replicas.iter().map(|r| r.name.as_str()))
-        ))
-    })?;
+    let replica = config
+        .named_server_process(name)
+        .map_err(BackupError::Failed)?
+        .process;
     if out.exists() {
         return Err(BackupError::Failed(format!(
             "{} exists; a backup goes to a new directory",
@@ -194,12 +192,10 @@ pub fn backup_replica(
     name: &str,
     out: &Path,
 ) -> Result<std::path::PathBuf, ProcessError> {
-    let replica = config.replica(name).ok_or_else(|| {
-        ProcessError::UnknownName(format!(
-            "no replica is called {name:?} in the config (replicas: {})",
-            ClusterConfig::names(config.replicas.iter().map(|r| r.name.as_str()))
-        ))
-    })?;
+    let replica = config
+        .named_server_process(name)
+        .map_err(ProcessError::UnknownName)?
+        .process;
     if out.exists() {
         return Err(ProcessError::Config(format!(
             "{} exists; a backup goes to a new directory",

@@ -12,7 +12,7 @@ use std::time::Duration;
 use megastore_config::{ClusterConfig, resolve_address};
 use megastore_coordinator::{
     Coordinator, CoordinatorBugs, CoordinatorConfig, CoordinatorReply, CoordinatorRequest, Input,
-    Output, lock_name,
+    Output, coordinator_lock,
 };
 use megastore_lock::{LockCommand, LockReply, LockResponse, SessionId};
 use megastore_placement::{Placement, ServerId};
@@ -74,24 +74,24 @@ pub struct CoordinatorProcess {
 }
 
 impl CoordinatorProcess {
-    /// Starts the coordinator of the full replica called `name`: it serves at the
-    /// replica's `coordinator_address` and takes its lock in lockd.
+    /// Starts the coordinator of the full replica's server called `name` (a replica's
+    /// name is its first server): it serves at the server's `coordinator_address` and
+    /// takes the server's lock in lockd.
     pub async fn start(config: &ClusterConfig, name: &str) -> Result<Self, ProcessError> {
-        let replica = config
-            .replica(name)
-            .filter(|r| r.kind == ReplicaKind::Full)
-            .ok_or_else(|| {
-                ProcessError::UnknownName(format!(
-                    "no full replica is called {name:?} in the config (full replicas: {})",
-                    ClusterConfig::names(
-                        config
-                            .replicas
-                            .iter()
-                            .filter(|r| r.kind == ReplicaKind::Full)
-                            .map(|r| r.name.as_str())
-                    )
-                ))
-            })?;
+        let processes = config.server_processes();
+        let full = || {
+            processes
+                .iter()
+                .filter(|p| p.process.kind == ReplicaKind::Full)
+        };
+        let process = full().find(|p| p.process.name == name).ok_or_else(|| {
+            ProcessError::UnknownName(format!(
+                "no full replica or server of one is called {name:?} in the config (they are: {})",
+                ClusterConfig::names(full().map(|p| p.process.name.as_str()))
+            ))
+        })?;
+        let member = placement_follower::Member::of(process);
+        let replica = &process.process;
         let address = replica.coordinator_address.clone().ok_or_else(|| {
             ProcessError::Config(format!("replica {name} has no coordinator_address"))
         })?;
@@ -128,7 +128,7 @@ impl CoordinatorProcess {
         // The coordinator vouches by the placement, so it reads one before it answers
         // anything (calls wait in the channel meanwhile), then follows lockd.
         let driver = async move {
-            let server = placement_follower::own_server(replica_id);
+            let server = member.server;
             let view = placement_follower::first_placement(&lockd, &topology).await;
             let following = placement_follower::follow(
                 following_lockd,
@@ -412,12 +412,16 @@ pub async fn disable_coordinator(
     name: &str,
     wait: Duration,
 ) -> Result<DisableOutcome, ProcessError> {
-    let replica = config
-        .replica(name)
-        .filter(|r| r.kind == ReplicaKind::Full)
-        .ok_or_else(|| ProcessError::UnknownName(format!("no full replica is called {name:?}")))?;
+    let server = config
+        .server_process(name)
+        .filter(|p| p.process.kind == ReplicaKind::Full)
+        .ok_or_else(|| {
+            ProcessError::UnknownName(format!(
+                "no full replica or server of one is called {name:?}"
+            ))
+        })?;
     let lockd = LockdClient::new(config).map_err(ProcessError::Config)?;
-    let lock = lock_name(ReplicaId(replica.id));
+    let lock = coordinator_lock(ServerId(server.server));
     let before = lock_holder(&lockd, &lock).await?;
     let revoked_at = tokio::time::Instant::now();
     match lockd

@@ -138,16 +138,19 @@ pub(crate) async fn settle(
     .await;
 }
 
-/// This replica's wait before it works on a group: one turn per full replica before
-/// it.
-pub(crate) fn turn(config: &megastore_config::ClusterConfig, me: &str) -> Option<Duration> {
-    let full: Vec<&str> = config
+/// Replica `me`'s wait before it works on a group: one turn per full replica before
+/// it (none for a replica that is not full).
+pub(crate) fn turn(
+    config: &megastore_config::ClusterConfig,
+    me: megastore_types::ReplicaId,
+) -> Option<Duration> {
+    let full: Vec<u16> = config
         .replicas
         .iter()
         .filter(|r| r.kind == megastore_types::ReplicaKind::Full)
-        .map(|r| r.name.as_str())
+        .map(|r| r.id)
         .collect();
-    let rank = full.iter().position(|n| *n == me)?;
+    let rank = full.iter().position(|id| *id == me.0)?;
     Some(TURN * u32::try_from(rank).unwrap_or(u32::MAX))
 }
 

@@ -11,17 +11,36 @@
 use std::time::Duration;
 
 use megastore_client::placement_store::{change_placement, load_placement};
-use megastore_placement::{Placement, Range, ServerId, Version};
+use megastore_config::ServerProcess;
+use megastore_placement::{Placement, Range, Server, ServerId, Version};
 use megastore_rpc::LockdClient;
 use megastore_types::{ReplicaId, Topology};
 
 /// How often a process asks lockd for a newer placement.
 pub(crate) const PLACEMENT_POLL: Duration = Duration::from_secs(1);
 
-/// The server a replica's process runs as. Every cluster today runs one server per
-/// replica, with the replica's id ([`Placement::one_server_per_replica`]).
-pub(crate) fn own_server(replica: ReplicaId) -> ServerId {
-    ServerId(replica.0)
+/// Who a replica server process is in the placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Member {
+    /// The replica whose slot it serves (in the ranges placed on it).
+    pub(crate) replica: ReplicaId,
+    /// Its server id.
+    pub(crate) server: ServerId,
+    /// Whether it is the replica's first server (its `[[replicas]]` entry, with the
+    /// replica's id: [`Placement::one_server_per_replica`]) rather than one of its
+    /// `[[servers]]`.
+    pub(crate) first: bool,
+}
+
+impl Member {
+    /// The member a configured server process is.
+    pub(crate) fn of(process: &ServerProcess) -> Self {
+        Self {
+            replica: ReplicaId(process.process.id),
+            server: ServerId(process.server),
+            first: process.first,
+        }
+    }
 }
 
 /// The placement lockd holds now, read again until lockd answers (a process must not
@@ -55,36 +74,53 @@ pub(crate) enum Fed {
     Gone,
 }
 
-/// The placement lockd holds, with `replica` in it: a replica the placement names in
-/// no range (new to the cluster, or left out by a change made from a config that
-/// predates it) adds itself first, by compare-and-set ([`Placement::add_replica`]: a
-/// slot of every range on a server of its own). Removing a replica from a range is
-/// not built; when it is, a removed replica must not add itself back.
+/// The placement lockd holds, with `member` in it, added by compare-and-set if it is
+/// not:
+/// - a replica's first server, when the placement names the replica in no range (new
+///   to the cluster, or left out by a change made from a config that predates it),
+///   adds the replica ([`Placement::add_replica`]: a slot of every range on this
+///   server). Removing a replica from a range is not built; when it is, a removed
+///   replica must not add itself back.
+/// - any other server, when the placement does not list it, lists itself at its
+///   replica's site holding nothing ([`Placement::add_server`]); ranges come to it
+///   only by moves.
 pub(crate) async fn join(
     lockd: &LockdClient,
     topology: &Topology,
-    replica: ReplicaId,
+    member: Member,
 ) -> Result<Placement, String> {
     let me = topology
-        .replica(replica)
-        .ok_or_else(|| format!("replica {} is not in the topology", replica.0))?;
+        .replica(member.replica)
+        .ok_or_else(|| format!("replica {} is not in the topology", member.replica.0))?;
     change_placement(lockd, topology, |current| {
-        current.add_replica(me, own_server(replica))
+        if member.first {
+            current.add_replica(me, member.server)
+        } else {
+            current.add_server(Server {
+                id: member.server,
+                site: me.site,
+            })
+        }
     })
     .await
-    .map_err(|e| format!("placing replica {}: {e}", replica.0))
+    .map_err(|e| {
+        format!(
+            "placing server {} of replica {}: {e}",
+            member.server.0, member.replica.0
+        )
+    })
 }
 
 /// Polls lockd every [`PLACEMENT_POLL`] and hands `feed` each placement newer than
 /// `known` (the one the process judges by already), until `feed` says the process is
 /// gone. A placement that cannot be read or decoded is logged and read again later:
-/// the process keeps judging by the one it has. With `joined`, a placement that names
-/// that replica in no range is joined again ([`join`]) before it is fed.
+/// the process keeps judging by the one it has. With `joined`, a placement that lacks
+/// that member is joined again ([`join`]) before it is fed.
 pub(crate) fn follow(
     lockd: LockdClient,
     topology: Topology,
     mut known: Version,
-    joined: Option<ReplicaId>,
+    joined: Option<Member>,
     mut feed: impl FnMut(Placement) -> Fed + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -94,7 +130,7 @@ pub(crate) fn follow(
             ticks.tick().await;
             // A join reads the placement too, and writes only if it lacks the replica.
             let read = match joined {
-                Some(replica) => join(&lockd, &topology, replica).await,
+                Some(member) => join(&lockd, &topology, member).await,
                 None => load_placement(&lockd, &topology)
                     .await
                     .map(|stored| stored.placement)

@@ -106,13 +106,12 @@ impl ReplicaProcess {
     /// Starts the replica called `name`: checks its directory's stamp (rejoining when
     /// it lost its store), opens the store, and serves at its address.
     pub async fn start(config: &ClusterConfig, name: &str) -> Result<Self, ProcessError> {
-        let me = config.replica(name).ok_or_else(|| {
-            ProcessError::UnknownName(format!(
-                "no replica is called {name:?} in the config (replicas: {})",
-                ClusterConfig::names(config.replicas.iter().map(|r| r.name.as_str()))
-            ))
-        })?;
+        let server = config
+            .named_server_process(name)
+            .map_err(ProcessError::UnknownName)?;
+        let me = &server.process;
         let id = ReplicaId(me.id);
+        let member = placement_follower::Member::of(&server);
         let topology = config
             .topology()
             .map_err(|e| ProcessError::Config(e.to_string()))?;
@@ -144,11 +143,11 @@ impl ReplicaProcess {
         let open_index_kept = registry::open_index_kept(&store)
             .map_err(|e| ProcessError::Store(format!("replica {name}: {e}")))?;
         let peers = Peers::at_site(config, &me.site).map_err(ProcessError::Config)?;
-        let rejoining = check_or_stamp(config, id, &me.data_dir, peers.lockd()).await?;
+        let rejoining = check_or_stamp(config, member, &me.data_dir, peers.lockd()).await?;
         if rejoining {
             tracing::warn!(replica = %name, "store lost since this replica last served: rejoining (no vote per group until caught up)");
         }
-        let placement = server_placement(&store, id, peers.lockd(), &topology).await?;
+        let placement = server_placement(&store, member, peers.lockd(), &topology).await?;
         let known_placement = placement.view().version();
         let core = Replica::new(ReplicaConfig {
             id,
@@ -168,7 +167,7 @@ impl ReplicaProcess {
         // A full replica delivers the queue messages of the groups it applies, and
         // settles the cross-group transactions prepared there once their own clients
         // had time to.
-        let turn = crate::group_work::turn(config, name);
+        let turn = crate::group_work::turn(config, id);
         let (outboxes, outboxes_rx) = tokio::sync::mpsc::unbounded_channel();
         let (prepared, prepared_rx) = tokio::sync::mpsc::unbounded_channel();
         let driver = Driver {
@@ -201,7 +200,7 @@ impl ReplicaProcess {
             megastore_rpc::LockdClient::new(config).map_err(ProcessError::Config)?,
             topology,
             known_placement,
-            Some(id),
+            Some(member),
             move |placement| match placement_events.send(Event::Placement(placement)) {
                 Ok(()) => placement_follower::Fed::Taken,
                 Err(_) => placement_follower::Fed::Gone,
@@ -382,21 +381,20 @@ struct Driver {
 /// it.
 async fn server_placement(
     store: &RocksStore,
-    replica: ReplicaId,
+    member: placement_follower::Member,
     lockd: &megastore_rpc::LockdClient,
     topology: &megastore_types::Topology,
 ) -> Result<ServerPlacement, ProcessError> {
-    let server = placement_follower::own_server(replica);
     let bugs = megastore_placement::PlacementBugs::NONE;
-    let stored = megastore_paxos::load_server_placement(store, server, bugs)
-        .map_err(|e| ProcessError::Store(format!("replica {}: {e}", replica.0)))?;
+    let stored = megastore_paxos::load_server_placement(store, member.server, bugs)
+        .map_err(|e| ProcessError::Store(format!("server {}: {e}", member.server.0)))?;
     if let Some(placement) = stored {
         return Ok(placement);
     }
-    let view = placement_follower::join(lockd, topology, replica)
+    let view = placement_follower::join(lockd, topology, member)
         .await
         .map_err(ProcessError::Lock)?;
-    Ok(ServerPlacement::new(server, view, BTreeMap::new(), bugs).0)
+    Ok(ServerPlacement::new(member.server, view, BTreeMap::new(), bugs).0)
 }
 
 /// The registry's groups after `after`, a page at a time (a replica that cannot read

@@ -13,7 +13,11 @@
 //! | generation < lockd's | newer start recorded | a restored copy: rejoining |
 //! | absent | absent, and a founder | it never served: a member from the start |
 //! | absent | absent, not a founder | added to a running cluster: rejoining (no vote per group until caught up) |
+//! | absent | absent, a `[[servers]]` entry | a server added for an existing replica: it holds only ranges moved to it whole from a kept store, so not rejoining |
 //! | absent | present | it served before and lost its store (or is a backup, which has no stamp): rejoining |
+//!
+//! A replica's first server records its starts as `replicas/<replica>/joined`; any
+//! other server as `servers/<server>/joined`, and its stamp names the server too.
 //!
 //! Every start writes generation `max(stamp, lockd) + 1` to the stamp, then to lockd. A
 //! process killed between the two finds its stamp ahead of lockd and goes on; one that
@@ -30,6 +34,7 @@ use megastore_types::ReplicaId;
 use serde::{Deserialize, Serialize};
 
 use crate::ProcessError;
+use crate::placement_follower::Member;
 
 /// The file in a replica's data directory.
 pub(crate) const STAMP_FILE: &str = "MEGASTORE_STAMP";
@@ -38,6 +43,9 @@ pub(crate) const STAMP_FILE: &str = "MEGASTORE_STAMP";
 pub(crate) struct Stamp {
     pub(crate) cluster: String,
     pub(crate) replica: u16,
+    /// The server, if not the replica's first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) server: Option<u16>,
     /// Lost its store at some point: rejoin groups it has not cleared.
     pub(crate) rejoining: bool,
     /// Counts this directory's starts; lockd records the last one, so a directory
@@ -46,8 +54,26 @@ pub(crate) struct Stamp {
     pub(crate) generation: u64,
 }
 
-fn joined_file(id: ReplicaId) -> String {
-    format!("replicas/{}/joined", id.0)
+fn joined_file(member: Member) -> String {
+    if member.first {
+        format!("replicas/{}/joined", member.replica.0)
+    } else {
+        format!("servers/{}/joined", member.server.0)
+    }
+}
+
+/// The server a stamp names, if not its replica's first.
+fn stamped_server(member: Member) -> Option<u16> {
+    (!member.first).then_some(member.server.0)
+}
+
+/// How errors name a process.
+fn describe(member: Member) -> String {
+    if member.first {
+        format!("replica {}", member.replica.0)
+    } else {
+        format!("server {} of replica {}", member.server.0, member.replica.0)
+    }
 }
 
 fn stamp_path(dir: &Path) -> PathBuf {
@@ -101,25 +127,32 @@ struct JoinedRecord {
     generation: u64,
 }
 
-/// Checks or creates the stamp of replica `id`'s directory, and records this start's
+/// Checks or creates the stamp of `member`'s directory, and records this start's
 /// generation in the stamp, then in lockd; returns whether it rejoins.
 pub(crate) async fn check_or_stamp(
     config: &ClusterConfig,
-    id: ReplicaId,
+    member: Member,
     dir: &Path,
     lockd: &LockdClient,
 ) -> Result<bool, ProcessError> {
-    let recorded = joined(lockd, id).await?;
+    let id = member.replica;
+    let recorded = joined(lockd, member).await?;
     let last_generation = recorded.as_ref().map_or(0, |r| r.generation);
     let (rejoining, dir_generation) = match read_stamp(dir)? {
         Some(found) => {
-            if found.cluster != config.cluster.name || found.replica != id.0 {
+            if found.cluster != config.cluster.name
+                || found.replica != id.0
+                || found.server != stamped_server(member)
+            {
+                let owner = match found.server {
+                    Some(server) => format!("server {server} of replica {}", found.replica),
+                    None => format!("replica {}", found.replica),
+                };
                 return Err(ProcessError::Config(format!(
-                    "data directory {} belongs to replica {} of cluster {:?}, not replica {} of {:?}; point data_dir elsewhere",
+                    "data directory {} belongs to {owner} of cluster {:?}, not {} of {:?}; point data_dir elsewhere",
                     dir.display(),
-                    found.replica,
                     found.cluster,
-                    id.0,
+                    describe(member),
                     config.cluster.name
                 )));
             }
@@ -128,17 +161,20 @@ pub(crate) async fn check_or_stamp(
             let restored = found.generation < last_generation;
             if restored {
                 tracing::warn!(
-                    "data directory {} is from generation {} but replica {} last started in generation {last_generation}: a restored copy; rejoining",
+                    "data directory {} is from generation {} but {} last started in generation {last_generation}: a restored copy; rejoining",
                     dir.display(),
                     found.generation,
-                    id.0
+                    describe(member)
                 );
             }
             (found.rejoining || restored, found.generation)
         }
         // No stamp: served and lost its store (or is a backup, which carries no stamp)
-        // — or never served: a founding member, or one added to a running cluster.
-        None => (recorded.is_some() || !founder(config, id, lockd).await?, 0),
+        // — or never served: a founding member, one added to a running cluster, or a
+        // server added for a replica (which votes only on ranges copied to it whole).
+        None if recorded.is_some() => (true, 0),
+        None if !member.first => (false, 0),
+        None => (!founder(config, id, lockd).await?, 0),
     };
     let generation = dir_generation.max(last_generation) + 1;
     // The stamp first: a process killed before lockd records this start comes back to
@@ -148,6 +184,7 @@ pub(crate) async fn check_or_stamp(
         &Stamp {
             cluster: config.cluster.name.clone(),
             replica: id.0,
+            server: stamped_server(member),
             rejoining,
             generation,
         },
@@ -158,15 +195,15 @@ pub(crate) async fn check_or_stamp(
         generation,
     };
     let write = LockCommand::WriteFile {
-        name: joined_file(id),
+        name: joined_file(member),
         expected: recorded.map_or(0, |r| r.version),
         contents: serde_json::to_vec(&record).map_err(|e| ProcessError::Config(e.to_string()))?,
     };
     match lockd.execute(write).await {
         Ok(_) => Ok(rejoining),
         Err(LockError::VersionMismatch { .. }) => Err(ProcessError::Lock(format!(
-            "another process started as replica {} meanwhile; run one process per replica",
-            id.0
+            "another process started as {} meanwhile; run one process per server",
+            describe(member)
         ))),
         Err(e) => Err(ProcessError::Lock(e.to_string())),
     }
@@ -222,12 +259,12 @@ async fn founder(
     )))
 }
 
-/// What lockd records of replica `id`'s starts (`None`: it never served).
-async fn joined(lockd: &LockdClient, id: ReplicaId) -> Result<Option<Recorded>, ProcessError> {
+/// What lockd records of `member`'s starts (`None`: it never served).
+async fn joined(lockd: &LockdClient, member: Member) -> Result<Option<Recorded>, ProcessError> {
     match lockd_call(
         lockd,
         LockCommand::ReadFile {
-            name: joined_file(id),
+            name: joined_file(member),
         },
     )
     .await?
