@@ -8,8 +8,13 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use megastore_client::placement_store::change_placement;
 use megastore_e2e::{free_ports, run_megastore};
 use megastore_lock::{LockCommand, LockReply};
+use megastore_placement::{RangeId, ServerId, Version};
+use megastore_rpc::pb::admin as pb;
+use megastore_rpc::pb::admin::admin_client::AdminClient;
+use megastore_types::ReplicaId;
 
 use crate::support::{
     assert_rejoined, connect, counter_value, eg, increment, row, start_cluster_edited,
@@ -204,4 +209,237 @@ fn servers_added_while_writers_run_list_themselves_holding_nothing_and_never_rej
         "{}",
         out.stderr
     );
+}
+
+/// Every stored version of every group state row `dir`'s store holds (the replica
+/// server using it stopped).
+fn group_state(dir: &std::path::Path) -> Vec<megastore_rowstore::StoredRow> {
+    use megastore_rowstore::{KeyRange, RowRead};
+    let store = megastore_rowstore_rocksdb::RocksStore::open(dir).expect("the store");
+    megastore_paxos::group_state_spans(&KeyRange::all())
+        .iter()
+        .flat_map(|span| store.export_rows(span, usize::MAX).expect("the rows"))
+        .collect()
+}
+
+/// The progress messages of a copy into a2, or the status that ended it.
+async fn copy_into(
+    admin: &mut AdminClient<tonic::transport::Channel>,
+    move_id: u64,
+    last: bool,
+) -> Result<Vec<pb::CopyProgress>, tonic::Status> {
+    let mut stream = admin
+        .copy_range(pb::CopyRangeRequest {
+            range: 0,
+            move_id,
+            r#final: last,
+        })
+        .await?
+        .into_inner();
+    let mut progress = Vec::new();
+    while let Some(message) = stream.message().await? {
+        progress.push(message);
+    }
+    Ok(progress)
+}
+
+/// A move's copies between two processes (`Admin.CopyRange` at the target pulling
+/// `Admin.ExportPage` pages from the source, `Admin.Freeze` at the source) while
+/// writers run: the target killed mid-copy begins again; after the source froze, its
+/// final copy makes the target hold exactly the source's group state; the move given
+/// up, the source serves again and the target retires the copy; every counter holds
+/// exactly its acknowledged increments.
+#[test]
+fn a_range_is_copied_between_servers_while_writers_run_and_the_target_crashes() {
+    let (_alone, dir, mut cluster, config, runtime) = start_cluster_edited(with_servers);
+    for process in ["replica-a2", "coordinator-a2"] {
+        cluster.start_process(process);
+    }
+    cluster.wait_for_log("replica-a2", "replica serving", LIMIT);
+    let topology = config.topology().expect("a topology");
+    let lockd = runtime.block_on(async { megastore_rpc::LockdClient::new(&config) });
+    let lockd = lockd.expect("a lockd client");
+    let admin_at = |name: &str| {
+        let address = config
+            .server_process(name)
+            .expect("a server")
+            .process
+            .admin_endpoint()
+            .to_string();
+        let channel = tonic::transport::Channel::from_shared(format!("http://{address}"))
+            .expect("an address")
+            .connect_lazy();
+        AdminClient::new(channel)
+            .max_decoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX)
+    };
+    let (mut at_a2, mut at_a) = runtime.block_on(async { (admin_at("a2"), admin_at("a")) });
+
+    // Many groups, so the copy takes many pages.
+    const GROUPS: u32 = 120;
+    let client = runtime.block_on(connect(&config, "B"));
+    runtime.block_on(async {
+        for n in 0..GROUPS {
+            increment(&client, &eg(300 + n), "n")
+                .await
+                .expect("a first write");
+        }
+    });
+
+    // Refused before the move exists, naming it.
+    let refused = runtime
+        .block_on(copy_into(&mut at_a2, 99, false))
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused}");
+    assert!(
+        refused.message().contains("range-0 has no move v99"),
+        "{refused}"
+    );
+
+    let begun = runtime.block_on(change_placement(&lockd, &topology, |p| {
+        p.begin_move(RangeId(0), ReplicaId(1), ServerId(11))
+    }));
+    let move_id = begun.expect("the move begins").version().0;
+
+    const WRITERS: u32 = 2;
+    let stop = AtomicBool::new(false);
+    let writers = (0..WRITERS).map(|writer| {
+        let (config, stop) = (&config, &stop);
+        async move {
+            let client = connect(config, if writer == 0 { "A" } else { "B" }).await;
+            let (mut acked, mut failed) = (0u64, 0u64);
+            let started = Instant::now();
+            for _ in 0..400 {
+                if stop.load(Ordering::SeqCst) || started.elapsed() > LIMIT {
+                    break;
+                }
+                match increment(&client, &eg(200 + writer), "n").await {
+                    Ok(_) => acked += 1,
+                    Err(_) => failed += 1,
+                }
+            }
+            (acked, failed)
+        }
+    });
+    let outcomes: Vec<(u64, u64)> = std::thread::scope(|scope| {
+        let writing = scope.spawn(|| runtime.block_on(futures::future::join_all(writers)));
+        runtime.block_on(async {
+            // The bulk copy, broken off by the target's crash after its first page.
+            let mut stream = at_a2
+                .copy_range(pb::CopyRangeRequest {
+                    range: 0,
+                    move_id,
+                    r#final: false,
+                })
+                .await
+                .expect("the copy begins")
+                .into_inner();
+            let first = stream.message().await.expect("a page").expect("progress");
+            assert!(!first.done, "the copy took one page: {first:?}");
+        });
+        cluster.process("replica-a2").kill();
+        cluster.start_process("replica-a2");
+        wait_for_starts(&mut cluster, "replica-a2", 2);
+        runtime.block_on(async {
+            // Begun again, to the end.
+            let progress = retry_copy(&mut at_a2, move_id, false).await;
+            let last = progress.last().expect("progress");
+            assert!(last.done && last.pages > 3, "{progress:?}");
+            assert!(last.rows >= u64::from(GROUPS), "{progress:?}");
+
+            // The final copy is refused until the source froze.
+            let refused = copy_into(&mut at_a2, move_id, true).await.unwrap_err();
+            assert!(
+                refused
+                    .message()
+                    .contains("the source is not frozen for the move"),
+                "{refused}"
+            );
+            let frozen = at_a
+                .freeze(pb::FreezeRequest { range: 0, move_id })
+                .await
+                .expect("the freeze")
+                .into_inner();
+            assert!(frozen.frozen);
+            let progress = retry_copy(&mut at_a2, move_id, true).await;
+            assert!(progress.last().is_some_and(|p| p.done), "{progress:?}");
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::SeqCst);
+        writing.join().expect("the writers")
+    });
+
+    // The target holds exactly what the frozen source holds of the range.
+    for process in ["replica-a", "replica-a2"] {
+        assert!(cluster.process(process).terminate(Duration::from_secs(10)));
+    }
+    let source = group_state(&dir.path().join("data/a"));
+    let target = group_state(&dir.path().join("data/a2"));
+    assert!(source.len() > GROUPS as usize, "{} rows", source.len());
+    assert!(
+        source == target,
+        "the target's copy differs from the frozen source"
+    );
+
+    // The move given up: the source serves the range again and the target retires it.
+    let aborted = runtime.block_on(change_placement(&lockd, &topology, |p| {
+        p.abort_move(RangeId(0), Version(move_id))
+    }));
+    aborted.expect("the move is given up");
+    for process in ["replica-a", "replica-a2"] {
+        cluster.start_process(process);
+    }
+    wait_for_starts(&mut cluster, "replica-a2", 3);
+    let at_a = runtime.block_on(connect(&config, "A"));
+    for (writer, (acked, failed)) in (0..WRITERS).zip(&outcomes) {
+        let group = eg(200 + writer);
+        let value = runtime.block_on(async {
+            let read = at_a
+                .read(
+                    &group,
+                    megastore_paxos::ReadMode::Current,
+                    megastore_paxos::DataQuery::Rows(vec![row(&group, "n")]),
+                )
+                .await
+                .expect("a current read");
+            counter_value(read.rows.into_iter().next())
+        });
+        assert!(
+            (*acked..=acked + failed).contains(&value),
+            "{group}: counter {value}, {acked} increments acknowledged, {failed} failed"
+        );
+        assert!(*acked >= 5, "too few writes acknowledged: {outcomes:?}");
+    }
+    runtime.block_on(async {
+        increment(&at_a, &eg(200), "n")
+            .await
+            .expect("a write after the move");
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        cluster
+            .process("replica-a2")
+            .terminate(Duration::from_secs(10))
+    );
+    let left = group_state(&dir.path().join("data/a2"));
+    assert!(
+        left.is_empty(),
+        "a2 kept {} rows of the given-up move",
+        left.len()
+    );
+}
+
+/// A copy into a2 to its end, asked again while a2 is still starting.
+async fn retry_copy(
+    admin: &mut AdminClient<tonic::transport::Channel>,
+    move_id: u64,
+    last: bool,
+) -> Vec<pb::CopyProgress> {
+    let started = Instant::now();
+    loop {
+        match copy_into(admin, move_id, last).await {
+            Ok(progress) if progress.last().is_some_and(|p| p.done) => return progress,
+            outcome => assert!(started.elapsed() < LIMIT, "no copy: {outcome:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

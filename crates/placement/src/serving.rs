@@ -202,15 +202,22 @@ impl ServerPlacement {
     /// this server's placement shows the move, from this server (read the placement
     /// and ask again if it is older than the move).
     pub fn freeze(&mut self, range: RangeId, move_id: Version) -> Result<(), ChangeError> {
+        self.moving_away(range, move_id)?;
+        self.frozen.insert(range, move_id);
+        Ok(())
+    }
+
+    /// Whether this server's placement shows move `move_id` of `range` away from this
+    /// server: what it needs to freeze for the move, or to give a page of a copy for it
+    /// (the final copy also needs the freeze: `Replica::final_copy_source`). Refused
+    /// otherwise (read the placement and ask again if it is older than the move).
+    pub fn moving_away(&self, range: RangeId, move_id: Version) -> Result<(), ChangeError> {
         let current = self
             .view
             .range(range)
             .ok_or(ChangeError::UnknownRange(range))?;
         match &current.moving {
-            Some(m) if m.id == move_id && m.from == self.server => {
-                self.frozen.insert(range, move_id);
-                Ok(())
-            }
+            Some(m) if m.id == move_id && m.from == self.server => Ok(()),
             _ => Err(ChangeError::NoSuchMove { range, move_id }),
         }
     }

@@ -32,6 +32,8 @@ pub(crate) struct AdminService {
     /// Who may call (`[auth]`); every backup and listing, and every refusal, is
     /// audited.
     pub(crate) operator: megastore_rpc::OperatorAuth,
+    /// What a move's steps need (`admin_moves.rs`).
+    pub(crate) moves: std::sync::Arc<crate::admin_moves::MoveContext>,
 }
 
 /// Removes scratch directories left by backups that did not finish.
@@ -222,6 +224,42 @@ impl Admin for AdminService {
             }
         });
         Ok(Response::new(ReceiverStream::new(stream)))
+    }
+
+    async fn export_page(
+        &self,
+        request: Request<pb::ExportPageRequest>,
+    ) -> Result<Response<pb::ExportPageResponse>, Status> {
+        self.operator.admit(&request, "Admin.ExportPage", false)?;
+        let page = crate::admin_moves::export_page(&self.moves, &self.events, request.into_inner())
+            .await?;
+        Ok(Response::new(page))
+    }
+
+    async fn freeze(
+        &self,
+        request: Request<pb::FreezeRequest>,
+    ) -> Result<Response<pb::FreezeResponse>, Status> {
+        self.operator.admit(&request, "Admin.Freeze", true)?;
+        let frozen =
+            crate::admin_moves::freeze(&self.moves, &self.events, request.into_inner()).await?;
+        Ok(Response::new(frozen))
+    }
+
+    type CopyRangeStream = ReceiverStream<Result<pb::CopyProgress, Status>>;
+
+    async fn copy_range(
+        &self,
+        request: Request<pb::CopyRangeRequest>,
+    ) -> Result<Response<Self::CopyRangeStream>, Status> {
+        self.operator.admit(&request, "Admin.CopyRange", true)?;
+        let progress = crate::admin_moves::copy_range(
+            self.moves.clone(),
+            self.events.clone(),
+            request.into_inner(),
+        )
+        .await?;
+        Ok(Response::new(ReceiverStream::new(progress)))
     }
 }
 

@@ -22,6 +22,7 @@
 //!   `backup`).
 
 mod admin;
+mod admin_moves;
 mod backup;
 mod batched_calls;
 mod clock;
@@ -37,6 +38,7 @@ mod gateway_queues;
 mod gateway_sessions;
 mod gateway_watch;
 mod group_work;
+mod moves_driver;
 mod placement_follower;
 mod range_activity;
 mod registry;

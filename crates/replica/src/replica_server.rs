@@ -35,6 +35,7 @@ use crate::ProcessError;
 use crate::admin::AdminService;
 use crate::clock::Clock;
 use crate::gateway::Gateway;
+use crate::moves_driver::MoveEvent;
 use crate::placement_follower;
 use crate::range_activity::RangeActivity;
 use crate::registry;
@@ -80,6 +81,15 @@ pub(crate) enum Event {
     Ranges {
         reply: oneshot::Sender<(u64, Vec<RangeApplied>)>,
     },
+    /// Freeze `range` for move `move_id` away from this server, then answer (after
+    /// the sync) whether it is frozen for it.
+    Freeze {
+        range: megastore_placement::RangeId,
+        move_id: megastore_placement::Version,
+        reply: oneshot::Sender<bool>,
+    },
+    /// A move's copy step, carried out after the batch before it is synced.
+    Move(MoveEvent),
     /// The registered groups within `range`, in order, at most `limit`.
     ListGroups {
         range: megastore_rowstore::KeyRange,
@@ -196,6 +206,7 @@ impl ReplicaProcess {
             .spawn(move || driver.run(&events))
             .map_err(|e| ProcessError::Config(format!("cannot start the replica thread: {e}")))?;
         let placement_events = events_tx.clone();
+        let topology_for_moves = topology.clone();
         let following = placement_follower::follow(
             megastore_rpc::LockdClient::new(config).map_err(ProcessError::Config)?,
             topology,
@@ -251,7 +262,14 @@ impl ReplicaProcess {
             data_dir: me.data_dir.clone(),
             next: AtomicU64::new(0),
             operator,
-        });
+            moves: Arc::new(crate::admin_moves::MoveContext {
+                config: Arc::new(config.clone()),
+                lockd: megastore_rpc::LockdClient::new(config).map_err(ProcessError::Config)?,
+                topology: topology_for_moves,
+            }),
+        })
+        .max_decoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX);
         // The public API takes what the library can commit: one message holds the
         // largest transaction (documented in docs/client-api.md, "Limits").
         let relay = gateway.clone();
@@ -520,12 +538,26 @@ impl Driver {
             let mut batch = Batch::new();
             let mut stop = false;
             let mut checkpoints = Vec::new();
+            let mut moves = Vec::new();
             let mut handled = 0;
             for event in first.into_iter().chain(events.try_iter().take(BATCH_MAX)) {
                 handled += 1;
                 match event {
                     Event::Stop => stop = true,
                     Event::Checkpoint { into, reply } => checkpoints.push((into, reply)),
+                    Event::Freeze {
+                        range,
+                        move_id,
+                        reply,
+                    } => {
+                        self.step(ReplicaInput::Freeze { range, move_id }, &mut batch);
+                        moves.push(MoveEvent::Frozen {
+                            range,
+                            move_id,
+                            reply,
+                        });
+                    }
+                    Event::Move(event) => moves.push(event),
                     Event::Lag { reply } => {
                         let _ = reply.send(self.core.lag());
                     }
@@ -591,6 +623,9 @@ impl Driver {
             self.release(batch);
             for (into, reply) in checkpoints {
                 let _ = reply.send(self.store.checkpoint(&into).map_err(|e| e.to_string()));
+            }
+            for event in moves {
+                crate::moves_driver::carry_out(&self.core, &self.store, event);
             }
             if stop {
                 return;

@@ -14,6 +14,14 @@ pub enum WireError {
         /// What was sent.
         value: u64,
     },
+    /// A value breaks a rule of its type.
+    #[error("{field}: {why}")]
+    Invalid {
+        /// The field, with its index in a list.
+        field: String,
+        /// The rule.
+        why: &'static str,
+    },
 }
 
 /// The field's value, or [`WireError::Missing`].

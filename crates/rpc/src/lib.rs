@@ -21,6 +21,7 @@
 mod admin_auth;
 mod call_queue;
 mod coordinator;
+mod copy_pages;
 mod error;
 mod lock;
 mod lockd_client;
@@ -37,6 +38,7 @@ pub use admin_auth::{
 pub use coordinator::{
     reply_from_wire as coordinator_reply_from_wire, reply_to_wire as coordinator_reply_to_wire,
 };
+pub use copy_pages::{exported_page_from_wire, exported_page_to_wire};
 pub use error::WireError;
 pub use lockd_client::{BlockingLockdClient, LockdClient, NodeStatus};
 pub use peers::Peers;
