@@ -443,3 +443,158 @@ async fn retry_copy(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// The ranges `name`'s server holds by its placement, with the entries it applied in
+/// each since it started (`Admin.Ranges`).
+async fn ranges_at(
+    config: &megastore_config::ClusterConfig,
+    name: &str,
+) -> Option<Vec<pb::RangeApplied>> {
+    let address = config
+        .server_process(name)?
+        .process
+        .admin_endpoint()
+        .to_string();
+    let channel = tonic::transport::Channel::from_shared(format!("http://{address}"))
+        .ok()?
+        .connect_lazy();
+    let answer = AdminClient::new(channel)
+        .ranges(pb::RangesRequest {})
+        .await
+        .ok()?;
+    Some(answer.into_inner().ranges)
+}
+
+/// `megastore range move` while writers commit at both sites: the slot of replica a
+/// moves to server a2, which then serves it (it applies the writes that follow, a
+/// holds nothing), the source is SIGKILLed afterwards and nothing notices, and every
+/// counter holds exactly its acknowledged increments.
+#[test]
+fn range_move_hands_a_slot_to_another_server_while_writers_run() {
+    let (_alone, dir, mut cluster, config, runtime) = start_cluster_edited(with_servers);
+    for process in ["replica-a2", "coordinator-a2"] {
+        cluster.start_process(process);
+    }
+    cluster.wait_for_log("replica-a2", "replica serving", LIMIT);
+    let config_arg = cluster.config_path.to_str().expect("UTF-8").to_string();
+    let megastore = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--config", &config_arg]);
+        run_megastore(&all, dir.path(), LIMIT)
+    };
+    // Some groups written before, so the copy has something to carry.
+    let client = runtime.block_on(connect(&config, "B"));
+    runtime.block_on(async {
+        for n in 0..40 {
+            increment(&client, &eg(300 + n), "n")
+                .await
+                .expect("a first write");
+        }
+    });
+
+    // Bad input is refused by name, and nothing moves.
+    let out = megastore(&["range", "move", "0", "--replica", "a", "--to", "b"]);
+    assert!(
+        !out.status.success() && out.stderr.contains("runs for replica \"b\", not \"a\""),
+        "{out:?}"
+    );
+    let out = megastore(&["range", "move", "7", "--replica", "a", "--to", "a2"]);
+    assert!(
+        !out.status.success() && out.stderr.contains("range-7"),
+        "{out:?}"
+    );
+
+    const WRITERS: u32 = 2;
+    let stop = AtomicBool::new(false);
+    let writers = (0..WRITERS).map(|writer| {
+        let (config, stop) = (&config, &stop);
+        async move {
+            let client = connect(config, if writer == 0 { "A" } else { "B" }).await;
+            let (mut acked, mut failed) = (0u64, 0u64);
+            let started = Instant::now();
+            for _ in 0..600 {
+                if stop.load(Ordering::SeqCst) || started.elapsed() > LIMIT {
+                    break;
+                }
+                match increment(&client, &eg(200 + writer), "n").await {
+                    Ok(_) => acked += 1,
+                    Err(_) => failed += 1,
+                }
+            }
+            (acked, failed)
+        }
+    });
+    let (outcomes, moved) = std::thread::scope(|scope| {
+        let writing = scope.spawn(|| runtime.block_on(futures::future::join_all(writers)));
+        std::thread::sleep(Duration::from_millis(300));
+        let moved = megastore(&["range", "move", "0", "--replica", "a", "--to", "a2"]);
+        // After the move, the source goes away for good.
+        std::thread::sleep(Duration::from_millis(500));
+        cluster.process("replica-a").kill();
+        cluster.process("coordinator-a").kill();
+        std::thread::sleep(Duration::from_secs(1));
+        stop.store(true, Ordering::SeqCst);
+        (writing.join().expect("the writers"), moved)
+    });
+    assert!(moved.status.success(), "{moved:?}");
+    assert!(
+        moved
+            .stdout
+            .contains("moved range-0 of replica a to server a2"),
+        "{moved:?}"
+    );
+    let text = megastore(&["range", "list"]).stdout;
+    assert!(text.contains("a@a2 b@b c@c d@d"), "{text}");
+    assert!(text.contains("A: a (0), a2 (1)"), "{text}");
+
+    // Every counter holds its acknowledged increments, read at site A (whose only
+    // full server for the range is now a2).
+    let at_a = runtime.block_on(connect(&config, "A"));
+    for (writer, (acked, failed)) in (0..WRITERS).zip(&outcomes) {
+        let group = eg(200 + writer);
+        let value = runtime.block_on(async {
+            let read = at_a
+                .read(
+                    &group,
+                    megastore_paxos::ReadMode::Current,
+                    megastore_paxos::DataQuery::Rows(vec![row(&group, "n")]),
+                )
+                .await
+                .expect("a current read");
+            counter_value(read.rows.into_iter().next())
+        });
+        assert!(
+            (*acked..=acked + failed).contains(&value),
+            "{group}: counter {value}, {acked} increments acknowledged, {failed} failed"
+        );
+        assert!(*acked >= 5, "too few writes acknowledged: {outcomes:?}");
+    }
+    // The groups copied before the move are all there.
+    runtime.block_on(async {
+        for n in 0..40 {
+            let group = eg(300 + n);
+            let read = at_a
+                .read(
+                    &group,
+                    megastore_paxos::ReadMode::Current,
+                    megastore_paxos::DataQuery::Rows(vec![row(&group, "n")]),
+                )
+                .await
+                .expect("a current read");
+            assert_eq!(counter_value(read.rows.into_iter().next()), 1, "{group}");
+        }
+    });
+    // a2 holds the range and applies its writes.
+    runtime.block_on(async {
+        for _ in 0..5 {
+            increment(&at_a, &eg(210), "n")
+                .await
+                .expect("a write after the move");
+        }
+        let ranges = ranges_at(&config, "a2").await.expect("a2 answers");
+        assert!(
+            ranges.iter().any(|r| r.range == 0 && r.applied > 0),
+            "a2 applied nothing of range-0: {ranges:?}"
+        );
+    });
+}

@@ -33,6 +33,7 @@ mod lock_cmd;
 mod lockd_cmd;
 mod logging;
 mod range_cmd;
+mod range_move_cmd;
 mod replica_cmd;
 mod schema_cmd;
 mod shell_cmd;

@@ -39,6 +39,10 @@ pub(crate) enum RangeCommand {
     /// Split a range in two at a group key: both halves keep its servers and get a new
     /// epoch (operators only, with `[auth]`).
     Split(SplitArgs),
+    /// Move a range's slot to another server of its replica: copy it while the source
+    /// serves, freeze the source, copy what is left, and flip the placement (operators
+    /// only, with `[auth]`). Interrupted, it is resumed by running it again.
+    Move(crate::range_move_cmd::MoveArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -103,6 +107,7 @@ pub(crate) fn run(command: RangeCommand) -> anyhow::Result<ExitCode> {
                 }
             }
         }
+        RangeCommand::Move(args) => return crate::range_move_cmd::run(args),
         RangeCommand::Split(args) => {
             let config = args.cluster.load()?;
             let range = args.range.as_deref().map(parse_range).transpose()?;
@@ -162,7 +167,7 @@ async fn count_groups_shown(
 }
 
 /// `3` or `range-3`.
-fn parse_range(text: &str) -> anyhow::Result<RangeId> {
+pub(crate) fn parse_range(text: &str) -> anyhow::Result<RangeId> {
     let digits = text.strip_prefix("range-").unwrap_or(text);
     digits
         .parse()

@@ -1025,6 +1025,13 @@ impl Driver {
     }
 
     fn carry_out(&mut self, outputs: Vec<ClientOutput>) {
+        // Requests about groups go to the servers the core's placement names (it reads
+        // a newer one when a server's refusal says it is behind).
+        if let Some(placement) = self.core.placement()
+            && placement.version().0 > self.peers.routing_version()
+        {
+            self.peers.route_by(placement);
+        }
         for output in outputs {
             match output {
                 ClientOutput::Send { to, message } => {

@@ -44,6 +44,7 @@ mod lockd_files;
 mod multi;
 pub mod placement_store;
 mod queues;
+pub mod range_moves;
 mod relay;
 pub mod schema_store;
 mod settings;

@@ -60,6 +60,11 @@ pub(crate) enum Event {
     },
     /// A newer placement read from lockd.
     Placement(Placement),
+    /// Whether it has read the placement that began move `move_id`.
+    KnowsMove {
+        move_id: megastore_placement::Version,
+        reply: oneshot::Sender<bool>,
+    },
     /// Stop vouching and give the lock back, then end (after at most the grace).
     Stop,
 }
@@ -105,6 +110,8 @@ impl CoordinatorProcess {
             .topology()
             .map_err(|e| ProcessError::Config(e.to_string()))?;
         let following_lockd = LockdClient::new(config).map_err(ProcessError::Config)?;
+        let service_lockd = LockdClient::new(config).map_err(ProcessError::Config)?;
+        let service_topology = topology.clone();
 
         let metrics = CoordinatorMetrics::default();
         let metrics_server = match &replica.coordinator_metrics_address {
@@ -159,6 +166,8 @@ impl CoordinatorProcess {
         let service = tonic::service::interceptor::InterceptedService::new(
             CoordinatorServer::new(CoordinatorService {
                 events: events_tx.clone(),
+                lockd: service_lockd,
+                topology: service_topology,
             }),
             megastore_rpc::members_only,
         );
@@ -289,6 +298,9 @@ impl Driver {
                     let out = self.core.step(now, Input::Placement(placement));
                     self.carry_out(out, None);
                     self.placement_measured();
+                }
+                Some(Event::KnowsMove { move_id, reply }) => {
+                    let _ = reply.send(self.core.knows_move(move_id));
                 }
                 Some(Event::Stop) => {
                     stop_by = Some(tokio::time::Instant::now() + self.stop_grace);

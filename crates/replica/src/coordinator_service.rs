@@ -1,6 +1,7 @@
 //! The `Coordinator` gRPC service: turns each call's requests into events for the
 //! coordinator's driver and each answer into the call's reply. `CallMany` carries a
 //! sender's batch (`megastore-rpc`'s lanes); each request is still its own event.
+//! `KnowsMove` is a move's fence, asked by the operator.
 
 use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
 use megastore_rpc::coordinator_reply_to_wire;
@@ -14,6 +15,9 @@ use crate::coordinator::Event;
 
 pub(crate) struct CoordinatorService {
     pub(crate) events: mpsc::Sender<Event>,
+    /// Where a move's fence reads the newest placement.
+    pub(crate) lockd: megastore_rpc::LockdClient,
+    pub(crate) topology: megastore_types::Topology,
 }
 
 impl CoordinatorService {
@@ -45,6 +49,32 @@ impl CoordinatorRpc for CoordinatorService {
             .await
             .map_err(|_| Status::unavailable("coordinator stopping"))?;
         Ok(Response::new(coordinator_reply_to_wire(answer)))
+    }
+
+    async fn knows_move(
+        &self,
+        request: Request<pb::KnowsMoveRequest>,
+    ) -> Result<Response<pb::KnowsMoveResponse>, Status> {
+        let move_id = megastore_placement::Version(request.into_inner().move_id);
+        let stopping = |_| Status::unavailable("coordinator stopping");
+        // The newest placement first, so a coordinator whose poll is behind the move
+        // answers for the move at once (the core ignores a placement it has).
+        let stored = megastore_client::placement_store::load_placement(&self.lockd, &self.topology)
+            .await
+            .map_err(|e| Status::unavailable(format!("reading the placement: {e}")))?;
+        self.events
+            .send(Event::Placement(stored.placement))
+            .await
+            .map_err(stopping)?;
+        let (reply, answer) = oneshot::channel();
+        self.events
+            .send(Event::KnowsMove { move_id, reply })
+            .await
+            .map_err(stopping)?;
+        let knows = answer
+            .await
+            .map_err(|_| Status::unavailable("coordinator stopping"))?;
+        Ok(Response::new(pb::KnowsMoveResponse { knows }))
     }
 
     type CallManyStream = Numbered<pb::NumberedCoordinatorReply>;

@@ -762,6 +762,12 @@ impl Driver {
         if let Some(wake) = released.wake {
             self.wake = Some(wake);
         }
+        // Requests about groups go to the servers the core's placement names.
+        if let Some(placement) = self.core.placement()
+            && placement.view().version().0 > self.peers.routing_version()
+        {
+            self.peers.route_by(placement.view());
+        }
         for (to, message) in released.sends {
             match (to, message) {
                 (NodeId::Client(ClientId(caller)), Message::ReplicaReply(reply)) => {

@@ -4,15 +4,25 @@
 //! machine as a message *from* the process it was sent to — exactly as the simulator
 //! delivers it. Requests to a replica or a coordinator travel through its [`CallQueue`],
 //! which carries them in `Call` alone or, under load, several in one `CallMany`.
+//!
+//! Requests name replicas and coordinators by *slot* (the `ReplicaId` the groups' logs
+//! know). With several servers per slot (`[[servers]]`), a request about a group goes
+//! to the server the host's placement names for that slot of the group's range
+//! ([`Peers::route_by`]: the host hands it the placement its core judges or routes
+//! by, so the two never disagree), as the simulator's `route` does. A server that
+//! does not hold the range refuses (`WrongServer`, `Frozen`, `NotServed`): routing is
+//! never what keeps the protocol safe, only what lets it make progress.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use megastore_config::ClusterConfig;
 use megastore_paxos::Message;
+use megastore_placement::Placement;
 use megastore_types::limits::MESSAGE_BYTES_MAX;
-use megastore_types::{NodeId, ReplicaId};
+use megastore_types::{EgId, NodeId, ReplicaId};
 use tonic::transport::Channel;
 
 use crate::call_queue::CallQueue;
@@ -25,8 +35,16 @@ use crate::transport::Transport;
 
 /// Connections to every replica, coordinator and lockd node of a cluster.
 pub struct Peers {
+    /// Each replica's first server, by its slot.
     replicas: BTreeMap<ReplicaId, CallQueue<ReplicationClient<Channel>>>,
     coordinators: BTreeMap<ReplicaId, CallQueue<CoordinatorClient<Channel>>>,
+    /// Every other replica server (`[[servers]]`), by server id, and its coordinator.
+    servers: BTreeMap<u16, CallQueue<ReplicationClient<Channel>>>,
+    server_coordinators: BTreeMap<u16, CallQueue<CoordinatorClient<Channel>>>,
+    /// The placement requests about groups are routed by, and its version (0: none,
+    /// every request to its slot's first server).
+    routing: RwLock<Option<Arc<Placement>>>,
+    routing_version: AtomicU64,
     lockd: LockdClient,
     rpc_timeout: Duration,
     /// The emulated round trip to each replica's site (and its coordinator's), from
@@ -57,19 +75,29 @@ impl Peers {
         };
         let mut replicas = BTreeMap::new();
         let mut coordinators = BTreeMap::new();
-        for r in &config.replicas {
-            let id = ReplicaId(r.id);
+        let mut servers = BTreeMap::new();
+        let mut server_coordinators = BTreeMap::new();
+        for server in config.server_processes() {
+            let r = &server.process;
             // Snapshot replies carry a whole group: allow more than gRPC's 4 MiB
             // default (the replica server accepts as much).
             let client = ReplicationClient::new(channel(&r.address, rpc_timeout)?)
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX);
-            replicas.insert(id, CallQueue::new(client));
-            if let Some(address) = &r.coordinator_address {
-                coordinators.insert(
-                    id,
-                    CallQueue::new(CoordinatorClient::new(channel(address, rpc_timeout)?)),
-                );
+            let coordinator = r
+                .coordinator_address
+                .as_ref()
+                .map(|address| {
+                    channel(address, rpc_timeout).map(|c| CallQueue::new(CoordinatorClient::new(c)))
+                })
+                .transpose()?;
+            if server.first {
+                let id = ReplicaId(r.id);
+                replicas.insert(id, CallQueue::new(client));
+                coordinators.extend(coordinator.map(|c| (id, c)));
+            } else {
+                servers.insert(server.server, CallQueue::new(client));
+                server_coordinators.extend(coordinator.map(|c| (server.server, c)));
             }
         }
         let wan_rtt = config
@@ -84,6 +112,10 @@ impl Peers {
         Ok(Arc::new(Self {
             replicas,
             coordinators,
+            servers,
+            server_coordinators,
+            routing: RwLock::new(None),
+            routing_version: AtomicU64::new(0),
             lockd: LockdClient::new(config)?,
             rpc_timeout,
             wan_rtt,
@@ -93,6 +125,69 @@ impl Peers {
     /// The lock service client.
     pub fn lockd(&self) -> &LockdClient {
         &self.lockd
+    }
+
+    /// Routes requests about groups by `placement` from now on, if it is newer than
+    /// the one they are routed by (placements never go back).
+    pub fn route_by(&self, placement: &Placement) {
+        let version = placement.version().0;
+        if version <= self.routing_version.load(Ordering::Acquire) {
+            return;
+        }
+        let mut routing = self
+            .routing
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if routing.as_ref().is_none_or(|p| p.version().0 < version) {
+            *routing = Some(Arc::new(placement.clone()));
+            self.routing_version.store(version, Ordering::Release);
+        }
+    }
+
+    /// The version of the placement requests are routed by (0: none yet).
+    pub fn routing_version(&self) -> u64 {
+        self.routing_version.load(Ordering::Acquire)
+    }
+
+    /// The server (other than its first) that slot `slot` of group `eg` is on, by
+    /// the routing placement; `None`: the slot's first server (or no group to route
+    /// by).
+    fn routed_server(&self, slot: ReplicaId, eg: Option<&EgId>) -> Option<u16> {
+        if self.servers.is_empty() {
+            return None;
+        }
+        let eg = eg?;
+        let routing = self
+            .routing
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let server = routing.as_ref()?.range_of(&eg.0).slot(slot)?.server.0;
+        (server != slot.0).then_some(server)
+    }
+
+    /// The queue of slot `slot`'s replica server that a request about `eg` goes to.
+    fn replica_queue(
+        &self,
+        slot: ReplicaId,
+        eg: Option<&EgId>,
+    ) -> Option<&CallQueue<ReplicationClient<Channel>>> {
+        match self.routed_server(slot, eg) {
+            Some(server) => self.servers.get(&server),
+            None => self.replicas.get(&slot),
+        }
+    }
+
+    /// The queue of the coordinator beside slot `slot`'s server that a request about
+    /// `eg` goes to.
+    fn coordinator_queue(
+        &self,
+        slot: ReplicaId,
+        eg: Option<&EgId>,
+    ) -> Option<&CallQueue<CoordinatorClient<Channel>>> {
+        match self.routed_server(slot, eg) {
+            Some(server) => self.server_coordinators.get(&server),
+            None => self.coordinators.get(&slot),
+        }
     }
 
     /// Sends replica `to` a request it may hold for up to `held` (a watcher's long
@@ -108,7 +203,7 @@ impl Peers {
         if let Some(rtt) = self.wan_rtt.get(&to) {
             tokio::time::sleep(*rtt).await;
         }
-        let queue = self.replicas.get(&to)?;
+        let queue = self.replica_queue(to, request.eg())?;
         let request = pb::replication::ReplicaRequest::from(request);
         let reply = queue
             .request_alone(request, held + self.rpc_timeout)
@@ -127,9 +222,17 @@ impl Peers {
         {
             tokio::time::sleep(*rtt).await;
         }
+        let queue = match to {
+            NodeId::Replica(r) => self.replica_queue(r, message.routed_group()),
+            _ => None,
+        };
+        let coordinator_queue = match to {
+            NodeId::Coordinator(r) => self.coordinator_queue(r, message.routed_group()),
+            _ => None,
+        };
         match (to, message) {
             (NodeId::Replica(r), Message::ReplicaRequest(request)) => {
-                let queue = self.replicas.get(&r)?;
+                let queue = queue?;
                 let request = pb::replication::ReplicaRequest::from(request);
                 let reply = queue.request(request, self.rpc_timeout).await?;
                 megastore_paxos::ReplicaReply::try_from(reply)
@@ -138,7 +241,7 @@ impl Peers {
                     .ok()
             }
             (NodeId::Coordinator(r), Message::CoordinatorRequest(request)) => {
-                let queue = self.coordinators.get(&r)?;
+                let queue = coordinator_queue?;
                 let request = pb::coordinator::CoordinatorRequest::from(request);
                 let reply = queue.request(request, self.rpc_timeout).await?;
                 coordinator_reply_from_wire(reply)
@@ -150,7 +253,7 @@ impl Peers {
             (NodeId::Replica(r), Message::Relay { id, commit }) => {
                 // Answered once the relay's commit ends: the sender's core waits as
                 // long for it.
-                let mut connection = self.replicas.get(&r)?.connection();
+                let mut connection = queue?.connection();
                 let txn = commit.txn;
                 let request = pb::replication::RelayedCommit::from(*commit);
                 let wait = megastore_paxos::relay_wait(self.rpc_timeout);
