@@ -579,6 +579,18 @@ fn range_move_hands_a_slot_to_another_server_while_writers_run() {
             [1]
         );
     });
+    // Status shows the servers: a2 answers, holds range-1, its coordinator its lock.
+    let status = megastore(&["status", "-o", "json"]);
+    assert!(status.status.success(), "{status:?}");
+    let json: serde_json::Value = serde_json::from_str(&status.stdout).expect("status JSON");
+    let a2 = &json["servers"][0];
+    assert_eq!(a2["name"], "a2", "{json}");
+    assert_eq!(a2["replica"], "a", "{json}");
+    assert_eq!(a2["answering"], true, "{json}");
+    assert_eq!(a2["ranges"], serde_json::json!([1]), "{json}");
+    assert!(a2["coordinator_holder"]["owner"].is_string(), "{json}");
+    let text = megastore(&["status"]).stdout;
+    assert!(text.contains("a2 (id 11)"), "{text}");
     // The source goes away: range-1 does not need it.
     cluster.process("replica-a").kill();
     cluster.process("coordinator-a").kill();
@@ -626,4 +638,123 @@ fn range_move_hands_a_slot_to_another_server_while_writers_run() {
             "a2 applied nothing of range-1: {before} → {after}"
         );
     });
+}
+
+/// `megastore range rebalance --by groups` over four ranges while a writer commits:
+/// the plan takes half of replica a's ranges to a2 and half of witness c's to c2 (by
+/// the groups each range holds), every move finishes, and every counter holds exactly
+/// its acknowledged increments.
+#[test]
+fn range_rebalance_evens_out_each_replicas_servers_while_a_writer_runs() {
+    let (_alone, dir, mut cluster, config, runtime) = start_cluster_edited(with_servers);
+    for process in ["replica-a2", "coordinator-a2", "replica-c2"] {
+        cluster.start_process(process);
+    }
+    for process in ["replica-a2", "replica-c2"] {
+        cluster.wait_for_log(process, "replica serving", LIMIT);
+    }
+    let config_arg = cluster.config_path.to_str().expect("UTF-8").to_string();
+    let megastore = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--config", &config_arg]);
+        run_megastore(&all, dir.path(), LIMIT)
+    };
+    // Four ranges of about ten groups each.
+    for at in ["eg-0510", "eg-0520", "eg-0530"] {
+        let out = megastore(&["range", "split", "--at-group", at]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    let client = runtime.block_on(connect(&config, "B"));
+    runtime.block_on(async {
+        for n in 0..40 {
+            increment(&client, &eg(500 + n), "n")
+                .await
+                .expect("a first write");
+        }
+    });
+    let dry = megastore(&["range", "rebalance", "--dry-run"]);
+    assert!(dry.status.success(), "{dry:?}");
+    assert_eq!(
+        dry.stdout.matches("would move").count(),
+        4,
+        "{}",
+        dry.stdout
+    );
+    assert!(
+        megastore(&["range", "list"])
+            .stdout
+            .contains("A: a (4), a2 (0)")
+    );
+
+    let stop = AtomicBool::new(false);
+    let (outcome, rebalanced) = std::thread::scope(|scope| {
+        let writing = scope.spawn(|| {
+            runtime.block_on(async {
+                let client = connect(&config, "A").await;
+                let (mut acked, mut failed) = (0u64, 0u64);
+                let started = Instant::now();
+                for n in 0..2_000u32 {
+                    if stop.load(Ordering::SeqCst) || started.elapsed() > LIMIT {
+                        break;
+                    }
+                    // Across all four ranges.
+                    match increment(&client, &eg(500 + n % 40), "w").await {
+                        Ok(_) => acked += 1,
+                        Err(_) => failed += 1,
+                    }
+                }
+                (acked, failed)
+            })
+        });
+        let rebalanced = megastore(&["range", "rebalance", "--by", "groups"]);
+        stop.store(true, Ordering::SeqCst);
+        (writing.join().expect("the writer"), rebalanced)
+    });
+    assert!(rebalanced.status.success(), "{rebalanced:?}");
+    assert_eq!(
+        rebalanced.stdout.matches("  moved: epoch").count(),
+        4,
+        "{}",
+        rebalanced.stdout
+    );
+    let text = megastore(&["range", "list"]).stdout;
+    assert!(
+        text.contains("A: a (2), a2 (2)") && text.contains("C: c (2), c2 (2)"),
+        "{text}"
+    );
+    let again = megastore(&["range", "rebalance", "--dry-run"]);
+    assert!(again.stdout.contains("balanced"), "{again:?}");
+
+    // Every write the writer made is there exactly once (give or take those of unknown
+    // outcome), summed over its forty counters.
+    let at_a = runtime.block_on(connect(&config, "A"));
+    let total: u64 = runtime.block_on(async {
+        let mut total = 0;
+        for n in 0..40 {
+            let group = eg(500 + n);
+            let value = |column: &'static str| {
+                let (at_a, group) = (&at_a, &group);
+                async move {
+                    let read = at_a
+                        .read(
+                            group,
+                            megastore_paxos::ReadMode::Current,
+                            megastore_paxos::DataQuery::Rows(vec![row(group, column)]),
+                        )
+                        .await
+                        .expect("a current read");
+                    counter_value(read.rows.into_iter().next())
+                }
+            };
+            assert_eq!(value("n").await, 1, "{group}");
+            total += value("w").await;
+        }
+        total
+    });
+    let (acked, failed) = outcome;
+    assert!(
+        (acked..=acked + failed).contains(&total),
+        "{total} increments stored, {acked} acknowledged, {failed} failed"
+    );
+    assert!(acked >= 20, "too few writes acknowledged: {acked}");
 }

@@ -34,6 +34,7 @@ mod lockd_cmd;
 mod logging;
 mod range_cmd;
 mod range_move_cmd;
+mod range_rebalance_cmd;
 mod replica_cmd;
 mod schema_cmd;
 mod shell_cmd;

@@ -43,6 +43,10 @@ pub(crate) enum RangeCommand {
     /// serves, freeze the source, copy what is left, and flip the placement (operators
     /// only, with `[auth]`). Interrupted, it is resumed by running it again.
     Move(crate::range_move_cmd::MoveArgs),
+    /// Even out what each replica's servers carry, by groups or writes per second:
+    /// plans moves from the heaviest server to the lightest and carries them out one
+    /// by one (operators only, with `[auth]`).
+    Rebalance(crate::range_rebalance_cmd::RebalanceArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -108,6 +112,7 @@ pub(crate) fn run(command: RangeCommand) -> anyhow::Result<ExitCode> {
             }
         }
         RangeCommand::Move(args) => return crate::range_move_cmd::run(args),
+        RangeCommand::Rebalance(args) => return crate::range_rebalance_cmd::run(args),
         RangeCommand::Split(args) => {
             let config = args.cluster.load()?;
             let range = args.range.as_deref().map(parse_range).transpose()?;

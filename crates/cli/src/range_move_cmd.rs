@@ -74,44 +74,14 @@ pub(crate) fn run(args: MoveArgs) -> anyhow::Result<ExitCode> {
         give_up: args.give_up,
         patience: Duration::from_secs(args.patience),
     };
-    let bar = ProgressBar::new_spinner();
-    if !std::io::stderr().is_terminal() {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-    }
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
     let runtime = tokio::runtime::Runtime::new()?;
     let what = format!(
         "{} of replica {} to server {}",
         request.range, args.replica, args.to
     );
     let end = runtime
-        .block_on(carry_out_move(&config, &request, &options, |update| {
-            // Without a terminal, one line per step, and a copy's every 100th page.
-            let logged = match &update {
-                MoveUpdate::Copying { pages, .. } => *pages == 1 || pages % 100 == 0,
-                _ => true,
-            };
-            let message = match update {
-                MoveUpdate::Stored(version) => format!("stored placement v{version}"),
-                MoveUpdate::Copying { last, pages, rows } => format!(
-                    "{} copy: {pages} pages, {rows} rows",
-                    if last { "final" } else { "bulk" }
-                ),
-                MoveUpdate::Frozen => "the source froze the range".into(),
-                MoveUpdate::Fenced => "the source's coordinator read the move".into(),
-                MoveUpdate::Retrying(why) => format!("retrying: {why}"),
-            };
-            if bar.is_hidden() && logged {
-                eprintln!("{message}");
-            }
-            bar.set_message(message);
-        }))
+        .block_on(shown_move(&config, &request, &options))
         .with_context(|| format!("moving {what}"))?;
-    bar.finish_and_clear();
     match end {
         MoveEnd::Finished { epoch } => {
             println!("moved {what}: it serves the slot from epoch {epoch}");
@@ -127,4 +97,45 @@ pub(crate) fn run(args: MoveArgs) -> anyhow::Result<ExitCode> {
         }
         MoveEnd::Refused(why) => anyhow::bail!("moving {what}: {why}"),
     }
+}
+
+/// Carries out one move with a spinner on a terminal, or a line per step without one.
+pub(crate) async fn shown_move(
+    config: &ClusterConfig,
+    request: &MoveRequest,
+    options: &MoveOptions,
+) -> Result<MoveEnd, megastore_client::ClientError> {
+    let bar = ProgressBar::new_spinner();
+    if !std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let end = carry_out_move(config, request, options, |update| {
+        // Without a terminal, one line per step, and a copy's every 100th page.
+        let logged = match &update {
+            MoveUpdate::Copying { pages, .. } => *pages == 1 || pages % 100 == 0,
+            _ => true,
+        };
+        let message = match update {
+            MoveUpdate::Stored(version) => format!("stored placement v{version}"),
+            MoveUpdate::Copying { last, pages, rows } => format!(
+                "{} copy: {pages} pages, {rows} rows",
+                if last { "final" } else { "bulk" }
+            ),
+            MoveUpdate::Frozen => "the source froze the range".into(),
+            MoveUpdate::Fenced => "the source's coordinator read the move".into(),
+            MoveUpdate::Retrying(why) => format!("retrying: {why}"),
+        };
+        if bar.is_hidden() && logged {
+            eprintln!("{message}");
+        }
+        bar.set_message(message);
+    })
+    .await;
+    bar.finish_and_clear();
+    end
 }

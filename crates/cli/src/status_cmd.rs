@@ -168,6 +168,20 @@ pub(crate) fn to_json(status: &ClusterStatus) -> serde_json::Value {
         }),
         "schema": schema,
         "placement": status.placement.as_ref().map(crate::range_cmd::to_json),
+        "servers": status.servers.iter().map(|s| json!({
+            "name": s.name,
+            "server": s.server,
+            "replica": s.replica,
+            "site": s.site,
+            "address": s.address,
+            "answering": s.ranges.is_some(),
+            "placement_version": s.ranges.as_ref().map(|r| r.placement_version),
+            "ranges": s.ranges.as_ref().map(|r| r.ranges.iter().map(|w| w.range.0).collect::<Vec<_>>()),
+            "coordinator_holder": s.coordinator_holder.as_ref().map(|h| h.as_ref().map(|h| json!({
+                "session": h.session.0,
+                "owner": h.owner,
+            }))),
+        })).collect::<Vec<_>>(),
         "queues": status.queues.as_ref().map(|q| {
             let depth = |d: &megastore_paxos::queue::Depth| {
                 json!({"messages": d.messages, "oldest_sent_ms": d.oldest_sent_ms})
@@ -218,6 +232,43 @@ fn health(health: &Health) -> String {
 }
 
 /// The status as text: three tables (four with a group).
+/// The replica servers beyond the replicas' first ones: who answers, the ranges each
+/// holds, and who holds its coordinator's lock.
+fn render_servers(servers: &[megastore_client::status::ServerStatus]) -> String {
+    let mut table = table(&[
+        "SERVER",
+        "REPLICA",
+        "SITE",
+        "ADDRESS",
+        "HEALTH",
+        "PLACEMENT",
+        "COORDINATOR LOCK",
+    ]);
+    for s in servers {
+        table.add_row(vec![
+            format!("{} (id {})", s.name, s.server),
+            s.replica.clone(),
+            s.site.clone(),
+            s.address.clone(),
+            if s.ranges.is_some() {
+                "serving".into()
+            } else {
+                "UNREACHABLE".into()
+            },
+            s.ranges.as_ref().map_or_else(
+                || "-".into(),
+                |r| format!("v{} ({} ranges)", r.placement_version, r.ranges.len()),
+            ),
+            match &s.coordinator_holder {
+                None => "-".into(),
+                Some(None) => "nobody".into(),
+                Some(Some(h)) => format!("session {} ({})", h.session.0, h.owner),
+            },
+        ]);
+    }
+    format!("{table}\n")
+}
+
 pub(crate) fn render(status: &ClusterStatus) -> String {
     let name_of = |id: u64| {
         status
@@ -342,6 +393,10 @@ pub(crate) fn render(status: &ClusterStatus) -> String {
         ]);
     }
     out.push_str(&format!("{replicas}\n"));
+    if !status.servers.is_empty() {
+        out.push('\n');
+        out.push_str(&render_servers(&status.servers));
+    }
 
     if let Some(schema) = &status.schema {
         out.push_str(&format!(

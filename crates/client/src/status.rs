@@ -6,7 +6,7 @@
 //! `Status` and `Holder` — none of them changes what they are asked about.
 
 use megastore_config::ClusterConfig;
-use megastore_coordinator::{CoordinatorReply, CoordinatorRequest, lock_name};
+use megastore_coordinator::{CoordinatorReply, CoordinatorRequest, coordinator_lock, lock_name};
 use megastore_lock::{LockCommand, LockHolder, LockReply};
 use megastore_paxos::{LogState, Message, ReplicaError, ReplicaReply, ReplicaRequest};
 use megastore_rpc::NodeStatus;
@@ -168,6 +168,28 @@ pub struct CoordinatorStatus {
     pub holder: Option<LockHolder>,
 }
 
+/// One replica server beyond its replica's first (a `[[servers]]` entry): ranges come
+/// to it only by moves.
+#[derive(Debug, Clone)]
+pub struct ServerStatus {
+    /// Its name in the config.
+    pub name: String,
+    /// Its server id in the placement.
+    pub server: u16,
+    /// The replica whose slot it serves, by name.
+    pub replica: String,
+    /// Its site.
+    pub site: String,
+    /// Where it serves.
+    pub address: String,
+    /// The ranges it holds by the placement it judges by (`None`: its administration
+    /// service did not answer).
+    pub ranges: Option<ServerRanges>,
+    /// Who holds its coordinator's lock, for a full replica's server (`Some(None)`:
+    /// nobody, or lockd did not answer).
+    pub coordinator_holder: Option<Option<LockHolder>>,
+}
+
 /// One lockd node.
 #[derive(Debug, Clone)]
 pub struct LockdStatus {
@@ -190,6 +212,8 @@ pub struct ClusterStatus {
     pub cluster: String,
     /// Every replica, in config order.
     pub replicas: Vec<ReplicaStatus>,
+    /// Every replica server beyond the replicas' first ones, in config order.
+    pub servers: Vec<ServerStatus>,
     /// Every lockd node, in config order.
     pub lockd: Vec<LockdStatus>,
     /// The group whose log positions were asked for.
@@ -267,19 +291,16 @@ async fn schema_status(peers: &Peers) -> Option<SchemaStatus> {
 }
 
 impl ClusterStatus {
-    /// Each range's writes as the replica that applied most of them saw them: every
-    /// replica of a range applies every entry chosen there, so the most caught-up one
-    /// counts them all (one restarted since counts from its start).
+    /// Each range's writes as the replica server that applied most of them saw them:
+    /// every replica of a range applies every entry chosen there, so the most
+    /// caught-up one counts them all (one restarted since counts from its start).
     pub fn range_writes(
         &self,
     ) -> std::collections::BTreeMap<megastore_placement::RangeId, RangeApplied> {
         let mut writes = std::collections::BTreeMap::new();
-        for range in self
-            .replicas
-            .iter()
-            .filter_map(|r| r.ranges.as_ref())
-            .flat_map(|s| &s.ranges)
-        {
+        let replicas = self.replicas.iter().filter_map(|r| r.ranges.as_ref());
+        let servers = self.servers.iter().filter_map(|s| s.ranges.as_ref());
+        for range in replicas.chain(servers).flat_map(|s| &s.ranges) {
             writes
                 .entry(range.range)
                 .and_modify(|seen: &mut RangeApplied| {
@@ -427,6 +448,7 @@ pub async fn cluster_status(
     let mut status = ClusterStatus {
         cluster: config.cluster.name.clone(),
         replicas: Vec::new(),
+        servers: Vec::new(),
         lockd,
         group: group.cloned(),
         queues: None,
@@ -497,6 +519,36 @@ pub async fn cluster_status(
             ranges,
         });
     }
+    for server in config.server_processes().into_iter().filter(|p| !p.first) {
+        let p = &server.process;
+        let coordinator_holder = match p.kind {
+            ReplicaKind::Full if lockd_serving => Some(
+                match peers
+                    .lockd()
+                    .execute(LockCommand::Holder {
+                        lock: coordinator_lock(megastore_placement::ServerId(server.server)),
+                    })
+                    .await
+                {
+                    Ok(LockReply::Holder(holder)) => holder,
+                    _ => None,
+                },
+            ),
+            ReplicaKind::Full => Some(None),
+            _ => None,
+        };
+        status.servers.push(ServerStatus {
+            name: p.name.clone(),
+            server: server.server,
+            replica: config
+                .replica_by_id(ReplicaId(p.id))
+                .map_or_else(|| p.id.to_string(), |r| r.name.clone()),
+            site: p.site.clone(),
+            address: p.address.clone(),
+            ranges: replica_ranges(config, p.admin_endpoint()).await,
+            coordinator_holder,
+        });
+    }
     if let Some(eg) = group {
         status.queues = queue_status(config, peers, eg).await;
     }
@@ -529,6 +581,7 @@ mod tests {
         ClusterStatus {
             cluster: "t".into(),
             replicas: Vec::new(),
+            servers: Vec::new(),
             lockd,
             group: None,
             queues: None,

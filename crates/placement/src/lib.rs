@@ -14,7 +14,8 @@
 //! it answers ([`ServerPlacement::judge`]), its durable freezes, and what it retires
 //! when it reads a newer placement. [`next_step`] is the operator's side of a move:
 //! its next write, copy, freeze or fence, from the stored placement alone and what it
-//! did since it started, so a move survives the operator's crash.
+//! did since it started, so a move survives the operator's crash. [`plan_rebalance`]
+//! plans moves that even out what a replica's servers carry.
 //!
 //! Not here: storing the placement (the lock service's files), copying a range's rows
 //! (`copy_range` in the paxos crate, over the row store's `copy_span`), routing
@@ -47,6 +48,7 @@ mod ids;
 mod map;
 mod operator;
 mod range;
+mod rebalance;
 mod serving;
 
 pub use change::SplitAt;
@@ -57,6 +59,7 @@ pub use operator::{
     FinalCopyRefused, MoveEnd, MoveRequest, OperatorBugs, OperatorStep, Progress, next_step,
 };
 pub use range::{Move, MovePhase, Range, Slot};
+pub use rebalance::plan_rebalance;
 pub use serving::{Observed, PlacementBugs, ServerPlacement, Serving, Span, spans_of, uncovered};
 
 /// The lock-service file that holds the placement (writing it is administration).

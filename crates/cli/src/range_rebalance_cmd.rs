@@ -1,0 +1,142 @@
+//! `megastore range rebalance`: evens out what each replica's servers carry, by the
+//! ranges' groups or writes per second (docs/operations.md, "Rebalancing"). The plan is
+//! the placement core's `plan_rebalance`; each move is carried out as `range move`
+//! does, one after another.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use megastore_client::placement_store::{count_groups, load_placement};
+use megastore_client::range_moves::MoveOptions;
+use megastore_config::ClusterConfig;
+use megastore_placement::{MoveEnd, Placement, RangeId, ServerId, plan_rebalance};
+use megastore_types::ReplicaId;
+
+use crate::cluster_arg::ClusterArg;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Weight {
+    /// Each range weighs the groups it holds (`range list --groups`).
+    Groups,
+    /// Each range weighs its writes per second over the last ten seconds (`status`).
+    Writes,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RebalanceArgs {
+    #[command(flatten)]
+    cluster: ClusterArg,
+    /// What a range weighs.
+    #[arg(long, value_enum, default_value_t = Weight::Groups)]
+    by: Weight,
+    /// Moves made at most.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    moves: usize,
+    /// Print the plan without moving anything.
+    #[arg(long)]
+    dry_run: bool,
+    /// How long a move's step may keep failing before that move is given up.
+    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
+    patience: u64,
+}
+
+/// The servers each replica's slots may be held by: its first server and its
+/// `[[servers]]`.
+fn candidates(config: &ClusterConfig) -> BTreeMap<ReplicaId, Vec<ServerId>> {
+    let mut candidates: BTreeMap<ReplicaId, Vec<ServerId>> = BTreeMap::new();
+    for p in config.server_processes() {
+        candidates
+            .entry(ReplicaId(p.process.id))
+            .or_default()
+            .push(ServerId(p.server));
+    }
+    candidates
+}
+
+/// Each range's weight now.
+async fn weights(
+    config: &ClusterConfig,
+    placement: &Placement,
+    by: Weight,
+) -> anyhow::Result<BTreeMap<RangeId, u64>> {
+    Ok(match by {
+        Weight::Groups => count_groups(config, placement, |_, _| {}).await?,
+        Weight::Writes => {
+            let peers = megastore_rpc::Peers::new(config).map_err(anyhow::Error::msg)?;
+            let status = megastore_client::status::cluster_status(config, &peers, None).await;
+            // Thousandths of a write per second, so slow ranges still weigh something.
+            status
+                .range_writes()
+                .into_iter()
+                .map(|(range, w)| (range, (w.per_second * 1000.0).round() as u64))
+                .collect()
+        }
+    })
+}
+
+fn server_name(config: &ClusterConfig, id: ServerId) -> String {
+    config
+        .server_processes()
+        .into_iter()
+        .find(|p| p.server == id.0)
+        .map_or_else(|| id.to_string(), |p| p.process.name)
+}
+
+pub(crate) fn run(args: RebalanceArgs) -> anyhow::Result<ExitCode> {
+    let config = args.cluster.load()?;
+    let topology = config.topology().map_err(anyhow::Error::msg)?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    let _entered = runtime.enter();
+    let lockd = megastore_rpc::LockdClient::new(&config).map_err(anyhow::Error::msg)?;
+    let (placement, weights) = runtime.block_on(async {
+        let placement = load_placement(&lockd, &topology).await?.placement;
+        let weights = weights(&config, &placement, args.by).await?;
+        anyhow::Ok((placement, weights))
+    })?;
+    let plan = plan_rebalance(&placement, &weights, &candidates(&config), args.moves);
+    if plan.is_empty() {
+        println!("balanced: no move would even out what the servers carry");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let replica_name = |id: ReplicaId| {
+        config
+            .replica_by_id(id)
+            .map_or_else(|| id.0.to_string(), |r| r.name.clone())
+    };
+    for planned in &plan {
+        let from = placement
+            .range(planned.range)
+            .and_then(|r| r.slot(planned.replica))
+            .map(|s| server_name(&config, s.server))
+            .unwrap_or_default();
+        println!(
+            "{} {} of replica {} (weighs {}): {from} → {}",
+            if args.dry_run { "would move" } else { "moving" },
+            planned.range,
+            replica_name(planned.replica),
+            weights.get(&planned.range).copied().unwrap_or(0),
+            server_name(&config, planned.to)
+        );
+        if args.dry_run {
+            continue;
+        }
+        let options = MoveOptions {
+            give_up: false,
+            patience: Duration::from_secs(args.patience),
+        };
+        let end = runtime
+            .block_on(crate::range_move_cmd::shown_move(
+                &config, planned, &options,
+            ))
+            .with_context(|| format!("moving {}", planned.range))?;
+        match end {
+            MoveEnd::Finished { epoch } => println!("  moved: epoch {epoch}"),
+            MoveEnd::Aborted => anyhow::bail!("gave up moving {}: stopping", planned.range),
+            MoveEnd::Refused(why) => anyhow::bail!("moving {}: {why}", planned.range),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
