@@ -138,11 +138,75 @@ pub async fn mark_ready(lockd: &LockdClient, index: &str) -> Result<u64, ClientE
 }
 
 /// The groups in `range` after `after` (at most `limit`, in key order) that some
-/// replica holds, asked of every replica and answered by a majority of the voters
-/// (full replicas and witnesses): every group with a committed write was accepted by
-/// a majority of them, which meets any majority, so it is among them.
+/// replica holds, asked of every replica server and answered by a majority of the
+/// voters (full replicas and witnesses): every group with a committed write was
+/// accepted by a majority of them, which meets any majority, so it is among them.
+///
+/// With several servers per replica (`[[servers]]`), every server is asked, a voter
+/// counts as answered only when every server the placement names for its slot in the
+/// ranges listed answered, and the listing is taken again if the placement in lockd
+/// changed meanwhile: a move's source retires the range only after the placement that
+/// finishes it is stored, and its target held everything before, so under one
+/// placement the server it names for a slot holds every group of the slot there.
 pub async fn list_groups(
     config: &ClusterConfig,
+    range: &KeyRange,
+    after: Option<&[u8]>,
+    limit: usize,
+) -> Result<Vec<EgId>, ClientError> {
+    let topology = config
+        .topology()
+        .map_err(|e| ClientError::Config(e.to_string()))?;
+    if config.servers.is_empty() {
+        // Every slot on its replica's own server.
+        let firsts = config.replicas.iter().map(|r| (r.id, r.id)).collect();
+        return list_groups_once(config, &topology, &firsts, range, after, limit).await;
+    }
+    let lockd = megastore_rpc::LockdClient::new(config).map_err(ClientError::Config)?;
+    const ATTEMPTS: usize = 10;
+    for _ in 0..ATTEMPTS {
+        let before = crate::placement_store::load_placement(&lockd, &topology)
+            .await?
+            .placement;
+        let holders = slot_holders(&before, range);
+        let listed = list_groups_once(config, &topology, &holders, range, after, limit).await?;
+        let after_listing = crate::placement_store::load_placement(&lockd, &topology)
+            .await?
+            .placement
+            .version();
+        if after_listing == before.version() {
+            return Ok(listed);
+        }
+    }
+    Err(ClientError::Unavailable(format!(
+        "listing groups: the placement changed under each of {ATTEMPTS} attempts"
+    )))
+}
+
+/// (slot, server) for every server `placement` names for a slot in a range that
+/// overlaps `keys`.
+fn slot_holders(
+    placement: &megastore_placement::Placement,
+    keys: &KeyRange,
+) -> std::collections::BTreeSet<(u16, u16)> {
+    placement
+        .ranges()
+        .iter()
+        .filter(|r| {
+            let starts_before_end = keys.end.as_ref().is_none_or(|end| r.start < *end);
+            let ends_after_start = r.end.as_ref().is_none_or(|end| *end > keys.start);
+            starts_before_end && ends_after_start
+        })
+        .flat_map(|r| r.slots.iter().map(|s| (s.replica.0, s.server.0)))
+        .collect()
+}
+
+/// One listing: every server asked; `holders` (slot, server) the servers whose answers
+/// a voter needs to count as answered.
+async fn list_groups_once(
+    config: &ClusterConfig,
+    topology: &megastore_types::Topology,
+    holders: &std::collections::BTreeSet<(u16, u16)>,
     range: &KeyRange,
     after: Option<&[u8]>,
     limit: usize,
@@ -153,16 +217,15 @@ pub async fn list_groups(
         Some(last) => std::cmp::max([last, &[0]].concat(), range.start.clone()),
         None => range.start.clone(),
     };
-    let topology = config
-        .topology()
-        .map_err(|e| ClientError::Config(e.to_string()))?;
-    let asks = config.replicas.iter().map(|replica| {
+    let servers = config.server_processes();
+    let asks = servers.iter().map(|server| {
+        let replica = &server.process;
         let transport = &transport;
         let start = start.clone();
         let ask = async move {
             let channel = transport
                 .channel(replica.admin_endpoint(), config.timeouts.rpc())
-                .map_err(|e| format!("replica {}: {e}", replica.name))?;
+                .map_err(|e| format!("server {}: {e}", replica.name))?;
             let request = ListGroupsRequest {
                 start,
                 end: range.end.clone(),
@@ -176,24 +239,32 @@ pub async fn list_groups(
             ));
             match tokio::time::timeout(config.timeouts.rpc() * 4, call).await {
                 Ok(Ok(answer)) => Ok(answer.into_inner().groups),
-                Ok(Err(status)) => Err(format!("replica {}: {}", replica.name, status.message())),
-                Err(_) => Err(format!("replica {}: no answer", replica.name)),
+                Ok(Err(status)) => Err(format!("server {}: {}", replica.name, status.message())),
+                Err(_) => Err(format!("server {}: no answer", replica.name)),
             }
         };
-        let voter = topology.is_voter(megastore_types::ReplicaId(replica.id));
-        async move { (voter, ask.await) }
+        let held = (replica.id, server.server);
+        async move { (held, ask.await) }
     });
-    // (whether a voter answered, and what).
+    // ((slot, server) asked, and what it answered).
     let answers = futures::future::join_all(asks).await;
     let (voters, majority) = (topology.voters().count(), topology.majority());
-    let answered = answers.iter().filter(|(v, a)| *v && a.is_ok()).count();
+    let answered = topology
+        .voters()
+        .filter(|voter| {
+            holders
+                .iter()
+                .filter(|(slot, _)| *slot == voter.0)
+                .all(|held| answers.iter().any(|(asked, a)| asked == held && a.is_ok()))
+        })
+        .count();
     if answered < majority {
         let why: Vec<&str> = answers
             .iter()
             .filter_map(|(_, a)| a.as_ref().err().map(String::as_str))
             .collect();
         return Err(ClientError::Unavailable(format!(
-            "listing groups needs {majority} of the {voters} full replicas and witnesses, \
+            "listing groups needs {majority} of the {voters} full replicas and witnesses (the servers holding each), \
              {answered} answered ({})",
             why.join("; ")
         )));
