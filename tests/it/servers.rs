@@ -798,3 +798,141 @@ fn range_rebalance_evens_out_each_replicas_servers_while_a_writer_runs() {
     );
     assert!(acked >= 20, "too few writes acknowledged: {acked}");
 }
+
+/// Whether the stored placement shows range `range` moving.
+fn moving(megastore: &dyn Fn(&[&str]) -> megastore_e2e::Finished, range: usize) -> bool {
+    let out = megastore(&["range", "list", "-o", "json"]);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).expect("list JSON");
+    !json["placement"]["ranges"][range]["moving"].is_null()
+}
+
+/// A `range move` SIGKILLed mid-move leaves the move under way in lockd; `--give-up`
+/// rolls it back (the source keeps the slot and serves it, the target retires what
+/// it copied); interrupted again and run again, the same command carries it on to the
+/// end. Writes go on throughout and lose nothing.
+#[test]
+fn an_interrupted_move_is_given_up_or_carried_on_by_running_it_again() {
+    let (_alone, dir, mut cluster, config, runtime) = start_cluster_edited(with_servers);
+    for process in ["replica-a2", "coordinator-a2"] {
+        cluster.start_process(process);
+    }
+    cluster.wait_for_log("replica-a2", "replica serving", LIMIT);
+    let config_arg = cluster.config_path.to_str().expect("UTF-8").to_string();
+    let megastore = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--config", &config_arg]);
+        run_megastore(&all, dir.path(), LIMIT)
+    };
+    // Enough groups that the copy takes a while.
+    let client = runtime.block_on(connect(&config, "B"));
+    runtime.block_on(async {
+        for n in 0..300 {
+            increment(&client, &eg(1000 + n), "n")
+                .await
+                .expect("a first write");
+        }
+    });
+    let args = [
+        "range",
+        "move",
+        "0",
+        "--replica",
+        "a",
+        "--to",
+        "a2",
+        "--config",
+        &config_arg,
+    ];
+    // Starts the move in the background and SIGKILLs it once lockd shows it.
+    let interrupted = || {
+        let mut operator = megastore_e2e::Process::start("operator", &args, dir.path());
+        let started = Instant::now();
+        while !moving(&megastore, 0) {
+            assert!(started.elapsed() < LIMIT, "the move never began");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        operator.kill();
+        assert!(
+            moving(&megastore, 0),
+            "the move ended before its operator was killed"
+        );
+    };
+
+    interrupted();
+    let given_up = megastore(&[
+        "range",
+        "move",
+        "0",
+        "--replica",
+        "a",
+        "--to",
+        "a2",
+        "--give-up",
+    ]);
+    assert!(given_up.status.success(), "{given_up:?}");
+    assert!(
+        given_up.stdout.contains("gave up moving range-0"),
+        "{given_up:?}"
+    );
+    assert!(!moving(&megastore, 0));
+    let text = megastore(&["range", "list"]).stdout;
+    assert!(text.contains("a@a b@b"), "{text}");
+    let again = megastore(&[
+        "range",
+        "move",
+        "0",
+        "--replica",
+        "a",
+        "--to",
+        "a2",
+        "--give-up",
+    ]);
+    assert!(again.stdout.contains("no move range-0"), "{again:?}");
+
+    // Interrupted again, then carried on by the same command.
+    let mut acked = 0u64;
+    runtime.block_on(async {
+        increment(&client, &eg(999), "n").await.expect("a write");
+        acked += 1;
+    });
+    interrupted();
+    runtime.block_on(async {
+        increment(&client, &eg(999), "n")
+            .await
+            .expect("a write mid-move");
+        acked += 1;
+    });
+    let carried_on = megastore(&["range", "move", "0", "--replica", "a", "--to", "a2"]);
+    assert!(carried_on.status.success(), "{carried_on:?}");
+    assert!(
+        carried_on.stdout.contains("moved range-0"),
+        "{carried_on:?}"
+    );
+    assert!(megastore(&["range", "list"]).stdout.contains("a@a2 b@b"));
+
+    // Everything is there, read at site A (now served by a2).
+    runtime.block_on(async {
+        increment(&client, &eg(999), "n")
+            .await
+            .expect("a write after");
+        acked += 1;
+    });
+    let at_a = runtime.block_on(connect(&config, "A"));
+    let read = |group: EgId| {
+        runtime.block_on(async {
+            let read = at_a
+                .read(
+                    &group,
+                    megastore_paxos::ReadMode::Current,
+                    megastore_paxos::DataQuery::Rows(vec![row(&group, "n")]),
+                )
+                .await
+                .expect("a current read");
+            counter_value(read.rows.into_iter().next())
+        })
+    };
+    assert_eq!(read(eg(999)), acked);
+    for n in (0..300).step_by(7) {
+        assert_eq!(read(eg(1000 + n)), 1, "{}", eg(1000 + n));
+    }
+}

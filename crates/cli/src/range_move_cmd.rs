@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use megastore_client::placement_store::load_placement;
 use megastore_client::range_moves::{MoveOptions, MoveUpdate, carry_out_move};
 use megastore_config::ClusterConfig;
 use megastore_placement::{MoveEnd, MoveRequest, ServerId};
@@ -79,6 +80,29 @@ pub(crate) fn run(args: MoveArgs) -> anyhow::Result<ExitCode> {
         "{} of replica {} to server {}",
         request.range, args.replica, args.to
     );
+    if args.give_up {
+        // Only a move under way can be given up: say what there is instead.
+        let _entered = runtime.enter();
+        let lockd = megastore_rpc::LockdClient::new(&config).map_err(anyhow::Error::msg)?;
+        let topology = config.topology().map_err(anyhow::Error::msg)?;
+        let stored = runtime.block_on(load_placement(&lockd, &topology))?;
+        let range = stored
+            .placement
+            .range(request.range)
+            .with_context(|| format!("{} does not exist", request.range))?;
+        let ours = range
+            .moving
+            .as_ref()
+            .is_some_and(|m| m.replica == request.replica && m.to == request.to);
+        if !ours {
+            let holder = range.slot(request.replica).map(|s| s.server);
+            println!(
+                "no move {what} is under way (the slot is on server {})",
+                holder.map_or_else(|| "-".into(), |s| s.0.to_string())
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
     let end = runtime
         .block_on(shown_move(&config, &request, &options))
         .with_context(|| format!("moving {what}"))?;
