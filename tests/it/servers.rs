@@ -17,7 +17,7 @@ use megastore_rpc::pb::admin::admin_client::AdminClient;
 use megastore_types::{EgId, ReplicaId};
 
 use crate::support::{
-    assert_rejoined, connect, counter_value, eg, increment, row, start_cluster_edited,
+    assert_rejoined, connect, current_counter, eg, increment, start_cluster_edited,
 };
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -174,17 +174,7 @@ fn servers_added_while_writers_run_list_themselves_holding_nothing_and_never_rej
     let at_a = runtime.block_on(connect(&config, "A"));
     for (writer, (acked, failed)) in (0..WRITERS).zip(&outcomes) {
         let group = eg(200 + writer);
-        let value = runtime.block_on(async {
-            let read = at_a
-                .read(
-                    &group,
-                    megastore_paxos::ReadMode::Current,
-                    megastore_paxos::DataQuery::Rows(vec![row(&group, "n")]),
-                )
-                .await
-                .expect("a current read");
-            counter_value(read.rows.into_iter().next())
-        });
+        let value = runtime.block_on(current_counter(&at_a, &group, "n"));
         assert!(
             (*acked..=acked + failed).contains(&value),
             "{group}: counter {value}, {acked} increments acknowledged, {failed} failed"
@@ -392,17 +382,7 @@ fn a_range_is_copied_between_servers_while_writers_run_and_the_target_crashes() 
     let at_a = runtime.block_on(connect(&config, "A"));
     for (writer, (acked, failed)) in (0..WRITERS).zip(&outcomes) {
         let group = eg(200 + writer);
-        let value = runtime.block_on(async {
-            let read = at_a
-                .read(
-                    &group,
-                    megastore_paxos::ReadMode::Current,
-                    megastore_paxos::DataQuery::Rows(vec![row(&group, "n")]),
-                )
-                .await
-                .expect("a current read");
-            counter_value(read.rows.into_iter().next())
-        });
+        let value = runtime.block_on(current_counter(&at_a, &group, "n"));
         assert!(
             (*acked..=acked + failed).contains(&value),
             "{group}: counter {value}, {acked} increments acknowledged, {failed} failed"
@@ -637,19 +617,7 @@ fn range_move_hands_a_slot_to_another_server_while_writers_run() {
     cluster.process("coordinator-a").kill();
 
     // Every counter holds its acknowledged increments, read at site A.
-    let read = |group: &EgId, column: &str| {
-        runtime.block_on(async {
-            let read = at_a
-                .read(
-                    group,
-                    megastore_paxos::ReadMode::Current,
-                    megastore_paxos::DataQuery::Rows(vec![row(group, column)]),
-                )
-                .await
-                .expect("a current read");
-            counter_value(read.rows.into_iter().next())
-        })
-    };
+    let read = |group: &EgId, column: &str| runtime.block_on(current_counter(&at_a, group, column));
     for (site, (counts, _)) in ["A", "B"].iter().zip(&outcomes) {
         for (group, (acked, failed)) in groups.iter().zip(counts) {
             let value = read(group, site);
@@ -772,22 +740,8 @@ fn range_rebalance_evens_out_each_replicas_servers_while_a_writer_runs() {
         let mut total = 0;
         for n in 0..40 {
             let group = eg(500 + n);
-            let value = |column: &'static str| {
-                let (at_a, group) = (&at_a, &group);
-                async move {
-                    let read = at_a
-                        .read(
-                            group,
-                            megastore_paxos::ReadMode::Current,
-                            megastore_paxos::DataQuery::Rows(vec![row(group, column)]),
-                        )
-                        .await
-                        .expect("a current read");
-                    counter_value(read.rows.into_iter().next())
-                }
-            };
-            assert_eq!(value("n").await, 1, "{group}");
-            total += value("w").await;
+            assert_eq!(current_counter(&at_a, &group, "n").await, 1, "{group}");
+            total += current_counter(&at_a, &group, "w").await;
         }
         total
     });
@@ -918,19 +872,7 @@ fn an_interrupted_move_is_given_up_or_carried_on_by_running_it_again() {
         acked += 1;
     });
     let at_a = runtime.block_on(connect(&config, "A"));
-    let read = |group: EgId| {
-        runtime.block_on(async {
-            let read = at_a
-                .read(
-                    &group,
-                    megastore_paxos::ReadMode::Current,
-                    megastore_paxos::DataQuery::Rows(vec![row(&group, "n")]),
-                )
-                .await
-                .expect("a current read");
-            counter_value(read.rows.into_iter().next())
-        })
-    };
+    let read = |group: EgId| runtime.block_on(current_counter(&at_a, &group, "n"));
     assert_eq!(read(eg(999)), acked);
     for n in (0..300).step_by(7) {
         assert_eq!(read(eg(1000 + n)), 1, "{}", eg(1000 + n));

@@ -32,6 +32,20 @@ pub(crate) fn counter_value(row: Option<megastore_rowstore::Row>) -> u64 {
     .unwrap_or(0)
 }
 
+/// The counter `column` of untyped group `group` holds ([`increment`]'s), by a current
+/// read through `client`.
+pub(crate) async fn current_counter(client: &Client, group: &EgId, column: &str) -> u64 {
+    let read = client
+        .read(
+            group,
+            ReadMode::Current,
+            DataQuery::Rows(vec![row(group, column)]),
+        )
+        .await
+        .expect("a current read");
+    counter_value(read.rows.into_iter().next())
+}
+
 /// Connects, retrying while the cluster is still starting.
 pub(crate) async fn connect(config: &ClusterConfig, site: &str) -> Client {
     let started = Instant::now();

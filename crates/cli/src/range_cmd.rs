@@ -198,7 +198,7 @@ fn on_lockd<T>(
 
 /// A server by its name in the config (a replica's first server has the replica's
 /// name and id; a `[[servers]]` entry its own), else by id.
-fn server_name(config: &ClusterConfig, id: ServerId) -> String {
+pub(crate) fn server_name(config: &ClusterConfig, id: ServerId) -> String {
     config
         .server_processes()
         .into_iter()

@@ -16,6 +16,7 @@ use megastore_placement::{MoveEnd, Placement, RangeId, ServerId, plan_rebalance}
 use megastore_types::ReplicaId;
 
 use crate::cluster_arg::ClusterArg;
+use crate::range_cmd::server_name;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Weight {
@@ -75,14 +76,6 @@ async fn weights(
                 .collect()
         }
     })
-}
-
-fn server_name(config: &ClusterConfig, id: ServerId) -> String {
-    config
-        .server_processes()
-        .into_iter()
-        .find(|p| p.server == id.0)
-        .map_or_else(|| id.to_string(), |p| p.process.name)
 }
 
 pub(crate) fn run(args: RebalanceArgs) -> anyhow::Result<ExitCode> {
