@@ -320,16 +320,11 @@ impl Operator {
     }
 }
 
-/// A copy's error: the source's refusal of the final copy (its reason is in the
-/// message, as the target passes it on), or a failure to try again.
+/// A copy's error: the source's refusal of the final copy (its reason in the status's
+/// details, as the target passes them on), or a failure to try again.
 fn refused_or_again(to: ServerId, status: &tonic::Status) -> Failed {
-    let message = status.message();
-    if status.code() == tonic::Code::FailedPrecondition {
-        for why in [FinalCopyRefused::NotFrozen, FinalCopyRefused::StoreLost] {
-            if message.contains(&why.to_string()) {
-                return Failed::Refused(why);
-            }
-        }
+    match megastore_rpc::final_copy_refusal(status) {
+        Some(why) => Failed::Refused(why),
+        None => Failed::Again(format!("the copy at server {}: {}", to.0, status.message())),
     }
-    Failed::Again(format!("the copy at server {}: {message}", to.0))
 }

@@ -57,20 +57,27 @@ const LIST_GROUPS_MAX: u32 = 10_000;
 /// Hot groups one `Activity` answers when not told.
 const HOT_GROUPS_DEFAULT: u32 = 10;
 
+/// What the driver thread answers to the event `ask` makes (it answers between
+/// batches).
+pub(crate) async fn ask_driver<T>(
+    events: &mpsc::Sender<Event>,
+    ask: impl FnOnce(oneshot::Sender<T>) -> Event,
+) -> Result<T, Status> {
+    let (reply, answered) = oneshot::channel();
+    events
+        .send(ask(reply))
+        .map_err(|_| Status::unavailable("the replica is stopping"))?;
+    answered
+        .await
+        .map_err(|_| Status::unavailable("the replica is stopping"))
+}
+
 impl AdminService {
-    /// What the driver thread answers to the event `ask` makes (it measures between
-    /// batches).
     async fn ask_driver<T>(
         &self,
         ask: impl FnOnce(oneshot::Sender<T>) -> Event,
     ) -> Result<T, Status> {
-        let (reply, measured) = oneshot::channel();
-        self.events
-            .send(ask(reply))
-            .map_err(|_| Status::unavailable("the replica is stopping"))?;
-        measured
-            .await
-            .map_err(|_| Status::unavailable("the replica is stopping"))
+        ask_driver(&self.events, ask).await
     }
 
     async fn measure_lag(&self) -> Result<megastore_paxos::ReplicaLag, Status> {
@@ -174,9 +181,8 @@ impl Admin for AdminService {
                 )));
             }
         };
-        let (reply, listed) = oneshot::channel();
-        self.events
-            .send(Event::ListGroups {
+        let groups = self
+            .ask_driver(|reply| Event::ListGroups {
                 range: megastore_rowstore::KeyRange {
                     start: request.start,
                     end: request.end,
@@ -184,10 +190,7 @@ impl Admin for AdminService {
                 limit: limit as usize,
                 reply,
             })
-            .map_err(|_| Status::unavailable("the replica is stopping"))?;
-        let groups = listed
-            .await
-            .map_err(|_| Status::unavailable("the replica is stopping"))?;
+            .await?;
         Ok(Response::new(pb::ListGroupsResponse { groups }))
     }
 

@@ -15,10 +15,10 @@ use megastore_rpc::pb::admin::admin_client::AdminClient;
 use megastore_rpc::{LockdClient, Transport, exported_page_from_wire, with_operator_token};
 use megastore_types::Topology;
 use megastore_types::limits::MESSAGE_BYTES_MAX;
-use tokio::sync::oneshot;
 use tonic::Status;
 
-use crate::moves_driver::{MoveEvent, PAGE_ROWS_DEFAULT, PAGE_ROWS_MAX};
+use crate::admin::ask_driver as ask;
+use crate::moves_driver::{ExportRefused, MoveEvent, PAGE_ROWS_DEFAULT, PAGE_ROWS_MAX};
 use crate::replica_server::Event;
 
 /// What a server needs to take part in moves: the cluster (to reach a move's source)
@@ -27,20 +27,6 @@ pub(crate) struct MoveContext {
     pub(crate) config: Arc<ClusterConfig>,
     pub(crate) lockd: LockdClient,
     pub(crate) topology: Topology,
-}
-
-/// The driver's answer to the event `ask` makes.
-async fn ask<T>(
-    events: &std::sync::mpsc::Sender<Event>,
-    ask: impl FnOnce(oneshot::Sender<T>) -> Event,
-) -> Result<T, Status> {
-    let (reply, answered) = oneshot::channel();
-    events
-        .send(ask(reply))
-        .map_err(|_| Status::unavailable("the replica is stopping"))?;
-    answered
-        .await
-        .map_err(|_| Status::unavailable("the replica is stopping"))
 }
 
 impl MoveContext {
@@ -104,7 +90,10 @@ pub(crate) async fn export_page(
         context.newest_placement(events).await?;
         page = exported().await?;
     }
-    let page = page.map_err(Status::failed_precondition)?;
+    let page = page.map_err(|refused| match refused {
+        ExportRefused::FinalCopy(why) => megastore_rpc::final_copy_refused_status(why),
+        ExportRefused::Other(why) => Status::failed_precondition(why),
+    })?;
     Ok(megastore_rpc::exported_page_to_wire(page))
 }
 
@@ -226,10 +215,13 @@ impl Copy<'_> {
             let page = tokio::time::timeout(config.timeouts.rpc() * 4, call)
                 .await
                 .map_err(|_| Status::unavailable(format!("the source at {source} did not answer")))?
+                // Passed on with its details: a final copy's refusal names its
+                // reason there, for the operator.
                 .map_err(|status| {
-                    Status::new(
+                    Status::with_details(
                         status.code(),
                         format!("the source at {source}: {}", status.message()),
+                        status.details().to_vec().into(),
                     )
                 })?
                 .into_inner();

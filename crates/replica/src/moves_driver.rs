@@ -8,7 +8,7 @@
 //! page applied never interleaves with a retirement of the same range.
 
 use megastore_paxos::{RangeCopy, Replica, span_keys};
-use megastore_placement::{RangeId, Version};
+use megastore_placement::{FinalCopyRefused, RangeId, Version};
 use megastore_rowstore::{Durability, ExportedPage, KeyRange, export_page};
 use megastore_rowstore_rocksdb::RocksStore;
 use tokio::sync::oneshot;
@@ -28,7 +28,7 @@ pub(crate) enum MoveEvent {
         last: bool,
         span: KeyRange,
         rows: usize,
-        reply: oneshot::Sender<Result<ExportedPage, String>>,
+        reply: oneshot::Sender<Result<ExportedPage, ExportRefused>>,
     },
     /// Whether `range` is frozen for `move_id` here (asked after the freeze's batch
     /// is synced).
@@ -103,6 +103,14 @@ pub(crate) fn carry_out(core: &Replica, store: &RocksStore, event: MoveEvent) {
     }
 }
 
+/// Why a source gives no page.
+pub(crate) enum ExportRefused {
+    /// The final copy, for the operator core to act on.
+    FinalCopy(FinalCopyRefused),
+    /// Anything else, said in words.
+    Other(String),
+}
+
 fn export(
     core: &Replica,
     store: &RocksStore,
@@ -111,19 +119,19 @@ fn export(
     last: bool,
     span: &KeyRange,
     rows: usize,
-) -> Result<ExportedPage, String> {
-    let placement = core
-        .placement()
-        .ok_or("this server is not placed: it follows no placement")?;
+) -> Result<ExportedPage, ExportRefused> {
+    let placement = core.placement().ok_or_else(|| {
+        ExportRefused::Other("this server is not placed: it follows no placement".into())
+    })?;
     placement
         .moving_away(range, move_id)
-        .map_err(|e| format!("{e} away from this server"))?;
+        .map_err(|e| ExportRefused::Other(format!("{e} away from this server")))?;
     if last {
         core.final_copy_source(range, move_id)
-            .map_err(|why| format!("final copy refused: {why}"))?;
+            .map_err(ExportRefused::FinalCopy)?;
     }
     export_page(store, span, rows.clamp(1, PAGE_ROWS_MAX))
-        .map_err(|e| format!("reading this server's store: {e}"))
+        .map_err(|e| ExportRefused::Other(format!("reading this server's store: {e}")))
 }
 
 /// The keys of `range` if this server takes a copy of it for `move_id`.

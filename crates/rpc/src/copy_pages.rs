@@ -1,10 +1,41 @@
 //! A page of a move's copy on the wire (`Admin.ExportPage`): every stored version of
 //! each row, tombstones included.
 
+use megastore_placement::FinalCopyRefused;
 use megastore_rowstore::{ExportedPage, StoredRow, StoredVersion};
 
 use crate::WireError;
 use crate::pb::admin as pb;
+
+/// The status detail naming why a source refuses a final copy: what the operator core
+/// needs ([`FinalCopyRefused`]), passed on by the target unchanged.
+fn refusal_detail(why: FinalCopyRefused) -> &'static [u8] {
+    match why {
+        FinalCopyRefused::NotFrozen => b"megastore.final-copy-refused.not-frozen",
+        FinalCopyRefused::StoreLost => b"megastore.final-copy-refused.store-lost",
+    }
+}
+
+/// A source's refusal of a final copy, as `Admin.ExportPage` (and the target's
+/// `Admin.CopyRange`, passing it on) answers it: FAILED_PRECONDITION, with the reason
+/// in its details.
+pub fn final_copy_refused_status(why: FinalCopyRefused) -> tonic::Status {
+    tonic::Status::with_details(
+        tonic::Code::FailedPrecondition,
+        format!("final copy refused: {why}"),
+        refusal_detail(why).to_vec().into(),
+    )
+}
+
+/// Why a final copy was refused, if `status` says so ([`final_copy_refused_status`]).
+pub fn final_copy_refusal(status: &tonic::Status) -> Option<FinalCopyRefused> {
+    if status.code() != tonic::Code::FailedPrecondition {
+        return None;
+    }
+    [FinalCopyRefused::NotFrozen, FinalCopyRefused::StoreLost]
+        .into_iter()
+        .find(|why| status.details() == refusal_detail(*why))
+}
 
 /// A page as the source answers it.
 pub fn exported_page_to_wire(page: ExportedPage) -> pb::ExportPageResponse {
@@ -99,5 +130,16 @@ mod tests {
         };
         let error = exported_page_from_wire(empty).unwrap_err().to_string();
         assert!(error.contains("rows[0]"), "{error}");
+    }
+
+    #[test]
+    fn a_final_copy_refusal_keeps_its_reason_and_nothing_else_is_one() {
+        for why in [FinalCopyRefused::NotFrozen, FinalCopyRefused::StoreLost] {
+            let status = final_copy_refused_status(why);
+            assert_eq!(final_copy_refusal(&status), Some(why));
+            assert!(status.message().contains(&why.to_string()));
+        }
+        let other = tonic::Status::failed_precondition(FinalCopyRefused::NotFrozen.to_string());
+        assert_eq!(final_copy_refusal(&other), None);
     }
 }
