@@ -17,7 +17,7 @@ use tonic::Code;
 use crate::global_index::commit_in;
 use crate::support::{api_at, apply_schema, connect};
 
-type Api = pb::megastore_client::MegastoreClient<tonic::transport::Channel>;
+pub(crate) type Api = pb::megastore_client::MegastoreClient<tonic::transport::Channel>;
 
 const PHOTOS: i32 = 8;
 
@@ -49,7 +49,7 @@ fn photo(user: i64, id: i32, round: u32) -> Entity {
 
 /// Round 1 writes every photo; round 2 rewrites each (new thumbnail, maybe fewer tags)
 /// and deletes photo 5.
-async fn write_round(
+pub(crate) async fn write_round(
     client: &megastore_client::Client,
     catalog: &Catalog,
     users: &[i64],
@@ -71,7 +71,7 @@ async fn write_round(
 }
 
 /// (user, photo) of the photos the acknowledged writes leave, with their tags.
-fn expected(users: &[i64]) -> BTreeMap<(i64, i32), Vec<&'static str>> {
+pub(crate) fn expected(users: &[i64]) -> BTreeMap<(i64, i32), Vec<&'static str>> {
     users
         .iter()
         .flat_map(|&u| {
@@ -156,7 +156,7 @@ async fn newest_in_range(api: &mut Api, user: i64) -> Result<Vec<(i32, i64)>, to
 }
 
 /// Every entry of `tag`, streamed three per message: (user, photo) in index order.
-async fn streamed(
+pub(crate) async fn streamed(
     api: &mut Api,
     tag: &str,
     verify: bool,
@@ -187,7 +187,7 @@ async fn streamed(
 }
 
 /// Retries `f` until it returns `want` (60 s at most); the last answer otherwise.
-async fn until_equal<
+pub(crate) async fn until_equal<
     T: PartialEq + std::fmt::Debug,
     F: AsyncFnMut() -> Result<T, tonic::Status>,
 >(

@@ -30,6 +30,7 @@ mod recipes;
 mod roles;
 mod schema_check;
 mod servers;
+mod servers_scans;
 mod support;
 mod tidy;
 mod tls;

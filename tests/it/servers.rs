@@ -20,11 +20,11 @@ use crate::support::{
     assert_rejoined, connect, current_counter, eg, increment, start_cluster_edited,
 };
 
-const LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const LIMIT: Duration = Duration::from_secs(60);
 
 /// `config` with servers `a2` (id 11, for full replica a) and `c2` (id 13, for witness
 /// c) added, on ports no process of it has.
-fn with_servers(config: &str) -> String {
+pub(crate) fn with_servers(config: &str) -> String {
     let (a2, a2_coordinator, c2) = loop {
         let [a, b, c] = free_ports(3)[..] else {
             unreachable!("three ports asked for")
@@ -436,7 +436,7 @@ async fn retry_copy(
 
 /// The ranges `name`'s server holds by its placement, with the entries it applied in
 /// each since it started (`Admin.Ranges`).
-async fn ranges_at(
+pub(crate) async fn ranges_at(
     config: &megastore_config::ClusterConfig,
     name: &str,
 ) -> Option<Vec<pb::RangeApplied>> {

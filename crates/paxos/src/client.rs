@@ -23,6 +23,7 @@ use megastore_types::{
 use crate::entry::RowWrite;
 use crate::messages::{DataQuery, Message};
 use crate::proposer::commit::{Commit, CommitResult, Member, ReadSet, commit_span};
+use crate::proposer::global_scan::GlobalScan;
 use crate::proposer::read::{CurrentRead, PointRead, PointTarget, ReadError, ReadMode, ReadResult};
 use crate::proposer::resolve::{Resolution, Resolve};
 use crate::proposer::{Ctx, ProposerConfig, Wiring};
@@ -160,6 +161,7 @@ pub enum Output {
 enum Op {
     Current(CurrentRead),
     Point(PointRead),
+    GlobalScan(GlobalScan),
     Commit(Box<CommitOp>),
     Resolve(Box<Resolve>),
     Verify(Box<Verify>),
@@ -358,7 +360,7 @@ impl ClientCore {
         candidates.retain(|r| *r != relay);
         candidates.insert(0, relay);
         let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, &mut sends);
-        let target = PointTarget::Group { eg, query };
+        let target = PointTarget { eg, query };
         let read = PointRead::start(&mut ctx, target, ReadMode::Snapshot, candidates);
         self.ops.insert(op, Op::Point(read));
         (op, ReadMode::Snapshot, self.finish_step(now, sends))
@@ -398,7 +400,7 @@ impl ClientCore {
         let state = match mode {
             ReadMode::Current => Op::Current(CurrentRead::start(&mut ctx, eg, query, local)),
             ReadMode::Snapshot | ReadMode::Inconsistent | ReadMode::AtPosition(_) => {
-                let target = PointTarget::Group { eg, query };
+                let target = PointTarget { eg, query };
                 Op::Point(PointRead::start(&mut ctx, target, mode, candidates))
             }
         };
@@ -631,12 +633,9 @@ impl ClientCore {
         let candidates = self.point_read_candidates(mode);
         let mut sends = Vec::new();
         let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, &mut sends);
-        let target = PointTarget::Global {
-            range,
-            limit,
-            reverse,
-        };
-        let state = Op::Point(PointRead::start(&mut ctx, target, mode, candidates));
+        let state = Op::GlobalScan(GlobalScan::start(
+            &mut ctx, range, limit, reverse, candidates,
+        ));
         self.ops.insert(op, state);
         (op, self.finish_step(now, sends))
     }
@@ -1041,6 +1040,7 @@ impl ClientCore {
                 self.with_op(now, op, sends, |state, ctx| match state {
                     Op::Current(read) => read.on_replica_reply(ctx, r, reply),
                     Op::Point(read) => read.on_replica_reply(ctx, reply),
+                    Op::GlobalScan(scan) => scan.on_replica_reply(ctx, reply),
                     Op::Commit(op) => op.commit.on_replica_reply(ctx, r, reply),
                     Op::Resolve(resolve) => resolve.on_replica_reply(ctx, r, reply),
                     Op::Relay(relayed) => {
@@ -1065,7 +1065,7 @@ impl ClientCore {
                             resolve.on_coordinator_reply(ctx, r, reply);
                         }
                     }
-                    Op::Point(_) | Op::Verify(_) | Op::Composite(_) => {}
+                    Op::Point(_) | Op::GlobalScan(_) | Op::Verify(_) | Op::Composite(_) => {}
                 });
             }
             (_, Message::RelayOutcome { id, txn, result }) => {
@@ -1126,6 +1126,7 @@ impl ClientCore {
                     resolve.on_lock_outcome(ctx, outcome.id, outcome.result);
                 }
             }
+            Op::GlobalScan(scan) => scan.on_lock_outcome(ctx, outcome.id, outcome.result),
             Op::Point(_) | Op::Verify(_) | Op::Composite(_) => {}
         });
     }
@@ -1151,6 +1152,7 @@ impl ClientCore {
             self.with_op(now, op, sends, |state, ctx| match state {
                 Op::Current(read) => read.on_tick(ctx),
                 Op::Point(read) => read.on_tick(ctx),
+                Op::GlobalScan(scan) => scan.on_tick(ctx),
                 Op::Commit(op) => op.commit.on_tick(ctx),
                 Op::Resolve(resolve) => resolve.on_tick(ctx),
                 Op::Relay(relayed) => {
@@ -1260,6 +1262,7 @@ impl ClientCore {
             let (result, over) = match state {
                 Op::Current(read) => (read.result().cloned().map(OpResult::Read), None),
                 Op::Point(read) => (read.result().cloned().map(OpResult::Read), None),
+                Op::GlobalScan(scan) => (scan.result().cloned().map(OpResult::Read), None),
                 Op::Commit(commit) => {
                     // Each transaction reports to its own operation.
                     let taken = commit.commit.take_results();
@@ -1325,6 +1328,7 @@ fn op_deadline(state: &Op) -> Option<Time> {
     match state {
         Op::Current(read) => read.deadline(),
         Op::Point(read) => read.deadline(),
+        Op::GlobalScan(scan) => scan.deadline(),
         Op::Commit(op) => op.commit.deadline(),
         Op::Resolve(resolve) => resolve.deadline(),
         Op::Relay(relayed) => relayed.deadline(),

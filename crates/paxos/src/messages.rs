@@ -4,7 +4,7 @@
 
 use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
 use megastore_lock::{LockRequest, LockResponse};
-use megastore_placement::{RangeId, Version};
+use megastore_placement::{RangeId, ServerId, Version};
 use megastore_rowstore::{KeyRange, Row};
 use megastore_types::{Ballot, EgId, Position, ReplicaId, TxnId};
 use serde::{Deserialize, Serialize};
@@ -157,6 +157,16 @@ pub enum ReplicaRequest {
         limit: Option<usize>,
         /// In descending key order.
         reverse: bool,
+        /// Which of the slot's servers to ask (`None`: its first server). A server
+        /// holds the global index rows of its own groups only, so a scan asks every
+        /// server that holds the slot in some range and merges (docs/protocol.md,
+        /// "Global indexes").
+        server: Option<ServerId>,
+        /// The version of the placement the asker chose the servers by (`None`: it is
+        /// not placed). A server judging by a newer one refuses
+        /// ([`ReplicaError::PlacementNewer`]): the servers holding the slot may have
+        /// changed.
+        routed_by: Option<Version>,
     },
 }
 
@@ -174,6 +184,15 @@ impl ReplicaRequest {
             | ReplicaRequest::Snapshot { eg, .. } => eg,
             ReplicaRequest::ScanGlobal { .. } => return None,
         })
+    }
+
+    /// The server it names, of the slot it is sent to (a global index scan's; `None`:
+    /// the host routes it by its group, or to the slot's first server).
+    pub fn named_server(&self) -> Option<ServerId> {
+        match self {
+            ReplicaRequest::ScanGlobal { server, .. } => *server,
+            _ => None,
+        }
     }
 
     /// The request id.
@@ -373,6 +392,15 @@ pub enum ReplicaError {
         /// The move.
         move_id: Version,
     },
+    /// A global index scan chose its servers by an older placement than this
+    /// server's (`version`): the servers holding the slot may have changed, so the
+    /// asker reads the placement again and asks again (docs/protocol.md, "Global
+    /// indexes").
+    #[error("this server's placement (version {version}) is newer than the scan's")]
+    PlacementNewer {
+        /// The version of this server's placement.
+        version: Version,
+    },
     /// The group was installed here from a snapshot: no history below it.
     #[error("history starts at {installed} here")]
     HistoryFrom {
@@ -524,6 +552,15 @@ impl Message {
             | Message::LockRequest(_)
             | Message::LockResponse(_)
             | Message::RelayOutcome { .. } => None,
+        }
+    }
+
+    /// The server of the slot a request names (a global index scan's): a host sends it
+    /// there, whatever the group routing says.
+    pub fn named_server(&self) -> Option<ServerId> {
+        match self {
+            Message::ReplicaRequest(request) => request.named_server(),
+            _ => None,
         }
     }
 

@@ -431,3 +431,36 @@ fn a_received_group_with_work_left_is_loaded_as_its_range_arrives() {
         "with ignore-arrivals, the received group waits for a request"
     );
 }
+
+/// A global index scan names the placement version it chose its servers by: a server
+/// judging by a newer one refuses it, naming its own (a move may have given its groups
+/// to a server the scan did not ask); one routed by the same or a newer version, or by
+/// none, is answered.
+#[test]
+fn a_global_scan_routed_by_an_older_placement_is_refused_naming_the_newer_one() {
+    let p = initial();
+    let (range, from, to) = moved_range(&p);
+    let mut node = replica_on(from, &p, MemoryStore::new(), ProtocolBugs::NONE);
+    let newer = p.begin_move(range.id, ReplicaId(1), to).unwrap();
+    node.step_at(Time::ZERO, ReplicaInput::Placement(newer.clone()));
+    let scan = |routed_by| ReplicaRequest::ScanGlobal {
+        id: 4,
+        range: megastore_paxos::global_index_range(),
+        limit: None,
+        reverse: false,
+        server: Some(from),
+        routed_by,
+    };
+    assert_eq!(
+        refusal(node.ask(scan(Some(p.version())))),
+        ReplicaError::PlacementNewer {
+            version: newer.version()
+        }
+    );
+    for routed_by in [Some(newer.version()), None] {
+        assert!(
+            matches!(node.ask(scan(routed_by)), ReplicaReply::Data { .. }),
+            "routed by {routed_by:?}"
+        );
+    }
+}

@@ -65,6 +65,8 @@ fn scan_global() -> ReplicaRequest {
         range: megastore_paxos::global_index_range(),
         limit: None,
         reverse: false,
+        server: None,
+        routed_by: None,
     }
 }
 

@@ -599,6 +599,8 @@ fn mirror_writes_are_copied_to_the_global_index_at_apply_and_checked_at_accept()
             range,
             limit: None,
             reverse: false,
+            server: None,
+            routed_by: None,
         };
         match node.ask(scan(megastore_paxos::global_index_range())) {
             ReplicaReply::Data { rows, at: None, .. } if copies => {

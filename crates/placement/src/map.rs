@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use megastore_types::{ReplicaKind, Topology};
+use megastore_types::{ReplicaId, ReplicaKind, Topology};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ChangeError, Violation};
@@ -194,6 +194,16 @@ impl Placement {
     /// The server `id`.
     pub fn server(&self, id: ServerId) -> Option<&Server> {
         self.servers.get(&id)
+    }
+
+    /// The servers holding slot `replica` in some range, in id order: between them
+    /// they hold every group of that replica (what a global index scan of it asks).
+    pub fn servers_of_slot(&self, replica: ReplicaId) -> BTreeSet<ServerId> {
+        self.ranges
+            .iter()
+            .filter_map(|r| r.slot(replica))
+            .map(|s| s.server)
+            .collect()
     }
 
     /// The range holding the group whose encoded key is `key`.

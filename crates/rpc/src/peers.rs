@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use megastore_config::ClusterConfig;
 use megastore_paxos::Message;
-use megastore_placement::Placement;
+use megastore_placement::{Placement, ServerId};
 use megastore_types::limits::MESSAGE_BYTES_MAX;
 use megastore_types::{EgId, NodeId, ReplicaId};
 use tonic::transport::Channel;
@@ -149,12 +149,21 @@ impl Peers {
         self.routing_version.load(Ordering::Acquire)
     }
 
-    /// The server (other than its first) that slot `slot` of group `eg` is on, by
-    /// the routing placement; `None`: the slot's first server (or no group to route
-    /// by).
-    fn routed_server(&self, slot: ReplicaId, eg: Option<&EgId>) -> Option<u16> {
+    /// The server (other than its first) of slot `slot` that a request goes to: the
+    /// one it names (`named`, a global index scan's), else the one the routing
+    /// placement names for the slot of its group `eg`; `None`: the slot's first
+    /// server (or no group to route by).
+    fn routed_server(
+        &self,
+        slot: ReplicaId,
+        eg: Option<&EgId>,
+        named: Option<ServerId>,
+    ) -> Option<u16> {
         if self.servers.is_empty() {
             return None;
+        }
+        if let Some(server) = named {
+            return (server.0 != slot.0).then_some(server.0);
         }
         let eg = eg?;
         let routing = self
@@ -170,8 +179,9 @@ impl Peers {
         &self,
         slot: ReplicaId,
         eg: Option<&EgId>,
+        named: Option<ServerId>,
     ) -> Option<&CallQueue<ReplicationClient<Channel>>> {
-        match self.routed_server(slot, eg) {
+        match self.routed_server(slot, eg, named) {
             Some(server) => self.servers.get(&server),
             None => self.replicas.get(&slot),
         }
@@ -184,7 +194,7 @@ impl Peers {
         slot: ReplicaId,
         eg: Option<&EgId>,
     ) -> Option<&CallQueue<CoordinatorClient<Channel>>> {
-        match self.routed_server(slot, eg) {
+        match self.routed_server(slot, eg, None) {
             Some(server) => self.server_coordinators.get(&server),
             None => self.coordinators.get(&slot),
         }
@@ -203,7 +213,7 @@ impl Peers {
         if let Some(rtt) = self.wan_rtt.get(&to) {
             tokio::time::sleep(*rtt).await;
         }
-        let queue = self.replica_queue(to, request.eg())?;
+        let queue = self.replica_queue(to, request.eg(), request.named_server())?;
         let request = pb::replication::ReplicaRequest::from(request);
         let reply = queue
             .request_alone(request, held + self.rpc_timeout)
@@ -223,7 +233,9 @@ impl Peers {
             tokio::time::sleep(*rtt).await;
         }
         let queue = match to {
-            NodeId::Replica(r) => self.replica_queue(r, message.routed_group()),
+            NodeId::Replica(r) => {
+                self.replica_queue(r, message.routed_group(), message.named_server())
+            }
             _ => None,
         };
         let coordinator_queue = match to {

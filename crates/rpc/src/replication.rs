@@ -6,7 +6,7 @@ use megastore_paxos::messages::{
     AcceptResult, ChosenTxn, GrantRefusal, LogState, PrepareResult, ReplicaError,
 };
 use megastore_paxos::{CellWrite, LogEntry, ReplicaReply, ReplicaRequest, RowWrite};
-use megastore_placement::{RangeId, Version};
+use megastore_placement::{RangeId, ServerId, Version};
 use megastore_types::{Ballot, ClientId, EgId, Position, ProposerId, ReplicaId, TxnId};
 
 use crate::error::{WireError, narrow, required};
@@ -295,6 +295,8 @@ impl From<ReplicaRequest> for pb::ReplicaRequest {
                 range,
                 limit,
                 reverse,
+                server,
+                routed_by,
             } => (
                 id,
                 EgId(Vec::new()),
@@ -302,6 +304,8 @@ impl From<ReplicaRequest> for pb::ReplicaRequest {
                     range: Some(range_to_wire(range)),
                     limit: limit.map(|l| l as u64),
                     reverse,
+                    server: server.map(|s| u32::from(s.0)),
+                    routed_by: routed_by.map(|v| v.0),
                 }),
             ),
         };
@@ -374,6 +378,11 @@ impl TryFrom<pb::ReplicaRequest> for ReplicaRequest {
                         .map(|l| narrow(l, "scan_global.limit"))
                         .transpose()?,
                     reverse: scan.reverse,
+                    server: scan
+                        .server
+                        .map(|s| narrow(u64::from(s), "scan_global.server").map(ServerId))
+                        .transpose()?,
+                    routed_by: scan.routed_by.map(Version),
                 }
             }
         })
@@ -487,6 +496,7 @@ fn error_to_wire(error: ReplicaError) -> pb::ReplicaError {
             range: range.0,
             version: move_id.0,
         }),
+        ReplicaError::PlacementNewer { version } => E::PlacementNewer(version.0),
     };
     pb::ReplicaError { error: Some(error) }
 }
@@ -529,6 +539,9 @@ fn error_from_wire(error: pb::ReplicaError) -> Result<ReplicaError, WireError> {
         E::Frozen(r) => ReplicaError::Frozen {
             range: RangeId(r.range),
             move_id: Version(r.version),
+        },
+        E::PlacementNewer(v) => ReplicaError::PlacementNewer {
+            version: Version(v),
         },
     })
 }

@@ -175,6 +175,22 @@ fn requests() -> Vec<ReplicaRequest> {
             },
         },
         ReplicaRequest::Snapshot { id, eg },
+        ReplicaRequest::ScanGlobal {
+            id,
+            range: megastore_paxos::global_index_range(),
+            limit: Some(10),
+            reverse: true,
+            server: Some(megastore_placement::ServerId(11)),
+            routed_by: Some(megastore_placement::Version(7)),
+        },
+        ReplicaRequest::ScanGlobal {
+            id,
+            range: megastore_paxos::global_index_range(),
+            limit: None,
+            reverse: false,
+            server: None,
+            routed_by: None,
+        },
     ]
 }
 
@@ -297,6 +313,9 @@ fn replies() -> Vec<ReplicaReply> {
             ReplicaError::Frozen {
                 range: megastore_placement::RangeId(7),
                 move_id: megastore_placement::Version(8),
+            },
+            ReplicaError::PlacementNewer {
+                version: megastore_placement::Version(9),
             },
         ]
         .map(|error| ReplicaReply::Error { id, error }),

@@ -12,6 +12,8 @@
 //!   replica's routing placement): the host routes by the placement its core judged
 //!   by, so the two never disagree. A server that does not hold it refuses
 //!   (`WrongServer`, `Frozen`, `NotServed`); routing is never what keeps it safe.
+//! - A request that names a server of the slot (a global index scan's: each server
+//!   holds its own groups' global rows) goes to that server.
 //! - A reply to a server goes back to the server that asked, found by the request's
 //!   id; a server at its slot's home address needs no record of it.
 //! - The receiving core sees a server by its slot: `NodeId::Replica(r)`.
@@ -60,6 +62,9 @@ impl World {
         let (NodeId::Replica(slot) | NodeId::Coordinator(slot)) = to else {
             return None;
         };
+        if let Some(server) = message.named_server() {
+            return Some(NodeId::Replica(address(server)));
+        }
         let eg = message.routed_group()?;
         let server = self
             .routing_placement(from)?
@@ -169,6 +174,33 @@ mod tests {
         assert_eq!(
             world.route(client, NodeId::Coordinator(ReplicaId(2)), &invalidate),
             NodeId::Coordinator(ReplicaId(100))
+        );
+    }
+
+    #[test]
+    fn a_global_scan_goes_to_the_server_it_names() {
+        let mut world = world_with_a_moved_slot();
+        let client = NodeId::Client(ClientId(1));
+        let scan = |server| {
+            Message::ReplicaRequest(ReplicaRequest::ScanGlobal {
+                id: 10,
+                range: megastore_paxos::global_index_range(),
+                limit: None,
+                reverse: false,
+                server,
+                routed_by: None,
+            })
+        };
+        for (server, address) in [(ServerId(100), 100), (ServerId(2), 2)] {
+            assert_eq!(
+                world.route(client, NodeId::Replica(ReplicaId(2)), &scan(Some(server))),
+                NodeId::Replica(ReplicaId(address))
+            );
+        }
+        // Naming none: the slot's home server (no group to route by).
+        assert_eq!(
+            world.route(client, NodeId::Replica(ReplicaId(2)), &scan(None)),
+            NodeId::Replica(ReplicaId(2))
         );
     }
 

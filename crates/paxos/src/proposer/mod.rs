@@ -9,6 +9,7 @@
 
 pub(crate) mod catch_up;
 pub(crate) mod commit;
+pub(crate) mod global_scan;
 pub(crate) mod read;
 pub(crate) mod resolve;
 pub(crate) mod settle;
@@ -249,6 +250,11 @@ impl<K: Clone + Ord> Ctx<'_, K> {
             Message::CoordinatorRequest(build(id)),
         ));
         id
+    }
+
+    /// The placement the proposer routes by, if placed.
+    pub(crate) fn placement(&self) -> Option<&Placement> {
+        self.wiring.placement.as_ref()
     }
 
     /// The server whose coordinator answers for slot `replica` of group `eg`, by the

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
 use megastore_lock::{LockError, LockReply};
-use megastore_rowstore::{KeyRange, Row};
+use megastore_rowstore::Row;
 use megastore_types::{EgId, Epoch, Position, ReplicaId, ReplicaKind, Time};
 
 use super::Ctx;
@@ -585,21 +585,15 @@ impl CurrentRead {
 /// has not applied the position yet may have by the second time.
 const AT_POSITION_ROUNDS: usize = 2;
 
-/// A snapshot, inconsistent or at-position read: one request, tried at each candidate
-/// replica.
-/// What a point read reads: a group's data, or global index rows.
+/// What a point read reads: rows of one group.
 #[derive(Debug, Clone)]
-pub(crate) enum PointTarget {
-    /// Rows of one group.
-    Group { eg: EgId, query: DataQuery },
-    /// Global index rows, newest versions (mode `Inconsistent`).
-    Global {
-        range: KeyRange,
-        limit: Option<usize>,
-        reverse: bool,
-    },
+pub(crate) struct PointTarget {
+    pub(crate) eg: EgId,
+    pub(crate) query: DataQuery,
 }
 
+/// A snapshot, inconsistent or at-position read: one request, tried at each candidate
+/// replica.
 #[derive(Debug)]
 pub(crate) struct PointRead {
     target: PointTarget,
@@ -662,20 +656,8 @@ impl PointRead {
             ReadMode::AtPosition(p) => ReadAt::Position(p),
             ReadMode::Current | ReadMode::Inconsistent => ReadAt::Latest,
         };
-        let target = self.target.clone();
-        let id = ctx.send_replica(replica, |id| match target {
-            PointTarget::Group { eg, query } => ReplicaRequest::Read { id, eg, at, query },
-            PointTarget::Global {
-                range,
-                limit,
-                reverse,
-            } => ReplicaRequest::ScanGlobal {
-                id,
-                range,
-                limit,
-                reverse,
-            },
-        });
+        let PointTarget { eg, query } = self.target.clone();
+        let id = ctx.send_replica(replica, |id| ReplicaRequest::Read { id, eg, at, query });
         self.id = Some((id, replica, ctx.now + ctx.config.timeouts.rpc));
     }
 
@@ -706,10 +688,7 @@ impl PointRead {
                 next_leader,
                 ..
             } => {
-                let prepared = match &self.target {
-                    PointTarget::Group { eg, .. } => crate::two_phase::pending(eg, &pending),
-                    PointTarget::Global { .. } => Vec::new(),
-                };
+                let prepared = crate::two_phase::pending(&self.target.eg, &pending);
                 let path = match self.mode {
                     ReadMode::Snapshot => ReadPath::Snapshot,
                     ReadMode::AtPosition(_) => ReadPath::AtPosition,

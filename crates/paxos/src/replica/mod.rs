@@ -437,8 +437,10 @@ impl Replica {
                         range,
                         limit,
                         reverse,
+                        routed_by,
+                        ..
                     }),
-            } => self.scan_global(from, id, range, limit, reverse, &mut out),
+            } => self.scan_global(from, id, (range, limit, reverse), routed_by, &mut out),
             Input::Message {
                 from,
                 message: Message::ReplicaRequest(request),
@@ -833,19 +835,25 @@ impl Replica {
         }
     }
 
-    /// A global index scan: no group's state is involved — the store holds what this
-    /// replica applied of every group — so it is answered at once (not on witnesses,
-    /// which keep no data).
+    /// A global index scan (`scan`: its rows, limit and order): no group's state is
+    /// involved — the store holds what this server applied of its groups — so it is
+    /// answered at once (not on witnesses, which keep no data). A scan that chose its
+    /// servers by an older placement than this server's (`routed_by`) is refused: the
+    /// servers holding the slot may have changed since.
     fn scan_global(
         &self,
         from: NodeId,
         id: u64,
-        range: KeyRange,
-        limit: Option<usize>,
-        reverse: bool,
+        (range, limit, reverse): (KeyRange, Option<usize>, bool),
+        routed_by: Option<Version>,
         out: &mut Vec<Output>,
     ) {
         let global = global_index_range();
+        let newer = self
+            .placement
+            .as_ref()
+            .map(|p| p.view().version())
+            .filter(|mine| routed_by.is_some_and(|asked| asked < *mine));
         let error = if self.me.kind == ReplicaKind::Witness {
             Some(ReplicaError::NotServing)
         } else if !(global.contains(&range.start)
@@ -858,7 +866,7 @@ impl Replica {
                 "a global index scan stays within the global index rows (0xFD…)".into(),
             ))
         } else {
-            None
+            newer.map(|version| ReplicaError::PlacementNewer { version })
         };
         match error {
             Some(error) => reply(out, from, ReplicaReply::Error { id, error }),
