@@ -10,7 +10,7 @@ mod copy_cases;
 pub use copy_cases::{
     a_copy_makes_the_span_exactly_the_sources_and_leaves_the_rest,
     a_synced_copy_survives_a_restart, clearing_a_span_removes_all_of_it_and_nothing_else,
-    export_carries_every_version_and_tombstone,
+    export_carries_every_version_and_tombstone, pages_are_bounded_by_bytes_and_still_copy_exactly,
 };
 
 use crate::ordered::KeyRange;
@@ -937,6 +937,7 @@ macro_rules! rowstore_conformance_tests {
             a_copy_makes_the_span_exactly_the_sources_and_leaves_the_rest,
             a_synced_copy_survives_a_restart,
             clearing_a_span_removes_all_of_it_and_nothing_else,
+            pages_are_bounded_by_bytes_and_still_copy_exactly,
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

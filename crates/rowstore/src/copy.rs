@@ -73,16 +73,49 @@ pub struct ExportedPage {
     pub next: Option<Vec<u8>>,
 }
 
-/// The first page, at most `page_rows` rows, of `from`'s rows in `rest`.
+/// A page takes no row past its first once it holds this many bytes (keys, columns
+/// and values of its versions): a page travels between servers as one message, well
+/// within `MESSAGE_BYTES_MAX` (64 MiB), however large its rows are. A row is at most
+/// `ROW_BYTES_MAX` (1 MB) per write, but its versions add up until collected.
+pub const PAGE_BYTES_TARGET: usize = 4 << 20;
+
+/// The first page of `from`'s rows in `rest`: at most `page_rows` rows, and no row
+/// past the first once it holds [`PAGE_BYTES_TARGET`] bytes. (The source's rows are
+/// read `page_rows` at a time, so that is what a page costs in memory at most.)
 pub fn export_page<F: RowRead + ?Sized>(
     from: &F,
     rest: &KeyRange,
     page_rows: usize,
 ) -> Result<ExportedPage, RowStoreError> {
     let page_rows = page_rows.max(1);
-    let rows = from.export_rows(rest, page_rows)?;
-    let next = speaks_until(&rows, page_rows);
+    let mut rows = from.export_rows(rest, page_rows)?;
+    // More may follow if it read all it asked for, or left some out.
+    let more = rows.len() == page_rows;
+    let within = rows_within(&rows, PAGE_BYTES_TARGET);
+    let cut = within < rows.len();
+    rows.truncate(within);
+    let next = rows
+        .last()
+        .filter(|_| more || cut)
+        .map(|last| [last.key.as_slice(), &[0]].concat());
     Ok(ExportedPage { rows, next })
+}
+
+/// How many of `rows`, from the first, a page holds within `bytes` (at least one).
+fn rows_within(rows: &[StoredRow], bytes: usize) -> usize {
+    let mut held = 0;
+    for (n, row) in rows.iter().enumerate() {
+        if n > 0 && held >= bytes {
+            return n;
+        }
+        held += row.key.len()
+            + row
+                .versions
+                .iter()
+                .map(|v| v.column.len() + v.value.as_ref().map_or(0, Vec::len) + 8)
+                .sum::<usize>();
+    }
+    rows.len()
 }
 
 /// Makes `to`'s rows in the part of `rest` that `page` (exported from `rest`) speaks

@@ -44,7 +44,9 @@ mod store;
 mod types;
 pub mod versions;
 
-pub use copy::{CopyStats, ExportedPage, clear_span, copy_span, export_page, import_page};
+pub use copy::{
+    CopyStats, ExportedPage, PAGE_BYTES_TARGET, clear_span, copy_span, export_page, import_page,
+};
 pub use error::{RowStoreError, display_key};
 pub use memory::{MemorySnapshot, MemoryStore};
 pub use ordered::{KeyRange, prefix_successor};

@@ -4,7 +4,7 @@
 //! in-memory store.
 
 use super::Harness;
-use crate::copy::{CopyStats, clear_span, copy_span};
+use crate::copy::{CopyStats, PAGE_BYTES_TARGET, clear_span, copy_span, export_page};
 use crate::memory::MemoryStore;
 use crate::ordered::KeyRange;
 use crate::store::{RowRead, RowStore};
@@ -242,4 +242,57 @@ pub fn clearing_a_span_removes_all_of_it_and_nothing_else<H: Harness>(h: &mut H)
         clear_span(h.store(), &the_span, 2, Durability::Synced).unwrap(),
         0
     );
+}
+
+/// A page takes no row past its first once it holds `PAGE_BYTES_TARGET` bytes (a row
+/// larger than that goes alone), and a copy of such rows, page by page, is exact.
+pub fn pages_are_bounded_by_bytes_and_still_copy_exactly<H: Harness>(h: &mut H) {
+    let big = vec![7u8; 1_500_000];
+    let store = h.store();
+    for n in 0..6u8 {
+        apply(
+            store,
+            RowMutation::new([b'r', n]).set(b"v", 1, big.as_slice()),
+        );
+    }
+    // A row of five 1.5 MB versions: larger than a page on its own.
+    let mut huge = RowMutation::new(b"s");
+    for ts in 1..=5 {
+        huge = huge.set(b"v", ts, big.as_slice());
+    }
+    apply(store, huge);
+    let all = KeyRange::all();
+    let first = export_page(store, &all, 100).expect("a page");
+    let keys: Vec<Vec<u8>> = first.rows.iter().map(|r| r.key.clone()).collect();
+    assert_eq!(
+        keys,
+        [b"r\0".to_vec(), b"r\x01".to_vec(), b"r\x02".to_vec()]
+    );
+    assert_eq!(
+        first.next,
+        Some(b"r\x02\0".to_vec()),
+        "it speaks for its rows only"
+    );
+    let bytes: usize = first
+        .rows
+        .iter()
+        .map(|r| r.versions.len() * big.len())
+        .sum();
+    assert!(
+        bytes < PAGE_BYTES_TARGET + big.len(),
+        "{bytes} bytes in a page"
+    );
+    let from_s = KeyRange {
+        start: b"s".to_vec(),
+        end: None,
+    };
+    let alone = export_page(store, &from_s, 100).expect("a page");
+    assert_eq!(alone.rows.len(), 1);
+    assert_eq!(alone.rows[0].versions.len(), 5);
+    assert_eq!(alone.next, None, "the last row: nothing follows");
+
+    let copy = MemoryStore::new();
+    let stats = copy_span(store, &copy, &all, 100, Durability::Buffered).expect("copy");
+    assert_eq!(stats.rows, 7);
+    assert_eq!(everything(&copy), everything(store));
 }
