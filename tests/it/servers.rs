@@ -578,6 +578,27 @@ fn range_move_hands_a_slot_to_another_server_while_writers_run() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     });
+    // Each measures the size of the range it holds, a2 soon after it came to hold it:
+    // range-1's 40 copied groups and its writers' group.
+    runtime.block_on(async {
+        let started = Instant::now();
+        loop {
+            let size = async |name: &str| {
+                let ranges = ranges_at(&config, name).await.unwrap_or_default();
+                ranges.first().and_then(|r| r.bytes).unwrap_or(0)
+            };
+            let (at_a, at_a2) = (size("a").await, size("a2").await);
+            if at_a > 0 && at_a2 > 0 {
+                assert!(at_a2 > at_a, "range-1 holds more groups: {at_a2} ≤ {at_a}");
+                break;
+            }
+            assert!(
+                started.elapsed() < LIMIT,
+                "sizes measured: a {at_a}, a2 {at_a2}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
     // Status shows the servers: a2 answers, holds range-1, its coordinator its lock.
     let status = megastore(&["status", "-o", "json"]);
     assert!(status.status.success(), "{status:?}");
@@ -590,6 +611,13 @@ fn range_move_hands_a_slot_to_another_server_while_writers_run() {
     assert!(a2["coordinator_holder"]["owner"].is_string(), "{json}");
     let text = megastore(&["status"]).stdout;
     assert!(text.contains("a2 (id 11)"), "{text}");
+    assert!(text.contains("SIZE"), "{text}");
+    let replica_a = &json["replicas"][0];
+    assert_eq!(replica_a["name"], "a", "{json}");
+    assert!(
+        replica_a["ranges"]["ranges"][0]["bytes"].as_u64() > Some(0),
+        "{json}"
+    );
     // A group whose only copies are at a2 and b (c and d down while it was written,
     // b stopped while groups are counted) is counted: a2 is asked too.
     let at_a = runtime.block_on(connect(&config, "A"));

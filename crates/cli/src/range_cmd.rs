@@ -246,6 +246,7 @@ pub(crate) fn render(
     }
     if writes.is_some() {
         header.push("WRITES/S (10 s)");
+        header.push("SIZE");
     }
     table
         .load_style(comfy_table::presets::NOTHING)
@@ -303,10 +304,11 @@ pub(crate) fn render(
             );
         }
         if let Some(writes) = writes {
+            let seen = writes.get(&range.id);
+            row.push(seen.map_or_else(|| "?".into(), |w| format!("{:.1}", w.per_second)));
             row.push(
-                writes
-                    .get(&range.id)
-                    .map_or_else(|| "?".into(), |w| format!("{:.1}", w.per_second)),
+                seen.and_then(|w| w.bytes)
+                    .map_or_else(|| "?".into(), |b| indicatif::HumanBytes(b).to_string()),
             );
         }
         table.add_row(row);
@@ -409,6 +411,7 @@ mod tests {
                     range: RangeId(1),
                     applied: 40,
                     per_second: 2.5,
+                    bytes: Some(12_345),
                 },
             )])),
         );
@@ -422,13 +425,17 @@ mod tests {
             text.contains("servers (range slots held): A: a (2); B: b (2); C: c (2); D: d (2)\n"),
             "{text}"
         );
-        assert!(text.contains(" GROUPS  WRITES/S (10 s)"), "{text}");
+        assert!(text.contains(" GROUPS  WRITES/S (10 s)  SIZE"), "{text}");
         let counts: Vec<Vec<&str>> = text
             .lines()
             .skip(3)
-            .map(|l| l.split_whitespace().rev().take(2).collect())
+            .map(|l| l.split_whitespace().rev().take(4).collect())
             .collect();
-        assert_eq!(counts, [["?", "3"], ["2.5", "?"]], "{text}");
+        assert_eq!(
+            counts,
+            [vec!["?", "?", "3", "-"], vec!["KiB", "12.06", "2.5", "?"]],
+            "{text}"
+        );
         let one_row = render(&split, &config, 1, None, None);
         assert!(
             one_row.contains("… and 1 more (megastore range list)"),

@@ -24,6 +24,9 @@ pub(crate) enum Weight {
     Groups,
     /// Each range weighs its writes per second over the last ten seconds (`status`).
     Writes,
+    /// Each range weighs the bytes its groups take at the server that measured most
+    /// (`status`; measured every 30 s, a range not measured yet weighs nothing).
+    Bytes,
 }
 
 #[derive(Debug, Args)]
@@ -65,14 +68,21 @@ async fn weights(
 ) -> anyhow::Result<BTreeMap<RangeId, u64>> {
     Ok(match by {
         Weight::Groups => count_groups(config, placement, |_, _| {}).await?,
-        Weight::Writes => {
+        Weight::Writes | Weight::Bytes => {
             let peers = megastore_rpc::Peers::new(config).map_err(anyhow::Error::msg)?;
             let status = megastore_client::status::cluster_status(config, &peers, None).await;
-            // Thousandths of a write per second, so slow ranges still weigh something.
             status
                 .range_writes()
                 .into_iter()
-                .map(|(range, w)| (range, (w.per_second * 1000.0).round() as u64))
+                .map(|(range, w)| {
+                    let weight = match by {
+                        // Thousandths of a write per second, so slow ranges still
+                        // weigh something.
+                        Weight::Writes => (w.per_second * 1000.0).round() as u64,
+                        _ => w.bytes.unwrap_or(0),
+                    };
+                    (range, weight)
+                })
                 .collect()
         }
     })

@@ -115,6 +115,7 @@ pub(crate) fn to_json(status: &ClusterStatus) -> serde_json::Value {
                         "range": w.range.0,
                         "applied": w.applied,
                         "applied_per_second": w.per_second,
+                        "bytes": w.bytes,
                     })).collect::<Vec<_>>(),
                 })),
                 "coordinator": r.coordinator.as_ref().map(|c| json!({

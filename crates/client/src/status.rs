@@ -78,6 +78,9 @@ pub struct RangeApplied {
     pub applied: u64,
     /// Per second over the last ten seconds.
     pub per_second: f64,
+    /// Bytes its groups' rows take in the server's store, every version, as last
+    /// measured (`None`: not measured yet).
+    pub bytes: Option<u64>,
 }
 
 type AdminClient = megastore_rpc::pb::admin::admin_client::AdminClient<tonic::transport::Channel>;
@@ -145,6 +148,7 @@ async fn replica_ranges(config: &ClusterConfig, address: &str) -> Option<ServerR
                 range: megastore_placement::RangeId(r.range),
                 applied: r.applied,
                 per_second: r.applied_per_second,
+                bytes: r.bytes,
             })
             .collect(),
     })
@@ -293,7 +297,8 @@ async fn schema_status(peers: &Peers) -> Option<SchemaStatus> {
 impl ClusterStatus {
     /// Each range's writes as the replica server that applied most of them saw them:
     /// every replica of a range applies every entry chosen there, so the most
-    /// caught-up one counts them all (one restarted since counts from its start).
+    /// caught-up one counts them all (one restarted since counts from its start); and
+    /// its size, the largest any server measured (a witness keeps only the log).
     pub fn range_writes(
         &self,
     ) -> std::collections::BTreeMap<megastore_placement::RangeId, RangeApplied> {
@@ -304,9 +309,11 @@ impl ClusterStatus {
             writes
                 .entry(range.range)
                 .and_modify(|seen: &mut RangeApplied| {
+                    let bytes = seen.bytes.max(range.bytes);
                     if range.applied > seen.applied {
                         *seen = range.clone();
                     }
+                    seen.bytes = bytes;
                 })
                 .or_insert_with(|| range.clone());
         }
@@ -343,6 +350,12 @@ async fn replica_log(peers: &Peers, replica: ReplicaId, eg: &EgId) -> (Health, O
             error: ReplicaError::Rejoining,
             ..
         })) => (Health::Rejoining, None),
+        // It answers by its placement, which puts the group's range on another server
+        // (moved away) or freezes it there: the server serves, that group elsewhere.
+        Some(Message::ReplicaReply(ReplicaReply::Error {
+            error: ReplicaError::WrongServer { .. } | ReplicaError::Frozen { .. },
+            ..
+        })) => (Health::Serving, None),
         Some(Message::ReplicaReply(ReplicaReply::Error { error, .. })) => {
             (Health::Failing(error.to_string()), None)
         }

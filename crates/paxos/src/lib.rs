@@ -66,7 +66,7 @@ pub use replica::{
     Input as ReplicaInput, Output as ReplicaOutput, REGISTRY_PREFIX, RangeCopy, Rejoin, Released,
     Replica, ReplicaConfig, ReplicaLag, SERVER_PLACEMENT_ROW, ServerPlacementError, SweepConfig,
     answer_read, answer_snapshot, copy_range, group_state_spans, list_groups, load_group,
-    load_server_placement, register_group, registered_in, retire_range, span_keys,
+    load_server_placement, range_bytes, register_group, registered_in, retire_range, span_keys,
 };
 pub use two_phase::commit::{Participant, TwoPhaseResult};
 pub use two_phase::decide::DecideOutcome;

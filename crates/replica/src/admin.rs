@@ -124,6 +124,7 @@ impl Admin for AdminService {
                     range: r.range.0,
                     applied: r.applied,
                     applied_per_second: r.per_second,
+                    bytes: r.bytes,
                 })
                 .collect(),
         }))

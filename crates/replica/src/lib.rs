@@ -41,6 +41,7 @@ mod group_work;
 mod moves_driver;
 mod placement_follower;
 mod range_activity;
+mod range_sizes;
 mod registry;
 mod replica_server;
 mod replication_service;

@@ -84,6 +84,7 @@ impl RangeActivity {
                     range: range.id,
                     applied: counts.map_or(0, |c| c.total),
                     per_second: recent as f64 / RATE_WINDOW.as_secs_f64(),
+                    bytes: None,
                 }
             })
             .collect()
@@ -127,12 +128,14 @@ mod tests {
                 RangeApplied {
                     range: RangeId(0),
                     applied: 50,
-                    per_second: 5.0
+                    per_second: 5.0,
+                    bytes: None,
                 },
                 RangeApplied {
                     range: RangeId(1),
                     applied: 7,
-                    per_second: 0.7
+                    per_second: 0.7,
+                    bytes: None,
                 },
             ]
         );

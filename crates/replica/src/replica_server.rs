@@ -180,12 +180,17 @@ impl ReplicaProcess {
         let turn = crate::group_work::turn(config, id);
         let (outboxes, outboxes_rx) = tokio::sync::mpsc::unbounded_channel();
         let (prepared, prepared_rx) = tokio::sync::mpsc::unbounded_channel();
+        let store = Arc::new(store);
+        let sizes =
+            crate::range_sizes::RangeSizes::start(Arc::clone(&store), metrics.clone(), name)
+                .map_err(|e| ProcessError::Config(format!("cannot start the sizes thread: {e}")))?;
         let driver = Driver {
             outboxes: turn.is_some().then_some(outboxes),
             prepared: turn.is_some().then_some(prepared),
             metrics,
             core,
-            store: Arc::new(store),
+            store,
+            sizes,
             clock: Clock::start(),
             peers,
             runtime: tokio::runtime::Handle::current(),
@@ -385,6 +390,8 @@ struct Driver {
     open_index_kept: bool,
     /// The entries applied per range.
     activity: RangeActivity,
+    /// The bytes each range held takes, measured in the background.
+    sizes: crate::range_sizes::RangeSizes,
     /// Groups with queue messages to deliver, for a full replica's delivery task.
     outboxes: Option<tokio::sync::mpsc::UnboundedSender<EgId>>,
     /// Groups with prepared cross-group transactions, for a full replica's settling
@@ -596,7 +603,10 @@ impl Driver {
                         let report = self.core.placement().map_or((0, Vec::new()), |p| {
                             let now = std::time::Instant::now();
                             let me = self.core.info().id;
-                            let ranges = self.activity.report(p.view(), p.server(), me, now);
+                            let mut ranges = self.activity.report(p.view(), p.server(), me, now);
+                            for range in &mut ranges {
+                                range.bytes = self.sizes.bytes(range.range);
+                            }
                             (p.view().version().0, ranges)
                         });
                         let _ = reply.send(report);
@@ -658,10 +668,18 @@ impl Driver {
     fn placement_measured(&self) {
         if let Some(placement) = self.core.placement() {
             let view = placement.view();
-            let held =
+            let held: Vec<_> =
                 placement_follower::ranges_held(view, placement.server(), self.core.info().id)
-                    .count();
-            self.metrics.placement(view.version().0, held);
+                    .map(|r| {
+                        let keys = megastore_rowstore::KeyRange {
+                            start: r.start.clone(),
+                            end: r.end.clone(),
+                        };
+                        (r.id, keys)
+                    })
+                    .collect();
+            self.metrics.placement(view.version().0, held.len());
+            self.sizes.hold(held, &self.metrics);
         }
     }
 

@@ -108,12 +108,7 @@ fn rows_within(rows: &[StoredRow], bytes: usize) -> usize {
         if n > 0 && held >= bytes {
             return n;
         }
-        held += row.key.len()
-            + row
-                .versions
-                .iter()
-                .map(|v| v.column.len() + v.value.as_ref().map_or(0, Vec::len) + 8)
-                .sum::<usize>();
+        held += row.stored_bytes();
     }
     rows.len()
 }

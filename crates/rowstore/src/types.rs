@@ -210,3 +210,15 @@ pub struct StoredRow {
     /// Its versions.
     pub versions: Vec<StoredVersion>,
 }
+
+impl StoredRow {
+    /// The bytes it holds: its key, and each version's column, value and timestamp.
+    pub fn stored_bytes(&self) -> usize {
+        self.key.len()
+            + self
+                .versions
+                .iter()
+                .map(|v| v.column.len() + v.value.as_ref().map_or(0, Vec::len) + 8)
+                .sum::<usize>()
+    }
+}

@@ -43,7 +43,7 @@ pub use driver::{Batch, BatchCounts, DRIVER_CLIENT, Released, load_group};
 pub use group::{CHOSEN_REMEMBERED, GroupLog, HISTORY_KEPT, Proposal, Rejoin};
 pub use placed::{SERVER_PLACEMENT_ROW, ServerPlacementError, load_server_placement, span_keys};
 pub use range_copy::{RangeCopy, copy_range};
-pub use range_state::{group_state_spans, retire_range};
+pub use range_state::{group_state_spans, range_bytes, retire_range};
 pub use registry::{
     GroupList, OPEN_PREFIX, REGISTRY_PREFIX, list, list_groups, register_group, registered_in,
 };

@@ -85,6 +85,39 @@ pub(super) fn mirrored_global_rows<S: RowRead>(
     }
 }
 
+/// How many bytes `store` holds of the groups in `groups` (every version of every row
+/// of [`group_state_spans`], as [`megastore_rowstore::StoredRow::stored_bytes`] counts
+/// them; their global index rows aside), read `page_rows` rows at a time; `after_page`
+/// is told each page's bytes (a caller paces the reading by it) and may stop the
+/// reading (then `None`).
+pub fn range_bytes<S: RowRead + ?Sized>(
+    store: &S,
+    groups: &KeyRange,
+    page_rows: usize,
+    mut after_page: impl FnMut(u64) -> std::ops::ControlFlow<()>,
+) -> Result<Option<u64>, RowStoreError> {
+    let page_rows = page_rows.max(1);
+    let mut total = 0;
+    for span in group_state_spans(groups) {
+        let mut rest = span;
+        loop {
+            let rows = store.export_rows(&rest, page_rows)?;
+            let bytes: u64 = rows.iter().map(|r| r.stored_bytes() as u64).sum();
+            total += bytes;
+            if after_page(bytes).is_break() {
+                return Ok(None);
+            }
+            match rows.last() {
+                Some(last) if rows.len() == page_rows => {
+                    rest.start = [last.key.as_slice(), &[0]].concat();
+                }
+                _ => break,
+            }
+        }
+    }
+    Ok(Some(total))
+}
+
 /// Deletes `store`'s state of the groups in `groups` (a range that moved away): the
 /// global index rows their mirrors name, then every span of [`group_state_spans`].
 /// Returns how many versions it removed.
@@ -152,5 +185,52 @@ mod tests {
         assert_eq!(last.len(), 4);
         assert!(last.iter().any(|s| s.contains(&[0xFE, 1])));
         assert!(!last.iter().any(|s| s.contains(&[GLOBAL_INDEX_TAG])));
+    }
+
+    #[test]
+    fn a_ranges_bytes_are_its_groups_rows_every_version_and_nothing_else() {
+        use megastore_rowstore::{MemoryStore, RowMutation};
+        let store = MemoryStore::new();
+        let write = |mutation: RowMutation| {
+            store
+                .mutate_row(&mutation, None, Durability::Buffered)
+                .expect("a write");
+        };
+        // In the range: three rows, one with two versions and a tombstone.
+        for n in 0..3u8 {
+            write(RowMutation::new([0x20, n]).set(b"c", 1, [n; 10]));
+        }
+        write(
+            RowMutation::new([0x21])
+                .set(b"c", 1, [1; 100])
+                .set(b"c", 2, [2; 100])
+                .delete_column(b"d", 3),
+        );
+        write(RowMutation::new([REGISTRY_PREFIX, &[0x20]].concat()).set(b"r", 1, b""));
+        // Outside it: a group past its end, and a global index row.
+        write(RowMutation::new([0x40, 0]).set(b"c", 1, [9; 1000]));
+        write(RowMutation::new([GLOBAL_INDEX_TAG, 0x20]).set(b"c", 1, [9; 1000]));
+        let range = KeyRange::between([0x20], [0x40]);
+        let expected: u64 = [
+            2 + 1 + 10 + 8,
+            2 + 1 + 10 + 8,
+            2 + 1 + 10 + 8,
+            1 + 2 * (1 + 100 + 8) + (1 + 8),
+            REGISTRY_PREFIX.len() as u64 + 1 + 1 + 8,
+        ]
+        .iter()
+        .sum();
+        for page_rows in [1, 2, 100] {
+            let mut pages = Vec::new();
+            let bytes = range_bytes(&store, &range, page_rows, |b| {
+                pages.push(b);
+                std::ops::ControlFlow::Continue(())
+            })
+            .expect("read");
+            assert_eq!(bytes, Some(expected), "pages of {page_rows}");
+            assert_eq!(pages.iter().sum::<u64>(), expected);
+        }
+        let stopped = range_bytes(&store, &range, 1, |_| std::ops::ControlFlow::Break(()));
+        assert_eq!(stopped.ok(), Some(None), "stopped after its first page");
     }
 }
