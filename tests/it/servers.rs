@@ -45,6 +45,39 @@ pub(crate) fn with_servers(config: &str) -> String {
         )
 }
 
+/// Starts server a2 and its coordinator, and waits until a2 serves.
+pub(crate) fn start_a2(cluster: &mut megastore_e2e::LocalCluster) {
+    for process in ["replica-a2", "coordinator-a2"] {
+        cluster.start_process(process);
+    }
+    cluster.wait_for_log("replica-a2", "replica serving", LIMIT);
+}
+
+/// Waits until replica a's first server holds the ranges `at_a` and server a2
+/// `at_a2` (each reads the placement from lockd every second).
+pub(crate) async fn a_and_a2_hold(
+    config: &megastore_config::ClusterConfig,
+    at_a: &[u64],
+    at_a2: &[u64],
+) {
+    let held = async |name: &str| -> Vec<u64> {
+        let ranges = ranges_at(config, name).await.unwrap_or_default();
+        ranges.iter().map(|r| r.range).collect()
+    };
+    let started = Instant::now();
+    loop {
+        let (a, a2) = (held("a").await, held("a2").await);
+        if a == at_a && a2 == at_a2 {
+            return;
+        }
+        assert!(
+            started.elapsed() < LIMIT,
+            "a holds {a:?} and a2 {a2:?}, not {at_a:?} and {at_a2:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The line a replica server logs when it serves, with whether it rejoins.
 fn serving(rejoining: bool) -> String {
     format!("rejoining={rejoining}")
@@ -242,10 +275,7 @@ async fn copy_into(
 #[test]
 fn a_range_is_copied_between_servers_while_writers_run_and_the_target_crashes() {
     let (_alone, dir, mut cluster, config, runtime) = start_cluster_edited(with_servers);
-    for process in ["replica-a2", "coordinator-a2"] {
-        cluster.start_process(process);
-    }
-    cluster.wait_for_log("replica-a2", "replica serving", LIMIT);
+    start_a2(&mut cluster);
     let topology = config.topology().expect("a topology");
     let lockd = runtime.block_on(async { megastore_rpc::LockdClient::new(&config) });
     let lockd = lockd.expect("a lockd client");
@@ -464,10 +494,7 @@ pub(crate) async fn ranges_at(
 #[test]
 fn range_move_hands_a_slot_to_another_server_while_writers_run() {
     let (_alone, dir, mut cluster, config, runtime) = start_cluster_edited(with_servers);
-    for process in ["replica-a2", "coordinator-a2"] {
-        cluster.start_process(process);
-    }
-    cluster.wait_for_log("replica-a2", "replica serving", LIMIT);
+    start_a2(&mut cluster);
     let config_arg = cluster.config_path.to_str().expect("UTF-8").to_string();
     let megastore = |args: &[&str]| {
         let mut all = args.to_vec();
@@ -560,24 +587,7 @@ fn range_move_hands_a_slot_to_another_server_while_writers_run() {
 
     // Each server holds its range, once it read the placement that finished the move
     // (each polls lockd every second).
-    runtime.block_on(async {
-        let held = async |name: &str| -> Vec<u64> {
-            let ranges = ranges_at(&config, name).await.expect("the server answers");
-            ranges.iter().map(|r| r.range).collect()
-        };
-        let started = Instant::now();
-        loop {
-            let (at_a, at_a2) = (held("a").await, held("a2").await);
-            if at_a == [0] && at_a2 == [1] {
-                break;
-            }
-            assert!(
-                started.elapsed() < LIMIT,
-                "a holds {at_a:?} and a2 {at_a2:?}, not [0] and [1]"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    });
+    runtime.block_on(a_and_a2_hold(&config, &[0], &[1]));
     // Each measures the size of the range it holds, a2 soon after it came to hold it:
     // range-1's 40 copied groups and its writers' group.
     runtime.block_on(async {
@@ -795,10 +805,7 @@ fn moving(megastore: &dyn Fn(&[&str]) -> megastore_e2e::Finished, range: usize) 
 #[test]
 fn an_interrupted_move_is_given_up_or_carried_on_by_running_it_again() {
     let (_alone, dir, mut cluster, config, runtime) = start_cluster_edited(with_servers);
-    for process in ["replica-a2", "coordinator-a2"] {
-        cluster.start_process(process);
-    }
-    cluster.wait_for_log("replica-a2", "replica serving", LIMIT);
+    start_a2(&mut cluster);
     let config_arg = cluster.config_path.to_str().expect("UTF-8").to_string();
     let megastore = |args: &[&str]| {
         let mut all = args.to_vec();

@@ -7,14 +7,14 @@
 //! one — answers exactly what the acknowledged writes left: no entry missing, none
 //! stale, none twice, in index order.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use megastore_client::entity_group;
 use megastore_e2e::run_megastore;
 use megastore_schema::Value;
 
 use crate::index_queries::{expected, streamed, until_equal, write_round};
-use crate::servers::{LIMIT, ranges_at, with_servers};
+use crate::servers::{LIMIT, a_and_a2_hold, start_a2, with_servers};
 use crate::support::{api_at, apply_schema, connect, start_cluster_edited};
 
 /// `bytes` as `range split --at` takes them: every byte as `\xHH`.
@@ -29,10 +29,7 @@ fn escaped(bytes: &[u8]) -> String {
 #[test]
 fn global_index_scans_after_a_move_ask_every_server_of_the_slot() {
     let (_alone, dir, mut cluster, config, runtime) = start_cluster_edited(with_servers);
-    for process in ["replica-a2", "coordinator-a2"] {
-        cluster.start_process(process);
-    }
-    cluster.wait_for_log("replica-a2", "replica serving", LIMIT);
+    start_a2(&mut cluster);
     let config_arg = cluster.config_path.to_str().expect("UTF-8").to_string();
     let megastore = |args: &[&str]| {
         let mut all = args.to_vec();
@@ -102,23 +99,8 @@ fn global_index_scans_after_a_move_ask_every_server_of_the_slot() {
         .map(|(k, _)| *k)
         .collect();
     runtime.block_on(async {
-        // Each server holds its range (and a retired range-1's entries).
-        let started = Instant::now();
-        loop {
-            let held = async |name: &str| -> Vec<u64> {
-                let ranges = ranges_at(&config, name).await.unwrap_or_default();
-                ranges.iter().map(|r| r.range).collect()
-            };
-            let (at_a, at_a2) = (held("a").await, held("a2").await);
-            if at_a == [0] && at_a2 == [1] {
-                break;
-            }
-            assert!(
-                started.elapsed() < LIMIT,
-                "a holds {at_a:?} and a2 {at_a2:?}, not [0] and [1]"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        // Each server holds its range (and a has retired range-1's entries).
+        a_and_a2_hold(&config, &[0], &[1]).await;
         // Both ranges hold photos tagged `all`.
         let in_range_1 = all
             .iter()

@@ -205,9 +205,6 @@ fn an_unplaced_client_asks_each_slots_first_server() {
 /// placement and asks that replica's servers again, by the one it read.
 #[test]
 fn a_server_with_a_newer_placement_makes_the_scan_read_it_and_ask_again() {
-    use megastore_lock::{LockCommand, LockFile, LockReply, LockResponse};
-    use megastore_placement::PLACEMENT_FILE;
-
     let unsplit = Placement::initial(support::servers_22_beside_2(), &support::topology(), 1)
         .expect("a placement");
     let newer = split_and_moved();
@@ -236,35 +233,9 @@ fn a_server_with_a_newer_placement_makes_the_scan_read_it_and_ask_again() {
     };
     let outputs = answer(&mut client, now, ReplicaId(1), refusal);
     assert!(scans(&outputs).is_empty(), "nothing asked before the read");
-    let read = outputs
-        .iter()
-        .find_map(|o| match o {
-            ClientOutput::Send {
-                to,
-                message: Message::LockRequest(request),
-            } if request.command
-                == (LockCommand::ReadFile {
-                    name: PLACEMENT_FILE.into(),
-                }) =>
-            {
-                Some((*to, request.id))
-            }
-            _ => None,
-        })
-        .expect("the placement is read");
-    let outputs = client.step(
-        now,
-        ClientInput::Message {
-            from: read.0,
-            message: Message::LockResponse(LockResponse {
-                id: read.1,
-                result: Ok(LockReply::File(Some(LockFile {
-                    version: 1,
-                    contents: newer.encode(),
-                }))),
-            }),
-        },
-    );
+    let reads = support::placement_reads(&outputs);
+    assert_eq!(reads.len(), 1, "the placement is read");
+    let outputs = support::answer_placement_read(&mut client, now, reads[0], &newer);
     assert_eq!(
         client.placement().map(Placement::version),
         Some(newer.version())

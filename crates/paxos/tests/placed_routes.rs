@@ -8,9 +8,8 @@ mod support;
 
 use std::time::Duration;
 
-use megastore_lock::{LockCommand, LockFile, LockReply, LockResponse};
-use megastore_paxos::{ClientCore, ClientInput, ClientOutput, Message, ReplicaError, ReplicaReply};
-use megastore_placement::{PLACEMENT_FILE, Placement, RangeId, ServerId, Version};
+use megastore_paxos::{ClientCore, ClientInput, Message, ReplicaError, ReplicaReply};
+use megastore_placement::{Placement, RangeId, ServerId, Version};
 use megastore_types::{NodeId, ReplicaId, Time};
 
 /// One range, slot 2 on server 2; and after it, slot 2 moved to server 22.
@@ -37,38 +36,11 @@ fn refused(client: &mut ClientCore, now: Time, error: ReplicaError) -> Vec<(Node
             message: Message::ReplicaReply(ReplicaReply::Error { id: 5, error }),
         },
     );
-    outputs
-        .into_iter()
-        .filter_map(|output| match output {
-            ClientOutput::Send {
-                to,
-                message: Message::LockRequest(request),
-            } if request.command
-                == (LockCommand::ReadFile {
-                    name: PLACEMENT_FILE.into(),
-                }) =>
-            {
-                Some((to, request.id))
-            }
-            _ => None,
-        })
-        .collect()
+    support::placement_reads(&outputs)
 }
 
-fn answer(client: &mut ClientCore, now: Time, (from, id): (NodeId, u64), stored: &Placement) {
-    client.step(
-        now,
-        ClientInput::Message {
-            from,
-            message: Message::LockResponse(LockResponse {
-                id,
-                result: Ok(LockReply::File(Some(LockFile {
-                    version: 1,
-                    contents: stored.encode(),
-                }))),
-            }),
-        },
-    );
+fn answer(client: &mut ClientCore, now: Time, read: (NodeId, u64), stored: &Placement) {
+    support::answer_placement_read(client, now, read, stored);
 }
 
 fn version(client: &ClientCore) -> Version {

@@ -294,3 +294,49 @@ pub(crate) fn servers_22_beside_2() -> Vec<megastore_placement::Server> {
         })
         .collect()
 }
+
+/// The placement reads (lock service reads of the placement file) among a client's
+/// `outputs`: where each goes, and its lock request id.
+pub(crate) fn placement_reads(outputs: &[megastore_paxos::ClientOutput]) -> Vec<(NodeId, u64)> {
+    use megastore_lock::LockCommand;
+    outputs
+        .iter()
+        .filter_map(|output| match output {
+            megastore_paxos::ClientOutput::Send {
+                to,
+                message: Message::LockRequest(request),
+            } if request.command
+                == (LockCommand::ReadFile {
+                    name: megastore_placement::PLACEMENT_FILE.into(),
+                }) =>
+            {
+                Some((*to, request.id))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The lock service answers placement read `(from, id)` with `stored`; what the
+/// client then does.
+pub(crate) fn answer_placement_read(
+    client: &mut megastore_paxos::ClientCore,
+    now: Time,
+    (from, id): (NodeId, u64),
+    stored: &megastore_placement::Placement,
+) -> Vec<megastore_paxos::ClientOutput> {
+    use megastore_lock::{LockFile, LockReply, LockResponse};
+    client.step(
+        now,
+        megastore_paxos::ClientInput::Message {
+            from,
+            message: Message::LockResponse(LockResponse {
+                id,
+                result: Ok(LockReply::File(Some(LockFile {
+                    version: 1,
+                    contents: stored.encode(),
+                }))),
+            }),
+        },
+    )
+}
