@@ -45,6 +45,21 @@ pub(crate) fn with_servers(config: &str) -> String {
         )
 }
 
+/// The `megastore` CLI, run in `dir` against `cluster`'s config file (within
+/// [`LIMIT`]).
+pub(crate) fn cli_of(
+    cluster: &megastore_e2e::LocalCluster,
+    dir: &std::path::Path,
+) -> impl Fn(&[&str]) -> megastore_e2e::Finished + use<> {
+    let config = cluster.config_path.to_str().expect("UTF-8").to_string();
+    let dir = dir.to_path_buf();
+    move |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--config", &config]);
+        run_megastore(&all, &dir, LIMIT)
+    }
+}
+
 /// Starts server a2 and its coordinator, and waits until a2 serves.
 pub(crate) fn start_a2(cluster: &mut megastore_e2e::LocalCluster) {
     for process in ["replica-a2", "coordinator-a2"] {
@@ -106,12 +121,7 @@ fn wait_for_starts(cluster: &mut megastore_e2e::LocalCluster, name: &str, starts
 #[test]
 fn servers_added_while_writers_run_list_themselves_holding_nothing_and_never_rejoin() {
     let (_alone, dir, mut cluster, config, runtime) = start_cluster_edited(with_servers);
-    let config_arg = cluster.config_path.to_str().expect("UTF-8").to_string();
-    let megastore = |args: &[&str]| {
-        let mut all = args.to_vec();
-        all.extend(["--config", &config_arg]);
-        run_megastore(&all, dir.path(), LIMIT)
-    };
+    let megastore = cli_of(&cluster, dir.path());
 
     const WRITERS: u32 = 2;
     const INCREMENTS_MAX: u32 = 300;
@@ -495,12 +505,7 @@ pub(crate) async fn ranges_at(
 fn range_move_hands_a_slot_to_another_server_while_writers_run() {
     let (_alone, dir, mut cluster, config, runtime) = start_cluster_edited(with_servers);
     start_a2(&mut cluster);
-    let config_arg = cluster.config_path.to_str().expect("UTF-8").to_string();
-    let megastore = |args: &[&str]| {
-        let mut all = args.to_vec();
-        all.extend(["--config", &config_arg]);
-        run_megastore(&all, dir.path(), LIMIT)
-    };
+    let megastore = cli_of(&cluster, dir.path());
     // range-0 holds eg-0200, range-1 eg-0300 and after.
     let out = megastore(&["range", "split", "--at-group", "eg-0300"]);
     assert!(out.status.success(), "{out:?}");
@@ -699,12 +704,7 @@ fn range_rebalance_evens_out_each_replicas_servers_while_a_writer_runs() {
     for process in ["replica-a2", "replica-c2"] {
         cluster.wait_for_log(process, "replica serving", LIMIT);
     }
-    let config_arg = cluster.config_path.to_str().expect("UTF-8").to_string();
-    let megastore = |args: &[&str]| {
-        let mut all = args.to_vec();
-        all.extend(["--config", &config_arg]);
-        run_megastore(&all, dir.path(), LIMIT)
-    };
+    let megastore = cli_of(&cluster, dir.path());
     // Four ranges of about ten groups each.
     for at in ["eg-0510", "eg-0520", "eg-0530"] {
         let out = megastore(&["range", "split", "--at-group", at]);
@@ -807,11 +807,7 @@ fn an_interrupted_move_is_given_up_or_carried_on_by_running_it_again() {
     let (_alone, dir, mut cluster, config, runtime) = start_cluster_edited(with_servers);
     start_a2(&mut cluster);
     let config_arg = cluster.config_path.to_str().expect("UTF-8").to_string();
-    let megastore = |args: &[&str]| {
-        let mut all = args.to_vec();
-        all.extend(["--config", &config_arg]);
-        run_megastore(&all, dir.path(), LIMIT)
-    };
+    let megastore = cli_of(&cluster, dir.path());
     // Enough groups that the copy takes a while.
     let client = runtime.block_on(connect(&config, "B"));
     runtime.block_on(async {

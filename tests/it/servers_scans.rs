@@ -10,11 +10,10 @@
 use std::time::Duration;
 
 use megastore_client::entity_group;
-use megastore_e2e::run_megastore;
 use megastore_schema::Value;
 
 use crate::index_queries::{expected, streamed, until_equal, write_round};
-use crate::servers::{LIMIT, a_and_a2_hold, start_a2, with_servers};
+use crate::servers::{a_and_a2_hold, cli_of, start_a2, with_servers};
 use crate::support::{api_at, apply_schema, connect, start_cluster_edited};
 
 /// `bytes` as `range split --at` takes them: every byte as `\xHH`.
@@ -31,11 +30,7 @@ fn global_index_scans_after_a_move_ask_every_server_of_the_slot() {
     let (_alone, dir, mut cluster, config, runtime) = start_cluster_edited(with_servers);
     start_a2(&mut cluster);
     let config_arg = cluster.config_path.to_str().expect("UTF-8").to_string();
-    let megastore = |args: &[&str]| {
-        let mut all = args.to_vec();
-        all.extend(["--config", &config_arg]);
-        run_megastore(&all, dir.path(), LIMIT)
-    };
+    let megastore = cli_of(&cluster, dir.path());
     let catalog = apply_schema(&config_arg, "schema/photos.msdl", dir.path());
     let users_a: Vec<i64> = (1..=4).collect();
     let users_b: Vec<i64> = (101..=104).collect();

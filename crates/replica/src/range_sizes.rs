@@ -2,10 +2,10 @@
 //! rebalancing by size): every version of every row of the range's groups, as
 //! `megastore_paxos::range_bytes` counts them.
 //!
-//! Measured by reading the rows, in a thread of its own: first [`FIRST_AFTER`] after
-//! the server starts, then every [`MEASURE_EVERY`] — and at once when the server
-//! comes to hold a range it has no size of (a split's new half, a move's target) —
-//! the whole read paced at [`READ_BYTES_PER_SECOND`] so that measuring never competes
+//! Measured by reading the rows, in a thread of its own: every [`MEASURE_EVERY`], and
+//! as soon as the server comes to hold a range it has no size of (at start, a split's
+//! new half, a move's target: the driver's [`RangeSizes::hold`] wakes the thread), the
+//! whole read paced at [`READ_BYTES_PER_SECOND`] so that measuring never competes
 //! with serving. A measurement is therefore up to a period plus its own reading time
 //! old; between two, a range's size is the last one measured (a range not measured
 //! yet has none). The ranges measured are those the driver last said the server
@@ -17,28 +17,25 @@
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use megastore_metrics::ReplicaMetrics;
 use megastore_placement::RangeId;
 use megastore_rowstore::KeyRange;
 use megastore_rowstore_rocksdb::RocksStore;
 
-/// The first measurement, after the server started.
-pub(crate) const FIRST_AFTER: Duration = Duration::from_secs(1);
 /// The time between the end of one measurement and the start of the next.
 pub(crate) const MEASURE_EVERY: Duration = Duration::from_secs(30);
-/// How soon after a measurement a range held with no size is measured.
+/// How soon after a measurement a range held with no size yet (held while it ran, or
+/// whose reading failed) is measured again.
 const UNMEASURED_AFTER: Duration = Duration::from_millis(500);
 /// How fast a measurement reads at most.
 pub(crate) const READ_BYTES_PER_SECOND: u64 = 64 << 20;
 /// Rows read at once.
 const PAGE_ROWS: usize = 256;
-/// The longest the thread sleeps before it looks whether it should stop.
-const STEP: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Default)]
 struct Shared {
@@ -48,13 +45,22 @@ struct Shared {
     bytes: BTreeMap<RangeId, u64>,
 }
 
+impl Shared {
+    fn unmeasured(&self) -> bool {
+        self.held
+            .iter()
+            .any(|(range, _)| !self.bytes.contains_key(range))
+    }
+}
+
 /// The sizes measured, and what to measure. Dropping it stops the measuring thread
 /// and waits for it, so the store is no longer read (nor kept open) afterwards: a
 /// server stopped and started again in one process opens the store again at once.
 #[derive(Debug)]
 pub(crate) struct RangeSizes {
     shared: Arc<Mutex<Shared>>,
-    stop: Arc<AtomicBool>,
+    /// Wakes the thread; dropped, stops it.
+    wake: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -67,25 +73,26 @@ impl RangeSizes {
         name: &str,
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Mutex::new(Shared::default()));
-        let stop = Arc::new(AtomicBool::new(false));
+        let (wake, woken) = std::sync::mpsc::channel();
         let measuring = Measuring {
             store,
             metrics,
             shared: Arc::clone(&shared),
-            stop: Arc::clone(&stop),
+            woken,
         };
         let thread = std::thread::Builder::new()
             .name(format!("sizes-{name}"))
             .spawn(move || measuring.run())?;
         Ok(Self {
             shared,
-            stop,
+            wake: Some(wake),
             thread: Some(thread),
         })
     }
 
     /// From now on the server holds `held` (ranges and their group keys); a range no
-    /// longer held forgets its size (and its metric is set to 0).
+    /// longer held forgets its size (and its metric is set to 0), and one not
+    /// measured yet is measured soon.
     pub(crate) fn hold(&self, held: Vec<(RangeId, KeyRange)>, metrics: &ReplicaMetrics) {
         let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
         shared.bytes.retain(|range, _| {
@@ -96,6 +103,11 @@ impl RangeSizes {
             kept
         });
         shared.held = held;
+        if shared.unmeasured()
+            && let Some(wake) = &self.wake
+        {
+            let _ = wake.send(());
+        }
     }
 
     /// The last size measured of `range` (`None`: not measured since it is held).
@@ -107,7 +119,7 @@ impl RangeSizes {
 
 impl Drop for RangeSizes {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
+        drop(self.wake.take());
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -119,60 +131,21 @@ struct Measuring {
     store: Arc<RocksStore>,
     metrics: ReplicaMetrics,
     shared: Arc<Mutex<Shared>>,
-    stop: Arc<AtomicBool>,
+    woken: Receiver<()>,
 }
 
 impl Measuring {
-    fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Acquire)
-    }
-
-    /// Sleeps `wait` in short steps; false once told to stop.
-    fn sleep(&self, wait: Duration) -> bool {
-        let until = Instant::now() + wait;
-        loop {
-            if self.stopped() {
-                return false;
-            }
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return true;
-            }
-            std::thread::sleep(left.min(STEP));
-        }
-    }
-
-    /// Waits `wait`, or until a range held has no size (but at least
-    /// [`UNMEASURED_AFTER`], so that a range whose reading fails is not read in a
-    /// loop); false once told to stop.
-    fn wait(&self, wait: Duration) -> bool {
-        let until = Instant::now() + wait;
-        let soonest = Instant::now() + UNMEASURED_AFTER.min(wait);
-        loop {
-            let unmeasured = {
-                let shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
-                shared
-                    .held
-                    .iter()
-                    .any(|(range, _)| !shared.bytes.contains_key(range))
-            };
-            let now = Instant::now();
-            if now >= until || (unmeasured && now >= soonest) {
-                return !self.stopped();
-            }
-            if !self.sleep((until - now).min(STEP)) {
-                return false;
-            }
-        }
+    /// Waits `wait` or until woken; false once told to stop.
+    fn pause(&self, wait: Duration) -> bool {
+        !matches!(
+            self.woken.recv_timeout(wait),
+            Err(RecvTimeoutError::Disconnected)
+        )
     }
 
     fn run(&self) {
-        if !self.sleep(FIRST_AFTER) {
-            return;
-        }
-        let mut wait = Duration::ZERO;
-        while self.wait(wait) {
-            wait = MEASURE_EVERY;
+        let mut wait = MEASURE_EVERY;
+        while self.pause(wait) {
             let held = self
                 .shared
                 .lock()
@@ -180,10 +153,10 @@ impl Measuring {
                 .held
                 .clone();
             for (range, keys) in held {
-                // Paced: each page's bytes at the rate, in steps that can stop.
+                // Paced: each page's bytes at the rate; a stop ends the reading.
                 let pace = |bytes: u64| {
                     let took = bytes as f64 / READ_BYTES_PER_SECOND as f64;
-                    if self.sleep(Duration::from_secs_f64(took)) {
+                    if self.pause(Duration::from_secs_f64(took)) {
                         ControlFlow::Continue(())
                     } else {
                         ControlFlow::Break(())
@@ -202,6 +175,16 @@ impl Measuring {
                     Err(e) => tracing::warn!("measuring {range}: {e}"),
                 }
             }
+            let unmeasured = self
+                .shared
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .unmeasured();
+            wait = if unmeasured {
+                UNMEASURED_AFTER
+            } else {
+                MEASURE_EVERY
+            };
         }
     }
 }
