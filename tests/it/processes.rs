@@ -146,7 +146,7 @@ fn lockd_survives_sigkill_of_its_leader_process() {
     // Every node restarted on its directory: the state is all there.
     for (i, node) in nodes.iter_mut().enumerate() {
         let name = format!("lock-{i}");
-        *node = Process::start(
+        *node = megastore_e2e::start_listening(
             &name,
             &["lockd", "--config", config_arg, "--id", &name],
             dir.path(),
@@ -246,7 +246,7 @@ fn coordinator_process_vouches_per_epoch_and_can_be_disabled() {
     let _lockd = start_lockd(config_arg, dir.path());
     let address = config.replicas[0].coordinator_address.clone().unwrap();
     let start_coordinator = || {
-        Process::start(
+        megastore_e2e::start_listening(
             "coordinator-a",
             &["coordinator", "--config", config_arg, "--id", "a"],
             dir.path(),

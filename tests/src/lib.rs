@@ -273,6 +273,67 @@ pub fn free_ports(n: usize) -> Vec<u16> {
         .collect()
 }
 
+/// Starts `megastore args…` like [`Process::start`], and starts it again while it
+/// exits because one of its ports is in use (up to 10 s). A port freed by a killed
+/// process can be held for a moment by someone else: another test process probing
+/// for free ports, or a connection's source port where the kernel's ephemeral range
+/// reaches below 32768. Returns once the process logs that it is serving, exits for
+/// another reason, or has run 2 s (a replica waiting for lockd, say).
+pub fn start_listening(name: &str, args: &[&str], dir: &Path) -> Process {
+    let limit = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let logged_before = std::fs::metadata(dir.join(format!("{name}.log")))
+            .map_or(0, |m| usize::try_from(m.len()).unwrap_or(usize::MAX));
+        let mut process = Process::start(name, args, dir);
+        let started = std::time::Instant::now();
+        let this_run =
+            |process: &Process| process.log().get(logged_before..).unwrap_or("").to_string();
+        while process.running()
+            && !this_run(&process).contains("serving")
+            && started.elapsed() < Duration::from_secs(2)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let logged = this_run(&process);
+        if process.running() || !logged.contains("Address already in use") {
+            return process;
+        }
+        report_port_holders(name, &logged);
+        if std::time::Instant::now() > limit {
+            return process;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Says on stderr who holds the port a process could not listen on (`ss`), so a
+/// collision that outlasts the retries can be understood from the test's output.
+#[allow(clippy::print_stderr)]
+fn report_port_holders(name: &str, logged: &str) {
+    // "cannot listen on 127.0.0.1:28573: Address already in use" (or "…:28573 for
+    // metrics: …") → "28573".
+    let port = logged
+        .split("cannot listen on ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|address| address.trim_end_matches(':').rsplit(':').next())
+        .unwrap_or_default();
+    let sockets = Command::new("ss")
+        .args(["-tanp"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let holders: Vec<&str> = sockets
+        .lines()
+        // Local address is the fourth column: the sockets bound to the port itself.
+        .filter(|line| {
+            let local = line.split_whitespace().nth(3).unwrap_or("");
+            !port.is_empty() && local.ends_with(&format!(":{port}"))
+        })
+        .collect();
+    eprintln!("{name}: port {port} is in use, starting again; its sockets: {holders:#?}");
+}
+
 /// The default topology (docs/architecture.md, "Default topology") on free loopback ports with short timeouts, as
 /// a config file in `dir`: full replicas `a` (site A) and `b` (site B) with
 /// coordinators, witness `c` (C), read-only `d` (D), lockd nodes `lock-0..2` at A, B, C;
@@ -378,11 +439,8 @@ impl LocalCluster {
             Some(("coordinator", name)) => ("coordinator", name),
             _ => panic!("no process kind in {process:?}"),
         };
-        let started = Process::start(
-            process,
-            &[command, "--config", &config, "--id", id],
-            &self.dir,
-        );
+        let args = [command, "--config", &config, "--id", id];
+        let started = start_listening(process, &args, &self.dir);
         self.processes.insert(process.to_string(), started);
     }
 
