@@ -62,9 +62,7 @@ pub(crate) fn cli_of(
 
 /// Starts server a2 and its coordinator, and waits until a2 serves.
 pub(crate) fn start_a2(cluster: &mut megastore_e2e::LocalCluster) {
-    for process in ["replica-a2", "coordinator-a2"] {
-        cluster.start_process(process);
-    }
+    cluster.start_processes(&["replica-a2", "coordinator-a2"]);
     cluster.wait_for_log("replica-a2", "replica serving", LIMIT);
 }
 

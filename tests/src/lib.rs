@@ -280,30 +280,85 @@ pub fn free_ports(n: usize) -> Vec<u16> {
 /// reaches below 32768. Returns once the process logs that it is serving, exits for
 /// another reason, or has run 2 s (a replica waiting for lockd, say).
 pub fn start_listening(name: &str, args: &[&str], dir: &Path) -> Process {
-    let limit = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let mut started = start_all_listening(&[(name.to_string(), args)], dir);
+    started.pop().expect("one process started")
+}
+
+/// [`start_listening`] for several processes at once (`(name, args)` each), waiting
+/// for them together; in the order given.
+pub fn start_all_listening(processes: &[(String, Vec<String>)], dir: &Path) -> Vec<Process> {
+    /// One process on its way to serving.
+    enum Starting {
+        /// Started at `since`; its log had `logged_before` bytes from earlier runs.
+        Running {
+            process: Process,
+            logged_before: usize,
+            since: std::time::Instant,
+        },
+        /// Exited for a port in use: to be started again at this time.
+        Again(std::time::Instant),
+        /// Serving, exited for another reason, or still starting after 2 s.
+        Settled(Process),
+    }
+    let spawn = |name: &str, args: &[String]| {
         let logged_before = std::fs::metadata(dir.join(format!("{name}.log")))
             .map_or(0, |m| usize::try_from(m.len()).unwrap_or(usize::MAX));
-        let mut process = Process::start(name, args, dir);
-        let started = std::time::Instant::now();
-        let this_run =
-            |process: &Process| process.log().get(logged_before..).unwrap_or("").to_string();
-        while process.running()
-            && !this_run(&process).contains("serving")
-            && started.elapsed() < Duration::from_secs(2)
-        {
-            std::thread::sleep(Duration::from_millis(20));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Starting::Running {
+            process: Process::start(name, &args, dir),
+            logged_before,
+            since: std::time::Instant::now(),
         }
-        let logged = this_run(&process);
-        if process.running() || !logged.contains("Address already in use") {
-            return process;
+    };
+    let give_up_retrying = std::time::Instant::now() + Duration::from_secs(10);
+    let mut states: Vec<Starting> = processes
+        .iter()
+        .map(|(name, args)| spawn(name, args))
+        .collect();
+    while states.iter().any(|s| !matches!(s, Starting::Settled(_))) {
+        std::thread::sleep(Duration::from_millis(20));
+        for (state, (name, args)) in states.iter_mut().zip(processes) {
+            let next = match std::mem::replace(state, Starting::Again(std::time::Instant::now())) {
+                Starting::Running {
+                    mut process,
+                    logged_before,
+                    since,
+                } => {
+                    let logged = process.log().get(logged_before..).unwrap_or("").to_string();
+                    let running = process.running();
+                    if logged.contains("serving")
+                        || (running && since.elapsed() >= Duration::from_secs(2))
+                    {
+                        Starting::Settled(process)
+                    } else if running {
+                        Starting::Running {
+                            process,
+                            logged_before,
+                            since,
+                        }
+                    } else if logged.contains("Address already in use")
+                        && std::time::Instant::now() < give_up_retrying
+                    {
+                        report_port_holders(name, &logged);
+                        Starting::Again(std::time::Instant::now() + Duration::from_millis(250))
+                    } else {
+                        Starting::Settled(process)
+                    }
+                }
+                Starting::Again(at) if std::time::Instant::now() >= at => spawn(name, args),
+                waiting => waiting,
+            };
+            *state = next;
         }
-        report_port_holders(name, &logged);
-        if std::time::Instant::now() > limit {
-            return process;
-        }
-        std::thread::sleep(Duration::from_millis(250));
     }
+    states
+        .into_iter()
+        .map(|state| match state {
+            Starting::Settled(process) => process,
+            _ => unreachable!("every process settled"),
+        })
+        .collect()
 }
 
 /// Says on stderr who holds the port a process could not listen on (`ss`), so a
@@ -411,15 +466,18 @@ impl LocalCluster {
             dir: dir.to_path_buf(),
             processes: std::collections::BTreeMap::new(),
         };
-        for i in 0..3 {
-            cluster.start_process(&format!("lock-{i}"));
-        }
-        for name in ["a", "b", "c", "d"] {
-            cluster.start_process(&format!("replica-{name}"));
-        }
-        for name in ["a", "b"] {
-            cluster.start_process(&format!("coordinator-{name}"));
-        }
+        let names = [
+            "lock-0",
+            "lock-1",
+            "lock-2",
+            "replica-a",
+            "replica-b",
+            "replica-c",
+        ];
+        let names = names
+            .into_iter()
+            .chain(["replica-d", "coordinator-a", "coordinator-b"]);
+        cluster.start_processes(&names.collect::<Vec<_>>());
         cluster
     }
 
@@ -432,16 +490,37 @@ impl LocalCluster {
     /// Starts (or restarts) one process by name with another view of the cluster (the
     /// same processes, say, with an address that leads nowhere).
     pub fn start_process_with(&mut self, process: &str, config: &Path) {
+        self.start_processes_with(&[process], config);
+    }
+
+    /// Starts (or restarts) several processes by name at once, and waits for them
+    /// together ([`start_all_listening`]).
+    pub fn start_processes(&mut self, processes: &[&str]) {
+        let config = self.config_path.clone();
+        self.start_processes_with(processes, &config);
+    }
+
+    fn start_processes_with(&mut self, processes: &[&str], config: &Path) {
         let config = config.to_str().expect("a UTF-8 path").to_string();
-        let (command, id) = match process.split_once('-') {
-            Some(("lock", _)) => ("lockd", process),
-            Some(("replica", name)) => ("replica", name),
-            Some(("coordinator", name)) => ("coordinator", name),
-            _ => panic!("no process kind in {process:?}"),
-        };
-        let args = [command, "--config", &config, "--id", id];
-        let started = start_listening(process, &args, &self.dir);
-        self.processes.insert(process.to_string(), started);
+        let commands: Vec<(String, Vec<String>)> = processes
+            .iter()
+            .map(|&process| {
+                let (command, id) = match process.split_once('-') {
+                    Some(("lock", _)) => ("lockd", process),
+                    Some(("replica", name)) => ("replica", name),
+                    Some(("coordinator", name)) => ("coordinator", name),
+                    _ => panic!("no process kind in {process:?}"),
+                };
+                let args = [command, "--config", &config, "--id", id];
+                (process.to_string(), args.map(str::to_string).to_vec())
+            })
+            .collect();
+        for (process, started) in processes
+            .iter()
+            .zip(start_all_listening(&commands, &self.dir))
+        {
+            self.processes.insert(process.to_string(), started);
+        }
     }
 
     /// Waits until the process called `name` has logged `text` (a replica logs "replica
