@@ -335,6 +335,8 @@ fn bench_runs_a_bounded_workload_and_reports_percentiles() {
             "0.5",
             "--plot",
             "latency.svg",
+            "--timeline",
+            "50",
         ],
         dir.path(),
         LIMIT,
@@ -381,6 +383,46 @@ fn bench_runs_a_bounded_workload_and_reports_percentiles() {
         assert!(p50 > Some(0) && p50 <= p99 && p99 <= max, "{json_line}");
     }
     assert!(out.stdout.contains("P99.9 ms"), "{}", out.stdout);
+    // The timeline: back-to-back 50 ms intervals that hold every operation once, and
+    // the emptiest interval and slowest write in the table.
+    let timeline = &report["timeline"];
+    assert_eq!(timeline["width_ms"], 50, "{json_line}");
+    assert!(
+        timeline["from_unix_ms"].as_u64() > Some(1_700_000_000_000),
+        "{json_line}"
+    );
+    let intervals = timeline["intervals"].as_array().expect("intervals");
+    let field = |i: &serde_json::Value, name: &str| i[name].as_u64().expect("a count");
+    for (n, interval) in intervals.iter().enumerate() {
+        assert_eq!(field(interval, "at_ms"), 50 * n as u64, "{json_line}");
+    }
+    let in_intervals = |name: &str| intervals.iter().map(|i| field(i, name)).sum::<u64>();
+    assert_eq!(
+        (
+            in_intervals("reads"),
+            in_intervals("writes"),
+            in_intervals("failed")
+        ),
+        (count(&kinds[0]), count(&kinds[1]), errors + conflicts),
+        "{json_line}"
+    );
+    // The histogram's slowest is the timeline's, to its three significant digits.
+    let slowest = intervals
+        .iter()
+        .map(|i| field(i, "write_max_us"))
+        .max()
+        .expect("some");
+    let histogram_max = kinds[1]["max_us"].as_u64().expect("max_us");
+    assert!(
+        (slowest..=slowest + slowest / 1000 + 1).contains(&histogram_max),
+        "{json_line}"
+    );
+    assert!(
+        out.stdout.contains("operations per 50 ms interval")
+            && out.stdout.contains("slowest write"),
+        "{}",
+        out.stdout
+    );
     // The tests run a debug build: it says so, and that its numbers mean little.
     assert!(
         out.stderr

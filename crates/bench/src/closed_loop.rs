@@ -47,7 +47,7 @@ where
         let operation = operation.clone();
         let (issued, done, progress) = (issued.clone(), done.clone(), progress.clone());
         tasks.push(tokio::spawn(async move {
-            let mut recorder = Recorder::new();
+            let mut recorder = Recorder::with_timeline(spec.timeline);
             while Instant::now() < window.until {
                 let measured = window.measuring();
                 let n = if measured {
@@ -74,7 +74,7 @@ where
                 let (back, outcome) = operation(client, pick).await;
                 client = back;
                 if measured {
-                    recorder.add(outcome);
+                    recorder.add(outcome, window.from.elapsed());
                     progress(done.fetch_add(1, Ordering::Relaxed) + 1);
                 }
             }
@@ -82,7 +82,7 @@ where
         }));
     }
     let cpu_before = window.cpu_at_start().await;
-    let mut recorder = Recorder::new();
+    let mut recorder = Recorder::with_timeline(spec.timeline);
     for task in tasks {
         match task.await {
             Ok(r) => recorder.merge(r),

@@ -2,7 +2,8 @@
 //!
 //! Responsibility: run a bounded mix of reads and writes over a set of entity groups
 //! with a number of concurrent clients, and measure each operation's latency into an
-//! hdrhistogram per operation kind; and time the cross-group queries of the photo
+//! hdrhistogram per operation kind (and, if asked, what completed in each interval of a
+//! timeline, to see a stall); and time the cross-group queries of the photo
 //! schema (global index scans, merge-joins, parallel lookups) one at a time, a queue
 //! message's way from its sender's commit to its consumption at another site, and a
 //! transaction across two groups next to the same transaction in one, and a committed
@@ -37,7 +38,7 @@ pub use etcd::run_etcd;
 pub use grpc::run_grpc;
 pub use queries::{QueryReport, run_queries};
 pub use queues::{QueueReport, run_queues};
-pub use report::{KindReport, Report};
+pub use report::{Interval, KindReport, Report, Timeline};
 pub use timing::QueryKind;
 pub use two_phase::{TwoPhaseReport, run_two_phase};
 pub use watches::{WatchReport, run_etcd_watches, run_watches};

@@ -82,6 +82,35 @@ pub(crate) struct Recorder {
     write_errors: u64,
     conflicts: u64,
     messages: Vec<String>,
+    /// The interval width of the timeline, if one is kept, and its intervals by number.
+    timeline: Option<(Duration, std::collections::BTreeMap<u64, Interval>)>,
+}
+
+/// What completed in one interval of a run's timeline (latencies in microseconds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Interval {
+    /// Where it starts, in milliseconds from the end of the warm-up.
+    pub at_ms: u64,
+    /// Reads completed in it.
+    pub reads: u64,
+    /// Writes completed in it.
+    pub writes: u64,
+    /// Operations that failed or gave up on conflicts in it.
+    pub failed: u64,
+    /// The slowest write completed in it.
+    pub write_max_us: u64,
+    /// The slowest read completed in it.
+    pub read_max_us: u64,
+}
+
+impl Interval {
+    fn merge(&mut self, other: &Interval) {
+        self.reads += other.reads;
+        self.writes += other.writes;
+        self.failed += other.failed;
+        self.write_max_us = self.write_max_us.max(other.write_max_us);
+        self.read_max_us = self.read_max_us.max(other.read_max_us);
+    }
 }
 
 /// One operation's outcome, recorded only if the run's [`Window`] measures it.
@@ -92,7 +121,24 @@ pub(crate) enum Done {
 }
 
 impl Recorder {
-    pub(crate) fn add(&mut self, done: Done) {
+    /// Records an operation that completed `since_start` after the warm-up.
+    pub(crate) fn add(&mut self, done: Done, since_start: Duration) {
+        if let Some((width, intervals)) = &mut self.timeline {
+            let number =
+                u64::try_from(since_start.as_nanos() / width.as_nanos().max(1)).unwrap_or(u64::MAX);
+            let interval = intervals.entry(number).or_default();
+            match &done {
+                Done::Timed(Kind::Read, latency) => {
+                    interval.reads += 1;
+                    interval.read_max_us = interval.read_max_us.max(micros(*latency));
+                }
+                Done::Timed(Kind::Write, latency) => {
+                    interval.writes += 1;
+                    interval.write_max_us = interval.write_max_us.max(micros(*latency));
+                }
+                Done::Failed(..) | Done::Conflict => interval.failed += 1,
+            }
+        }
         match done {
             Done::Timed(kind, latency) => self.record(kind, latency),
             Done::Failed(kind, message) => self.error(kind, message),
@@ -108,18 +154,24 @@ impl Recorder {
             write_errors: 0,
             conflicts: 0,
             messages: Vec::new(),
+            timeline: None,
+        }
+    }
+
+    /// A recorder that also keeps a timeline of intervals `width` wide, if given.
+    pub(crate) fn with_timeline(width: Option<Duration>) -> Self {
+        Self {
+            timeline: width.map(|w| (w, std::collections::BTreeMap::new())),
+            ..Self::new()
         }
     }
 
     pub(crate) fn record(&mut self, kind: Kind, latency: Duration) {
-        let micros = u64::try_from(latency.as_micros())
-            .unwrap_or(u64::MAX)
-            .max(1);
         let histogram = match kind {
             Kind::Read => &mut self.reads,
             Kind::Write => &mut self.writes,
         };
-        histogram.saturating_record(micros);
+        histogram.saturating_record(micros(latency));
     }
 
     pub(crate) fn error(&mut self, kind: Kind, message: String) {
@@ -146,6 +198,11 @@ impl Recorder {
         for m in other.messages {
             if self.messages.len() < ERRORS_KEPT {
                 self.messages.push(m);
+            }
+        }
+        if let (Some((_, mine)), Some((_, theirs))) = (&mut self.timeline, other.timeline) {
+            for (number, interval) in theirs {
+                mine.entry(number).or_default().merge(&interval);
             }
         }
     }
@@ -191,8 +248,45 @@ impl Recorder {
             ],
             conflicts: self.conflicts,
             error_messages: self.messages,
+            timeline: self.timeline.map(|(width, intervals)| Timeline {
+                from_unix_ms: unix_ms(std::time::SystemTime::now())
+                    .saturating_sub(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)),
+                width_ms: u64::try_from(width.as_millis()).unwrap_or(u64::MAX),
+                intervals: timeline(width, elapsed, intervals),
+            }),
         }
     }
+}
+
+/// Milliseconds since the Unix epoch (0 for a clock before it).
+fn unix_ms(at: std::time::SystemTime) -> u64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A latency in whole microseconds, at least 1 (the histograms' lowest value).
+fn micros(latency: Duration) -> u64 {
+    u64::try_from(latency.as_micros())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+/// Every interval of a run `elapsed` long, empty ones included (a stall is an empty
+/// interval), stamped with where it starts.
+fn timeline(
+    width: Duration,
+    elapsed: Duration,
+    mut intervals: std::collections::BTreeMap<u64, Interval>,
+) -> Vec<Interval> {
+    let width_ns = width.as_nanos().max(1);
+    let last_measured = intervals.keys().next_back().copied().unwrap_or(0);
+    let spanned = u64::try_from(elapsed.as_nanos().div_ceil(width_ns)).unwrap_or(u64::MAX);
+    (0..spanned.max(last_measured + 1))
+        .map(|number| Interval {
+            at_ms: u64::try_from(u128::from(number) * width_ns / 1_000_000).unwrap_or(u64::MAX),
+            ..intervals.remove(&number).unwrap_or_default()
+        })
+        .collect()
 }
 
 /// One operation kind's results (latencies in microseconds).
@@ -259,6 +353,22 @@ pub struct Report {
     pub conflicts: u64,
     /// The first few error messages.
     pub error_messages: Vec<String>,
+    /// What completed in each interval of [`Spec::timeline`]'s width, from the end of
+    /// the warm-up (`None`: not asked for).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Timeline>,
+}
+
+/// A run's operations over time.
+#[derive(Debug, Clone, Serialize)]
+pub struct Timeline {
+    /// When the first interval starts (the end of the warm-up), in milliseconds since
+    /// the Unix epoch: to line the run up with what else happened (a move's steps).
+    pub from_unix_ms: u64,
+    /// Each interval's width.
+    pub width_ms: u64,
+    /// Every interval of the run, empty ones included.
+    pub intervals: Vec<Interval>,
 }
 
 impl Report {
@@ -315,5 +425,53 @@ mod tests {
         assert_eq!(report.error_messages, vec!["boom".to_string()]);
         let json: serde_json::Value = serde_json::from_str(&report.json_line()).unwrap();
         assert_eq!(json["kinds"][1]["count"], 100);
+        assert!(json.get("timeline").is_none(), "no timeline unless asked");
+    }
+
+    #[test]
+    fn the_timeline_counts_each_interval_and_keeps_the_empty_ones() {
+        let width = Some(Duration::from_millis(100));
+        let (mut a, mut b) = (
+            Recorder::with_timeline(width),
+            Recorder::with_timeline(width),
+        );
+        let ms = Duration::from_millis;
+        a.add(Done::Timed(Kind::Write, ms(3)), ms(10));
+        b.add(Done::Timed(Kind::Write, ms(7)), ms(99));
+        b.add(Done::Timed(Kind::Read, ms(1)), ms(120));
+        // Nothing completes from 200 to 400 ms: a stall, then one slow write.
+        a.add(Done::Timed(Kind::Write, ms(280)), ms(430));
+        a.add(Done::Conflict, ms(450));
+        b.add(Done::Failed(Kind::Read, "gone".into()), ms(455));
+        a.merge(b);
+        let report = a.report(&Spec::default(), &["A".to_string()], ms(500));
+        let timeline = report.timeline.as_ref().expect("a timeline was asked for");
+        assert_eq!(timeline.width_ms, 100);
+        let counts: Vec<(u64, u64, u64, u64, u64)> = timeline
+            .intervals
+            .iter()
+            .map(|i| (i.at_ms, i.reads, i.writes, i.failed, i.write_max_us))
+            .collect();
+        assert_eq!(
+            counts,
+            vec![
+                (0, 0, 2, 0, 7_000),
+                (100, 1, 0, 0, 0),
+                (200, 0, 0, 0, 0),
+                (300, 0, 0, 0, 0),
+                (400, 0, 1, 2, 280_000),
+            ]
+        );
+        // The totals are the histograms' too.
+        assert_eq!(
+            (
+                report.kinds[1].count,
+                report.conflicts,
+                report.kinds[0].errors
+            ),
+            (3, 1, 1)
+        );
+        let json: serde_json::Value = serde_json::from_str(&report.json_line()).unwrap();
+        assert_eq!(json["timeline"]["intervals"][4]["write_max_us"], 280_000);
     }
 }

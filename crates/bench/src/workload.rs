@@ -57,6 +57,10 @@ pub struct Spec {
     /// Write each group once, in order, instead of picking groups at random: operation
     /// `n` writes group `n` (`megastore bench --fill`, to make many groups quickly).
     pub fill: bool,
+    /// Also count the operations completed in each interval of this width, from the
+    /// end of the warm-up ([`Report::timeline`](crate::Report)): what a stall (a range
+    /// move, a replica killed) looks like over time.
+    pub timeline: Option<Duration>,
 }
 
 impl Default for Spec {
@@ -76,6 +80,7 @@ impl Default for Spec {
             rotate_sites: false,
             connections: None,
             fill: false,
+            timeline: None,
         }
     }
 }

@@ -133,6 +133,11 @@ pub(crate) struct BenchArgs {
     /// this SVG file.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<std::path::PathBuf>,
+    /// Also count the operations completed in each interval of this many milliseconds
+    /// (in the JSON line's `timeline`, drawn as a sparkline): to see a stall, such as a
+    /// range move's, over time.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    timeline: Option<u64>,
 }
 
 /// The site of the cluster's first full replica: where a benchmark acts from unless
@@ -338,6 +343,52 @@ fn millis(micros: u64) -> String {
     format!("{:.2}", micros as f64 / 1000.0)
 }
 
+/// Columns of the timeline's sparkline at most.
+const SPARKLINE_COLUMNS: usize = 72;
+
+/// The timeline as a sparkline of operations per interval (each column the emptiest of
+/// the intervals it covers, so a stall shows), the emptiest interval and the slowest
+/// write's.
+fn render_timeline(timeline: &megastore_bench::Timeline) -> String {
+    let intervals = &timeline.intervals;
+    let done = |i: &megastore_bench::Interval| i.reads + i.writes;
+    let per_column = intervals.len().div_ceil(SPARKLINE_COLUMNS).max(1);
+    let columns: Vec<u64> = intervals
+        .chunks(per_column)
+        .map(|chunk| chunk.iter().map(done).min().unwrap_or(0))
+        .collect();
+    let most = columns.iter().copied().max().unwrap_or(0).max(1);
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let line: String = columns
+        .iter()
+        .map(|&n| {
+            let step = usize::try_from(n * 7 / most).unwrap_or(7);
+            if n == 0 { ' ' } else { BARS[step.min(7)] }
+        })
+        .collect();
+    let seconds = |at_ms: u64| at_ms as f64 / 1000.0;
+    let mut text = format!(
+        "operations per {} ms interval ({} interval(s) a column, the emptiest shown):\n  |{line}|\n",
+        timeline.width_ms, per_column
+    );
+    if let Some(emptiest) = intervals.iter().min_by_key(|i| done(i)) {
+        text.push_str(&format!(
+            "  emptiest interval: {} operation(s) at {:.1} s",
+            done(emptiest),
+            seconds(emptiest.at_ms)
+        ));
+    }
+    if let Some(slowest) = intervals.iter().max_by_key(|i| i.write_max_us) {
+        text.push_str(&format!(
+            "; slowest write: {} ms, completed at {:.1} s",
+            millis(slowest.write_max_us),
+            seconds(slowest.at_ms)
+        ));
+    }
+    text.push('\n');
+    text
+}
+
 fn render(report: &Report) -> String {
     let mut table = Table::new();
     table.load_style(comfy_table::presets::NOTHING).set_header([
@@ -376,6 +427,9 @@ fn render(report: &Report) -> String {
         report.read_mode,
         report.value_size,
     );
+    if let Some(timeline) = &report.timeline {
+        text.push_str(&render_timeline(timeline));
+    }
     if report.conflicts > 0 {
         text.push_str(&format!(
             "{} write(s) gave up after repeated conflicts\n",
@@ -435,6 +489,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         rotate_sites: args.rotate_sites,
         connections: args.connections,
         fill: args.fill.is_some(),
+        timeline: args.timeline.map(Duration::from_millis),
         ..Spec::default()
     };
     crate::logging::init_quiet();
@@ -548,4 +603,55 @@ fn run_closed_loop(
     } else {
         ExitCode::SUCCESS
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use megastore_bench::{Interval, Timeline};
+
+    use super::*;
+
+    fn interval(at_ms: u64, writes: u64, write_max_us: u64) -> Interval {
+        Interval {
+            at_ms,
+            writes,
+            write_max_us,
+            ..Interval::default()
+        }
+    }
+
+    #[test]
+    fn the_sparkline_shows_each_columns_emptiest_interval() {
+        let timeline = Timeline {
+            from_unix_ms: 0,
+            width_ms: 100,
+            intervals: vec![
+                interval(0, 10, 1_000),
+                interval(100, 0, 0),
+                interval(200, 5, 250_000),
+            ],
+        };
+        let text = render_timeline(&timeline);
+        assert!(text.contains("|█ ▄|"), "{text}");
+        assert!(
+            text.contains("emptiest interval: 0 operation(s) at 0.1 s"),
+            "{text}"
+        );
+        assert!(
+            text.contains("slowest write: 250.00 ms, completed at 0.2 s"),
+            "{text}"
+        );
+        // Past the columns there are, a column is the emptiest of the intervals it
+        // covers: a stall of one interval still shows.
+        let mut intervals: Vec<Interval> = (0..200).map(|n| interval(n * 100, 8, 1)).collect();
+        intervals[101].writes = 0;
+        let long = Timeline {
+            intervals,
+            ..timeline
+        };
+        let line = render_timeline(&long);
+        let bars = line.lines().nth(1).expect("the sparkline").trim();
+        assert_eq!(bars.chars().count(), 2 + 200usize.div_ceil(3), "{line}");
+        assert_eq!(bars.chars().filter(|&c| c == ' ').count(), 1, "{line}");
+    }
 }

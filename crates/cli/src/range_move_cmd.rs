@@ -139,16 +139,23 @@ pub(crate) async fn shown_move(
     );
     bar.enable_steady_tick(Duration::from_millis(200));
     let end = carry_out_move(config, request, options, |update| {
-        // Without a terminal, one line per step, and a copy's every 100th page.
+        // Without a terminal, one line per step, and a copy's first, every 100th and
+        // last page.
         let logged = match &update {
-            MoveUpdate::Copying { pages, .. } => *pages == 1 || pages % 100 == 0,
+            MoveUpdate::Copying { pages, done, .. } => *done || *pages == 1 || pages % 100 == 0,
             _ => true,
         };
         let message = match update {
             MoveUpdate::Stored(version) => format!("stored placement v{version}"),
-            MoveUpdate::Copying { last, pages, rows } => format!(
-                "{} copy: {pages} pages, {rows} rows",
-                if last { "final" } else { "bulk" }
+            MoveUpdate::Copying {
+                last,
+                pages,
+                rows,
+                done,
+            } => format!(
+                "{} copy{}: {pages} pages, {rows} rows",
+                if last { "final" } else { "bulk" },
+                if done { " done" } else { "" }
             ),
             MoveUpdate::Frozen => "the source froze the range".into(),
             MoveUpdate::Fenced => "the source's coordinator read the move".into(),

@@ -60,6 +60,8 @@ pub enum MoveUpdate {
         pages: u64,
         /// Rows applied so far.
         rows: u64,
+        /// This copy is complete (its last page).
+        done: bool,
     },
     /// The source froze the range.
     Frozen,
@@ -282,6 +284,7 @@ impl Operator {
                 last,
                 pages: page.pages,
                 rows: page.rows,
+                done: page.done,
             });
             if page.done {
                 return Ok(());
