@@ -213,6 +213,7 @@ pub fn run_seed(seed: u64, bugs: Bugs, readable: bool) -> SeedReport {
     stats.combined = checks.chosen.combined_count() as u64;
     stats.committed_unread = world.clients.values().map(|c| c.committed_unread).sum();
     stats.placements_behind = world.placements_behind();
+    stats.clients_behind = world.clients_behind();
     stats.spares = world.spare_servers();
     SeedReport {
         seed,

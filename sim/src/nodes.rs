@@ -135,7 +135,10 @@ pub struct Stats {
     /// Pages of moves' copies applied at their targets (a copy takes one per operator
     /// step).
     pub copy_pages: u64,
-    /// Processes up at the end of the run that judge by an older placement than the
-    /// newest (each had seconds to read it: none should).
+    /// Server processes up at the end of the run that judge by an older placement than
+    /// the newest (each had seconds to read it: none should).
     pub placements_behind: u64,
+    /// Clients that route by an older placement than the newest at the end of the run
+    /// (they read it only when refused).
+    pub clients_behind: u64,
 }

@@ -3,7 +3,8 @@
 //! replica, as every cluster today), exactly as the server processes do. For half
 //! the seeds an operator splits ranges while faults run; each process reads the
 //! newest placement late, on its own (as the servers poll lockd), and a restarted
-//! replica judges by the placement it persisted, else by the newest one.
+//! replica judges by the placement it persisted, else by the newest one. Clients read
+//! it only when a refusal says theirs is behind, as the client library does.
 //!
 //! The operator writes each change to the lock service's placement file, through its
 //! leader (refused without a majority, as lockd would), and `World::placement` mirrors
@@ -74,7 +75,7 @@ impl World {
     }
 
     /// The operator splits at a random key (a split already made changes nothing),
-    /// and every process reads the new placement within two seconds; the next split
+    /// and every server process reads the new placement within two seconds; the next split
     /// follows within a few seconds, while faults run.
     pub(super) fn split(&mut self) {
         let len = 1 + self.operator_rng.below(3) as usize;
@@ -100,15 +101,16 @@ impl World {
         }
     }
 
-    /// Every process reads the newest placement within two seconds, each on its own
-    /// (as the servers poll lockd).
+    /// Every server process reads the newest placement within two seconds, each on its
+    /// own (as the servers poll lockd). Clients do not: like the client library, they
+    /// read it when they start and again only when a server's refusal says theirs is
+    /// behind (*routes-follow-refusals*).
     pub(super) fn announce_placement(&mut self) {
         let nodes: Vec<NodeId> = self
             .replicas
             .keys()
             .map(|r| NodeId::Replica(*r))
             .chain(self.coordinators.keys().map(|r| NodeId::Coordinator(*r)))
-            .chain(self.clients.keys().map(|c| NodeId::Client(*c)))
             .collect();
         for node in nodes {
             let at = self.now + self.operator_rng.below(ns(Duration::from_secs(2)));
@@ -153,8 +155,18 @@ impl World {
             .count() as u64
     }
 
-    /// How many replica, coordinator and client cores that are up judge (or route) by
-    /// an older placement than the newest.
+    /// How many client cores route by an older placement than the newest (they read
+    /// it only on refusals, so some may).
+    pub(crate) fn clients_behind(&self) -> u64 {
+        let newest = self.placement.version();
+        self.clients
+            .values()
+            .filter(|c| c.core.placement().is_some_and(|p| p.version() != newest))
+            .count() as u64
+    }
+
+    /// How many replica and coordinator cores that are up judge by an older placement
+    /// than the newest.
     pub(crate) fn placements_behind(&self) -> u64 {
         let newest = self.placement.version();
         let replicas = self
@@ -167,13 +179,8 @@ impl World {
             .values()
             .filter_map(|c| c.core.as_ref())
             .map(|core| core.placement().map(|p| p.version()));
-        let clients = self
-            .clients
-            .values()
-            .map(|c| c.core.placement().map(|p| p.version()));
         replicas
             .chain(coordinators)
-            .chain(clients)
             .filter(|version| *version != Some(newest))
             .count() as u64
     }
