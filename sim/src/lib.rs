@@ -72,6 +72,7 @@ pub const BUG_NAMES: &[&str] = &[
     "global-copies-skip-deletes",
     "install-without-global",
     "verify-trusts-the-scan",
+    "scan-first-server-only",
     "deliver-without-dedup",
     "consume-outside-txn",
     "batch-in-row-order",
@@ -133,6 +134,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "global-copies-skip-deletes" => p.global_copies_skip_deletes = true,
         "install-without-global" => p.install_without_global = true,
         "verify-trusts-the-scan" => p.verify_trusts_the_scan = true,
+        "scan-first-server-only" => p.scan_first_server_only = true,
         "deliver-without-dedup" => p.deliver_without_dedup = true,
         "consume-outside-txn" => p.consume_outside_txn = true,
         "batch-in-row-order" => p.batch_in_row_order = true,
@@ -183,13 +185,27 @@ pub struct SeedReport {
     pub trace: Vec<String>,
 }
 
+/// How long the clients' scans of the whole global index after a run may take.
+const FINAL_SCAN_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Runs one seed with `bugs`; `readable` keeps the readable trace.
 pub fn run_seed(seed: u64, bugs: Bugs, readable: bool) -> SeedReport {
     let mut world = World::new(seed, bugs, Trace::new(readable));
     let end = world.end_time();
     world.run_until(end);
+    // The liveness checks judge the run as it ends; then the clients scan the global
+    // index, whose results are checked on their own.
+    world.finish_checks();
+    let clients_behind = world.clients_behind();
+    let final_scans = world.start_final_scans();
+    world.run_until(end + FINAL_SCAN_TIME.as_nanos() as u64);
     let (mut checks, world) = world.into_checkers();
-    checks.finish(&world.observation());
+    let scans: Vec<_> = world
+        .clients
+        .iter()
+        .filter_map(|(id, c)| Some((*id, c.final_scan.as_ref()?)))
+        .collect();
+    checks.final_scans(&world.observation(), &scans);
     let mut violations = checks.violations;
     // Relays run no workload of their own.
     let workload = world.clients.iter().filter(|(_, c)| c.relay_of.is_none());
@@ -213,7 +229,8 @@ pub fn run_seed(seed: u64, bugs: Bugs, readable: bool) -> SeedReport {
     stats.combined = checks.chosen.combined_count() as u64;
     stats.committed_unread = world.clients.values().map(|c| c.committed_unread).sum();
     stats.placements_behind = world.placements_behind();
-    stats.clients_behind = world.clients_behind();
+    stats.clients_behind = clients_behind;
+    stats.final_scans = final_scans;
     stats.spares = world.spare_servers();
     SeedReport {
         seed,

@@ -141,4 +141,7 @@ pub struct Stats {
     /// Clients that route by an older placement than the newest at the end of the run
     /// (they read it only when refused).
     pub clients_behind: u64,
+    /// Clients that scanned the whole global index after the run
+    /// (*global-scan-complete*).
+    pub final_scans: u64,
 }

@@ -113,6 +113,10 @@ enum State {
         op: OpId,
         start: u64,
     },
+    /// The whole global index, scanned as applied once the run is over.
+    FinalScan {
+        op: OpId,
+    },
     /// Delivering a group's outbox.
     Delivering {
         op: OpId,
@@ -229,6 +233,9 @@ pub(crate) struct ClientNode {
     relayed: BTreeMap<OpId, (NodeId, u64)>,
     /// A blind write lent its basis, not committed yet.
     deferred: Option<Deferred>,
+    /// What its scan of the whole global index after the run found (`Some` once it
+    /// finished): each entry's row and value, or why the scan failed.
+    pub final_scan: Option<crate::invariants::FinalScan>,
 }
 
 impl ClientNode {
@@ -266,7 +273,19 @@ impl ClientNode {
             relay_of: None,
             relayed: BTreeMap::new(),
             deferred: None,
+            final_scan: None,
         }
+    }
+
+    /// Scans the whole global index as applied, when the run is over and everything
+    /// has converged (*scan-asks-every-holder*): the result goes to `final_scan`.
+    pub(crate) fn start_final_scan(&mut self, now: Time) -> Vec<ClientOutput> {
+        let range = megastore_paxos::global_index_range();
+        let (op, out) = self.core.scan_global(now, range, None, false);
+        self.state = State::FinalScan { op };
+        // Replaced by the result when the scan finishes.
+        self.final_scan = Some(Err("it did not finish".into()));
+        out
     }
 
     /// Whether it waits for an operation.
@@ -650,6 +669,24 @@ impl ClientNode {
                         out = more;
                     }
                 }
+            }
+            State::FinalScan { op: expected } if expected == op => {
+                let OpResult::Read(result) = result else {
+                    unreachable!("a scan returns a read result")
+                };
+                self.final_scan = Some(
+                    result
+                        .map(|read| {
+                            read.rows
+                                .into_iter()
+                                .map(|row| {
+                                    let value = row.value(COLUMN).map(<[u8]>::to_vec);
+                                    (row.key, value)
+                                })
+                                .collect()
+                        })
+                        .map_err(|e| format!("{e:?}")),
+                );
             }
             State::Delivering {
                 op: expected,

@@ -89,6 +89,10 @@ megastore_types::bug_knobs! {
         /// A verified global index scan keeps every hit its scan found: it reads each
         /// hit's group but never compares the hit with the mirror there.
         verify_trusts_the_scan,
+        /// A global index scan asks only the first server of a replica's slot, not
+        /// every server holding the slot in some range: the entries of the groups of
+        /// ranges moved to its other servers are missed.
+        scan_first_server_only,
         /// A delivery ignores the receiver's mark of what it delivered from the sender:
         /// a retry, or two deliverers racing, deliver a message again.
         deliver_without_dedup,

@@ -1,7 +1,8 @@
 //! Safety checkers, one per invariant of docs/protocol.md, "Invariants" (seven from
-//! the design, acceptor-monotone, the global index's global-index and verified-scan,
-//! the queues' queue-exactly-once-in-order, two-phase commit's multi-group-atomicity
-//! and decision-stable, and placement's one-server-per-slot and moves-keep-writes).
+//! the design, acceptor-monotone, the global index's global-index, verified-scan and
+//! global-scan-complete, the queues' queue-exactly-once-in-order, two-phase commit's
+//! multi-group-atomicity and decision-stable, and placement's one-server-per-slot and
+//! moves-keep-writes).
 //! Each reads the run's durable state (the servers' stores), the messages replicas send
 //! and the clients' history; none trusts what a protocol core believes about its own
 //! progress (one-server-per-slot, like vouched-is-current, asks what a server would
@@ -14,6 +15,7 @@ mod convergence;
 mod decision_stable;
 mod durable_ack;
 mod global_index;
+mod global_scan_complete;
 mod linearizable_eg;
 mod moves_keep_writes;
 mod multi_group_atomicity;
@@ -27,8 +29,9 @@ mod visible_after_invalidate;
 mod vouched_is_current;
 
 use megastore_paxos::{ReplicaReply, ReplicaRequest};
-use megastore_types::{EgId, Position, ReplicaId};
+use megastore_types::{ClientId, EgId, Position, ReplicaId};
 
+pub(crate) use global_scan_complete::FinalScan;
 pub use single_value::ChosenLog;
 
 use crate::history::OpRecord;
@@ -189,6 +192,16 @@ impl Checkers {
         queue_exactly_once::check(&self.chosen, obs.history, &mut found);
         multi_group_atomicity::check(&self.chosen, obs.history, obs.now, &mut found);
         decision_stable::check(&self.chosen, &mut found);
+        for (invariant, detail) in found {
+            self.violation(obs, invariant, detail);
+        }
+    }
+
+    /// After the run: each client's scan of the whole global index against the
+    /// groups' mirrors (*global-scan-complete*).
+    pub(crate) fn final_scans(&mut self, obs: &Observation<'_>, scans: &[(ClientId, &FinalScan)]) {
+        let mut found = Vec::new();
+        global_scan_complete::check(&self.chosen, scans, &mut found);
         for (invariant, detail) in found {
             self.violation(obs, invariant, detail);
         }

@@ -247,6 +247,24 @@ impl World {
         }
     }
 
+    /// After the run: every idle client that runs global index scans scans the whole
+    /// index as applied (*global-scan-complete*); how many did.
+    pub(crate) fn start_final_scans(&mut self) -> u64 {
+        let idle: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| c.relay_of.is_none() && c.verified_scans && !c.busy())
+            .map(|(id, _)| *id)
+            .collect();
+        for c in &idle {
+            let local = self.local_now(NodeId::Client(*c));
+            let client = self.clients.get_mut(c).expect("listed");
+            let outputs = client.start_final_scan(local);
+            self.client_outputs(*c, outputs);
+        }
+        idle.len() as u64
+    }
+
     pub(super) fn run_client(&mut self, c: ClientId, input: ClientInput) {
         let local = self.local_now(NodeId::Client(c));
         let Some(client) = self.clients.get_mut(&c) else {

@@ -193,6 +193,13 @@ impl World {
         self.now = self.now.max(end);
     }
 
+    /// Runs the checks of the run's end (liveness among them) on the world as it is.
+    pub(crate) fn finish_checks(&mut self) {
+        let mut checks = self.checks.take().expect("checkers are present");
+        checks.finish(&self.observation());
+        self.checks = Some(checks);
+    }
+
     /// The checkers, after the run.
     pub(crate) fn into_checkers(mut self) -> (Checkers, World) {
         let checks = self.checks.take().expect("checkers are present");

@@ -223,10 +223,13 @@ impl GlobalScan {
 /// server holding its slot in some range (`None`: the slot's first server, when the
 /// client is not placed or the placement gives the replica no slot).
 fn servers_to_ask<K: Clone + Ord>(ctx: &Ctx<'_, K>, replica: ReplicaId) -> Vec<Option<ServerId>> {
-    let servers: Vec<_> = ctx
+    let mut servers: Vec<_> = ctx
         .placement()
         .map(|p| p.servers_of_slot(replica).into_iter().map(Some).collect())
         .unwrap_or_default();
+    if ctx.config.bugs.scan_first_server_only() {
+        servers.truncate(1);
+    }
     if servers.is_empty() {
         vec![None]
     } else {
