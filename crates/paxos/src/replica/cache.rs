@@ -40,6 +40,11 @@ impl Recency {
         }
     }
 
+    /// Whether it orders `eg`.
+    pub(crate) fn orders(&self, eg: &EgId) -> bool {
+        self.stamps.contains_key(eg)
+    }
+
     /// The least recently used group.
     pub(crate) fn oldest(&self) -> Option<&EgId> {
         self.order.first().map(|(_, eg)| eg)

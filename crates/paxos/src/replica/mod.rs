@@ -22,6 +22,7 @@
 
 mod awaiting;
 mod cache;
+mod checks;
 mod driver;
 mod group;
 mod placed;
@@ -304,6 +305,9 @@ pub struct Replica {
     placement: Option<ServerPlacement>,
     /// The time of the step being taken.
     now: Time,
+    /// The last group a debug build's step checked, when too many are in memory to
+    /// check them all (`checks.rs`).
+    checked_after: Option<EgId>,
 }
 
 /// How many registered groups the walk takes at each sweep (each gets probed).
@@ -345,6 +349,7 @@ impl Replica {
             evictions: 0,
             placement: None,
             now: Time(0),
+            checked_after: None,
         }
     }
 
@@ -550,7 +555,7 @@ impl Replica {
         self.index_changed_groups(&mut out);
         self.evict(&mut out);
         if cfg!(debug_assertions) {
-            self.check_invariants();
+            self.check_invariants_after_step();
         }
         out
     }
@@ -1147,37 +1152,6 @@ impl Replica {
             }
         };
         reply(out, from, answer);
-    }
-
-    /// Checks every loaded group's invariants (panics on a broken one).
-    pub fn check_invariants(&self) {
-        self.check_placement();
-        for group in self.groups() {
-            group.check_invariants(self.me.kind, &self.config.bugs);
-        }
-        if self.config.cache_groups.is_some() {
-            self.recency.check();
-            let loaded = self
-                .groups
-                .values()
-                .filter(|g| !matches!(g, GroupSlot::Loading(_)))
-                .count();
-            assert_eq!(
-                loaded,
-                self.recency.len(),
-                "every loaded group is ordered by use"
-            );
-            let bugs = &self.config.bugs;
-            if !bugs.evict_dirty_group() && !bugs.skip_open_index() {
-                for group in self.groups() {
-                    assert!(
-                        !group.unfinished(self.me.kind) || self.open_listed.contains(group.eg()),
-                        "open-is-indexed: {} has work left and is not in the open index",
-                        group.eg()
-                    );
-                }
-            }
-        }
     }
 }
 

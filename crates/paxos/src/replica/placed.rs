@@ -282,19 +282,6 @@ impl Replica {
             sweeper.forget(eg);
         }
     }
-
-    /// Panics unless *loaded-only-if-served* holds.
-    pub(super) fn check_placement(&self) {
-        if self.config.bugs.keep_unserved_groups() {
-            return;
-        }
-        for eg in self.groups.keys() {
-            assert!(
-                self.refusal(eg).is_none(),
-                "loaded-only-if-served: {eg} is in memory and not served here"
-            );
-        }
-    }
 }
 
 /// A placement span as the row store's key range.
