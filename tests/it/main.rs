@@ -20,6 +20,7 @@ mod index_queries;
 mod leases;
 mod limits;
 mod many_groups;
+mod many_servers;
 mod operations;
 mod outcomes;
 mod placement;

@@ -25,24 +25,35 @@ pub(crate) const LIMIT: Duration = Duration::from_secs(60);
 /// `config` with servers `a2` (id 11, for full replica a) and `c2` (id 13, for witness
 /// c) added, on ports no process of it has.
 pub(crate) fn with_servers(config: &str) -> String {
-    let (a2, a2_coordinator, c2) = loop {
-        let [a, b, c] = free_ports(3)[..] else {
-            unreachable!("three ports asked for")
+    with_extra_servers(config, &[("a2", 11, "a"), ("c2", 13, "c")])
+}
+
+/// `config` with these servers `(name, id, replica)` added, each on ports no process
+/// of it has, with a coordinator for a full replica's (`a` or `b`) and its data in
+/// `data/NAME`.
+pub(crate) fn with_extra_servers(config: &str, servers: &[(&str, u16, &str)]) -> String {
+    let mut config = config.to_string();
+    for &(name, id, replica) in servers {
+        let (address, coordinator) = loop {
+            let [a, b] = free_ports(2)[..] else {
+                unreachable!("two ports asked for")
+            };
+            if [a, b]
+                .iter()
+                .all(|port| !config.contains(&format!(":{port}\"")))
+            {
+                break (a, b);
+            }
         };
-        if [a, b, c]
-            .iter()
-            .all(|port| !config.contains(&format!(":{port}\"")))
-        {
-            break (a, b, c);
+        config += &format!(
+            "\n[[servers]]\nname = \"{name}\"\nid = {id}\nreplica = \"{replica}\"\n\
+             address = \"127.0.0.1:{address}\"\ndata_dir = \"data/{name}\"\n"
+        );
+        if ["a", "b"].contains(&replica) {
+            config += &format!("coordinator_address = \"127.0.0.1:{coordinator}\"\n");
         }
-    };
-    config.to_string()
-        + &format!(
-            "\n[[servers]]\nname = \"a2\"\nid = 11\nreplica = \"a\"\naddress = \"127.0.0.1:{a2}\"\n\
-         coordinator_address = \"127.0.0.1:{a2_coordinator}\"\ndata_dir = \"data/a2\"\n\
-         \n[[servers]]\nname = \"c2\"\nid = 13\nreplica = \"c\"\naddress = \"127.0.0.1:{c2}\"\n\
-         data_dir = \"data/c2\"\n"
-        )
+    }
+    config
 }
 
 /// The `megastore` CLI, run in `dir` against `cluster`'s config file (within
