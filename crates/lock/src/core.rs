@@ -192,6 +192,12 @@ pub enum LockCommand {
 }
 
 impl LockCommand {
+    /// Whether [`LockCore::read`] answers it: it reads what no clock changes, so a
+    /// replicated host need not order it through its log.
+    pub fn only_reads(&self) -> bool {
+        matches!(self, LockCommand::ReadFile { .. })
+    }
+
     /// Whether only an operator may ask it (lockd checks the operator token of
     /// `[auth]`): revoking a holder (disabling a coordinator), writing the schema or the
     /// placement, and reading or writing users and roles.
@@ -482,6 +488,25 @@ impl LockCore {
         })
     }
 
+    /// The answer to `command` if it only reads what no clock changes — a file — so a
+    /// replicated host may answer it from its applied state once it confirmed it
+    /// leads and applied everything committed before the read began (lockd: a
+    /// read-index round), without ordering it through its log. `None`: `command` must
+    /// be applied. Answers what [`LockCore::apply`] would.
+    pub fn read(&self, command: &LockCommand) -> Option<Result<LockReply, LockError>> {
+        match command {
+            LockCommand::ReadFile { name } => Some(Ok(self.read_file(name))),
+            _ => {
+                debug_assert!(!command.only_reads(), "{command:?} is answered by read");
+                None
+            }
+        }
+    }
+
+    fn read_file(&self, name: &str) -> LockReply {
+        LockReply::File(self.files.get(name).cloned())
+    }
+
     /// Applies one command at `now` (the serving node's clock). Sessions whose lease
     /// ran out are expired first, so a reply never shows a lapsed holder.
     pub fn apply(&mut self, now: Time, command: &LockCommand) -> Result<LockReply, LockError> {
@@ -549,7 +574,7 @@ impl LockCore {
                 }
                 Ok(LockReply::Revoked(true))
             }
-            LockCommand::ReadFile { name } => Ok(LockReply::File(self.files.get(name).cloned())),
+            LockCommand::ReadFile { name } => Ok(self.read_file(name)),
             LockCommand::WriteFile {
                 name,
                 expected,
@@ -728,6 +753,37 @@ mod tests {
         assert!(!read("schema/catalog").is_administrative());
         assert!(!write("replicas/2/joined").is_administrative());
         assert!(!LockCommand::OpenSession { owner: "c".into() }.is_administrative());
+    }
+
+    #[test]
+    fn a_read_answers_what_applying_would_and_only_files_are_read() {
+        let mut core = LockCore::new(Duration::from_secs(10));
+        let now = Time::ZERO;
+        let read = LockCommand::ReadFile {
+            name: "placement/ranges".into(),
+        };
+        assert_eq!(core.read(&read), Some(Ok(LockReply::File(None))));
+        let write = LockCommand::WriteFile {
+            name: "placement/ranges".into(),
+            expected: 0,
+            contents: b"v1".to_vec(),
+        };
+        core.apply(now, &write).expect("written");
+        let applied = core.clone().apply(now, &read);
+        assert!(matches!(&applied, Ok(LockReply::File(Some(f))) if f.contents == b"v1"));
+        assert_eq!(core.read(&read), Some(applied));
+        assert!(read.only_reads());
+        // Anything a clock or a session decides is applied, holder queries included.
+        let others = [
+            write,
+            LockCommand::Holder { lock: "c".into() },
+            LockCommand::ListLeased { prefix: "k".into() },
+            LockCommand::OpenSession { owner: "c".into() },
+        ];
+        for command in others {
+            assert!(!command.only_reads(), "{command:?}");
+            assert_eq!(core.read(&command), None, "{command:?}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! ```text
 //!   client ──Lock.Call──► leader ──client_write(LockEntry{at: leader clock, cmd})──► Raft log
 //!                                                  majority stored (synced) ──► apply LockCore
+//!   client ──Lock.Call(ReadFile)──► leader ──ensure_linearizable (heartbeats)──► LockCore::read
 //! ```
 //!
 //! Invariants:
@@ -16,12 +17,15 @@
 //!   restart of every node;
 //! - applying is deterministic: an entry carries the proposing leader's clock, never
 //!   the applying node's;
-//! - a leader serves no command before its own `RestartLeases` entry (naming its term
-//!   and process incarnation) is applied, so no session lapses early — or lives on a
-//!   stale deadline — because leadership moved to another clock, or a restarted node
-//!   leads again with its clock starting from zero;
+//! - a leader serves no command but a read of a file before its own `RestartLeases`
+//!   entry (naming its term and process incarnation) is applied, so no session lapses
+//!   early — or lives on a stale deadline — because leadership moved to another clock,
+//!   or a restarted node leads again with its clock starting from zero;
 //! - only the leader takes commands (`NotLeader` elsewhere), so every answer —
 //!   including holder queries — is linearizable;
+//! - a command that only reads (a file, `LockCommand::only_reads`) is answered from
+//!   the applied state without a log entry, but only after a read-index round
+//!   confirmed the node leads and applied every entry committed before the read;
 //! - a command is applied at most once: a resend with the same request id gets the
 //!   first application's result (`dedup`), so clients may resend after any failure;
 //! - a data directory is stamped with its cluster and node id; another node refuses it.

@@ -13,7 +13,7 @@ use megastore_rpc::pb::lock as pb;
 use megastore_rpc::pb::lock::lock_server::{Lock, LockServer};
 use megastore_rpc::pb::lock::raft_server::RaftServer;
 use megastore_types::Time;
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::{BasicNode, Raft, ServerState};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
@@ -25,7 +25,7 @@ use megastore_metrics::{LockdMetrics, MetricsServer, Registry};
 
 use crate::LockdError;
 use crate::network::{Network, RaftService};
-use crate::state_machine::StateMachine;
+use crate::state_machine::{AppliedState, StateMachine};
 use crate::storage::{Cells, LogStore, OpenStore};
 use crate::types::{LeaseClock, LockEntry, RaftNodeId, TypeConfig};
 
@@ -147,6 +147,7 @@ impl LockdNode {
             metrics,
             raft: raft.clone(),
             lease_clock: state_machine.lease_clock(),
+            applied: state_machine.applied(),
             incarnation: rand::random(),
             id,
             clock: Instant::now(),
@@ -241,6 +242,8 @@ struct LockService {
     metrics: LockdMetrics,
     raft: Raft<TypeConfig>,
     lease_clock: Arc<std::sync::Mutex<LeaseClock>>,
+    /// The applied state, which answers commands that only read.
+    applied: AppliedState,
     /// Drawn at start: tells this process's clock from the one it had before a
     /// restart.
     incarnation: u64,
@@ -266,6 +269,27 @@ impl LockService {
         }
     }
 
+    /// Confirms, for a command that only reads (a file: every server's and
+    /// coordinator's placement poll), that its answer from the applied state will be
+    /// linearizable without a log entry: a read-index round (openraft's
+    /// `ensure_linearizable`) confirms this node still leads, and waits until it
+    /// applied every entry committed before the round began, so its applied state
+    /// holds every write acknowledged before the read. That costs heartbeats to a
+    /// majority instead of a synced entry on one. Leases play no part in a file, so it
+    /// need not wait for this leader's `RestartLeases`.
+    async fn confirm_leading(&self) -> Result<(), LockError> {
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_))) => {
+                Err(LockError::NotLeader)
+            }
+            Err(e) => {
+                tracing::warn!("lock read not confirmed: {e}");
+                Err(LockError::Unavailable)
+            }
+        }
+    }
+
     async fn execute(
         &self,
         request: u64,
@@ -278,6 +302,12 @@ impl LockService {
         };
         if leader != Some(self.id) {
             return Err(LockError::NotLeader);
+        }
+        if command.only_reads() {
+            self.confirm_leading().await?;
+            if let Some(answer) = self.applied.read(&command) {
+                return answer;
+            }
         }
         let mine = LeaseClock {
             term,

@@ -11,7 +11,7 @@ use std::io::Cursor;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use megastore_lock::{LockCore, LockReply};
+use megastore_lock::{LockCommand, LockCore, LockReply};
 use openraft::storage::RaftStateMachine;
 use openraft::{
     AnyError, BasicNode, Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend,
@@ -79,6 +79,19 @@ pub(crate) struct StateMachine {
     snapshots_built: Arc<Mutex<u64>>,
 }
 
+/// The state machine's applied state, shared with the server, which must not hold the
+/// store open through the state machine.
+#[derive(Clone)]
+pub(crate) struct AppliedState(Arc<Mutex<LockState>>);
+
+impl AppliedState {
+    /// Its answer to a command that only reads (`LockCore::read`).
+    pub(crate) fn read(&self, command: &LockCommand) -> Option<LockResult> {
+        let state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        state.core.read(command)
+    }
+}
+
 impl StateMachine {
     /// The state from the last stored snapshot, or empty.
     pub(crate) fn open(cells: Cells, lease: Duration) -> Result<Self, String> {
@@ -95,6 +108,11 @@ impl StateMachine {
     /// Whose clock the leases are counted on, kept current by applying.
     pub(crate) fn lease_clock(&self) -> Arc<Mutex<LeaseClock>> {
         Arc::clone(&self.lease_clock)
+    }
+
+    /// The applied state, for the server to answer reads from (without the store).
+    pub(crate) fn applied(&self) -> AppliedState {
+        AppliedState(Arc::clone(&self.state))
     }
 
     fn publish_lease_clock(&self, clock: LeaseClock) {

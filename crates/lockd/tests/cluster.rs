@@ -336,3 +336,86 @@ fn a_resent_command_is_applied_once() {
         1
     );
 }
+
+/// A file read is answered without a log entry (after a read-index round), and still
+/// sees every write acknowledged before it began: a reader checks that against a
+/// writer's acknowledged versions while the leader is stopped between them.
+#[test]
+fn file_reads_add_no_log_entries_and_see_every_acknowledged_write_across_a_leader_loss() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const NAME: &str = "placement/ranges";
+    const WRITES: u64 = 60;
+    let mut cluster = TestCluster::start();
+    write_file_resolving(&cluster.service, NAME, 0, b"1");
+    let leader = cluster.wait_for_leader();
+    let last_index = |cluster: &TestCluster, node: usize| {
+        let node = cluster.nodes[node].as_ref().expect("running");
+        node.raft().metrics().borrow().last_log_index
+    };
+    let before = last_index(&cluster, leader);
+    for _ in 0..50 {
+        let file = cluster.service.read_file(NAME).unwrap().expect("written");
+        assert_eq!((file.version, file.contents.as_slice()), (1, &b"1"[..]));
+    }
+    assert_eq!(
+        last_index(&cluster, leader),
+        before,
+        "50 file reads appended log entries"
+    );
+
+    let client = || {
+        let _inside = cluster.runtime.enter();
+        let client = LockdClient::new(&cluster.config).unwrap();
+        BlockingLockdClient::new(client, cluster.runtime.handle().clone())
+    };
+    let (writer, reader) = (client(), client());
+    let acked = Arc::new(AtomicU64::new(1));
+    let done = Arc::new(AtomicBool::new(false));
+    let writing = {
+        let (acked, done) = (Arc::clone(&acked), Arc::clone(&done));
+        std::thread::spawn(move || {
+            for version in 1..WRITES {
+                let contents = (version + 1).to_string();
+                write_file_resolving(&writer, NAME, version, contents.as_bytes());
+                acked.store(version + 1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    let reading = {
+        let (acked, done) = (Arc::clone(&acked), Arc::clone(&done));
+        std::thread::spawn(move || {
+            let (mut checked, mut last) = (0u64, 0u64);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !done.load(Ordering::SeqCst) && Instant::now() < deadline {
+                let floor = acked.load(Ordering::SeqCst);
+                match reader.read_file(NAME) {
+                    Ok(Some(file)) => {
+                        assert!(
+                            file.version >= floor.max(last),
+                            "read version {} after {floor} was acknowledged and {last} read",
+                            file.version
+                        );
+                        assert_eq!(file.contents, file.version.to_string().as_bytes());
+                        (checked, last) = (checked + 1, file.version);
+                    }
+                    Ok(None) => panic!("{NAME} vanished"),
+                    Err(LockError::NotLeader | LockError::Unavailable) => {}
+                    Err(e) => panic!("reading {NAME}: {e}"),
+                }
+            }
+            checked
+        })
+    };
+    while acked.load(Ordering::SeqCst) < WRITES / 3 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cluster.stop_node(leader);
+    writing.join().expect("the writer");
+    let checked = reading.join().expect("the reader");
+    assert!(checked >= 20, "only {checked} reads checked");
+    let file = cluster.service.read_file(NAME).unwrap().expect("written");
+    assert_eq!(file.version, WRITES);
+}
