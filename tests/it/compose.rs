@@ -1,6 +1,6 @@
 //! docker-compose.yml runs what `megastore cluster up` would start from
-//! deploy/compose/cluster.toml, and that config is the default topology with a second
-//! replica server at sites A and B.
+//! deploy/compose/cluster.toml, and that config is the default topology with three
+//! replica servers at sites A and B.
 //!
 //! There is no Docker engine here: `docker-compose config` (Debian's docker-compose,
 //! which `.ci/setup.sh` installs) validates the file and prints it normalized; its YAML
@@ -196,13 +196,16 @@ fn the_compose_topology_is_the_dev_topology_with_service_names() {
     assert_eq!(compose.cluster.sites, dev.cluster.sites);
     assert_eq!(replicas(&compose), replicas(&dev));
     assert_eq!(lockd(&compose), lockd(&dev));
-    // Plus a second server for each full replica, holding nothing until a move.
+    // Plus two more servers for each full replica, holding nothing until a move.
     let servers: Vec<(&str, u16, &str)> = compose
         .servers
         .iter()
         .map(|s| (s.name.as_str(), s.id, s.replica.as_str()))
         .collect();
-    assert_eq!(servers, [("a2", 11, "a"), ("b2", 12, "b")]);
+    assert_eq!(
+        servers,
+        [("a2", 11, "a"), ("b2", 12, "b"), ("a3", 21, "a"), ("b3", 22, "b")]
+    );
     assert_eq!(
         format!("{:?}", compose.timeouts),
         format!("{:?}", dev.timeouts)
