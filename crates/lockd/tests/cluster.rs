@@ -1,7 +1,8 @@
 //! lockd as a real three-node cluster on loopback: gRPC between nodes, RocksDB
 //! directories, openraft. It passes the lock service conformance suite, survives the
 //! loss of its leader, keeps everything acknowledged across a restart of every node,
-//! and refuses a data directory stamped for another node.
+//! refuses a data directory stamped for another node, and answers file reads without
+//! log entries but only while its leader reaches a majority.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -418,4 +419,37 @@ fn file_reads_add_no_log_entries_and_see_every_acknowledged_write_across_a_leade
     assert!(checked >= 20, "only {checked} reads checked");
     let file = cluster.service.read_file(NAME).unwrap().expect("written");
     assert_eq!(file.version, WRITES);
+}
+
+/// A leader cut off from its followers does not answer a file read from its applied
+/// state: the read-index round needs a majority, and without one the read is refused
+/// (a new leader elsewhere could have acknowledged a newer version meanwhile).
+#[test]
+fn a_leader_without_a_majority_answers_no_file_read() {
+    use megastore_lock::{LockCommand, LockRequest};
+    let mut cluster = TestCluster::start();
+    write_file_resolving(&cluster.service, "placement/ranges", 0, b"1");
+    let leader = cluster.wait_for_leader();
+    for follower in (0..3).filter(|&i| i != leader) {
+        cluster.stop_node(follower);
+    }
+    let client = {
+        let _inside = cluster.runtime.enter();
+        LockdClient::new(&cluster.config).unwrap()
+    };
+    let node = cluster.config.lockd_ids()[leader];
+    let read = LockRequest {
+        id: 7,
+        command: LockCommand::ReadFile {
+            name: "placement/ranges".into(),
+        },
+    };
+    let answer = cluster
+        .runtime
+        .block_on(client.send(node, read))
+        .map(|response| response.result);
+    assert!(
+        !matches!(answer, Some(Ok(_))),
+        "a leader without a majority answered a read: {answer:?}"
+    );
 }
