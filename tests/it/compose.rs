@@ -204,7 +204,12 @@ fn the_compose_topology_is_the_dev_topology_with_service_names() {
         .collect();
     assert_eq!(
         servers,
-        [("a2", 11, "a"), ("b2", 12, "b"), ("a3", 21, "a"), ("b3", 22, "b")]
+        [
+            ("a2", 11, "a"),
+            ("b2", 12, "b"),
+            ("a3", 21, "a"),
+            ("b3", 22, "b")
+        ]
     );
     assert_eq!(
         format!("{:?}", compose.timeouts),
