@@ -2,15 +2,19 @@
 //! three servers, 10,000 groups are spread over them by `range split` and `range
 //! rebalance`, and while writers at both sites commit and check that reads stay
 //! current, ranges are split and moved at both sites and a server is SIGKILLed and
-//! started again. Every acknowledged write is then present exactly once.
+//! started again. Every acknowledged write is then present exactly once, and each
+//! server serves exactly the ranges the placement gives it (so no range twice at a
+//! site).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use megastore_client::Client;
 use megastore_paxos::{DataQuery, ReadMode};
+use megastore_placement::{Placement, ServerId};
+use megastore_types::ReplicaId;
 
-use crate::servers::{cli_of, with_extra_servers};
+use crate::servers::{cli_of, ranges_at, with_extra_servers};
 use crate::support::{connect, counter_value, eg, increment, row, start_cluster_edited};
 
 /// How many groups the cluster holds.
@@ -189,6 +193,35 @@ fn ten_thousand_groups_over_three_servers_per_site_survive_splits_moves_and_a_cr
     }
     let text = megastore(&["range", "list"]).stdout;
     assert!(text.contains("range-6"), "seven ranges:\n{text}");
+    // Each server of a and b serves exactly the ranges the placement gives it: between
+    // them every range once.
+    let placement = stored_placement(&megastore);
+    runtime.block_on(async {
+        for (replica, slot) in [("a", 1), ("b", 2)] {
+            for (name, id) in servers_of(replica, slot) {
+                let placed: std::collections::BTreeSet<u64> = placement
+                    .ranges()
+                    .iter()
+                    .filter(|r| r.slot(ReplicaId(slot)).is_some_and(|s| s.server == id))
+                    .map(|r| r.id.0)
+                    .collect();
+                let started = Instant::now();
+                loop {
+                    let served: Option<std::collections::BTreeSet<u64>> = ranges_at(&config, name)
+                        .await
+                        .map(|ranges| ranges.iter().map(|r| r.range).collect());
+                    if served.as_ref() == Some(&placed) {
+                        break;
+                    }
+                    assert!(
+                        started.elapsed() < WORKLOAD,
+                        "{name} serves {served:?}, placed {placed:?}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
 
     // Every group's first write once; every writer's acknowledged increments, and at
     // most those plus the ones of unknown outcome.
@@ -230,6 +263,30 @@ fn ten_thousand_groups_over_three_servers_per_site_survive_splits_moves_and_a_cr
     });
 }
 
+/// The placement lockd holds, as `range list -o json` prints it.
+fn stored_placement(megastore: &dyn Fn(&[&str]) -> megastore_e2e::Finished) -> Placement {
+    let out = megastore(&["range", "list", "-o", "json"]);
+    assert!(out.status.success(), "{out:?}");
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).expect("list JSON");
+    let bytes = serde_json::to_vec(&json["placement"]).expect("JSON");
+    Placement::decode(&bytes).expect("the placement")
+}
+
+/// Replica `replica`'s servers (its slot is `slot`): its first server, with the
+/// replica's name and id, then its `[[servers]]`.
+fn servers_of(replica: &str, slot: u16) -> Vec<(&str, ServerId)> {
+    [(replica, slot)]
+        .into_iter()
+        .chain(
+            EXTRA
+                .iter()
+                .filter(|(_, _, of)| *of == replica)
+                .map(|(name, id, _)| (*name, *id)),
+        )
+        .map(|(name, id)| (name, ServerId(id)))
+        .collect()
+}
+
 /// `range move` of the range holding group `eg(n)` at `replica` (`a` or `b`) to one of
 /// the replica's servers that does not hold it.
 fn move_away(
@@ -237,26 +294,15 @@ fn move_away(
     n: u32,
     replica: &str,
 ) -> megastore_e2e::Finished {
-    let out = megastore(&["range", "list", "-o", "json"]);
-    assert!(out.status.success(), "{out:?}");
-    let json: serde_json::Value = serde_json::from_str(&out.stdout).expect("list JSON");
-    let bytes = serde_json::to_vec(&json["placement"]).expect("JSON");
-    let placement = megastore_placement::Placement::decode(&bytes).expect("the placement");
+    let placement = stored_placement(megastore);
     let range = placement.range_of(&eg(n).0);
-    let slot_id = if replica == "a" { 1 } else { 2 };
+    let slot = if replica == "a" { 1 } else { 2 };
     let holder = range
-        .slot(megastore_types::ReplicaId(slot_id))
+        .slot(ReplicaId(slot))
         .expect("the replica's slot")
         .server;
-    // The replica's first server has the replica's id and name.
-    let servers = [(replica, slot_id)].into_iter().chain(
-        EXTRA
-            .iter()
-            .filter(|(_, _, of)| *of == replica)
-            .map(|(name, id, _)| (*name, *id)),
-    );
-    let target = servers
-        .map(|(name, id)| (name, megastore_placement::ServerId(id)))
+    let target = servers_of(replica, slot)
+        .into_iter()
         .find(|(_, id)| *id != holder)
         .expect("another server")
         .0;
