@@ -8,7 +8,7 @@
 //! A step checks every group while at most [`STEP_CHECK_WINDOW`] are in memory (the
 //! simulator's replicas, most tests' clusters). With more, checking them all after
 //! every step made a debug build's step cost in proportion to the groups in memory: an
-//! e2e test writing 10,000 groups slowed from about 400 first writes a second to 13,
+//! e2e test writing 10,000 groups slowed from about 250 first writes a second to 13,
 //! then timed out. So a step then checks a window of [`STEP_CHECK_WINDOW`] groups that
 //! starts after the one the last window ended at: every group is still checked, once
 //! every `groups / STEP_CHECK_WINDOW` steps, and a step's cost stays bounded.
