@@ -9,7 +9,8 @@
 #      lockd's Raft log index before and after it and over as long a quiet spell;
 #   3. the same workload with the ranges spread over three servers per site.
 # Every process's RSS is taken after the fill, after the rebalance and at the end. One
-# JSON line goes to OUT.
+# JSON line goes to OUT; then a table of every line in OUT (the rows of
+# docs/performance.md, "Three servers per site").
 #   scripts/many-servers.sh [OUT] [GROUPS] [SECONDS] [CLIENTS]
 # MEGASTORE_BIN=path runs that binary instead of building one.
 set -euo pipefail
@@ -153,4 +154,21 @@ print(json.dumps({
     "three_servers_per_site": summary(after),
 }))
 PY
-tail -1 "$out"
+python3 - "$out" <<'PY'
+import json, sys
+print("| fill, s | rebalance, s (each move, ms) | lockd Raft entries: per s idle / per move beyond that | writes/s, p50 / p99 ms: 1 server per site → 3 | reads/s, p99 ms: 1 → 3 | errors |")
+print("|---|---|---|---|---|---|")
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    one, three = r["one_server_per_site"], r["three_servers_per_site"]
+    moves = sorted(m["ms"] for m in r["moves"]) or [0]
+    errors = sum(run.get(f"{kind}_errors", 0) for run in (one, three) for kind in ("write", "read"))
+    def writes(w):
+        return f"{w['write_per_second']:.0f}, {w['write_p50_us'] / 1000:.0f} / {w['write_p99_us'] / 1000:.0f}"
+    print(f"| {r['fill_ms'] / 1000:.1f} | {r['rebalance_ms'] / 1000:.1f} ({moves[0]}–{moves[-1]}) | "
+          f"{r['lockd_entries_per_s_quiet']} / {r['lockd_entries_per_move_net']} | "
+          f"{writes(one)} → {writes(three)} | "
+          f"{one['read_per_second']:.0f}, {one['read_p99_us'] / 1000:.0f} → "
+          f"{three['read_per_second']:.0f}, {three['read_p99_us'] / 1000:.0f} | {errors} |")
+PY
+echo "results: $out" >&2
