@@ -100,6 +100,9 @@ pub struct SimConfig {
     /// (`world/placement.rs`): servers that hold nothing live through every fault, and
     /// the placement and the lock service know more servers than slots.
     pub spares: bool,
+    /// An operator removes a replica from ranges once, while faults run
+    /// (`world/removals.rs`): the seed of its choices.
+    pub removals: Option<u64>,
 }
 
 fn pick<T: Clone>(rng: &mut Rng, options: &[T]) -> T {
@@ -232,6 +235,7 @@ impl SimConfig {
             relays: false,
             splits: None,
             spares: false,
+            removals: None,
         }
     }
 
@@ -246,6 +250,13 @@ impl SimConfig {
     /// apart from the seed's other choices.
     pub fn spares(seed: u64) -> bool {
         Self::splits(seed).is_some() && Rng::new(seed ^ 0x05a2_e5e2_0e25_0000).chance(0.5)
+    }
+
+    /// [`SimConfig::removals`] for `seed`: a quarter of the seeds, drawn apart from the
+    /// seed's other choices.
+    pub fn removals(seed: u64) -> Option<u64> {
+        let mut rng = Rng::new(seed ^ 0x2e30_7e5e_ed00_0001);
+        rng.chance(0.25).then(|| rng.next_u64())
     }
 
     /// [`SimConfig::relays`] for `seed`: half the seeds, drawn apart from the seed's

@@ -98,6 +98,7 @@ pub const BUG_NAMES: &[&str] = &[
     "trust-unconfirmed-lapse",
     "vouch-moved-in-range",
     "ignore-arrivals",
+    "serve-removed-slot",
 ];
 
 /// The knob called `name`.
@@ -160,6 +161,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "trust-unconfirmed-lapse" => p.trust_unconfirmed_lapse = true,
         "vouch-moved-in-range" => c.vouch_moved_in_range = true,
         "ignore-arrivals" => p.ignore_arrivals = true,
+        "serve-removed-slot" => placement.serve_removed_slot = true,
         _ => return None,
     }
     Some(Bugs {

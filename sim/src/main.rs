@@ -92,6 +92,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.collections += s.collections;
     total.evictions += s.evictions;
     total.splits += s.splits;
+    total.removals += s.removals;
     total.spares += s.spares;
     total.moves_finished += s.moves_finished;
     total.moves_aborted += s.moves_aborted;
@@ -102,7 +103,7 @@ fn add(total: &mut Stats, s: &Stats) {
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; relayed {}; conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, ranges split {}, spare servers {}, moves {} finished / {} aborted (copy pages {}), clients behind the placement at the end {}, final global scans {}, messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; relayed {}; conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, ranges split {}, replicas removed {}, spare servers {}, moves {} finished / {} aborted (copy pages {}), clients behind the placement at the end {}, final global scans {}, messages {}, violations {violations}",
         s.commits,
         s.combined,
         s.committed_unread,
@@ -129,6 +130,7 @@ fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
         s.collections,
         s.evictions,
         s.splits,
+        s.removals,
         s.spares,
         s.moves_finished,
         s.moves_aborted,

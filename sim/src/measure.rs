@@ -141,6 +141,7 @@ pub fn three_sites_with_witness_at(rtt_ms: u32, witness_rtt_ms: u32, clients: &[
         think_ms: 30,
         splits: None,
         spares: false,
+        removals: None,
     }
 }
 

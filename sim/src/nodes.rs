@@ -126,6 +126,8 @@ pub struct Stats {
     pub evictions: u64,
     /// Ranges the operator split.
     pub splits: u64,
+    /// Replicas the operator removed from ranges (`SimConfig::removals`).
+    pub removals: u64,
     /// Spare servers run (`SimConfig::spares`).
     pub spares: u64,
     /// Moves of a slot between its home and its spare that finished.

@@ -87,6 +87,24 @@ impl<'a> Observation<'a> {
         Some(placement.served_spans(node.slot))
     }
 
+    /// Whether the server at `r`, if it is up and placed, holds its slot of `eg`'s
+    /// range by its own placement (and has not frozen the range).
+    pub(crate) fn places_here(&self, r: ReplicaId, eg: &EgId) -> Option<bool> {
+        let node = self.replicas.get(&r)?;
+        let placement = node.core.as_ref()?.placement()?;
+        let range = placement.view().range_of(&eg.0);
+        let held = range
+            .slot(node.slot)
+            .is_some_and(|slot| slot.server == crate::world::server_at(r));
+        Some(held && !placement.frozen().contains_key(&range.id))
+    }
+
+    /// Whether the stored placement keeps slot `slot` in `eg`'s range (a slot
+    /// removed from it is no longer the group's replica).
+    pub(crate) fn in_replica_set(&self, slot: ReplicaId, eg: &EgId) -> bool {
+        self.placement.range_of(&eg.0).slot(slot).is_some()
+    }
+
     /// Every server's address.
     pub(crate) fn servers(&self) -> impl Iterator<Item = ReplicaId> + '_ {
         self.replicas.keys().copied()

@@ -50,9 +50,9 @@ fn runs_exercise_commits_local_and_majority_reads_and_faults() {
 }
 
 /// Runs `seeds` and fails on any violation, naming the seed to reproduce. Returns how
-/// many (wipes, snapshot installs) the runs had.
-fn clean(seeds: std::ops::Range<u64>) -> (u64, u64) {
-    let mut rejoins = (0, 0);
+/// many (wipes, snapshot installs, replicas removed) the runs had.
+fn clean(seeds: std::ops::Range<u64>) -> (u64, u64, u64) {
+    let mut rejoins = (0, 0, 0);
     for seed in seeds {
         let report = run_seed(seed, Bugs::default(), false);
         assert!(
@@ -62,15 +62,17 @@ fn clean(seeds: std::ops::Range<u64>) -> (u64, u64) {
         );
         rejoins.0 += report.stats.wipes;
         rejoins.1 += report.stats.installs;
+        rejoins.2 += report.stats.removals;
     }
     rejoins
 }
 
 #[test]
 fn seeds_0_to_49_are_clean_and_wiped_replicas_rejoin() {
-    let (wipes, installs) = clean(0..50);
+    let (wipes, installs, removals) = clean(0..50);
     assert!(wipes > 0, "no replica was wiped");
     assert!(installs > 0, "no wiped replica installed a snapshot");
+    assert!(removals > 0, "no replica was removed from ranges");
 }
 
 #[test]
@@ -236,6 +238,8 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ("finish-without-final-copy", &["moves-keep-writes"], 20),
     // Needs a seed with spares whose last move left a range of a slot at its spare.
     ("scan-first-server-only", &["global-scan-complete"], 40),
+    // Needs a seed whose operator removes a replica and a client still routing to it.
+    ("serve-removed-slot", &["votes-where-placed"], 20),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -325,6 +329,7 @@ knob_tests! {
     serve_while_frozen_is_caught => 43,
     finish_without_final_copy_is_caught => 44,
     scan_first_server_only_is_caught => 45,
+    serve_removed_slot_is_caught => 46,
 }
 
 #[test]
@@ -333,7 +338,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 53);
+    assert_eq!(BUG_NAMES.len(), 54);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

@@ -1,7 +1,8 @@
 //! `megastore range`: where groups live (docs/protocol.md, "Placement"). `list` shows
-//! the placement held in lockd; `split` cuts a range in two at a group key. Each range
-//! keeps its servers through a split; moving a range's replica to another server of its
-//! site is not built yet, and every cluster today runs one server per replica.
+//! the placement held in lockd; `split` cuts a range in two at a group key (both halves
+//! keep its servers); `move` and `rebalance` (their own files) hand a range's slot to
+//! another server of its site; `remove-replica` takes a witness or read-only replica
+//! out of ranges ("Voter changes").
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -47,6 +48,12 @@ pub(crate) enum RangeCommand {
     /// plans moves from the heaviest server to the lightest and carries them out one
     /// by one (operators only, with `[auth]`).
     Rebalance(crate::range_rebalance_cmd::RebalanceArgs),
+    /// Remove a witness or read-only replica from ranges (every range that has it, by
+    /// default): its server stops answering for them as soon as it reads the
+    /// placement, and drops their rows. A replica removed from every range has left
+    /// the cluster for good. Each range takes one voter change today (docs/protocol.md,
+    /// "Voter changes"); operators only, with `[auth]`.
+    RemoveReplica(RemoveReplicaArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -74,6 +81,16 @@ pub(crate) struct SplitArgs {
     /// Where the right half starts: the untyped group of this name (and every later key).
     #[arg(long, value_name = "GROUP")]
     at_group: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RemoveReplicaArgs {
+    #[command(flatten)]
+    cluster: ClusterArg,
+    /// The replica: its name in the config (`c`) or its id.
+    replica: String,
+    /// The ranges to remove it from (`3` or `range-3`); none: every range that has it.
+    ranges: Vec<String>,
 }
 
 pub(crate) fn run(command: RangeCommand) -> anyhow::Result<ExitCode> {
@@ -113,6 +130,7 @@ pub(crate) fn run(command: RangeCommand) -> anyhow::Result<ExitCode> {
         }
         RangeCommand::Move(args) => return crate::range_move_cmd::run(args),
         RangeCommand::Rebalance(args) => return crate::range_rebalance_cmd::run(args),
+        RangeCommand::RemoveReplica(args) => remove_replica(args)?,
         RangeCommand::Split(args) => {
             let config = args.cluster.load()?;
             let range = args.range.as_deref().map(parse_range).transpose()?;
@@ -151,6 +169,51 @@ pub(crate) fn run(command: RangeCommand) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `range remove-replica`: one compare-and-set, then what it did in a line.
+fn remove_replica(args: RemoveReplicaArgs) -> anyhow::Result<()> {
+    let config = args.cluster.load()?;
+    let replica = config
+        .replicas
+        .iter()
+        .find(|r| r.name == args.replica || r.id.to_string() == args.replica)
+        .with_context(|| {
+            format!(
+                "REPLICA: {:?} is no replica of the config (by name or id)",
+                args.replica
+            )
+        })?;
+    let (name, id) = (replica.name.clone(), megastore_types::ReplicaId(replica.id));
+    let ranges = args
+        .ranges
+        .iter()
+        .map(|r| parse_range(r))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let (placement, removed_from) = on_lockd(&config, async |lockd, topology| {
+        megastore_client::placement_store::remove_replica(lockd, topology, id, &ranges).await
+    })
+    .with_context(|| format!("removing replica {name}"))?;
+    let listed: Vec<String> = removed_from.iter().map(ToString::to_string).collect();
+    if listed.is_empty() {
+        println!(
+            "replica {name} was removed already (placement {})",
+            placement.version()
+        );
+    } else {
+        println!(
+            "removed replica {name} from {} (placement {})",
+            listed.join(", "),
+            placement.version()
+        );
+    }
+    if placement.removed().contains(&id) {
+        println!(
+            "replica {name} holds no range now: it has left the cluster and serves nothing; \
+             stop its server and take it out of the config"
+        );
+    }
+    Ok(())
 }
 
 /// How many groups each range holds, with a spinner on a terminal.
@@ -206,6 +269,15 @@ pub(crate) fn server_name(config: &ClusterConfig, id: ServerId) -> String {
         .map_or_else(|| id.to_string(), |p| p.process.name)
 }
 
+/// A replica by its name in the config, else `#id`.
+fn replica_name(config: &ClusterConfig, replica: megastore_types::ReplicaId) -> String {
+    config
+        .replicas
+        .iter()
+        .find(|r| r.id == replica.0)
+        .map_or_else(|| format!("#{}", replica.0), |r| r.name.clone())
+}
+
 /// The placement as text: a summary line and a table of at most `rows` ranges (with
 /// each one's groups, when counted, and its writes, when the replicas were asked).
 pub(crate) fn render(
@@ -232,6 +304,14 @@ pub(crate) fn render(
         }
     );
     out.push_str(&servers_line(placement, config));
+    if !placement.removed().is_empty() {
+        let names: Vec<String> = placement
+            .removed()
+            .iter()
+            .map(|r| replica_name(config, *r))
+            .collect();
+        out.push_str(&format!("removed replicas: {}\n", names.join(", ")));
+    }
     let mut table = Table::new();
     let mut header = vec![
         "RANGE",
@@ -265,12 +345,11 @@ pub(crate) fn render(
             .slots
             .iter()
             .map(|s| {
-                let name = config
-                    .replicas
-                    .iter()
-                    .find(|r| r.id == s.replica.0)
-                    .map_or_else(|| format!("#{}", s.replica.0), |r| r.name.clone());
-                format!("{name}@{}", server_name(config, s.server))
+                format!(
+                    "{}@{}",
+                    replica_name(config, s.replica),
+                    server_name(config, s.server)
+                )
             })
             .collect();
         let moving = range.moving.as_ref().map_or_else(

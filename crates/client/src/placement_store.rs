@@ -108,6 +108,32 @@ pub async fn split_range(
     })
 }
 
+/// Replica `replica` removed from `ranges` (every range holding it when empty), in one
+/// compare-and-set ([`Placement::remove_replica`]): the placement stored, and the
+/// ranges this call removed it from (none when an earlier try, whose answer was lost,
+/// removed it already).
+pub async fn remove_replica(
+    lockd: &LockdClient,
+    topology: &Topology,
+    replica: megastore_types::ReplicaId,
+    ranges: &[RangeId],
+) -> Result<(Placement, Vec<RangeId>), ClientError> {
+    let mut removed_from = Vec::new();
+    let placement = change_placement(lockd, topology, |p| {
+        let next = p.remove_replica(replica, ranges)?;
+        removed_from = p
+            .ranges()
+            .iter()
+            .filter(|r| r.slot(replica).is_some())
+            .filter(|r| next.range(r.id).is_some_and(|n| n.slot(replica).is_none()))
+            .map(|r| r.id)
+            .collect();
+        Ok(next)
+    })
+    .await?;
+    Ok((placement, removed_from))
+}
+
 /// Groups listed per page while counting.
 const COUNT_PAGE: usize = 10_000;
 

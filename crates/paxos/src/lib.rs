@@ -38,6 +38,7 @@ pub mod messages;
 pub mod proposer;
 pub mod queue;
 pub mod replica;
+pub mod replica_set;
 mod steps;
 pub mod two_phase;
 pub mod verify;

@@ -81,6 +81,7 @@ impl Placement {
             epoch: version,
             slots: old.slots.clone(),
             moving: None,
+            voters_changed: old.voters_changed,
         };
         next.next_range = RangeId(next.next_range.0 + 1);
         let left = &mut next.ranges[index];
@@ -96,7 +97,9 @@ impl Placement {
     /// every range, on a server of its own, `server`: the placement of one server per
     /// replica, grown by one. Each range's epoch becomes the new version. A replica
     /// some range already names is left as it is (the same placement comes back), so a
-    /// join retried after a lost answer changes nothing.
+    /// join retried after a lost answer changes nothing. A voter joining is each
+    /// range's voter change, refused if a range's voters changed before (see
+    /// [`Placement::remove_replica`]); a removed replica never joins again.
     pub fn add_replica(
         &self,
         replica: &ReplicaInfo,
@@ -105,11 +108,18 @@ impl Placement {
         if self.ranges.iter().any(|r| r.slot(replica.id).is_some()) {
             return Ok(self.clone());
         }
+        if self.removed.contains(&replica.id) {
+            return Err(ChangeError::Removed(replica.id));
+        }
         if self.servers.contains_key(&server) {
             return Err(ChangeError::ServerTaken {
                 replica: replica.id,
                 server,
             });
+        }
+        let voter = replica.kind != megastore_types::ReplicaKind::ReadOnly;
+        if voter {
+            self.refuse_second_voter_change(self.ranges.iter())?;
         }
         let mut next = self.successor();
         let version = next.version;
@@ -128,6 +138,9 @@ impl Placement {
                 server,
             });
             range.epoch = version;
+            if voter {
+                range.voters_changed = Some(version);
+            }
         }
         next.assert_checked();
         Ok(next)
@@ -259,14 +272,14 @@ impl Placement {
     }
 
     /// A copy one version later (the caller then changes it).
-    fn successor(&self) -> Placement {
+    pub(crate) fn successor(&self) -> Placement {
         let mut next = self.clone();
         next.version = Version(self.version.0 + 1);
         next
     }
 }
 
-fn refuse_if_moving(range: &Range) -> Result<(), ChangeError> {
+pub(crate) fn refuse_if_moving(range: &Range) -> Result<(), ChangeError> {
     match &range.moving {
         Some(m) => Err(ChangeError::Moving {
             range: range.id,

@@ -106,6 +106,32 @@ pub enum ChangeError {
     /// A default placement cannot be made.
     #[error("no default placement: {0}")]
     Initial(String),
+    /// Only witness and read-only slots can be removed: a full replica's coordinator
+    /// would have to hand its groups over first (not built).
+    #[error("replica {} of {range} is a full replica; only witness and read-only replicas can be removed", replica.0)]
+    RemoveFull {
+        /// The range.
+        range: RangeId,
+        /// The slot asked for.
+        replica: ReplicaId,
+    },
+    /// The range's voter set changed before; a second change needs every group's log
+    /// held by a majority of the voters after the first (a catch-up pass, not built).
+    #[error(
+        "the voters of {range} changed at {at}; a second voter change of a range is not supported yet (docs/protocol.md, \"Voter changes\")"
+    )]
+    VotersChanged {
+        /// The range.
+        range: RangeId,
+        /// The placement version of its earlier voter change.
+        at: Version,
+    },
+    /// No range has a slot of this replica, and it was never removed.
+    #[error("replica {} holds no slot of any range", .0.0)]
+    NotPlaced(ReplicaId),
+    /// The replica was removed from the cluster, and may not come back.
+    #[error("replica {} was removed from this cluster and cannot join it again; give a new replica a new id", .0.0)]
+    Removed(ReplicaId),
 }
 
 /// An invariant a placement breaks (one read from the lock service, or a bug).

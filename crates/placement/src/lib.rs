@@ -50,6 +50,7 @@ mod operator;
 mod range;
 mod rebalance;
 mod serving;
+mod voters;
 
 pub use change::SplitAt;
 pub use error::{ChangeError, Violation};

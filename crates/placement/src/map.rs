@@ -22,6 +22,10 @@ pub struct Placement {
     pub(crate) ranges: Vec<Range>,
     /// The id the next new range gets.
     pub(crate) next_range: RangeId,
+    /// Replicas removed from every range ([`Placement::remove_replica`]): never placed
+    /// again, and refused if they ask to join (*removed-stay-out*).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub(crate) removed: BTreeSet<ReplicaId>,
 }
 
 /// A placement as decoded, before its invariants are checked.
@@ -31,6 +35,8 @@ struct Unchecked {
     servers: BTreeMap<ServerId, Server>,
     ranges: Vec<Range>,
     next_range: RangeId,
+    #[serde(default)]
+    removed: BTreeSet<ReplicaId>,
 }
 
 impl TryFrom<Unchecked> for Placement {
@@ -42,6 +48,7 @@ impl TryFrom<Unchecked> for Placement {
             servers: u.servers,
             ranges: u.ranges,
             next_range: u.next_range,
+            removed: u.removed,
         };
         placement.check()?;
         Ok(placement)
@@ -115,6 +122,7 @@ impl Placement {
                 epoch: Version(1),
                 slots: range_slots,
                 moving: None,
+                voters_changed: None,
             });
         }
         let placement = Placement {
@@ -122,6 +130,7 @@ impl Placement {
             servers: by_id,
             ranges: placed,
             next_range: RangeId(u64::from(ranges)),
+            removed: BTreeSet::new(),
         };
         placement.assert_checked();
         Ok(placement)
@@ -159,8 +168,10 @@ impl Placement {
                     })
                     .collect(),
                 moving: None,
+                voters_changed: None,
             }],
             next_range: RangeId(1),
+            removed: BTreeSet::new(),
         };
         placement.assert_checked();
         placement
@@ -245,7 +256,8 @@ impl Placement {
     /// - *epochs-from-the-past*: no range's epoch or move is newer than the placement,
     ///   and range ids are unique and below `next_range`;
     /// - *move-well-formed*: a move's slot is held by its source, its target is a
-    ///   server of the slot's site holding no slot of the range.
+    ///   server of the slot's site holding no slot of the range;
+    /// - *removed-stay-out*: no range has a slot of a replica listed as removed.
     pub fn check(&self) -> Result<(), Violation> {
         let fail = |invariant, detail: String| {
             Err(Violation {
@@ -283,6 +295,7 @@ impl Placement {
             }
             if range.epoch > self.version
                 || range.moving.as_ref().is_some_and(|m| m.id > self.version)
+                || range.voters_changed.is_some_and(|v| v > self.version)
             {
                 return fail(
                     "epochs-from-the-past",
@@ -291,6 +304,19 @@ impl Placement {
             }
             self.check_slots(range)
                 .or_else(|(invariant, detail)| fail(invariant, detail))?;
+            if let Some(slot) = range
+                .slots
+                .iter()
+                .find(|s| self.removed.contains(&s.replica))
+            {
+                return fail(
+                    "removed-stay-out",
+                    format!(
+                        "{} has a slot of removed replica {}",
+                        range.id, slot.replica.0
+                    ),
+                );
+            }
         }
         Ok(())
     }

@@ -23,6 +23,13 @@ pub struct Range {
     pub slots: Vec<Slot>,
     /// A move of one slot to another server, under way.
     pub moving: Option<Move>,
+    /// The placement version at which this range's voter set last changed (a voter
+    /// joined, or one was removed), if it ever did. Another voter change of the
+    /// range waits until every group's log is held by a majority of the voters after
+    /// this one: the catch-up pass that establishes that is not built, so today a
+    /// range takes one voter change (docs/protocol.md, "Voter changes").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voters_changed: Option<Version>,
 }
 
 impl Range {

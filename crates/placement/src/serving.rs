@@ -22,6 +22,10 @@ megastore_types::bug_knobs! {
         /// yet. Reading a placement from before the move then retires the rows it
         /// was just given, and the move finishes without them.
         receive_before_seeing_move,
+        /// A server judges only whether another server holds its slot of the range:
+        /// once the slot is removed nobody does, and it goes on voting for it, from
+        /// the rows it retired.
+        serve_removed_slot,
     }
 }
 
@@ -167,9 +171,11 @@ impl ServerPlacement {
             }
             _ => {}
         }
-        if range
-            .slot(replica)
-            .is_some_and(|slot| slot.server == self.server)
+        let removed_but_served = self.bugs.serve_removed_slot() && range.slot(replica).is_none();
+        if removed_but_served
+            || range
+                .slot(replica)
+                .is_some_and(|slot| slot.server == self.server)
         {
             Serving::Serve {
                 range: range.id,

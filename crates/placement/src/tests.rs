@@ -6,7 +6,7 @@ use crate::*;
 
 /// The default topology's slots: full at sites 0 and 1, a witness at 2, a read-only
 /// replica at 3.
-fn slots() -> Topology {
+pub(crate) fn slots() -> Topology {
     let info = |id, kind, site| ReplicaInfo {
         id: ReplicaId(id),
         kind,
@@ -22,7 +22,7 @@ fn slots() -> Topology {
 }
 
 /// Three servers at each of sites 0 and 1, one at 2 and 3: ids `site * 10 + n`.
-fn servers() -> Vec<Server> {
+pub(crate) fn servers() -> Vec<Server> {
     let mut all = Vec::new();
     for (site, count) in [(0u16, 3u16), (1, 3), (2, 1), (3, 1)] {
         for n in 0..count {
@@ -35,7 +35,7 @@ fn servers() -> Vec<Server> {
     all
 }
 
-fn placement(ranges: u32) -> Placement {
+pub(crate) fn placement(ranges: u32) -> Placement {
     Placement::initial(servers(), &slots(), ranges).unwrap()
 }
 
@@ -544,6 +544,17 @@ fn a_replica_that_joins_gets_a_slot_of_every_range_on_a_server_of_its_own() {
             server: ServerId(3)
         }
     );
+    // A second voter joining would be each range's second voter change
+    // (`voters.rs`): refused; a read-only replica does not vote, and joins.
+    assert!(matches!(
+        grown.add_replica(&other, ServerId(6)).unwrap_err(),
+        ChangeError::VotersChanged { .. }
+    ));
+    let reader = ReplicaInfo {
+        kind: ReplicaKind::ReadOnly,
+        ..other
+    };
+    assert!(grown.add_replica(&reader, ServerId(6)).is_ok());
 }
 
 /// docs/scaling.md quotes this: what a range costs in the stored placement.

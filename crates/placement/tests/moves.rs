@@ -404,6 +404,7 @@ const NO_BUGS: (PlacementBugs, OperatorBugs) = (
     PlacementBugs {
         serve_while_frozen: false,
         receive_before_seeing_move: false,
+        serve_removed_slot: false,
     },
     OperatorBugs {
         finish_without_final_copy: false,

@@ -17,6 +17,10 @@ pub(crate) fn check(
 ) {
     for (eg, visible) in chosen.groups() {
         for info in obs.topology.replicas() {
+            if !obs.in_replica_set(info.id, eg) {
+                // Removed from the group's range: it keeps nothing of the group.
+                continue;
+            }
             let (column, what) = if info.kind == ReplicaKind::Witness {
                 (VISIBLE, "holds")
             } else {

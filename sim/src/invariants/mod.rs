@@ -1,8 +1,8 @@
 //! Safety checkers, one per invariant of docs/protocol.md, "Invariants" (seven from
 //! the design, acceptor-monotone, the global index's global-index, verified-scan and
 //! global-scan-complete, the queues' queue-exactly-once-in-order, two-phase commit's
-//! multi-group-atomicity and decision-stable, and placement's one-server-per-slot and
-//! moves-keep-writes).
+//! multi-group-atomicity and decision-stable, and placement's one-server-per-slot,
+//! moves-keep-writes and votes-where-placed).
 //! Each reads the run's durable state (the servers' stores), the messages replicas send
 //! and the clients' history; none trusts what a protocol core believes about its own
 //! progress (one-server-per-slot, like vouched-is-current, asks what a server would
@@ -26,6 +26,7 @@ mod queue_exactly_once;
 mod single_value;
 mod verified_scan;
 mod visible_after_invalidate;
+mod votes_where_placed;
 mod vouched_is_current;
 
 use megastore_paxos::{ReplicaReply, ReplicaRequest};
@@ -126,6 +127,7 @@ impl Checkers {
         self.grants
             .after_accept(obs, &self.chosen, r, request, &mut found);
         self.bounds.after_step(obs, r, request, replies, &mut found);
+        votes_where_placed::check(obs, r, request, replies, &mut found);
         for (invariant, detail) in found {
             self.violation(obs, invariant, detail);
         }

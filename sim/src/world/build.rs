@@ -99,6 +99,7 @@ impl World {
         config.relays = SimConfig::relays(seed);
         config.splits = SimConfig::splits(seed);
         config.spares = SimConfig::spares(seed);
+        config.removals = SimConfig::removals(seed);
         if config.coordinator_bounds.is_some() || config.replica_cache.is_some() {
             // Bounds matter with more groups than they hold.
             config.groups = 3;
@@ -114,6 +115,7 @@ impl World {
         // each (before its first move to it).
         let placement = megastore_placement::Placement::one_server_per_replica(&config.topology);
         let operator_rng = Rng::new(config.splits.unwrap_or_default());
+        let removal_rng = config.removals.map(Rng::new);
         // The library's derivation from a round that fits the slowest link, except the
         // waits that must cover a round trip on it: the library's fractions of `rpc`
         // (sized for a configured `rpc_ms` well above the WAN round trip) would end the
@@ -328,6 +330,7 @@ impl World {
             moving: None,
             copying: None,
             operator_rng,
+            removal_rng,
         };
         if let Some((r, extra)) = world.config.lagging {
             world.net.slow_down(NodeId::Replica(r), extra);
@@ -353,6 +356,7 @@ impl World {
         world.schedule(safety_end, Event::EndSafetyPhase);
         world.schedule_first_split();
         world.schedule_first_move();
+        world.schedule_removal();
         world
     }
 

@@ -7,7 +7,10 @@ mod drive;
 mod moves;
 mod outages;
 mod placement;
+mod removals;
 mod routing;
+
+pub(crate) use routing::server_at;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -62,6 +65,8 @@ enum Event {
     PlacementAnswer(NodeId, Box<megastore_placement::Placement>),
     /// The operator takes the next step of its move (`moves.rs`).
     Operate,
+    /// The operator removes a replica from ranges (`removals.rs`).
+    RemoveReplica,
 }
 
 /// One simulated run.
@@ -129,6 +134,8 @@ pub(crate) struct World {
     /// The operator's choices, drawn apart from the world's, so that the traces of
     /// seeds without an operator stay as they were.
     operator_rng: Rng,
+    /// The removal's choices (`removals.rs`), until it is made.
+    removal_rng: Option<Rng>,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -364,6 +371,7 @@ impl World {
             }
             Event::EndSafetyPhase => self.heal_everything(),
             Event::Split => self.split(),
+            Event::RemoveReplica => self.remove_replica(),
             Event::ReadPlacement(node) => self.read_placement(node),
             Event::PlacementAnswer(node, placement) => self.placement_answer(node, *placement),
             Event::Operate => self.operate(),

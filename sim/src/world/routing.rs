@@ -31,7 +31,7 @@ pub(super) fn address(server: ServerId) -> ReplicaId {
 }
 
 /// The server at `address`.
-pub(super) fn server_at(address: ReplicaId) -> ServerId {
+pub(crate) fn server_at(address: ReplicaId) -> ServerId {
     ServerId(address.0)
 }
 

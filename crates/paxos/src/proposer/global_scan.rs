@@ -11,7 +11,8 @@
 //!
 //! Invariant *scan-asks-every-holder*: with a placement, a scan's answer is made only
 //! once every server holding the replica's slot in some range has answered, by a
-//! placement no older than any of theirs. Each request names the version of the
+//! placement no older than any of theirs, and only from a replica that placement keeps
+//! in every range (one removed from a range retired its rows there). Each request names the version of the
 //! placement it was routed by; a server judging by a newer one refuses
 //! (`PlacementNewer`: a move may have given its groups to a server the scan did not
 //! ask), and the scan reads the placement from the lock service and asks that
@@ -103,8 +104,17 @@ impl GlobalScan {
         self.ask(ctx, replica);
     }
 
-    /// Asks every server of `replica`'s slot, by the placement the client routes by.
+    /// Asks every server of `replica`'s slot, by the placement the client routes by —
+    /// or passes on to the next candidate if that placement removed the replica from
+    /// some range: it keeps none of those groups' rows, and its scan would miss them.
     fn ask<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, replica: ReplicaId) {
+        let covers_every_range = ctx
+            .placement()
+            .is_none_or(|p| p.ranges().iter().all(|r| r.slot(replica).is_some()));
+        if !covers_every_range {
+            self.try_next(ctx);
+            return;
+        }
         let routed_by = ctx.placement().map(|p| p.version());
         let mut waiting = BTreeSet::new();
         for server in servers_to_ask(ctx, replica) {

@@ -26,6 +26,7 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 
 use crate::bugs::ProtocolBugs;
 use crate::messages::{Message, ReplicaRequest};
+use crate::replica_set::ReplicaSet;
 
 /// How long a proposer waits for what.
 #[derive(Debug, Clone)]
@@ -216,6 +217,14 @@ pub(crate) struct Ctx<'a, K> {
     key: K,
     wiring: &'a mut Wiring<K>,
     sends: &'a mut Vec<(NodeId, Message)>,
+}
+
+impl<K> Ctx<'_, K> {
+    /// `eg`'s replica set by the proposer's placement: whom it counts as voters, and
+    /// sends marks and invalidations to.
+    pub(crate) fn replica_set(&self, eg: &EgId) -> ReplicaSet<'_> {
+        ReplicaSet::of(&self.config.topology, self.wiring.placement.as_ref(), eg)
+    }
 }
 
 impl<K: Clone + Ord> Ctx<'_, K> {

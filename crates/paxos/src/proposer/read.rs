@@ -230,7 +230,7 @@ impl CurrentRead {
     fn majority<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
         self.vouched = false;
         let mut ids = BTreeMap::new();
-        for r in ctx.config.topology.voters().collect::<Vec<_>>() {
+        for r in ctx.replica_set(&self.eg).voters() {
             let eg = self.eg.clone();
             ids.insert(
                 ctx.send_replica(r, |id| ReplicaRequest::LogState { id, eg }),
@@ -422,7 +422,7 @@ impl CurrentRead {
                     return;
                 }
                 replies.insert(from, state);
-                if replies.len() >= ctx.config.topology.majority() {
+                if replies.len() >= ctx.replica_set(&self.eg).majority() {
                     self.majority_answered(ctx);
                 }
             }

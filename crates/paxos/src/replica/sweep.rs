@@ -32,6 +32,7 @@ use crate::cells::SlotRecord;
 use crate::messages::{LogState, Message, ReplicaReply, ReplicaRequest};
 use crate::proposer::catch_up::{CatchUp, CatchUpProgress};
 use crate::proposer::{Ctx, ProposerConfig, Wiring};
+use crate::replica_set::ReplicaSet;
 
 /// How the sweep runs.
 #[derive(Debug, Clone)]
@@ -306,19 +307,21 @@ impl Sweeper {
         }
     }
 
-    fn others(&self) -> Vec<ReplicaId> {
-        self.config
-            .proposer
-            .topology
-            .replicas()
-            .iter()
-            .map(|r| r.id)
-            .filter(|r| *r != self.me)
-            .collect()
+    /// `eg`'s replica set by this replica's placement (a slot removed from the group's
+    /// range is neither probed nor waited for).
+    fn replica_set(&self, eg: &EgId) -> ReplicaSet<'_> {
+        ReplicaSet::of(&self.config.proposer.topology, self.wiring.placement(), eg)
+    }
+
+    /// The other members of `eg`'s replica set.
+    fn others(&self, eg: &EgId) -> Vec<ReplicaId> {
+        let mut others = self.replica_set(eg).ids();
+        others.retain(|r| *r != self.me);
+        others
     }
 
     fn probe(&mut self, now: Time, eg: EgId, clearing: bool, sends: &mut Vec<(NodeId, Message)>) {
-        let others = self.others();
+        let others = self.others(&eg);
         if others.is_empty() {
             return;
         }
@@ -369,11 +372,15 @@ impl Sweeper {
         let Some(here) = here else {
             return Vec::new();
         };
-        let topology = &self.config.proposer.topology;
         let mut actions = Vec::new();
         if clearing {
-            let voters = states.keys().filter(|r| topology.is_voter(**r)).count();
-            if voters < topology.majority() {
+            let set = self.replica_set(eg);
+            // A majority of the voters counted over the set this replica's placement
+            // has: with a slot removed and a proposer still counting it, any majority
+            // of the old set holding this replica still meets them (module doc of
+            // `crate::replica_set`).
+            let voters = states.keys().filter(|r| set.is_voter(**r)).count();
+            if voters < set.majority() {
                 return actions;
             }
             let floor = states.values().map(|s| s.highest).max();
@@ -386,7 +393,7 @@ impl Sweeper {
         // a snapshot helps — if it can take one (its own log never truncated, as a wiped
         // replica's, or a witness, which keeps no data; see `GroupLog::install`).
         let gone = states.values().map(|s| s.truncated).max();
-        let witness = topology.kind(self.me) == Some(ReplicaKind::Witness);
+        let witness = self.config.proposer.topology.kind(self.me) == Some(ReplicaKind::Witness);
         let can_install = here.truncated == Position::NONE || witness;
         if can_install && gone.is_some_and(|gone| gone > here.visible) {
             self.request_snapshot(now, eg, &here, &states, sends);
@@ -400,7 +407,10 @@ impl Sweeper {
         if furthest > here.visible {
             self.catch_up(now, eg.clone(), here.visible.next(), furthest, sends);
         }
-        if states.len() < self.others().len() {
+        // Truncate only once every other member of the set reported (one asked
+        // before a removal, and removed since, does not stand in for one still in).
+        let others = self.others(eg);
+        if !others.iter().all(|r| states.contains_key(r)) {
             return actions;
         }
         let topology = &self.config.proposer.topology;
@@ -413,6 +423,7 @@ impl Sweeper {
         };
         let floor = states
             .iter()
+            .filter(|(r, _)| others.contains(r))
             .map(|(r, s)| kept(*r, s))
             .chain(Some(kept(self.me, &here)))
             .min();

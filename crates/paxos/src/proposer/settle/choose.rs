@@ -22,7 +22,7 @@ impl Settle {
         // — after the voters' logs moved past it by snapshot installs, a replica that
         // missed the mark and cannot install (its own log was truncated once) learns
         // it nowhere else. Their other answers do not count.
-        for r in Self::voters(ctx).into_iter().chain(Self::read_only(ctx)) {
+        for r in self.voters(ctx).into_iter().chain(self.read_only(ctx)) {
             self.send(ctx, r, |id, eg| ReplicaRequest::ReadLog {
                 id,
                 eg,
@@ -46,7 +46,7 @@ impl Settle {
         let ballot = Ballot::next_above(self.max_seen, ctx.config.proposer);
         self.max_seen = ballot;
         let position = self.position;
-        for r in Self::voters(ctx) {
+        for r in self.voters(ctx) {
             self.send(ctx, r, |id, eg| ReplicaRequest::Prepare {
                 id,
                 eg,
@@ -86,7 +86,7 @@ impl Settle {
             self.sent_proposal = true;
         }
         let position = self.position;
-        for r in Self::voters(ctx).into_iter().filter(|r| Some(*r) != except) {
+        for r in self.voters(ctx).into_iter().filter(|r| Some(*r) != except) {
             let (ballot, entry) = (round.ballot, round.value.clone());
             self.send(ctx, r, |id, eg| ReplicaRequest::Accept {
                 id,
@@ -112,7 +112,7 @@ impl Settle {
     /// A majority accepted the round's value at one ballot: it is chosen.
     pub(super) fn check_chosen<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
         let Some(round) = &self.round else { return };
-        if round.acks.len() >= Self::majority(ctx) {
+        if round.acks.len() >= self.majority(ctx) {
             let chosen = Chosen {
                 ballot: round.ballot,
                 entry: round.value.clone(),
@@ -130,7 +130,7 @@ impl Settle {
     ) {
         // (A visible slot never gets here: `on_replica_reply` takes every visible
         // answer first.)
-        if !Self::voters(ctx).contains(&from) {
+        if !self.voters(ctx).contains(&from) {
             return;
         }
         let Phase::Learn { replies, .. } = &mut self.phase else {
@@ -147,7 +147,7 @@ impl Settle {
     /// With a majority of answers: a value accepted by a majority at one ballot is
     /// chosen; otherwise run Paxos (which adopts any accepted value, or a no-op).
     pub(super) fn decide_learn<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
-        let majority = Self::majority(ctx);
+        let majority = self.majority(ctx);
         let needed = if ctx.config.bugs.learn_from_single_accept() {
             1
         } else {
@@ -226,8 +226,8 @@ impl Settle {
         if matches!(result, PrepareResult::Truncated) && self.truncated_everywhere(ctx, from) {
             return;
         }
-        let majority = Self::majority(ctx);
-        let voters = Self::voters(ctx).len();
+        let majority = self.majority(ctx);
+        let voters = self.voters(ctx).len();
         let bugs = ctx.config.bugs;
         let Phase::Prepare {
             ballot,
@@ -334,8 +334,8 @@ impl Settle {
 
     /// `from` did not accept the round's value.
     pub(super) fn accept_refused<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, from: ReplicaId) {
-        let majority = Self::majority(ctx);
-        let voters = Self::voters(ctx).len();
+        let majority = self.majority(ctx);
+        let voters = self.voters(ctx).len();
         #[cfg(feature = "sim-bugs")]
         self.seen_lacking.insert(from);
         if matches!(self.phase, Phase::FastGrant { .. }) {

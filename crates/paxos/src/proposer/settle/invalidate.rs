@@ -47,9 +47,9 @@ impl Settle {
             return;
         }
         let targets: Vec<ReplicaId> = ctx
-            .config
-            .topology
+            .replica_set(&self.eg)
             .of_kind(ReplicaKind::Full)
+            .into_iter()
             .filter(|r| !chosen.holders.contains(r))
             .collect();
         #[cfg(feature = "sim-bugs")]

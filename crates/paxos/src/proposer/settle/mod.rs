@@ -214,7 +214,7 @@ impl Settle {
             truncated_at: BTreeSet::new(),
             waited_for_writer: false,
         };
-        let leader = leader.filter(|l| ctx.config.topology.is_voter(*l));
+        let leader = leader.filter(|l| ctx.replica_set(&settle.eg).is_voter(*l));
         match (&settle.proposal, leader) {
             (Some(entry), Some(leader)) => {
                 let entry = entry.clone();
@@ -311,22 +311,18 @@ impl Settle {
         self.mine.insert(id);
     }
 
-    fn voters<K>(ctx: &Ctx<'_, K>) -> Vec<ReplicaId> {
-        ctx.config.topology.voters().collect()
+    /// The group's voters, by the proposer's placement.
+    fn voters<K>(&self, ctx: &Ctx<'_, K>) -> Vec<ReplicaId> {
+        ctx.replica_set(&self.eg).voters()
     }
 
-    fn read_only<K>(ctx: &Ctx<'_, K>) -> Vec<ReplicaId> {
-        let topology = &ctx.config.topology;
-        topology
-            .replicas()
-            .iter()
-            .filter(|r| r.kind == megastore_types::ReplicaKind::ReadOnly)
-            .map(|r| r.id)
-            .collect()
+    fn read_only<K>(&self, ctx: &Ctx<'_, K>) -> Vec<ReplicaId> {
+        ctx.replica_set(&self.eg)
+            .of_kind(megastore_types::ReplicaKind::ReadOnly)
     }
 
-    fn majority<K>(ctx: &Ctx<'_, K>) -> usize {
-        ctx.config.topology.majority()
+    fn majority<K>(&self, ctx: &Ctx<'_, K>) -> usize {
+        ctx.replica_set(&self.eg).majority()
     }
 
     /// Rounds started after the first attempt — prepares, or learns again — (none on
@@ -441,7 +437,7 @@ impl Settle {
             // still hold — and a resolution, which needs only this, ends here.
             self.truncated_chosen = Some(chosen);
         }
-        let voter = Self::voters(ctx).contains(&from);
+        let voter = self.voters(ctx).contains(&from);
         match &mut self.phase {
             Phase::FastGrant { .. } => self.prepare(ctx),
             // A read-only replica was asked only for a visible mark.
@@ -455,7 +451,7 @@ impl Settle {
             Phase::Prepare { rejects, .. } => {
                 rejects.insert(from);
                 let refused = rejects.len();
-                if refused > Self::voters(ctx).len() - Self::majority(ctx) {
+                if refused > self.voters(ctx).len() - self.majority(ctx) {
                     self.backoff(ctx);
                 }
             }
@@ -468,7 +464,7 @@ impl Settle {
     /// gives up at once (returns true) rather than backing off round after round.
     fn truncated_everywhere<K>(&mut self, ctx: &Ctx<'_, K>, from: ReplicaId) -> bool {
         self.truncated_at.insert(from);
-        if self.truncated_at.len() < Self::majority(ctx) {
+        if self.truncated_at.len() < self.majority(ctx) {
             return false;
         }
         self.outstanding.clear();

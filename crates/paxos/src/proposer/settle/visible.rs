@@ -18,13 +18,7 @@ impl Settle {
         entry: LogEntry,
     ) {
         let position = self.position;
-        let replicas: Vec<ReplicaId> = ctx
-            .config
-            .topology
-            .replicas()
-            .iter()
-            .map(|r| r.id)
-            .collect();
+        let replicas: Vec<ReplicaId> = ctx.replica_set(&self.eg).ids();
         self.outstanding.clear();
         for r in replicas {
             let entry = entry.clone();
