@@ -41,4 +41,5 @@ mod two_phase;
 mod users;
 mod users_paths;
 mod users_tls;
+mod voter_changes;
 mod watches;

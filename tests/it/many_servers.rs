@@ -1,10 +1,10 @@
 //! Issue 17's cluster of many servers: replicas a (site A) and b (site B) each run on
 //! three servers, 10,000 groups are spread over them by `range split` and `range
 //! rebalance`, and while writers at both sites commit and check that reads stay
-//! current, ranges are split and moved at both sites and a server is SIGKILLed and
-//! started again. Every acknowledged write is then present exactly once, and each
-//! server serves exactly the ranges the placement gives it (so no range twice at a
-//! site).
+//! current, ranges are split and moved at both sites, the witness is removed from
+//! every range and stopped, and a server is SIGKILLed and started again. Every
+//! acknowledged write is then present exactly once, and each server serves exactly the
+//! ranges the placement gives it (so no range twice at a site).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -71,7 +71,8 @@ struct Writer {
 }
 
 #[test]
-fn ten_thousand_groups_over_three_servers_per_site_survive_splits_moves_and_a_crash() {
+fn ten_thousand_groups_over_three_servers_per_site_survive_splits_moves_a_witness_removal_and_a_crash()
+ {
     let (_alone, dir, mut cluster, config, runtime) =
         start_cluster_edited(|text| with_extra_servers(text, &EXTRA));
     let extra: Vec<String> = EXTRA
@@ -180,6 +181,9 @@ fn ten_thousand_groups_over_three_servers_per_site_survive_splits_moves_and_a_cr
         // it, and later one at B the same way.
         operations.push(move_away(&megastore, 800, "a"));
         wait_for_writes(150);
+        // The witness leaves every range (a voter change), and is stopped for good.
+        operations.push(megastore(&["range", "remove-replica", "c"]));
+        cluster.process("replica-c").kill();
         cluster.process("replica-b2").kill();
         cluster.start_process("replica-b2");
         wait_for_writes(200);
@@ -193,6 +197,7 @@ fn ten_thousand_groups_over_three_servers_per_site_survive_splits_moves_and_a_cr
     }
     let text = megastore(&["range", "list"]).stdout;
     assert!(text.contains("range-6"), "seven ranges:\n{text}");
+    assert!(text.contains("removed replicas: c"), "{text}");
     // Each server of a and b serves exactly the ranges the placement gives it: between
     // them every range once.
     let placement = stored_placement(&megastore);

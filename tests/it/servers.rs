@@ -109,7 +109,11 @@ fn serving(rejoining: bool) -> String {
 
 /// Waits until replica server process `name` has logged that it serves `starts` times
 /// (its log is kept across restarts).
-fn wait_for_starts(cluster: &mut megastore_e2e::LocalCluster, name: &str, starts: usize) {
+pub(crate) fn wait_for_starts(
+    cluster: &mut megastore_e2e::LocalCluster,
+    name: &str,
+    starts: usize,
+) {
     let started = Instant::now();
     while cluster
         .process(name)

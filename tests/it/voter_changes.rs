@@ -1,0 +1,165 @@
+//! Removing a voter (docs/protocol.md, "Voter changes"), from outside: `megastore range
+//! remove-replica c` takes the witness out of every range while writers at sites A and
+//! B commit; the witness's server stops serving as soon as it reads the placement, and
+//! is then SIGKILLed for good, and b is SIGKILLed and started again, so the two voters
+//! left carry every write. Every acknowledged increment is present exactly once, the
+//! replicas go on truncating their logs without the witness (which they would wait
+//! for forever if they still counted it), and the witness started again does not add
+//! itself back.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use megastore_types::EgId;
+
+use crate::servers::{LIMIT, cli_of, ranges_at, wait_for_starts};
+use crate::support::{connect, current_counter, eg, increment, start_cluster_with};
+
+/// Waits until `acked` is at least `at_least` (writers keep committing), or fails
+/// naming `what`.
+fn wait_for_writes(acked: &AtomicU64, at_least: u64, what: &str) {
+    let started = Instant::now();
+    while acked.load(Ordering::SeqCst) < at_least {
+        assert!(started.elapsed() < LIMIT, "no writes acknowledged {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_witness_removed_while_writers_run_serves_nothing_and_every_write_stays() {
+    // No log entries kept below what every replica applied: truncation shows at once.
+    let (_alone, dir, mut cluster, config, runtime) =
+        start_cluster_with("\n[history]\nlog_positions = 0\n");
+    let megastore = cli_of(&cluster, dir.path());
+
+    // Bad input is refused by name, and nothing changes.
+    let out = megastore(&["range", "remove-replica", "a"]);
+    assert!(
+        !out.status.success() && out.stderr.contains("is a full replica"),
+        "{out:?}"
+    );
+    let out = megastore(&["range", "remove-replica", "zz"]);
+    assert!(
+        !out.status.success() && out.stderr.contains("\"zz\" is no replica of the config"),
+        "{out:?}"
+    );
+
+    let groups = [eg(200), eg(400)];
+    let stop = AtomicBool::new(false);
+    let acked = AtomicU64::new(0);
+    let writers = (0..2).map(|writer| {
+        let (config, stop, groups, acked) = (&config, &stop, &groups, &acked);
+        async move {
+            let site = if writer == 0 { "A" } else { "B" };
+            let client = connect(config, site).await;
+            let mut counts = [(0u64, 0u64); 2];
+            let started = Instant::now();
+            for n in 0..5_000 {
+                if stop.load(Ordering::SeqCst) || started.elapsed() > 2 * LIMIT {
+                    break;
+                }
+                let i = n % 2;
+                match increment(&client, &groups[i], site).await {
+                    Ok(_) => {
+                        counts[i].0 += 1;
+                        acked.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(_) => counts[i].1 += 1,
+                }
+            }
+            counts
+        }
+    });
+    let (outcomes, removed) = std::thread::scope(|scope| {
+        let writing = scope.spawn(|| runtime.block_on(futures::future::join_all(writers)));
+        wait_for_writes(&acked, 10, "before the removal");
+        let removed = megastore(&["range", "remove-replica", "c"]);
+        // The witness's server reads the placement within a poll and serves nothing.
+        let started = Instant::now();
+        while runtime.block_on(ranges_at(&config, "c")) != Some(Vec::new()) {
+            assert!(started.elapsed() < LIMIT, "c still serves a range");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        wait_for_writes(
+            &acked,
+            acked.load(Ordering::SeqCst) + 10,
+            "after the removal",
+        );
+        cluster.process("replica-c").kill();
+        wait_for_writes(&acked, acked.load(Ordering::SeqCst) + 10, "without c");
+        // With c gone, a and b are the only voters: b's crash stops writes until it is
+        // back, and then they go on.
+        cluster.process("replica-b").kill();
+        cluster.start_process("replica-b");
+        wait_for_starts(&mut cluster, "replica-b", 2);
+        wait_for_writes(
+            &acked,
+            acked.load(Ordering::SeqCst) + 10,
+            "after b restarted",
+        );
+        stop.store(true, Ordering::SeqCst);
+        (writing.join().expect("the writers"), removed)
+    });
+    assert!(removed.status.success(), "{removed:?}");
+    assert!(
+        removed.stdout.contains("removed replica c from range-0")
+            && removed.stdout.contains("has left the cluster"),
+        "{removed:?}"
+    );
+
+    // Every counter holds its acknowledged increments, read at site A.
+    let at_a = runtime.block_on(connect(&config, "A"));
+    let read = |group: &EgId, column: &str| runtime.block_on(current_counter(&at_a, group, column));
+    for (site, counts) in ["A", "B"].iter().zip(&outcomes) {
+        for (group, (ok, failed)) in groups.iter().zip(counts) {
+            let value = read(group, site);
+            assert!(
+                (*ok..=ok + failed).contains(&value),
+                "{group} ({site}): counter {value}, {ok} increments acknowledged, {failed} failed"
+            );
+        }
+    }
+
+    // The logs are truncated without c: every replica left applied the writes, and the
+    // sweeps no longer wait for the witness's answer.
+    runtime.block_on(async {
+        let peers = megastore_rpc::Peers::new(&config).expect("peers");
+        let group = &groups[0];
+        for _ in 0..5 {
+            increment(&at_a, group, "after").await.expect("a write");
+        }
+        let started = Instant::now();
+        loop {
+            let status =
+                megastore_client::status::cluster_status(&config, &peers, Some(group)).await;
+            let log = status
+                .replicas
+                .iter()
+                .find(|r| r.name == "a")
+                .and_then(|r| r.log);
+            if log.is_some_and(|log| log.truncated.0 + 2 >= log.applied.0 && log.applied.0 > 20) {
+                break;
+            }
+            assert!(
+                started.elapsed() < LIMIT,
+                "a's log of {group} is not truncated: {log:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+
+    // Started again, the removed witness does not add itself back: it serves nothing,
+    // and the placement lists it as removed.
+    cluster.start_process("replica-c");
+    wait_for_starts(&mut cluster, "replica-c", 2);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(runtime.block_on(ranges_at(&config, "c")), Some(Vec::new()));
+    let text = megastore(&["range", "list"]).stdout;
+    assert!(text.contains("removed replicas: c"), "{text}");
+    assert!(!text.contains("c@c"), "{text}");
+    let again = megastore(&["range", "remove-replica", "c"]);
+    assert!(
+        again.status.success() && again.stdout.contains("was removed already"),
+        "{again:?}"
+    );
+}
