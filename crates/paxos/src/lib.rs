@@ -25,7 +25,9 @@
 //! queue-exactly-once-in-order, multi-group-atomicity and decision-stable; with a
 //! bounded group cache, open-is-indexed (`replica/registry.rs`); placed over many
 //! servers, loaded-only-if-served and arrivals-are-looked-after (`replica/placed.rs`,
-//! tests/placed.rs). For
+//! tests/placed.rs), and voters counted over each group's replica set by the caller's
+//! placement, so a removed slot is counted by no one who read its removal
+//! ([`replica_set`]; the removed server's silence is *votes-where-placed*). For
 //! watchers, kept where they are stated (the simulator runs no watchers):
 //! watch-reads-committed ([`watch`]) and awaiting-bounded (the replica's held long
 //! polls).

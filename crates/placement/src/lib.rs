@@ -10,7 +10,9 @@
 //! [`Placement::add_replica`], [`Placement::add_server`] and the move of a slot to
 //! another server of its site ([`Placement::begin_move`],
 //! [`Placement::record_frozen`], [`Placement::finish_move`],
-//! [`Placement::abort_move`]). [`ServerPlacement`] is a server's side: which requests
+//! [`Placement::abort_move`]), and the removal of a witness's or read-only replica's
+//! slot from ranges ([`Placement::remove_replica`], `voters.rs`: one voter change per
+//! range). [`ServerPlacement`] is a server's side: which requests
 //! it answers ([`ServerPlacement::judge`]), its durable freezes, and what it retires
 //! when it reads a newer placement. [`next_step`] is the operator's side of a move:
 //! its next write, copy, freeze or fence, from the stored placement alone and what it
@@ -19,14 +21,14 @@
 //!
 //! Not here: storing the placement (the lock service's files), copying a range's rows
 //! (`copy_range` in the paxos crate, over the row store's `copy_span`), routing
-//! caches, and changing a range's voter set
-//! (a reconfiguration of the groups' logs, designed in docs/protocol.md and not built
-//! yet). A move keeps the slot's replica id, so the groups' Paxos state moves with it
-//! unchanged and no quorum changes.
+//! caches, counting a group's voters over its range's slots (the paxos crate's
+//! `ReplicaSet`), and the catch-up pass a second voter change of a range would need
+//! (not built). A move keeps the slot's replica id, so the groups' Paxos state moves
+//! with it unchanged and no quorum changes.
 //!
 //! Invariants ([`Placement::check`], asserted after every change and checked on every
 //! decode): *ranges-partition*, *slot-at-its-site*, *one-slot-per-server*,
-//! *epochs-from-the-past*, *move-well-formed*; and, across servers,
+//! *epochs-from-the-past*, *move-well-formed*, *removed-stay-out*; and, across servers,
 //! *flip-after-freeze*, *one-server-per-slot* (see [`ServerPlacement`]),
 //! *copy-after-seeing-the-move* (see [`ServerPlacement::receive`]) and
 //! *moves-keep-writes* (see [`next_step`]); the property test `tests/moves.rs` checks
