@@ -5,7 +5,7 @@
 //! left carry every write. Every acknowledged increment is present exactly once, the
 //! replicas go on truncating their logs without the witness (which they would wait
 //! for forever if they still counted it), and the witness started again does not add
-//! itself back.
+//! itself back. The read-only replica then leaves too, while its server is stopped.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -103,7 +103,9 @@ fn a_witness_removed_while_writers_run_serves_nothing_and_every_write_stays() {
     assert!(removed.status.success(), "{removed:?}");
     assert!(
         removed.stdout.contains("removed replica c from range-0")
-            && removed.stdout.contains("has left the cluster"),
+            && removed.stdout.contains("has left the cluster")
+            // The command waited until c's server read the removal.
+            && removed.stdout.contains("server c read placement"),
         "{removed:?}"
     );
 
@@ -162,4 +164,25 @@ fn a_witness_removed_while_writers_run_serves_nothing_and_every_write_stays() {
         again.status.success() && again.stdout.contains("was removed already"),
         "{again:?}"
     );
+
+    // A read-only replica is not a voter: it can leave after the witness did. Its
+    // server stopped, the command says it did not confirm, and once it runs again it
+    // serves nothing.
+    cluster.process("replica-d").signal("STOP");
+    let out = megastore(&["range", "remove-replica", "d"]);
+    cluster.process("replica-d").signal("CONT");
+    assert!(
+        out.status.success() && out.stdout.contains("server d did not confirm"),
+        "{out:?}"
+    );
+    let started = Instant::now();
+    while runtime.block_on(ranges_at(&config, "d")) != Some(Vec::new()) {
+        assert!(started.elapsed() < LIMIT, "d still serves a range");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    runtime.block_on(async {
+        increment(&at_a, &groups[1], "after")
+            .await
+            .expect("a write without c and d");
+    });
 }

@@ -171,7 +171,12 @@ pub(crate) fn run(command: RangeCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `range remove-replica`: one compare-and-set, then what it did in a line.
+/// How long `range remove-replica` waits for the removed slot's servers to read the
+/// placement (each polls lockd every second).
+const REMOVAL_FENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `range remove-replica`: one compare-and-set, then waits (with a spinner) until
+/// each server that held a removed slot judges by the new placement, and says so.
 fn remove_replica(args: RemoveReplicaArgs) -> anyhow::Result<()> {
     let config = args.cluster.load()?;
     let replica = config
@@ -190,30 +195,77 @@ fn remove_replica(args: RemoveReplicaArgs) -> anyhow::Result<()> {
         .iter()
         .map(|r| parse_range(r))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let (placement, removed_from) = on_lockd(&config, async |lockd, topology| {
-        megastore_client::placement_store::remove_replica(lockd, topology, id, &ranges).await
+    let (done, behind) = on_lockd(&config, async |lockd, topology| {
+        let done =
+            megastore_client::placement_store::remove_replica(lockd, topology, id, &ranges).await?;
+        let behind = wait_for_servers(&config, &done).await;
+        Ok((done, behind))
     })
     .with_context(|| format!("removing replica {name}"))?;
-    let listed: Vec<String> = removed_from.iter().map(ToString::to_string).collect();
+    let version = done.placement.version();
+    let listed: Vec<String> = done.removed_from.iter().map(ToString::to_string).collect();
     if listed.is_empty() {
-        println!(
-            "replica {name} was removed already (placement {})",
-            placement.version()
-        );
+        println!("replica {name} was removed already (placement {version})");
     } else {
         println!(
-            "removed replica {name} from {} (placement {})",
-            listed.join(", "),
-            placement.version()
+            "removed replica {name} from {} (placement {version})",
+            listed.join(", ")
         );
+        for server in &done.servers {
+            let shown = server_name(&config, *server);
+            if behind.contains(server) {
+                println!(
+                    "server {shown} did not confirm it read placement {version} within {}s: \
+                     it refuses those ranges once it does (at its start, if it is down)",
+                    REMOVAL_FENCE.as_secs()
+                );
+            } else {
+                println!("server {shown} read placement {version}: it serves none of them now");
+            }
+        }
     }
-    if placement.removed().contains(&id) {
+    if done.placement.removed().contains(&id) {
         println!(
             "replica {name} holds no range now: it has left the cluster and serves nothing; \
              stop its server and take it out of the config"
         );
     }
     Ok(())
+}
+
+/// Waits up to [`REMOVAL_FENCE`] until every server of `done` judges by its placement
+/// (or a newer one); returns those that did not say so.
+async fn wait_for_servers(
+    config: &ClusterConfig,
+    done: &megastore_client::placement_store::RemovalDone,
+) -> std::collections::BTreeSet<ServerId> {
+    let bar = ProgressBar::new_spinner();
+    if !std::io::stderr().is_terminal() {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let version = done.placement.version().0;
+    let mut behind = done.servers.clone();
+    let started = std::time::Instant::now();
+    while !behind.is_empty() && started.elapsed() < REMOVAL_FENCE {
+        let mut still = std::collections::BTreeSet::new();
+        for server in behind {
+            let read = megastore_client::status::server_placement_version(config, server).await;
+            if read.is_none_or(|v| v < version) {
+                still.insert(server);
+            }
+        }
+        behind = still;
+        bar.set_message(format!(
+            "waiting for {} server(s) to read placement v{version}",
+            behind.len()
+        ));
+        bar.tick();
+        if !behind.is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+    bar.finish_and_clear();
+    behind
 }
 
 /// How many groups each range holds, with a spinner on a terminal.

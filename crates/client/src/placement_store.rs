@@ -108,30 +108,47 @@ pub async fn split_range(
     })
 }
 
+/// What [`remove_replica`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemovalDone {
+    /// The placement stored.
+    pub placement: Placement,
+    /// The ranges this call removed the replica from (none when an earlier try, whose
+    /// answer was lost, removed it already).
+    pub removed_from: Vec<RangeId>,
+    /// The servers that held its slot of those ranges: each must read the placement
+    /// before it stops answering for them.
+    pub servers: std::collections::BTreeSet<megastore_placement::ServerId>,
+}
+
 /// Replica `replica` removed from `ranges` (every range holding it when empty), in one
-/// compare-and-set ([`Placement::remove_replica`]): the placement stored, and the
-/// ranges this call removed it from (none when an earlier try, whose answer was lost,
-/// removed it already).
+/// compare-and-set ([`Placement::remove_replica`]).
 pub async fn remove_replica(
     lockd: &LockdClient,
     topology: &Topology,
     replica: megastore_types::ReplicaId,
     ranges: &[RangeId],
-) -> Result<(Placement, Vec<RangeId>), ClientError> {
-    let mut removed_from = Vec::new();
+) -> Result<RemovalDone, ClientError> {
+    let mut removed = Vec::new();
     let placement = change_placement(lockd, topology, |p| {
         let next = p.remove_replica(replica, ranges)?;
-        removed_from = p
+        removed = p
             .ranges()
             .iter()
-            .filter(|r| r.slot(replica).is_some())
-            .filter(|r| next.range(r.id).is_some_and(|n| n.slot(replica).is_none()))
-            .map(|r| r.id)
+            .filter_map(|r| {
+                let slot = r.slot(replica)?;
+                let gone = next.range(r.id).is_some_and(|n| n.slot(replica).is_none());
+                gone.then_some((r.id, slot.server))
+            })
             .collect();
         Ok(next)
     })
     .await?;
-    Ok((placement, removed_from))
+    Ok(RemovalDone {
+        placement,
+        removed_from: removed.iter().map(|(range, _)| *range).collect(),
+        servers: removed.iter().map(|(_, server)| *server).collect(),
+    })
 }
 
 /// Groups listed per page while counting.

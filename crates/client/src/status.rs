@@ -154,6 +154,21 @@ async fn replica_ranges(config: &ClusterConfig, address: &str) -> Option<ServerR
     })
 }
 
+/// The version of the placement replica server `server` judges by, asked of its admin
+/// service (`None`: no such server in the config, or it did not answer).
+pub async fn server_placement_version(
+    config: &ClusterConfig,
+    server: megastore_placement::ServerId,
+) -> Option<u64> {
+    let process = config
+        .server_processes()
+        .into_iter()
+        .find(|p| p.server == server.0)?;
+    replica_ranges(config, process.process.admin_endpoint())
+        .await
+        .map(|ranges| ranges.placement_version)
+}
+
 /// The coordinator of one full replica.
 #[derive(Debug, Clone)]
 pub struct CoordinatorStatus {
