@@ -159,6 +159,20 @@ fn a_witness_removed_while_writers_run_serves_nothing_and_every_write_stays() {
     let text = megastore(&["range", "list"]).stdout;
     assert!(text.contains("removed replicas: c"), "{text}");
     assert!(!text.contains("c@c"), "{text}");
+    let status = megastore(&["status", "-o", "json"]);
+    let json: serde_json::Value = serde_json::from_str(&status.stdout).expect("status JSON");
+    let shown: Vec<(&str, bool)> = json["replicas"]
+        .as_array()
+        .expect("replicas")
+        .iter()
+        .map(|r| (r["name"].as_str().unwrap_or(""), r["removed"] == true))
+        .collect();
+    assert_eq!(
+        shown,
+        [("a", false), ("b", false), ("c", true), ("d", false)],
+        "{json}"
+    );
+    assert!(megastore(&["status"]).stdout.contains("witness (removed)"));
     let again = megastore(&["range", "remove-replica", "c"]);
     assert!(
         again.status.success() && again.stdout.contains("was removed already"),

@@ -106,6 +106,7 @@ pub(crate) fn to_json(status: &ClusterStatus) -> serde_json::Value {
                 "id": r.id.0,
                 "site": r.site,
                 "kind": r.kind.to_string(),
+                "removed": removed(status, r.id),
                 "address": r.address,
                 "health": health(&r.health),
                 "behind": r.behind.map(|lag| json!({"groups": lag.groups, "positions": lag.positions})),
@@ -270,6 +271,15 @@ fn render_servers(servers: &[megastore_client::status::ServerStatus]) -> String 
     format!("{table}\n")
 }
 
+/// Whether the placement lists replica `id` as removed from every range
+/// (`megastore range remove-replica`).
+fn removed(status: &ClusterStatus, id: megastore_types::ReplicaId) -> bool {
+    status
+        .placement
+        .as_ref()
+        .is_some_and(|p| p.placement.removed().contains(&id))
+}
+
 pub(crate) fn render(status: &ClusterStatus) -> String {
     let name_of = |id: u64| {
         status
@@ -341,6 +351,11 @@ pub(crate) fn render(status: &ClusterStatus) -> String {
         "LOCK HOLDER",
     ]);
     for r in &status.replicas {
+        let kind = if removed(status, r.id) {
+            format!("{} (removed)", r.kind)
+        } else {
+            r.kind.to_string()
+        };
         let (coordinator, epoch, holder) = match &r.coordinator {
             None => ("-".into(), "-".into(), "-".into()),
             Some(c) => (
@@ -372,7 +387,7 @@ pub(crate) fn render(status: &ClusterStatus) -> String {
         replicas.add_row(vec![
             r.name.clone(),
             r.site.clone(),
-            r.kind.to_string(),
+            kind,
             r.address.clone(),
             health(&r.health),
             r.behind.map_or_else(
