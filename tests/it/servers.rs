@@ -704,7 +704,8 @@ fn range_move_hands_a_slot_to_another_server_while_writers_run() {
     });
 }
 
-/// `megastore range rebalance --by groups` over four ranges while a writer commits:
+/// `megastore range rebalance --by groups --every 1 --rounds 2` (the background
+/// rebalancer, two rounds) over four ranges while a writer commits:
 /// the plan takes half of replica a's ranges to a2 and half of witness c's to c2 (by
 /// the groups each range holds), every move finishes, and every counter holds exactly
 /// its acknowledged increments.
@@ -765,7 +766,18 @@ fn range_rebalance_evens_out_each_replicas_servers_while_a_writer_runs() {
                 (acked, failed)
             })
         });
-        let rebalanced = megastore(&["range", "rebalance", "--by", "groups"]);
+        // As a background rebalancer: a round that moves, then one that finds the
+        // servers balanced.
+        let rebalanced = megastore(&[
+            "range",
+            "rebalance",
+            "--by",
+            "groups",
+            "--every",
+            "1",
+            "--rounds",
+            "2",
+        ]);
         stop.store(true, Ordering::SeqCst);
         (writing.join().expect("the writer"), rebalanced)
     });
@@ -775,6 +787,39 @@ fn range_rebalance_evens_out_each_replicas_servers_while_a_writer_runs() {
         4,
         "{}",
         rebalanced.stdout
+    );
+    let second = rebalanced
+        .stdout
+        .split("round 2:")
+        .nth(1)
+        .unwrap_or_default();
+    assert!(second.contains("balanced"), "{}", rebalanced.stdout);
+    // Left running, it stops at SIGINT between rounds, cleanly.
+    let mut background = std::process::Command::new(megastore_e2e::megastore_bin())
+        .args(["range", "rebalance", "--every", "60", "--config"])
+        .arg(&cluster.config_path)
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("megastore range rebalance --every");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+        background.stdout.take().expect("its stdout"),
+    ));
+    let first_round = (&mut lines)
+        .map_while(Result::ok)
+        .find(|line| line.starts_with("balanced"));
+    assert!(first_round.is_some(), "the first round did not finish");
+    let pid = background.id().to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .expect("kill -INT");
+    assert!(sent.success());
+    let status = background.wait().expect("it ends");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(
+        status.success() && rest == ["stopped"],
+        "{status:?} {rest:?}"
     );
     let text = megastore(&["range", "list"]).stdout;
     assert!(

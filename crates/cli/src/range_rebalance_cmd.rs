@@ -1,7 +1,8 @@
 //! `megastore range rebalance`: evens out what each replica's servers carry, by the
 //! ranges' groups or writes per second (docs/operations.md, "Rebalancing"). The plan is
 //! the placement core's `plan_rebalance`; each move is carried out as `range move`
-//! does, one after another.
+//! does, one after another. With `--every`, it runs as a background rebalancer: a new
+//! measurement and plan each round, until a signal.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -45,6 +46,14 @@ pub(crate) struct RebalanceArgs {
     /// How long a move's step may keep failing before that move is given up.
     #[arg(long, value_name = "SECONDS", default_value_t = 120)]
     patience: u64,
+    /// Keep rebalancing in the background: measure, plan and move again every this
+    /// many seconds, until SIGINT or SIGTERM (a move under way finishes first). A round
+    /// whose move fails is reported and the next round plans afresh.
+    #[arg(long, value_name = "SECONDS", conflicts_with = "dry_run")]
+    every: Option<u64>,
+    /// With `--every`: stop after this many rounds.
+    #[arg(long, value_name = "N", requires = "every")]
+    rounds: Option<u64>,
 }
 
 /// The servers each replica's slots may be held by: its first server and its
@@ -94,15 +103,51 @@ pub(crate) fn run(args: RebalanceArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new()?;
     let _entered = runtime.enter();
     let lockd = megastore_rpc::LockdClient::new(&config).map_err(anyhow::Error::msg)?;
+    let Some(every) = args.every else {
+        rebalance_once(&config, &topology, &runtime, &lockd, &args)?;
+        return Ok(ExitCode::SUCCESS);
+    };
+    // Caught from here on: a signal during a move ends the loop once the move is over.
+    let mut interrupts = crate::signals::Interrupts::listen()?;
+    for round in 1.. {
+        println!("round {round}:");
+        if let Err(e) = rebalance_once(&config, &topology, &runtime, &lockd, &args) {
+            println!("  round {round} failed: {e:#}");
+        }
+        if args.rounds.is_some_and(|rounds| round >= rounds) {
+            break;
+        }
+        let stopped = runtime.block_on(async {
+            tokio::select! {
+                () = interrupts.until() => true,
+                () = tokio::time::sleep(Duration::from_secs(every)) => false,
+            }
+        });
+        if stopped {
+            println!("stopped");
+            break;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One measurement, one plan, and its moves one after another.
+fn rebalance_once(
+    config: &ClusterConfig,
+    topology: &megastore_types::Topology,
+    runtime: &tokio::runtime::Runtime,
+    lockd: &megastore_rpc::LockdClient,
+    args: &RebalanceArgs,
+) -> anyhow::Result<()> {
     let (placement, weights) = runtime.block_on(async {
-        let placement = load_placement(&lockd, &topology).await?.placement;
-        let weights = weights(&config, &placement, args.by).await?;
+        let placement = load_placement(lockd, topology).await?.placement;
+        let weights = weights(config, &placement, args.by).await?;
         anyhow::Ok((placement, weights))
     })?;
-    let plan = plan_rebalance(&placement, &weights, &candidates(&config), args.moves);
+    let plan = plan_rebalance(&placement, &weights, &candidates(config), args.moves);
     if plan.is_empty() {
         println!("balanced: no move would even out what the servers carry");
-        return Ok(ExitCode::SUCCESS);
+        return Ok(());
     }
     let replica_name = |id: ReplicaId| {
         config
@@ -113,7 +158,7 @@ pub(crate) fn run(args: RebalanceArgs) -> anyhow::Result<ExitCode> {
         let from = placement
             .range(planned.range)
             .and_then(|r| r.slot(planned.replica))
-            .map(|s| server_name(&config, s.server))
+            .map(|s| server_name(config, s.server))
             .unwrap_or_default();
         println!(
             "{} {} of replica {} (weighs {}): {from} → {}",
@@ -121,7 +166,7 @@ pub(crate) fn run(args: RebalanceArgs) -> anyhow::Result<ExitCode> {
             planned.range,
             replica_name(planned.replica),
             weights.get(&planned.range).copied().unwrap_or(0),
-            server_name(&config, planned.to)
+            server_name(config, planned.to)
         );
         if args.dry_run {
             continue;
@@ -131,9 +176,7 @@ pub(crate) fn run(args: RebalanceArgs) -> anyhow::Result<ExitCode> {
             patience: Duration::from_secs(args.patience),
         };
         let end = runtime
-            .block_on(crate::range_move_cmd::shown_move(
-                &config, planned, &options,
-            ))
+            .block_on(crate::range_move_cmd::shown_move(config, planned, &options))
             .with_context(|| format!("moving {}", planned.range))?;
         match end {
             MoveEnd::Finished { epoch } => println!("  moved: epoch {epoch}"),
@@ -141,5 +184,5 @@ pub(crate) fn run(args: RebalanceArgs) -> anyhow::Result<ExitCode> {
             MoveEnd::Refused(why) => anyhow::bail!("moving {}: {why}", planned.range),
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
