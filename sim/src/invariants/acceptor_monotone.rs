@@ -25,7 +25,7 @@
 
 use std::collections::BTreeMap;
 
-use megastore_paxos::messages::{PrepareResult, ReplicaError};
+use megastore_paxos::messages::ReplicaError;
 use megastore_paxos::{ReplicaReply, ReplicaRequest};
 use megastore_types::{Ballot, EgId, Position, ReplicaId};
 
@@ -91,17 +91,7 @@ impl Bounds {
         if not_its_own {
             return;
         }
-        let answered_yes = replies.iter().any(|reply| match reply {
-            ReplicaReply::Prepare {
-                id: reply_id,
-                result: PrepareResult::Promised(_),
-            } => *reply_id == id,
-            ReplicaReply::Accept {
-                id: reply_id,
-                result,
-            } => *reply_id == id && result.accepted(),
-            _ => false,
-        });
+        let answered_yes = super::voted(id, replies);
         // A visible slot is decided: it may carry the (lower) ballot the value was
         // chosen at, and no ballot matters there any more.
         let slot = obs.stored_slot(r, eg, position);

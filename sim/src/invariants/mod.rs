@@ -62,6 +62,21 @@ pub struct Checkers {
     pub violations: Vec<Violation>,
 }
 
+/// Whether `replies` vote on request `id`: a promise to a prepare, or an acceptance.
+pub(crate) fn voted(id: u64, replies: &[ReplicaReply]) -> bool {
+    replies.iter().any(|reply| match reply {
+        ReplicaReply::Prepare {
+            id: reply_id,
+            result: megastore_paxos::messages::PrepareResult::Promised(_),
+        } => *reply_id == id,
+        ReplicaReply::Accept {
+            id: reply_id,
+            result,
+        } => *reply_id == id && result.accepted(),
+        _ => false,
+    })
+}
+
 /// Whether the server at `r` holds the chosen value at `p`: its slot has that value, or
 /// its log is truncated past `p` (which it did only after applying `p`).
 pub(crate) fn holds(

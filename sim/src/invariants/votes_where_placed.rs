@@ -8,7 +8,6 @@
 //! server's own placed core after the step (a placement arrives as a step of its own,
 //! so it is the placement the step judged by).
 
-use megastore_paxos::messages::PrepareResult;
 use megastore_paxos::{ReplicaReply, ReplicaRequest};
 use megastore_types::ReplicaId;
 
@@ -27,19 +26,7 @@ pub(crate) fn check(
         ReplicaRequest::Accept { eg, position, .. } => (eg, *position, "accepted"),
         _ => return,
     };
-    let id = request.id();
-    let voted = replies.iter().any(|reply| match reply {
-        ReplicaReply::Prepare {
-            id: reply_id,
-            result: PrepareResult::Promised(_),
-        } => *reply_id == id,
-        ReplicaReply::Accept {
-            id: reply_id,
-            result,
-        } => *reply_id == id && result.accepted(),
-        _ => false,
-    });
-    if voted && obs.places_here(r, eg) == Some(false) {
+    if super::voted(request.id(), replies) && obs.places_here(r, eg) == Some(false) {
         found.push((
             "votes-where-placed",
             format!(
