@@ -99,7 +99,8 @@ impl Placement {
     /// some range already names is left as it is (the same placement comes back), so a
     /// join retried after a lost answer changes nothing. A voter joining is each
     /// range's voter change, refused if a range's voters changed before (see
-    /// [`Placement::remove_replica`]); a removed replica never joins again.
+    /// [`Placement::remove_replica`]); a removed replica never joins again: its join
+    /// leaves the placement as it is.
     pub fn add_replica(
         &self,
         replica: &ReplicaInfo,
@@ -109,7 +110,9 @@ impl Placement {
             return Ok(self.clone());
         }
         if self.removed.contains(&replica.id) {
-            return Err(ChangeError::Removed(replica.id));
+            // *removed-stay-out*: its join changes nothing, so its server takes the
+            // placement as it is and serves nothing.
+            return Ok(self.clone());
         }
         if self.servers.contains_key(&server) {
             return Err(ChangeError::ServerTaken {

@@ -129,9 +129,6 @@ pub enum ChangeError {
     /// No range has a slot of this replica, and it was never removed.
     #[error("replica {} holds no slot of any range", .0.0)]
     NotPlaced(ReplicaId),
-    /// The replica was removed from the cluster, and may not come back.
-    #[error("replica {} was removed from this cluster and cannot join it again; give a new replica a new id", .0.0)]
-    Removed(ReplicaId),
 }
 
 /// An invariant a placement breaks (one read from the lock service, or a bug).

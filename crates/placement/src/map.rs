@@ -23,7 +23,7 @@ pub struct Placement {
     /// The id the next new range gets.
     pub(crate) next_range: RangeId,
     /// Replicas removed from every range ([`Placement::remove_replica`]): never placed
-    /// again, and refused if they ask to join (*removed-stay-out*).
+    /// again: a join of one changes nothing (*removed-stay-out*).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub(crate) removed: BTreeSet<ReplicaId>,
 }

@@ -79,9 +79,8 @@ pub(crate) enum Fed {
 /// - a replica's first server, when the placement names the replica in no range (new
 ///   to the cluster, or left out by a change made from a config that predates it),
 ///   adds the replica ([`Placement::add_replica`]: a slot of every range on this
-///   server) — unless the placement lists the replica as removed
-///   ([`Placement::remove_replica`]): then the placement is taken as it is, and the
-///   server serves nothing (a removed replica never adds itself back).
+///   server); a replica the placement lists as removed changes nothing by it
+///   ([`Placement::remove_replica`]), so its server serves nothing.
 /// - any other server, when the placement does not list it, lists itself at its
 ///   replica's site holding nothing ([`Placement::add_server`]); ranges come to it
 ///   only by moves.
@@ -94,9 +93,7 @@ pub(crate) async fn join(
         .replica(member.replica)
         .ok_or_else(|| format!("replica {} is not in the topology", member.replica.0))?;
     change_placement(lockd, topology, |current| {
-        if current.removed().contains(&member.replica) {
-            Ok(current.clone())
-        } else if member.first {
+        if member.first {
             current.add_replica(me, member.server)
         } else {
             current.add_server(Server {
