@@ -99,6 +99,7 @@ pub const BUG_NAMES: &[&str] = &[
     "vouch-moved-in-range",
     "ignore-arrivals",
     "serve-removed-slot",
+    "count-stale-voters",
 ];
 
 /// The knob called `name`.
@@ -162,6 +163,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "vouch-moved-in-range" => c.vouch_moved_in_range = true,
         "ignore-arrivals" => p.ignore_arrivals = true,
         "serve-removed-slot" => placement.serve_removed_slot = true,
+        "count-stale-voters" => placement.count_stale_voters = true,
         _ => return None,
     }
     Some(Bugs {

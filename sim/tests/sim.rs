@@ -238,8 +238,15 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ("finish-without-final-copy", &["moves-keep-writes"], 20),
     // Needs a seed with spares whose last move left a range of a slot at its spare.
     ("scan-first-server-only", &["global-scan-complete"], 40),
-    // Needs a seed whose operator removes a replica and a client still routing to it.
-    ("serve-removed-slot", &["votes-where-placed"], 20),
+    // Needs a seed whose operator removes the read-only replica and a client still
+    // reading from it. (A removed witness that goes on serving gets no vote asked of
+    // it that it would give: only proposers still counting the set before the removal
+    // ask, and *votes-by-the-current-voters* refuses them.)
+    (
+        "serve-removed-slot",
+        &["prefix-snapshots", "votes-where-placed"],
+        30,
+    ),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -338,7 +345,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 54);
+    assert_eq!(BUG_NAMES.len(), 55);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

@@ -80,6 +80,7 @@ fn witnesses_serve_no_reads_read_only_replicas_never_vote_and_bad_input_is_refus
             entry: LogEntry::noop(),
             grant: false,
             previous_visible: None,
+            voters_at: megastore_placement::Version(0),
         };
         assert_eq!(
             ask(read_only, accept).await,

@@ -60,6 +60,10 @@ pub enum ReplicaRequest {
         position: Position,
         /// The proposer's ballot (never zero).
         ballot: Ballot,
+        /// The version of the voter set the proposer counts (its placement's
+        /// `Range::voters_since` for the group's range; 0 when not placed): a voter
+        /// whose range's set is newer refuses (*votes-by-the-current-voters*).
+        voters_at: Version,
     },
     /// Paxos phase 2. With `grant`, this asks the position leader for ballot 0
     /// (write step 2); ballot-0 accepts without `grant` go out only after a grant.
@@ -82,6 +86,8 @@ pub enum ReplicaRequest {
         /// at a position), marks it visible before judging the grant instead of
         /// refusing it for a mark that is merely slower than this request.
         previous_visible: Option<Ballot>,
+        /// The version of the voter set the proposer counts, as for `Prepare`.
+        voters_at: Version,
     },
     /// The value at `position` is chosen and its invalidation step is done: record it
     /// as visible (and apply it, on replicas with data).

@@ -11,7 +11,7 @@
 //! (one slot apart). Kept in topology order, so a placement with every slot changes
 //! nothing about who is asked in what order.
 
-use megastore_placement::{Placement, Range};
+use megastore_placement::{Placement, Range, Version};
 use megastore_types::{EgId, ReplicaId, ReplicaInfo, ReplicaKind, Topology};
 
 /// The replica set of one group, as one caller's placement has it.
@@ -64,6 +64,12 @@ impl<'a> ReplicaSet<'a> {
     /// How many of its voters make a majority.
     pub fn majority(&self) -> usize {
         self.voters().len() / 2 + 1
+    }
+
+    /// The version of the voter set: the caller's placement's `voters_since` for the
+    /// range (0 when not placed). Sent with every vote asked for.
+    pub fn voters_since(&self) -> Version {
+        self.range.map_or(Version(0), |range| range.voters_since)
     }
 
     /// Whether `r` is one of its voters.

@@ -99,6 +99,7 @@ fn accept(eg: &EgId, p: u64, round: u64) -> ReplicaRequest {
         entry: entry(eg, p),
         grant: false,
         previous_visible: None,
+        voters_at: megastore_placement::Version(0),
     }
 }
 
@@ -118,6 +119,7 @@ fn prepare(eg: &EgId, p: u64, round: u64) -> ReplicaRequest {
         eg: eg.clone(),
         position: Position(p),
         ballot: ballot(round),
+        voters_at: megastore_placement::Version(0),
     }
 }
 

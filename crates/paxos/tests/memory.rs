@@ -87,6 +87,7 @@ fn filled_store() -> MemoryStore {
                 entry: entry.clone(),
                 grant: false,
                 previous_visible: None,
+                voters_at: megastore_placement::Version(0),
             },
         );
         step(

@@ -464,3 +464,65 @@ fn a_global_scan_routed_by_an_older_placement_is_refused_naming_the_newer_one() 
         );
     }
 }
+
+/// *votes-by-the-current-voters*: once a replica read that its range's voter set
+/// changed, it refuses the votes of a proposer still counting the set before
+/// (`WrongServer`, so the proposer reads the placement), and gives them to one that
+/// counts the new set; with the `count-stale-voters` knob it gives them to both.
+#[test]
+fn a_placed_replica_refuses_votes_asked_by_a_proposer_counting_an_older_voter_set() {
+    for (bugs, refuses) in [
+        (PlacementBugs::NONE, true),
+        (
+            PlacementBugs {
+                count_stale_voters: true,
+                ..PlacementBugs::NONE
+            },
+            false,
+        ),
+    ] {
+        let p = initial();
+        let (range, from, _) = moved_range(&p);
+        let placement = ServerPlacement::new(from, p.clone(), BTreeMap::new(), bugs).0;
+        let mut node = Node::placed_over(1, placement, MemoryStore::new(), ProtocolBugs::NONE);
+        let removed = p.remove_replica(ReplicaId(3), &[range.id]).unwrap();
+        let since = removed.range(range.id).unwrap().voters_since;
+        node.step_at(Time::ZERO, ReplicaInput::Placement(removed.clone()));
+        let prepare = |voters_at| ReplicaRequest::Prepare {
+            id: 5,
+            eg: eg(),
+            position: Position(1),
+            ballot: ballot(2),
+            voters_at,
+        };
+        let stale = node.ask(prepare(Version(0)));
+        if refuses {
+            assert_eq!(
+                refusal(stale),
+                ReplicaError::WrongServer {
+                    range: range.id,
+                    epoch: removed.range(range.id).unwrap().epoch
+                }
+            );
+        } else {
+            assert!(matches!(stale, ReplicaReply::Prepare { .. }), "{stale:?}");
+        }
+        let current = node.ask(prepare(since));
+        assert!(
+            matches!(current, ReplicaReply::Prepare { .. }),
+            "{current:?}"
+        );
+        // A proposer counting the new set votes as before: its accept is taken.
+        let request = ReplicaRequest::Accept {
+            id: 6,
+            eg: eg(),
+            position: Position(1),
+            ballot: ballot(3),
+            entry: write(1, Some(1), "one"),
+            grant: false,
+            previous_visible: None,
+            voters_at: since,
+        };
+        assert_eq!(accept_result(node.ask(request)), AcceptResult::Accepted);
+    }
+}

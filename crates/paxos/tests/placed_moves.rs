@@ -578,6 +578,7 @@ fn commit(node: &mut Node, eg: &EgId, p: u64, value: &str) -> bool {
         entry: entry.clone(),
         grant: false,
         previous_visible: None,
+        voters_at: megastore_placement::Version(0),
     };
     let accepted = matches!(
         node.ask(accept),

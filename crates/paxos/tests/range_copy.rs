@@ -39,6 +39,7 @@ fn accept_in(eg: &EgId, p: u64, round: u64, entry: LogEntry) -> ReplicaRequest {
         entry,
         grant: false,
         previous_visible: None,
+        voters_at: megastore_placement::Version(0),
     }
 }
 
@@ -97,6 +98,7 @@ fn questions(eg: &EgId) -> Vec<ReplicaRequest> {
             eg: eg.clone(),
             position: Position(3),
             ballot: ballot(4),
+            voters_at: megastore_placement::Version(0),
         },
         // At the promise: accepted.
         accept_in(eg, 3, 5, write(8, Some(1), "three")),
@@ -133,6 +135,7 @@ fn a_server_started_over_a_copy_of_a_ranges_spans_answers_for_its_groups_as_the_
             eg: moved.clone(),
             position: Position(3),
             ballot: ballot(5),
+            voters_at: megastore_placement::Version(0),
         }),
         ReplicaReply::Prepare { .. }
     ));

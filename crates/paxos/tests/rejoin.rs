@@ -85,6 +85,7 @@ fn an_uncleared_replica_neither_votes_nor_reports_its_log_but_learns_and_serves(
         eg: eg(),
         position: Position(1),
         ballot: ballot(1),
+        voters_at: megastore_placement::Version(0),
     }));
     rejoining_error(node.ask(accept(1, ballot(1), write(1, Some(1), "one"), false)));
     rejoining_error(node.ask(accept(1, Ballot::ZERO, write(1, Some(1), "one"), true)));

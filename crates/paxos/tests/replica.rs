@@ -163,6 +163,7 @@ fn promises_bar_lower_ballots_and_are_kept_across_restarts() {
         eg: eg(),
         position: Position(5),
         ballot: b,
+        voters_at: megastore_placement::Version(0),
     };
     assert_eq!(
         node.ask(prepare(ballot(2))),
@@ -472,6 +473,7 @@ fn an_accept_raises_the_promise_durably() {
             eg: eg(),
             position: Position(5),
             ballot: ballot(2),
+            voters_at: megastore_placement::Version(0),
         });
         assert_eq!(
             accept_result(node.ask(accept(5, ballot(3), write(2, None, "three"), false))),
@@ -514,6 +516,7 @@ fn a_restarted_acceptor_never_lets_a_lower_ballot_unchoose_a_value() {
             eg: eg(),
             position: Position(5),
             ballot,
+            voters_at: megastore_placement::Version(0),
         };
         let (v2, v3) = (write(2, None, "two"), write(3, None, "three"));
         for node in [&mut a, &mut w] {

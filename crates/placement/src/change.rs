@@ -82,6 +82,7 @@ impl Placement {
             slots: old.slots.clone(),
             moving: None,
             voters_changed: old.voters_changed,
+            voters_since: old.voters_since,
         };
         next.next_range = RangeId(next.next_range.0 + 1);
         let left = &mut next.ranges[index];
@@ -143,6 +144,7 @@ impl Placement {
             range.epoch = version;
             if voter {
                 range.voters_changed = Some(version);
+                range.voters_since = version;
             }
         }
         next.assert_checked();

@@ -115,10 +115,11 @@ pub enum ChangeError {
         /// The slot asked for.
         replica: ReplicaId,
     },
-    /// The range's voter set changed before; a second change needs every group's log
-    /// held by a majority of the voters after the first (a catch-up pass, not built).
+    /// The range's voter set changed at `at`, and that change is not caught up yet: a
+    /// second change needs every group's log held by a majority of the voters after
+    /// the first (`megastore range catch-up`, [`crate::Placement::record_caught_up`]).
     #[error(
-        "the voters of {range} changed at {at}; a second voter change of a range is not supported yet (docs/protocol.md, \"Voter changes\")"
+        "the voters of {range} changed at {at} and that change is not caught up yet: run `megastore range catch-up {range}` first (docs/protocol.md, \"Voter changes\")"
     )]
     VotersChanged {
         /// The range.

@@ -35,6 +35,13 @@ impl fmt::Display for RangeId {
 )]
 pub struct Version(pub u64);
 
+impl Version {
+    /// Whether this is version 0 (before any placement was stored).
+    pub fn is_zero(&self) -> bool {
+        self.0 == 0
+    }
+}
+
 impl fmt::Display for Version {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "v{}", self.0)

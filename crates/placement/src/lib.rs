@@ -11,8 +11,9 @@
 //! another server of its site ([`Placement::begin_move`],
 //! [`Placement::record_frozen`], [`Placement::finish_move`],
 //! [`Placement::abort_move`]), and the removal of a witness's or read-only replica's
-//! slot from ranges ([`Placement::remove_replica`], `voters.rs`: one voter change per
-//! range). [`ServerPlacement`] is a server's side: which requests
+//! slot from ranges ([`Placement::remove_replica`], `voters.rs`: a range's next voter
+//! change waits for [`Placement::record_caught_up`]). [`ServerPlacement`] is a
+//! server's side: which requests
 //! it answers ([`ServerPlacement::judge`]), its durable freezes, and what it retires
 //! when it reads a newer placement. [`next_step`] is the operator's side of a move:
 //! its next write, copy, freeze or fence, from the stored placement alone and what it
@@ -22,8 +23,8 @@
 //! Not here: storing the placement (the lock service's files), copying a range's rows
 //! (`copy_range` in the paxos crate, over the row store's `copy_span`), routing
 //! caches, counting a group's voters over its range's slots (the paxos crate's
-//! `ReplicaSet`), and the catch-up pass a second voter change of a range would need
-//! (not built). A move keeps the slot's replica id, so the groups' Paxos state moves
+//! `ReplicaSet`), and the catch-up pass that a voter change's record waits for (the
+//! paxos crate's replica core). A move keeps the slot's replica id, so the groups' Paxos state moves
 //! with it unchanged and no quorum changes.
 //!
 //! Invariants ([`Placement::check`], asserted after every change and checked on every

@@ -123,6 +123,7 @@ impl Placement {
                 slots: range_slots,
                 moving: None,
                 voters_changed: None,
+                voters_since: Version(0),
             });
         }
         let placement = Placement {
@@ -169,6 +170,7 @@ impl Placement {
                     .collect(),
                 moving: None,
                 voters_changed: None,
+                voters_since: Version(0),
             }],
             next_range: RangeId(1),
             removed: BTreeSet::new(),
@@ -296,6 +298,7 @@ impl Placement {
             if range.epoch > self.version
                 || range.moving.as_ref().is_some_and(|m| m.id > self.version)
                 || range.voters_changed.is_some_and(|v| v > self.version)
+                || range.voters_since > self.version
             {
                 return fail(
                     "epochs-from-the-past",

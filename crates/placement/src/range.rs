@@ -24,12 +24,19 @@ pub struct Range {
     /// A move of one slot to another server, under way.
     pub moving: Option<Move>,
     /// The placement version at which this range's voter set last changed (a voter
-    /// joined, or one was removed), if it ever did. Another voter change of the
-    /// range waits until every group's log is held by a majority of the voters after
-    /// this one: the catch-up pass that establishes that is not built, so today a
-    /// range takes one voter change (docs/protocol.md, "Voter changes").
+    /// joined, or one was removed), until that change is caught up. Another voter
+    /// change of the range waits until every group's log is held by a majority of the
+    /// voters after this one ([`crate::Placement::record_caught_up`]; docs/protocol.md,
+    /// "Voter changes").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub voters_changed: Option<Version>,
+    /// The placement version at which this range's voter set became what it is (0:
+    /// never changed). Proposers send it with every vote they ask for, and a voter
+    /// refuses a vote asked by an older one (*votes-by-the-current-voters*,
+    /// [`crate::ServerPlacement::stale_voters`]): so once every voter read the change,
+    /// no proposer still counting the set before it gathers a quorum.
+    #[serde(default, skip_serializing_if = "Version::is_zero")]
+    pub voters_since: Version,
 }
 
 impl Range {

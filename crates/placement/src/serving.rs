@@ -23,9 +23,15 @@ megastore_types::bug_knobs! {
         /// was just given, and the move finishes without them.
         receive_before_seeing_move,
         /// A server judges only whether another server holds its slot of the range:
-        /// once the slot is removed nobody does, and it goes on voting for it, from
-        /// the rows it retired.
+        /// once the slot is removed nobody does, and it goes on answering for it
+        /// from the rows it retired (a read-only replica's reads; a witness's votes,
+        /// though only proposers counting the set before the removal ask for them,
+        /// and *votes-by-the-current-voters* refuses those).
         serve_removed_slot,
+        /// A voter takes votes asked by a proposer that counts a voter set older than
+        /// the range's: a proposer two voter changes behind then gathers a quorum
+        /// that need not meet the newest set's.
+        count_stale_voters,
     }
 }
 
@@ -187,6 +193,23 @@ impl ServerPlacement {
                 epoch: range.epoch,
             }
         }
+    }
+
+    /// Whether a vote (a promise or an acceptance) asked for the group whose key is
+    /// `key` by a proposer counting the voter set of version `voters_at` must be
+    /// refused: the range's voter set changed after it. Returns the range and its
+    /// epoch, for the refusal (`WrongServer`, which has the proposer read the
+    /// placement).
+    ///
+    /// Invariant *votes-by-the-current-voters*: a server that read a voter change votes
+    /// only for proposers that count the set after it. So once every voter of the new
+    /// set read the change, a proposer still counting an older set gathers no quorum,
+    /// and the set before the change takes part in no decision again: what lets a
+    /// caught-up change be followed by another (`voters.rs`).
+    pub fn stale_voters(&self, key: &[u8], voters_at: Version) -> Option<(RangeId, Version)> {
+        let range = self.view.range_of(key);
+        (range.voters_since > voters_at && !self.bugs.count_stale_voters())
+            .then_some((range.id, range.epoch))
     }
 
     /// The key spans in which it serves slot `replica` — the ranges whose slot it holds

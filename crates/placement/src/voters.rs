@@ -17,14 +17,20 @@
 //! A *second* change is different: a quorum of the set two changes back need not meet
 //! a majority of the newest, and a position chosen with the first removed slot's vote
 //! may be held by too few of the voters left. So a second voter change of a range
-//! waits for a catch-up pass (every group's log held by a majority of the voters after
-//! the first change), which is not built: today each range takes one voter change.
+//! waits until the first is *caught up*: every voter after the first change read the
+//! placement that made it (so no voter answers a proposer still counting the set
+//! before), and every group's log, up to the highest position any of them knew of, is
+//! visible at a majority of them (the replica core's voter catch-up pass). Then the
+//! voters after the first change are as good as a set that never changed, and one
+//! more single-slot change is safe by the argument above. Both are established by the
+//! operator ([`Placement::record_caught_up`] is stored only once every voter's pass
+//! succeeded); the placement records the outcome.
 
 use megastore_types::{ReplicaId, ReplicaKind};
 
 use crate::change::refuse_if_moving;
 use crate::error::ChangeError;
-use crate::ids::RangeId;
+use crate::ids::{RangeId, Version};
 use crate::map::Placement;
 use crate::range::Range;
 
@@ -85,6 +91,7 @@ impl Placement {
             changed.epoch = version;
             if voter {
                 changed.voters_changed = Some(version);
+                changed.voters_since = version;
             }
         }
         if !next.holds_elsewhere(replica) {
@@ -92,6 +99,29 @@ impl Placement {
         }
         next.assert_checked();
         Ok(next)
+    }
+
+    /// Records that `range`'s voter change at `changed_at` is caught up (module doc):
+    /// the range may take another voter change. Store it only once the catch-up pass
+    /// succeeded at every voter of the range, each judging by a placement that shows
+    /// the change. Recorded again (a retry after a lost answer), the placement comes
+    /// back as it is; refused if the range's voters changed since, at another version.
+    pub fn record_caught_up(
+        &self,
+        range: RangeId,
+        changed_at: Version,
+    ) -> Result<Placement, ChangeError> {
+        let index = self.range_index(range)?;
+        match self.ranges[index].voters_changed {
+            None => Ok(self.clone()),
+            Some(at) if at == changed_at => {
+                let mut next = self.successor();
+                next.ranges[index].voters_changed = None;
+                next.assert_checked();
+                Ok(next)
+            }
+            Some(at) => Err(ChangeError::VotersChanged { range, at }),
+        }
     }
 
     /// The replicas removed from every range: never placed again.
@@ -200,6 +230,31 @@ mod tests {
                 ..
             }
         ));
+        // Once the change is caught up, the range takes another: a voter may join.
+        let caught_up = removed.record_caught_up(RangeId(0), at).unwrap();
+        assert_eq!(caught_up.range(RangeId(0)).unwrap().voters_changed, None);
+        assert_eq!(
+            caught_up.range(RangeId(0)).unwrap().epoch,
+            at,
+            "who serves it did not change"
+        );
+        assert_eq!(
+            caught_up.record_caught_up(RangeId(0), at).unwrap(),
+            caught_up
+        );
+        let grown = caught_up.add_replica(&voter, ServerId(50)).unwrap();
+        assert_eq!(
+            grown.range(RangeId(0)).unwrap().voters_changed,
+            Some(grown.version())
+        );
+        // A record for an earlier change does not pass for the newer one.
+        assert_eq!(
+            grown.record_caught_up(RangeId(0), at).unwrap_err(),
+            ChangeError::VotersChanged {
+                range: RangeId(0),
+                at: grown.version()
+            }
+        );
         // A removed replica never joins again: its join changes nothing.
         let gone = removed.remove_replica(WITNESS, &[]).unwrap();
         let back = slots().replica(WITNESS).unwrap().clone();
@@ -233,6 +288,44 @@ mod tests {
                 matches!(witness.judge(key, WITNESS, None), Serving::Serve { .. }),
                 serves
             );
+        }
+    }
+
+    #[test]
+    fn a_voter_refuses_votes_asked_by_a_proposer_counting_an_older_voter_set() {
+        let p = placement(1);
+        let key = b"\x10group";
+        let removed = p.remove_replica(WITNESS, &[RangeId(0)]).unwrap();
+        let since = removed.range(RangeId(0)).unwrap().voters_since;
+        assert_eq!(since, removed.version());
+        // A move, a split or a read-only replica leaving does not change the voters.
+        let fewer = removed.remove_replica(READ_ONLY, &[RangeId(0)]).unwrap();
+        assert_eq!(fewer.range(RangeId(0)).unwrap().voters_since, since);
+        let server = p.range(RangeId(0)).unwrap().slots[0].server;
+        for (bugs, refuses) in [
+            (PlacementBugs::default(), true),
+            (
+                PlacementBugs {
+                    count_stale_voters: true,
+                    ..PlacementBugs::default()
+                },
+                false,
+            ),
+        ] {
+            let (mut full, _) = ServerPlacement::new(server, p.clone(), BTreeMap::new(), bugs);
+            assert_eq!(
+                full.stale_voters(key, Version(0)),
+                None,
+                "nothing changed yet"
+            );
+            full.observe(fewer.clone());
+            assert_eq!(
+                full.stale_voters(key, Version(0)).is_some(),
+                refuses,
+                "a proposer counting the set before the removal"
+            );
+            assert_eq!(full.stale_voters(key, since), None);
+            assert_eq!(full.stale_voters(key, fewer.version()), None, "a newer one");
         }
     }
 }

@@ -405,6 +405,7 @@ const NO_BUGS: (PlacementBugs, OperatorBugs) = (
         serve_while_frozen: false,
         receive_before_seeing_move: false,
         serve_removed_slot: false,
+        count_stale_voters: false,
     },
     OperatorBugs {
         finish_without_final_copy: false,

@@ -223,12 +223,14 @@ impl From<ReplicaRequest> for pb::ReplicaRequest {
                 eg,
                 position,
                 ballot,
+                voters_at,
             } => (
                 id,
                 eg,
                 r::Request::Prepare(r::Prepare {
                     position: position.0,
                     ballot: Some(ballot_to_wire(ballot)),
+                    voters_at: voters_at.0,
                 }),
             ),
             ReplicaRequest::Accept {
@@ -239,6 +241,7 @@ impl From<ReplicaRequest> for pb::ReplicaRequest {
                 entry,
                 grant,
                 previous_visible,
+                voters_at,
             } => (
                 id,
                 eg,
@@ -248,6 +251,7 @@ impl From<ReplicaRequest> for pb::ReplicaRequest {
                     entry: Some(entry_to_wire(entry)),
                     grant,
                     previous_visible: previous_visible.map(ballot_to_wire),
+                    voters_at: voters_at.0,
                 }),
             ),
             ReplicaRequest::MarkVisible {
@@ -329,6 +333,7 @@ impl TryFrom<pb::ReplicaRequest> for ReplicaRequest {
                 eg,
                 position: Position(p.position),
                 ballot: ballot_from_wire(p.ballot, "prepare.ballot")?,
+                voters_at: Version(p.voters_at),
             },
             r::Request::Accept(a) => ReplicaRequest::Accept {
                 id,
@@ -341,6 +346,7 @@ impl TryFrom<pb::ReplicaRequest> for ReplicaRequest {
                     .previous_visible
                     .map(|b| ballot_from_wire(Some(b), "accept.previous_visible"))
                     .transpose()?,
+                voters_at: Version(a.voters_at),
             },
             r::Request::MarkVisible(m) => ReplicaRequest::MarkVisible {
                 id,

@@ -104,6 +104,7 @@ fn requests() -> Vec<ReplicaRequest> {
             eg: eg.clone(),
             position,
             ballot: ballot(),
+            voters_at: megastore_placement::Version(7),
         },
         ReplicaRequest::Accept {
             id,
@@ -113,6 +114,7 @@ fn requests() -> Vec<ReplicaRequest> {
             entry: entry(),
             grant: true,
             previous_visible: Some(ballot()),
+            voters_at: megastore_placement::Version(0),
         },
         ReplicaRequest::Accept {
             id,
@@ -122,6 +124,7 @@ fn requests() -> Vec<ReplicaRequest> {
             entry: LogEntry::noop(),
             grant: false,
             previous_visible: None,
+            voters_at: megastore_placement::Version(0),
         },
         ReplicaRequest::MarkVisible {
             id,

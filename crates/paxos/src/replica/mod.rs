@@ -948,12 +948,22 @@ impl Replica {
             }
         }
         let (me, kind, bugs) = (self.me.id, self.me.kind, self.config.bugs);
+        let placement = self.placement.as_ref();
         let voter = kind != ReplicaKind::ReadOnly;
         let answer = match request {
             ReplicaRequest::Prepare { id, .. } | ReplicaRequest::Accept { id, .. } if !voter => {
                 ReplicaReply::Error {
                     id,
                     error: ReplicaError::NotVoter,
+                }
+            }
+            ReplicaRequest::Prepare { id, voters_at, .. }
+            | ReplicaRequest::Accept { id, voters_at, .. }
+                if let Some((range, epoch)) = stale_voters(placement, &eg, voters_at) =>
+            {
+                ReplicaReply::Error {
+                    id,
+                    error: ReplicaError::WrongServer { range, epoch },
                 }
             }
             ReplicaRequest::Prepare { id, position, .. }
@@ -1187,6 +1197,17 @@ fn check_query(eg: &EgId, query: &DataQuery) -> Result<(), String> {
             }
         }
     }
+}
+
+/// A vote asked by a proposer counting an older voter set than the range's, refused
+/// (*votes-by-the-current-voters*, `ServerPlacement::stale_voters`): the range and
+/// its epoch, for the `WrongServer` answer. Never for a replica that is not placed.
+fn stale_voters(
+    placement: Option<&ServerPlacement>,
+    eg: &EgId,
+    voters_at: Version,
+) -> Option<(RangeId, Version)> {
+    placement?.stale_voters(&eg.0, voters_at)
 }
 
 /// Answers a [`Output::ReadSnapshot`]: the group's data rows as of `at`.

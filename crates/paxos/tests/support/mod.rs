@@ -243,6 +243,7 @@ pub(crate) fn accept(p: u64, b: Ballot, entry: LogEntry, grant: bool) -> Replica
         entry,
         grant,
         previous_visible: None,
+        voters_at: megastore_placement::Version(0),
     }
 }
 

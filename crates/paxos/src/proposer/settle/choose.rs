@@ -46,12 +46,14 @@ impl Settle {
         let ballot = Ballot::next_above(self.max_seen, ctx.config.proposer);
         self.max_seen = ballot;
         let position = self.position;
+        let voters_at = ctx.replica_set(&self.eg).voters_since();
         for r in self.voters(ctx) {
             self.send(ctx, r, |id, eg| ReplicaRequest::Prepare {
                 id,
                 eg,
                 position,
                 ballot,
+                voters_at,
             });
         }
         let deadline = ctx.now + ctx.config.timeouts.rpc;
@@ -86,6 +88,7 @@ impl Settle {
             self.sent_proposal = true;
         }
         let position = self.position;
+        let voters_at = ctx.replica_set(&self.eg).voters_since();
         for r in self.voters(ctx).into_iter().filter(|r| Some(*r) != except) {
             let (ballot, entry) = (round.ballot, round.value.clone());
             self.send(ctx, r, |id, eg| ReplicaRequest::Accept {
@@ -96,6 +99,7 @@ impl Settle {
                 entry,
                 grant: false,
                 previous_visible: None,
+                voters_at,
             });
         }
         self.deciding = self.outstanding.clone();

@@ -215,6 +215,7 @@ impl Settle {
             waited_for_writer: false,
         };
         let leader = leader.filter(|l| ctx.replica_set(&settle.eg).is_voter(*l));
+        let voters_at = ctx.replica_set(&settle.eg).voters_since();
         match (&settle.proposal, leader) {
             (Some(entry), Some(leader)) => {
                 let entry = entry.clone();
@@ -232,6 +233,7 @@ impl Settle {
                     entry,
                     grant: true,
                     previous_visible,
+                    voters_at,
                 });
                 settle.sent_proposal = true;
                 settle.phase = Phase::FastGrant {
