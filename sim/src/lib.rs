@@ -100,6 +100,7 @@ pub const BUG_NAMES: &[&str] = &[
     "ignore-arrivals",
     "serve-removed-slot",
     "count-stale-voters",
+    "skip-voter-catch-up",
 ];
 
 /// The knob called `name`.
@@ -164,6 +165,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "ignore-arrivals" => p.ignore_arrivals = true,
         "serve-removed-slot" => placement.serve_removed_slot = true,
         "count-stale-voters" => placement.count_stale_voters = true,
+        "skip-voter-catch-up" => p.skip_voter_catch_up = true,
         _ => return None,
     }
     Some(Bugs {

@@ -105,6 +105,20 @@ impl<'a> Observation<'a> {
         self.placement.range_of(&eg.0).slot(slot).is_some()
     }
 
+    /// The voter set of every range of the stored placement (slot ids, in order).
+    pub(crate) fn voter_sets(&self) -> impl Iterator<Item = Vec<ReplicaId>> + '_ {
+        self.placement.ranges().iter().map(|range| {
+            let mut voters: Vec<ReplicaId> = range
+                .slots
+                .iter()
+                .filter(|s| s.kind != megastore_types::ReplicaKind::ReadOnly)
+                .map(|s| s.replica)
+                .collect();
+            voters.sort();
+            voters
+        })
+    }
+
     /// Every server's address.
     pub(crate) fn servers(&self) -> impl Iterator<Item = ReplicaId> + '_ {
         self.replicas.keys().copied()

@@ -50,9 +50,10 @@ fn runs_exercise_commits_local_and_majority_reads_and_faults() {
 }
 
 /// Runs `seeds` and fails on any violation, naming the seed to reproduce. Returns how
-/// many (wipes, snapshot installs, replicas removed) the runs had.
-fn clean(seeds: std::ops::Range<u64>) -> (u64, u64, u64) {
-    let mut rejoins = (0, 0, 0);
+/// many (wipes, snapshot installs, replicas removed, voter changes caught up) the runs
+/// had.
+fn clean(seeds: std::ops::Range<u64>) -> (u64, u64, u64, u64) {
+    let mut rejoins = (0, 0, 0, 0);
     for seed in seeds {
         let report = run_seed(seed, Bugs::default(), false);
         assert!(
@@ -63,16 +64,21 @@ fn clean(seeds: std::ops::Range<u64>) -> (u64, u64, u64) {
         rejoins.0 += report.stats.wipes;
         rejoins.1 += report.stats.installs;
         rejoins.2 += report.stats.removals;
+        rejoins.3 += report.stats.catch_ups;
     }
     rejoins
 }
 
 #[test]
 fn seeds_0_to_49_are_clean_and_wiped_replicas_rejoin() {
-    let (wipes, installs, removals) = clean(0..50);
+    let (wipes, installs, removals, catch_ups) = clean(0..50);
     assert!(wipes > 0, "no replica was wiped");
     assert!(installs > 0, "no wiped replica installed a snapshot");
     assert!(removals > 0, "no replica was removed from ranges");
+    assert!(
+        catch_ups > 0,
+        "no voter change was caught up (so no range took a second)"
+    );
 }
 
 #[test]
@@ -345,7 +351,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 55);
+    assert_eq!(BUG_NAMES.len(), 56);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

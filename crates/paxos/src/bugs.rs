@@ -43,6 +43,11 @@ megastore_types::bug_knobs! {
         /// received group with work left (an accepted position not yet visible) waits
         /// for a client instead of being swept.
         ignore_arrivals,
+        /// A voter catch-up pass counts every group of the range held without asking
+        /// anyone: the range's next voter change is then recorded as safe while a
+        /// position chosen with a removed voter's vote may be held by too few of the
+        /// voters left.
+        skip_voter_catch_up,
         /// A restarted replica forgets its promises.
         forget_promise_on_restart,
         /// A replica with a bounded group cache evicts a group this step changed and

@@ -68,8 +68,9 @@ pub use replica::{
     Batch, BatchCounts, CHOSEN_REMEMBERED, DRIVER_CLIENT, GroupList, GroupLog, HISTORY_KEPT,
     Input as ReplicaInput, Output as ReplicaOutput, REGISTRY_PREFIX, RangeCopy, Rejoin, Released,
     Replica, ReplicaConfig, ReplicaLag, SERVER_PLACEMENT_ROW, ServerPlacementError, SweepConfig,
-    answer_read, answer_snapshot, copy_range, group_state_spans, list_groups, load_group,
-    load_server_placement, range_bytes, register_group, registered_in, retire_range, span_keys,
+    VoterPassHeld, VoterPassRefused, VoterPassReport, answer_read, answer_snapshot, copy_range,
+    group_state_spans, list_groups, load_group, load_server_placement, range_bytes, register_group,
+    registered_in, retire_range, span_keys,
 };
 pub use two_phase::commit::{Participant, TwoPhaseResult};
 pub use two_phase::decide::DecideOutcome;

@@ -526,3 +526,236 @@ fn a_placed_replica_refuses_votes_asked_by_a_proposer_counting_an_older_voter_se
         assert_eq!(accept_result(node.ask(request)), AcceptResult::Accepted);
     }
 }
+
+/// Replica 1's core on `server` with a sweep (what a voter catch-up pass works
+/// through), judging by `view`.
+fn swept_replica_on(
+    server: ServerId,
+    view: &Placement,
+    bugs: ProtocolBugs,
+) -> megastore_paxos::Replica {
+    let ms = Duration::from_millis;
+    let proposer = megastore_paxos::ProposerConfig {
+        topology: topology(),
+        proposer: megastore_types::ProposerId::replica(ReplicaId(1)),
+        lock_nodes: vec![megastore_types::LockNodeId(0)],
+        timeouts: megastore_paxos::Timeouts::from_rpc_and_lease(ms(100), ms(1000)),
+        bugs: ProtocolBugs::NONE,
+    };
+    let config = megastore_paxos::ReplicaConfig {
+        id: ReplicaId(1),
+        topology: topology(),
+        bugs,
+        sweep: Some(megastore_paxos::SweepConfig {
+            interval: ms(1000),
+            proposer,
+            seed: 3,
+            history_kept: 8,
+            log_kept: 0,
+        }),
+        rejoining: false,
+        cache_groups: None,
+    };
+    let placement =
+        ServerPlacement::new(server, view.clone(), BTreeMap::new(), PlacementBugs::NONE).0;
+    megastore_paxos::Replica::new(config).placed(placement)
+}
+
+/// A voter catch-up pass over a range whose witness was removed: the replica lists
+/// the range's groups, probes each at the other members of the set, and reports the
+/// group held once a majority of the voters left (both full replicas) have its log
+/// visible up to the highest position either knew of. Asked about another change,
+/// or at a replica that reads an older placement, it refuses by name.
+#[test]
+fn a_voter_catch_up_pass_reports_each_group_held_by_a_majority_of_the_voters_left() {
+    let p = initial();
+    let (range, from, _) = moved_range(&p);
+    let removed = p.remove_replica(ReplicaId(3), &[range.id]).unwrap();
+    let changed_at = removed.range(range.id).unwrap().voters_changed.unwrap();
+    let store = MemoryStore::new();
+    let mut replica = swept_replica_on(from, &removed, ProtocolBugs::NONE);
+    let run = |replica: &mut megastore_paxos::Replica, input| {
+        let mut batch = megastore_paxos::Batch::new();
+        replica
+            .step_into(Time::ZERO, input, &store, &mut batch)
+            .unwrap();
+        let passes = batch.take_voter_passes();
+        (batch.release(&store).unwrap().sends, passes)
+    };
+    // Position 1 of the group, visible here.
+    let entry = write(1, Some(1), "one");
+    for request in [
+        accept(1, ballot(1), entry.clone(), false),
+        mark(1, ballot(1), entry),
+    ] {
+        run(
+            &mut replica,
+            ReplicaInput::Message {
+                from: support::CLIENT,
+                message: megastore_paxos::Message::ReplicaRequest(request),
+            },
+        );
+    }
+    // Another change than the range's: refused at once.
+    let (_, passes) = run(
+        &mut replica,
+        ReplicaInput::CatchUpVoters {
+            range: range.id,
+            changed_at: Version(changed_at.0 + 5),
+        },
+    );
+    assert!(matches!(
+        passes[..],
+        [megastore_paxos::VoterPassReport {
+            outcome: Err(megastore_paxos::VoterPassRefused::NotThatChange { .. }),
+            ..
+        }]
+    ));
+    let (sends, passes) = run(
+        &mut replica,
+        ReplicaInput::CatchUpVoters {
+            range: range.id,
+            changed_at,
+        },
+    );
+    assert!(passes.is_empty(), "{passes:?}");
+    let probes: Vec<(ReplicaId, u64)> = sends
+        .iter()
+        .filter_map(|(to, m)| match (to, m) {
+            (
+                megastore_types::NodeId::Replica(r),
+                megastore_paxos::Message::ReplicaRequest(ReplicaRequest::LogState { id, eg: g }),
+            ) if *g == eg() => Some((*r, *id)),
+            _ => None,
+        })
+        .collect();
+    let asked: Vec<ReplicaId> = probes.iter().map(|(r, _)| *r).collect();
+    assert_eq!(
+        asked,
+        [ReplicaId(2), ReplicaId(4)],
+        "the set without the witness"
+    );
+    // The other full replica has it visible too: a majority of {1, 2} hold it.
+    let mut reports = Vec::new();
+    for (r, id) in probes {
+        let visible = if r == ReplicaId(2) { 1 } else { 0 };
+        let state = megastore_paxos::LogState {
+            highest: Position(visible),
+            visible: Position(visible),
+            applied: Position(visible),
+            truncated: Position(0),
+            next_leader: None,
+        };
+        let (_, passes) = run(
+            &mut replica,
+            ReplicaInput::Message {
+                from: megastore_types::NodeId::Replica(r),
+                message: megastore_paxos::Message::ReplicaReply(ReplicaReply::LogState {
+                    id,
+                    state,
+                }),
+            },
+        );
+        reports.extend(passes);
+    }
+    assert_eq!(
+        reports,
+        [megastore_paxos::VoterPassReport {
+            range: range.id,
+            changed_at,
+            outcome: Ok(megastore_paxos::VoterPassHeld {
+                held: 1,
+                not_held: 0,
+                named: Vec::new(),
+            }),
+        }]
+    );
+    // A server whose placement is from before the change cannot vouch for it.
+    let mut behind = swept_replica_on(from, &p, ProtocolBugs::NONE);
+    let (_, passes) = run(
+        &mut behind,
+        ReplicaInput::CatchUpVoters {
+            range: range.id,
+            changed_at,
+        },
+    );
+    assert!(matches!(
+        passes[..],
+        [megastore_paxos::VoterPassReport {
+            outcome: Err(megastore_paxos::VoterPassRefused::NotThatChange { shows: None, .. }),
+            ..
+        }]
+    ));
+}
+
+/// A pass whose probe finds the other voter left lacking the log does not report the
+/// group held: it settles what is lacking and probes again. With the
+/// `skip-voter-catch-up` knob it reports the group held without asking anyone.
+#[test]
+fn a_voter_catch_up_pass_does_not_report_a_group_held_by_too_few_voters() {
+    for (bugs, reported_at_once) in [
+        (ProtocolBugs::NONE, false),
+        (
+            ProtocolBugs {
+                skip_voter_catch_up: true,
+                ..ProtocolBugs::NONE
+            },
+            true,
+        ),
+    ] {
+        let p = initial();
+        let (range, from, _) = moved_range(&p);
+        let removed = p.remove_replica(ReplicaId(3), &[range.id]).unwrap();
+        let changed_at = removed.range(range.id).unwrap().voters_changed.unwrap();
+        let store = MemoryStore::new();
+        let mut replica = swept_replica_on(from, &removed, bugs);
+        let mut run = |input| {
+            let mut batch = megastore_paxos::Batch::new();
+            replica
+                .step_into(Time::ZERO, input, &store, &mut batch)
+                .unwrap();
+            let passes = batch.take_voter_passes();
+            (batch.release(&store).unwrap().sends, passes)
+        };
+        let entry = write(1, Some(1), "one");
+        for request in [
+            accept(1, ballot(1), entry.clone(), false),
+            mark(1, ballot(1), entry),
+        ] {
+            run(ReplicaInput::Message {
+                from: support::CLIENT,
+                message: megastore_paxos::Message::ReplicaRequest(request),
+            });
+        }
+        let (sends, mut passes) = run(ReplicaInput::CatchUpVoters {
+            range: range.id,
+            changed_at,
+        });
+        // The other full replica answers that it lacks position 1.
+        for (to, message) in sends {
+            let (
+                megastore_types::NodeId::Replica(r),
+                megastore_paxos::Message::ReplicaRequest(ReplicaRequest::LogState { id, .. }),
+            ) = (to, message)
+            else {
+                continue;
+            };
+            let state = megastore_paxos::LogState {
+                highest: Position(1),
+                ..megastore_paxos::LogState::default()
+            };
+            let (_, more) = run(ReplicaInput::Message {
+                from: megastore_types::NodeId::Replica(r),
+                message: megastore_paxos::Message::ReplicaReply(ReplicaReply::LogState {
+                    id,
+                    state,
+                }),
+            });
+            passes.extend(more);
+        }
+        let held = passes
+            .iter()
+            .any(|p| matches!(&p.outcome, Ok(found) if found.held == 1));
+        assert_eq!(held, reported_at_once, "{passes:?}");
+    }
+}

@@ -2,8 +2,10 @@
 //! Paper §4.6 (one Paxos instance per log position) and §4.4.2 (proposal 0 is safe only
 //! because the leader admits one value to it).
 //!
-//! A value is chosen when a majority of voters accepted it at the same ballot; a
-//! visible mark anywhere also claims the value is chosen. The first value seen chosen
+//! A value is chosen when a majority of voters accepted it at the same ballot — a
+//! majority of some voter set a range has had (the topology's, and each one the
+//! operator's removals left), since a proposer may count any set a placement it read
+//! gave it; a visible mark anywhere also claims the value is chosen. The first value seen chosen
 //! at a position is the ground truth every other checker uses.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,6 +31,8 @@ pub struct ChosenLog {
     /// this history, not the current slots: a voter may have moved on to a higher
     /// ballot since.
     accepts: BTreeMap<(EgId, Position), Votes>,
+    /// Every voter set a range of the stored placement has had, seen so far.
+    voter_sets: BTreeSet<Vec<ReplicaId>>,
 }
 
 impl ChosenLog {
@@ -149,12 +153,15 @@ impl ChosenLog {
         found: &mut Vec<(&'static str, String)>,
     ) {
         let key = (ballot, megastore_paxos::cells::encode(entry));
+        self.voter_sets.extend(obs.voter_sets());
         let voters = self.accepts.entry((eg.clone(), p)).or_default();
         let (value, who) = voters
             .entry(key)
             .or_insert_with(|| (entry.clone(), BTreeSet::new()));
         who.insert(r);
-        if who.len() >= obs.topology.majority() {
+        let a_majority =
+            |set: &Vec<ReplicaId>| who.iter().filter(|r| set.contains(r)).count() > set.len() / 2;
+        if self.voter_sets.iter().any(a_majority) {
             let (value, count) = (value.clone(), who.len());
             let how = format!("accepted by {count} voters at {ballot}");
             self.claim(eg, p, (value, ballot), &how, found);

@@ -331,6 +331,9 @@ impl World {
             copying: None,
             operator_rng,
             removal_rng,
+            second_removal: None,
+            pass_reports: Vec::new(),
+            passes_held: std::collections::BTreeSet::new(),
         };
         if let Some((r, extra)) = world.config.lagging {
             world.net.slow_down(NodeId::Replica(r), extra);

@@ -151,6 +151,9 @@ impl World {
             self.crash(NodeId::Replica(r), down);
             return;
         }
+        let passes = batch.take_voter_passes();
+        self.pass_reports
+            .extend(passes.into_iter().map(|report| (r, report)));
         let released = {
             let node = self.replicas.get_mut(&r).expect("replica exists");
             batch

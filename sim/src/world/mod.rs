@@ -3,6 +3,7 @@
 //! decision is made by `megastore-paxos`, `megastore-coordinator` and `megastore-lock`.
 
 mod build;
+mod catch_up;
 mod drive;
 mod moves;
 mod outages;
@@ -67,6 +68,9 @@ enum Event {
     Operate,
     /// The operator removes a replica from ranges (`removals.rs`).
     RemoveReplica,
+    /// The operator's round of voter catch-up passes, then the second removal
+    /// (`catch_up.rs`).
+    CatchUpVoters,
 }
 
 /// One simulated run.
@@ -136,6 +140,18 @@ pub(crate) struct World {
     operator_rng: Rng,
     /// The removal's choices (`removals.rs`), until it is made.
     removal_rng: Option<Rng>,
+    /// The witness the operator removes once the first removal is caught up
+    /// (`catch_up.rs`), until it is removed.
+    second_removal: Option<ReplicaId>,
+    /// The voter catch-up passes that ended, at which server address, not yet looked
+    /// at by the operator.
+    pass_reports: Vec<(ReplicaId, megastore_paxos::VoterPassReport)>,
+    /// The passes that found every group held: (server address, range, change).
+    passes_held: std::collections::BTreeSet<(
+        ReplicaId,
+        megastore_placement::RangeId,
+        megastore_placement::Version,
+    )>,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -372,6 +388,7 @@ impl World {
             Event::EndSafetyPhase => self.heal_everything(),
             Event::Split => self.split(),
             Event::RemoveReplica => self.remove_replica(),
+            Event::CatchUpVoters => self.catch_up_voters(),
             Event::ReadPlacement(node) => self.read_placement(node),
             Event::PlacementAnswer(node, placement) => self.placement_answer(node, *placement),
             Event::Operate => self.operate(),

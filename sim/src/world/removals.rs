@@ -6,6 +6,10 @@
 //! replica. From every range that has it, or from one range. A removal refused
 //! (a range is being moved) is tried again a little later.
 //!
+//! With two witnesses, the operator then runs the voter catch-up pass and removes the
+//! other witness too: five voters become three, a second voter change of the ranges
+//! (`catch_up.rs`).
+//!
 //! Every server process reads the new placement late, as after a split; clients only
 //! when refused. The removed server refuses the ranges from when it reads it, and
 //! retires their rows; *votes-where-placed* checks it casts no vote for them after.
@@ -74,6 +78,13 @@ impl World {
                 self.placement = next;
                 self.stats.removals += 1;
                 self.announce_placement();
+                // Two witnesses: the other goes too, once this change is caught up
+                // (a second voter change of the ranges, `catch_up.rs`).
+                if witnesses.len() >= 2 {
+                    self.second_removal = witnesses.iter().copied().find(|w| *w != target);
+                    let at = self.now + ns(Duration::from_secs(1));
+                    self.schedule(at, Event::CatchUpVoters);
+                }
             }
             refused => {
                 if let Err(why) = refused {

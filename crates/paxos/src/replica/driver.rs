@@ -57,6 +57,7 @@ pub struct Batch {
     prepared: BTreeSet<EgId>,
     applied: BTreeMap<EgId, u64>,
     counts: BatchCounts,
+    voter_passes: Vec<super::VoterPassReport>,
 }
 
 /// What a batch did, for a host's metrics and statistics.
@@ -108,6 +109,13 @@ impl Batch {
     /// commit rates (per range, say) counts.
     pub fn applied_entries(&self) -> &BTreeMap<EgId, u64> {
         &self.applied
+    }
+
+    /// The voter catch-up passes that ended in this batch: what a host that runs
+    /// them for the operator answers with (their outcome depends on no state of this
+    /// batch, so they need not wait for its sync).
+    pub fn take_voter_passes(&mut self) -> Vec<super::VoterPassReport> {
+        std::mem::take(&mut self.voter_passes)
     }
 
     /// What the batch did so far.
@@ -316,6 +324,11 @@ fn carry_out<S: RowStore>(
             batch.sends.push((to, message));
         }
         Output::WakeAt(at) => batch.wake = Some(at),
+        Output::ListForPass { groups, limit } => {
+            let groups = super::registered_in(store, &groups, limit)?;
+            return Ok(Some(Input::VoterPassListed { groups }));
+        }
+        Output::VoterPassEnded(report) => batch.voter_passes.push(report),
     }
     Ok(None)
 }

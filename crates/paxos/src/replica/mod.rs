@@ -30,6 +30,7 @@ mod range_copy;
 mod range_state;
 mod registry;
 mod sweep;
+mod voter_pass;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -49,6 +50,7 @@ pub use registry::{
     GroupList, OPEN_PREFIX, REGISTRY_PREFIX, list, list_groups, register_group, registered_in,
 };
 pub use sweep::SweepConfig;
+pub use voter_pass::{VoterPassHeld, VoterPassRefused, VoterPassReport};
 
 use awaiting::{Awaiter, Awaiting};
 use cache::Recency;
@@ -123,6 +125,21 @@ pub enum Input {
         range: RangeId,
         /// The move.
         move_id: Version,
+    },
+    /// The operator asks this voter to run the catch-up pass over `range` for its
+    /// voter change at `changed_at` (`voter_pass.rs`); it ends with
+    /// [`Output::VoterPassEnded`]. The host reads the newest placement first.
+    CatchUpVoters {
+        /// The range.
+        range: RangeId,
+        /// Its voter change (the placement's `Range::voters_changed`).
+        changed_at: Version,
+    },
+    /// The registered groups the replica asked for with [`Output::ListForPass`], in
+    /// key order (fewer than its `limit`: the span ended).
+    VoterPassListed {
+        /// The groups.
+        groups: Vec<EgId>,
     },
 }
 
@@ -243,6 +260,16 @@ pub enum Output {
     },
     /// Feed [`Input::Tick`] at this time.
     WakeAt(Time),
+    /// List up to `limit` registered groups in `groups` ([`registered_in`]) and feed
+    /// them back as [`Input::VoterPassListed`].
+    ListForPass {
+        /// The span.
+        groups: KeyRange,
+        /// How many.
+        limit: usize,
+    },
+    /// A voter catch-up pass ended: hand the report to whoever asked for it.
+    VoterPassEnded(VoterPassReport),
     /// Write the server's placement ([`SERVER_PLACEMENT_ROW`]: the placement it judges
     /// by and its freezes), synced: sends after it wait until it is durable, and
     /// nothing after it (a retirement) is durable without it.
@@ -308,6 +335,8 @@ pub struct Replica {
     /// The last group a debug build's step checked, when too many are in memory to
     /// check them all (`checks.rs`).
     checked_after: Option<EgId>,
+    /// The voter catch-up pass under way, if one is.
+    voter_pass: Option<voter_pass::VoterPass>,
 }
 
 /// How many registered groups the walk takes at each sweep (each gets probed).
@@ -350,6 +379,7 @@ impl Replica {
             placement: None,
             now: Time(0),
             checked_after: None,
+            voter_pass: None,
         }
     }
 
@@ -485,6 +515,10 @@ impl Replica {
             Input::Loaded { eg, row } => self.loaded(eg, row.as_ref(), &mut out),
             Input::Placement(placement) => self.observe_placement(placement, &mut out),
             Input::Freeze { range, move_id } => self.freeze(range, move_id, &mut out),
+            Input::CatchUpVoters { range, changed_at } => {
+                self.start_voter_pass(range, changed_at, &mut out)
+            }
+            Input::VoterPassListed { groups } => self.voter_pass_listed(groups),
             Input::Listed { which, groups } => self.listed(which, groups, &mut out),
             Input::Tick => {
                 let Self {
@@ -529,8 +563,10 @@ impl Replica {
                         group.install(kind, at, slot, rows, &mut out);
                     }
                 }
+                SweepAction::Hold(eg, hold) => self.voter_pass_hold(&eg, hold),
             }
         }
+        self.drive_voter_pass(&mut out);
         if let Some(sweeper) = &mut self.sweeper {
             for eg in std::mem::take(&mut self.to_clear) {
                 sweeper.clear(now, eg, &mut sends);

@@ -73,6 +73,62 @@ pub(crate) enum SweepAction {
         slot: SlotRecord,
         rows: Vec<megastore_rowstore::Row>,
     },
+    /// What a voter catch-up pass's probe found of the group ([`Sweeper::hold`]).
+    Hold(EgId, Hold),
+}
+
+/// Whether a group's log is held by a majority of its voters, as one probe found it
+/// (a voter catch-up pass's question, `voter_pass.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// A majority of the voters have every position visible up to the highest
+    /// position any voter that answered knew of.
+    Held,
+    /// Fewer do: this replica settles the positions they lack (its settles mark each
+    /// visible at every member of the set), or asks for a snapshot, and the pass probes
+    /// again.
+    Lacking,
+    /// Fewer than a majority of the voters answered: the highest position they knew
+    /// of may not be the group's.
+    Unanswered,
+}
+
+/// [`Hold`] from the log states of the voters that answered (this replica's among
+/// them, if it votes), over the group's replica set; with what to settle when lacking.
+///
+/// Why the highest position *any* answering voter knew of is far enough: a position
+/// chosen before the voter change was accepted by a majority of the set before, of
+/// which at least `⌊n/2⌋` are voters of the set after it — enough to meet every
+/// majority of them, so some voter that answered knows of it.
+pub(crate) fn hold_of(
+    set: &ReplicaSet<'_>,
+    states: &BTreeMap<ReplicaId, LogState>,
+) -> (Hold, Position, Position) {
+    let voters: Vec<&LogState> = states
+        .iter()
+        .filter(|(r, _)| set.is_voter(**r))
+        .map(|(_, s)| s)
+        .collect();
+    let highest = voters
+        .iter()
+        .map(|s| s.highest)
+        .max()
+        .unwrap_or(Position::NONE);
+    let lowest_visible = voters
+        .iter()
+        .map(|s| s.visible)
+        .min()
+        .unwrap_or(Position::NONE);
+    if voters.len() < set.majority() {
+        return (Hold::Unanswered, lowest_visible, highest);
+    }
+    let holding = voters.iter().filter(|s| s.visible >= highest).count();
+    let hold = if holding >= set.majority() {
+        Hold::Held
+    } else {
+        Hold::Lacking
+    };
+    (hold, lowest_visible, highest)
 }
 
 #[derive(Debug)]
@@ -83,6 +139,8 @@ enum Task {
         states: BTreeMap<ReplicaId, LogState>,
         deadline: Time,
         clearing: bool,
+        /// For a voter catch-up pass ([`Sweeper::hold`]).
+        holding: bool,
     },
     /// Asked a replica for a snapshot.
     Install { deadline: Time },
@@ -168,8 +226,30 @@ impl Sweeper {
     /// task runs for it already.
     pub(crate) fn probe_idle(&mut self, now: Time, eg: &EgId, sends: &mut Vec<(NodeId, Message)>) {
         if !self.tasks.contains_key(eg) {
-            self.probe(now, eg.clone(), false, sends);
+            self.probe(now, eg.clone(), false, false, sends);
         }
+    }
+
+    /// A voter catch-up pass's probe of `eg` (`here`: this replica's own state of it):
+    /// asks every other member of the set for its log state, then answers
+    /// [`SweepAction::Hold`] — and, if lacking, settles the positions the voters lack
+    /// (or asks for a snapshot). `None` if the sweep is busy with `eg` (ask again once
+    /// it is not); the answer at once if there is no one else to ask.
+    pub(crate) fn hold(
+        &mut self,
+        now: Time,
+        eg: &EgId,
+        here: LogState,
+        sends: &mut Vec<(NodeId, Message)>,
+    ) -> Option<Vec<SweepAction>> {
+        if self.busy(eg) {
+            return None;
+        }
+        if self.others(eg).is_empty() {
+            return Some(self.held(now, eg, here, BTreeMap::new(), sends));
+        }
+        self.probe(now, eg.clone(), false, true, sends);
+        Some(Vec::new())
     }
 
     /// The position `eg` is being caught up to from the peers, if it is.
@@ -279,7 +359,7 @@ impl Sweeper {
             if self.tasks.contains_key(&eg) || !groups.iter().any(|g| *g.eg() == eg) {
                 continue;
             }
-            self.probe(now, eg, false, sends);
+            self.probe(now, eg, false, false, sends);
         }
         // Probe one idle group per sweep, round robin, at every other replica: from the
         // registry walk with a bounded cache, else from the loaded groups.
@@ -296,14 +376,14 @@ impl Sweeper {
         }
         self.cursor += 1;
         let eg = idle[self.cursor % idle.len()].eg().clone();
-        self.probe(now, eg, false, sends);
+        self.probe(now, eg, false, false, sends);
     }
 
     /// Starts clearing an uncleared group (unless something else runs for it; the
     /// next sweep tries again).
     pub(crate) fn clear(&mut self, now: Time, eg: EgId, sends: &mut Vec<(NodeId, Message)>) {
         if !self.tasks.contains_key(&eg) {
-            self.probe(now, eg, true, sends);
+            self.probe(now, eg, true, false, sends);
         }
     }
 
@@ -320,7 +400,14 @@ impl Sweeper {
         others
     }
 
-    fn probe(&mut self, now: Time, eg: EgId, clearing: bool, sends: &mut Vec<(NodeId, Message)>) {
+    fn probe(
+        &mut self,
+        now: Time,
+        eg: EgId,
+        clearing: bool,
+        holding: bool,
+        sends: &mut Vec<(NodeId, Message)>,
+    ) {
         let others = self.others(&eg);
         if others.is_empty() {
             return;
@@ -344,6 +431,7 @@ impl Sweeper {
                 states: BTreeMap::new(),
                 deadline,
                 clearing,
+                holding,
             },
         );
     }
@@ -363,7 +451,10 @@ impl Sweeper {
         sends: &mut Vec<(NodeId, Message)>,
     ) -> Vec<SweepAction> {
         let Some(Task::Probe {
-            states, clearing, ..
+            states,
+            clearing,
+            holding,
+            ..
         }) = self.tasks.remove(eg)
         else {
             return Vec::new();
@@ -372,6 +463,9 @@ impl Sweeper {
         let Some(here) = here else {
             return Vec::new();
         };
+        if holding {
+            return self.held(now, eg, here, states, sends);
+        }
         let mut actions = Vec::new();
         if clearing {
             let set = self.replica_set(eg);
@@ -435,6 +529,36 @@ impl Sweeper {
             actions.push(SweepAction::Truncate(eg.clone(), through));
         }
         actions
+    }
+
+    /// A voter catch-up pass's probe is over: judges whether a majority of the voters
+    /// hold the group's log, and if not settles from the lowest position a voter
+    /// lacks (each settle marks the position visible at every member) up to the
+    /// highest any voter knew of — or, if what this replica lacks is truncated
+    /// everywhere it asked, asks for a snapshot first.
+    fn held(
+        &mut self,
+        now: Time,
+        eg: &EgId,
+        here: LogState,
+        mut states: BTreeMap<ReplicaId, LogState>,
+        sends: &mut Vec<(NodeId, Message)>,
+    ) -> Vec<SweepAction> {
+        states.insert(self.me, here);
+        let (hold, lowest_visible, highest) = hold_of(&self.replica_set(eg), &states);
+        if hold == Hold::Lacking {
+            let gone = states.values().map(|s| s.truncated).max();
+            let witness = self.config.proposer.topology.kind(self.me) == Some(ReplicaKind::Witness);
+            let can_install = here.truncated == Position::NONE || witness;
+            if can_install && gone.is_some_and(|gone| gone > here.visible) {
+                states.remove(&self.me);
+                self.request_snapshot(now, eg, &here, &states, sends);
+            } else {
+                let from = lowest_visible.max(here.truncated).next();
+                self.catch_up(now, eg.clone(), from, highest, sends);
+            }
+        }
+        vec![SweepAction::Hold(eg.clone(), hold)]
     }
 
     /// Asks the replica with data that applied the most for a snapshot, if that is
