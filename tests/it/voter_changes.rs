@@ -6,6 +6,10 @@
 //! replicas go on truncating their logs without the witness (which they would wait
 //! for forever if they still counted it), and the witness started again does not add
 //! itself back. The read-only replica then leaves too, while its server is stopped.
+//!
+//! The removal is then caught up (`megastore range catch-up`), the step that lets a
+//! range take another voter change: not while b is down (the two voters left must
+//! both hold every group's log), and once b is back, while the writers run.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -90,6 +94,15 @@ fn a_witness_removed_while_writers_run_serves_nothing_and_every_write_stays() {
         // With c gone, a and b are the only voters: b's crash stops writes until it is
         // back, and then they go on.
         cluster.process("replica-b").kill();
+        // With b down no majority of the voters can hold the logs: the change is
+        // not caught up, and the command says which voter did not run its pass.
+        let early = megastore(&["range", "catch-up"]);
+        assert!(
+            !early.status.success()
+                && early.stdout.contains("is not caught up yet")
+                && early.stdout.contains("server b: no pass"),
+            "{early:?}"
+        );
         cluster.start_process("replica-b");
         wait_for_starts(&mut cluster, "replica-b", 2);
         wait_for_writes(
@@ -97,15 +110,39 @@ fn a_witness_removed_while_writers_run_serves_nothing_and_every_write_stays() {
             acked.load(Ordering::SeqCst) + 10,
             "after b restarted",
         );
+        // Once b is back, the change is caught up while the writers go on.
+        let caught_up = megastore(&["range", "catch-up"]);
+        assert!(
+            caught_up.status.success()
+                && caught_up.stdout.contains("is caught up (placement")
+                && caught_up
+                    .stdout
+                    .contains("each held by a majority of the voters"),
+            "{caught_up:?}"
+        );
+        wait_for_writes(
+            &acked,
+            acked.load(Ordering::SeqCst) + 10,
+            "after the catch-up",
+        );
         stop.store(true, Ordering::SeqCst);
         (writing.join().expect("the writers"), removed)
     });
+    // Recorded: no range has a change waiting, and asking again does nothing.
+    let listed = megastore(&["range", "list", "-o", "json"]).stdout;
+    assert!(!listed.contains("voters_changed"), "{listed}");
+    let again = megastore(&["range", "catch-up"]);
+    assert!(
+        again.status.success() && again.stdout.contains("no range has a voter change waiting"),
+        "{again:?}"
+    );
     assert!(removed.status.success(), "{removed:?}");
     assert!(
         removed.stdout.contains("removed replica c from range-0")
             && removed.stdout.contains("has left the cluster")
             // The command waited until c's server read the removal.
-            && removed.stdout.contains("server c read placement"),
+            && removed.stdout.contains("server c read placement")
+            && removed.stdout.contains("waits for `megastore range catch-up`"),
         "{removed:?}"
     );
 

@@ -32,6 +32,7 @@ mod dev_drills;
 mod lock_cmd;
 mod lockd_cmd;
 mod logging;
+mod range_catch_up_cmd;
 mod range_cmd;
 mod range_move_cmd;
 mod range_rebalance_cmd;

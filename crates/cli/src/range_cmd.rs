@@ -2,7 +2,8 @@
 //! the placement held in lockd; `split` cuts a range in two at a group key (both halves
 //! keep its servers); `move` and `rebalance` (their own files) hand a range's slot to
 //! another server of its site; `remove-replica` takes a witness or read-only replica
-//! out of ranges ("Voter changes").
+//! out of ranges, and `catch-up` (its own file) lets a range whose voters changed
+//! take its next voter change ("Voter changes").
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -51,9 +52,15 @@ pub(crate) enum RangeCommand {
     /// Remove a witness or read-only replica from ranges (every range that has it, by
     /// default): its server stops answering for them as soon as it reads the
     /// placement, and drops their rows. A replica removed from every range has left
-    /// the cluster for good. Each range takes one voter change today (docs/protocol.md,
-    /// "Voter changes"); operators only, with `[auth]`.
+    /// the cluster for good. Removing a witness changes the range's voters: its next
+    /// voter change waits for `range catch-up` (docs/protocol.md, "Voter changes");
+    /// operators only, with `[auth]`.
     RemoveReplica(RemoveReplicaArgs),
+    /// Catch up ranges' voter changes (every range with one waiting, by default):
+    /// every voter makes sure each group's log is held by a majority of the voters,
+    /// then the change is recorded and the range may take another (a witness joining
+    /// after one was removed, say); operators only, with `[auth]`.
+    CatchUp(crate::range_catch_up_cmd::CatchUpArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -131,6 +138,7 @@ pub(crate) fn run(command: RangeCommand) -> anyhow::Result<ExitCode> {
         RangeCommand::Move(args) => return crate::range_move_cmd::run(args),
         RangeCommand::Rebalance(args) => return crate::range_rebalance_cmd::run(args),
         RangeCommand::RemoveReplica(args) => remove_replica(args)?,
+        RangeCommand::CatchUp(args) => return crate::range_catch_up_cmd::run(args),
         RangeCommand::Split(args) => {
             let config = args.cluster.load()?;
             let range = args.range.as_deref().map(parse_range).transpose()?;
@@ -223,6 +231,22 @@ fn remove_replica(args: RemoveReplicaArgs) -> anyhow::Result<()> {
                 println!("server {shown} read placement {version}: it serves none of them now");
             }
         }
+    }
+    let changed: Vec<String> = done
+        .removed_from
+        .iter()
+        .filter(|r| {
+            done.placement
+                .range(**r)
+                .is_some_and(|range| range.voters_changed.is_some())
+        })
+        .map(ToString::to_string)
+        .collect();
+    if !changed.is_empty() {
+        println!(
+            "the voters of {} changed: their next voter change waits for `megastore range catch-up`",
+            changed.join(", ")
+        );
     }
     if done.placement.removed().contains(&id) {
         println!(

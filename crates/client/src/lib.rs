@@ -51,6 +51,7 @@ mod settings;
 pub mod status;
 mod txn;
 mod versioned;
+pub mod voter_catch_up;
 mod watch;
 
 pub use client::{Client, ClientError, Committed};

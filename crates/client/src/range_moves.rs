@@ -198,17 +198,17 @@ enum Failed {
     Again(String),
 }
 
-/// Connections to the servers a move touches.
-struct Operator {
+/// Connections to the servers a move (or a voter catch-up) touches.
+pub(crate) struct Operator {
     config: ClusterConfig,
-    lockd: LockdClient,
-    topology: Topology,
+    pub(crate) lockd: LockdClient,
+    pub(crate) topology: Topology,
     transport: Transport,
-    token: Option<String>,
+    pub(crate) token: Option<String>,
 }
 
 impl Operator {
-    fn new(config: &ClusterConfig) -> Result<Self, ClientError> {
+    pub(crate) fn new(config: &ClusterConfig) -> Result<Self, ClientError> {
         Ok(Self {
             config: config.clone(),
             lockd: LockdClient::new(config).map_err(ClientError::Config)?,
@@ -245,7 +245,7 @@ impl Operator {
             .map_err(|e| e.to_string())
     }
 
-    fn admin(&self, server: ServerId) -> Result<AdminClient<Channel>, String> {
+    pub(crate) fn admin(&self, server: ServerId) -> Result<AdminClient<Channel>, String> {
         Ok(AdminClient::new(self.channel(server, false)?))
     }
 

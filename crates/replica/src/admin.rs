@@ -250,6 +250,17 @@ impl Admin for AdminService {
         Ok(Response::new(frozen))
     }
 
+    async fn catch_up_voters(
+        &self,
+        request: Request<pb::CatchUpVotersRequest>,
+    ) -> Result<Response<pb::CatchUpVotersResponse>, Status> {
+        self.operator.admit(&request, "Admin.CatchUpVoters", true)?;
+        let found =
+            crate::admin_moves::catch_up_voters(&self.moves, &self.events, request.into_inner())
+                .await?;
+        Ok(Response::new(found))
+    }
+
     type CopyRangeStream = ReceiverStream<Result<pb::CopyProgress, Status>>;
 
     async fn copy_range(

@@ -114,6 +114,30 @@ pub(crate) async fn freeze(
     Ok(pb::FreezeResponse { frozen })
 }
 
+/// `Admin.CatchUpVoters` at a voter of the range: reads the newest placement, then
+/// runs the replica core's pass (or joins the one running for the same change) and
+/// answers when it ends.
+pub(crate) async fn catch_up_voters(
+    context: &MoveContext,
+    events: &std::sync::mpsc::Sender<Event>,
+    request: pb::CatchUpVotersRequest,
+) -> Result<pb::CatchUpVotersResponse, Status> {
+    context.newest_placement(events).await?;
+    let (range, changed_at) = (RangeId(request.range), Version(request.changed_at));
+    let found = ask(events, |reply| Event::CatchUpVoters {
+        range,
+        changed_at,
+        reply,
+    })
+    .await?
+    .map_err(|why| Status::failed_precondition(why.to_string()))?;
+    Ok(pb::CatchUpVotersResponse {
+        held: found.held,
+        not_held: found.not_held,
+        named: found.named.into_iter().map(|eg| eg.0).collect(),
+    })
+}
+
 /// `Admin.CopyRange` at a move's target: checks the move is to this server and
 /// begins the copy, then carries it out page by page on a task of its own, sending
 /// progress after each page; an error ends the stream.

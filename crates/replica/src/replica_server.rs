@@ -88,6 +88,15 @@ pub(crate) enum Event {
         move_id: megastore_placement::Version,
         reply: oneshot::Sender<bool>,
     },
+    /// Run the voter catch-up pass over `range` for its voter change at `changed_at`
+    /// (or wait for the one running for it), and answer when it ends.
+    CatchUpVoters {
+        range: megastore_placement::RangeId,
+        changed_at: megastore_placement::Version,
+        reply: oneshot::Sender<
+            Result<megastore_paxos::VoterPassHeld, megastore_paxos::VoterPassRefused>,
+        >,
+    },
     /// A move's copy step, carried out after the batch before it is synced.
     Move(MoveEvent),
     /// The registered groups within `range`, in order, at most `limit`.
@@ -197,6 +206,7 @@ impl ReplicaProcess {
             events: events_tx.clone(),
             waiting: BTreeMap::new(),
             next_caller: 0,
+            pass_waiters: Vec::new(),
             wake: None,
             evicted_counted: 0,
             open_index_kept,
@@ -370,6 +380,13 @@ impl ReplicaProcess {
 }
 
 /// Owns the state machine and the store.
+/// An operator waiting for the voter catch-up pass over a range for one change.
+type PassWaiter = (
+    megastore_placement::RangeId,
+    megastore_placement::Version,
+    oneshot::Sender<Result<megastore_paxos::VoterPassHeld, megastore_paxos::VoterPassRefused>>,
+);
+
 struct Driver {
     metrics: ReplicaMetrics,
     core: Replica,
@@ -381,6 +398,8 @@ struct Driver {
     /// Calls waiting for their reply, by the caller id they were given.
     waiting: BTreeMap<u32, oneshot::Sender<ReplicaReply>>,
     next_caller: u32,
+    /// Operators waiting for a voter catch-up pass, by its range and change.
+    pass_waiters: Vec<PassWaiter>,
     wake: Option<Time>,
     /// When the lag and cache gauges were last updated.
     lag_measured: std::time::Instant,
@@ -565,6 +584,21 @@ impl Driver {
                         });
                     }
                     Event::Move(event) => moves.push(event),
+                    Event::CatchUpVoters {
+                        range,
+                        changed_at,
+                        reply,
+                    } => {
+                        let joined = self
+                            .pass_waiters
+                            .iter()
+                            .any(|(r, at, _)| (*r, *at) == (range, changed_at));
+                        self.pass_waiters.push((range, changed_at, reply));
+                        if !joined {
+                            let ask = ReplicaInput::CatchUpVoters { range, changed_at };
+                            self.step(ask, &mut batch);
+                        }
+                    }
                     Event::Lag { reply } => {
                         let _ = reply.send(self.core.lag());
                     }
@@ -751,7 +785,17 @@ impl Driver {
 
     /// One WAL sync for everything the batch persisted (new groups' registry rows
     /// included), then its messages leave.
-    fn release(&mut self, batch: Batch) {
+    fn release(&mut self, mut batch: Batch) {
+        for report in batch.take_voter_passes() {
+            let key = (report.range, report.changed_at);
+            let (answered, waiting) = std::mem::take(&mut self.pass_waiters)
+                .into_iter()
+                .partition(|(r, at, _)| (*r, *at) == key);
+            self.pass_waiters = waiting;
+            for (_, _, reply) in answered {
+                let _ = reply.send(report.outcome.clone());
+            }
+        }
         if let Some(outboxes) = &self.outboxes {
             for eg in batch.outbox_groups() {
                 let _ = outboxes.send(eg.clone());
