@@ -27,7 +27,11 @@
 //! servers, loaded-only-if-served and arrivals-are-looked-after (`replica/placed.rs`,
 //! tests/placed.rs), and voters counted over each group's replica set by the caller's
 //! placement, so a removed slot is counted by no one who read its removal
-//! ([`replica_set`]; the removed server's silence is *votes-where-placed*). For
+//! ([`replica_set`]; the removed server's silence is *votes-where-placed*); a voter
+//! refuses votes counted over an older voter set (*votes-by-the-current-voters*, the
+//! placement crate's), and its catch-up pass reports a range's groups held only for
+//! the change its placement shows (*pass-over-one-change*, `replica/voter_pass.rs`,
+//! tests/placed.rs). For
 //! watchers, kept where they are stated (the simulator runs no watchers):
 //! watch-reads-committed ([`watch`]) and awaiting-bounded (the replica's held long
 //! polls).

@@ -19,6 +19,10 @@
 //! loaded again on its next request. It keeps the registry of its groups and the open
 //! index of those with work left (`registry`), and at its first step loads what the
 //! open index lists (docs/protocol.md, "Groups in memory").
+//!
+//! After a voter change of a range, a voter runs the catch-up pass over the range's
+//! groups when the operator asks ([`Input::CatchUpVoters`], `voter_pass`), through its
+//! sweep's probes and catch-ups.
 
 mod awaiting;
 mod cache;

@@ -143,21 +143,21 @@ impl Replica {
         changed_at: Version,
         out: &mut Vec<Output>,
     ) {
-        let refused = match &self.voter_pass {
-            Some(_) => Some(VoterPassRefused::Busy(range)),
-            None if self.sweeper.is_none() => Some(VoterPassRefused::NoSweep),
-            None => self.voter_pass_refusal(range, changed_at).err(),
+        let span = match (&self.voter_pass, &self.sweeper) {
+            (Some(_), _) => Err(VoterPassRefused::Busy(range)),
+            (None, None) => Err(VoterPassRefused::NoSweep),
+            (None, Some(_)) => self.voter_pass_refusal(range, changed_at),
         };
-        if let Some(why) = refused {
-            out.push(Output::VoterPassEnded(VoterPassReport {
-                range,
-                changed_at,
-                outcome: Err(why),
-            }));
-            return;
-        }
-        let Ok(span) = self.voter_pass_refusal(range, changed_at) else {
-            return;
+        let span = match span {
+            Ok(span) => span,
+            Err(why) => {
+                out.push(Output::VoterPassEnded(VoterPassReport {
+                    range,
+                    changed_at,
+                    outcome: Err(why),
+                }));
+                return;
+            }
         };
         let start = span.start.clone();
         self.voter_pass = Some(VoterPass {
