@@ -274,7 +274,7 @@ fn placement(dir: &Path, config: &Path) -> serde_json::Value {
     json["placement"].clone()
 }
 
-fn grow_cluster(
+pub(crate) fn grow_cluster(
     cluster: &mut megastore_e2e::LocalCluster,
     dir: &Path,
     fields: &str,

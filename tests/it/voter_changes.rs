@@ -9,7 +9,9 @@
 //!
 //! The removal is then caught up (`megastore range catch-up`), the step that lets a
 //! range take another voter change: not while b is down (the two voters left must
-//! both hold every group's log), and once b is back, while the writers run.
+//! both hold every group's log), and once b is back, while the writers run. Then the
+//! witness is replaced: a new witness, e, joins (the next voter change), catches up,
+//! and is the vote writes need while b is stopped; its join is caught up in turn.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -236,4 +238,78 @@ fn a_witness_removed_while_writers_run_serves_nothing_and_every_write_stays() {
             .await
             .expect("a write without c and d");
     });
+
+    // Replacing the witness: c's removal is caught up, so a new witness, e, may join
+    // (docs/operations.md, "Replacing a witness"): every process restarts with the
+    // config that names it, then it starts, places itself in every range (a voter
+    // change of each), rejoins and catches up, and votes — with b stopped, a and e
+    // are the majority that writes need. Its join is then caught up in turn.
+    let ports = megastore_e2e::free_ports(2);
+    let (grown_path, grown) = crate::operations::grow_cluster(
+        &mut cluster,
+        dir.path(),
+        &format!(
+            "kind = \"witness\"\naddress = \"127.0.0.1:{}\"\nmetrics_address = \"127.0.0.1:{}\"\n",
+            ports[0], ports[1]
+        ),
+    );
+    cluster.start_process_with("replica-e", &grown_path);
+    let grown_cli = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--config", grown_path.to_str().expect("UTF-8")]);
+        megastore_e2e::run_megastore(&all, dir.path(), LIMIT)
+    };
+    let group = &groups[0];
+    runtime.block_on(async {
+        let at_a = connect(&grown, "A").await;
+        let peers = megastore_rpc::Peers::new(&grown).expect("peers");
+        let started = Instant::now();
+        loop {
+            // Writes go on meanwhile; e is caught up once it has a's visible position.
+            increment(&at_a, group, "after")
+                .await
+                .expect("a write while e joins");
+            let status =
+                megastore_client::status::cluster_status(&grown, &peers, Some(group)).await;
+            let visible = |name: &str| {
+                status
+                    .replicas
+                    .iter()
+                    .find(|r| r.name == name)
+                    .and_then(|r| r.log)
+                    .map(|log| log.visible)
+            };
+            if visible("e").is_some() && visible("e") >= visible("a") {
+                break;
+            }
+            assert!(
+                started.elapsed() < LIMIT,
+                "e did not catch up: {:?}",
+                visible("e")
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let listed = grown_cli(&["range", "list"]).stdout;
+    assert!(
+        listed.contains("e@e"),
+        "e placed itself in every range: {listed}"
+    );
+    cluster.process("replica-b").signal("STOP");
+    runtime.block_on(async {
+        let at_a = connect(&grown, "A").await;
+        let started = Instant::now();
+        while let Err(e) = increment(&at_a, group, "after").await {
+            assert!(
+                started.elapsed() < LIMIT,
+                "no write with e as the second vote: {e}"
+            );
+        }
+    });
+    cluster.process("replica-b").signal("CONT");
+    let joined = grown_cli(&["range", "catch-up"]);
+    assert!(
+        joined.status.success() && joined.stdout.contains("is caught up (placement"),
+        "{joined:?}"
+    );
 }
