@@ -274,7 +274,26 @@ fn placement(dir: &Path, config: &Path) -> serde_json::Value {
     json["placement"].clone()
 }
 
-pub(crate) fn grow_cluster(
+/// [`grow_cluster`] with a second witness, e, at site C (on free ports).
+pub(crate) fn grow_by_witness_e(
+    cluster: &mut megastore_e2e::LocalCluster,
+    dir: &Path,
+) -> (std::path::PathBuf, megastore_config::ClusterConfig) {
+    let ports = megastore_e2e::free_ports(2);
+    grow_cluster(
+        cluster,
+        dir,
+        &format!(
+            "kind = \"witness\"\naddress = \"127.0.0.1:{}\"\nmetrics_address = \"127.0.0.1:{}\"\n",
+            ports[0], ports[1]
+        ),
+    )
+}
+
+/// Adds replica e (`fields`: its kind and addresses) to the cluster's config and
+/// restarts every running process with it, one at a time; the new config's path and
+/// contents.
+fn grow_cluster(
     cluster: &mut megastore_e2e::LocalCluster,
     dir: &Path,
     fields: &str,
@@ -317,15 +336,7 @@ fn a_replica_added_to_a_running_cluster_rejoins_catches_up_and_then_votes() {
 
     // The new config: a second witness, e, at site C. Every process restarts with it
     // (one at a time; the cluster keeps serving), then e starts.
-    let ports = megastore_e2e::free_ports(2);
-    let (grown_path, grown) = grow_cluster(
-        &mut cluster,
-        dir.path(),
-        &format!(
-            "kind = \"witness\"\naddress = \"127.0.0.1:{}\"\nmetrics_address = \"127.0.0.1:{}\"\n",
-            ports[0], ports[1]
-        ),
-    );
+    let (grown_path, grown) = grow_by_witness_e(&mut cluster, dir.path());
     cluster.start_process_with("replica-e", &grown_path);
 
     runtime.block_on(async {

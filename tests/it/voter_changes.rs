@@ -244,15 +244,7 @@ fn a_witness_removed_while_writers_run_serves_nothing_and_every_write_stays() {
     // config that names it, then it starts, places itself in every range (a voter
     // change of each), rejoins and catches up, and votes — with b stopped, a and e
     // are the majority that writes need. Its join is then caught up in turn.
-    let ports = megastore_e2e::free_ports(2);
-    let (grown_path, grown) = crate::operations::grow_cluster(
-        &mut cluster,
-        dir.path(),
-        &format!(
-            "kind = \"witness\"\naddress = \"127.0.0.1:{}\"\nmetrics_address = \"127.0.0.1:{}\"\n",
-            ports[0], ports[1]
-        ),
-    );
+    let (grown_path, grown) = crate::operations::grow_by_witness_e(&mut cluster, dir.path());
     cluster.start_process_with("replica-e", &grown_path);
     let grown_cli = |args: &[&str]| {
         let mut all = args.to_vec();

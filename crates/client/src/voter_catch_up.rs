@@ -12,7 +12,6 @@ use megastore_config::ClusterConfig;
 use megastore_placement::{RangeId, ServerId, Version};
 use megastore_rpc::pb::admin as admin_pb;
 use megastore_rpc::with_operator_token;
-use megastore_types::ReplicaKind;
 
 use crate::ClientError;
 use crate::placement_store::{change_placement, load_placement};
@@ -69,11 +68,10 @@ pub async fn catch_up_voters(
     };
     let mut done = Vec::new();
     for id in named {
-        let range = stored
-            .placement
-            .range(id)
-            .ok_or_else(|| ClientError::InvalidArgument(format!("there is no {id}")))?;
-        let Some(changed_at) = range.voters_changed else {
+        if stored.placement.range(id).is_none() {
+            return Err(ClientError::InvalidArgument(format!("there is no {id}")));
+        }
+        let Some((changed_at, voters)) = stored.placement.catch_up_needs(id) else {
             done.push(RangeCatchUp {
                 range: id,
                 changed_at: None,
@@ -82,12 +80,6 @@ pub async fn catch_up_voters(
             });
             continue;
         };
-        let voters: Vec<ServerId> = range
-            .slots
-            .iter()
-            .filter(|s| s.kind != ReplicaKind::ReadOnly)
-            .map(|s| s.server)
-            .collect();
         let asks = voters
             .iter()
             .map(|server| pass_at(&operator, *server, id, changed_at));

@@ -561,6 +561,50 @@ fn swept_replica_on(
     megastore_paxos::Replica::new(config).placed(placement)
 }
 
+/// What one step of `replica` over `store` sent, and the voter catch-up passes that
+/// ended in it.
+type PassStep = (
+    Vec<(megastore_types::NodeId, megastore_paxos::Message)>,
+    Vec<megastore_paxos::VoterPassReport>,
+);
+
+fn pass_step(
+    replica: &mut megastore_paxos::Replica,
+    store: &MemoryStore,
+    input: ReplicaInput,
+) -> PassStep {
+    let mut batch = megastore_paxos::Batch::new();
+    replica
+        .step_into(Time::ZERO, input, store, &mut batch)
+        .unwrap();
+    let passes = batch.take_voter_passes();
+    (batch.release(store).unwrap().sends, passes)
+}
+
+/// Witness 3 removed from `g1`'s range of `p`: the range, the removal's version, and
+/// replica 1's core (with a sweep, and `bugs`) on the server holding its slot of it,
+/// judging by the new placement, with position 1 of `g1` visible in `store`.
+fn after_witness_removal(
+    p: &Placement,
+    store: &MemoryStore,
+    bugs: ProtocolBugs,
+) -> (Range, Version, megastore_paxos::Replica) {
+    let (range, from, _) = moved_range(p);
+    let removed = p.remove_replica(ReplicaId(3), &[range.id]).unwrap();
+    let changed_at = removed.range(range.id).unwrap().voters_changed.unwrap();
+    let mut replica = swept_replica_on(from, &removed, bugs);
+    let entry = write(1, Some(1), "one");
+    for request in [
+        accept(1, ballot(1), entry.clone(), false),
+        mark(1, ballot(1), entry),
+    ] {
+        let message = megastore_paxos::Message::ReplicaRequest(request);
+        let from = support::CLIENT;
+        pass_step(&mut replica, store, ReplicaInput::Message { from, message });
+    }
+    (range, changed_at, replica)
+}
+
 /// A voter catch-up pass over a range whose witness was removed: the replica lists
 /// the range's groups, probes each at the other members of the set, and reports the
 /// group held once a majority of the voters left (both full replicas) have its log
@@ -569,33 +613,9 @@ fn swept_replica_on(
 #[test]
 fn a_voter_catch_up_pass_reports_each_group_held_by_a_majority_of_the_voters_left() {
     let p = initial();
-    let (range, from, _) = moved_range(&p);
-    let removed = p.remove_replica(ReplicaId(3), &[range.id]).unwrap();
-    let changed_at = removed.range(range.id).unwrap().voters_changed.unwrap();
     let store = MemoryStore::new();
-    let mut replica = swept_replica_on(from, &removed, ProtocolBugs::NONE);
-    let run = |replica: &mut megastore_paxos::Replica, input| {
-        let mut batch = megastore_paxos::Batch::new();
-        replica
-            .step_into(Time::ZERO, input, &store, &mut batch)
-            .unwrap();
-        let passes = batch.take_voter_passes();
-        (batch.release(&store).unwrap().sends, passes)
-    };
-    // Position 1 of the group, visible here.
-    let entry = write(1, Some(1), "one");
-    for request in [
-        accept(1, ballot(1), entry.clone(), false),
-        mark(1, ballot(1), entry),
-    ] {
-        run(
-            &mut replica,
-            ReplicaInput::Message {
-                from: support::CLIENT,
-                message: megastore_paxos::Message::ReplicaRequest(request),
-            },
-        );
-    }
+    let (range, changed_at, mut replica) = after_witness_removal(&p, &store, ProtocolBugs::NONE);
+    let run = |replica: &mut megastore_paxos::Replica, input| pass_step(replica, &store, input);
     // Another change than the range's: refused at once.
     let (_, passes) = run(
         &mut replica,
@@ -671,6 +691,7 @@ fn a_voter_catch_up_pass_reports_each_group_held_by_a_majority_of_the_voters_lef
         }]
     );
     // A server whose placement is from before the change cannot vouch for it.
+    let from = range.slot(ReplicaId(1)).unwrap().server;
     let mut behind = swept_replica_on(from, &p, ProtocolBugs::NONE);
     let (_, passes) = run(
         &mut behind,
@@ -704,29 +725,9 @@ fn a_voter_catch_up_pass_does_not_report_a_group_held_by_too_few_voters() {
         ),
     ] {
         let p = initial();
-        let (range, from, _) = moved_range(&p);
-        let removed = p.remove_replica(ReplicaId(3), &[range.id]).unwrap();
-        let changed_at = removed.range(range.id).unwrap().voters_changed.unwrap();
         let store = MemoryStore::new();
-        let mut replica = swept_replica_on(from, &removed, bugs);
-        let mut run = |input| {
-            let mut batch = megastore_paxos::Batch::new();
-            replica
-                .step_into(Time::ZERO, input, &store, &mut batch)
-                .unwrap();
-            let passes = batch.take_voter_passes();
-            (batch.release(&store).unwrap().sends, passes)
-        };
-        let entry = write(1, Some(1), "one");
-        for request in [
-            accept(1, ballot(1), entry.clone(), false),
-            mark(1, ballot(1), entry),
-        ] {
-            run(ReplicaInput::Message {
-                from: support::CLIENT,
-                message: megastore_paxos::Message::ReplicaRequest(request),
-            });
-        }
+        let (range, changed_at, mut replica) = after_witness_removal(&p, &store, bugs);
+        let mut run = |input| pass_step(&mut replica, &store, input);
         let (sends, mut passes) = run(ReplicaInput::CatchUpVoters {
             range: range.id,
             changed_at,

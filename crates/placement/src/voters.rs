@@ -124,6 +124,22 @@ impl Placement {
         }
     }
 
+    /// What catching up `range`'s voter change takes, if one waits: the change's
+    /// version, and the servers holding the range's voter slots — each must run its
+    /// catch-up pass for that version and find every group held before
+    /// [`Placement::record_caught_up`] is stored.
+    pub fn catch_up_needs(&self, range: RangeId) -> Option<(Version, Vec<crate::ServerId>)> {
+        let current = self.range(range)?;
+        let changed_at = current.voters_changed?;
+        let voters = current
+            .slots
+            .iter()
+            .filter(|s| s.kind != ReplicaKind::ReadOnly)
+            .map(|s| s.server)
+            .collect();
+        Some((changed_at, voters))
+    }
+
     /// The replicas removed from every range: never placed again.
     pub fn removed(&self) -> &std::collections::BTreeSet<ReplicaId> {
         &self.removed
@@ -230,8 +246,21 @@ mod tests {
                 ..
             }
         ));
+        // Catching it up takes the passes of the voters left (not the read-only
+        // replica's, not the removed witness's).
+        let (changed_at, voters) = removed.catch_up_needs(RangeId(0)).unwrap();
+        assert_eq!(changed_at, at);
+        let range = removed.range(RangeId(0)).unwrap();
+        let servers = |ids: &[u16]| -> Vec<ServerId> {
+            ids.iter()
+                .map(|id| range.slot(ReplicaId(*id)).unwrap().server)
+                .collect()
+        };
+        assert_eq!(voters, servers(&[1, 2]));
+        assert_eq!(removed.catch_up_needs(RangeId(1)), None, "range-1 has none");
         // Once the change is caught up, the range takes another: a voter may join.
         let caught_up = removed.record_caught_up(RangeId(0), at).unwrap();
+        assert_eq!(caught_up.catch_up_needs(RangeId(0)), None);
         assert_eq!(caught_up.range(RangeId(0)).unwrap().voters_changed, None);
         assert_eq!(
             caught_up.range(RangeId(0)).unwrap().epoch,

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use megastore_paxos::ReplicaInput;
 use megastore_placement::RangeId;
-use megastore_types::ReplicaKind;
 
 use super::routing::address;
 use super::{Event, World, ns};
@@ -41,22 +40,20 @@ impl World {
         let mut next = self.placement.clone();
         let mut recorded: Vec<RangeId> = Vec::new();
         let mut waiting = false;
-        let ranges = self.placement.ranges().to_vec();
-        for range in &ranges {
-            let Some(at) = range.voters_changed else {
+        let ranges: Vec<RangeId> = self.placement.ranges().iter().map(|r| r.id).collect();
+        for range in ranges {
+            let Some((at, voters)) = self.placement.catch_up_needs(range) else {
                 continue;
             };
-            let missing: Vec<_> = range
-                .slots
-                .iter()
-                .filter(|s| s.kind != ReplicaKind::ReadOnly)
-                .map(|s| address(s.server))
-                .filter(|a| !self.passes_held.contains(&(*a, range.id, at)))
+            let missing: Vec<_> = voters
+                .into_iter()
+                .map(address)
+                .filter(|a| !self.passes_held.contains(&(*a, range, at)))
                 .collect();
             if missing.is_empty() {
-                if let Ok(caught_up) = next.record_caught_up(range.id, at) {
+                if let Ok(caught_up) = next.record_caught_up(range, at) {
                     next = caught_up;
-                    recorded.push(range.id);
+                    recorded.push(range);
                 }
                 continue;
             }
@@ -68,7 +65,7 @@ impl World {
                 let newest = self.placement.clone();
                 self.run_replica(server, ReplicaInput::Placement(newest), None);
                 let ask = ReplicaInput::CatchUpVoters {
-                    range: range.id,
+                    range,
                     changed_at: at,
                 };
                 self.run_replica(server, ask, None);
