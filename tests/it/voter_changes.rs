@@ -80,6 +80,11 @@ fn a_witness_removed_while_writers_run_serves_nothing_and_every_write_stays() {
         let writing = scope.spawn(|| runtime.block_on(futures::future::join_all(writers)));
         wait_for_writes(&acked, 10, "before the removal");
         let removed = megastore(&["range", "remove-replica", "c"]);
+        let listed = megastore(&["range", "list"]).stdout;
+        assert!(
+            listed.contains("voter changes not caught up (`range catch-up`): range-0 (at v"),
+            "{listed}"
+        );
         // The witness's server reads the placement within a poll and serves nothing.
         let started = Instant::now();
         while runtime.block_on(ranges_at(&config, "c")) != Some(Vec::new()) {
@@ -197,6 +202,7 @@ fn a_witness_removed_while_writers_run_serves_nothing_and_every_write_stays() {
     assert_eq!(runtime.block_on(ranges_at(&config, "c")), Some(Vec::new()));
     let text = megastore(&["range", "list"]).stdout;
     assert!(text.contains("removed replicas: c"), "{text}");
+    assert!(!text.contains("not caught up"), "caught up above: {text}");
     assert!(!text.contains("c@c"), "{text}");
     let status = megastore(&["status", "-o", "json"]);
     let json: serde_json::Value = serde_json::from_str(&status.stdout).expect("status JSON");

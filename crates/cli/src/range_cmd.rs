@@ -388,6 +388,17 @@ pub(crate) fn render(
             .collect();
         out.push_str(&format!("removed replicas: {}\n", names.join(", ")));
     }
+    let waiting: Vec<String> = placement
+        .ranges()
+        .iter()
+        .filter_map(|r| Some(format!("{} (at {})", r.id, r.voters_changed?)))
+        .collect();
+    if !waiting.is_empty() {
+        out.push_str(&format!(
+            "voter changes not caught up (`range catch-up`): {}\n",
+            waiting.join(", ")
+        ));
+    }
     let mut table = Table::new();
     let mut header = vec![
         "RANGE",
