@@ -27,6 +27,7 @@ use megastore_coordinator::CoordinatorReply;
 use megastore_lock::LockOutcome;
 use megastore_types::{EgId, NodeId, Position, ReplicaId, ReplicaKind, Time};
 
+use super::voter_pass::{Hold, hold_of};
 use super::{GroupLog, Rejoin};
 use crate::cells::SlotRecord;
 use crate::messages::{LogState, Message, ReplicaReply, ReplicaRequest};
@@ -77,58 +78,15 @@ pub(crate) enum SweepAction {
     Hold(EgId, Hold),
 }
 
-/// Whether a group's log is held by a majority of its voters, as one probe found it
-/// (a voter catch-up pass's question, `voter_pass.rs`).
+/// Why the sweep probes a group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Hold {
-    /// A majority of the voters have every position visible up to the highest
-    /// position any voter that answered knew of.
-    Held,
-    /// Fewer do: this replica settles the positions they lack (its settles mark each
-    /// visible at every member of the set), or asks for a snapshot, and the pass probes
-    /// again.
-    Lacking,
-    /// Fewer than a majority of the voters answered: the highest position they knew
-    /// of may not be the group's.
-    Unanswered,
-}
-
-/// [`Hold`] from the log states of the voters that answered (this replica's among
-/// them, if it votes), over the group's replica set; with what to settle when lacking.
-///
-/// Why the highest position *any* answering voter knew of is far enough: a position
-/// chosen before the voter change was accepted by a majority of the set before, of
-/// which at least `⌊n/2⌋` are voters of the set after it — enough to meet every
-/// majority of them, so some voter that answered knows of it.
-pub(crate) fn hold_of(
-    set: &ReplicaSet<'_>,
-    states: &BTreeMap<ReplicaId, LogState>,
-) -> (Hold, Position, Position) {
-    let voters: Vec<&LogState> = states
-        .iter()
-        .filter(|(r, _)| set.is_voter(**r))
-        .map(|(_, s)| s)
-        .collect();
-    let highest = voters
-        .iter()
-        .map(|s| s.highest)
-        .max()
-        .unwrap_or(Position::NONE);
-    let lowest_visible = voters
-        .iter()
-        .map(|s| s.visible)
-        .min()
-        .unwrap_or(Position::NONE);
-    if voters.len() < set.majority() {
-        return (Hold::Unanswered, lowest_visible, highest);
-    }
-    let holding = voters.iter().filter(|s| s.visible >= highest).count();
-    let hold = if holding >= set.majority() {
-        Hold::Held
-    } else {
-        Hold::Lacking
-    };
-    (hold, lowest_visible, highest)
+enum ProbeFor {
+    /// Its rounds: catch up, install a snapshot, truncate.
+    Sweep,
+    /// Clearing a rejoining replica's group (and then as `Sweep`).
+    Clear,
+    /// A voter catch-up pass ([`Sweeper::hold`]).
+    Hold,
 }
 
 #[derive(Debug)]
@@ -138,9 +96,8 @@ enum Task {
         asked: BTreeMap<u64, ReplicaId>,
         states: BTreeMap<ReplicaId, LogState>,
         deadline: Time,
-        clearing: bool,
-        /// For a voter catch-up pass ([`Sweeper::hold`]).
-        holding: bool,
+        /// What the probe is for.
+        purpose: ProbeFor,
     },
     /// Asked a replica for a snapshot.
     Install { deadline: Time },
@@ -226,7 +183,7 @@ impl Sweeper {
     /// task runs for it already.
     pub(crate) fn probe_idle(&mut self, now: Time, eg: &EgId, sends: &mut Vec<(NodeId, Message)>) {
         if !self.tasks.contains_key(eg) {
-            self.probe(now, eg.clone(), false, false, sends);
+            self.probe(now, eg.clone(), ProbeFor::Sweep, sends);
         }
     }
 
@@ -248,7 +205,7 @@ impl Sweeper {
         if self.others(eg).is_empty() {
             return Some(self.held(now, eg, here, BTreeMap::new(), sends));
         }
-        self.probe(now, eg.clone(), false, true, sends);
+        self.probe(now, eg.clone(), ProbeFor::Hold, sends);
         Some(Vec::new())
     }
 
@@ -359,7 +316,7 @@ impl Sweeper {
             if self.tasks.contains_key(&eg) || !groups.iter().any(|g| *g.eg() == eg) {
                 continue;
             }
-            self.probe(now, eg, false, false, sends);
+            self.probe(now, eg, ProbeFor::Sweep, sends);
         }
         // Probe one idle group per sweep, round robin, at every other replica: from the
         // registry walk with a bounded cache, else from the loaded groups.
@@ -376,14 +333,14 @@ impl Sweeper {
         }
         self.cursor += 1;
         let eg = idle[self.cursor % idle.len()].eg().clone();
-        self.probe(now, eg, false, false, sends);
+        self.probe(now, eg, ProbeFor::Sweep, sends);
     }
 
     /// Starts clearing an uncleared group (unless something else runs for it; the
     /// next sweep tries again).
     pub(crate) fn clear(&mut self, now: Time, eg: EgId, sends: &mut Vec<(NodeId, Message)>) {
         if !self.tasks.contains_key(&eg) {
-            self.probe(now, eg, true, false, sends);
+            self.probe(now, eg, ProbeFor::Clear, sends);
         }
     }
 
@@ -404,8 +361,7 @@ impl Sweeper {
         &mut self,
         now: Time,
         eg: EgId,
-        clearing: bool,
-        holding: bool,
+        purpose: ProbeFor,
         sends: &mut Vec<(NodeId, Message)>,
     ) {
         let others = self.others(&eg);
@@ -430,8 +386,7 @@ impl Sweeper {
                 asked,
                 states: BTreeMap::new(),
                 deadline,
-                clearing,
-                holding,
+                purpose,
             },
         );
     }
@@ -451,10 +406,7 @@ impl Sweeper {
         sends: &mut Vec<(NodeId, Message)>,
     ) -> Vec<SweepAction> {
         let Some(Task::Probe {
-            states,
-            clearing,
-            holding,
-            ..
+            states, purpose, ..
         }) = self.tasks.remove(eg)
         else {
             return Vec::new();
@@ -463,11 +415,11 @@ impl Sweeper {
         let Some(here) = here else {
             return Vec::new();
         };
-        if holding {
+        if purpose == ProbeFor::Hold {
             return self.held(now, eg, here, states, sends);
         }
         let mut actions = Vec::new();
-        if clearing {
+        if purpose == ProbeFor::Clear {
             let set = self.replica_set(eg);
             // A majority of the voters counted over the set this replica's placement
             // has: with a slot removed and a proposer still counting it, any majority

@@ -25,11 +25,12 @@ use std::collections::{BTreeMap, VecDeque};
 
 use megastore_placement::{RangeId, Version};
 use megastore_rowstore::KeyRange;
-use megastore_types::{EgId, NodeId, ReplicaKind};
+use megastore_types::{EgId, NodeId, Position, ReplicaId, ReplicaKind};
 
-use super::sweep::{Hold, SweepAction};
+use super::sweep::SweepAction;
 use super::{DRIVER_CLIENT, GroupSlot, Output, Replica};
-use crate::messages::ReplicaRequest;
+use crate::messages::{LogState, ReplicaRequest};
+use crate::replica_set::ReplicaSet;
 
 /// Groups a pass probes at once.
 const IN_FLIGHT_MAX: usize = 16;
@@ -42,6 +43,60 @@ const ATTEMPTS_MAX: u32 = 8;
 
 /// How many groups not held a report names.
 const NAMED_MAX: usize = 8;
+
+/// Whether a group's log is held by a majority of its voters, as one probe found it
+/// (a voter catch-up pass's question, `voter_pass.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// A majority of the voters have every position visible up to the highest
+    /// position any voter that answered knew of.
+    Held,
+    /// Fewer do: this replica settles the positions they lack (its settles mark each
+    /// visible at every member of the set), or asks for a snapshot, and the pass probes
+    /// again.
+    Lacking,
+    /// Fewer than a majority of the voters answered: the highest position they knew
+    /// of may not be the group's.
+    Unanswered,
+}
+
+/// [`Hold`] from the log states of the voters that answered (this replica's among
+/// them, if it votes), over the group's replica set; with what to settle when lacking.
+///
+/// Why the highest position *any* answering voter knew of is far enough: a position
+/// chosen before the voter change was accepted by a majority of the set before, of
+/// which at least `⌊n/2⌋` are voters of the set after it — enough to meet every
+/// majority of them, so some voter that answered knows of it.
+pub(crate) fn hold_of(
+    set: &ReplicaSet<'_>,
+    states: &BTreeMap<ReplicaId, LogState>,
+) -> (Hold, Position, Position) {
+    let voters: Vec<&LogState> = states
+        .iter()
+        .filter(|(r, _)| set.is_voter(**r))
+        .map(|(_, s)| s)
+        .collect();
+    let highest = voters
+        .iter()
+        .map(|s| s.highest)
+        .max()
+        .unwrap_or(Position::NONE);
+    let lowest_visible = voters
+        .iter()
+        .map(|s| s.visible)
+        .min()
+        .unwrap_or(Position::NONE);
+    if voters.len() < set.majority() {
+        return (Hold::Unanswered, lowest_visible, highest);
+    }
+    let holding = voters.iter().filter(|s| s.visible >= highest).count();
+    let hold = if holding >= set.majority() {
+        Hold::Held
+    } else {
+        Hold::Lacking
+    };
+    (hold, lowest_visible, highest)
+}
 
 /// How a voter catch-up pass ended at one replica.
 #[derive(Debug, Clone, PartialEq, Eq)]
