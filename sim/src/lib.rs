@@ -101,6 +101,8 @@ pub const BUG_NAMES: &[&str] = &[
     "serve-removed-slot",
     "count-stale-voters",
     "skip-voter-catch-up",
+    "remove-unfenced",
+    "vouch-before-placement-read",
 ];
 
 /// The knob called `name`.
@@ -166,6 +168,8 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "serve-removed-slot" => placement.serve_removed_slot = true,
         "count-stale-voters" => placement.count_stale_voters = true,
         "skip-voter-catch-up" => p.skip_voter_catch_up = true,
+        "remove-unfenced" => operator.remove_unfenced = true,
+        "vouch-before-placement-read" => c.vouch_before_placement_read = true,
         _ => return None,
     }
     Some(Bugs {

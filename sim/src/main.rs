@@ -93,6 +93,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.evictions += s.evictions;
     total.splits += s.splits;
     total.removals += s.removals;
+    total.full_removals += s.full_removals;
     total.catch_ups += s.catch_ups;
     total.spares += s.spares;
     total.moves_finished += s.moves_finished;
@@ -104,7 +105,7 @@ fn add(total: &mut Stats, s: &Stats) {
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; relayed {}; conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, ranges split {}, replicas removed {} (voter changes caught up {}), spare servers {}, moves {} finished / {} aborted (copy pages {}), clients behind the placement at the end {}, final global scans {}, messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; relayed {}; conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, ranges split {}, replicas removed {} (full replicas {}; voter changes caught up {}), spare servers {}, moves {} finished / {} aborted (copy pages {}), clients behind the placement at the end {}, final global scans {}, messages {}, violations {violations}",
         s.commits,
         s.combined,
         s.committed_unread,
@@ -132,6 +133,7 @@ fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
         s.evictions,
         s.splits,
         s.removals,
+        s.full_removals,
         s.catch_ups,
         s.spares,
         s.moves_finished,

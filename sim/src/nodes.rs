@@ -128,6 +128,8 @@ pub struct Stats {
     pub splits: u64,
     /// Replicas the operator removed from ranges (`SimConfig::removals`).
     pub removals: u64,
+    /// Of those, full replicas' (a slot leaving, its coordinators fenced, then gone).
+    pub full_removals: u64,
     /// Ranges' voter changes the operator recorded caught up (`world/catch_up.rs`).
     pub catch_ups: u64,
     /// Spare servers run (`SimConfig::spares`).

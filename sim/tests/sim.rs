@@ -49,11 +49,20 @@ fn runs_exercise_commits_local_and_majority_reads_and_faults() {
     assert!(sum(|s| s.final_scans) > 0, "final global index scans");
 }
 
-/// Runs `seeds` and fails on any violation, naming the seed to reproduce. Returns how
-/// many (wipes, snapshot installs, replicas removed, voter changes caught up) the runs
-/// had.
-fn clean(seeds: std::ops::Range<u64>) -> (u64, u64, u64, u64) {
-    let mut rejoins = (0, 0, 0, 0);
+/// What clean runs had, counted over their seeds.
+#[derive(Default)]
+struct Seen {
+    wipes: u64,
+    installs: u64,
+    removals: u64,
+    full_removals: u64,
+    catch_ups: u64,
+}
+
+/// Runs `seeds` and fails on any violation, naming the seed to reproduce. Returns what
+/// the runs had of wipes, snapshot installs, removals and voter changes caught up.
+fn clean(seeds: std::ops::Range<u64>) -> Seen {
+    let mut seen = Seen::default();
     for seed in seeds {
         let report = run_seed(seed, Bugs::default(), false);
         assert!(
@@ -61,22 +70,27 @@ fn clean(seeds: std::ops::Range<u64>) -> (u64, u64, u64, u64) {
             "seed {seed}: {:#?}\nreproduce: megastore-sim --reproduce {seed}",
             report.violations
         );
-        rejoins.0 += report.stats.wipes;
-        rejoins.1 += report.stats.installs;
-        rejoins.2 += report.stats.removals;
-        rejoins.3 += report.stats.catch_ups;
+        seen.wipes += report.stats.wipes;
+        seen.installs += report.stats.installs;
+        seen.removals += report.stats.removals;
+        seen.full_removals += report.stats.full_removals;
+        seen.catch_ups += report.stats.catch_ups;
     }
-    rejoins
+    seen
 }
 
 #[test]
 fn seeds_0_to_49_are_clean_and_wiped_replicas_rejoin() {
-    let (wipes, installs, removals, catch_ups) = clean(0..50);
-    assert!(wipes > 0, "no replica was wiped");
-    assert!(installs > 0, "no wiped replica installed a snapshot");
-    assert!(removals > 0, "no replica was removed from ranges");
+    let seen = clean(0..50);
+    assert!(seen.wipes > 0, "no replica was wiped");
+    assert!(seen.installs > 0, "no wiped replica installed a snapshot");
+    assert!(seen.removals > 0, "no replica was removed from ranges");
     assert!(
-        catch_ups > 0,
+        seen.full_removals > 0,
+        "no full replica was removed (its slot leaving, its coordinator fenced)"
+    );
+    assert!(
+        seen.catch_ups > 0,
         "no voter change was caught up (so no range took a second)"
     );
 }
@@ -351,7 +365,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 56);
+    assert_eq!(BUG_NAMES.len(), 58);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

@@ -16,6 +16,7 @@ use indicatif::ProgressBar;
 use megastore_client::placement_store::{
     StoredPlacement, count_groups, load_placement, split_range,
 };
+use megastore_client::replica_removal::{self, Fenced, RemovalUpdate};
 use megastore_client::status::RangeApplied;
 use megastore_config::ClusterConfig;
 use megastore_placement::{MovePhase, Placement, RangeId, ServerId};
@@ -98,6 +99,10 @@ pub(crate) struct RemoveReplicaArgs {
     replica: String,
     /// The ranges to remove it from (`3` or `range-3`); none: every range that has it.
     ranges: Vec<String>,
+    /// How long to wait for a full replica's coordinator to be fenced (it read the
+    /// removal, or its lock is free) before giving up; running again carries on.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    patience: u64,
 }
 
 pub(crate) fn run(command: RangeCommand) -> anyhow::Result<ExitCode> {
@@ -183,8 +188,10 @@ pub(crate) fn run(command: RangeCommand) -> anyhow::Result<ExitCode> {
 /// placement (each polls lockd every second).
 const REMOVAL_FENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// `range remove-replica`: one compare-and-set, then waits (with a spinner) until
-/// each server that held a removed slot judges by the new placement, and says so.
+/// `range remove-replica`: a full replica's slot leaves first and its coordinators are
+/// fenced (each step printed); then one compare-and-set removes the slot, and the
+/// command waits (with a spinner) until each server that held it judges by the new
+/// placement, and says so.
 fn remove_replica(args: RemoveReplicaArgs) -> anyhow::Result<()> {
     let config = args.cluster.load()?;
     let replica = config
@@ -203,13 +210,32 @@ fn remove_replica(args: RemoveReplicaArgs) -> anyhow::Result<()> {
         .iter()
         .map(|r| parse_range(r))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let (done, behind) = on_lockd(&config, async |lockd, topology| {
-        let done =
-            megastore_client::placement_store::remove_replica(lockd, topology, id, &ranges).await?;
-        let behind = wait_for_servers(&config, &done).await;
-        Ok((done, behind))
-    })
-    .with_context(|| format!("removing replica {name}"))?;
+    let patience = std::time::Duration::from_secs(args.patience);
+    let runtime = tokio::runtime::Runtime::new()?;
+    let (done, behind) = runtime
+        .block_on(async {
+            let shown = |update: RemovalUpdate| match update {
+                RemovalUpdate::Leaving(since) => println!(
+                    "replica {name} is leaving (placement {since}): its coordinator vouches                      for none of those ranges from now on"
+                ),
+                RemovalUpdate::Fenced(server, how) => println!(
+                    "server {}: {}",
+                    server_name(&config, server),
+                    match how {
+                        Fenced::ReadIt => "its coordinator read it",
+                        Fenced::LockFree => "its coordinator holds no lock (down): fenced",
+                    }
+                ),
+                RemovalUpdate::Waiting(server, why) => {
+                    eprintln!("server {}: {why}", server_name(&config, server));
+                }
+            };
+            let done = replica_removal::remove_replica(&config, id, &ranges, patience, shown)
+                .await?;
+            let behind = wait_for_servers(&config, &done).await;
+            Ok::<_, megastore_client::ClientError>((done, behind))
+        })
+        .with_context(|| format!("removing replica {name}"))?;
     let version = done.placement.version();
     let listed: Vec<String> = done.removed_from.iter().map(ToString::to_string).collect();
     if listed.is_empty() {

@@ -46,6 +46,7 @@ pub mod placement_store;
 mod queues;
 pub mod range_moves;
 mod relay;
+pub mod replica_removal;
 pub mod schema_store;
 mod settings;
 pub mod status;

@@ -108,7 +108,7 @@ pub async fn split_range(
     })
 }
 
-/// What [`remove_replica`] did.
+/// What a removal did (`replica_removal::remove_replica`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemovalDone {
     /// The placement stored.
@@ -121,34 +121,28 @@ pub struct RemovalDone {
     pub servers: std::collections::BTreeSet<megastore_placement::ServerId>,
 }
 
-/// Replica `replica` removed from `ranges` (every range holding it when empty), in one
-/// compare-and-set ([`Placement::remove_replica`]).
-pub async fn remove_replica(
-    lockd: &LockdClient,
-    topology: &Topology,
-    replica: megastore_types::ReplicaId,
-    ranges: &[RangeId],
-) -> Result<RemovalDone, ClientError> {
-    let mut removed = Vec::new();
-    let placement = change_placement(lockd, topology, |p| {
-        let next = p.remove_replica(replica, ranges)?;
-        removed = p
+impl RemovalDone {
+    /// What a change from `before` to `after` removed of `replica`.
+    pub fn between(
+        before: &Placement,
+        after: Placement,
+        replica: megastore_types::ReplicaId,
+    ) -> Self {
+        let removed: Vec<(RangeId, megastore_placement::ServerId)> = before
             .ranges()
             .iter()
             .filter_map(|r| {
                 let slot = r.slot(replica)?;
-                let gone = next.range(r.id).is_some_and(|n| n.slot(replica).is_none());
+                let gone = after.range(r.id).is_some_and(|n| n.slot(replica).is_none());
                 gone.then_some((r.id, slot.server))
             })
             .collect();
-        Ok(next)
-    })
-    .await?;
-    Ok(RemovalDone {
-        placement,
-        removed_from: removed.iter().map(|(range, _)| *range).collect(),
-        servers: removed.iter().map(|(_, server)| *server).collect(),
-    })
+        RemovalDone {
+            placement: after,
+            removed_from: removed.iter().map(|(range, _)| *range).collect(),
+            servers: removed.iter().map(|(_, server)| *server).collect(),
+        }
+    }
 }
 
 /// Groups listed per page while counting.

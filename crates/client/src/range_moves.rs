@@ -306,7 +306,7 @@ impl Operator {
         Ok(answer.into_inner().frozen)
     }
 
-    async fn knows_move(&self, server: ServerId, move_id: u64) -> Result<bool, String> {
+    pub(crate) async fn knows_move(&self, server: ServerId, move_id: u64) -> Result<bool, String> {
         let mut coordinator = CoordinatorClient::new(self.channel(server, true)?);
         let call = coordinator.knows_move(coordinator_pb::KnowsMoveRequest { move_id });
         let answer = tokio::time::timeout(self.deadline(), call)

@@ -40,6 +40,10 @@ megastore_types::bug_knobs! {
         /// it validated during an earlier stay of the range vouches for the copy the
         /// range came back with, which may lack writes chosen meanwhile.
         vouch_moved_in_range,
+        /// A placed coordinator vouches in a new epoch by the placement it read before
+        /// it took its lock: a full replica whose removal was fenced while its lock was
+        /// free (`Placement::removal_fence`) can then vouch for a range it is leaving.
+        vouch_before_placement_read,
     }
 }
 
@@ -159,10 +163,19 @@ pub enum Output {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LockRequestKind {
-    OpenSession { sent_at: Time },
+    OpenSession {
+        sent_at: Time,
+    },
     Acquire,
-    KeepAlive { sent_at: Time },
+    KeepAlive {
+        sent_at: Time,
+    },
     Close,
+    /// The placement read a placed coordinator makes in each new epoch
+    /// (*placement-read-after-lock*).
+    ReadPlacement {
+        epoch: Epoch,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,6 +219,8 @@ pub struct Coordinator {
     /// Its server and the placement it judges by (`None`: not placed, every group is
     /// its replica's).
     placement: Option<(ServerId, Placement)>,
+    /// Whether it read the placement since it took its lock (placed only).
+    placement_check: placed::PlacementCheck,
 }
 
 impl Coordinator {
@@ -226,6 +241,7 @@ impl Coordinator {
             keepalive_out: false,
             groups: Groups::default(),
             placement: None,
+            placement_check: placed::PlacementCheck::Read,
         }
     }
 
@@ -464,6 +480,7 @@ impl Coordinator {
                         session,
                         epoch: Epoch(sequencer.0),
                     };
+                    self.read_placement_after_lock(now, out);
                 }
             }
             (
@@ -515,6 +532,9 @@ impl Coordinator {
                     };
                 }
             }
+            (LockRequestKind::ReadPlacement { epoch }, result) => {
+                self.on_placement_read(now, epoch, result, out);
+            }
         }
     }
 
@@ -525,6 +545,13 @@ impl Coordinator {
             if let Some(kind) = self.requests.remove(&outcome.id) {
                 self.on_lock_outcome(now, kind, outcome.result, out);
             }
+        }
+        if self
+            .placement_check
+            .retry_at(self.epoch())
+            .is_some_and(|at| now >= at)
+        {
+            self.read_placement_after_lock(now, out);
         }
         match self.phase {
             Phase::NoSession { retry_at } if now >= retry_at => self.open_session(now, out),
@@ -571,10 +598,16 @@ impl Coordinator {
             }
             _ => None,
         };
-        [phase_due, keepalive_due, self.lock.next_deadline()]
-            .into_iter()
-            .flatten()
-            .min()
+        let placement_retry = self.placement_check.retry_at(self.epoch());
+        [
+            phase_due,
+            keepalive_due,
+            placement_retry,
+            self.lock.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn handle_request(

@@ -2,8 +2,9 @@
 //! vouches only for groups of ranges its server holds and is not moving away,
 //! acknowledges invalidations only for those, and starts a new epoch when a range
 //! arrives — so a range that moved away and came back is not vouched for from what was
-//! validated before it left. The knob `vouch-moved-in-range` keeps the epoch, and the
-//! last test catches it.
+//! validated before it left. The knob `vouch-moved-in-range` keeps the epoch, and a
+//! test catches it. A slot leaving (a full replica's removal) is vouched for no more
+//! (the removal itself: `tests/removal.rs`).
 
 mod support;
 
@@ -118,9 +119,12 @@ fn a_range_moving_away_is_vouched_for_no_more_and_its_invalidations_do_not_count
     validate(&mut c, t(1.0), 5, 42);
     assert!(query(&mut c, t(1.0)).0);
     let p1 = p0.begin_move(range.id, ReplicaId(1), other).unwrap();
-    assert!(!c.knows_move(p1.version()), "the operator waits for this");
+    assert!(
+        !c.knows_placement(p1.version()),
+        "the operator waits for this"
+    );
     c.step(t(1.0), Input::Placement(p1.clone()));
-    assert!(c.knows_move(p1.version()));
+    assert!(c.knows_placement(p1.version()));
     assert!(!query(&mut c, t(1.0)).0, "moving away: not vouched");
     assert_eq!(
         invalidate(&mut c, &eg(), 6),
@@ -183,4 +187,77 @@ fn a_range_that_comes_back_is_not_vouched_for_from_before_it_left() {
         vouches_after_moving_away_and_back(keep),
         "with vouch-moved-in-range the old validate still vouches"
     );
+}
+
+#[test]
+fn a_leaving_slot_is_vouched_for_no_more_from_the_placement_that_began_it() {
+    let (p0, range, holder, _) = start();
+    let mut c = coordinator_on(holder, &p0, CoordinatorBugs::NONE);
+    validate(&mut c, t(1.0), 5, 42);
+    assert!(query(&mut c, t(1.0)).0);
+    let leaving = p0.begin_removal(ReplicaId(1), &[range.id]).unwrap();
+    let (since, servers) = leaving.removal_fence(ReplicaId(1), &[]).unwrap();
+    assert_eq!(servers, [holder]);
+    assert!(
+        !c.knows_placement(since),
+        "the operator's fence waits for this"
+    );
+    c.step(t(1.0), Input::Placement(leaving));
+    assert!(c.knows_placement(since));
+    assert!(!query(&mut c, t(1.0)).0, "leaving: not vouched");
+    assert_eq!(
+        invalidate(&mut c, &eg(), 6),
+        CoordinatorReply::NotServed { id: 9 },
+        "the writer reads the placement: the slot is still this server's, so done"
+    );
+    validate(&mut c, t(1.0), 7, 42);
+    assert!(
+        !query(&mut c, t(1.0)).0,
+        "a validate does not bring it back"
+    );
+}
+
+#[test]
+fn an_unusable_placement_read_is_asked_again() {
+    let (p0, _, holder, _) = start();
+    let lock = megastore_coordinator::coordinator_lock(holder);
+    let placed = Coordinator::new(config(CoordinatorBugs::NONE)).placed(holder, p0);
+    let (mut c, out) = support::take_lock(placed, &lock);
+    let (read, _) = support::lock_request(&out);
+    // Answered with something that is no placement (a broken file): unusable.
+    let broken = megastore_lock::LockFile {
+        version: 1,
+        contents: b"not a placement".to_vec(),
+    };
+    let out = support::respond(
+        &mut c,
+        t(0.3),
+        read,
+        Ok(megastore_lock::LockReply::File(Some(broken))),
+    );
+    validate(&mut c, t(0.3), 5, 42);
+    assert!(
+        !query(&mut c, t(0.3)).0,
+        "not read yet: vouches for nothing"
+    );
+    // It wakes after its retry delay (1 s) and asks again.
+    let wake = out.iter().find_map(|o| match o {
+        Output::WakeAt(at) => Some(*at),
+        _ => None,
+    });
+    assert_eq!(wake, Some(t(1.3)));
+    let out = c.step(t(1.3), Input::Tick);
+    let (read, command) = support::lock_request(&out);
+    assert!(matches!(
+        command,
+        megastore_lock::LockCommand::ReadFile { .. }
+    ));
+    support::respond(
+        &mut c,
+        t(1.4),
+        read,
+        Ok(megastore_lock::LockReply::File(None)),
+    );
+    validate(&mut c, t(1.5), 5, 42);
+    assert!(query(&mut c, t(1.5)).0, "read: it vouches");
 }

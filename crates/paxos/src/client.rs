@@ -395,8 +395,12 @@ impl ClientCore {
     ) -> OpId {
         let op = self.new_op();
         let candidates = self.point_read_candidates(mode);
-        let local = self.local;
         let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, sends);
+        // Its local replica, unless the group's placement leaves it out (removed from
+        // the range, or leaving it): then every current read goes to a majority.
+        let local = self
+            .local
+            .filter(|local| ctx.replica_set(&eg).vouches_at(*local));
         let state = match mode {
             ReadMode::Current => Op::Current(CurrentRead::start(&mut ctx, eg, query, local)),
             ReadMode::Snapshot | ReadMode::Inconsistent | ReadMode::AtPosition(_) => {

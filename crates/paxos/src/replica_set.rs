@@ -72,6 +72,16 @@ impl<'a> ReplicaSet<'a> {
         self.range.map_or(Version(0), |range| range.voters_since)
     }
 
+    /// Whether a current read may ask `r`'s coordinator to vouch: `r` is a full
+    /// replica of the set whose slot is not leaving (`Placement::begin_removal`: its
+    /// coordinator vouches for none of the range, so asking it is a wasted round trip).
+    pub fn vouches_at(&self, r: ReplicaId) -> bool {
+        self.of_kind(ReplicaKind::Full).contains(&r)
+            && self
+                .range
+                .is_none_or(|range| range.leaving.is_none_or(|l| l.replica != r))
+    }
+
     /// Whether `r` is one of its voters.
     pub fn is_voter(&self, r: ReplicaId) -> bool {
         self.replicas()

@@ -284,7 +284,7 @@ impl World {
                 // Its host has it read the placement, then asks.
                 let coordinator = &mut self.server(server).coordinator;
                 coordinator.step(Time::ZERO, CoordinatorInput::Placement(stored.clone()));
-                if coordinator.knows_move(move_id) {
+                if coordinator.knows_placement(move_id) {
                     progress.fenced = true;
                 }
             }

@@ -83,6 +83,7 @@ impl Placement {
             moving: None,
             voters_changed: old.voters_changed,
             voters_since: old.voters_since,
+            leaving: old.leaving,
         };
         next.next_range = RangeId(next.next_range.0 + 1);
         let left = &mut next.ranges[index];
@@ -185,6 +186,12 @@ impl Placement {
         let index = self.range_index(range)?;
         let current = &self.ranges[index];
         refuse_if_moving(current)?;
+        if let Some(leaving) = current.leaving {
+            return Err(ChangeError::Leaving {
+                range,
+                replica: leaving.replica,
+            });
+        }
         let slot = current
             .slot(replica)
             .ok_or(ChangeError::UnknownSlot { range, replica })?;

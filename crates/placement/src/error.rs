@@ -106,9 +106,9 @@ pub enum ChangeError {
     /// A default placement cannot be made.
     #[error("no default placement: {0}")]
     Initial(String),
-    /// Only witness and read-only slots can be removed: a full replica's coordinator
-    /// would have to hand its groups over first (not built).
-    #[error("replica {} of {range} is a full replica; only witness and read-only replicas can be removed", replica.0)]
+    /// A full replica's slot is removed only after its removal began and its
+    /// coordinator was fenced ([`crate::Placement::begin_removal`]).
+    #[error("replica {} of {range} is a full replica whose removal has not begun: `megastore range remove-replica` begins it, fences its coordinator, then removes it", replica.0)]
     RemoveFull {
         /// The range.
         range: RangeId,
@@ -126,6 +126,22 @@ pub enum ChangeError {
         range: RangeId,
         /// The placement version of its earlier voter change.
         at: Version,
+    },
+    /// A range keeps at least one full replica that is not leaving.
+    #[error("replica {} is the last full replica of {range}: a range keeps one", replica.0)]
+    LastFull {
+        /// The range.
+        range: RangeId,
+        /// The slot asked for.
+        replica: ReplicaId,
+    },
+    /// Another full replica's removal from the range is under way.
+    #[error("replica {} is leaving {range}: finish its removal (`megastore range remove-replica`) first", replica.0)]
+    Leaving {
+        /// The range.
+        range: RangeId,
+        /// The replica leaving it.
+        replica: ReplicaId,
     },
     /// No range has a slot of this replica, and it was never removed.
     #[error("replica {} holds no slot of any range", .0.0)]

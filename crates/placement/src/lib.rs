@@ -10,9 +10,11 @@
 //! [`Placement::add_replica`], [`Placement::add_server`] and the move of a slot to
 //! another server of its site ([`Placement::begin_move`],
 //! [`Placement::record_frozen`], [`Placement::finish_move`],
-//! [`Placement::abort_move`]), and the removal of a witness's or read-only replica's
-//! slot from ranges ([`Placement::remove_replica`], `voters.rs`: a range's next voter
-//! change waits for [`Placement::record_caught_up`]). [`ServerPlacement`] is a
+//! [`Placement::abort_move`]), and the removal of a slot from ranges
+//! ([`Placement::remove_replica`], `voters.rs`: a range's next voter change waits for
+//! [`Placement::record_caught_up`]; a full replica's slot leaves first,
+//! [`Placement::begin_removal`] and [`Placement::removal_fence`] in `leaving.rs`,
+//! whose [`removal_step`] is the operator's side of a removal). [`ServerPlacement`] is a
 //! server's side: which requests
 //! it answers ([`ServerPlacement::judge`]), its durable freezes, and what it retires
 //! when it reads a newer placement. [`next_step`] is the operator's side of a move:
@@ -29,7 +31,7 @@
 //!
 //! Invariants ([`Placement::check`], asserted after every change and checked on every
 //! decode): *ranges-partition*, *slot-at-its-site*, *one-slot-per-server*,
-//! *epochs-from-the-past*, *move-well-formed*, *removed-stay-out*; and, across servers,
+//! *epochs-from-the-past*, *move-well-formed*, *leaving-well-formed*, *removed-stay-out*; and, across servers,
 //! *flip-after-freeze*, *one-server-per-slot* (see [`ServerPlacement`]),
 //! *copy-after-seeing-the-move* (see [`ServerPlacement::receive`]) and
 //! *moves-keep-writes* (see [`next_step`]); the property test `tests/moves.rs` checks
@@ -48,6 +50,7 @@
 mod change;
 mod error;
 mod ids;
+mod leaving;
 mod map;
 mod operator;
 mod range;
@@ -58,11 +61,12 @@ mod voters;
 pub use change::SplitAt;
 pub use error::{ChangeError, Violation};
 pub use ids::{RangeId, Server, ServerId, Version};
+pub use leaving::{RemovalStep, removal_step};
 pub use map::{DecodeError, Placement};
 pub use operator::{
     FinalCopyRefused, MoveEnd, MoveRequest, OperatorBugs, OperatorStep, Progress, next_step,
 };
-pub use range::{Move, MovePhase, Range, Slot};
+pub use range::{Leaving, Move, MovePhase, Range, Slot};
 pub use rebalance::plan_rebalance;
 pub use serving::{Observed, PlacementBugs, ServerPlacement, Serving, Span, spans_of, uncovered};
 

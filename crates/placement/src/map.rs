@@ -124,6 +124,7 @@ impl Placement {
                 moving: None,
                 voters_changed: None,
                 voters_since: Version(0),
+                leaving: None,
             });
         }
         let placement = Placement {
@@ -171,6 +172,7 @@ impl Placement {
                 moving: None,
                 voters_changed: None,
                 voters_since: Version(0),
+                leaving: None,
             }],
             next_range: RangeId(1),
             removed: BTreeSet::new(),
@@ -259,6 +261,8 @@ impl Placement {
     ///   and range ids are unique and below `next_range`;
     /// - *move-well-formed*: a move's slot is held by its source, its target is a
     ///   server of the slot's site holding no slot of the range;
+    /// - *leaving-well-formed*: a leaving slot is a full replica's, the range keeps
+    ///   another full replica, and is not being moved too;
     /// - *removed-stay-out*: no range has a slot of a replica listed as removed.
     pub fn check(&self) -> Result<(), Violation> {
         let fail = |invariant, detail: String| {
@@ -299,6 +303,7 @@ impl Placement {
                 || range.moving.as_ref().is_some_and(|m| m.id > self.version)
                 || range.voters_changed.is_some_and(|v| v > self.version)
                 || range.voters_since > self.version
+                || range.leaving.is_some_and(|l| l.since > self.version)
             {
                 return fail(
                     "epochs-from-the-past",
@@ -358,6 +363,24 @@ impl Placement {
                 "one-slot-per-server",
                 format!("{} has no full replica", range.id),
             ));
+        }
+        if let Some(leaving) = range.leaving {
+            let full = |s: &&crate::Slot| s.kind == ReplicaKind::Full;
+            let is_full = range.slot(leaving.replica).filter(full).is_some();
+            let other = range
+                .slots
+                .iter()
+                .filter(full)
+                .any(|s| s.replica != leaving.replica);
+            if !is_full || !other || range.moving.is_some() {
+                return Err((
+                    "leaving-well-formed",
+                    format!(
+                        "replica {} leaving {}: not a full replica's slot, the last one, or moving",
+                        leaving.replica.0, range.id
+                    ),
+                ));
+            }
         }
         if let Some(m) = &range.moving {
             let from = range.slot(m.replica).filter(|s| s.server == m.from);

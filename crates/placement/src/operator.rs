@@ -23,6 +23,11 @@ megastore_types::bug_knobs! {
         /// read the move: a coordinator behind it goes on acknowledging invalidations
         /// for the range, which the writers then count though the target will serve.
         record_frozen_unfenced,
+        /// Remove a leaving full replica's slot without waiting for its coordinators'
+        /// fence (`Placement::removal_fence`): a coordinator behind the removal goes on
+        /// vouching for the range, and writers that count the set without it no longer
+        /// invalidate it.
+        remove_unfenced,
     }
 }
 

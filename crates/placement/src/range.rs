@@ -37,6 +37,11 @@ pub struct Range {
     /// no proposer still counting the set before it gathers a quorum.
     #[serde(default, skip_serializing_if = "Version::is_zero")]
     pub voters_since: Version,
+    /// A full replica's slot on its way out ([`crate::Placement::begin_removal`]): its
+    /// coordinator stops vouching for the range, and the slot is removed only once
+    /// that coordinator is fenced ([`crate::Placement::removal_fence`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaving: Option<Leaving>,
 }
 
 impl Range {
@@ -69,6 +74,20 @@ pub struct Slot {
     pub kind: ReplicaKind,
     /// The server that holds it, at `site`.
     pub server: ServerId,
+}
+
+/// A full replica's slot whose removal from a range has begun (docs/protocol.md,
+/// "Removing a full replica"). The replica still votes and writers still invalidate
+/// its coordinator, which vouches for none of the range from the placement that began
+/// this on; so once that coordinator has read it (or lost its lock since), nothing
+/// read at the replica can be stale, and the slot may go like a witness's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leaving {
+    /// The slot leaving: a full replica's.
+    pub replica: ReplicaId,
+    /// The placement version that began it: the version its coordinator must have
+    /// read.
+    pub since: Version,
 }
 
 /// A slot on its way from one server to another (docs/protocol.md, "Placement").

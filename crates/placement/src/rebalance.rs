@@ -57,7 +57,7 @@ pub fn plan_rebalance(
             let weight = weights.get(&range.id).copied().unwrap_or(0);
             if let Some(carried) = load.get_mut(&slot.server) {
                 *carried += weight;
-                if range.moving.is_none() {
+                if range.moving.is_none() && range.leaving.is_none() {
                     held.entry(slot.server)
                         .or_default()
                         .push((weight, range.id));

@@ -35,9 +35,10 @@ use crate::map::Placement;
 use crate::range::Range;
 
 impl Placement {
-    /// Removes replica `replica`'s slot (a witness or a read-only replica) from each
-    /// of `ranges` — from every range that has it, if `ranges` is empty — at one new
-    /// version, which becomes each such range's epoch. A replica that then holds no
+    /// Removes replica `replica`'s slot (a witness's, a read-only replica's, or a full
+    /// replica's whose removal began and whose coordinator was fenced: `leaving.rs`)
+    /// from each of `ranges` — from every range that has it, if `ranges` is empty — at
+    /// one new version, which becomes each such range's epoch. A replica that then holds no
     /// slot of any range is listed as removed, and may never join again. Removing a
     /// witness is a voter change of the range: refused if its voters changed before.
     /// Refused while a range is being moved. A range that no longer has the slot is
@@ -48,17 +49,8 @@ impl Placement {
         replica: ReplicaId,
         ranges: &[RangeId],
     ) -> Result<Placement, ChangeError> {
-        let named: Vec<RangeId> = if ranges.is_empty() {
-            self.ranges
-                .iter()
-                .filter(|r| r.slot(replica).is_some())
-                .map(|r| r.id)
-                .collect()
-        } else {
-            ranges.to_vec()
-        };
         let mut indices = Vec::new();
-        for &range in &named {
+        for range in self.ranges_named(replica, ranges) {
             let index = self.range_index(range)?;
             let current = &self.ranges[index];
             let Some(slot) = current.slot(replica) else {
@@ -67,7 +59,8 @@ impl Placement {
                 }
                 return Err(ChangeError::UnknownSlot { range, replica });
             };
-            if slot.kind == ReplicaKind::Full {
+            let leaving = current.leaving.is_some_and(|l| l.replica == replica);
+            if slot.kind == ReplicaKind::Full && !leaving {
                 return Err(ChangeError::RemoveFull { range, replica });
             }
             refuse_if_moving(current)?;
@@ -88,6 +81,7 @@ impl Placement {
         for (index, voter) in indices {
             let changed = &mut next.ranges[index];
             changed.slots.retain(|s| s.replica != replica);
+            changed.leaving = None;
             changed.epoch = version;
             if voter {
                 changed.voters_changed = Some(version);
@@ -146,7 +140,7 @@ impl Placement {
     }
 
     /// Whether `replica` holds a slot of some range.
-    fn holds_elsewhere(&self, replica: ReplicaId) -> bool {
+    pub(crate) fn holds_elsewhere(&self, replica: ReplicaId) -> bool {
         self.ranges.iter().any(|r| r.slot(replica).is_some())
     }
 

@@ -410,6 +410,7 @@ const NO_BUGS: (PlacementBugs, OperatorBugs) = (
     OperatorBugs {
         finish_without_final_copy: false,
         record_frozen_unfenced: false,
+        remove_unfenced: false,
     },
 );
 

@@ -300,7 +300,7 @@ impl Driver {
                     self.placement_measured();
                 }
                 Some(Event::KnowsMove { move_id, reply }) => {
-                    let _ = reply.send(self.core.knows_move(move_id));
+                    let _ = reply.send(self.core.knows_placement(move_id));
                 }
                 Some(Event::Stop) => {
                     stop_by = Some(tokio::time::Instant::now() + self.stop_grace);

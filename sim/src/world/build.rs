@@ -332,6 +332,8 @@ impl World {
             operator_rng,
             removal_rng,
             second_removal: None,
+            removing: None,
+            fenced: Default::default(),
             pass_reports: Vec::new(),
             passes_held: std::collections::BTreeSet::new(),
         };

@@ -143,6 +143,13 @@ pub(crate) struct World {
     /// The witness the operator removes once the first removal is caught up
     /// (`catch_up.rs`), until it is removed.
     second_removal: Option<ReplicaId>,
+    /// The removal chosen (replica, ranges), until it is made: a full replica's takes
+    /// several steps (`removals.rs`).
+    removing: Option<(ReplicaId, Vec<megastore_placement::RangeId>)>,
+    /// The servers whose coordinators the removal's operator found fenced, for which
+    /// placement (`removals.rs`).
+    fenced:
+        std::collections::BTreeSet<(megastore_placement::ServerId, megastore_placement::Version)>,
     /// The voter catch-up passes that ended, at which server address, not yet looked
     /// at by the operator.
     pass_reports: Vec<(ReplicaId, megastore_paxos::VoterPassReport)>,

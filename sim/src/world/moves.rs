@@ -165,7 +165,7 @@ impl World {
                         progress.fenced = self.coordinators[&source]
                             .core
                             .as_ref()
-                            .is_some_and(|core| core.knows_move(move_id));
+                            .is_some_and(|core| core.knows_placement(move_id));
                     }
                 }
             }

@@ -75,7 +75,24 @@ pub(crate) fn serving(bugs: CoordinatorBugs) -> Coordinator {
 
 /// `c`, started: it opened session 5 at 0 s and holds its lock, `lock`, with sequencer
 /// 42.
-pub(crate) fn start_serving(mut c: Coordinator, lock: &str) -> Coordinator {
+pub(crate) fn start_serving(c: Coordinator, lock: &str) -> Coordinator {
+    let (mut c, out) = take_lock(c, lock);
+    if c.placement().is_some() {
+        // A placed coordinator reads the placement after taking its lock; none stored
+        // means the one it was placed by is the newest.
+        let (id, command) = lock_request(&out);
+        assert!(
+            matches!(command, LockCommand::ReadFile { .. }),
+            "{command:?}"
+        );
+        respond(&mut c, t(0.25), id, Ok(LockReply::File(None)));
+    }
+    c
+}
+
+/// `c`, started up to holding its lock `lock` (session 5, sequencer 42); what it did
+/// on taking it.
+pub(crate) fn take_lock(mut c: Coordinator, lock: &str) -> (Coordinator, Vec<Output>) {
     let out = c.step(t(0.0), Input::Start);
     let (id, command) = lock_request(&out);
     assert_eq!(command, LockCommand::OpenSession { owner: lock.into() });
@@ -96,7 +113,7 @@ pub(crate) fn start_serving(mut c: Coordinator, lock: &str) -> Coordinator {
             lock: lock.into()
         }
     );
-    respond(
+    let out = respond(
         &mut c,
         t(0.2),
         id,
@@ -105,7 +122,7 @@ pub(crate) fn start_serving(mut c: Coordinator, lock: &str) -> Coordinator {
         }),
     );
     assert_eq!(c.epoch(), Some(Epoch(42)));
-    c
+    (c, out)
 }
 
 pub(crate) fn query(c: &mut Coordinator, now: Time) -> (bool, Option<Epoch>) {
