@@ -13,6 +13,7 @@ mod downstream;
 mod email;
 mod entities;
 mod examples;
+mod full_replica_removal;
 mod garbage_api;
 mod global_index;
 mod index_kinds;

@@ -290,6 +290,23 @@ pub(crate) fn grow_by_witness_e(
     )
 }
 
+/// [`grow_cluster`] with a full replica, e, and its coordinator, at site C (which had
+/// only a witness; on free ports).
+pub(crate) fn grow_by_full_e(
+    cluster: &mut megastore_e2e::LocalCluster,
+    dir: &Path,
+) -> (std::path::PathBuf, megastore_config::ClusterConfig) {
+    let ports = megastore_e2e::free_ports(2);
+    grow_cluster(
+        cluster,
+        dir,
+        &format!(
+            "kind = \"full\"\naddress = \"127.0.0.1:{}\"\ncoordinator_address = \"127.0.0.1:{}\"\n",
+            ports[0], ports[1]
+        ),
+    )
+}
+
 /// Adds replica e (`fields`: its kind and addresses) to the cluster's config and
 /// restarts every running process with it, one at a time; the new config's path and
 /// contents.
@@ -463,15 +480,7 @@ fn a_full_replica_added_to_a_running_cluster_serves_local_reads_and_is_invalidat
     assert_eq!(placement(dir.path(), &cluster.config_path)["version"], 2);
 
     // A full replica, e, with its coordinator, at site C (which had only a witness).
-    let ports = megastore_e2e::free_ports(2);
-    let (grown_path, grown) = grow_cluster(
-        &mut cluster,
-        dir.path(),
-        &format!(
-            "kind = \"full\"\naddress = \"127.0.0.1:{}\"\ncoordinator_address = \"127.0.0.1:{}\"\n",
-            ports[0], ports[1]
-        ),
-    );
+    let (grown_path, grown) = grow_by_full_e(&mut cluster, dir.path());
     cluster.start_process_with("replica-e", &grown_path);
     cluster.start_process_with("coordinator-e", &grown_path);
     cluster.wait_for_log("replica-e", "rejoining=true", Duration::from_secs(20));

@@ -216,7 +216,8 @@ fn remove_replica(args: RemoveReplicaArgs) -> anyhow::Result<()> {
         .block_on(async {
             let shown = |update: RemovalUpdate| match update {
                 RemovalUpdate::Leaving(since) => println!(
-                    "replica {name} is leaving (placement {since}): its coordinator vouches                      for none of those ranges from now on"
+                    "replica {name} is leaving (placement {since}): its coordinator vouches \
+                     for none of those ranges from now on"
                 ),
                 RemovalUpdate::Fenced(server, how) => println!(
                     "server {}: {}",
@@ -230,8 +231,8 @@ fn remove_replica(args: RemoveReplicaArgs) -> anyhow::Result<()> {
                     eprintln!("server {}: {why}", server_name(&config, server));
                 }
             };
-            let done = replica_removal::remove_replica(&config, id, &ranges, patience, shown)
-                .await?;
+            let done =
+                replica_removal::remove_replica(&config, id, &ranges, patience, shown).await?;
             let behind = wait_for_servers(&config, &done).await;
             Ok::<_, megastore_client::ClientError>((done, behind))
         })
