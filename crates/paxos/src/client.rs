@@ -285,6 +285,29 @@ impl ClientCore {
             .or_else(|| topology.full_replicas().next())
     }
 
+    /// [`ClientCore::preferred_leader`] for one group, among the group's voters by its
+    /// placement: a replica removed from the group's range, or whose slot there is
+    /// leaving, is not nominated (its server would refuse, and every next writer would
+    /// wait for it before taking the slow path).
+    fn preferred_leader_of(&self, eg: &EgId) -> Option<ReplicaId> {
+        let topology = &self.config.proposer.topology;
+        let set = crate::replica_set::ReplicaSet::of(topology, self.wiring.placement(), eg);
+        let may_lead = |r: ReplicaId| set.is_voter(r) && !set.leaving(r);
+        self.local
+            .filter(|local| may_lead(*local))
+            .or_else(|| {
+                topology
+                    .at_site(self.config.site)
+                    .map(|r| r.id)
+                    .find(|r| may_lead(*r))
+            })
+            .or_else(|| {
+                set.of_kind(ReplicaKind::Full)
+                    .into_iter()
+                    .find(|r| may_lead(*r))
+            })
+    }
+
     fn new_op(&mut self) -> OpId {
         let op = OpId(self.next_op);
         self.next_op += 1;
@@ -917,7 +940,7 @@ impl ClientCore {
             let ops: Vec<(TxnId, OpId)> =
                 start.members.iter().map(|(op, m)| (m.txn, *op)).collect();
             let members = start.members.into_iter().map(|(_, m)| m).collect();
-            let next_leader = self.preferred_leader();
+            let next_leader = self.preferred_leader_of(&eg);
             let mut ctx = self.wiring.ctx(now, &self.config.proposer, first_op, sends);
             let commit = Commit::start(
                 &mut ctx,
@@ -952,7 +975,7 @@ impl ClientCore {
             return op;
         }
         let op = self.new_op();
-        let next_leader = self.preferred_leader();
+        let next_leader = self.preferred_leader_of(&eg);
         let members = vec![Member::after_read(txn, writes, reads, read_position)];
         let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, sends);
         let commit = Commit::start(

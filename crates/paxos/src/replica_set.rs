@@ -76,10 +76,14 @@ impl<'a> ReplicaSet<'a> {
     /// replica of the set whose slot is not leaving (`Placement::begin_removal`: its
     /// coordinator vouches for none of the range, so asking it is a wasted round trip).
     pub fn vouches_at(&self, r: ReplicaId) -> bool {
-        self.of_kind(ReplicaKind::Full).contains(&r)
-            && self
-                .range
-                .is_none_or(|range| range.leaving.is_none_or(|l| l.replica != r))
+        self.of_kind(ReplicaKind::Full).contains(&r) && !self.leaving(r)
+    }
+
+    /// Whether `r`'s slot is leaving the range (`Placement::begin_removal`): it still
+    /// votes, but is nominated to lead no position and asked to vouch for nothing.
+    pub fn leaving(&self, r: ReplicaId) -> bool {
+        self.range
+            .is_some_and(|range| range.leaving.is_some_and(|l| l.replica == r))
     }
 
     /// Whether `r` is one of its voters.

@@ -1,7 +1,7 @@
 //! The `Coordinator` gRPC service: turns each call's requests into events for the
 //! coordinator's driver and each answer into the call's reply. `CallMany` carries a
 //! sender's batch (`megastore-rpc`'s lanes); each request is still its own event.
-//! `KnowsMove` is a move's fence, asked by the operator.
+//! `KnowsMove` is a move's (and a full replica's removal's) fence, asked by the operator.
 
 use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
 use megastore_rpc::coordinator_reply_to_wire;
