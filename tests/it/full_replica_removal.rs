@@ -16,9 +16,10 @@ use megastore_types::ReplicaId;
 
 use crate::servers::{LIMIT, ranges_at};
 use crate::support::{
-    connect, counter_value, current_counter, current_read_until, eg, first_commit, increment, row,
-    start_cluster,
+    assert_counted, connect, counter_value, current_read_until, eg, first_commit, increment,
+    increments_until, row, start_cluster,
 };
+use crate::voter_changes::wait_for_writes;
 
 /// Runs `megastore` with the grown config until `done` accepts its output (bounded),
 /// and returns that output.
@@ -63,54 +64,28 @@ fn a_full_replica_removed_while_writers_run_loses_no_write_and_its_coordinator_v
 
     let stop = AtomicBool::new(false);
     let acked = AtomicU64::new(0);
-    let wait_for_writes = |more: u64, what: &str| {
-        let at_least = acked.load(Ordering::SeqCst) + more;
-        let started = Instant::now();
-        while acked.load(Ordering::SeqCst) < at_least {
-            assert!(started.elapsed() < LIMIT, "no writes acknowledged {what}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
+    let more = |n: u64| acked.load(Ordering::SeqCst) + n;
     let sites = ["A", "B", "C"];
-    let writers = (0..sites.len()).map(|writer| {
-        let site = sites[writer];
-        let (grown, stop, groups, acked) = (&grown, &stop, &groups, &acked);
-        async move {
-            let client = connect(grown, site).await;
-            let mut counts = [(0u64, 0u64); 2];
-            let started = Instant::now();
-            for n in 0..5_000 {
-                if stop.load(Ordering::SeqCst) || started.elapsed() > 2 * LIMIT {
-                    break;
-                }
-                let i = n % 2;
-                match increment(&client, &groups[i], site).await {
-                    Ok(_) => {
-                        counts[i].0 += 1;
-                        acked.fetch_add(1, Ordering::SeqCst);
-                    }
-                    Err(_) => counts[i].1 += 1,
-                }
-            }
-            counts
-        }
-    });
     let (outcomes, removed) = std::thread::scope(|scope| {
-        let writing = scope.spawn(|| runtime.block_on(futures::future::join_all(writers)));
-        wait_for_writes(10, "before the removal");
+        // The writers' futures are made on the thread that runs them.
+        let writing = scope.spawn(|| {
+            let writers = sites.map(|site| increments_until(&grown, site, &groups, &stop, &acked));
+            runtime.block_on(futures::future::join_all(writers))
+        });
+        wait_for_writes(&acked, more(10), "before the removal");
         // a's coordinator hangs: it answers nothing, and holds its lock until the
         // lock service ends its session.
         cluster.process("coordinator-a").signal("STOP");
         let removed = cli(&["range", "remove-replica", "a"]);
         cluster.process("coordinator-a").signal("CONT");
-        wait_for_writes(10, "after the removal");
+        wait_for_writes(&acked, more(10), "after the removal");
         // a's server reads the placement within a poll and serves nothing.
         let started = Instant::now();
         while runtime.block_on(ranges_at(&grown, "a")) != Some(Vec::new()) {
             assert!(started.elapsed() < LIMIT, "a still serves a range");
             std::thread::sleep(Duration::from_millis(50));
         }
-        wait_for_writes(10, "once a served nothing");
+        wait_for_writes(&acked, more(10), "once a served nothing");
         stop.store(true, Ordering::SeqCst);
         (writing.join().expect("the writers"), removed)
     });
@@ -130,15 +105,7 @@ fn a_full_replica_removed_while_writers_run_loses_no_write_and_its_coordinator_v
     // Every counter holds its acknowledged increments, read at site A — no longer at
     // a, which the placement leaves out.
     let at_a = runtime.block_on(connect(&grown, "A"));
-    for (site, counts) in sites.iter().zip(&outcomes) {
-        for (group, (ok, failed)) in groups.iter().zip(counts) {
-            let value = runtime.block_on(current_counter(&at_a, group, site));
-            assert!(
-                (*ok..=ok + failed).contains(&value),
-                "{group} ({site}): counter {value}, {ok} increments acknowledged, {failed} failed"
-            );
-        }
-    }
+    runtime.block_on(assert_counted(&at_a, &sites, &groups, &outcomes));
     runtime.block_on(async {
         let group = &groups[0];
         let written = increment(&at_a, group, "after").await.expect("a write");

@@ -75,6 +75,57 @@ pub(crate) async fn increment(client: &Client, eg: &EgId, name: &str) -> Result<
     Ok(value)
 }
 
+/// A writer at `site` while a test's fault runs: increments the counters named `site`
+/// of `groups`, alternately, through a client at `site`, until `stop` (at most 5,000
+/// tries, for at most two minutes), counting each acknowledged one in `acked`. Returns
+/// per group how many were acknowledged and how many failed (their outcome unknown).
+pub(crate) async fn increments_until(
+    config: &ClusterConfig,
+    site: &str,
+    groups: &[EgId; 2],
+    stop: &std::sync::atomic::AtomicBool,
+    acked: &std::sync::atomic::AtomicU64,
+) -> [(u64, u64); 2] {
+    use std::sync::atomic::Ordering;
+    let client = connect(config, site).await;
+    let mut counts = [(0u64, 0u64); 2];
+    let started = Instant::now();
+    for n in 0..5_000 {
+        if stop.load(Ordering::SeqCst) || started.elapsed() > Duration::from_secs(120) {
+            break;
+        }
+        let i = n % 2;
+        match increment(&client, &groups[i], site).await {
+            Ok(_) => {
+                counts[i].0 += 1;
+                acked.fetch_add(1, Ordering::SeqCst);
+            }
+            Err(_) => counts[i].1 += 1,
+        }
+    }
+    counts
+}
+
+/// Every counter of [`increments_until`]'s writers at `sites` holds exactly its
+/// acknowledged increments, give or take those of unknown outcome: read currently
+/// through `client`.
+pub(crate) async fn assert_counted(
+    client: &Client,
+    sites: &[&str],
+    groups: &[EgId; 2],
+    outcomes: &[[(u64, u64); 2]],
+) {
+    for (site, counts) in sites.iter().zip(outcomes) {
+        for (group, (ok, failed)) in groups.iter().zip(counts) {
+            let value = current_counter(client, group, site).await;
+            assert!(
+                (*ok..=ok + failed).contains(&value),
+                "{group} ({site}): counter {value}, {ok} increments acknowledged, {failed} failed"
+            );
+        }
+    }
+}
+
 /// Current reads of `key` until one satisfies `done` (bounded).
 pub(crate) async fn current_read_until(
     client: &Client,

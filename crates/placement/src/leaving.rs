@@ -23,7 +23,7 @@ use crate::error::ChangeError;
 use crate::ids::{RangeId, ServerId, Version};
 use crate::map::Placement;
 use crate::operator::OperatorBugs;
-use crate::range::Leaving;
+use crate::range::{Leaving, Slot};
 
 /// The operator's next step of a removal ([`removal_step`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,15 +95,9 @@ impl Placement {
         ranges: &[RangeId],
     ) -> Result<Placement, ChangeError> {
         let mut indices = Vec::new();
-        for range in self.ranges_named(replica, ranges) {
-            let index = self.range_index(range)?;
+        for (index, slot) in self.slots_named(replica, ranges)? {
             let current = &self.ranges[index];
-            let Some(slot) = current.slot(replica) else {
-                if self.removed.contains(&replica) || self.holds_elsewhere(replica) {
-                    continue;
-                }
-                return Err(ChangeError::UnknownSlot { range, replica });
-            };
+            let range = current.id;
             match current.leaving {
                 Some(leaving) if leaving.replica == replica => continue,
                 Some(leaving) => {
@@ -172,7 +166,7 @@ impl Placement {
 
     /// The ranges a removal of `replica` names: `ranges`, or every range with its
     /// slot if that is empty.
-    pub(crate) fn ranges_named(&self, replica: ReplicaId, ranges: &[RangeId]) -> Vec<RangeId> {
+    fn ranges_named(&self, replica: ReplicaId, ranges: &[RangeId]) -> Vec<RangeId> {
         if ranges.is_empty() {
             self.ranges
                 .iter()
@@ -182,6 +176,27 @@ impl Placement {
         } else {
             ranges.to_vec()
         }
+    }
+
+    /// `replica`'s slot in each range a removal of it names that still has it, with
+    /// the range's index. A named range without the slot is passed over if the
+    /// replica was removed, or holds a slot elsewhere (a removal retried after a lost
+    /// answer); otherwise refused, as is a range that does not exist.
+    pub(crate) fn slots_named(
+        &self,
+        replica: ReplicaId,
+        ranges: &[RangeId],
+    ) -> Result<Vec<(usize, Slot)>, ChangeError> {
+        let mut named = Vec::new();
+        for range in self.ranges_named(replica, ranges) {
+            let index = self.range_index(range)?;
+            match self.ranges[index].slot(replica) {
+                Some(slot) => named.push((index, slot.clone())),
+                None if self.removed.contains(&replica) || self.holds_elsewhere(replica) => {}
+                None => return Err(ChangeError::UnknownSlot { range, replica }),
+            }
+        }
+        Ok(named)
     }
 }
 

@@ -50,15 +50,9 @@ impl Placement {
         ranges: &[RangeId],
     ) -> Result<Placement, ChangeError> {
         let mut indices = Vec::new();
-        for range in self.ranges_named(replica, ranges) {
-            let index = self.range_index(range)?;
+        for (index, slot) in self.slots_named(replica, ranges)? {
             let current = &self.ranges[index];
-            let Some(slot) = current.slot(replica) else {
-                if self.removed.contains(&replica) || self.holds_elsewhere(replica) {
-                    continue;
-                }
-                return Err(ChangeError::UnknownSlot { range, replica });
-            };
+            let range = current.id;
             let leaving = current.leaving.is_some_and(|l| l.replica == replica);
             if slot.kind == ReplicaKind::Full && !leaving {
                 return Err(ChangeError::RemoveFull { range, replica });
