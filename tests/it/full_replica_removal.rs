@@ -1,5 +1,6 @@
 //! Replacing a full replica (docs/operations.md, "Replacing a full replica"), from
-//! outside: a full replica, e, joins at site C and its join is caught up; then, while
+//! outside: a full replica, e, joins at site C and its join is caught up; a removal of
+//! a that cannot be fenced in time is given up (a serves again); then, while
 //! writers at sites A, B and C commit, `megastore range remove-replica a` takes full
 //! replica a out of every range — with a's coordinator SIGSTOPped, so the removal is
 //! fenced by its lock lapsing, not by its answer. The coordinator is then let go on
@@ -61,6 +62,64 @@ fn a_full_replica_removed_while_writers_run_loses_no_write_and_its_coordinator_v
         megastore_e2e::run_megastore(&all, dir.path(), LIMIT)
     };
     until(&cli, &["range", "catch-up"], |out| out.status.success());
+
+    // A removal that cannot be fenced in time stops with the slot leaving, says why,
+    // and is listed; given up, the slot stays and a serves local reads at A again. (The
+    // operator here cannot reach a's coordinator — its config names another port —
+    // while the coordinator holds its lock, and has no patience.)
+    let local_read_at_a = || {
+        runtime.block_on(async {
+            let at_a = connect(&grown, "A").await;
+            let group = &groups[0];
+            let read = current_read_until(&at_a, group, &row(group, "counter"), |r| {
+                r.path == ReadPath::LocalVouched && r.replica == ReplicaId(1)
+            })
+            .await;
+            assert!(counter_value(read.rows.into_iter().next()) >= 1);
+        });
+    };
+    // a's coordinator vouches, so it holds its lock.
+    local_read_at_a();
+    let unreachable = dir.path().join("unreachable.toml");
+    let address = grown
+        .replica("a")
+        .and_then(|a| a.coordinator_address.clone());
+    let address = address.expect("a has a coordinator");
+    let elsewhere = format!("127.0.0.1:{}", megastore_e2e::free_ports(1)[0]);
+    let text = std::fs::read_to_string(&grown_path).expect("the grown config");
+    std::fs::write(&unreachable, text.replace(&address, &elsewhere)).expect("a config");
+    let stuck = megastore_e2e::run_megastore(
+        &[
+            "range",
+            "remove-replica",
+            "a",
+            "--patience",
+            "0",
+            "--config",
+            unreachable.to_str().expect("UTF-8"),
+        ],
+        dir.path(),
+        LIMIT,
+    );
+    assert!(
+        !stuck.status.success()
+            && stuck.stderr.contains("server 1:")
+            && stuck.stderr.contains("its coordinator's lock is held"),
+        "{stuck:?}"
+    );
+    let listed = cli(&["range", "list"]).stdout;
+    assert!(
+        listed.contains("leaving (`range remove-replica` finishes"),
+        "{listed}"
+    );
+    assert!(listed.contains("a from range-0"), "{listed}");
+    let kept = cli(&["range", "remove-replica", "a", "--give-up"]);
+    assert!(
+        kept.status.success() && kept.stdout.contains("its removal is given up"),
+        "{kept:?}"
+    );
+    assert!(!cli(&["range", "list"]).stdout.contains("leaving"));
+    local_read_at_a();
 
     let stop = AtomicBool::new(false);
     let acked = AtomicU64::new(0);

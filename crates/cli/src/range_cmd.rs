@@ -103,6 +103,10 @@ pub(crate) struct RemoveReplicaArgs {
     /// removal, or its lock is free) before giving up; running again carries on.
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     patience: u64,
+    /// Give up a full replica's removal that began but did not finish: its slot stays
+    /// and its coordinator vouches again (from a new epoch).
+    #[arg(long)]
+    give_up: bool,
 }
 
 pub(crate) fn run(command: RangeCommand) -> anyhow::Result<ExitCode> {
@@ -212,6 +216,20 @@ fn remove_replica(args: RemoveReplicaArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let patience = std::time::Duration::from_secs(args.patience);
     let runtime = tokio::runtime::Runtime::new()?;
+    if args.give_up {
+        let (placement, changed) = runtime
+            .block_on(replica_removal::give_up(&config, id, &ranges))
+            .with_context(|| format!("giving up removing replica {name}"))?;
+        if changed {
+            println!(
+                "replica {name} stays (placement {}): its removal is given up",
+                placement.version()
+            );
+        } else {
+            println!("replica {name} was not leaving any of those ranges: nothing to give up");
+        }
+        return Ok(());
+    }
     let (done, behind) = runtime
         .block_on(async {
             let shown = |update: RemovalUpdate| match update {
@@ -414,6 +432,25 @@ pub(crate) fn render(
             .map(|r| replica_name(config, *r))
             .collect();
         out.push_str(&format!("removed replicas: {}\n", names.join(", ")));
+    }
+    let leaving: Vec<String> = placement
+        .ranges()
+        .iter()
+        .filter_map(|r| {
+            let l = r.leaving?;
+            Some(format!(
+                "{} from {} (since {})",
+                replica_name(config, l.replica),
+                r.id,
+                l.since
+            ))
+        })
+        .collect();
+    if !leaving.is_empty() {
+        out.push_str(&format!(
+            "leaving (`range remove-replica` finishes, `--give-up` keeps them): {}\n",
+            leaving.join(", ")
+        ));
     }
     let waiting: Vec<String> = placement
         .ranges()

@@ -110,6 +110,26 @@ pub async fn remove_replica(
     }
 }
 
+/// Gives up replica `replica`'s removal from `ranges` (every range, if empty) where
+/// its slot is still leaving ([`Placement::abort_removal`]): the slot stays, and its
+/// coordinator serves those ranges again from a new epoch. Returns the placement
+/// stored, and whether anything was given up.
+pub async fn give_up(
+    config: &ClusterConfig,
+    replica: ReplicaId,
+    ranges: &[RangeId],
+) -> Result<(Placement, bool), ClientError> {
+    let operator = Operator::new(config)?;
+    let mut changed = false;
+    let placement = change_placement(&operator.lockd, &operator.topology, |p| {
+        let next = p.abort_removal(replica, ranges)?;
+        changed = next != *p;
+        Ok(next)
+    })
+    .await?;
+    Ok((placement, changed))
+}
+
 /// Waits until `server`'s coordinator is fenced for the placement `since`.
 async fn fence(
     operator: &Operator,
@@ -120,15 +140,17 @@ async fn fence(
 ) -> Result<Fenced, ClientError> {
     let started = Instant::now();
     loop {
-        let asked = operator.knows_move(server, since.0).await;
-        if asked == Ok(true) {
-            return Ok(Fenced::ReadIt);
-        }
-        // Asked only now, after the placement that began the removal was stored.
+        // The lock first: one quick question to lockd, where a coordinator that is
+        // down would make the other wait out its deadline. Asked only now, after the
+        // placement that began the removal was stored.
         let lock = coordinator_lock(server);
         let holder = operator.lockd.execute(LockCommand::Holder { lock }).await;
         if matches!(holder, Ok(LockReply::Holder(None))) {
             return Ok(Fenced::LockFree);
+        }
+        let asked = operator.knows_move(server, since.0).await;
+        if asked == Ok(true) {
+            return Ok(Fenced::ReadIt);
         }
         let why = match asked {
             Ok(_) => format!("its coordinator has not read placement {since} yet"),

@@ -215,6 +215,19 @@ fn a_leaving_slot_is_vouched_for_no_more_from_the_placement_that_began_it() {
         !query(&mut c, t(1.0)).0,
         "a validate does not bring it back"
     );
+    // The removal given up, the range arrives again: a new epoch, which vouches for
+    // nothing validated before.
+    let kept = p0
+        .begin_removal(ReplicaId(1), &[range.id])
+        .and_then(|l| l.abort_removal(ReplicaId(1), &[]))
+        .unwrap();
+    c.step(t(1.0), Input::Placement(kept));
+    assert_eq!(
+        c.epoch(),
+        None,
+        "its epoch restarts (the lock is taken again)"
+    );
+    assert!(!query(&mut c, t(1.0)).0);
 }
 
 #[test]

@@ -134,6 +134,37 @@ impl Placement {
         Ok(next)
     }
 
+    /// Gives up `replica`'s removal from `ranges` (every range, if empty) where its
+    /// slot is leaving and still there: the slot stays, and its coordinator serves the
+    /// range again — in a new epoch, as for any range arriving (*new-epoch-on-arrival*),
+    /// so nothing it vouched for before counts. Epochs stay (who serves is unchanged).
+    /// Nothing to give up, the placement comes back as it is.
+    pub fn abort_removal(
+        &self,
+        replica: ReplicaId,
+        ranges: &[RangeId],
+    ) -> Result<Placement, ChangeError> {
+        let leaving: Vec<usize> = self
+            .slots_named(replica, ranges)?
+            .into_iter()
+            .map(|(index, _)| index)
+            .filter(|index| {
+                self.ranges[*index]
+                    .leaving
+                    .is_some_and(|l| l.replica == replica)
+            })
+            .collect();
+        if leaving.is_empty() {
+            return Ok(self.clone());
+        }
+        let mut next = self.successor();
+        for index in leaving {
+            next.ranges[index].leaving = None;
+        }
+        next.assert_checked();
+        Ok(next)
+    }
+
     /// What fencing `replica`'s removal from `ranges` (every range, if empty) takes,
     /// if it is leaving some of them: the newest version that began it there, and the
     /// servers holding its slot there. Each server's coordinator must have read a
@@ -211,6 +242,11 @@ mod tests {
     const OTHER_FULL: ReplicaId = ReplicaId(2);
     const WITNESS: ReplicaId = ReplicaId(3);
 
+    /// Replica `FULL`'s slot of range-0 in `p`.
+    fn range_slot(p: &Placement) -> Option<&Slot> {
+        p.range(RangeId(0)).unwrap().slot(FULL)
+    }
+
     #[test]
     fn a_full_replica_leaves_then_goes_after_its_fence() {
         let p = placement(2);
@@ -274,6 +310,13 @@ mod tests {
         assert!(range.slot(FULL).is_none() && range.leaving.is_none());
         assert_eq!(range.voters_changed, Some(gone.version()));
         assert_eq!(gone.removal_fence(FULL, &[RangeId(0)]), None);
+        // Given up instead, the slot stays and leaves no more; giving up twice, or
+        // after it went, changes nothing.
+        let kept = leaving.abort_removal(FULL, &[]).unwrap();
+        assert!(kept.range(RangeId(0)).unwrap().leaving.is_none());
+        assert_eq!(kept.range(RangeId(0)).unwrap().slot(FULL), range_slot(&p));
+        assert_eq!(kept.abort_removal(FULL, &[]).unwrap(), kept);
+        assert_eq!(gone.abort_removal(FULL, &[RangeId(1)]).unwrap(), gone);
         // Stored and read back, the mark survives; a placement without one stores none.
         assert_eq!(Placement::decode(&leaving.encode()).unwrap(), leaving);
         assert!(!String::from_utf8(p.encode()).unwrap().contains("leaving"));
