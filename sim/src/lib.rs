@@ -103,6 +103,8 @@ pub const BUG_NAMES: &[&str] = &[
     "skip-voter-catch-up",
     "remove-unfenced",
     "vouch-before-placement-read",
+    "track-changes-per-page",
+    "delta-on-any-base",
 ];
 
 /// The knob called `name`.
@@ -157,6 +159,8 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "commit-past-span" => p.commit_past_span = true,
         "relay-commits-duplicates" => p.relay_commits_duplicates = true,
         "relay-resolves-first-only" => p.relay_resolves_first_only = true,
+        "track-changes-per-page" => p.track_changes_per_page = true,
+        "delta-on-any-base" => p.delta_on_any_base = true,
         "keep-unserved-groups" => p.keep_unserved_groups = true,
         "serve-while-frozen" => placement.serve_while_frozen = true,
         "receive-before-seeing-move" => placement.receive_before_seeing_move = true,

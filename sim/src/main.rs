@@ -99,13 +99,14 @@ fn add(total: &mut Stats, s: &Stats) {
     total.moves_finished += s.moves_finished;
     total.moves_aborted += s.moves_aborted;
     total.copy_pages += s.copy_pages;
+    total.short_final_copies += s.short_final_copies;
     total.clients_behind += s.clients_behind;
     total.final_scans += s.final_scans;
 }
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; relayed {}; conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, ranges split {}, replicas removed {} (full replicas {}; voter changes caught up {}), spare servers {}, moves {} finished / {} aborted (copy pages {}), clients behind the placement at the end {}, final global scans {}, messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; relayed {}; conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority, snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, ranges split {}, replicas removed {} (full replicas {}; voter changes caught up {}), spare servers {}, moves {} finished / {} aborted (copy pages {}, short final copies {}), clients behind the placement at the end {}, final global scans {}, messages {}, violations {violations}",
         s.commits,
         s.combined,
         s.committed_unread,
@@ -139,6 +140,7 @@ fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
         s.moves_finished,
         s.moves_aborted,
         s.copy_pages,
+        s.short_final_copies,
         s.clients_behind,
         s.final_scans,
         s.messages

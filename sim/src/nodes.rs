@@ -141,6 +141,9 @@ pub struct Stats {
     /// Pages of moves' copies applied at their targets (a copy takes one per operator
     /// step).
     pub copy_pages: u64,
+    /// Final copies of only the groups the source changed since the bulk copy (a
+    /// short freeze), begun.
+    pub short_final_copies: u64,
     /// Server processes up at the end of the run that judge by an older placement than
     /// the newest (each had seconds to read it: none should).
     pub placements_behind: u64,

@@ -292,7 +292,8 @@ async fn copy_into(
 /// A move's copies between two processes (`Admin.CopyRange` at the target pulling
 /// `Admin.ExportPage` pages from the source, `Admin.Freeze` at the source) while
 /// writers run: the target killed mid-copy begins again; after the source froze, its
-/// final copy makes the target hold exactly the source's group state; the move given
+/// final copy — of only the groups changed since the bulk copy — makes the target hold
+/// exactly the source's group state; the move given
 /// up, the source serves again and the target retires the copy; every counter holds
 /// exactly its acknowledged increments.
 #[test]
@@ -405,6 +406,14 @@ fn a_range_is_copied_between_servers_while_writers_run_and_the_target_crashes() 
             assert!(frozen.frozen);
             let progress = retry_copy(&mut at_a2, move_id, true).await;
             assert!(progress.last().is_some_and(|p| p.done), "{progress:?}");
+            // a2's bulk copy (begun again after its crash) came whole from one process
+            // of a, which tracked its changes since: the final copy is of the groups the
+            // writers changed, not of the range.
+            let changed = progress.last().and_then(|p| p.changed_groups);
+            assert!(
+                changed.is_some_and(|n| n < u64::from(GROUPS) / 4),
+                "not a short final copy: {progress:?}"
+            );
         });
         std::thread::sleep(Duration::from_millis(500));
         stop.store(true, Ordering::SeqCst);
@@ -588,6 +597,10 @@ fn range_move_hands_a_slot_to_another_server_while_writers_run() {
             .stdout
             .contains("moved range-1 of replica a to server a2"),
         "{moved:?}"
+    );
+    assert!(
+        moved.stderr.contains("changed groups) done"),
+        "a short final copy: {moved:?}"
     );
     let text = megastore(&["range", "list"]).stdout;
     assert!(text.contains("A: a (1), a2 (1)"), "{text}");

@@ -152,9 +152,14 @@ pub(crate) async fn shown_move(
                 pages,
                 rows,
                 done,
+                changed_groups,
             } => format!(
-                "{} copy{}: {pages} pages, {rows} rows",
-                if last { "final" } else { "bulk" },
+                "{}{}: {pages} pages, {rows} rows",
+                match (last, changed_groups) {
+                    (false, _) => "bulk copy".to_string(),
+                    (true, None) => "final copy (whole range)".to_string(),
+                    (true, Some(n)) => format!("final copy ({n} changed groups)"),
+                },
                 if done { " done" } else { "" }
             ),
             MoveUpdate::Frozen => "the source froze the range".into(),

@@ -62,6 +62,9 @@ pub enum MoveUpdate {
         rows: u64,
         /// This copy is complete (its last page).
         done: bool,
+        /// A final copy of only the groups the source changed since the bulk copy:
+        /// how many (`None`: a copy of the whole range).
+        changed_groups: Option<u64>,
     },
     /// The source froze the range.
     Frozen,
@@ -285,6 +288,7 @@ impl Operator {
                 pages: page.pages,
                 rows: page.rows,
                 done: page.done,
+                changed_groups: page.changed_groups,
             });
             if page.done {
                 return Ok(());

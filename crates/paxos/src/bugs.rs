@@ -157,5 +157,13 @@ megastore_types::bug_knobs! {
         /// position only, though the relay may have committed it at any position of
         /// its commit span.
         relay_resolves_first_only,
+        /// A move's source begins its tracking of the range's changes anew at each
+        /// page of the bulk copy it exports (same token), so a group changed after its
+        /// page but before the last page is missing from the final copy's changes.
+        track_changes_per_page,
+        /// A move's target counts a bulk copy as a base for a short final copy though
+        /// pages under another token (an earlier process of the source) were applied
+        /// since the copy began: what changed before that token began is not copied.
+        delta_on_any_base,
     }
 }

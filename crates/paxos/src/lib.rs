@@ -31,7 +31,9 @@
 //! refuses votes counted over an older voter set (*votes-by-the-current-voters*, the
 //! placement crate's), and its catch-up pass reports a range's groups held only for
 //! the change its placement shows (*pass-over-one-change*, `replica/voter_pass.rs`,
-//! tests/placed.rs). For
+//! tests/placed.rs); a move's final copy is of the groups its source changed since
+//! the bulk copy only on a clean base (*delta-on-a-clean-base*,
+//! `replica/move_deltas.rs`, tests/short_freeze.rs). For
 //! watchers, kept where they are stated (the simulator runs no watchers):
 //! watch-reads-committed ([`watch`]) and awaiting-bounded (the replica's held long
 //! polls).
@@ -69,10 +71,11 @@ pub use proposer::read::{ReadError, ReadMode, ReadPath, ReadResult};
 pub use proposer::resolve::Resolution;
 pub use proposer::{ProposerConfig, Timeouts};
 pub use replica::{
-    Batch, BatchCounts, CHOSEN_REMEMBERED, DRIVER_CLIENT, GroupList, GroupLog, HISTORY_KEPT,
-    Input as ReplicaInput, Output as ReplicaOutput, REGISTRY_PREFIX, RangeCopy, Rejoin, Released,
-    Replica, ReplicaConfig, ReplicaLag, SERVER_PLACEMENT_ROW, ServerPlacementError, SweepConfig,
-    VoterPassHeld, VoterPassRefused, VoterPassReport, answer_read, answer_snapshot, copy_range,
+    Batch, BatchCounts, CHANGED_GROUPS_MAX, CHOSEN_REMEMBERED, ChangeToken, CopyMark,
+    DRIVER_CLIENT, GroupList, GroupLog, HISTORY_KEPT, Input as ReplicaInput,
+    Output as ReplicaOutput, REGISTRY_PREFIX, RangeCopy, Rejoin, Released, Replica, ReplicaConfig,
+    ReplicaLag, SERVER_PLACEMENT_ROW, ServerPlacementError, SweepConfig, VoterPassHeld,
+    VoterPassRefused, VoterPassReport, answer_read, answer_snapshot, copy_range, export_pages,
     group_state_spans, list_groups, load_group, load_server_placement, range_bytes, register_group,
     registered_in, retire_range, span_keys,
 };

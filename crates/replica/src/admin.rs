@@ -240,6 +240,17 @@ impl Admin for AdminService {
         Ok(Response::new(page))
     }
 
+    async fn changed_groups(
+        &self,
+        request: Request<pb::ChangedGroupsRequest>,
+    ) -> Result<Response<pb::ChangedGroupsResponse>, Status> {
+        self.operator
+            .admit(&request, "Admin.ChangedGroups", false)?;
+        let changed =
+            crate::admin_moves::changed_groups(&self.events, request.into_inner()).await?;
+        Ok(Response::new(changed))
+    }
+
     async fn freeze(
         &self,
         request: Request<pb::FreezeRequest>,

@@ -669,7 +669,7 @@ impl Driver {
                 let _ = reply.send(self.store.checkpoint(&into).map_err(|e| e.to_string()));
             }
             for event in moves {
-                crate::moves_driver::carry_out(&self.core, &self.store, event);
+                crate::moves_driver::carry_out(&mut self.core, &self.store, event);
             }
             if stop {
                 return;

@@ -37,60 +37,93 @@ pub fn final_copy_refusal(status: &tonic::Status) -> Option<FinalCopyRefused> {
         .find(|why| status.details() == refusal_detail(*why))
 }
 
-/// A page as the source answers it.
-pub fn exported_page_to_wire(page: ExportedPage) -> pb::ExportPageResponse {
-    pb::ExportPageResponse {
-        rows: page
-            .rows
-            .into_iter()
-            .map(|row| pb::StoredRow {
-                key: row.key,
-                versions: row
-                    .versions
-                    .into_iter()
-                    .map(|v| pb::StoredVersion {
-                        column: v.column,
-                        timestamp: v.timestamp,
-                        value: v.value,
-                    })
-                    .collect(),
-            })
-            .collect(),
+/// Pages of a copy's spans as the source answers them (`Admin.ExportPage`: the first
+/// span's page, then those of the `following` spans), and the tracking of changes they
+/// were exported under (`None`: none).
+pub fn exported_pages_to_wire(
+    pages: Vec<ExportedPage>,
+    token: Option<u64>,
+) -> pb::ExportPageResponse {
+    let mut pages = pages.into_iter().map(|page| pb::SpanPage {
+        rows: page.rows.into_iter().map(row_to_wire).collect(),
         next: page.next,
+    });
+    let first = pages.next().unwrap_or_default();
+    pb::ExportPageResponse {
+        rows: first.rows,
+        next: first.next,
+        following: pages.collect(),
+        token: token.unwrap_or(0),
     }
 }
 
-/// A page as the target applies it. A row without versions (every stored row has at
-/// least one) is malformed.
-pub fn exported_page_from_wire(page: pb::ExportPageResponse) -> Result<ExportedPage, WireError> {
-    let rows = page
-        .rows
-        .into_iter()
+fn row_to_wire(row: StoredRow) -> pb::StoredRow {
+    pb::StoredRow {
+        key: row.key,
+        versions: row
+            .versions
+            .into_iter()
+            .map(|v| pb::StoredVersion {
+                column: v.column,
+                timestamp: v.timestamp,
+                value: v.value,
+            })
+            .collect(),
+    }
+}
+
+/// The pages as the target applies them, in order, and the token they came under. A
+/// row without versions (every stored row has at least one) is malformed.
+pub fn exported_pages_from_wire(
+    answer: pb::ExportPageResponse,
+) -> Result<(Vec<ExportedPage>, Option<u64>), WireError> {
+    let token = (answer.token != 0).then_some(answer.token);
+    let first = pb::SpanPage {
+        rows: answer.rows,
+        next: answer.next,
+    };
+    let pages = std::iter::once(first)
+        .chain(answer.following)
         .enumerate()
-        .map(|(i, row)| {
-            if row.versions.is_empty() {
-                return Err(WireError::Invalid {
-                    field: format!("ExportPageResponse.rows[{i}]"),
-                    why: "a stored row has at least one version",
-                });
-            }
-            Ok(StoredRow {
-                key: row.key,
-                versions: row
-                    .versions
-                    .into_iter()
-                    .map(|v| StoredVersion {
-                        column: v.column,
-                        timestamp: v.timestamp,
-                        value: v.value,
-                    })
-                    .collect(),
+        .map(|(p, page)| {
+            let rows = page
+                .rows
+                .into_iter()
+                .enumerate()
+                .map(|(i, row)| row_from_wire(row, p, i))
+                .collect::<Result<_, _>>()?;
+            Ok(ExportedPage {
+                rows,
+                next: page.next,
             })
         })
         .collect::<Result<_, _>>()?;
-    Ok(ExportedPage {
-        rows,
-        next: page.next,
+    Ok((pages, token))
+}
+
+fn row_from_wire(row: pb::StoredRow, page: usize, i: usize) -> Result<StoredRow, WireError> {
+    if row.versions.is_empty() {
+        let field = if page == 0 {
+            format!("ExportPageResponse.rows[{i}]")
+        } else {
+            format!("ExportPageResponse.following[{}].rows[{i}]", page - 1)
+        };
+        return Err(WireError::Invalid {
+            field,
+            why: "a stored row has at least one version",
+        });
+    }
+    Ok(StoredRow {
+        key: row.key,
+        versions: row
+            .versions
+            .into_iter()
+            .map(|v| StoredVersion {
+                column: v.column,
+                timestamp: v.timestamp,
+                value: v.value,
+            })
+            .collect(),
     })
 }
 
@@ -99,7 +132,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_page_survives_the_wire_and_an_empty_row_is_refused() {
+    fn pages_survive_the_wire_and_an_empty_row_is_refused() {
         let page = ExportedPage {
             rows: vec![StoredRow {
                 key: b"k".to_vec(),
@@ -118,18 +151,39 @@ mod tests {
             }],
             next: Some(b"l".to_vec()),
         };
-        let back = exported_page_from_wire(exported_page_to_wire(page.clone())).unwrap();
-        assert_eq!(back.rows, page.rows);
-        assert_eq!(back.next, page.next);
-        let empty = pb::ExportPageResponse {
-            rows: vec![pb::StoredRow {
-                key: b"k".to_vec(),
-                versions: vec![],
-            }],
+        let done = ExportedPage {
+            rows: page.rows.clone(),
             next: None,
         };
-        let error = exported_page_from_wire(empty).unwrap_err().to_string();
+        let wire = exported_pages_to_wire(vec![done.clone(), page.clone()], Some(9));
+        let (back, token) = exported_pages_from_wire(wire).unwrap();
+        assert_eq!(token, Some(9));
+        assert_eq!(back.len(), 2);
+        assert_eq!((&back[0].rows, &back[0].next), (&done.rows, &done.next));
+        assert_eq!((&back[1].rows, &back[1].next), (&page.rows, &page.next));
+        let untracked = exported_pages_to_wire(vec![page], None);
+        assert_eq!(exported_pages_from_wire(untracked).unwrap().1, None);
+        let empty_row = pb::StoredRow {
+            key: b"k".to_vec(),
+            versions: vec![],
+        };
+        let empty = pb::ExportPageResponse {
+            rows: vec![empty_row.clone()],
+            ..Default::default()
+        };
+        let error = exported_pages_from_wire(empty).unwrap_err().to_string();
         assert!(error.contains("rows[0]"), "{error}");
+        let empty_later = pb::ExportPageResponse {
+            following: vec![pb::SpanPage {
+                rows: vec![empty_row],
+                next: None,
+            }],
+            ..Default::default()
+        };
+        let error = exported_pages_from_wire(empty_later)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("following[0].rows[0]"), "{error}");
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub use coordinator::{
     reply_from_wire as coordinator_reply_from_wire, reply_to_wire as coordinator_reply_to_wire,
 };
 pub use copy_pages::{
-    exported_page_from_wire, exported_page_to_wire, final_copy_refusal, final_copy_refused_status,
+    exported_pages_from_wire, exported_pages_to_wire, final_copy_refusal, final_copy_refused_status,
 };
 pub use error::WireError;
 pub use lockd_client::{BlockingLockdClient, LockdClient, NodeStatus};

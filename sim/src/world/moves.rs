@@ -3,8 +3,10 @@
 //! move at a time, while the faults run. Every decision is `next_step`'s (the placement
 //! crate's operator core); this file carries its steps out as `megastore range move`
 //! would: writes go to the lock service through its leader; a copy is a `RangeCopy`
-//! at the target, a page of the source's store per step, the source serving (and
-//! crashing) between pages, taken by the target only for a move its placement shows
+//! at the target (`Replica::begin_copy`: a final copy on a clean base is of the groups
+//! the source changed since only), a few pages of the source's store per step (under
+//! the source's `Replica::page_token`), the source serving (and crashing) between
+//! them, taken by the target only for a move its placement shows
 //! and begun again if the target's process restarts; the freeze is
 //! `ReplicaInput::Freeze` at the source (after it read the placement); the fence (a
 //! full replica's slot) asks the source's coordinator whether it read the move; and
@@ -17,20 +19,21 @@
 use std::time::Duration;
 
 use megastore_coordinator::Input as CoordinatorInput;
-use megastore_paxos::{RangeCopy, ReplicaInput, span_keys};
-use megastore_placement::{
-    MoveEnd, MoveRequest, OperatorStep, Progress, RangeId, Server, Span, Version,
-};
-use megastore_rowstore::{Durability, KeyRange, export_page};
+use megastore_paxos::{RangeCopy, ReplicaInput, export_pages};
+use megastore_placement::{MoveEnd, MoveRequest, OperatorStep, Progress, RangeId, Server, Version};
+use megastore_rowstore::{Durability, KeyRange};
 use megastore_types::ReplicaId;
 
 use super::placement::spare_address;
 use super::routing::{address, server_at};
 use super::{Event, World, ns};
 
-/// Rows per page of a copy: small, so that a copy takes several operator steps, with
+/// Rows per step of a copy: small, so that a copy takes several operator steps, with
 /// the source serving (or crashing) between its pages.
 const COPY_PAGE_ROWS: usize = 16;
+/// Spans a step of a copy may take pages of (while they hold fewer than
+/// [`COPY_PAGE_ROWS`] rows in all).
+const COPY_SPANS_PER_STEP: usize = 8;
 
 /// Which copy: of `range` for move `move_id`, from the server at `from` to the one at
 /// `to`; `last`: the final copy, from the frozen source.
@@ -107,8 +110,8 @@ impl World {
                 to,
                 range,
                 move_id,
-                span,
                 last,
+                ..
             } => {
                 let (from, to) = (address(from), address(to));
                 let refused = if last {
@@ -124,16 +127,13 @@ impl World {
                         .note(self.now, &format!("final copy refused: {why}"));
                     self.copying = None;
                     progress.final_copy_refused(why);
-                } else if self.copy_page(
-                    Copied {
-                        from,
-                        to,
-                        range,
-                        move_id,
-                        last,
-                    },
-                    span,
-                ) {
+                } else if self.copy_page(Copied {
+                    from,
+                    to,
+                    range,
+                    move_id,
+                    last,
+                }) {
                     progress.copied(last);
                 }
             }
@@ -271,13 +271,14 @@ impl World {
         Some((request, Progress::default()))
     }
 
-    /// One page of the copy `what`: the target at `to` applies the next page the
+    /// One step of the copy `what`: the target at `to` applies the next pages the
     /// source at `from` exports, starting the copy first (one per target process) if
-    /// none is under way. Each page needs both processes up and the target's
+    /// none is under way — a final copy on a clean base, of the groups the source
+    /// changed since only (`Replica::begin_copy`). Each page needs both processes up and the target's
     /// placement showing the move (it reads the newest if not, as
     /// `ServerPlacement::receive` asks); a copy whose target restarted is begun again.
     /// Whether the copy is done.
-    fn copy_page(&mut self, what: Copied, span: Span) -> bool {
+    fn copy_page(&mut self, what: Copied) -> bool {
         let (from, to) = (what.from, what.to);
         if self.replicas[&from].core.is_none() || self.replicas[&to].core.is_none() {
             return false;
@@ -304,28 +305,67 @@ impl World {
         let mut copying = match under_way {
             Some(copying) => copying,
             None => {
-                let keys = span_keys(span);
+                // A final copy on a clean base copies only what the source changed
+                // since (the caller checked that the source gives a final copy).
+                let (range, move_id) = (what.range, what.move_id);
+                let changed = what
+                    .last
+                    .then(|| self.replicas[&to].core.as_ref()?.copy_base(range, move_id))
+                    .flatten()
+                    .and_then(|token| {
+                        let source = self.replicas[&from].core.as_ref()?;
+                        source.changed_groups(range, move_id, token).ok().flatten()
+                    });
+                if let Some(changed) = &changed {
+                    self.stats.short_final_copies += 1;
+                    self.trace.note(
+                        self.now,
+                        &format!("final copy of {} changed groups", changed.len()),
+                    );
+                }
+                let node = self.replicas.get_mut(&to).expect("the target exists");
+                let core = node.core.as_mut().expect("the target is up");
+                let Ok(copy) =
+                    core.begin_copy(&node.store, range, move_id, what.last, changed.as_deref())
+                else {
+                    return false;
+                };
                 Copying {
                     what,
                     target_process,
-                    copy: RangeCopy::new(&self.replicas[&to].store, &keys)
-                        .expect("the memory store does not fail"),
+                    copy,
                 }
             }
         };
-        if let Some(rest) = copying.copy.next_span() {
-            let page = export_page(&self.replicas[&from].store, rest, COPY_PAGE_ROWS)
-                .expect("the memory store does not fail");
-            copying
-                .copy
-                .apply(
-                    &self.replicas[&to].store,
-                    &page,
+        if !copying.copy.is_done() {
+            let nonce = self.operator_rng.next_u64();
+            let source = self.replicas.get_mut(&from).expect("the source exists");
+            let token = source.core.as_mut().expect("the source is up").page_token(
+                what.range,
+                what.move_id,
+                what.last,
+                nonce,
+            );
+            let pages = export_pages(
+                &source.store,
+                copying.copy.next_spans(COPY_SPANS_PER_STEP),
+                COPY_PAGE_ROWS,
+            )
+            .expect("the memory store does not fail");
+            let target = self.replicas.get_mut(&to).expect("the target exists");
+            let core = target.core.as_mut().expect("the target is up");
+            for page in &pages {
+                core.apply_copied_page(
+                    &target.store,
+                    &mut copying.copy,
+                    page,
+                    token,
                     COPY_PAGE_ROWS,
                     Durability::Synced,
                 )
-                .expect("the memory store does not fail");
-            self.stats.copy_pages += 1;
+                .expect("the target shows the move and the memory store does not fail");
+            }
+            self.stats.copy_pages += pages.len() as u64;
         }
         if copying.copy.is_done() {
             return true;

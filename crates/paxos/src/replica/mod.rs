@@ -29,6 +29,7 @@ mod cache;
 mod checks;
 mod driver;
 mod group;
+mod move_deltas;
 mod placed;
 mod range_copy;
 mod range_state;
@@ -47,8 +48,9 @@ use megastore_types::{
 pub use awaiting::{AWAIT_MAX, AWAITING_MAX};
 pub use driver::{Batch, BatchCounts, DRIVER_CLIENT, Released, load_group};
 pub use group::{CHOSEN_REMEMBERED, GroupLog, HISTORY_KEPT, Proposal, Rejoin};
+pub use move_deltas::{CHANGED_GROUPS_MAX, ChangeToken, CopyMark};
 pub use placed::{SERVER_PLACEMENT_ROW, ServerPlacementError, load_server_placement, span_keys};
-pub use range_copy::{RangeCopy, copy_range};
+pub use range_copy::{RangeCopy, copy_range, export_pages};
 pub use range_state::{group_state_spans, range_bytes, retire_range};
 pub use registry::{
     GroupList, OPEN_PREFIX, REGISTRY_PREFIX, list, list_groups, register_group, registered_in,
@@ -341,6 +343,8 @@ pub struct Replica {
     checked_after: Option<EgId>,
     /// The voter catch-up pass under way, if one is.
     voter_pass: Option<voter_pass::VoterPass>,
+    /// What a move's final copy needs to copy only what changed (`move_deltas`).
+    deltas: move_deltas::MoveDeltas,
 }
 
 /// How many registered groups the walk takes at each sweep (each gets probed).
@@ -384,6 +388,7 @@ impl Replica {
             now: Time(0),
             checked_after: None,
             voter_pass: None,
+            deltas: move_deltas::MoveDeltas::default(),
         }
     }
 
@@ -594,6 +599,7 @@ impl Replica {
         }
         self.index_changed_groups(&mut out);
         self.evict(&mut out);
+        self.note_move_changes(&out);
         if cfg!(debug_assertions) {
             self.check_invariants_after_step();
         }

@@ -197,6 +197,7 @@ impl Replica {
             });
         }
         let arrived = !uncovered(&server.served_spans(me), &served_before).is_empty();
+        self.forget_ended_moves();
         self.forget_unserved(out);
         if arrived && !self.config.bugs.ignore_arrivals() {
             // From the first group: the listing skips those served elsewhere and those

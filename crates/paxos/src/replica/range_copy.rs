@@ -1,9 +1,12 @@
 //! Copying a range's group state to another server's store, a page at a time
 //! (docs/protocol.md, "Placement"): what a move's copies are. [`RangeCopy`] is the
-//! target's side — which span the source exports next, and applying each exported
-//! page — so a copy between processes is a page request to the source's
-//! [`export_page`] and an [`RangeCopy::apply`] at the target, resumable after any
-//! page; [`copy_range`] runs it to the end between two stores in one process.
+//! target's side — which spans the source exports next, and applying each exported
+//! page — so a copy between processes is a request to the source's [`export_pages`]
+//! (a page of each of several spans in one answer) and a [`RangeCopy::apply`] of each
+//! page at the target, resumable after any page; [`copy_range`] runs it to the end
+//! between two stores in one process. A copy may be of several ranges of group keys
+//! at once: a short final copy is of the groups the source changed since the bulk
+//! copy (`super::move_deltas`).
 //!
 //! What is copied, in this order: every global index row the groups' mirrors name at
 //! the target before the copy (rows an older copy named, which the source may no
@@ -20,41 +23,73 @@
 use std::collections::VecDeque;
 
 use megastore_rowstore::{
-    CopyStats, Durability, ExportedPage, KeyRange, RowRead, RowStore, RowStoreError, export_page,
-    import_page,
+    CopyStats, Durability, ExportedPage, KeyRange, PAGE_BYTES_TARGET, RowRead, RowStore,
+    RowStoreError, export_page, import_page,
 };
 
+use super::move_deltas::CopyMark;
 use super::range_state::{group_state_spans, mirrored_global_rows};
 
-/// A copy of the state of the groups in a range of group keys into one target store,
+/// A copy of the state of the groups in ranges of group keys into one target store,
 /// under way.
 #[derive(Debug, Clone)]
 pub struct RangeCopy {
-    groups: KeyRange,
+    /// Ranges of group keys, disjoint.
+    groups: Vec<KeyRange>,
     /// What is left to copy, in order: the rest of the current span first.
     pending: VecDeque<KeyRange>,
     /// The global rows the target's mirrors name once the group spans are copied are
     /// still to be queued.
     globals_after: bool,
     stats: CopyStats,
+    /// Where a move's copy began in its target's receipt (`Replica::begin_copy`).
+    mark: Option<CopyMark>,
 }
 
 impl RangeCopy {
     /// A copy of the groups in `groups` into the store `to`.
     pub fn new<T: RowRead>(to: &T, groups: &KeyRange) -> Result<Self, RowStoreError> {
-        let pending = mirrored_global_rows(to, groups)?
-            .into_iter()
-            .map(KeyRange::single)
-            .chain(group_state_spans(groups))
-            .collect();
+        Self::of_groups(to, vec![groups.clone()], None)
+    }
+
+    /// A copy of the groups in each of `groups` (disjoint ranges of group keys) into
+    /// the store `to`, for the move `mark` names if any.
+    pub(super) fn of_groups<T: RowRead>(
+        to: &T,
+        groups: Vec<KeyRange>,
+        mark: Option<CopyMark>,
+    ) -> Result<Self, RowStoreError> {
+        let mut pending = VecDeque::new();
+        for range in &groups {
+            pending.extend(
+                mirrored_global_rows(to, range)?
+                    .into_iter()
+                    .map(KeyRange::single),
+            );
+        }
+        pending.extend(groups.iter().flat_map(group_state_spans));
         let mut copy = Self {
-            groups: groups.clone(),
+            groups,
             pending,
             globals_after: true,
             stats: CopyStats::default(),
+            mark,
         };
         copy.queue_globals_when_spans_are_done(to)?;
         Ok(copy)
+    }
+
+    /// Where the copy began in its target's receipt of the range, if it is a move's.
+    pub fn mark(&self) -> Option<CopyMark> {
+        self.mark
+    }
+
+    /// The spans whose next pages the source may export in one answer, in order (at
+    /// most `most`): the first is [`RangeCopy::next_span`]. The pages are applied in
+    /// the same order, each to the span then first; a page that leaves its span
+    /// unfinished ends the answer ([`export_pages`]).
+    pub fn next_spans(&self, most: usize) -> impl Iterator<Item = &KeyRange> {
+        self.pending.iter().take(most.max(1))
     }
 
     /// The span whose next page the source exports ([`export_page`]); `None`: the copy
@@ -104,12 +139,41 @@ impl RangeCopy {
     ) -> Result<(), RowStoreError> {
         if self.pending.is_empty() && self.globals_after {
             self.globals_after = false;
-            let globals = mirrored_global_rows(to, &self.groups)?;
-            self.pending
-                .extend(globals.into_iter().map(KeyRange::single));
+            for range in &self.groups {
+                let globals = mirrored_global_rows(to, range)?;
+                self.pending
+                    .extend(globals.into_iter().map(KeyRange::single));
+            }
         }
         Ok(())
     }
+}
+
+/// The pages of `spans` (in order: a copy's [`RangeCopy::next_spans`]) one answer of a
+/// source holds: a page of each span in turn, while fewer than `rows` rows are taken,
+/// ending with the first page that leaves its span unfinished. At least one page.
+pub fn export_pages<'a, F: RowRead>(
+    from: &F,
+    spans: impl IntoIterator<Item = &'a KeyRange>,
+    rows: usize,
+) -> Result<Vec<ExportedPage>, RowStoreError> {
+    let mut pages = Vec::new();
+    let mut left = rows.max(1);
+    let mut bytes = 0;
+    for span in spans {
+        if left == 0 || bytes >= PAGE_BYTES_TARGET {
+            break;
+        }
+        let page = export_page(from, span, left)?;
+        left = left.saturating_sub(page.rows.len());
+        bytes += page.rows.iter().map(|r| r.stored_bytes()).sum::<usize>();
+        let unfinished = page.next.is_some();
+        pages.push(page);
+        if unfinished {
+            break;
+        }
+    }
+    Ok(pages)
 }
 
 /// Makes `to`'s state of the groups in `groups` exactly `from`'s: every span of

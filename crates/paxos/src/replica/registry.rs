@@ -55,6 +55,13 @@ impl GroupList {
         }
     }
 
+    /// The group a row of either list names (`None`: the row is in neither).
+    pub fn group_of_row(row: &[u8]) -> Option<&[u8]> {
+        [Self::Registered, Self::Open]
+            .into_iter()
+            .find_map(|list| row.strip_prefix(list.prefix()))
+    }
+
     /// The mutation that lists `eg`.
     pub fn listing(self, eg: &EgId) -> RowMutation {
         RowMutation::new(self.row(eg)).set(COLUMN.to_vec(), 0, Vec::new())
