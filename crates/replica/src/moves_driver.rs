@@ -12,7 +12,7 @@
 
 use megastore_paxos::{ChangeToken, RangeCopy, Replica, export_pages};
 use megastore_placement::{FinalCopyRefused, RangeId, Version};
-use megastore_rowstore::{Durability, ExportedPage, KeyRange};
+use megastore_rowstore::{Durability, ExportedPage, KeyRange, RowStore};
 use megastore_rowstore_rocksdb::RocksStore;
 use megastore_types::EgId;
 use tokio::sync::oneshot;
@@ -131,16 +131,25 @@ pub(crate) fn carry_out(core: &mut Replica, store: &RocksStore, event: MoveEvent
             token,
             reply,
         } => {
-            let applied = pages.iter().try_for_each(|page| {
-                core.apply_copied_page(
-                    store,
-                    &mut copy,
-                    page,
-                    token,
-                    PAGE_ROWS_MAX,
-                    Durability::Synced,
-                )
-            });
+            // One sync for the answer's pages, before the copy's progress is told: a
+            // final copy reported done is durable.
+            let applied = pages
+                .iter()
+                .try_for_each(|page| {
+                    core.apply_copied_page(
+                        store,
+                        &mut copy,
+                        page,
+                        token,
+                        PAGE_ROWS_MAX,
+                        Durability::Buffered,
+                    )
+                })
+                .and_then(|()| {
+                    store
+                        .sync()
+                        .map_err(|e| format!("syncing this server's store: {e}"))
+                });
             let _ = reply.send(applied.map(|()| copy));
         }
     }
