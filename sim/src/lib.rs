@@ -105,6 +105,7 @@ pub const BUG_NAMES: &[&str] = &[
     "vouch-before-placement-read",
     "track-changes-per-page",
     "delta-on-any-base",
+    "install-forgets-stored-columns",
 ];
 
 /// The knob called `name`.
@@ -161,6 +162,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "relay-resolves-first-only" => p.relay_resolves_first_only = true,
         "track-changes-per-page" => p.track_changes_per_page = true,
         "delta-on-any-base" => p.delta_on_any_base = true,
+        "install-forgets-stored-columns" => p.install_forgets_stored_columns = true,
         "keep-unserved-groups" => p.keep_unserved_groups = true,
         "serve-while-frozen" => placement.serve_while_frozen = true,
         "receive-before-seeing-move" => placement.receive_before_seeing_move = true,

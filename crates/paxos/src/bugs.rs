@@ -165,5 +165,9 @@ megastore_types::bug_knobs! {
         /// pages under another token (an earlier process of the source) were applied
         /// since the copy began: what changed before that token began is not copied.
         delta_on_any_base,
+        /// A replica whose log was truncated installs a snapshot tombstoning only the
+        /// columns its log still names, not those its store holds: a cell deleted in
+        /// the entries it missed survives the install.
+        install_forgets_stored_columns,
     }
 }

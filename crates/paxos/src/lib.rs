@@ -72,7 +72,7 @@ pub use proposer::resolve::Resolution;
 pub use proposer::{ProposerConfig, Timeouts};
 pub use replica::{
     Batch, BatchCounts, CHANGED_GROUPS_MAX, CHOSEN_REMEMBERED, ChangeToken, CopyMark,
-    DRIVER_CLIENT, GroupList, GroupLog, HISTORY_KEPT, Input as ReplicaInput,
+    DRIVER_CLIENT, GroupList, GroupLog, GroupSnapshot, HISTORY_KEPT, Input as ReplicaInput,
     Output as ReplicaOutput, REGISTRY_PREFIX, RangeCopy, Rejoin, Released, Replica, ReplicaConfig,
     ReplicaLag, SERVER_PLACEMENT_ROW, ServerPlacementError, SweepConfig, VoterPassHeld,
     VoterPassRefused, VoterPassReport, answer_read, answer_snapshot, copy_range, export_pages,

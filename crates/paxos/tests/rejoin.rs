@@ -4,14 +4,17 @@
 
 mod support;
 
+use ReplicaKind::Full;
 use megastore_paxos::cells::StoredGroup;
 use megastore_paxos::messages::{AcceptResult, GrantRefusal, ReplicaError};
 use megastore_paxos::replica::Proposal;
 use megastore_paxos::{
-    CellWrite, DataQuery, GroupLog, ProtocolBugs, ReadAt, Rejoin, ReplicaOutput, ReplicaReply,
-    ReplicaRequest, RowWrite, group_range, root_row,
+    CellWrite, DataQuery, GroupLog, GroupSnapshot, HISTORY_KEPT, ProtocolBugs, ReadAt, Rejoin,
+    ReplicaOutput, ReplicaReply, ReplicaRequest, RowWrite, data_range, group_range, root_row,
 };
-use megastore_rowstore::{Durability, KeyRange, LATEST, MemoryStore, RowRead, RowStore};
+use megastore_rowstore::{
+    Durability, KeyRange, LATEST, MemoryStore, RowRead, RowStore, ScanOptions,
+};
 use megastore_types::{Ballot, Position, ReplicaId, ReplicaKind};
 use support::*;
 
@@ -237,14 +240,16 @@ fn a_snapshot_installs_over_a_wiped_replicas_data_which_then_refuses_reads_below
             &mut out,
         )
         .unwrap();
-    assert!(group.install(ReplicaKind::Full, at, slot.clone(), rows.clone(), &mut out));
+    let none = &ProtocolBugs::NONE;
+    let snapshot = GroupSnapshot { at, slot, rows };
+    assert!(group.install(Full, snapshot.clone(), None, none, &mut out));
     assert_eq!(
         (group.visible(), group.applied(), group.truncated()),
         (Position(3), Position(3), Position(1))
     );
     assert!(
-        !group.install(ReplicaKind::Full, at, slot, rows, &mut Vec::new()),
-        "never over data it no longer has the log of"
+        !group.install(Full, snapshot, None, none, &mut Vec::new()),
+        "never over data it no longer has the log of, unless its stored data is listed"
     );
     carry_out(&store, out);
 
@@ -454,5 +459,98 @@ fn a_group_whose_catch_up_failed_is_probed_again_for_a_snapshot() {
     assert!(
         probed_again,
         "the group was never probed again after its catch-up failed"
+    );
+}
+
+/// A full replica whose log was truncated (through 2) lacks positions 3 and 4, which
+/// the others truncated too (the stuck state of docs/protocol.md, "Still open" before
+/// it closed): it installs the snapshot at 4 with the data its store lists, so j,
+/// written at 1 and deleted at 3 — a write its log no longer names — is gone. What it
+/// holds after, read at its applied position.
+fn install_over_a_truncated_log(bugs: ProtocolBugs) -> Vec<megastore_rowstore::Row> {
+    let mut first = write(1, Some(2), "one");
+    first.writes.push(RowWrite {
+        row: other_row(),
+        cells: vec![CellWrite::Set {
+            column: b"v".to_vec(),
+            value: b"x".to_vec(),
+        }],
+    });
+    let second = write(2, Some(2), "two");
+    let mut third = write(3, Some(2), "three");
+    third.writes = vec![RowWrite {
+        row: other_row(),
+        cells: vec![CellWrite::Delete {
+            column: b"v".to_vec(),
+        }],
+    }];
+    let fourth = write(4, Some(2), "four");
+    let mut source = Node::new(2);
+    for (p, entry) in [(1, &first), (2, &second), (3, &third), (4, &fourth)] {
+        source.ask(mark(p, ballot(1), entry.clone()));
+    }
+    let ReplicaReply::Snapshot { at, slot, rows, .. } =
+        source.ask(ReplicaRequest::Snapshot { id: 5, eg: eg() })
+    else {
+        panic!("no snapshot");
+    };
+    assert_eq!(at, Position(4));
+
+    let store = MemoryStore::new();
+    let mut group = reload(&store, false);
+    let mut out = Vec::new();
+    for (p, entry) in [(1, first), (2, second)] {
+        group
+            .mark_visible(Full, &bugs, Position(p), ballot(1), entry, &mut out)
+            .unwrap();
+    }
+    group.truncate(Full, Position(2), HISTORY_KEPT, &bugs, &mut out);
+    carry_out(&store, std::mem::take(&mut out));
+    assert_eq!(
+        (group.applied(), group.truncated()),
+        (Position(2), Position(2))
+    );
+    assert!(group.install_needs_stored_data(Full));
+    let snapshot = GroupSnapshot { at, slot, rows };
+    assert!(
+        !group.install(Full, snapshot.clone(), None, &bugs, &mut out),
+        "not without the data its store holds"
+    );
+    let stored = store
+        .scan(&data_range(&eg()), LATEST, &ScanOptions::default())
+        .unwrap();
+    assert!(group.install(Full, snapshot, Some(&stored), &bugs, &mut out));
+    assert_eq!(
+        (group.applied(), group.visible()),
+        (Position(4), Position(4))
+    );
+    carry_out(&store, out);
+
+    let mut node = Node::new(1);
+    node.store = store;
+    match read(&mut node, ReadAt::Applied) {
+        ReplicaReply::Data {
+            at: Some(Position(4)),
+            rows,
+            ..
+        } => rows,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_snapshot_installs_over_a_truncated_log_with_the_data_its_store_holds() {
+    let rows = install_over_a_truncated_log(ProtocolBugs::NONE);
+    assert_eq!(rows.len(), 1, "j was deleted at 3: {rows:?}");
+    assert_eq!(rows[0].value(b"v"), Some(&b"four"[..]));
+    let knob = ProtocolBugs {
+        install_forgets_stored_columns: true,
+        ..ProtocolBugs::NONE
+    };
+    let rows = install_over_a_truncated_log(knob);
+    assert_eq!(
+        rows.len(),
+        2,
+        "--bug install-forgets-stored-columns: j should survive the install: {rows:?}"
     );
 }

@@ -6,6 +6,7 @@
 //!   Replica::step_into(input, store, &mut batch)   (once or many times)
 //!       Load ──► read the root row ──► Input::Loaded (stepped at once)
 //!       ListGroups ──► read the registry ──► Input::Listed (stepped at once)
+//!       ListData ──► read a group's data rows ──► Input::DataListed (stepped at once)
 //!       Index ──► written buffered (synced with the state it lists)
 //!       Persist / Install ──► written buffered; the batch now needs a sync
 //!       Apply / CollectGarbage ──► written buffered
@@ -21,7 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use megastore_rowstore::{Durability, KeyRange, LATEST, RowStore, RowStoreError};
+use megastore_rowstore::{Durability, KeyRange, LATEST, RowStore, RowStoreError, ScanOptions};
 use megastore_types::{ClientId, EgId, NodeId, Time};
 
 use super::{Input, Output, Replica, answer_read, answer_snapshot};
@@ -235,6 +236,10 @@ fn carry_out<S: RowStore>(
         } => {
             let groups = super::list(store, which, after.as_ref(), limit)?;
             return Ok(Some(Input::Listed { which, groups }));
+        }
+        Output::ListData { eg } => {
+            let rows = store.scan(&data_range(&eg), LATEST, &ScanOptions::default())?;
+            return Ok(Some(Input::DataListed { eg, rows }));
         }
         Output::Retire { groups } => {
             // Synced: a lost deletion would leave rows no placement names again.

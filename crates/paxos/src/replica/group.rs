@@ -10,6 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use megastore_rowstore::RowMutation;
 use megastore_types::{Ballot, ClientId, EgId, Position, ReplicaId, ReplicaKind, TxnId};
 
+pub use install::GroupSnapshot;
+
 use self::global::{global_copies, global_rows_of};
 use super::Output;
 use crate::bugs::ProtocolBugs;

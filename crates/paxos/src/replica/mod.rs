@@ -47,7 +47,7 @@ use megastore_types::{
 
 pub use awaiting::{AWAIT_MAX, AWAITING_MAX};
 pub use driver::{Batch, BatchCounts, DRIVER_CLIENT, Released, load_group};
-pub use group::{CHOSEN_REMEMBERED, GroupLog, HISTORY_KEPT, Proposal, Rejoin};
+pub use group::{CHOSEN_REMEMBERED, GroupLog, GroupSnapshot, HISTORY_KEPT, Proposal, Rejoin};
 pub use move_deltas::{CHANGED_GROUPS_MAX, ChangeToken, CopyMark};
 pub use placed::{SERVER_PLACEMENT_ROW, ServerPlacementError, load_server_placement, span_keys};
 pub use range_copy::{RangeCopy, copy_range, export_pages};
@@ -119,6 +119,14 @@ pub enum Input {
         /// Up to its `limit`, in key order (fewer: the list ended).
         groups: Vec<EgId>,
     },
+    /// The group's data rows, as the store holds them, that the replica asked for with
+    /// [`Output::ListData`] for a snapshot install.
+    DataListed {
+        /// The group.
+        eg: EgId,
+        /// Its data rows at the latest state (visible cells only).
+        rows: Vec<Row>,
+    },
     /// Time passed.
     Tick,
     /// The server read this placement from the lock service (a placed replica only,
@@ -170,6 +178,13 @@ pub enum Output {
         after: Option<EgId>,
         /// How many.
         limit: usize,
+    },
+    /// Read every data row of the group ([`crate::data_range`]) at the latest state
+    /// and feed them back as [`Input::DataListed`]: a snapshot install onto a log that
+    /// was truncated tombstones every column the store holds.
+    ListData {
+        /// The group.
+        eg: EgId,
     },
     /// Write this mutation to one of the replica's lists of groups ([`GroupList`]),
     /// buffered. It needs no sync of its own: a listing goes before the state it is
@@ -345,6 +360,9 @@ pub struct Replica {
     voter_pass: Option<voter_pass::VoterPass>,
     /// What a move's final copy needs to copy only what changed (`move_deltas`).
     deltas: move_deltas::MoveDeltas,
+    /// Snapshots to install once the group's stored data rows are read
+    /// ([`Output::ListData`]).
+    installs_waiting: BTreeMap<EgId, Box<GroupSnapshot>>,
 }
 
 /// How many registered groups the walk takes at each sweep (each gets probed).
@@ -389,6 +407,7 @@ impl Replica {
             checked_after: None,
             voter_pass: None,
             deltas: move_deltas::MoveDeltas::default(),
+            installs_waiting: BTreeMap::new(),
         }
     }
 
@@ -522,6 +541,15 @@ impl Replica {
             }
             Input::Message { .. } => {}
             Input::Loaded { eg, row } => self.loaded(eg, row.as_ref(), &mut out),
+            Input::DataListed { eg, rows } => {
+                let waiting = self.installs_waiting.remove(&eg);
+                if let (Some(install), Some(GroupSlot::Ready(group))) =
+                    (waiting, self.groups.get_mut(&eg))
+                {
+                    let (kind, bugs) = (self.me.kind, &self.config.bugs);
+                    group.install(kind, *install, Some(&rows), bugs, &mut out);
+                }
+            }
             Input::Placement(placement) => self.observe_placement(placement, &mut out),
             Input::Freeze { range, move_id } => self.freeze(range, move_id, &mut out),
             Input::CatchUpVoters { range, changed_at } => {
@@ -569,7 +597,15 @@ impl Replica {
                 SweepAction::Install { eg, at, slot, rows } => {
                     if let Some(GroupSlot::Ready(group)) = self.groups.get_mut(&eg) {
                         let kind = self.me.kind;
-                        group.install(kind, at, slot, rows, &mut out);
+                        let snapshot = GroupSnapshot { at, slot, rows };
+                        if group.install_needs_stored_data(kind) {
+                            // Installed once the store's data rows are read (at once,
+                            // within the same step's carrying out).
+                            self.installs_waiting.insert(eg.clone(), Box::new(snapshot));
+                            out.push(Output::ListData { eg });
+                        } else {
+                            group.install(kind, snapshot, None, &self.config.bugs, &mut out);
+                        }
                     }
                 }
                 SweepAction::Hold(eg, hold) => self.voter_pass_hold(&eg, hold),

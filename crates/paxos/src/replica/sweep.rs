@@ -435,13 +435,11 @@ impl Sweeper {
                 floor.unwrap_or(Position::NONE),
             ));
         }
-        // The next position it lacks is truncated at every replica that answered: only
-        // a snapshot helps — if it can take one (its own log never truncated, as a wiped
-        // replica's, or a witness, which keeps no data; see `GroupLog::install`).
+        // The next position it lacks is truncated at a replica that answered: a
+        // snapshot (any replica can take one, a truncated one by listing the data it
+        // stores first; see `GroupLog::install`).
         let gone = states.values().map(|s| s.truncated).max();
-        let witness = self.config.proposer.topology.kind(self.me) == Some(ReplicaKind::Witness);
-        let can_install = here.truncated == Position::NONE || witness;
-        if can_install && gone.is_some_and(|gone| gone > here.visible) {
+        if gone.is_some_and(|gone| gone > here.visible) {
             self.request_snapshot(now, eg, &here, &states, sends);
             return actions;
         }
@@ -500,9 +498,7 @@ impl Sweeper {
         let (hold, lowest_visible, highest) = hold_of(&self.replica_set(eg), &states);
         if hold == Hold::Lacking {
             let gone = states.values().map(|s| s.truncated).max();
-            let witness = self.config.proposer.topology.kind(self.me) == Some(ReplicaKind::Witness);
-            let can_install = here.truncated == Position::NONE || witness;
-            if can_install && gone.is_some_and(|gone| gone > here.visible) {
+            if gone.is_some_and(|gone| gone > here.visible) {
                 states.remove(&self.me);
                 self.request_snapshot(now, eg, &here, &states, sends);
             } else {

@@ -7,35 +7,58 @@ use megastore_rowstore::{Mutation, Row, RowMutation};
 use megastore_types::{Position, ReplicaKind};
 
 use super::{GroupLog, Output, global_copies};
+use crate::bugs::ProtocolBugs;
 use crate::cells::{APPLIED, INSTALLED, SlotRecord, TRUNCATED, VISIBLE};
 
+/// Another replica's snapshot of a group, to install: its data as of `at` and the
+/// visible entry there.
+#[derive(Debug, Clone)]
+pub struct GroupSnapshot {
+    /// The source's applied position.
+    pub at: Position,
+    /// The visible entry at `at` (so the leader of `at + 1` stays known).
+    pub slot: SlotRecord,
+    /// The data rows as of `at`.
+    pub rows: Vec<Row>,
+}
+
 impl GroupLog {
-    /// Installs the group from another replica's snapshot at `at` (`slot` is the
+    /// Whether an install needs the data this replica stores listed first
+    /// ([`GroupLog::install`]'s `stored`): a full or read-only replica whose log was
+    /// truncated no longer knows from its log every column it applied.
+    pub fn install_needs_stored_data(&self, kind: ReplicaKind) -> bool {
+        kind != ReplicaKind::Witness && self.truncated != Position::NONE
+    }
+
+    /// Installs the group from another replica's `snapshot` at `at` (`slot` is the
     /// visible entry there, `rows` the data as of `at`): the log below `at` counts as
     /// truncated, everything through `at` as visible and applied, and reads below `at`
     /// are refused from then on. Every cell is written at timestamp `at`, and every
-    /// column this replica applied itself gets a tombstone at `at` first, so what it
-    /// applied before and the snapshot does not hold is gone as of `at`. So it needs
-    /// every entry it ever applied still in its log: it installs only onto a log never
-    /// truncated (a wiped replica's), or onto a witness, which keeps no data. Returns
-    /// whether it installed.
+    /// column this replica holds gets a tombstone at `at` first, so what it applied
+    /// before and the snapshot does not hold is gone as of `at` (*install-replaces-data*).
+    /// The columns it holds are those its log says it applied, and those of `stored`
+    /// (the group's data rows as its store holds them): a replica whose log was
+    /// truncated installs only with them ([`GroupLog::install_needs_stored_data`]); a
+    /// witness keeps no data. Returns whether it installed.
     pub fn install(
         &mut self,
         kind: ReplicaKind,
-        at: Position,
-        slot: SlotRecord,
-        rows: Vec<Row>,
+        snapshot: GroupSnapshot,
+        stored: Option<&[Row]>,
+        bugs: &ProtocolBugs,
         out: &mut Vec<Output>,
     ) -> bool {
+        let GroupSnapshot { at, slot, rows } = snapshot;
         let witness = kind == ReplicaKind::Witness;
-        let knows_its_data = self.truncated == Position::NONE || witness;
+        let knows_its_data = !self.install_needs_stored_data(kind) || stored.is_some();
         if at <= self.visible || !slot.visible || !knows_its_data {
             return false;
         }
+        let stored = stored.filter(|_| !bugs.install_forgets_stored_columns());
         let data = if witness {
             Vec::new()
         } else {
-            self.data_as_of(at, rows)
+            self.data_as_of(at, rows, stored.unwrap_or_default())
         };
         let mut write = self.write();
         let stale: BTreeSet<Position> = self
@@ -86,19 +109,25 @@ impl GroupLog {
     }
 
     /// The data mutations of an install at `at`: tombstones for every column this
-    /// replica applied, then the snapshot's cells, all at `at`, one mutation per row.
-    fn data_as_of(&self, at: Position, rows: Vec<Row>) -> Vec<RowMutation> {
+    /// replica applied by its log and every column of `stored`, then the snapshot's
+    /// cells, all at `at`, one mutation per row.
+    fn data_as_of(&self, at: Position, rows: Vec<Row>, stored: &[Row]) -> Vec<RowMutation> {
         let mut by_row: BTreeMap<Vec<u8>, RowMutation> = BTreeMap::new();
+        let tombstone = |column: &[u8]| Mutation::DeleteColumn {
+            column: column.to_vec(),
+            timestamp: at.0,
+        };
         let applied_here = self
             .slots
             .range(..=self.applied)
             .flat_map(|(_, s)| &s.entry.writes);
         for write in applied_here {
             let mutations = mutations_of(&mut by_row, &write.row);
-            mutations.extend(write.cells.iter().map(|cell| Mutation::DeleteColumn {
-                column: cell.column().to_vec(),
-                timestamp: at.0,
-            }));
+            mutations.extend(write.cells.iter().map(|cell| tombstone(cell.column())));
+        }
+        for row in stored {
+            let mutations = mutations_of(&mut by_row, &row.key);
+            mutations.extend(row.cells.keys().map(|column| tombstone(column)));
         }
         for snapshot_row in rows {
             let mutations = mutations_of(&mut by_row, &snapshot_row.key);
