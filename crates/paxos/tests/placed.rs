@@ -16,25 +16,17 @@ use megastore_paxos::{
     group_state_spans, load_server_placement,
 };
 use megastore_placement::{
-    Placement, PlacementBugs, Range, RangeId, Server, ServerId, ServerPlacement, Version,
+    Placement, PlacementBugs, Range, RangeId, ServerId, ServerPlacement, Version,
 };
 use megastore_rowstore::{Durability, KeyRange, LATEST, MemoryStore, RowRead, ScanOptions};
-use megastore_types::{EgId, Position, ReplicaId, SiteId, Time};
-use support::{Node, accept, accept_result, ballot, eg, mark, topology, with_visible_first, write};
-
-/// Two servers at site 1 (replica 1's slots), one at each other site.
-fn servers() -> Vec<Server> {
-    [(0, 1), (1, 1), (10, 2), (20, 3), (30, 4)]
-        .into_iter()
-        .map(|(id, site)| Server {
-            id: ServerId(id),
-            site: SiteId(site),
-        })
-        .collect()
-}
+use megastore_types::{EgId, Position, ReplicaId, Time};
+use support::{
+    Node, accept, accept_result, ballot, eg, mark, replica_on, servers_0_and_1_at_site_1, topology,
+    with_visible_first, write,
+};
 
 fn initial() -> Placement {
-    Placement::initial(servers(), &topology(), 2).unwrap()
+    Placement::initial(servers_0_and_1_at_site_1(), &topology(), 2).unwrap()
 }
 
 /// The range of the test group `g1`, and the server at site 1 that does not hold it.
@@ -54,19 +46,6 @@ fn keys(range: &Range) -> KeyRange {
         start: range.start.clone(),
         end: range.end.clone(),
     }
-}
-
-/// Replica 1's core on `server`, as it starts: from the placement it stored (if any),
-/// then fed `view`, the newest it reads.
-fn replica_on(server: ServerId, view: &Placement, store: MemoryStore, bugs: ProtocolBugs) -> Node {
-    let placement = load_server_placement(&store, server, PlacementBugs::NONE)
-        .unwrap()
-        .unwrap_or_else(|| {
-            ServerPlacement::new(server, view.clone(), BTreeMap::new(), PlacementBugs::NONE).0
-        });
-    let mut node = Node::placed_over(1, placement, store, bugs);
-    node.step_at(Time::ZERO, ReplicaInput::Placement(view.clone()));
-    node
 }
 
 /// What `node` stored of its placement.

@@ -8,50 +8,21 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-
 use megastore_paxos::messages::AcceptResult;
 use megastore_paxos::{
     ChangeToken, ProtocolBugs, RangeCopy, ReplicaInput, ReplicaReply, ReplicaRequest, export_pages,
-    group_state_spans, load_server_placement,
+    group_state_spans,
 };
-use megastore_placement::{
-    FinalCopyRefused, Placement, PlacementBugs, Range, RangeId, Server, ServerId, ServerPlacement,
-    Version,
-};
+use megastore_placement::{FinalCopyRefused, Placement, Range, RangeId, ServerId, Version};
 use megastore_rowstore::{Durability, KeyRange, MemoryStore, RowRead};
-use megastore_types::{EgId, Position, ReplicaId, SiteId, Time};
-use support::{Node, ballot, topology, write};
-
-/// Two servers at site 1 (replica 1's slots), one at each other site.
-fn servers() -> Vec<Server> {
-    [(0, 1), (1, 1), (10, 2), (20, 3), (30, 4)]
-        .into_iter()
-        .map(|(id, site)| Server {
-            id: ServerId(id),
-            site: SiteId(site),
-        })
-        .collect()
-}
+use megastore_types::{EgId, Position, ReplicaId, Time};
+use support::{Node, ballot, replica_on, servers_0_and_1_at_site_1, topology, write};
 
 fn keys(range: &Range) -> KeyRange {
     KeyRange {
         start: range.start.clone(),
         end: range.end.clone(),
     }
-}
-
-/// Replica 1's core on `server`, as it starts: from the placement it stored (if any),
-/// then fed `view`.
-fn replica_on(server: ServerId, view: &Placement, store: MemoryStore, bugs: ProtocolBugs) -> Node {
-    let placement = load_server_placement(&store, server, PlacementBugs::NONE)
-        .unwrap()
-        .unwrap_or_else(|| {
-            ServerPlacement::new(server, view.clone(), BTreeMap::new(), PlacementBugs::NONE).0
-        });
-    let mut node = Node::placed_over(1, placement, store, bugs);
-    node.step_at(Time::ZERO, ReplicaInput::Placement(view.clone()));
-    node
 }
 
 /// Chooses and marks visible `value` at position `p` of group `eg` on `node`.
@@ -108,7 +79,7 @@ struct Move {
 
 impl Move {
     fn new(source_bugs: ProtocolBugs, target_bugs: ProtocolBugs) -> Self {
-        let p0 = Placement::initial(servers(), &topology(), 2).unwrap();
+        let p0 = Placement::initial(servers_0_and_1_at_site_1(), &topology(), 2).unwrap();
         let range = p0.range_of(b"g1").clone();
         let groups: Vec<EgId> = (b'a'..=b'z')
             .map(|c| EgId(vec![b'g', c]))

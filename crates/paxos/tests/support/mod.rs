@@ -296,6 +296,38 @@ pub(crate) fn servers_22_beside_2() -> Vec<megastore_placement::Server> {
         .collect()
 }
 
+/// Two servers at site 1 (0 and 1, where replica 1's slots can move), one at each
+/// other site.
+pub(crate) fn servers_0_and_1_at_site_1() -> Vec<megastore_placement::Server> {
+    [(0, 1), (1, 1), (10, 2), (20, 3), (30, 4)]
+        .into_iter()
+        .map(|(id, site)| megastore_placement::Server {
+            id: megastore_placement::ServerId(id),
+            site: SiteId(site),
+        })
+        .collect()
+}
+
+/// Replica 1's core on `server`, as it starts: from the placement it stored (if any),
+/// then fed `view`, the newest it reads.
+pub(crate) fn replica_on(
+    server: megastore_placement::ServerId,
+    view: &megastore_placement::Placement,
+    store: MemoryStore,
+    bugs: ProtocolBugs,
+) -> Node {
+    use megastore_placement::{PlacementBugs, ServerPlacement};
+    let placement = megastore_paxos::load_server_placement(&store, server, PlacementBugs::NONE)
+        .unwrap()
+        .unwrap_or_else(|| {
+            let frozen = std::collections::BTreeMap::new();
+            ServerPlacement::new(server, view.clone(), frozen, PlacementBugs::NONE).0
+        });
+    let mut node = Node::placed_over(1, placement, store, bugs);
+    node.step_at(Time::ZERO, ReplicaInput::Placement(view.clone()));
+    node
+}
+
 /// The placement reads (lock service reads of the placement file) among a client's
 /// `outputs`: where each goes, and its lock request id.
 pub(crate) fn placement_reads(outputs: &[megastore_paxos::ClientOutput]) -> Vec<(NodeId, u64)> {
