@@ -220,7 +220,6 @@ fn a_final_copy_on_a_clean_base_copies_only_the_changed_groups_and_makes_the_tar
         "only what changed since the bulk copy began"
     );
     assert!(m.target_is_the_source());
-    let _ = (a, c);
 }
 
 #[test]
