@@ -243,11 +243,18 @@ impl Drop for Process {
 /// bind its metrics port, held by some connection's source port).
 const TEST_PORTS: std::ops::Range<u16> = 16_384..32_768;
 
+/// Ports this process handed out already: free when chosen, but perhaps not yet bound
+/// by the process they were chosen for (a cluster's config is written before its
+/// processes start), so a later call must not choose them again.
+static PORTS_GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
 /// Distinct free loopback ports outside the ephemeral range (all listeners are held
-/// until every port is chosen). The start is random, so concurrent test processes
-/// rarely probe the same ports.
+/// until every port is chosen), none handed out before by this process. The start is
+/// random, so concurrent test processes rarely probe the same ports.
 pub fn free_ports(n: usize) -> Vec<u16> {
     use std::hash::{BuildHasher, Hasher};
+    let mut given = PORTS_GIVEN.lock().unwrap_or_else(|e| e.into_inner());
     let span = u64::from(TEST_PORTS.end - TEST_PORTS.start);
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u32(std::process::id());
@@ -258,6 +265,9 @@ pub fn free_ports(n: usize) -> Vec<u16> {
             break;
         }
         let port = TEST_PORTS.start + u16::try_from((start + offset) % span).expect("in range");
+        if given.contains(&port) {
+            continue;
+        }
         if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
             listeners.push(listener);
         }
@@ -267,10 +277,12 @@ pub fn free_ports(n: usize) -> Vec<u16> {
         n,
         "{n} free loopback ports in {TEST_PORTS:?}"
     );
-    listeners
+    let ports: Vec<u16> = listeners
         .iter()
         .map(|l| l.local_addr().expect("bound").port())
-        .collect()
+        .collect();
+    given.extend(&ports);
+    ports
 }
 
 /// Starts `megastore args…` like [`Process::start`], and starts it again while it

@@ -39,8 +39,9 @@ use megastore_placement::FinalCopyRefused;
 pub const CHANGED_GROUPS_MAX: usize = 8_192;
 
 /// Which tracking of a source's changes a page was exported under: chosen by the
-/// source's host at random when the tracking begins, so that no other tracking (of
-/// another process, or begun again) has it.
+/// source's host at random when the tracking begins (never 0), so that no other
+/// tracking (of another process, or begun again) has it. A host that gave two
+/// trackings one token would let a target's base from the first pass for the second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ChangeToken(pub u64);
 
@@ -165,7 +166,8 @@ impl Replica {
             start: moving.start.clone(),
             end: moving.end.clone(),
         };
-        let token = ChangeToken(nonce);
+        // Never 0, which the wire reads as "no token".
+        let token = ChangeToken(nonce.max(1));
         self.deltas.tracking.insert(
             range,
             Tracking {
