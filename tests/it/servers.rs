@@ -298,6 +298,18 @@ async fn copy_into(
 /// exactly its acknowledged increments.
 #[test]
 fn a_range_is_copied_between_servers_while_writers_run_and_the_target_crashes() {
+    copy_between_servers(false);
+}
+
+/// The same, with the source SIGKILLed and started again between the bulk copy and
+/// its freeze: the new process tracked none of the changes since the bulk copy, so the
+/// final copy is of the whole range — and still leaves the target exactly the source.
+#[test]
+fn a_final_copy_after_the_source_restarted_copies_the_whole_range() {
+    copy_between_servers(true);
+}
+
+fn copy_between_servers(source_restarts: bool) {
     let (_alone, dir, mut cluster, config, runtime) = start_cluster_edited(with_servers);
     start_a2(&mut cluster);
     let topology = config.topology().expect("a topology");
@@ -389,7 +401,13 @@ fn a_range_is_copied_between_servers_while_writers_run_and_the_target_crashes() 
             let last = progress.last().expect("progress");
             assert!(last.done && last.pages > 3, "{progress:?}");
             assert!(last.rows >= u64::from(GROUPS), "{progress:?}");
-
+        });
+        if source_restarts {
+            cluster.process("replica-a").kill();
+            cluster.start_process("replica-a");
+            wait_for_starts(&mut cluster, "replica-a", 2);
+        }
+        runtime.block_on(async {
             // The final copy is refused until the source froze.
             let refused = copy_into(&mut at_a2, move_id, true).await.unwrap_err();
             assert!(
@@ -398,22 +416,33 @@ fn a_range_is_copied_between_servers_while_writers_run_and_the_target_crashes() 
                     .contains("the source is not frozen for the move"),
                 "{refused}"
             );
-            let frozen = at_a
-                .freeze(pb::FreezeRequest { range: 0, move_id })
-                .await
-                .expect("the freeze")
-                .into_inner();
+            let started = Instant::now();
+            let frozen = loop {
+                // Asked again while a reconnects after its restart.
+                match at_a.freeze(pb::FreezeRequest { range: 0, move_id }).await {
+                    Ok(answer) => break answer.into_inner(),
+                    Err(status) => assert!(started.elapsed() < LIMIT, "no freeze: {status}"),
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            };
             assert!(frozen.frozen);
             let progress = retry_copy(&mut at_a2, move_id, true).await;
-            assert!(progress.last().is_some_and(|p| p.done), "{progress:?}");
-            // a2's bulk copy (begun again after its crash) came whole from one process
-            // of a, which tracked its changes since: the final copy is of the groups the
-            // writers changed, not of the range.
-            let changed = progress.last().and_then(|p| p.changed_groups);
-            assert!(
-                changed.is_some_and(|n| n < u64::from(GROUPS) / 4),
-                "not a short final copy: {progress:?}"
-            );
+            let last = progress.last().expect("progress");
+            assert!(last.done, "{progress:?}");
+            if source_restarts {
+                // The source's new process tracked nothing since the bulk copy.
+                assert_eq!(last.changed_groups, None, "{progress:?}");
+                assert!(last.rows >= u64::from(GROUPS), "{progress:?}");
+            } else {
+                // a2's bulk copy (begun again after its crash) came whole from one
+                // process of a, which tracked its changes since: the final copy is of
+                // the groups the writers changed, not of the range.
+                assert!(
+                    last.changed_groups
+                        .is_some_and(|n| n < u64::from(GROUPS) / 4),
+                    "not a short final copy: {progress:?}"
+                );
+            }
         });
         std::thread::sleep(Duration::from_millis(500));
         stop.store(true, Ordering::SeqCst);
