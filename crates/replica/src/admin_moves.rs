@@ -337,12 +337,15 @@ impl Copy {
     ) -> Result<(), Status> {
         let (mut pages, mut rows) = (0u64, 0u64);
         let mut answers = 0;
-        while !copy.is_done() {
+        loop {
             let mut spans = copy.next_spans(SPANS_PER_ANSWER).map(|span| pb::KeySpan {
                 start: span.start.clone(),
                 end: span.end.clone(),
             });
-            let first = spans.next().expect("a copy not done has a next span");
+            // None left: the copy is done.
+            let Some(first) = spans.next() else {
+                break;
+            };
             let request = pb::ExportPageRequest {
                 range: self.range.0,
                 move_id: self.move_id.0,
