@@ -174,6 +174,21 @@ impl Move {
         );
     }
 
+    /// Each group written once; a bulk copy begun (token 7) and its first page
+    /// applied; then the first group, which that page copied, written again. The
+    /// copy, with pages still to come.
+    fn first_page_then_a_change(&mut self) -> RangeCopy {
+        for eg in self.groups.clone() {
+            commit(&mut self.source, &eg, 1, "one");
+        }
+        let (mut copy, _) = self.begin(false);
+        self.copy_step(&mut copy, false, 7);
+        let first = self.groups[0].clone();
+        commit(&mut self.source, &first, 2, "two");
+        assert!(!copy.is_done(), "pages follow the change");
+        copy
+    }
+
     /// The source's process crashes and starts again over its store.
     fn restart_source(&mut self, bugs: ProtocolBugs) {
         let store = std::mem::take(&mut self.source.store);
@@ -253,13 +268,7 @@ fn a_source_that_restarted_since_the_bulk_copy_tracks_nothing_and_the_final_copy
 /// between. Whether the final copy leaves the target exactly the source.
 fn restart_during_the_bulk_copy(target_bugs: ProtocolBugs) -> bool {
     let mut m = Move::new(ProtocolBugs::NONE, target_bugs);
-    for eg in m.groups.clone() {
-        commit(&mut m.source, &eg, 1, "one");
-    }
-    let (mut copy, _) = m.begin(false);
-    m.copy_step(&mut copy, false, 7);
-    let first = m.groups[0].clone();
-    commit(&mut m.source, &first, 2, "two");
+    let mut copy = m.first_page_then_a_change();
     m.restart_source(ProtocolBugs::NONE);
     while !copy.is_done() {
         m.copy_step(&mut copy, false, 8);
@@ -289,14 +298,7 @@ fn a_bulk_copy_across_a_source_restart_is_no_base_and_the_knob_that_takes_it_los
 /// the short final copy leaves the target exactly the source.
 fn change_during_the_bulk_copy(source_bugs: ProtocolBugs) -> bool {
     let mut m = Move::new(source_bugs, ProtocolBugs::NONE);
-    for eg in m.groups.clone() {
-        commit(&mut m.source, &eg, 1, "one");
-    }
-    let (mut copy, _) = m.begin(false);
-    m.copy_step(&mut copy, false, 7);
-    let first = m.groups[0].clone();
-    commit(&mut m.source, &first, 2, "two");
-    assert!(!copy.is_done(), "pages follow the change");
+    let mut copy = m.first_page_then_a_change();
     while !copy.is_done() {
         m.copy_step(&mut copy, false, 7);
     }
