@@ -269,7 +269,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ),
     // Needs a seed whose move's bulk copy takes pages after a write to a group an
     // earlier page copied, then a short final copy.
-    ("track-changes-per-page", &["moves-keep-writes"], 80),
+    ("track-changes-per-page", &["moves-keep-writes"], 120),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {

@@ -6,8 +6,8 @@
 //! at the target (`Replica::begin_copy`: a final copy on a clean base is of the groups
 //! the source changed since only), a few pages of the source's store per step (under
 //! the source's `Replica::page_token`), the source serving (and crashing) between
-//! them, taken by the target only for a move its placement shows
-//! and begun again if the target's process restarts; the freeze is
+//! them, taken by the target only for a move its placement shows and begun again if
+//! the target's process restarts; the freeze is
 //! `ReplicaInput::Freeze` at the source (after it read the placement); the fence (a
 //! full replica's slot) asks the source's coordinator whether it read the move; and
 //! each page of the final copy is taken only if the source gives it
@@ -274,8 +274,8 @@ impl World {
     /// One step of the copy `what`: the target at `to` applies the next pages the
     /// source at `from` exports, starting the copy first (one per target process) if
     /// none is under way — a final copy on a clean base, of the groups the source
-    /// changed since only (`Replica::begin_copy`). Each page needs both processes up and the target's
-    /// placement showing the move (it reads the newest if not, as
+    /// changed since only (`Replica::begin_copy`). Each step needs both processes up
+    /// and the target's placement showing the move (it reads the newest if not, as
     /// `ServerPlacement::receive` asks); a copy whose target restarted is begun again.
     /// Whether the copy is done.
     fn copy_page(&mut self, what: Copied) -> bool {
