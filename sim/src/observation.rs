@@ -105,6 +105,11 @@ impl<'a> Observation<'a> {
         self.placement.range_of(&eg.0).slot(slot).is_some()
     }
 
+    /// The stored placement's version.
+    pub(crate) fn placement_version(&self) -> megastore_placement::Version {
+        self.placement.version()
+    }
+
     /// The voter set of every range of the stored placement (slot ids, in order).
     pub(crate) fn voter_sets(&self) -> impl Iterator<Item = Vec<ReplicaId>> + '_ {
         self.placement.ranges().iter().map(|range| {

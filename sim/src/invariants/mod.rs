@@ -179,6 +179,7 @@ impl Checkers {
     /// After every event.
     pub fn after_event(&mut self, obs: &Observation<'_>) {
         let mut found = Vec::new();
+        self.chosen.observe_placement(obs);
         self.vouched.check(obs, &self.chosen, &mut found);
         self.serving.check(obs, &mut found);
         for (invariant, detail) in found {

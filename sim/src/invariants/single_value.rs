@@ -33,9 +33,23 @@ pub struct ChosenLog {
     accepts: BTreeMap<(EgId, Position), Votes>,
     /// Every voter set a range of the stored placement has had, seen so far.
     voter_sets: BTreeSet<Vec<ReplicaId>>,
+    /// The placement version whose voter sets were last added.
+    sets_of: Option<megastore_placement::Version>,
 }
 
 impl ChosenLog {
+    /// Adds the stored placement's voter sets, once per version (after every event):
+    /// a proposer may count a set that no accept was observed under — the sets before
+    /// a voter change made before the first accept — so the sets are recorded as the
+    /// placement changes, not only when accepts are seen.
+    pub fn observe_placement(&mut self, obs: &Observation<'_>) {
+        let version = obs.placement_version();
+        if self.sets_of != Some(version) {
+            self.sets_of = Some(version);
+            self.voter_sets.extend(obs.voter_sets());
+        }
+    }
+
     /// The chosen value at `p`, if seen.
     pub fn get(&self, eg: &EgId, p: Position) -> Option<&LogEntry> {
         self.chosen.get(&(eg.clone(), p))
