@@ -103,6 +103,9 @@ pub struct SimConfig {
     /// An operator removes a replica from ranges once, while faults run
     /// (`world/removals.rs`): the seed of its choices.
     pub removals: Option<u64>,
+    /// A move's copy takes a range in one step (`true`) or a few pages per step, the
+    /// source serving and crashing between them (`world/moves.rs`).
+    pub whole_copies: bool,
 }
 
 fn pick<T: Clone>(rng: &mut Rng, options: &[T]) -> T {
@@ -236,6 +239,7 @@ impl SimConfig {
             splits: None,
             spares: false,
             removals: None,
+            whole_copies: false,
         }
     }
 
@@ -257,6 +261,15 @@ impl SimConfig {
     pub fn removals(seed: u64) -> Option<u64> {
         let mut rng = Rng::new(seed ^ 0x2e30_7e5e_ed00_0001);
         rng.chance(0.25).then(|| rng.next_u64())
+    }
+
+    /// [`SimConfig::whole_copies`] for `seed`: a third of the seeds, drawn apart from
+    /// the seed's other choices. A copy in one step leaves no page for a write to land
+    /// between, and moves the steps after it (freeze, fence, finish) earlier against
+    /// the writers and the faults: the timing under which the simulator first caught
+    /// the knobs of the fence and of a range's arrival.
+    pub fn whole_copies(seed: u64) -> bool {
+        Rng::new(seed ^ 0x0c09_1e5a_11a7_0ce5).chance(1.0 / 3.0)
     }
 
     /// [`SimConfig::relays`] for `seed`: half the seeds, drawn apart from the seed's

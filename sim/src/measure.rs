@@ -142,6 +142,7 @@ pub fn three_sites_with_witness_at(rtt_ms: u32, witness_rtt_ms: u32, clients: &[
         splits: None,
         spares: false,
         removals: None,
+        whole_copies: false,
     }
 }
 

@@ -270,6 +270,13 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     // Needs a seed whose move's bulk copy takes pages after a write to a group an
     // earlier page copied, then a short final copy.
     ("track-changes-per-page", &["moves-keep-writes"], 120),
+    // Needs a seed whose operator moves a full replica's slot away and back while its
+    // home coordinator keeps a group it validated before the range left.
+    (
+        "vouch-moved-in-range",
+        &["vouched-is-current", "visible-after-invalidate"],
+        300,
+    ),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -361,6 +368,7 @@ knob_tests! {
     scan_first_server_only_is_caught => 45,
     serve_removed_slot_is_caught => 46,
     track_changes_per_page_is_caught => 47,
+    vouch_moved_in_range_is_caught => 48,
 }
 
 #[test]

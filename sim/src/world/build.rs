@@ -100,6 +100,7 @@ impl World {
         config.splits = SimConfig::splits(seed);
         config.spares = SimConfig::spares(seed);
         config.removals = SimConfig::removals(seed);
+        config.whole_copies = SimConfig::whole_copies(seed);
         if config.coordinator_bounds.is_some() || config.replica_cache.is_some() {
             // Bounds matter with more groups than they hold.
             config.groups = 3;
@@ -329,6 +330,7 @@ impl World {
             asked: BTreeMap::new(),
             moving: None,
             copying: None,
+            last_moved: None,
             operator_rng,
             removal_rng,
             second_removal: None,

@@ -130,6 +130,9 @@ pub(crate) struct World {
         megastore_placement::MoveRequest,
         megastore_placement::Progress,
     )>,
+    /// The range and slot of the operator's last move: its next often moves the same
+    /// slot back (`moves.rs`).
+    last_moved: Option<(megastore_placement::RangeId, ReplicaId)>,
     /// The copy under way at a move's target, a page per operator step (`moves.rs`).
     copying: Option<moves::Copying>,
     /// Requests sent by servers away from their slot's home address, by (the address

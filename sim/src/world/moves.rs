@@ -35,6 +35,10 @@ const COPY_PAGE_ROWS: usize = 16;
 /// [`COPY_PAGE_ROWS`] rows in all).
 const COPY_SPANS_PER_STEP: usize = 8;
 
+/// Rows (and spans) per step of a copy in a world of [`crate::SimConfig::whole_copies`]:
+/// more than any simulated range holds, so the copy takes one step.
+const WHOLE_COPY_ROWS: usize = 1 << 20;
+
 /// Which copy: of `range` for move `move_id`, from the server at `from` to the one at
 /// `to`; `last`: the final copy, from the frozen source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -230,8 +234,25 @@ impl World {
             return None;
         }
         let ranges = self.placement.ranges();
-        let range = &ranges[self.operator_rng.below(ranges.len() as u64) as usize];
-        let slot = &range.slots[self.operator_rng.below(range.slots.len() as u64) as usize];
+        // Half the time the slot the last move moved goes back, as a flapping
+        // rebalancer would move it: a server then receives a range it served before,
+        // with its coordinator's and its replica's memory of it.
+        let back = self
+            .last_moved
+            .filter(|_| self.operator_rng.chance(0.75))
+            .and_then(|(range, replica)| {
+                let range = self.placement.range(range)?;
+                Some((range, range.slot(replica)?))
+            });
+        let (range, slot) = match back {
+            Some(back) => back,
+            None => {
+                let range = &ranges[self.operator_rng.below(ranges.len() as u64) as usize];
+                let slot = &range.slots[self.operator_rng.below(range.slots.len() as u64) as usize];
+                (range, slot)
+            }
+        };
+        self.last_moved = Some((range.id, slot.replica));
         let home = slot.replica;
         let to = if address(slot.server) == home {
             spare_address(home)
@@ -346,12 +367,13 @@ impl World {
                 what.last,
                 nonce,
             );
-            let pages = export_pages(
-                &source.store,
-                copying.copy.next_spans(COPY_SPANS_PER_STEP),
-                COPY_PAGE_ROWS,
-            )
-            .expect("the memory store does not fail");
+            let (page_rows, spans) = if self.config.whole_copies {
+                (WHOLE_COPY_ROWS, WHOLE_COPY_ROWS)
+            } else {
+                (COPY_PAGE_ROWS, COPY_SPANS_PER_STEP)
+            };
+            let pages = export_pages(&source.store, copying.copy.next_spans(spans), page_rows)
+                .expect("the memory store does not fail");
             let target = self.replicas.get_mut(&to).expect("the target exists");
             let core = target.core.as_mut().expect("the target is up");
             for page in &pages {
@@ -360,7 +382,7 @@ impl World {
                     &mut copying.copy,
                     page,
                     token,
-                    COPY_PAGE_ROWS,
+                    page_rows,
                     Durability::Synced,
                 )
                 .expect("the target shows the move and the memory store does not fail");
