@@ -32,6 +32,7 @@ mod recipes;
 mod roles;
 mod schema_check;
 mod servers;
+mod servers_rebalancers;
 mod servers_scans;
 mod support;
 mod tidy;

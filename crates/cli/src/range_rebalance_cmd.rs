@@ -2,14 +2,19 @@
 //! ranges' groups or writes per second (docs/operations.md, "Rebalancing"). The plan is
 //! the placement core's `plan_rebalance`; each move is carried out as `range move`
 //! does, one after another. With `--every`, it runs as a background rebalancer: a new
-//! measurement and plan each round, until a signal.
+//! measurement and plan each round, until a signal. Any number may run: the one
+//! holding the operator lock `operator/rebalancer` in lockd plans and moves, the
+//! others stand by and take the lead when its lease lapses (a one-off rebalance takes
+//! the lock too, and refuses while a background one holds it).
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
+use megastore_client::operator_lock::{OPERATOR_LOCKS, OperatorLock, Taken};
 use megastore_client::placement_store::{count_groups, load_placement};
 use megastore_client::range_moves::MoveOptions;
 use megastore_config::ClusterConfig;
@@ -97,36 +102,121 @@ async fn weights(
     })
 }
 
+/// The operator lock a rebalancer holds while it plans and moves.
+const REBALANCER_LOCK: &str = "rebalancer";
+/// How often a background rebalancer standing by tries to take the lead, and a leading
+/// one checks it still holds it.
+const STANDBY_POLL: Duration = Duration::from_secs(1);
+
+/// Who this rebalancer is, as lockd names the lock's holder.
+fn owner() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "unknown-host".into());
+    format!("rebalancer@{host} pid {}", std::process::id())
+}
+
 pub(crate) fn run(args: RebalanceArgs) -> anyhow::Result<ExitCode> {
     let config = args.cluster.load()?;
     let topology = config.topology().map_err(anyhow::Error::msg)?;
     let runtime = tokio::runtime::Runtime::new()?;
     let _entered = runtime.enter();
-    let lockd = megastore_rpc::LockdClient::new(&config).map_err(anyhow::Error::msg)?;
+    let lockd = Arc::new(megastore_rpc::LockdClient::new(&config).map_err(anyhow::Error::msg)?);
+    let take = || {
+        runtime.block_on(OperatorLock::take(
+            lockd.clone(),
+            REBALANCER_LOCK,
+            &owner(),
+            config.timeouts.max_clock_drift_ppm,
+        ))
+    };
+    if args.dry_run {
+        rebalance_once(&config, &topology, &runtime, &lockd, &args, None)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let Some(every) = args.every else {
-        rebalance_once(&config, &topology, &runtime, &lockd, &args)?;
+        // A one-off rebalance takes the lock too, so that it never plans against a
+        // background rebalancer's moves.
+        let lock = match take()? {
+            Taken::Held(lock) => lock,
+            Taken::HeldBy(holder) => anyhow::bail!(
+                "another rebalancer ({}) holds {OPERATOR_LOCKS}{REBALANCER_LOCK}: let it \
+                 rebalance, or stop it first",
+                holder.owner
+            ),
+        };
+        let rebalanced = rebalance_once(&config, &topology, &runtime, &lockd, &args, Some(&lock));
+        let _ = runtime.block_on(lock.release());
+        rebalanced?;
         return Ok(ExitCode::SUCCESS);
     };
     // Caught from here on: a signal during a move ends the loop once the move is over.
     let mut interrupts = crate::signals::Interrupts::listen()?;
-    for round in 1.. {
-        println!("round {round}:");
-        if let Err(e) = rebalance_once(&config, &topology, &runtime, &lockd, &args) {
-            println!("  round {round} failed: {e:#}");
+    let every = Duration::from_secs(every);
+    let mut lock: Option<OperatorLock> = None;
+    // The last state line printed (leading, standing by, unreachable), printed again
+    // only when it changes.
+    let mut said = String::new();
+    let mut say = |line: String| {
+        if line != said {
+            println!("{line}");
+            said = line;
         }
-        if args.rounds.is_some_and(|rounds| round >= rounds) {
-            break;
+    };
+    let mut round = 0;
+    let mut next_round = Instant::now();
+    loop {
+        if lock.as_ref().is_some_and(|held| !held.is_held()) {
+            lock = None;
+            say("lost the lead (its lease ran out before a renewal came back)".into());
         }
+        if lock.is_none() {
+            match take() {
+                Ok(Taken::Held(held)) => {
+                    say(format!("leading: holds {}", held.name()));
+                    lock = Some(held);
+                    next_round = Instant::now();
+                }
+                Ok(Taken::HeldBy(holder)) => say(format!("standing by: {} leads", holder.owner)),
+                Err(e) => say(format!("standing by: cannot take the lead: {e}")),
+            }
+        }
+        if let Some(held) = &lock
+            && Instant::now() >= next_round
+        {
+            round += 1;
+            println!("round {round}:");
+            if let Err(e) = rebalance_once(&config, &topology, &runtime, &lockd, &args, Some(held))
+            {
+                println!("  round {round} failed: {e:#}");
+            }
+            if args.rounds.is_some_and(|rounds| round >= rounds) {
+                break;
+            }
+            next_round = Instant::now() + every;
+        }
+        let wait = match lock {
+            Some(_) => next_round
+                .saturating_duration_since(Instant::now())
+                .min(STANDBY_POLL),
+            None => STANDBY_POLL,
+        };
         let stopped = runtime.block_on(async {
             tokio::select! {
                 () = interrupts.until() => true,
-                () = tokio::time::sleep(Duration::from_secs(every)) => false,
+                () = tokio::time::sleep(wait) => false,
             }
         });
         if stopped {
+            if let Some(held) = lock.take() {
+                let _ = runtime.block_on(held.release());
+            }
             println!("stopped");
-            break;
+            return Ok(ExitCode::SUCCESS);
         }
+    }
+    if let Some(held) = lock.take() {
+        let _ = runtime.block_on(held.release());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -138,6 +228,7 @@ fn rebalance_once(
     runtime: &tokio::runtime::Runtime,
     lockd: &megastore_rpc::LockdClient,
     args: &RebalanceArgs,
+    lock: Option<&OperatorLock>,
 ) -> anyhow::Result<()> {
     let (placement, weights) = runtime.block_on(async {
         let placement = load_placement(lockd, topology).await?.placement;
@@ -170,6 +261,12 @@ fn rebalance_once(
         );
         if args.dry_run {
             continue;
+        }
+        if lock.is_some_and(|held| !held.is_held()) {
+            anyhow::bail!(
+                "lost the lead before moving {}: stopping the round",
+                planned.range
+            );
         }
         let options = MoveOptions {
             give_up: false,

@@ -7,7 +7,8 @@
 //! queries (global index scans, merge-joins, parallel lookups), transactions across
 //! groups (the core's two-phase commit, `multi.rs`), watches of a group's committed
 //! changes (`watch.rs`), applications' leases, locks with fencing tokens and leased
-//! keys in the lock service (`leases.rs`), and the backfill of a new index —
+//! keys in the lock service (`leases.rs`), operator tools' locks (`operator_lock.rs`:
+//! one background rebalancer acting at a time), and the backfill of a new index —
 //! each a composition of the core's operations. No protocol decision is taken here. Not here either: any server code — the library
 //! links neither RocksDB nor openraft (it reaches lockd through
 //! `megastore_rpc::LockdClient`), so a program outside this workspace that depends on it
@@ -42,6 +43,7 @@ mod index_queries;
 mod leases;
 mod lockd_files;
 mod multi;
+pub mod operator_lock;
 pub mod placement_store;
 mod queues;
 pub mod range_moves;
