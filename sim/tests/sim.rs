@@ -277,6 +277,25 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         &["vouched-is-current", "visible-after-invalidate"],
         300,
     ),
+    // Needs a seed whose move's target takes pages before its placement shows the
+    // move, then a late placement answer from before the move (newer than the one it
+    // held) retires them: the global index rows the copy brought go with them.
+    (
+        "receive-before-seeing-move",
+        &["moves-keep-writes", "global-index", "global-scan-complete"],
+        450,
+    ),
+    // Needs a seed whose writer meets a coordinator whose lock lapsed while a move
+    // gives its slot's range to another server: that server's coordinator, never
+    // invalidated, vouches.
+    (
+        "trust-unconfirmed-lapse",
+        &["vouched-is-current", "visible-after-invalidate"],
+        400,
+    ),
+    // Needs a seed whose move's source crashes during the bulk copy, so that pages of
+    // two of its processes make up the target's base.
+    ("delta-on-any-base", &["moves-keep-writes"], 700),
 ];
 
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
@@ -369,6 +388,9 @@ knob_tests! {
     serve_removed_slot_is_caught => 46,
     track_changes_per_page_is_caught => 47,
     vouch_moved_in_range_is_caught => 48,
+    receive_before_seeing_move_is_caught => 49,
+    trust_unconfirmed_lapse_is_caught => 50,
+    delta_on_any_base_is_caught => 51,
 }
 
 #[test]
