@@ -267,7 +267,8 @@ impl SimConfig {
     /// the seed's other choices. A copy in one step leaves no page for a write to land
     /// between, and moves the steps after it (freeze, fence, finish) earlier against
     /// the writers and the faults: the timing under which the simulator first caught
-    /// the knobs of the fence and of a range's arrival.
+    /// `record-frozen-unfenced` and `vouch-moved-in-range` (seeds 213 and 241), before
+    /// copies were paged.
     pub fn whole_copies(seed: u64) -> bool {
         Rng::new(seed ^ 0x0c09_1e5a_11a7_0ce5).chance(1.0 / 3.0)
     }

@@ -871,9 +871,18 @@ fn range_rebalance_evens_out_each_replicas_servers_while_a_writer_runs() {
     let again = megastore(&["range", "rebalance", "--dry-run"]);
     assert!(again.stdout.contains("balanced"), "{again:?}");
 
-    // Every write the writer made is there exactly once (give or take those of unknown
-    // outcome), summed over its forty counters.
-    let at_a = runtime.block_on(connect(&config, "A"));
+    assert_forty_counters_hold(&runtime, &config, outcome);
+}
+
+/// The forty groups `eg-0500`..`eg-0539` a rebalancing test wrote: each holds its
+/// first write `n` once, and the writer's increments of `w`, `outcome` (acknowledged,
+/// failed), are there exactly once in all, give or take those of unknown outcome.
+pub(crate) fn assert_forty_counters_hold(
+    runtime: &tokio::runtime::Runtime,
+    config: &megastore_config::ClusterConfig,
+    (acked, failed): (u64, u64),
+) {
+    let at_a = runtime.block_on(connect(config, "A"));
     let total: u64 = runtime.block_on(async {
         let mut total = 0;
         for n in 0..40 {
@@ -883,7 +892,6 @@ fn range_rebalance_evens_out_each_replicas_servers_while_a_writer_runs() {
         }
         total
     });
-    let (acked, failed) = outcome;
     assert!(
         (acked..=acked + failed).contains(&total),
         "{total} increments stored, {acked} acknowledged, {failed} failed"

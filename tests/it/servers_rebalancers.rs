@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::servers::{LIMIT, cli_of, with_servers};
-use crate::support::{connect, current_counter, eg, increment, start_cluster_edited};
+use crate::servers::{LIMIT, assert_forty_counters_hold, cli_of, with_servers};
+use crate::support::{connect, eg, increment, start_cluster_edited};
 
 /// A background rebalancer process and the lines it printed so far.
 struct Rebalancer {
@@ -143,6 +143,21 @@ fn a_standby_rebalancer_takes_the_lead_when_the_leader_is_killed_and_only_the_le
                 .status
                 .success()
         );
+        // `status` names the leader.
+        let status = megastore(&["status"]).stdout;
+        assert!(
+            status.contains("rebalancer: rebalancer@") && status.contains(&first_pid),
+            "{status}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&megastore(&["status", "-o", "json"]).stdout).expect("JSON");
+        let owner = json["rebalancer"]["leader"]["owner"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            owner.ends_with(&format!("pid {}", first.child.id())),
+            "{json}"
+        );
         std::thread::sleep(Duration::from_secs(2));
         assert!(
             second.lines().iter().all(|l| !l.starts_with("round")),
@@ -216,6 +231,8 @@ fn a_standby_rebalancer_takes_the_lead_when_the_leader_is_killed_and_only_the_le
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(status.success(), "{status:?}");
+    let status = megastore(&["status"]).stdout;
+    assert!(status.contains("rebalancer: none running"), "{status}");
     // Given back: a one-off rebalance takes the lock at once and finds nothing to do.
     let again = megastore(&["range", "rebalance"]);
     assert!(
@@ -224,20 +241,5 @@ fn a_standby_rebalancer_takes_the_lead_when_the_leader_is_killed_and_only_the_le
     );
 
     // Every write is there exactly once (give or take those of unknown outcome).
-    let at_a = runtime.block_on(connect(&config, "A"));
-    let total: u64 = runtime.block_on(async {
-        let mut total = 0;
-        for n in 0..40 {
-            let group = eg(500 + n);
-            assert_eq!(current_counter(&at_a, &group, "n").await, 1, "{group}");
-            total += current_counter(&at_a, &group, "w").await;
-        }
-        total
-    });
-    let (acked, failed) = outcome;
-    assert!(
-        (acked..=acked + failed).contains(&total),
-        "{total} increments stored, {acked} acknowledged, {failed} failed"
-    );
-    assert!(acked >= 20, "too few writes acknowledged: {acked}");
+    assert_forty_counters_hold(&runtime, &config, outcome);
 }

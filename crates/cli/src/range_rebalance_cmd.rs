@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use megastore_client::operator_lock::{OPERATOR_LOCKS, OperatorLock, Taken};
+use megastore_client::operator_lock::{OPERATOR_LOCKS, OperatorLock, REBALANCER_LOCK, Taken};
 use megastore_client::placement_store::{count_groups, load_placement};
 use megastore_client::range_moves::MoveOptions;
 use megastore_config::ClusterConfig;
@@ -102,8 +102,6 @@ async fn weights(
     })
 }
 
-/// The operator lock a rebalancer holds while it plans and moves.
-const REBALANCER_LOCK: &str = "rebalancer";
 /// How often a background rebalancer standing by tries to take the lead, and a leading
 /// one checks it still holds it.
 const STANDBY_POLL: Duration = Duration::from_secs(1);

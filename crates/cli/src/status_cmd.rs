@@ -1,5 +1,6 @@
 //! `megastore status`: replicas by site and kind with their health, coordinators with
-//! their epochs and lock holders, lockd's leader and members, the placement of groups
+//! their epochs and lock holders, lockd's leader and members, the leading background
+//! rebalancer, the placement of groups
 //! over servers, and — for a named entity group — every replica's log positions.
 
 use std::process::ExitCode;
@@ -163,6 +164,10 @@ pub(crate) fn to_json(status: &ClusterStatus) -> serde_json::Value {
         "users_required": status.users_required,
         "lockd_leader": status.lockd_leader(),
         "lockd": lockd,
+        // `null` when lockd was not asked; `{"leader": null}` when none runs.
+        "rebalancer": status.rebalancer.as_ref().map(|holder| json!({
+            "leader": holder.as_ref().map(|h| json!({"owner": h.owner, "session": h.session.0})),
+        })),
         "replicas": replicas,
         "group": status.group.as_ref().map(|g| {
             let name = megastore_client::group_name(g).unwrap_or_else(|| g.0.clone());
@@ -336,7 +341,18 @@ pub(crate) fn render(status: &ClusterStatus) -> String {
             ]),
         };
     }
-    out.push_str(&format!("{lockd}\n\n"));
+    out.push_str(&format!("{lockd}\n"));
+    match &status.rebalancer {
+        Some(Some(holder)) => out.push_str(&format!(
+            "rebalancer: {} leads (session {})\n",
+            holder.owner, holder.session.0
+        )),
+        Some(None) => {
+            out.push_str("rebalancer: none running (`megastore range rebalance --every`)\n")
+        }
+        None => {}
+    }
+    out.push('\n');
 
     let mut replicas = table(&[
         "REPLICA",

@@ -23,6 +23,14 @@ use crate::client::ClientError;
 
 /// Where operator tools' locks live in lockd's namespace.
 pub const OPERATOR_LOCKS: &str = "operator/";
+/// The operator lock background rebalancers (`megastore range rebalance --every`)
+/// lead by.
+pub const REBALANCER_LOCK: &str = "rebalancer";
+
+/// The full name in lockd of operator lock `name`.
+pub fn operator_lock_name(name: &str) -> String {
+    format!("{OPERATOR_LOCKS}{name}")
+}
 
 /// A held operator lock.
 pub struct OperatorLock {
@@ -64,7 +72,7 @@ impl OperatorLock {
                 "operator lock name {name:?}: must be non-empty, without '/'"
             )));
         }
-        let lock = format!("{OPERATOR_LOCKS}{name}");
+        let lock = operator_lock_name(name);
         let sent = Instant::now();
         let reply = lockd
             .execute(LockCommand::OpenSession {

@@ -1,5 +1,6 @@
 //! What a cluster looks like from outside, for `megastore status`: which processes
-//! answer, who holds the coordinator locks, how lockd's Raft cluster stands, and how far
+//! answer, who holds the coordinator locks and the rebalancer's, how lockd's Raft
+//! cluster stands, and how far
 //! each replica's log of one entity group goes, with that group's queue backlog.
 //!
 //! Everything here is a read: a replica's `LogState`, a coordinator `Query`, lockd's
@@ -243,6 +244,9 @@ pub struct ClusterStatus {
     pub schema: Option<SchemaStatus>,
     /// Where groups live, when lockd answered.
     pub placement: Option<crate::placement_store::StoredPlacement>,
+    /// Who leads the background rebalancers (holds [`crate::operator_lock::REBALANCER_LOCK`]):
+    /// `None` when lockd was not asked (no leader), `Some(None)` when none runs.
+    pub rebalancer: Option<Option<LockHolder>>,
     /// Whether the replicas' administration service needs the operator token
     /// (`[auth]` in the config).
     pub admin_auth: bool,
@@ -482,6 +486,7 @@ pub async fn cluster_status(
         queues: None,
         schema: None,
         placement: None,
+        rebalancer: None,
         admin_auth: config.auth.is_some(),
         users_required: config.auth.as_ref().is_some_and(|a| a.require_users),
     };
@@ -494,6 +499,13 @@ pub async fn cluster_status(
                 .await
                 .ok();
         }
+        let rebalancer = LockCommand::Holder {
+            lock: crate::operator_lock::operator_lock_name(crate::operator_lock::REBALANCER_LOCK),
+        };
+        status.rebalancer = match peers.lockd().execute(rebalancer).await {
+            Ok(LockReply::Holder(holder)) => Some(holder),
+            _ => None,
+        };
     }
     for r in &config.replicas {
         let id = ReplicaId(r.id);
@@ -615,6 +627,7 @@ mod tests {
             queues: None,
             schema: None,
             placement: None,
+            rebalancer: None,
             admin_auth: false,
             users_required: false,
         }

@@ -1,6 +1,6 @@
 //! The operator's moves (docs/protocol.md, "Placement"): in a world with spare servers,
 //! the operator moves a slot of a range between its home server and its spare, one
-//! move at a time, while the faults run. Every decision is `next_step`'s (the placement
+//! move at a time (mostly the slot it moved last, back), while the faults run. Every decision is `next_step`'s (the placement
 //! crate's operator core); this file carries its steps out as `megastore range move`
 //! would: writes go to the lock service through its leader; a copy is a `RangeCopy`
 //! at the target (`Replica::begin_copy`: a final copy on a clean base is of the groups
@@ -234,7 +234,7 @@ impl World {
             return None;
         }
         let ranges = self.placement.ranges();
-        // Half the time the slot the last move moved goes back, as a flapping
+        // Three times in four the slot the last move moved goes back, as a flapping
         // rebalancer would move it: a server then receives a range it served before,
         // with its coordinator's and its replica's memory of it.
         let back = self
