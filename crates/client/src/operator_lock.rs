@@ -13,7 +13,7 @@
 //! each move it starts, so that two tools rarely move at once, never unsafely.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use megastore_lock::{LockCommand, LockError, LockHolder, LockReply, SessionId};
@@ -50,6 +50,12 @@ pub enum Taken {
     Held(OperatorLock),
     /// Another session holds it.
     HeldBy(LockHolder),
+}
+
+/// How often a holder renews a session of `lease`: three times per lease, so that one
+/// lost or slow answer does not lapse it (never a busy loop, whatever lockd answers).
+fn keep_alive_every(lease: Duration) -> Duration {
+    (lease / 3).max(Duration::from_millis(10))
 }
 
 fn lock_error(e: LockError) -> ClientError {
@@ -109,15 +115,14 @@ impl OperatorLock {
         let keeper = tokio::spawn({
             let (lockd, valid_until, lost) = (lockd.clone(), valid_until.clone(), lost.clone());
             async move {
-                // Three keep-alives per lease: one lost or slow answer does not lapse it.
-                let mut every = lease / 3;
+                let mut every = keep_alive_every(lease);
                 loop {
                     tokio::time::sleep(every).await;
                     let sent = Instant::now();
                     match lockd.execute(LockCommand::KeepAlive { session }).await {
                         Ok(LockReply::Renewed { lease }) => {
-                            every = lease / 3;
-                            *valid_until.lock().expect("never poisoned") =
+                            every = keep_alive_every(lease);
+                            *valid_until.lock().unwrap_or_else(PoisonError::into_inner) =
                                 sent + holder_lease(lease);
                         }
                         Err(LockError::SessionExpired(_) | LockError::SessionRevoked(_)) => {
@@ -149,7 +154,11 @@ impl OperatorLock {
     /// and its lease, judged by this process's clock, has not run out.
     pub fn is_held(&self) -> bool {
         !self.lost.load(Ordering::SeqCst)
-            && Instant::now() < *self.valid_until.lock().expect("never poisoned")
+            && Instant::now()
+                < *self
+                    .valid_until
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Gives the lock back (closing its session), so a tool standing by takes it at
