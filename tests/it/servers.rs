@@ -754,26 +754,8 @@ fn range_move_hands_a_slot_to_another_server_while_writers_run() {
 #[test]
 fn range_rebalance_evens_out_each_replicas_servers_while_a_writer_runs() {
     let (_alone, dir, mut cluster, config, runtime) = start_cluster_edited(with_servers);
-    for process in ["replica-a2", "coordinator-a2", "replica-c2"] {
-        cluster.start_process(process);
-    }
-    for process in ["replica-a2", "replica-c2"] {
-        cluster.wait_for_log(process, "replica serving", LIMIT);
-    }
+    forty_groups_in_four_ranges(&mut cluster, dir.path(), &runtime, &config);
     let megastore = cli_of(&cluster, dir.path());
-    // Four ranges of about ten groups each.
-    for at in ["eg-0510", "eg-0520", "eg-0530"] {
-        let out = megastore(&["range", "split", "--at-group", at]);
-        assert!(out.status.success(), "{out:?}");
-    }
-    let client = runtime.block_on(connect(&config, "B"));
-    runtime.block_on(async {
-        for n in 0..40 {
-            increment(&client, &eg(500 + n), "n")
-                .await
-                .expect("a first write");
-        }
-    });
     let dry = megastore(&["range", "rebalance", "--dry-run"]);
     assert!(dry.status.success(), "{dry:?}");
     assert_eq!(
@@ -790,24 +772,7 @@ fn range_rebalance_evens_out_each_replicas_servers_while_a_writer_runs() {
 
     let stop = AtomicBool::new(false);
     let (outcome, rebalanced) = std::thread::scope(|scope| {
-        let writing = scope.spawn(|| {
-            runtime.block_on(async {
-                let client = connect(&config, "A").await;
-                let (mut acked, mut failed) = (0u64, 0u64);
-                let started = Instant::now();
-                for n in 0..2_000u32 {
-                    if stop.load(Ordering::SeqCst) || started.elapsed() > LIMIT {
-                        break;
-                    }
-                    // Across all four ranges.
-                    match increment(&client, &eg(500 + n % 40), "w").await {
-                        Ok(_) => acked += 1,
-                        Err(_) => failed += 1,
-                    }
-                }
-                (acked, failed)
-            })
-        });
+        let writing = scope.spawn(|| write_forty_counters(&runtime, &config, &stop, 2_000, LIMIT));
         // As a background rebalancer: a round that moves, then one that finds the
         // servers balanced.
         let rebalanced = megastore(&[
@@ -872,6 +837,61 @@ fn range_rebalance_evens_out_each_replicas_servers_while_a_writer_runs() {
     assert!(again.stdout.contains("balanced"), "{again:?}");
 
     assert_forty_counters_hold(&runtime, &config, outcome);
+}
+
+/// Starts servers a2 (with its coordinator) and c2, splits the placement into four
+/// ranges at `eg-0510`, `eg-0520` and `eg-0530` (all still on a and c, so four moves
+/// even them out) and writes the counter `n` of groups `eg-0500`..`eg-0539` once.
+pub(crate) fn forty_groups_in_four_ranges(
+    cluster: &mut megastore_e2e::LocalCluster,
+    dir: &std::path::Path,
+    runtime: &tokio::runtime::Runtime,
+    config: &megastore_config::ClusterConfig,
+) {
+    cluster.start_processes(&["replica-a2", "coordinator-a2", "replica-c2"]);
+    for process in ["replica-a2", "replica-c2"] {
+        cluster.wait_for_log(process, "replica serving", LIMIT);
+    }
+    let megastore = cli_of(cluster, dir);
+    for at in ["eg-0510", "eg-0520", "eg-0530"] {
+        let out = megastore(&["range", "split", "--at-group", at]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    let client = runtime.block_on(connect(config, "B"));
+    runtime.block_on(async {
+        for n in 0..40 {
+            increment(&client, &eg(500 + n), "n")
+                .await
+                .expect("a first write");
+        }
+    });
+}
+
+/// Increments the counter `w` of groups `eg-0500`..`eg-0539` in turn through a client
+/// at site A, across all four ranges, until `stop`, `writes` attempts or `limit`:
+/// (acknowledged, failed).
+pub(crate) fn write_forty_counters(
+    runtime: &tokio::runtime::Runtime,
+    config: &megastore_config::ClusterConfig,
+    stop: &AtomicBool,
+    writes: u32,
+    limit: Duration,
+) -> (u64, u64) {
+    runtime.block_on(async {
+        let client = connect(config, "A").await;
+        let (mut acked, mut failed) = (0u64, 0u64);
+        let started = Instant::now();
+        for n in 0..writes {
+            if stop.load(Ordering::SeqCst) || started.elapsed() > limit {
+                break;
+            }
+            match increment(&client, &eg(500 + n % 40), "w").await {
+                Ok(_) => acked += 1,
+                Err(_) => failed += 1,
+            }
+        }
+        (acked, failed)
+    })
 }
 
 /// The forty groups `eg-0500`..`eg-0539` a rebalancing test wrote: each holds its

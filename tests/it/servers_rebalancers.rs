@@ -10,8 +10,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::servers::{LIMIT, assert_forty_counters_hold, cli_of, with_servers};
-use crate::support::{connect, eg, increment, start_cluster_edited};
+use crate::servers::{
+    LIMIT, assert_forty_counters_hold, cli_of, forty_groups_in_four_ranges, with_servers,
+    write_forty_counters,
+};
+use crate::support::start_cluster_edited;
 
 /// A background rebalancer process and the lines it printed so far.
 struct Rebalancer {
@@ -73,44 +76,14 @@ impl Drop for Rebalancer {
 #[test]
 fn a_standby_rebalancer_takes_the_lead_when_the_leader_is_killed_and_only_the_leader_moves() {
     let (_alone, dir, mut cluster, config, runtime) = start_cluster_edited(with_servers);
-    cluster.start_processes(&["replica-a2", "coordinator-a2", "replica-c2"]);
-    for process in ["replica-a2", "replica-c2"] {
-        cluster.wait_for_log(process, "replica serving", LIMIT);
-    }
-    let megastore = cli_of(&cluster, dir.path());
     // Four ranges of about ten groups each, all on a and c: four moves even them out.
-    for at in ["eg-0510", "eg-0520", "eg-0530"] {
-        let out = megastore(&["range", "split", "--at-group", at]);
-        assert!(out.status.success(), "{out:?}");
-    }
-    let client = runtime.block_on(connect(&config, "B"));
-    runtime.block_on(async {
-        for n in 0..40 {
-            increment(&client, &eg(500 + n), "n")
-                .await
-                .expect("a first write");
-        }
-    });
+    forty_groups_in_four_ranges(&mut cluster, dir.path(), &runtime, &config);
+    let megastore = cli_of(&cluster, dir.path());
 
     let stop = AtomicBool::new(false);
     let (outcome, (first, second)) = std::thread::scope(|scope| {
-        let writing = scope.spawn(|| {
-            runtime.block_on(async {
-                let client = connect(&config, "A").await;
-                let (mut acked, mut failed) = (0u64, 0u64);
-                let started = Instant::now();
-                for n in 0..3_000u32 {
-                    if stop.load(Ordering::SeqCst) || started.elapsed() > 2 * LIMIT {
-                        break;
-                    }
-                    match increment(&client, &eg(500 + n % 40), "w").await {
-                        Ok(_) => acked += 1,
-                        Err(_) => failed += 1,
-                    }
-                }
-                (acked, failed)
-            })
-        });
+        let writing =
+            scope.spawn(|| write_forty_counters(&runtime, &config, &stop, 3_000, 2 * LIMIT));
         // The first moves once, then holds the lead with its next round ten minutes
         // away; the second would move every second if it led.
         let first = Rebalancer::start(&cluster.config_path, dir.path(), "600");

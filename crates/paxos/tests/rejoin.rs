@@ -9,8 +9,9 @@ use megastore_paxos::cells::StoredGroup;
 use megastore_paxos::messages::{AcceptResult, GrantRefusal, ReplicaError};
 use megastore_paxos::replica::Proposal;
 use megastore_paxos::{
-    CellWrite, DataQuery, GroupLog, GroupSnapshot, HISTORY_KEPT, ProtocolBugs, ReadAt, Rejoin,
-    ReplicaOutput, ReplicaReply, ReplicaRequest, RowWrite, data_range, group_range, root_row,
+    CellWrite, DataQuery, GroupLog, GroupSnapshot, HISTORY_KEPT, LogEntry, ProtocolBugs, ReadAt,
+    Rejoin, ReplicaOutput, ReplicaReply, ReplicaRequest, RowWrite, data_range, group_range,
+    root_row,
 };
 use megastore_rowstore::{
     Durability, KeyRange, LATEST, MemoryStore, RowRead, RowStore, ScanOptions,
@@ -52,6 +53,19 @@ fn reload(store: &MemoryStore, rejoining: bool) -> GroupLog {
 /// A second data row of the group.
 fn other_row() -> Vec<u8> {
     [eg().0, b"\x01j".to_vec()].concat()
+}
+
+/// Transaction 1: k = "one" and j = "x" (next leader 2).
+fn first_write_of_k_and_j() -> LogEntry {
+    let mut first = write(1, Some(2), "one");
+    first.writes.push(RowWrite {
+        row: other_row(),
+        cells: vec![CellWrite::Set {
+            column: b"v".to_vec(),
+            value: b"x".to_vec(),
+        }],
+    });
+    first
 }
 
 fn read(node: &mut Node, at: ReadAt) -> ReplicaReply {
@@ -186,14 +200,7 @@ fn a_cleared_group_votes_above_its_floor_and_grants_ballot_zero_one_position_lat
 #[test]
 fn a_snapshot_installs_over_a_wiped_replicas_data_which_then_refuses_reads_below_it() {
     // Position 1 writes k and j; position 2 rewrites k and deletes j.
-    let mut first = write(1, Some(2), "one");
-    first.writes.push(RowWrite {
-        row: other_row(),
-        cells: vec![CellWrite::Set {
-            column: b"v".to_vec(),
-            value: b"x".to_vec(),
-        }],
-    });
+    let first = first_write_of_k_and_j();
     let mut second = write(2, Some(2), "two");
     second.writes.push(RowWrite {
         row: other_row(),
@@ -468,14 +475,7 @@ fn a_group_whose_catch_up_failed_is_probed_again_for_a_snapshot() {
 /// written at 1 and deleted at 3 — a write its log no longer names — is gone. What it
 /// holds after, read at its applied position.
 fn install_over_a_truncated_log(bugs: ProtocolBugs) -> Vec<megastore_rowstore::Row> {
-    let mut first = write(1, Some(2), "one");
-    first.writes.push(RowWrite {
-        row: other_row(),
-        cells: vec![CellWrite::Set {
-            column: b"v".to_vec(),
-            value: b"x".to_vec(),
-        }],
-    });
+    let first = first_write_of_k_and_j();
     let second = write(2, Some(2), "two");
     let mut third = write(3, Some(2), "three");
     third.writes = vec![RowWrite {
