@@ -106,6 +106,7 @@ pub const BUG_NAMES: &[&str] = &[
     "track-changes-per-page",
     "delta-on-any-base",
     "install-forgets-stored-columns",
+    "count-votes-of-removed",
 ];
 
 /// The knob called `name`.
@@ -126,6 +127,7 @@ pub fn bug(name: &str) -> Option<Bugs> {
         "read-local-unvouched" => p.read_local_unvouched = true,
         "ack-before-invalidate" => p.ack_before_invalidate = true,
         "learn-from-single-accept" => p.learn_from_single_accept = true,
+        "count-votes-of-removed" => p.count_votes_of_removed = true,
         "leader-from-unchosen-entry" => p.leader_from_unchosen_entry = true,
         "forget-promise-on-restart" => p.forget_promise_on_restart = true,
         "apply-out-of-order" => p.apply_out_of_order = true,

@@ -29,6 +29,10 @@ megastore_types::bug_knobs! {
         ack_before_invalidate,
         /// Catch-up takes a value accepted by one replica as chosen.
         learn_from_single_accept,
+        /// A proposer whose placement drops a voter while its round is under way still
+        /// counts the answers that voter gave (or gives) toward a majority of the new,
+        /// smaller set: a count over neither set.
+        count_votes_of_removed,
         /// The position leader is taken from an entry that was never chosen: a replica
         /// grants ballot 0 when its entry at the previous position names it, visible or not,
         /// and a writer that lost a position rebases through the leader its own (losing)

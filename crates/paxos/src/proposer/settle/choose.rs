@@ -115,6 +115,7 @@ impl Settle {
 
     /// A majority accepted the round's value at one ballot: it is chosen.
     pub(super) fn check_chosen<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
+        self.forget_dropped_voters(ctx);
         let Some(round) = &self.round else { return };
         if round.acks.len() >= self.majority(ctx) {
             let chosen = Chosen {
@@ -151,6 +152,7 @@ impl Settle {
     /// With a majority of answers: a value accepted by a majority at one ballot is
     /// chosen; otherwise run Paxos (which adopts any accepted value, or a no-op).
     pub(super) fn decide_learn<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
+        self.forget_dropped_voters(ctx);
         let majority = self.majority(ctx);
         let needed = if ctx.config.bugs.learn_from_single_accept() {
             1
@@ -234,10 +236,7 @@ impl Settle {
         let voters = self.voters(ctx).len();
         let bugs = ctx.config.bugs;
         let Phase::Prepare {
-            ballot,
-            promises,
-            rejects,
-            ..
+            promises, rejects, ..
         } = &mut self.phase
         else {
             return;
@@ -255,6 +254,16 @@ impl Settle {
                 rejects.insert(from);
             }
         }
+        self.forget_dropped_voters(ctx);
+        let Phase::Prepare {
+            ballot,
+            promises,
+            rejects,
+            ..
+        } = &mut self.phase
+        else {
+            unreachable!("matched above")
+        };
         if promises.len() >= majority {
             // Adopt the value accepted at the highest ballot among the promises; if
             // none, propose our own (or a no-op).
@@ -348,6 +357,8 @@ impl Settle {
         }
         let Some(round) = &mut self.round else { return };
         round.rejects.insert(from);
+        self.forget_dropped_voters(ctx);
+        let Some(round) = &self.round else { return };
         if round.rejects.len() > voters - majority {
             if round.ballot.is_zero() {
                 self.prepare(ctx);

@@ -327,6 +327,35 @@ impl Settle {
         ctx.replica_set(&self.eg).majority()
     }
 
+    /// Forgets the answers of replicas that are not voters by the proposer's
+    /// placement now, before anything is counted. Every count is over one set, the
+    /// newest it read: an answer of a replica that set no longer holds counts for
+    /// nothing, even if given while it was a voter, or a majority of the smaller set
+    /// could be made up with it — a count over neither set (docs/protocol.md, "Voter
+    /// changes").
+    fn forget_dropped_voters<K>(&mut self, ctx: &Ctx<'_, K>) {
+        if ctx.config.bugs.count_votes_of_removed() {
+            return;
+        }
+        let set = ctx.replica_set(&self.eg);
+        let voter = |r: &ReplicaId| set.is_voter(*r);
+        match &mut self.phase {
+            Phase::Learn { replies, .. } => replies.retain(|r, _| voter(r)),
+            Phase::Prepare {
+                promises, rejects, ..
+            } => {
+                promises.retain(|r, _| voter(r));
+                rejects.retain(voter);
+            }
+            _ => {}
+        }
+        if let Some(round) = &mut self.round {
+            round.acks.retain(voter);
+            round.rejects.retain(voter);
+        }
+        self.truncated_at.retain(voter);
+    }
+
     /// Rounds started after the first attempt — prepares, or learns again — (none on
     /// the fast path).
     pub(crate) fn later_rounds(&self) -> u32 {
@@ -452,8 +481,11 @@ impl Settle {
             }
             Phase::Prepare { rejects, .. } => {
                 rejects.insert(from);
-                let refused = rejects.len();
-                if refused > self.voters(ctx).len() - self.majority(ctx) {
+                self.forget_dropped_voters(ctx);
+                let Phase::Prepare { rejects, .. } = &self.phase else {
+                    unreachable!("matched above")
+                };
+                if rejects.len() > self.voters(ctx).len() - self.majority(ctx) {
                     self.backoff(ctx);
                 }
             }
@@ -466,6 +498,7 @@ impl Settle {
     /// gives up at once (returns true) rather than backing off round after round.
     fn truncated_everywhere<K>(&mut self, ctx: &Ctx<'_, K>, from: ReplicaId) -> bool {
         self.truncated_at.insert(from);
+        self.forget_dropped_voters(ctx);
         if self.truncated_at.len() < self.majority(ctx) {
             return false;
         }
