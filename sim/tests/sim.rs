@@ -296,6 +296,14 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     // Needs a seed whose move's source crashes during the bulk copy, so that pages of
     // two of its processes make up the target's base.
     ("delta-on-any-base", &["moves-keep-writes"], 700),
+    // Needs a seed whose operator removes a voter while a writer's accept round is
+    // under way, the removed voter accepts after the writer read the placement
+    // without it, and the remaining voters are too few without that vote.
+    (
+        "count-votes-of-removed",
+        &["durable-ack", "visible-after-invalidate"],
+        500,
+    ),
 ];
 
 /// Knobs of moves between servers: only a seed whose world runs spare servers
@@ -313,9 +321,16 @@ const NEED_MOVES: &[&str] = &[
     "delta-on-any-base",
 ];
 
+/// Knobs of voter removals: only a seed with an operator that removes a replica
+/// (`SimConfig::removals`, about a quarter) can catch them.
+const NEED_REMOVALS: &[&str] = &["count-votes-of-removed"];
+
 fn first_catch(knob: &str, within: u64, checkers: &[&str]) -> Option<u64> {
     let bugs = bug(knob).expect("a known knob");
-    let may_catch = |seed: u64| !NEED_MOVES.contains(&knob) || SimConfig::spares(seed);
+    let may_catch = |seed: u64| {
+        (!NEED_MOVES.contains(&knob) || SimConfig::spares(seed))
+            && (!NEED_REMOVALS.contains(&knob) || SimConfig::removals(seed).is_some())
+    };
     (0..within).filter(|seed| may_catch(*seed)).find(|seed| {
         // A knob may break a state machine's own assertion before any checker sees a
         // violation (`megastore-sim` reports that as "assertion"); that seed does not
@@ -407,6 +422,7 @@ knob_tests! {
     receive_before_seeing_move_is_caught => 49,
     trust_unconfirmed_lapse_is_caught => 50,
     delta_on_any_base_is_caught => 51,
+    count_votes_of_removed_is_caught => 52,
 }
 
 #[test]

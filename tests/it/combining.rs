@@ -252,9 +252,9 @@ fn separate_clients_relay_a_hot_groups_commits_and_each_applies_exactly_once_thr
         relayed as usize * 2 >= acked,
         "only {relayed} of {acked} acknowledged transactions were relayed ({unanswered} unanswered)"
     );
-    // A relayed blind write's basis is a snapshot read, which never waits for the
-    // relay's entry in flight (docs/protocol.md, "Relayed commits", step 6); these
-    // tasks make no other snapshot reads.
+    // A blind write's basis is a snapshot read (docs/protocol.md, "A blind write's
+    // basis"; the relay's while relayed, "Relayed commits", step 6), which never waits
+    // for the relay's entry in flight; these tasks make no other snapshot reads.
     let blind_acked: usize = (0..TASKS)
         .filter(|t| blind(*t))
         .map(|t| seen[t].committed.len())

@@ -34,6 +34,7 @@ mod schema_check;
 mod servers;
 mod servers_rebalancers;
 mod servers_scans;
+mod stale_basis;
 mod support;
 mod tidy;
 mod tls;

@@ -377,11 +377,19 @@ impl Transaction {
         self.position.is_some() || !self.writes.is_empty()
     }
 
-    /// What this attempt commits: its read position (a current read now, for blind
-    /// writes), its writes (checked) and its read set — for a commit of its own group,
-    /// or as one group of a cross-group commit.
+    /// What this attempt commits as one group of a cross-group commit: its read
+    /// position (a current read now, for a blind write), its writes (checked) and its
+    /// read set.
+    ///
+    /// A current read, not a blind write's snapshot basis (docs/protocol.md, "A blind
+    /// write's basis"): the two-phase commit's prepare is committed by the core, which
+    /// does not learn from it that a snapshot was stale, so a replica far behind would
+    /// abort the transaction's every retry.
     pub(crate) async fn into_participant(mut self) -> Result<Participant, ClientError> {
         let writes = self.checked_writes()?;
+        if self.position.is_none() && !self.write_only {
+            self.read_at_position(DataQuery::Rows(Vec::new())).await?;
+        }
         self.participant_with(writes).await
     }
 
@@ -501,8 +509,8 @@ impl Client {
     /// Starts a transaction on `eg` that only writes (a blind write): its reads are
     /// refused, and [`Transaction::position`] fixes the position it commits after —
     /// lent at once by this client's commit to the group in flight, else read as a
-    /// blind write reads it (a snapshot while the group's commits are relayed, else a
-    /// current read; docs/protocol.md, "Relayed commits"). For a caller that must know the
+    /// blind write reads it (a snapshot read, of the relay while the group's commits are
+    /// relayed; docs/protocol.md, "A blind write's basis"). For a caller that must know the
     /// transaction's first position before its writes (the public API's Begin, whose
     /// id names it); [`Client::begin`] serves a blind write as well, fixing its basis
     /// only at commit.

@@ -8,6 +8,7 @@
 //! one group go one at a time, later ones waiting and then combined into shared log
 //! entries ([`lanes`]).
 
+mod bases;
 mod composite;
 mod lanes;
 mod relay;
@@ -34,6 +35,7 @@ use crate::two_phase::commit::{Participant, TwoPhaseCommit, TwoPhaseResult};
 use crate::two_phase::decide::{Decide, DecideOutcome, MayAbort, Patience, TwoPhaseClock};
 use crate::two_phase::settle::{Blocked, SettleGroup, SettledGroup, SettlingRead};
 use crate::verify::{CheckedHit, GlobalHit, Verify};
+use bases::UnvouchedBases;
 use composite::Composite;
 pub use lanes::Basis;
 use lanes::{Lane, Start, Waiting};
@@ -175,6 +177,8 @@ enum Op {
 struct CommitOp {
     commit: Commit,
     ops: Vec<(TxnId, OpId)>,
+    /// Every transaction of it stands on a blind write's snapshot basis (`bases`).
+    unvouched: bool,
 }
 
 /// An operation the core started for another one: its result goes to that one.
@@ -207,6 +211,8 @@ pub struct ClientCore {
     lanes: BTreeMap<EgId, Lane>,
     /// The groups whose commits go through the relay.
     relaying: Relaying,
+    /// Blind writes' bases read as snapshots, and their commits.
+    unvouched: UnvouchedBases,
     /// Results known when the operation started, reported at the end of the step.
     answered_now: Vec<(OpId, OpResult)>,
     wiring: Wiring<OpId>,
@@ -237,6 +243,7 @@ impl ClientCore {
             wakes: Vec::new(),
             lanes: BTreeMap::new(),
             relaying: Relaying::default(),
+            unvouched: UnvouchedBases::default(),
             answered_now: Vec::new(),
             wiring,
             next_op: 1,
@@ -360,28 +367,36 @@ impl ClientCore {
     /// had no commit in flight to borrow one from. `query` is what else it reads (none,
     /// for the client library). Returns the operation and the read's mode.
     ///
-    /// A current read, except while the group's commits are relayed (it is hot): then a
-    /// snapshot read, the relay asked first (docs/protocol.md, "Relayed commits"). A
-    /// current read there meets the relay's entry in flight and waits for it; a
-    /// snapshot read does not, and the write needs no newer basis. It reads nothing, so
-    /// it need not see the writes acknowledged meanwhile, and the relay's lane judges
-    /// it against every position after its basis (prepared transactions' locks
-    /// included) before it commits, after all of them.
+    /// A snapshot read, the local full replica asked first: one request, and no
+    /// coordinator's (docs/protocol.md, "A blind write's basis"). The write needs no
+    /// newer basis: it read nothing, so it need not see the writes acknowledged
+    /// meanwhile, and its commit rebases over every entry chosen after its basis, judged
+    /// against their prepares and finishes. While the group's commits are relayed (it is
+    /// hot) the relay is asked first ("Relayed commits", step 6): a current read there
+    /// would meet the relay's entry in flight and wait for it. A current read once after
+    /// a commit on a snapshot basis lost a position to another client's entry
+    /// (`bases`): that basis was stale, and a current read catches its replica up.
     pub fn read_basis(
         &mut self,
         now: Time,
         eg: EgId,
         query: DataQuery,
     ) -> (OpId, ReadMode, Vec<Output>) {
-        let Some(relay) = self.relay_for(now, &eg, None) else {
+        let relay = self.relay_for(now, &eg, None);
+        if relay.is_none() && self.unvouched.take_read_current(&eg) {
             let (op, out) = self.read(now, eg, ReadMode::Current, query);
             return (op, ReadMode::Current, out);
-        };
+        }
         let mut sends = Vec::new();
         let op = self.new_op();
         let mut candidates = self.point_read_candidates(ReadMode::Snapshot);
-        candidates.retain(|r| *r != relay);
-        candidates.insert(0, relay);
+        match relay {
+            Some(relay) => {
+                candidates.retain(|r| *r != relay);
+                candidates.insert(0, relay);
+            }
+            None => self.unvouched.reading(op, eg.clone()),
+        }
         let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, &mut sends);
         let target = PointTarget { eg, query };
         let read = PointRead::start(&mut ctx, target, ReadMode::Snapshot, candidates);
@@ -723,6 +738,7 @@ impl ClientCore {
             txn.client, self.config.id,
             "a client commits its own transactions only"
         );
+        self.unvouched.commits_after(txn, &eg, read_position);
         let commit = RelayedCommit {
             txn,
             eg,
@@ -939,6 +955,7 @@ impl ClientCore {
             let (first_op, _) = start.members[0];
             let ops: Vec<(TxnId, OpId)> =
                 start.members.iter().map(|(op, m)| (m.txn, *op)).collect();
+            let unvouched = ops.iter().all(|(t, _)| self.unvouched.stands_on_one(t));
             let members = start.members.into_iter().map(|(_, m)| m).collect();
             let next_leader = self.preferred_leader_of(&eg);
             let mut ctx = self.wiring.ctx(now, &self.config.proposer, first_op, sends);
@@ -950,8 +967,14 @@ impl ClientCore {
                 members,
                 next_leader,
             );
-            self.ops
-                .insert(first_op, Op::Commit(Box::new(CommitOp { commit, ops })));
+            self.ops.insert(
+                first_op,
+                Op::Commit(Box::new(CommitOp {
+                    commit,
+                    ops,
+                    unvouched,
+                })),
+            );
             if let Some(lane) = self.lanes.get_mut(&eg) {
                 lane.busy = Some(first_op);
             }
@@ -991,6 +1014,7 @@ impl ClientCore {
             Op::Commit(Box::new(CommitOp {
                 commit,
                 ops: vec![(txn, op)],
+                unvouched: false,
             })),
         );
         op
@@ -1261,7 +1285,12 @@ impl ClientCore {
                         };
                         self.step_ended(now, parent, tag, ended, &mut sends);
                     }
-                    (_, result) => done.push(Output::Done { op, result }),
+                    (_, result) => {
+                        if let OpResult::Commit { txn, .. } = &result {
+                            self.unvouched.reported(txn);
+                        }
+                        done.push(Output::Done { op, result });
+                    }
                 }
             }
         }
@@ -1288,13 +1317,26 @@ impl ClientCore {
         for (op, state) in &mut self.ops {
             let (result, over) = match state {
                 Op::Current(read) => (read.result().cloned().map(OpResult::Read), None),
-                Op::Point(read) => (read.result().cloned().map(OpResult::Read), None),
+                Op::Point(read) => {
+                    let result = read.result().cloned();
+                    if let Some(Ok(found)) = &result {
+                        let position = found.position.unwrap_or(Position::NONE);
+                        self.unvouched.read_ended(*op, Some(position));
+                    }
+                    (result.map(OpResult::Read), None)
+                }
                 Op::GlobalScan(scan) => (scan.result().cloned().map(OpResult::Read), None),
                 Op::Commit(commit) => {
                     // Each transaction reports to its own operation.
                     let taken = commit.commit.take_results();
                     if !taken.is_empty() && commit.commit.lost_a_race() {
-                        self.relaying.hot(now, commit.commit.group());
+                        // On a stale snapshot basis, a lost position says the basis was
+                        // old, not that the group is contended (`bases`).
+                        if commit.unvouched {
+                            self.unvouched.lost_on_stale(commit.commit.group());
+                        } else {
+                            self.relaying.hot(now, commit.commit.group());
+                        }
                     }
                     for (txn, result) in taken {
                         let to = commit
@@ -1324,6 +1366,7 @@ impl ClientCore {
             results.extend(result.map(|r| (*op, r)));
         }
         for op in finished {
+            self.unvouched.read_ended(op, None);
             self.ops.remove(&op);
             self.wiring.forget(&op);
             self.wakes.retain(|(_, parent, _)| *parent != op);

@@ -547,7 +547,7 @@ mod tests {
             matches!(
                 core.blind_basis(t0, eg(1), none()),
                 crate::BasisStep::Reading {
-                    mode: ReadMode::Current,
+                    mode: ReadMode::Snapshot,
                     ..
                 }
             ),
@@ -593,15 +593,22 @@ mod tests {
     }
 
     #[test]
-    fn a_blind_writes_basis_is_a_current_read_but_a_snapshot_at_the_relay_while_hot() {
+    fn a_blind_writes_basis_is_a_snapshot_of_the_local_replica_or_of_the_relay_while_hot() {
         let mut core = relaying_client();
         let t0 = Time::from_nanos(1_000);
         let none = || DataQuery::Rows(Vec::new());
         let (_, mode, out) = core.read_basis(t0, eg(1), none());
-        assert_eq!(mode, ReadMode::Current, "cold: a current read");
-        assert!(
-            data_reads(&out).is_empty(),
-            "a current read asks the coordinator first: {out:?}"
+        assert_eq!(mode, ReadMode::Snapshot, "cold: a snapshot");
+        assert_eq!(
+            data_reads(&out),
+            vec![(ReplicaId(1), ReadAt::Applied)],
+            "of the local full replica, with no coordinator asked: {out:?}"
+        );
+        assert_eq!(
+            out.iter()
+                .filter(|o| matches!(o, ClientOutput::Send { .. }))
+                .count(),
+            1
         );
         core.relaying.hot(t0, &eg(1));
         let (_, mode, out) = core.read_basis(t0, eg(1), none());
@@ -618,7 +625,12 @@ mod tests {
             vec![(ReplicaId(2), ReadAt::Applied)],
             "the relay that takes its commits now is asked first"
         );
-        let (_, mode, _) = core.read_basis(t0 + RELAY_HOT_FOR, eg(1), none());
-        assert_eq!(mode, ReadMode::Current, "cooled");
+        let (_, mode, out) = core.read_basis(t0 + RELAY_HOT_FOR, eg(1), none());
+        assert_eq!(mode, ReadMode::Snapshot, "cooled");
+        assert_eq!(
+            data_reads(&out),
+            vec![(ReplicaId(1), ReadAt::Applied)],
+            "the local replica again (a read that finds it down asks the next)"
+        );
     }
 }

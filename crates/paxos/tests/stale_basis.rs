@@ -1,0 +1,231 @@
+//! A blind write's basis is a snapshot read of the local full replica, without the
+//! coordinator (docs/protocol.md, "A blind write's basis"). A stale one costs a rebase
+//! over the entries chosen after it, and makes the group's next blind write read
+//! current once; it does not make the group hot, as the same lost positions do after
+//! a current read. Driven message by message against scripted replicas.
+
+mod support;
+
+use std::time::Duration;
+
+use megastore_paxos::entry::CellWrite;
+use megastore_paxos::messages::{AcceptResult, ReadAt};
+use megastore_paxos::{
+    Basis, ClientCore, ClientInput, ClientOutput, CommitResult, DataQuery, LogEntry, Message, OpId,
+    OpResult, ReadMode, ReadSet, ReplicaReply, ReplicaRequest, RowWrite,
+};
+use megastore_types::{Ballot, ClientId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
+
+/// The replicas have applied through here (and the local one answers a snapshot read
+/// at its own `applied`).
+const CHOSEN_THROUGH: Position = Position(4);
+
+fn txn(client: u32, seq: u64) -> TxnId {
+    TxnId {
+        client: ClientId(client),
+        seq,
+    }
+}
+
+fn writes() -> Vec<RowWrite> {
+    vec![RowWrite {
+        row: [&support::eg().0[..], b"\x01k"].concat(),
+        cells: vec![CellWrite::Set {
+            column: b"v".to_vec(),
+            value: b"x".to_vec(),
+        }],
+    }]
+}
+
+/// The entry another client chose at `position`, naming replica 1 the next leader.
+fn others_entry(position: Position) -> LogEntry {
+    LogEntry::combining([(txn(2, position.0), writes())], Some(ReplicaId(1)))
+}
+
+/// Scripted replicas: every position through [`CHOSEN_THROUGH`] holds another
+/// client's entry, visible; later ones accept. The local replica (1) has applied
+/// through `local_applied`.
+fn answer(request: &ReplicaRequest, local_applied: Position) -> Option<ReplicaReply> {
+    let id = request.id();
+    match request {
+        ReplicaRequest::Accept { position, .. } if *position <= CHOSEN_THROUGH => {
+            let ballot = Ballot {
+                round: 1,
+                proposer: ProposerId::client(ClientId(2)),
+            };
+            Some(ReplicaReply::Accept {
+                id,
+                result: AcceptResult::Visible(ballot, others_entry(*position)),
+            })
+        }
+        ReplicaRequest::Accept { .. } => Some(ReplicaReply::Accept {
+            id,
+            result: AcceptResult::Accepted,
+        }),
+        ReplicaRequest::MarkVisible { position, .. } => Some(ReplicaReply::MarkedVisible {
+            id,
+            applied: *position,
+        }),
+        ReplicaRequest::Read {
+            at: ReadAt::Applied,
+            ..
+        } => Some(ReplicaReply::Data {
+            id,
+            at: Some(local_applied),
+            rows: Vec::new(),
+            pending: Vec::new(),
+            next_leader: Some(ReplicaId(1)),
+        }),
+        _ => None,
+    }
+}
+
+/// Carries `outputs` out against the scripted replicas until operation `op` is done;
+/// `None` if the client relayed a commit instead.
+fn drive(
+    client: &mut ClientCore,
+    now: &mut Time,
+    op: OpId,
+    mut outputs: Vec<ClientOutput>,
+    local_applied: Position,
+) -> Option<OpResult> {
+    for _ in 0..1_000 {
+        let mut replies = Vec::new();
+        for output in outputs.drain(..) {
+            match output {
+                ClientOutput::Send {
+                    to: NodeId::Replica(r),
+                    message: Message::ReplicaRequest(request),
+                } => replies.extend(answer(&request, local_applied).map(|reply| (r, reply))),
+                ClientOutput::Send {
+                    message: Message::Relay { .. },
+                    ..
+                } => return None,
+                ClientOutput::Done { op: done, result } if done == op => return Some(result),
+                _ => {}
+            }
+        }
+        *now = *now + Duration::from_millis(1);
+        for (from, reply) in replies {
+            outputs.extend(client.step(
+                *now,
+                ClientInput::Message {
+                    from: NodeId::Replica(from),
+                    message: Message::ReplicaReply(reply),
+                },
+            ));
+        }
+        outputs.extend(client.step(*now, ClientInput::Tick));
+    }
+    panic!("operation {op:?} did not end");
+}
+
+/// A blind write's basis as `read_basis` finds it, from a local replica applied
+/// through `local_applied`; asserts it was a snapshot read of the local replica.
+fn snapshot_basis(client: &mut ClientCore, now: &mut Time, local_applied: Position) -> Basis {
+    let (op, mode, outputs) = client.read_basis(*now, support::eg(), DataQuery::Rows(Vec::new()));
+    assert_eq!(
+        mode,
+        ReadMode::Snapshot,
+        "a blind write's basis is a snapshot"
+    );
+    let asked: Vec<_> = outputs
+        .iter()
+        .filter_map(|o| match o {
+            ClientOutput::Send { to, .. } => Some(*to),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        asked,
+        vec![NodeId::Replica(ReplicaId(1))],
+        "one request, to the local full replica, and none to a coordinator"
+    );
+    match drive(client, now, op, outputs, local_applied) {
+        Some(OpResult::Read(Ok(read))) => Basis::of_read(&read),
+        other => panic!("the basis read ended {other:?}"),
+    }
+}
+
+/// Commits `txn` after `basis`; its result, or `None` if it was relayed.
+fn commit(
+    client: &mut ClientCore,
+    now: &mut Time,
+    txn: TxnId,
+    basis: &Basis,
+) -> Option<CommitResult> {
+    let (op, outputs) = client.commit(
+        *now,
+        txn,
+        support::eg(),
+        basis.read_position,
+        basis.leader,
+        writes(),
+        ReadSet::default(),
+    );
+    match drive(client, now, op, outputs, CHOSEN_THROUGH)? {
+        OpResult::Commit { result, .. } => Some(result),
+        other => panic!("a commit ended {other:?}"),
+    }
+}
+
+fn start() -> (ClientCore, Time) {
+    let client = support::client_core_relaying(support::topology(), true);
+    (client, Time::ZERO + Duration::from_secs(1))
+}
+
+#[test]
+fn a_stale_snapshot_basis_rebases_and_makes_the_next_basis_current_not_the_group_hot() {
+    let (mut client, mut now) = start();
+    let stale = snapshot_basis(&mut client, &mut now, Position(2));
+    assert_eq!(stale.read_position, Position(2));
+    let result = commit(&mut client, &mut now, txn(1, 1), &stale)
+        .expect("a cold group's commit is proposed directly");
+    assert!(
+        matches!(
+            result,
+            CommitResult::Committed {
+                position: Position(5),
+                ..
+            }
+        ),
+        "rebased over the two positions chosen after its basis: {result:?}"
+    );
+    let (_, mode, _) = client.read_basis(now, support::eg(), DataQuery::Rows(Vec::new()));
+    assert_eq!(
+        mode,
+        ReadMode::Current,
+        "after a stale basis: a current read, once"
+    );
+    let fresh = snapshot_basis(&mut client, &mut now, CHOSEN_THROUGH);
+    assert!(
+        commit(&mut client, &mut now, txn(1, 2), &fresh).is_some(),
+        "the lost positions were a stale basis, not contention: the group is not hot"
+    );
+}
+
+#[test]
+fn the_same_lost_positions_after_a_read_that_was_not_a_snapshot_basis_make_the_group_hot() {
+    let (mut client, mut now) = start();
+    // The same position, as a current read or a lent basis would have found it.
+    let read = Basis {
+        read_position: Position(2),
+        leader: Some(ReplicaId(1)),
+        prepared: Vec::new(),
+    };
+    let result = commit(&mut client, &mut now, txn(1, 1), &read).expect("proposed directly");
+    assert!(
+        matches!(result, CommitResult::Committed { .. }),
+        "{result:?}"
+    );
+    let (_, mode, _) = client.read_basis(now, support::eg(), DataQuery::Rows(Vec::new()));
+    assert_eq!(mode, ReadMode::Snapshot, "hot: a snapshot at the relay");
+    let next = Basis {
+        read_position: Position(5),
+        ..read
+    };
+    assert!(
+        commit(&mut client, &mut now, txn(1, 2), &next).is_none(),
+        "it lost positions to another client's entries: the group is hot, its commits relayed"
+    );
+}

@@ -1,0 +1,240 @@
+//! A blind write's basis is a snapshot read of the local replica, without the
+//! coordinator (docs/protocol.md, "A blind write's basis"), through the public gRPC API
+//! on real processes. Site B's full replica is stopped while site A commits to a
+//! group, then started again: it is behind, and nothing catches it up by itself. A
+//! blind `Begin` at B takes its stale position; the commit after it loses the positions
+//! chosen since (past its commit span: a conflict naming no rows), and the next blind
+//! Begin there reads current, which catches b up. Then writers at A and B write the
+//! group together. Checked: B's first basis was stale, every write of B commits
+//! within three attempts, each attempt's Begin after the first is current, and every
+//! committed row is present and no row of an attempt that did not commit.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use megastore_paxos::COMMIT_SPAN;
+use megastore_rpc::pb::client as pb;
+use megastore_rpc::pb::client::megastore_client::MegastoreClient;
+use tonic::transport::Channel;
+
+use crate::support::{api_at, replica_address, start_cluster};
+
+const GROUP: &[u8] = b"stale-basis";
+/// Commits at A while b is down: more than a commit span, so a commit after b's
+/// position cannot reach a free one.
+const WHILE_B_IS_DOWN: u64 = 3 * COMMIT_SPAN + 8;
+/// Writers at each site in the second phase, and the writes each makes.
+const WRITERS: usize = 3;
+const WRITES: usize = 15;
+/// Attempts a write gets (a conflict naming no rows is safe to retry).
+const ATTEMPTS: usize = 8;
+
+fn key(writer: &str, write: usize, attempt: usize) -> Vec<u8> {
+    format!("{writer}-{write:03}-{attempt}").into_bytes()
+}
+
+/// How one blind attempt ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// Committed at this position.
+    Committed(u64),
+    /// A conflict naming no rows: it lost every position of its span.
+    LostItsSpan,
+}
+
+/// One blind transaction at `api` writing `row`: Begin's position, and how it ended.
+async fn blind_attempt(api: &mut MegastoreClient<Channel>, row: Vec<u8>) -> (u64, Ended) {
+    use pb::commit_response::Outcome;
+    let begun = api
+        .begin(pb::BeginRequest {
+            eg: GROUP.to_vec(),
+            blind: true,
+            ..Default::default()
+        })
+        .await
+        .expect("a blind Begin")
+        .into_inner();
+    api.write(pb::WriteRequest {
+        txn: begun.txn,
+        rows: vec![pb::RowWrite {
+            key: row,
+            cells: vec![pb::CellWrite {
+                column: b"n".to_vec(),
+                change: Some(pb::cell_write::Change::Set(b"1".to_vec())),
+            }],
+        }],
+    })
+    .await
+    .expect("a Write");
+    let outcome = api
+        .commit(pb::CommitRequest { txn: begun.txn })
+        .await
+        .expect("a Commit answered (every replica is up)")
+        .into_inner()
+        .outcome;
+    let ended = match outcome {
+        Some(Outcome::Committed(c)) => Ended::Committed(c.position),
+        Some(Outcome::Conflict(c)) => {
+            assert!(
+                c.keys.is_empty(),
+                "a blind write conflicts only by losing its span: {c:?}"
+            );
+            Ended::LostItsSpan
+        }
+        other => panic!("a blind commit ended {other:?}"),
+    };
+    (begun.position, ended)
+}
+
+/// Writes `write` of `writer` at `api` until it commits: the attempts that did not.
+async fn write_until_committed(
+    api: &mut MegastoreClient<Channel>,
+    writer: &str,
+    write: usize,
+) -> (usize, Vec<usize>) {
+    let mut lost = Vec::new();
+    for attempt in 0..ATTEMPTS {
+        match blind_attempt(api, key(writer, write, attempt)).await.1 {
+            Ended::Committed(_) => return (attempt, lost),
+            Ended::LostItsSpan => lost.push(attempt),
+        }
+    }
+    panic!("{writer}'s write {write} lost its span {ATTEMPTS} times");
+}
+
+#[test]
+fn a_blind_write_at_a_replica_left_behind_commits_after_one_stale_attempt() {
+    let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
+    let (at_a, at_b) = (replica_address(&config, "a"), replica_address(&config, "b"));
+    let mut committed: Vec<Vec<u8>> = Vec::new();
+    let mut not_committed: Vec<Vec<u8>> = Vec::new();
+
+    // b is down while A commits: it misses every accept and visible mark.
+    assert!(
+        cluster
+            .process("replica-b")
+            .terminate(Duration::from_secs(10))
+    );
+    let newest = runtime.block_on(async {
+        let mut a = api_at(&at_a);
+        let mut newest = 0;
+        for write in 0..WHILE_B_IS_DOWN as usize {
+            let (attempt, lost) = write_until_committed(&mut a, "down", write).await;
+            assert!(lost.is_empty(), "nothing else writes the group: {lost:?}");
+            committed.push(key("down", write, attempt));
+            newest += 1;
+        }
+        newest
+    });
+    cluster.start_process("replica-b");
+    cluster.wait_for_log("replica-b", "replica serving", Duration::from_secs(30));
+
+    // At B: the first basis is b's stale position; its commit cannot reach a free
+    // position within its span; the next Begin reads current and commits.
+    runtime.block_on(async {
+        let mut b = api_at(&at_b);
+        let started = Instant::now();
+        let (stale, ended) = loop {
+            // b answers once it has read its placement and lock (a moment after it
+            // says it serves).
+            match b
+                .begin(pb::BeginRequest {
+                    eg: GROUP.to_vec(),
+                    blind: true,
+                    ..Default::default()
+                })
+                .await
+            {
+                Ok(begun) => {
+                    let _ = b
+                        .abort(pb::AbortRequest {
+                            txn: begun.into_inner().txn,
+                        })
+                        .await;
+                    break blind_attempt(&mut b, key("b", 0, 0)).await;
+                }
+                Err(e) => assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "b does not serve: {e}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(
+            stale + COMMIT_SPAN < newest,
+            "b's basis {stale} is not behind the {newest} positions A committed: the test \
+             did not leave b behind"
+        );
+        assert_eq!(ended, Ended::LostItsSpan, "the commit after a stale basis");
+        not_committed.push(key("b", 0, 0));
+        let (current, ended) = blind_attempt(&mut b, key("b", 0, 1)).await;
+        assert!(
+            current >= newest,
+            "after a stale basis the next Begin reads current: {current} < {newest}"
+        );
+        assert!(matches!(ended, Ended::Committed(_)), "{ended:?}");
+        committed.push(key("b", 0, 1));
+    });
+
+    // Writers at both sites together (the group's commits may go hot and relay: every
+    // write still commits, within its attempts).
+    let tasks: Vec<_> = (0..2 * WRITERS)
+        .map(|w| {
+            let address = if w % 2 == 0 {
+                at_a.clone()
+            } else {
+                at_b.clone()
+            };
+            let writer = format!("w{w}");
+            runtime.spawn(async move {
+                let mut api = api_at(&address);
+                let (mut done, mut lost) = (Vec::new(), Vec::new());
+                for write in 0..WRITES {
+                    let (attempt, failed) = write_until_committed(&mut api, &writer, write).await;
+                    done.push(key(&writer, write, attempt));
+                    lost.extend(failed.into_iter().map(|a| key(&writer, write, a)));
+                }
+                (done, lost)
+            })
+        })
+        .collect();
+    for task in tasks {
+        let (done, lost) = runtime.block_on(task).expect("a writer");
+        committed.extend(done);
+        not_committed.extend(lost);
+    }
+
+    let rows: BTreeMap<Vec<u8>, pb::Row> = runtime.block_on(async {
+        let read = api_at(&at_a)
+            .read(pb::ReadRequest {
+                eg: GROUP.to_vec(),
+                mode: pb::ReadMode::Current as i32,
+                query: Some(pb::RowQuery {
+                    query: Some(pb::row_query::Query::Range(pb::row_query::Range::default())),
+                }),
+            })
+            .await
+            .expect("a current read")
+            .into_inner();
+        read.rows.into_iter().map(|r| (r.key.clone(), r)).collect()
+    });
+    for row in &committed {
+        assert!(
+            rows.contains_key(row),
+            "{} committed, and is missing",
+            String::from_utf8_lossy(row)
+        );
+    }
+    for row in &not_committed {
+        assert!(
+            !rows.contains_key(row),
+            "{} did not commit, and is there",
+            String::from_utf8_lossy(row)
+        );
+    }
+    assert_eq!(
+        rows.len(),
+        committed.len(),
+        "no row beyond the committed ones"
+    );
+}
