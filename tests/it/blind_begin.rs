@@ -8,7 +8,6 @@
 //! did not commit is absent, and most blind Begins took their position from the
 //! replica's commit in flight instead of reading.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -18,7 +17,7 @@ use megastore_rpc::pb::client as pb;
 use megastore_rpc::pb::client::megastore_client::MegastoreClient;
 use tonic::transport::Channel;
 
-use crate::support::{api_at, grpc_resolve, start_cluster, wait_for_acks};
+use crate::support::{api_at, grpc_current_rows, grpc_resolve, start_cluster, wait_for_acks};
 
 const GROUP: &[u8] = b"blind-hot";
 /// gRPC clients, each with a connection of its own.
@@ -238,21 +237,7 @@ fn blind_transactions_through_grpc_commit_exactly_once_through_their_gateways_ki
     );
 
     // Every acknowledged row is there, and no row of a transaction that did not commit.
-    let rows: BTreeMap<Vec<u8>, pb::Row> = runtime.block_on(async {
-        let mut api = api_at(&elsewhere);
-        let read = api
-            .read(pb::ReadRequest {
-                eg: GROUP.to_vec(),
-                mode: pb::ReadMode::Current as i32,
-                query: Some(pb::RowQuery {
-                    query: Some(pb::row_query::Query::Range(pb::row_query::Range::default())),
-                }),
-            })
-            .await
-            .expect("a current read after the load")
-            .into_inner();
-        read.rows.into_iter().map(|r| (r.key.clone(), r)).collect()
-    });
+    let rows = runtime.block_on(grpc_current_rows(&elsewhere, GROUP));
     let indefinite: usize = seen.iter().map(|s| s.indefinite).sum();
     for (c, seen) in seen.iter().enumerate() {
         assert!(

@@ -9,7 +9,6 @@
 //! within three attempts, each attempt's Begin after the first is current, and every
 //! committed row is present and no row of an attempt that did not commit.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use megastore_paxos::COMMIT_SPAN;
@@ -17,7 +16,7 @@ use megastore_rpc::pb::client as pb;
 use megastore_rpc::pb::client::megastore_client::MegastoreClient;
 use tonic::transport::Channel;
 
-use crate::support::{api_at, replica_address, start_cluster};
+use crate::support::{api_at, grpc_current_rows, replica_address, start_cluster};
 
 const GROUP: &[u8] = b"stale-basis";
 /// Commits at A while b is down: more than a commit span, so a commit after b's
@@ -204,20 +203,7 @@ fn a_blind_write_at_a_replica_left_behind_commits_after_one_stale_attempt() {
         not_committed.extend(lost);
     }
 
-    let rows: BTreeMap<Vec<u8>, pb::Row> = runtime.block_on(async {
-        let read = api_at(&at_a)
-            .read(pb::ReadRequest {
-                eg: GROUP.to_vec(),
-                mode: pb::ReadMode::Current as i32,
-                query: Some(pb::RowQuery {
-                    query: Some(pb::row_query::Query::Range(pb::row_query::Range::default())),
-                }),
-            })
-            .await
-            .expect("a current read")
-            .into_inner();
-        read.rows.into_iter().map(|r| (r.key.clone(), r)).collect()
-    });
+    let rows = runtime.block_on(grpc_current_rows(&at_a, GROUP));
     for row in &committed {
         assert!(
             rows.contains_key(row),

@@ -337,6 +337,27 @@ pub(crate) fn grpc_committed(
     }
 }
 
+/// Every row of the untyped group `group`, by key, as a current read at the replica
+/// whose public API is at `address` shows them.
+pub(crate) async fn grpc_current_rows(
+    address: &str,
+    group: &[u8],
+) -> std::collections::BTreeMap<Vec<u8>, megastore_rpc::pb::client::Row> {
+    use megastore_rpc::pb::client as pb;
+    let read = api_at(address)
+        .read(pb::ReadRequest {
+            eg: group.to_vec(),
+            mode: pb::ReadMode::Current as i32,
+            query: Some(pb::RowQuery {
+                query: Some(pb::row_query::Query::Range(pb::row_query::Range::default())),
+            }),
+        })
+        .await
+        .expect("a current read")
+        .into_inner();
+    read.rows.into_iter().map(|r| (r.key.clone(), r)).collect()
+}
+
 /// Asks `api` whether transaction `id` of the untyped group `group` committed
 /// (`Resolve`), until it can tell (within a minute).
 pub(crate) async fn grpc_resolve(

@@ -7,11 +7,10 @@ mod support;
 
 use std::time::Duration;
 
-use megastore_paxos::entry::CellWrite;
 use megastore_paxos::messages::AcceptResult;
 use megastore_paxos::{
     ClientCore, ClientInput, ClientOutput, CommitResult, Message, OpResult, ReadSet, ReplicaReply,
-    ReplicaRequest, RowWrite,
+    ReplicaRequest,
 };
 use megastore_types::{ClientId, NodeId, Position, ReplicaId, Time, TxnId};
 
@@ -24,16 +23,6 @@ fn txn(seq: u64) -> TxnId {
         client: ClientId(1),
         seq,
     }
-}
-
-fn writes() -> Vec<RowWrite> {
-    vec![RowWrite {
-        row: [&support::eg().0[..], b"\x01k"].concat(),
-        cells: vec![CellWrite::Set {
-            column: b"v".to_vec(),
-            value: b"x".to_vec(),
-        }],
-    }]
 }
 
 /// What each replica answers: every accept is accepted, the position leader's grant
@@ -72,7 +61,7 @@ fn commit(
         support::eg(),
         Position(seq - 1),
         Some(ReplicaId(1)),
-        writes(),
+        support::row_writes(),
         ReadSet::default(),
     );
     let mut relayed = false;

@@ -10,26 +10,15 @@ mod support;
 use std::time::Duration;
 
 use megastore_coordinator::CoordinatorRequest;
-use megastore_paxos::entry::CellWrite;
 use megastore_paxos::messages::AcceptResult;
 use megastore_paxos::{
     ClientInput, ClientOutput, CommitResult, Message, OpResult, ProtocolBugs, ReadSet,
-    ReplicaReply, ReplicaRequest, RowWrite,
+    ReplicaReply, ReplicaRequest,
 };
 use megastore_placement::Placement;
 use megastore_types::{ClientId, NodeId, Position, ReplicaId, Time, TxnId};
 
 const WITNESS: ReplicaId = ReplicaId(3);
-
-fn writes() -> Vec<RowWrite> {
-    vec![RowWrite {
-        row: [&support::eg().0[..], b"\x01k"].concat(),
-        cells: vec![CellWrite::Set {
-            column: b"v".to_vec(),
-            value: b"x".to_vec(),
-        }],
-    }]
-}
 
 fn accepted(id: u64) -> Message {
     Message::ReplicaReply(ReplicaReply::Accept {
@@ -99,7 +88,7 @@ fn chosen_with_the_removed_voters_acceptance(bugs: ProtocolBugs) -> bool {
         support::eg(),
         Position(0),
         Some(ReplicaId(1)),
-        writes(),
+        support::row_writes(),
         ReadSet::default(),
     );
     let grant = accepts(&outputs);

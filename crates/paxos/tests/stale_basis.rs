@@ -8,11 +8,10 @@ mod support;
 
 use std::time::Duration;
 
-use megastore_paxos::entry::CellWrite;
 use megastore_paxos::messages::{AcceptResult, ReadAt};
 use megastore_paxos::{
     Basis, ClientCore, ClientInput, ClientOutput, CommitResult, DataQuery, LogEntry, Message, OpId,
-    OpResult, ReadMode, ReadSet, ReplicaReply, ReplicaRequest, RowWrite,
+    OpResult, ReadMode, ReadSet, ReplicaReply, ReplicaRequest,
 };
 use megastore_types::{Ballot, ClientId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
 
@@ -27,19 +26,12 @@ fn txn(client: u32, seq: u64) -> TxnId {
     }
 }
 
-fn writes() -> Vec<RowWrite> {
-    vec![RowWrite {
-        row: [&support::eg().0[..], b"\x01k"].concat(),
-        cells: vec![CellWrite::Set {
-            column: b"v".to_vec(),
-            value: b"x".to_vec(),
-        }],
-    }]
-}
-
 /// The entry another client chose at `position`, naming replica 1 the next leader.
 fn others_entry(position: Position) -> LogEntry {
-    LogEntry::combining([(txn(2, position.0), writes())], Some(ReplicaId(1)))
+    LogEntry::combining(
+        [(txn(2, position.0), support::row_writes())],
+        Some(ReplicaId(1)),
+    )
 }
 
 /// Scripted replicas: every position through [`CHOSEN_THROUGH`] holds another
@@ -160,7 +152,7 @@ fn commit(
         support::eg(),
         basis.read_position,
         basis.leader,
-        writes(),
+        support::row_writes(),
         ReadSet::default(),
     );
     match drive(client, now, op, outputs, CHOSEN_THROUGH)? {

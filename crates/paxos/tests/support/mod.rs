@@ -210,6 +210,17 @@ impl Node {
     }
 }
 
+/// A transaction's writes for a commit: row `k` of the test group, `v = "x"`.
+pub(crate) fn row_writes() -> Vec<RowWrite> {
+    vec![RowWrite {
+        row: [&eg().0[..], b"\x01k"].concat(),
+        cells: vec![CellWrite::Set {
+            column: b"v".to_vec(),
+            value: b"x".to_vec(),
+        }],
+    }]
+}
+
 pub(crate) fn write(txn: u64, next_leader: Option<u16>, value: &str) -> LogEntry {
     let row = [eg().0, b"\x01k".to_vec()].concat();
     let cells = vec![CellWrite::Set {

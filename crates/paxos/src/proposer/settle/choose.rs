@@ -262,7 +262,7 @@ impl Settle {
             ..
         } = &mut self.phase
         else {
-            unreachable!("matched above")
+            return;
         };
         if promises.len() >= majority {
             // Adopt the value accepted at the highest ballot among the promises; if

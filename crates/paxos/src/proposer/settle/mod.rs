@@ -483,7 +483,7 @@ impl Settle {
                 rejects.insert(from);
                 self.forget_dropped_voters(ctx);
                 let Phase::Prepare { rejects, .. } = &self.phase else {
-                    unreachable!("matched above")
+                    return;
                 };
                 if rejects.len() > self.voters(ctx).len() - self.majority(ctx) {
                     self.backoff(ctx);
