@@ -304,6 +304,15 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         &["durable-ack", "visible-after-invalidate"],
         500,
     ),
+    // Needs a seed whose move the operator records frozen while the source's
+    // coordinator has not read it, then a writer that counts that coordinator's
+    // acknowledgement while the target's coordinator vouches (first caught at seed 407
+    // once blind writes took snapshot bases; missed in 1,500 seeds before).
+    (
+        "record-frozen-unfenced",
+        &["vouched-is-current", "visible-after-invalidate"],
+        600,
+    ),
 ];
 
 /// Knobs of moves between servers: only a seed whose world runs spare servers
@@ -319,6 +328,7 @@ const NEED_MOVES: &[&str] = &[
     "receive-before-seeing-move",
     "trust-unconfirmed-lapse",
     "delta-on-any-base",
+    "record-frozen-unfenced",
 ];
 
 /// Knobs of voter removals: only a seed with an operator that removes a replica
@@ -423,6 +433,7 @@ knob_tests! {
     trust_unconfirmed_lapse_is_caught => 50,
     delta_on_any_base_is_caught => 51,
     count_votes_of_removed_is_caught => 52,
+    record_frozen_unfenced_is_caught => 53,
 }
 
 #[test]
