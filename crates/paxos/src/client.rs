@@ -1065,14 +1065,42 @@ impl ClientCore {
     }
 
     /// Handles one event.
+    ///
+    /// A reply that no operation waits for and that is no refusal (a visible mark's
+    /// acknowledgement after its commit ended, an answer after its operation gave up)
+    /// changes nothing: the step returns no outputs, without looking at every
+    /// operation and lane for results and deadlines — the wake asked for last still
+    /// stands. Four of a commit's eight replies are such acknowledgements, and that
+    /// look grows with the operations in flight.
     pub fn step(&mut self, now: Time, input: Input) -> Vec<Output> {
         let mut sends = Vec::new();
         match input {
-            Input::Message { from, message } => self.on_message(now, from, message, &mut sends),
+            Input::Message { from, message } => {
+                if self.waited_for_by_nobody(from, &message) {
+                    return Vec::new();
+                }
+                self.on_message(now, from, message, &mut sends);
+            }
             Input::Tick => self.on_tick(now, &mut sends),
             Input::Placement(placement) => self.wiring.observe_placement(placement),
         }
         self.finish_step(now, sends)
+    }
+
+    /// A replica's or coordinator's reply that routes to no operation, and that is no
+    /// refusal (a [`crate::messages::ReplicaReply::Error`] may say that this client's
+    /// placement is behind).
+    fn waited_for_by_nobody(&self, from: NodeId, message: &Message) -> bool {
+        match (from, message) {
+            (NodeId::Replica(_), Message::ReplicaReply(reply)) => {
+                !matches!(reply, crate::messages::ReplicaReply::Error { .. })
+                    && self.wiring.route(reply.id()).is_none()
+            }
+            (NodeId::Coordinator(_), Message::CoordinatorReply(reply)) => {
+                self.wiring.route(reply.id()).is_none()
+            }
+            _ => false,
+        }
     }
 
     fn on_message(
