@@ -31,10 +31,14 @@ impl ReplicationService {
         &self,
         request: ReplicaRequest,
     ) -> Result<oneshot::Receiver<megastore_paxos::ReplicaReply>, Status> {
-        let eg = request
-            .eg()
-            .map_or_else(|| "global index".to_string(), ToString::to_string);
-        tracing::debug!(eg = %eg, id = request.id(), ?request, "received");
+        // Field values are evaluated only when the event is enabled: no group name is
+        // formatted per request otherwise.
+        tracing::debug!(
+            eg = %request.eg().map_or_else(|| "global index".to_string(), ToString::to_string),
+            id = request.id(),
+            ?request,
+            "received"
+        );
         let (reply, answer) = oneshot::channel();
         self.events
             .send(Event::Call { request, reply })
