@@ -10,7 +10,8 @@ mod support;
 use std::time::Duration;
 
 use megastore_paxos::{
-    ClientInput, ClientOutput, DataQuery, Message, ReadMode, ReplicaReply, ReplicaRequest,
+    ClientCore, ClientInput, ClientOutput, DataQuery, Message, ReadMode, ReplicaReply,
+    ReplicaRequest,
 };
 use megastore_types::{NodeId, Position, ReplicaId, Time};
 
@@ -34,8 +35,9 @@ fn request_ids(outputs: &[ClientOutput]) -> Vec<u64> {
         .collect()
 }
 
-#[test]
-fn an_acknowledgement_nobody_waits_for_returns_nothing_and_the_wake_still_stands() {
+/// A client with a snapshot read in flight, started at the time returned, and what the
+/// start asked for.
+fn read_in_flight() -> (ClientCore, Time, Vec<ClientOutput>) {
     let mut core = support::client_core(support::topology());
     let t0 = Time::ZERO + Duration::from_secs(1);
     let (_, started) = core.read(
@@ -44,6 +46,12 @@ fn an_acknowledgement_nobody_waits_for_returns_nothing_and_the_wake_still_stands
         ReadMode::Snapshot,
         DataQuery::Rows(Vec::new()),
     );
+    (core, t0, started)
+}
+
+#[test]
+fn an_acknowledgement_nobody_waits_for_returns_nothing_and_the_wake_still_stands() {
+    let (mut core, t0, started) = read_in_flight();
     let deadline = wake(&started).expect("a read in flight asks to be woken");
     let asked = request_ids(&started);
     let in_flight = core.in_flight();
@@ -76,14 +84,7 @@ fn an_acknowledgement_nobody_waits_for_returns_nothing_and_the_wake_still_stands
 /// The request ids are the core's own: a reply to one of them is still handled.
 #[test]
 fn a_reply_an_operation_waits_for_is_still_handled() {
-    let mut core = support::client_core(support::topology());
-    let t0 = Time::ZERO + Duration::from_secs(1);
-    let (_, started) = core.read(
-        t0,
-        support::eg(),
-        ReadMode::Snapshot,
-        DataQuery::Rows(Vec::new()),
-    );
+    let (mut core, t0, started) = read_in_flight();
     let (to, id) = started
         .iter()
         .find_map(|o| match o {
