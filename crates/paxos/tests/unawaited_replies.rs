@@ -57,7 +57,7 @@ fn an_acknowledgement_nobody_waits_for_returns_nothing_and_the_wake_still_stands
     let in_flight = core.in_flight();
 
     // An id no operation holds: none of the read's requests.
-    let stray = asked.iter().max().map_or(1, |id| id + 1_000);
+    let stray = (1..).find(|id| !asked.contains(id)).expect("a free id");
     let acknowledgement = ClientInput::Message {
         from: NodeId::Replica(ReplicaId(4)),
         message: Message::ReplicaReply(ReplicaReply::MarkedVisible {

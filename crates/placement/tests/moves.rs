@@ -19,7 +19,7 @@ use megastore_placement::{
 };
 use megastore_types::{ReplicaId, ReplicaInfo, ReplicaKind, SiteId, Topology};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -432,6 +432,13 @@ proptest! {
     }
 }
 
+/// The seed of every knob's search. Fixed: with a random one, a search of 4,096 cases
+/// missed `receive_before_seeing_move` once in CI (2026-12-05), so a knob's catch was
+/// a matter of luck. Seeds 1 to 7 each catch all three knobs; with 6 the searches end
+/// soonest (about 10 s for the slowest in a debug build). The knob-free properties
+/// above still draw random cases.
+const SEARCH_SEED: u64 = 6;
+
 /// The search finds a violation of one of `invariants` with a knob on.
 fn search_catches(
     bugs: (PlacementBugs, OperatorBugs),
@@ -441,6 +448,7 @@ fn search_catches(
     let mut runner = TestRunner::new(Config {
         cases: 4_096,
         failure_persistence: None,
+        rng_seed: RngSeed::Fixed(SEARCH_SEED),
         ..Config::default()
     });
     let found = runner.run(&proptest::collection::vec(steps, 1..80), |steps| {
