@@ -41,7 +41,7 @@ use megastore_placement::{
 use megastore_rowstore::{Durability, KeyRange, LATEST, MemoryStore, RowRead};
 use megastore_types::{ClientId, EgId, LockNodeId, NodeId, Position, ReplicaId, SiteId, Time};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 use support::{Node, ballot, topology, write};
 
 #[derive(Debug, Clone)]
@@ -653,11 +653,18 @@ fn search_catches(bugs: Knobs, invariants: &[&str]) {
     search_catches_within(8_192, bugs, invariants);
 }
 
+/// The seed of every knob's search: fixed, so that a knob's catch is no matter of
+/// luck (crates/placement/tests/moves.rs's random-seeded search once missed its knob in
+/// CI). Seeds 1 to 4 each catch all five knobs, within 3 s each in a debug build. The
+/// knob-free properties still draw random cases.
+const SEARCH_SEED: u64 = 1;
+
 /// [`search_catches`], trying up to `cases` cases.
 fn search_catches_within(cases: u32, bugs: Knobs, invariants: &[&str]) {
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
+        rng_seed: RngSeed::Fixed(SEARCH_SEED),
         ..Config::default()
     });
     let found = runner.run(
