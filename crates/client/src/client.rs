@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::stream::{FuturesUnordered, StreamExt};
 use megastore_config::ClusterConfig;
 use megastore_coordinator::CoordinatorRequest;
 use megastore_lock::{LockCommand, LockError, LockReply};
@@ -193,14 +192,11 @@ pub(crate) enum Event {
         wait: std::time::Duration,
         done: oneshot::Sender<Option<(ReplicaId, Position)>>,
     },
-    /// The answer to a request the driver sent (taken from its requests in flight, not
-    /// sent on the channel).
-    Answer { from: NodeId, message: Message },
+    Answer {
+        from: NodeId,
+        message: Message,
+    },
 }
-
-/// A request on its way to a replica, coordinator or lock node, and its answer (`None`:
-/// none came).
-type InFlight = std::pin::Pin<Box<dyn Future<Output = Option<(NodeId, Message)>> + Send>>;
 
 enum Waiting {
     Read(oneshot::Sender<Result<ReadResult, ReadError>>),
@@ -339,7 +335,7 @@ impl Client {
             core,
             clock: std::time::Instant::now(),
             peers: Arc::clone(&peers),
-            in_flight: FuturesUnordered::new(),
+            events: events_tx.clone(),
             waiting: BTreeMap::new(),
             wake: None,
             metrics: metrics.clone(),
@@ -722,10 +718,7 @@ struct Driver {
     core: ClientCore,
     clock: std::time::Instant,
     peers: Arc<Peers>,
-    /// The requests sent and not yet answered, polled by the driver's own task: an
-    /// answer wakes the driver directly, with no task spawned per request and no hop
-    /// through the event channel.
-    in_flight: FuturesUnordered<InFlight>,
+    events: mpsc::UnboundedSender<Event>,
     waiting: BTreeMap<OpId, Waiting>,
     wake: Option<Time>,
     metrics: ClientMetrics,
@@ -793,13 +786,6 @@ impl Driver {
                     // Every handle is gone: nobody waits for anything.
                     None => return,
                 },
-                Some(answer) = self.in_flight.next(), if !self.in_flight.is_empty() => {
-                    match answer {
-                        Some((from, message)) => Some(Event::Answer { from, message }),
-                        // No answer: the core's timers decide what that means.
-                        None => continue,
-                    }
-                }
                 () = sleep_until(wake) => None,
             };
             let now = self.now();
@@ -1057,9 +1043,15 @@ impl Driver {
                         _ => {}
                     }
                     let peers = Arc::clone(&self.peers);
-                    self.in_flight.push(Box::pin(async move {
-                        peers.request(to, message).await.map(|answer| (to, answer))
-                    }));
+                    let events = self.events.clone();
+                    tokio::spawn(async move {
+                        if let Some(answer) = peers.request(to, message).await {
+                            let _ = events.send(Event::Answer {
+                                from: to,
+                                message: answer,
+                            });
+                        }
+                    });
                 }
                 ClientOutput::Done { op, result } => match (self.waiting.remove(&op), result) {
                     (Some(Waiting::Read(done)), OpResult::Read(result)) => {
