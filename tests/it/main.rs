@@ -10,6 +10,7 @@ mod combining;
 mod compare_etcd;
 mod compose;
 mod downstream;
+mod dropped_client;
 mod email;
 mod entities;
 mod examples;

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use megastore_config::ClusterConfig;
 use megastore_coordinator::CoordinatorRequest;
 use megastore_lock::{LockCommand, LockError, LockReply};
@@ -192,11 +193,14 @@ pub(crate) enum Event {
         wait: std::time::Duration,
         done: oneshot::Sender<Option<(ReplicaId, Position)>>,
     },
-    Answer {
-        from: NodeId,
-        message: Message,
-    },
+    /// The answer to a request the driver sent (taken from its requests in flight, not
+    /// sent on the channel).
+    Answer { from: NodeId, message: Message },
 }
+
+/// A request on its way to a replica, coordinator or lock node, and its answer (`None`:
+/// none came).
+type InFlight = std::pin::Pin<Box<dyn Future<Output = Option<(NodeId, Message)>> + Send>>;
 
 enum Waiting {
     Read(oneshot::Sender<Result<ReadResult, ReadError>>),
@@ -335,7 +339,7 @@ impl Client {
             core,
             clock: std::time::Instant::now(),
             peers: Arc::clone(&peers),
-            events: events_tx.clone(),
+            in_flight: FuturesUnordered::new(),
             waiting: BTreeMap::new(),
             wake: None,
             metrics: metrics.clone(),
@@ -718,7 +722,10 @@ struct Driver {
     core: ClientCore,
     clock: std::time::Instant,
     peers: Arc<Peers>,
-    events: mpsc::UnboundedSender<Event>,
+    /// The requests sent and not yet answered, polled by the driver's own task: an
+    /// answer wakes the driver directly, with no task spawned per request and no hop
+    /// through the event channel.
+    in_flight: FuturesUnordered<InFlight>,
     waiting: BTreeMap<OpId, Waiting>,
     wake: Option<Time>,
     metrics: ClientMetrics,
@@ -780,13 +787,32 @@ impl Driver {
                     self.clock + std::time::Duration::from_nanos(w.as_nanos()),
                 )
             });
+            // Biased, in this order: the requests in flight first (a request pushed in
+            // the last step is sent when first polled, and an answer finishes work
+            // already started), then the core's timer, then new work from the handles.
             let event = tokio::select! {
+                biased;
+                Some(answer) = self.in_flight.next(), if !self.in_flight.is_empty() => {
+                    match answer {
+                        Some((from, message)) => Some(Event::Answer { from, message }),
+                        // No answer: the core's timers decide what that means.
+                        None => continue,
+                    }
+                }
+                () = sleep_until(wake) => None,
                 event = events.recv() => match event {
                     Some(event) => Some(event),
-                    // Every handle is gone: nobody waits for anything.
-                    None => return,
+                    // Every handle is gone: nobody waits for anything. What was sent
+                    // still goes out (a commit's visible marks, say): the requests in
+                    // flight finish in a task of their own, each within its RPC timeout,
+                    // as a replica should not need its sweep to learn what a dropped
+                    // client committed.
+                    None => {
+                        let in_flight = std::mem::take(&mut self.in_flight);
+                        tokio::spawn(in_flight.for_each(|_| async {}));
+                        return;
+                    }
                 },
-                () = sleep_until(wake) => None,
             };
             let now = self.now();
             let outputs = match event {
@@ -1043,15 +1069,9 @@ impl Driver {
                         _ => {}
                     }
                     let peers = Arc::clone(&self.peers);
-                    let events = self.events.clone();
-                    tokio::spawn(async move {
-                        if let Some(answer) = peers.request(to, message).await {
-                            let _ = events.send(Event::Answer {
-                                from: to,
-                                message: answer,
-                            });
-                        }
-                    });
+                    self.in_flight.push(Box::pin(async move {
+                        peers.request(to, message).await.map(|answer| (to, answer))
+                    }));
                 }
                 ClientOutput::Done { op, result } => match (self.waiting.remove(&op), result) {
                     (Some(Waiting::Read(done)), OpResult::Read(result)) => {
