@@ -17,7 +17,10 @@
 //! blind write reads current — which also catches the local replica up.
 //!
 //! What it remembers is a hint, never a safety condition: every map is bounded and
-//! forgets everything when full, which costs at most one more stale attempt.
+//! forgets everything when full, which costs at most one more stale attempt. A basis
+//! found and never committed after (its transaction aborted) stays counted until then;
+//! a later commit after the same position of that group, on a basis read otherwise,
+//! may then be taken for one on a snapshot — a hint wrong once, again.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -33,8 +36,10 @@ const REMEMBERED_MAX: usize = 4096;
 pub(super) struct UnvouchedBases {
     /// Snapshot reads under way for a blind write's basis.
     reading: BTreeMap<OpId, EgId>,
-    /// The basis each such read found, until a commit after it starts.
-    found: BTreeMap<EgId, Position>,
+    /// The bases such reads found, per group and position, each counted until a
+    /// commit after it starts: several blind writes of a group may be reading at once,
+    /// and at the same position.
+    found: BTreeMap<EgId, BTreeMap<Position, u32>>,
     /// Transactions committing after such a basis, until their result is reported.
     committing: BTreeSet<TxnId>,
     /// Groups whose next blind write reads current: a commit after a snapshot basis
@@ -58,17 +63,34 @@ impl UnvouchedBases {
         if let Some(eg) = self.reading.remove(&op)
             && let Some(position) = position
         {
-            insert_bounded(&mut self.found, eg, position);
+            if self.found.len() >= REMEMBERED_MAX && !self.found.contains_key(&eg) {
+                self.found.clear();
+            }
+            let bases = self.found.entry(eg).or_default();
+            if bases.len() >= REMEMBERED_MAX && !bases.contains_key(&position) {
+                bases.clear();
+            }
+            *bases.entry(position).or_default() += 1;
         }
     }
 
-    /// Transaction `txn` commits in `eg` after `read_position`: whether that is the
-    /// snapshot basis handed out last for the group (then it stands on it).
+    /// Transaction `txn` commits in `eg` after `read_position`: whether that is a
+    /// snapshot basis handed out for the group and not committed after yet (then it
+    /// stands on it, and uses it up).
     pub(super) fn commits_after(&mut self, txn: TxnId, eg: &EgId, read_position: Position) -> bool {
-        if self.found.get(eg) != Some(&read_position) {
+        let Some(bases) = self.found.get_mut(eg) else {
             return false;
+        };
+        let Some(count) = bases.get_mut(&read_position) else {
+            return false;
+        };
+        *count -= 1;
+        if *count == 0 {
+            bases.remove(&read_position);
+            if bases.is_empty() {
+                self.found.remove(eg);
+            }
         }
-        self.found.remove(eg);
         if self.committing.len() >= REMEMBERED_MAX {
             self.committing.clear();
         }
@@ -138,6 +160,34 @@ mod tests {
         );
         bases.reported(&txn(1));
         assert!(!bases.stands_on_one(&txn(1)));
+    }
+
+    /// Blind writes of one group reading their bases at once: each commit stands on
+    /// its own, whichever read ended last, and two at one position count twice.
+    #[test]
+    fn every_basis_of_a_group_counts_not_only_the_last_found() {
+        let mut bases = UnvouchedBases::default();
+        for (op, position) in [(1, 7), (2, 9), (3, 7)] {
+            bases.reading(OpId(op), eg(1));
+            bases.read_ended(OpId(op), Some(Position(position)));
+        }
+        assert!(bases.commits_after(txn(1), &eg(1), Position(7)));
+        assert!(
+            bases.commits_after(txn(2), &eg(1), Position(9)),
+            "a basis found before the last one"
+        );
+        assert!(
+            bases.commits_after(txn(3), &eg(1), Position(7)),
+            "the second basis at one position"
+        );
+        assert!(
+            !bases.commits_after(txn(4), &eg(1), Position(7)),
+            "each used once"
+        );
+        assert!(bases.found.is_empty(), "nothing left once all are used");
+        for t in 1..=3 {
+            assert!(bases.stands_on_one(&txn(t)));
+        }
     }
 
     #[test]
