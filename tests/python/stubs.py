@@ -1,6 +1,8 @@
 """The public API's Python stubs, generated from the repository's proto at run time."""
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
@@ -10,6 +12,9 @@ from grpc_tools import protoc
 def load_stubs(repo_root):
     """Generates client.proto's stubs into a temporary directory and imports them."""
     out = tempfile.mkdtemp(prefix="megastore-py-")
+    # The stubs are imported once, below; the directory goes when the process ends,
+    # so test runs leave nothing in the temporary directory.
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
     proto_root = os.path.join(repo_root, "proto")
     status = protoc.main([
         "protoc",

@@ -120,7 +120,8 @@ impl Process {
     }
 
     /// Starts `program args…` in `dir` (a peer's server, say), logging to
-    /// `dir/<name>.log`.
+    /// `dir/<name>.log`; its temporary files go in `dir` too (`TMPDIR`), so a process
+    /// killed before it could clean up leaves nothing behind the test's directory.
     pub fn start_program(name: &str, program: &Path, args: &[&str], dir: &Path) -> Self {
         let log = dir.join(format!("{name}.log"));
         let file = std::fs::OpenOptions::new()
@@ -131,6 +132,7 @@ impl Process {
         let child = Command::new(program)
             .args(args)
             .current_dir(dir)
+            .env("TMPDIR", dir)
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("log handle"))
             .stderr(file)
