@@ -20,7 +20,7 @@
 //! forgets everything when full, which costs at most one more stale attempt. A basis
 //! found and never committed after (its transaction aborted) stays counted until then;
 //! a later commit after the same position of that group, on a basis read otherwise,
-//! may then be taken for one on a snapshot — a hint wrong once, again.
+//! may then be taken for one on a snapshot: the hint is wrong that once, never unsafe.
 
 use std::collections::{BTreeMap, BTreeSet};
 
