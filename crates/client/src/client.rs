@@ -193,9 +193,14 @@ pub(crate) enum Event {
         wait: std::time::Duration,
         done: oneshot::Sender<Option<(ReplicaId, Position)>>,
     },
-    /// The answer to a request the driver sent (taken from its requests in flight, not
-    /// sent on the channel).
+}
+
+/// What woke the driver: an answer to one of its requests in flight, its timer, or a
+/// handle's event.
+enum Woken {
     Answer { from: NodeId, message: Message },
+    Tick,
+    Event(Event),
 }
 
 /// A request on its way to a replica, coordinator or lock node, and its answer (`None`:
@@ -790,18 +795,18 @@ impl Driver {
             // Biased, in this order: the requests in flight first (a request pushed in
             // the last step is sent when first polled, and an answer finishes work
             // already started), then the core's timer, then new work from the handles.
-            let event = tokio::select! {
+            let woken = tokio::select! {
                 biased;
                 Some(answer) = self.in_flight.next(), if !self.in_flight.is_empty() => {
                     match answer {
-                        Some((from, message)) => Some(Event::Answer { from, message }),
+                        Some((from, message)) => Woken::Answer { from, message },
                         // No answer: the core's timers decide what that means.
                         None => continue,
                     }
                 }
-                () = sleep_until(wake) => None,
+                () = sleep_until(wake) => Woken::Tick,
                 event = events.recv() => match event {
-                    Some(event) => Some(event),
+                    Some(event) => Woken::Event(event),
                     // Every handle is gone: nobody waits for anything. What was sent
                     // still goes out (a commit's visible marks, say): the requests in
                     // flight finish in a task of their own, each within its RPC timeout,
@@ -815,205 +820,207 @@ impl Driver {
                 },
             };
             let now = self.now();
-            let outputs = match event {
-                None => {
+            let outputs = match woken {
+                Woken::Tick => {
                     self.wake = None;
                     self.core.step(now, ClientInput::Tick)
                 }
-                Some(Event::Answer { from, message }) => {
+                Woken::Answer { from, message } => {
                     self.core.step(now, ClientInput::Message { from, message })
                 }
-                Some(Event::Read {
-                    eg,
-                    mode,
-                    query,
-                    done,
-                }) => {
-                    let (op, out) = self.core.read(now, eg, mode, query);
-                    self.waiting.insert(op, Waiting::Read(done));
-                    out
-                }
-                Some(Event::BlindBasis { eg, done }) => {
-                    match self.core.blind_basis(now, eg, DataQuery::Rows(Vec::new())) {
-                        BasisStep::Lent(basis) => {
-                            self.metrics.blind_write_unread();
-                            let _ = done.send(Ok(basis));
-                            Vec::new()
-                        }
-                        BasisStep::Reading { op, outputs, .. } => {
-                            self.waiting.insert(op, Waiting::Basis(done));
-                            outputs
-                        }
-                    }
-                }
-                Some(Event::Commit {
-                    txn,
-                    eg,
-                    read_position,
-                    leader,
-                    writes,
-                    reads,
-                    done,
-                }) => {
-                    let (op, out) = self.core.commit(
-                        now,
-                        txn,
-                        eg.clone(),
-                        read_position,
-                        leader,
-                        writes,
-                        reads,
-                    );
-                    let started = std::time::Instant::now();
-                    self.waiting.insert(op, Waiting::Commit(done, started, eg));
-                    out
-                }
-                Some(Event::CommitRelayed { commit, done }) => {
-                    let eg = commit.eg.clone();
-                    let (op, out) = self.core.commit_relayed(now, commit);
-                    let started = std::time::Instant::now();
-                    self.waiting.insert(op, Waiting::Commit(done, started, eg));
-                    out
-                }
-                Some(Event::CommitBlind {
-                    txn,
-                    eg,
-                    writes,
-                    started,
-                    done,
-                }) => match self.core.commit_blind(now, txn, eg.clone(), writes) {
-                    Ok((op, _, out)) => {
-                        self.metrics.blind_write_unread();
-                        let _ = started.send(Ok(()));
-                        let started = std::time::Instant::now();
-                        self.waiting.insert(op, Waiting::Commit(done, started, eg));
-                        out
-                    }
-                    Err(writes) => {
-                        let _ = started.send(Err(writes));
-                        Vec::new()
-                    }
-                },
-                Some(Event::Resolve {
-                    eg,
-                    position,
-                    span,
-                    txn,
-                    done,
-                }) => {
-                    let (op, out) = if span {
-                        self.core.resolve_from_first(now, eg.clone(), position, txn)
-                    } else {
-                        self.core.resolve(now, eg.clone(), position, txn)
-                    };
-                    self.waiting.insert(op, Waiting::Resolve(done, eg));
-                    out
-                }
-                Some(Event::ScanGlobal {
-                    range,
-                    limit,
-                    reverse,
-                    done,
-                }) => {
-                    let (op, out) = self.core.scan_global(now, range, limit, reverse);
-                    self.waiting.insert(op, Waiting::Read(done));
-                    out
-                }
-                Some(Event::Verify {
-                    hits,
-                    in_flight,
-                    done,
-                }) => {
-                    let (op, out) = self.core.verify_global(now, hits, in_flight);
-                    self.waiting.insert(op, Waiting::Verify(done));
-                    out
-                }
-                Some(Event::Deliver { sender, done }) => {
-                    let (op, out) = self.core.deliver(now, sender);
-                    self.waiting.insert(op, Waiting::Deliver(done));
-                    out
-                }
-                Some(Event::TwoPhase {
-                    txn,
-                    participants,
-                    done,
-                }) => match self.core.commit_two_phase(now, txn, participants) {
-                    Ok((op, out)) => {
-                        self.waiting.insert(op, Waiting::TwoPhase(done));
-                        out
-                    }
-                    Err(e) => {
-                        let _ = done.send(Err(ClientError::InvalidArgument(e.to_string())));
-                        Vec::new()
-                    }
-                },
-                Some(Event::Decision {
-                    coordinator,
-                    txn,
-                    prepared_ms,
-                    done,
-                }) => {
-                    let (op, out) =
-                        self.core
-                            .two_phase_decision(now, coordinator, txn, prepared_ms);
-                    self.waiting.insert(op, Waiting::Decision(done));
-                    out
-                }
-                Some(Event::Settle { eg, done }) => {
-                    let (op, out) = self.core.settle_prepared(now, eg);
-                    self.waiting.insert(op, Waiting::Settle(done));
-                    out
-                }
-                Some(Event::HotGroups { n, done }) => {
-                    let _ = done.send(self.hot.top(n));
-                    Vec::new()
-                }
-                Some(Event::AwaitVisible {
-                    eg,
-                    past,
-                    at,
-                    wait,
-                    done,
-                }) => {
-                    let replica = self.replicas_from(at).first().copied();
-                    let peers = Arc::clone(&self.peers);
-                    tokio::spawn(async move {
-                        let moved = match replica {
-                            Some(replica) => {
-                                let request = ReplicaRequest::AwaitVisible {
-                                    id: 0,
-                                    eg,
-                                    past,
-                                    wait,
-                                };
-                                match peers.request_held(replica, request, wait).await {
-                                    Some(ReplicaReply::LogState { state, .. }) => {
-                                        Some((replica, state.visible))
-                                    }
-                                    _ => None,
-                                }
-                            }
-                            None => None,
-                        };
-                        let _ = done.send(moved);
-                    });
-                    Vec::new()
-                }
-                Some(Event::ReadLog {
-                    eg,
-                    position,
-                    prefer,
-                    done,
-                }) => {
-                    let order = self.replicas_from(prefer);
-                    let peers = Arc::clone(&self.peers);
-                    tokio::spawn(async move {
-                        let _ = done.send(read_log(&peers, order, eg, position).await);
-                    });
-                    Vec::new()
-                }
+                Woken::Event(event) => self.on_event(now, event),
             };
             self.carry_out(outputs);
+        }
+    }
+
+    /// What a handle asked for: the core's outputs for it (the handle's answer waits
+    /// in `waiting` until the core reports the operation done).
+    fn on_event(&mut self, now: Time, event: Event) -> Vec<ClientOutput> {
+        match event {
+            Event::Read {
+                eg,
+                mode,
+                query,
+                done,
+            } => {
+                let (op, out) = self.core.read(now, eg, mode, query);
+                self.waiting.insert(op, Waiting::Read(done));
+                out
+            }
+            Event::BlindBasis { eg, done } => {
+                match self.core.blind_basis(now, eg, DataQuery::Rows(Vec::new())) {
+                    BasisStep::Lent(basis) => {
+                        self.metrics.blind_write_unread();
+                        let _ = done.send(Ok(basis));
+                        Vec::new()
+                    }
+                    BasisStep::Reading { op, outputs, .. } => {
+                        self.waiting.insert(op, Waiting::Basis(done));
+                        outputs
+                    }
+                }
+            }
+            Event::Commit {
+                txn,
+                eg,
+                read_position,
+                leader,
+                writes,
+                reads,
+                done,
+            } => {
+                let (op, out) =
+                    self.core
+                        .commit(now, txn, eg.clone(), read_position, leader, writes, reads);
+                let started = std::time::Instant::now();
+                self.waiting.insert(op, Waiting::Commit(done, started, eg));
+                out
+            }
+            Event::CommitRelayed { commit, done } => {
+                let eg = commit.eg.clone();
+                let (op, out) = self.core.commit_relayed(now, commit);
+                let started = std::time::Instant::now();
+                self.waiting.insert(op, Waiting::Commit(done, started, eg));
+                out
+            }
+            Event::CommitBlind {
+                txn,
+                eg,
+                writes,
+                started,
+                done,
+            } => match self.core.commit_blind(now, txn, eg.clone(), writes) {
+                Ok((op, _, out)) => {
+                    self.metrics.blind_write_unread();
+                    let _ = started.send(Ok(()));
+                    let started = std::time::Instant::now();
+                    self.waiting.insert(op, Waiting::Commit(done, started, eg));
+                    out
+                }
+                Err(writes) => {
+                    let _ = started.send(Err(writes));
+                    Vec::new()
+                }
+            },
+            Event::Resolve {
+                eg,
+                position,
+                span,
+                txn,
+                done,
+            } => {
+                let (op, out) = if span {
+                    self.core.resolve_from_first(now, eg.clone(), position, txn)
+                } else {
+                    self.core.resolve(now, eg.clone(), position, txn)
+                };
+                self.waiting.insert(op, Waiting::Resolve(done, eg));
+                out
+            }
+            Event::ScanGlobal {
+                range,
+                limit,
+                reverse,
+                done,
+            } => {
+                let (op, out) = self.core.scan_global(now, range, limit, reverse);
+                self.waiting.insert(op, Waiting::Read(done));
+                out
+            }
+            Event::Verify {
+                hits,
+                in_flight,
+                done,
+            } => {
+                let (op, out) = self.core.verify_global(now, hits, in_flight);
+                self.waiting.insert(op, Waiting::Verify(done));
+                out
+            }
+            Event::Deliver { sender, done } => {
+                let (op, out) = self.core.deliver(now, sender);
+                self.waiting.insert(op, Waiting::Deliver(done));
+                out
+            }
+            Event::TwoPhase {
+                txn,
+                participants,
+                done,
+            } => match self.core.commit_two_phase(now, txn, participants) {
+                Ok((op, out)) => {
+                    self.waiting.insert(op, Waiting::TwoPhase(done));
+                    out
+                }
+                Err(e) => {
+                    let _ = done.send(Err(ClientError::InvalidArgument(e.to_string())));
+                    Vec::new()
+                }
+            },
+            Event::Decision {
+                coordinator,
+                txn,
+                prepared_ms,
+                done,
+            } => {
+                let (op, out) = self
+                    .core
+                    .two_phase_decision(now, coordinator, txn, prepared_ms);
+                self.waiting.insert(op, Waiting::Decision(done));
+                out
+            }
+            Event::Settle { eg, done } => {
+                let (op, out) = self.core.settle_prepared(now, eg);
+                self.waiting.insert(op, Waiting::Settle(done));
+                out
+            }
+            Event::HotGroups { n, done } => {
+                let _ = done.send(self.hot.top(n));
+                Vec::new()
+            }
+            Event::AwaitVisible {
+                eg,
+                past,
+                at,
+                wait,
+                done,
+            } => {
+                let replica = self.replicas_from(at).first().copied();
+                let peers = Arc::clone(&self.peers);
+                tokio::spawn(async move {
+                    let moved = match replica {
+                        Some(replica) => {
+                            let request = ReplicaRequest::AwaitVisible {
+                                id: 0,
+                                eg,
+                                past,
+                                wait,
+                            };
+                            match peers.request_held(replica, request, wait).await {
+                                Some(ReplicaReply::LogState { state, .. }) => {
+                                    Some((replica, state.visible))
+                                }
+                                _ => None,
+                            }
+                        }
+                        None => None,
+                    };
+                    let _ = done.send(moved);
+                });
+                Vec::new()
+            }
+            Event::ReadLog {
+                eg,
+                position,
+                prefer,
+                done,
+            } => {
+                let order = self.replicas_from(prefer);
+                let peers = Arc::clone(&self.peers);
+                tokio::spawn(async move {
+                    let _ = done.send(read_log(&peers, order, eg, position).await);
+                });
+                Vec::new()
+            }
         }
     }
 
