@@ -1,7 +1,8 @@
-//! Batched calls to replicas and coordinators (`CallMany`), against real processes:
-//! a sender's concurrent requests share calls, each still gets its own reply, a
-//! stopped replica costs its requests their answers but not the queue, and malformed
-//! batches are refused whole.
+//! Batched requests to replicas and coordinators (`Session`, and `CallMany` for
+//! servers without sessions), against real processes: a sender's concurrent requests
+//! share messages, each still gets its own reply, a stopped replica costs its requests
+//! their answers but not the session, malformed batches are refused whole and a
+//! malformed request ends its session, naming it.
 
 use std::time::{Duration, Instant};
 
@@ -84,15 +85,18 @@ fn batched_calls_answer_each_request_and_survive_a_stopped_replica() {
         }
 
         // 300 requests at once: all answered, each by its own reply, in far fewer
-        // calls than requests.
+        // session messages than requests.
         let peers = Peers::new(&config).unwrap();
         let (calls_before, requests_before) = calls_and_requests(&metrics);
         assert_eq!(ask_at_once(&peers, a, 300, 1_000).await, 300);
         let (calls_after, requests_after) = calls_and_requests(&metrics);
         let (calls, requests) = (calls_after - calls_before, requests_after - requests_before);
         assert!(requests >= 300.0, "{requests} requests arrived");
-        // The sweeps' own calls add a few; unbatched, there would be 300 or more.
-        assert!(calls <= 50.0, "300 concurrent requests took {calls} calls");
+        // The sweeps' own messages add a few; unbatched, there would be 300 or more.
+        assert!(
+            calls <= 50.0,
+            "300 concurrent requests took {calls} messages"
+        );
 
         // A stopped replica: its requests go unanswered within the RPC timeout (the
         // test cluster's 500 ms, plus the queue's short linger), not forever.
@@ -105,7 +109,7 @@ fn batched_calls_answer_each_request_and_survive_a_stopped_replica() {
             stopped.elapsed()
         );
         cluster.process("replica-a").signal("CONT");
-        // Resumed, the same queue answers again.
+        // Resumed, the same session answers again.
         let resumed = Instant::now();
         loop {
             if ask_at_once(&peers, a, 100, 3_000).await == 100 {
@@ -131,7 +135,7 @@ fn batched_calls_answer_each_request_and_survive_a_stopped_replica() {
         };
         let refused = raw
             .call_many(pb::ReplicaRequests {
-                requests: vec![good(6), malformed],
+                requests: vec![good(6), malformed.clone()],
             })
             .await
             .expect_err("a batch with a malformed request is refused");
@@ -199,5 +203,131 @@ fn batched_calls_answer_each_request_and_survive_a_stopped_replica() {
             .expect_err("a batch with a malformed request is refused");
         assert_eq!(refused.code(), tonic::Code::InvalidArgument);
         assert!(refused.message().contains("request 0"), "{refused:?}");
+
+        // Sessions: replies come back tagged with their requests' ids, and a malformed
+        // request ends the session, naming it.
+        let mut raw = ReplicationClient::connect(format!("http://{}", replica_a.address))
+            .await
+            .unwrap();
+        let message = |ids: std::ops::Range<u64>| pb::SessionRequests {
+            requests: ids
+                .map(|id| pb::SessionRequest {
+                    id: id * 100,
+                    request: Some(good(id)),
+                })
+                .collect(),
+        };
+        let (send, requests) = tokio::sync::mpsc::unbounded_channel();
+        let requests = futures::stream::unfold(requests, |mut requests| async move {
+            requests.recv().await.map(|message| (message, requests))
+        });
+        let mut replies = raw.session(requests).await.unwrap().into_inner();
+        send.send(message(20..23)).unwrap();
+        send.send(message(23..25)).unwrap();
+        let mut tagged = Vec::new();
+        while tagged.len() < 5 {
+            let message = replies
+                .message()
+                .await
+                .unwrap()
+                .expect("the session goes on");
+            for reply in message.replies {
+                let answer = ReplicaReply::try_from(reply.reply.unwrap()).unwrap();
+                tagged.push((reply.id, answer.id()));
+            }
+        }
+        tagged.sort_unstable();
+        assert_eq!(
+            tagged,
+            (20..25).map(|id| (id * 100, id)).collect::<Vec<_>>()
+        );
+        send.send(pb::SessionRequests {
+            requests: vec![pb::SessionRequest {
+                id: 4_200,
+                request: Some(malformed.clone()),
+            }],
+        })
+        .unwrap();
+        let ended = replies
+            .message()
+            .await
+            .expect_err("a malformed request ends the session");
+        assert_eq!(ended.code(), tonic::Code::InvalidArgument);
+        assert!(ended.message().contains("request 4200"), "{ended:?}");
+        let (send, requests) = tokio::sync::mpsc::unbounded_channel();
+        let requests = futures::stream::unfold(requests, |mut requests| async move {
+            requests.recv().await.map(|message| (message, requests))
+        });
+        let mut replies = raw.session(requests).await.unwrap().into_inner();
+        send.send(message(0..257)).unwrap();
+        let too_many = replies
+            .message()
+            .await
+            .expect_err("a message of 257 requests ends the session");
+        assert_eq!(too_many.code(), tonic::Code::InvalidArgument);
+        assert!(too_many.message().contains("at most 256"), "{too_many:?}");
+        // Large replies released together still leave in messages of about 1 MiB: this
+        // raw client takes messages of at most tonic's default 4 MiB, and eight
+        // snapshots of a group of 1 MB are released by one batch.
+        let large = megastore_client::group(b"batching-large").unwrap();
+        client
+            .transaction(&large, async |txn| {
+                for row in 0..10u8 {
+                    txn.set(&[b'r', row], b"c", &[row; 100_000])?;
+                }
+                Ok(())
+            })
+            .await
+            .unwrap();
+        let mut raw = ReplicationClient::connect(format!("http://{}", replica_a.address))
+            .await
+            .unwrap();
+        let (send, requests) = tokio::sync::mpsc::unbounded_channel();
+        let requests = futures::stream::unfold(requests, |mut requests| async move {
+            requests.recv().await.map(|message| (message, requests))
+        });
+        let mut replies = raw.session(requests).await.unwrap().into_inner();
+        send.send(pb::SessionRequests {
+            requests: (0..8u64)
+                .map(|id| pb::SessionRequest {
+                    id,
+                    request: Some(pb::ReplicaRequest::from(ReplicaRequest::Snapshot {
+                        id,
+                        eg: large.clone(),
+                    })),
+                })
+                .collect(),
+        })
+        .unwrap();
+        let mut snapshots = 0;
+        while snapshots < 8 {
+            let message = replies
+                .message()
+                .await
+                .expect("every message within the client's limit")
+                .expect("the session goes on");
+            snapshots += message.replies.len();
+        }
+        let mut raw = CoordinatorClient::connect(format!("http://{coordinator}"))
+            .await
+            .unwrap();
+        let (send, requests) = tokio::sync::mpsc::unbounded_channel();
+        let requests = futures::stream::unfold(requests, |mut requests| async move {
+            requests.recv().await.map(|message| (message, requests))
+        });
+        let mut replies = raw.session(requests).await.unwrap().into_inner();
+        send.send(coordinator_pb::SessionRequests {
+            requests: vec![coordinator_pb::SessionRequest {
+                id: 9,
+                request: Some(coordinator_pb::CoordinatorRequest { request: None }),
+            }],
+        })
+        .unwrap();
+        let ended = replies
+            .message()
+            .await
+            .expect_err("a malformed coordinator request ends the session");
+        assert_eq!(ended.code(), tonic::Code::InvalidArgument);
+        assert!(ended.message().contains("request 9"), "{ended:?}");
     });
 }

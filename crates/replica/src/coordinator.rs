@@ -73,7 +73,7 @@ pub(crate) enum Event {
 pub struct CoordinatorProcess {
     epoch: watch::Receiver<Option<Epoch>>,
     events: mpsc::Sender<Event>,
-    stop: Option<oneshot::Sender<()>>,
+    stop: Option<watch::Sender<bool>>,
     served: Option<tokio::task::JoinHandle<()>>,
     metrics_server: Option<MetricsServer>,
 }
@@ -129,7 +129,7 @@ impl CoordinatorProcess {
         let (events_tx, events) = mpsc::channel(1024);
         let events_tx_driver = events_tx.clone();
         let (epoch_tx, epoch) = watch::channel(None);
-        let (stop, stopped) = oneshot::channel::<()>();
+        let (stop, stopped) = watch::channel(false);
         let stop_grace = config.timeouts.rpc() * 2;
         let placement_events = events_tx.clone();
         // The coordinator vouches by the placement, so it reads one before it answers
@@ -168,6 +168,7 @@ impl CoordinatorProcess {
                 events: events_tx.clone(),
                 lockd: service_lockd,
                 topology: service_topology,
+                stopped: stopped.clone(),
             }),
             megastore_rpc::members_only,
         );
@@ -177,8 +178,9 @@ impl CoordinatorProcess {
         let served = tokio::spawn(async move {
             let server = server.add_service(service).serve_with_incoming_shutdown(
                 Transport::incoming(listener),
-                async {
-                    let _ = stopped.await;
+                async move {
+                    let mut stopped = stopped;
+                    let _ = stopped.wait_for(|stop| *stop).await;
                 },
             );
             tokio::select! {
@@ -224,7 +226,7 @@ impl CoordinatorProcess {
                     .await
                     .is_ok();
             if !ended {
-                let _ = self.stop.take().map(|stop| stop.send(()));
+                let _ = self.stop.take().map(|stop| stop.send(true));
                 let _ = served.await;
             }
         }

@@ -1,6 +1,7 @@
 //! The `Coordinator` gRPC service: turns each call's requests into events for the
 //! coordinator's driver and each answer into the call's reply. `CallMany` carries a
-//! sender's batch (`megastore-rpc`'s lanes); each request is still its own event.
+//! sender's batch (`megastore-rpc`'s lanes) and `Session` a sender's requests on one long-lived
+//! stream; each request is still its own event.
 //! `KnowsMove` is a move's (and a full replica's removal's) fence, asked by the operator.
 
 use megastore_coordinator::{CoordinatorReply, CoordinatorRequest};
@@ -10,7 +11,7 @@ use megastore_rpc::pb::coordinator::coordinator_server::Coordinator as Coordinat
 use tokio::sync::{mpsc, oneshot};
 use tonic::{Request, Response, Status};
 
-use crate::batched_calls::{Numbered, decode_batch, stream_numbered};
+use crate::batched_calls::{Numbered, SessionWire, decode_batch, serve_session, stream_numbered};
 use crate::coordinator::Event;
 
 pub(crate) struct CoordinatorService {
@@ -18,6 +19,8 @@ pub(crate) struct CoordinatorService {
     /// Where a move's fence reads the newest placement.
     pub(crate) lockd: megastore_rpc::LockdClient,
     pub(crate) topology: megastore_types::Topology,
+    /// Turns true when the server stops: open sessions end.
+    pub(crate) stopped: tokio::sync::watch::Receiver<bool>,
 }
 
 impl CoordinatorService {
@@ -26,14 +29,51 @@ impl CoordinatorService {
         &self,
         request: CoordinatorRequest,
     ) -> Result<oneshot::Receiver<Option<CoordinatorReply>>, Status> {
-        let (reply, answer) = oneshot::channel();
-        self.events
-            .send(Event::Request { request, reply })
-            .await
-            .map_err(|_| Status::unavailable("coordinator stopping"))?;
-        Ok(answer)
+        submit_to(self.events.clone(), request).await
     }
 }
+
+/// Hands `request` to the coordinator behind `events`; the receiver gets its answer.
+async fn submit_to(
+    events: mpsc::Sender<Event>,
+    request: CoordinatorRequest,
+) -> Result<oneshot::Receiver<Option<CoordinatorReply>>, Status> {
+    let (reply, answer) = oneshot::channel();
+    events
+        .send(Event::Request { request, reply })
+        .await
+        .map_err(|_| Status::unavailable("coordinator stopping"))?;
+    Ok(answer)
+}
+
+/// A coordinator session's messages.
+const SESSION_WIRE: SessionWire<
+    pb::SessionRequests,
+    CoordinatorRequest,
+    Option<CoordinatorReply>,
+    pb::SessionReply,
+    pb::SessionReplies,
+> = SessionWire {
+    unpack: |message| {
+        message
+            .requests
+            .into_iter()
+            .map(|numbered| {
+                let request = numbered
+                    .request
+                    .ok_or_else(|| "no request".to_string())
+                    .and_then(|r| CoordinatorRequest::try_from(r).map_err(|e| e.to_string()));
+                (numbered.id, request)
+            })
+            .collect()
+    },
+    tag: |id, reply| pb::SessionReply {
+        id,
+        reply: Some(coordinator_reply_to_wire(reply)),
+    },
+    pack: |replies| pb::SessionReplies { replies },
+    stopping: "coordinator stopping",
+};
 
 #[tonic::async_trait]
 impl CoordinatorRpc for CoordinatorService {
@@ -96,6 +136,22 @@ impl CoordinatorRpc for CoordinatorService {
             answers,
             number,
             "coordinator stopping",
+        )))
+    }
+
+    type SessionStream = Numbered<pb::SessionReplies>;
+
+    async fn session(
+        &self,
+        request: Request<tonic::Streaming<pb::SessionRequests>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        let events = self.events.clone();
+        Ok(Response::new(serve_session(
+            request.into_inner(),
+            SESSION_WIRE,
+            self.stopped.clone(),
+            |_| {},
+            move |request| submit_to(events.clone(), request),
         )))
     }
 }

@@ -297,6 +297,7 @@ impl ReplicaProcess {
             events: events_tx.clone(),
             metrics: delivery_metrics.clone(),
             relay,
+            stopped: stopped.clone(),
         })
         .max_decoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX)
         .max_encoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX);

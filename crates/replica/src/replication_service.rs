@@ -2,7 +2,9 @@
 //! replica's driver thread and each reply the driver releases into the call's answer.
 //!
 //! `Call` carries one request; `CallMany` a sender's batch, whose replies stream back
-//! one message each, numbered, in the order the driver releases them. Either way every
+//! one message each, numbered, in the order the driver releases them; `Session` a
+//! sender's requests for as long as it keeps the stream, whose replies come back tagged
+//! with their requests' ids. Either way every
 //! request is its own event with its own reply: batching changes how requests travel,
 //! never what the core sees.
 
@@ -15,7 +17,7 @@ use megastore_rpc::pb::replication::replication_server::Replication;
 use tokio::sync::oneshot;
 use tonic::{Request, Response, Status};
 
-use crate::batched_calls::{Numbered, decode_batch, stream_numbered};
+use crate::batched_calls::{Numbered, SessionWire, decode_batch, serve_session, stream_numbered};
 use crate::replica_server::Event;
 
 pub(crate) struct ReplicationService {
@@ -23,6 +25,8 @@ pub(crate) struct ReplicationService {
     pub(crate) metrics: ReplicaMetrics,
     /// This replica's shared client: the relay of its site's clients' hot groups.
     pub(crate) relay: megastore_client::Client,
+    /// Turns true when the server stops: open sessions end.
+    pub(crate) stopped: tokio::sync::watch::Receiver<bool>,
 }
 
 impl ReplicationService {
@@ -31,21 +35,59 @@ impl ReplicationService {
         &self,
         request: ReplicaRequest,
     ) -> Result<oneshot::Receiver<megastore_paxos::ReplicaReply>, Status> {
-        // Field values are evaluated only when the event is enabled: no group name is
-        // formatted per request otherwise.
-        tracing::debug!(
-            eg = %request.eg().map_or_else(|| "global index".to_string(), ToString::to_string),
-            id = request.id(),
-            ?request,
-            "received"
-        );
-        let (reply, answer) = oneshot::channel();
-        self.events
-            .send(Event::Call { request, reply })
-            .map_err(|_| Status::unavailable("replica stopping"))?;
-        Ok(answer)
+        submit_to(&self.events, request)
     }
 }
+
+/// Hands `request` to the driver behind `events`; the receiver gets its reply once
+/// released.
+fn submit_to(
+    events: &mpsc::Sender<Event>,
+    request: ReplicaRequest,
+) -> Result<oneshot::Receiver<megastore_paxos::ReplicaReply>, Status> {
+    // Field values are evaluated only when the event is enabled: no group name is
+    // formatted per request otherwise.
+    tracing::debug!(
+        eg = %request.eg().map_or_else(|| "global index".to_string(), ToString::to_string),
+        id = request.id(),
+        ?request,
+        "received"
+    );
+    let (reply, answer) = oneshot::channel();
+    events
+        .send(Event::Call { request, reply })
+        .map_err(|_| Status::unavailable("replica stopping"))?;
+    Ok(answer)
+}
+
+/// A replica session's messages.
+const SESSION_WIRE: SessionWire<
+    pb::SessionRequests,
+    ReplicaRequest,
+    megastore_paxos::ReplicaReply,
+    pb::SessionReply,
+    pb::SessionReplies,
+> = SessionWire {
+    unpack: |message| {
+        message
+            .requests
+            .into_iter()
+            .map(|numbered| {
+                let request = numbered
+                    .request
+                    .ok_or_else(|| "no request".to_string())
+                    .and_then(|r| ReplicaRequest::try_from(r).map_err(|e| e.to_string()));
+                (numbered.id, request)
+            })
+            .collect()
+    },
+    tag: |id, reply| pb::SessionReply {
+        id,
+        reply: Some(reply.into()),
+    },
+    pack: |replies| pb::SessionReplies { replies },
+    stopping: "replica stopping",
+};
 
 #[tonic::async_trait]
 impl Replication for ReplicationService {
@@ -102,6 +144,23 @@ impl Replication for ReplicationService {
             answers,
             number,
             "replica stopping",
+        )))
+    }
+
+    type SessionStream = Numbered<pb::SessionReplies>;
+
+    async fn session(
+        &self,
+        request: Request<tonic::Streaming<pb::SessionRequests>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        let events = self.events.clone();
+        let metrics = self.metrics.clone();
+        Ok(Response::new(serve_session(
+            request.into_inner(),
+            SESSION_WIRE,
+            self.stopped.clone(),
+            move |requests| metrics.call(requests),
+            move |request| std::future::ready(submit_to(&events, request)),
         )))
     }
 }

@@ -1,5 +1,6 @@
-//! One sender's requests to one server (a replica or a coordinator), batched under
-//! load.
+//! One sender's requests to one server (a replica or a coordinator): on its session
+//! ([`crate::session`]) while the server has sessions, else in calls batched under load,
+//! as follows.
 //!
 //! Each request used to be its own gRPC call: an HTTP/2 stream, a task and a wakeup on
 //! both sides, which under load cost more CPU than the protocol work it carried.
@@ -29,6 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use megastore_types::limits::{BATCH_BYTES_TARGET, BATCH_REQUESTS_MAX};
 use prost::Message as _;
 use tokio::sync::oneshot;
@@ -41,6 +43,7 @@ use crate::pb::coordinator::coordinator_client::CoordinatorClient;
 use crate::pb::replication as replication_pb;
 use crate::pb::replication::ReplicaRequests;
 use crate::pb::replication::replication_client::ReplicationClient;
+use crate::session::{Outgoing, Replies, Sessions};
 
 /// The longest a call queue holds requests back while its last call is unanswered. On a
 /// busy local network a call is answered within a few milliseconds (a WAL sync), and
@@ -53,7 +56,8 @@ pub(crate) const LINGER: Duration = Duration::from_millis(2);
 /// visibility mark of its last commit there, and should not wait for it.
 pub(crate) const CALLS_IN_FLIGHT: usize = 2;
 
-/// A gRPC service with a one-request `Call` and a batched, streamed `CallMany`.
+/// A gRPC service with a one-request `Call`, a batched, streamed `CallMany` and a
+/// long-lived `Session`.
 pub(crate) trait Batching: Clone + Send + Sync + 'static {
     type Request: prost::Message + Send + 'static;
     type Reply: Send + 'static;
@@ -71,12 +75,19 @@ pub(crate) trait Batching: Clone + Send + Sync + 'static {
         timeout: Duration,
         deliver: impl FnMut(u32, Option<Self::Reply>) + Send,
     ) -> impl Future<Output = Result<(), tonic::Status>> + Send;
+
+    /// Opens a session: each message of `requests` leaves as one message of
+    /// numbered requests, and the replies come back as they are released.
+    fn session(
+        self,
+        requests: Outgoing<Self::Request>,
+    ) -> impl Future<Output = Result<Replies<Self::Reply>, tonic::Status>> + Send;
 }
 
 /// `Batching` for a generated client whose service has `Call(request) → reply` and
 /// `CallMany(requests) → stream of numbered replies`.
 macro_rules! batching_for {
-    ($client:ident, $request:ty, $reply:ty, $requests:ident) => {
+    ($client:ident, $pb:ident, $request:ty, $reply:ty, $requests:ident) => {
         impl Batching for $client<Channel> {
             type Request = $request;
             type Reply = $reply;
@@ -102,18 +113,46 @@ macro_rules! batching_for {
                 }
                 Ok(())
             }
+
+            async fn session(
+                mut self,
+                requests: Outgoing<Self::Request>,
+            ) -> Result<Replies<Self::Reply>, tonic::Status> {
+                fn to_wire(message: Vec<(u64, $request)>) -> $pb::SessionRequests {
+                    $pb::SessionRequests {
+                        requests: message
+                            .into_iter()
+                            .map(|(id, request)| $pb::SessionRequest {
+                                id,
+                                request: Some(request),
+                            })
+                            .collect(),
+                    }
+                }
+                fn from_wire(
+                    message: Result<$pb::SessionReplies, tonic::Status>,
+                ) -> Result<Vec<(u64, Option<$reply>)>, tonic::Status> {
+                    message.map(|m| m.replies.into_iter().map(|r| (r.id, r.reply)).collect())
+                }
+                let replies = $client::session(&mut self, requests.map(to_wire))
+                    .await?
+                    .into_inner();
+                Ok(replies.map(from_wire).boxed())
+            }
         }
     };
 }
 
 batching_for!(
     ReplicationClient,
+    replication_pb,
     replication_pb::ReplicaRequest,
     replication_pb::ReplicaReply,
     ReplicaRequests
 );
 batching_for!(
     CoordinatorClient,
+    coordinator_pb,
     coordinator_pb::CoordinatorRequest,
     coordinator_pb::CoordinatorReply,
     CoordinatorRequests
@@ -140,6 +179,8 @@ struct State<S: Batching> {
 
 struct Shared<S: Batching> {
     client: S,
+    /// The long-lived stream requests take while the server has it.
+    sessions: Sessions<S>,
     state: Mutex<State<S>>,
     /// The server answered `CallMany` with "unimplemented" (an older version): every
     /// request goes alone from then on.
@@ -155,6 +196,7 @@ impl<S: Batching> CallQueue<S> {
     pub(crate) fn new(client: S) -> Self {
         Self {
             shared: Arc::new(Shared {
+                sessions: Sessions::new(client.clone()),
                 client,
                 state: Mutex::new(State {
                     in_flight: 0,
@@ -184,9 +226,12 @@ impl<S: Batching> CallQueue<S> {
         call_one(self.shared.client.clone(), request, deadline, timeout).await
     }
 
-    /// Sends `request` and returns the server's reply, or `None` if none came within
-    /// `timeout`.
+    /// Sends `request` (on the session, while the server has sessions) and returns the
+    /// server's reply, or `None` if none came within `timeout`.
     pub(crate) async fn request(&self, request: S::Request, timeout: Duration) -> Option<S::Reply> {
+        if self.shared.sessions.supported() {
+            return self.shared.sessions.request(request, timeout).await;
+        }
         let deadline = Instant::now() + timeout;
         let (reply, mut answer) = oneshot::channel();
         let queued = {

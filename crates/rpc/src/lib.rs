@@ -30,6 +30,7 @@ pub mod public;
 mod relay;
 mod replication;
 mod rows;
+mod session;
 mod transport;
 
 pub use admin_auth::{

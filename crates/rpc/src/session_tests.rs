@@ -1,0 +1,325 @@
+//! Sessions against a real gRPC server on loopback: a stand-in `Replication` service
+//! that echoes each request's id, and is told by ids what else to do.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+use crate::call_queue::CallQueue;
+use crate::pb::replication as pb;
+use crate::pb::replication::replication_client::ReplicationClient;
+use crate::pb::replication::replication_server::{Replication, ReplicationServer};
+use crate::session::QUEUED_BYTES_MAX;
+use crate::transport::Transport;
+
+/// A request with this id is never answered.
+const HELD: u64 = 777;
+/// A request with this id ends its session with an error, unanswered.
+const END_SESSION: u64 = 666;
+
+#[derive(Clone, Default)]
+struct Counts {
+    calls: Arc<AtomicUsize>,
+    sessions: Arc<AtomicUsize>,
+}
+
+struct StandIn {
+    sessions: bool,
+    /// Sessions are opened but never read (a server that stopped reading).
+    deaf: bool,
+    counts: Counts,
+}
+
+fn echo(request: &pb::ReplicaRequest) -> pb::ReplicaReply {
+    pb::ReplicaReply {
+        id: request.id,
+        ..Default::default()
+    }
+}
+
+type Boxed<T> = std::pin::Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Replication for StandIn {
+    async fn call(
+        &self,
+        request: Request<pb::ReplicaRequest>,
+    ) -> Result<Response<pb::ReplicaReply>, Status> {
+        self.counts.calls.fetch_add(1, Ordering::Relaxed);
+        Ok(Response::new(echo(request.get_ref())))
+    }
+
+    type CallManyStream = Boxed<pb::NumberedReply>;
+
+    async fn call_many(
+        &self,
+        request: Request<pb::ReplicaRequests>,
+    ) -> Result<Response<Self::CallManyStream>, Status> {
+        self.counts.calls.fetch_add(1, Ordering::Relaxed);
+        let replies: Vec<_> = request
+            .into_inner()
+            .requests
+            .iter()
+            .enumerate()
+            .map(|(index, request)| {
+                Ok(pb::NumberedReply {
+                    index: u32::try_from(index).unwrap(),
+                    reply: Some(echo(request)),
+                })
+            })
+            .collect();
+        Ok(Response::new(Box::pin(futures::stream::iter(replies))))
+    }
+
+    type SessionStream = Boxed<pb::SessionReplies>;
+
+    async fn session(
+        &self,
+        request: Request<tonic::Streaming<pb::SessionRequests>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        if !self.sessions {
+            return Err(Status::unimplemented("no sessions here"));
+        }
+        self.counts.sessions.fetch_add(1, Ordering::Relaxed);
+        let mut incoming = request.into_inner();
+        if self.deaf {
+            let never = futures::stream::pending();
+            tokio::spawn(async move {
+                // Holds the session open, unread.
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                drop(incoming);
+            });
+            return Ok(Response::new(Box::pin(never)));
+        }
+        let (replies, outgoing) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok(Some(message)) = incoming.message().await {
+                let mut answered = Vec::new();
+                for numbered in message.requests {
+                    let request = numbered.request.unwrap();
+                    match request.id {
+                        HELD => {}
+                        END_SESSION => {
+                            let _ = replies.send(Err(Status::aborted("ended on purpose")));
+                            return;
+                        }
+                        _ => answered.push(pb::SessionReply {
+                            id: numbered.id,
+                            reply: Some(echo(&request)),
+                        }),
+                    }
+                }
+                let _ = replies.send(Ok(pb::SessionReplies { replies: answered }));
+            }
+        });
+        let outgoing = futures::stream::unfold(outgoing, |mut outgoing| async move {
+            outgoing.recv().await.map(|reply| (reply, outgoing))
+        });
+        Ok(Response::new(Box::pin(outgoing)))
+    }
+
+    async fn relay(
+        &self,
+        _request: Request<pb::RelayedCommit>,
+    ) -> Result<Response<pb::RelayedOutcome>, Status> {
+        Err(Status::unimplemented("not here"))
+    }
+}
+
+/// Serves a stand-in on a free loopback port; returns its call queue and counts.
+async fn serve(sessions: bool) -> (CallQueue<ReplicationClient<Channel>>, Counts) {
+    serve_as(sessions, false).await
+}
+
+async fn serve_as(sessions: bool, deaf: bool) -> (CallQueue<ReplicationClient<Channel>>, Counts) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let counts = Counts::default();
+    let service = ReplicationServer::new(StandIn {
+        sessions,
+        deaf,
+        counts: counts.clone(),
+    });
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(Transport::incoming(listener)),
+    );
+    let channel = Channel::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect_lazy();
+    (CallQueue::new(ReplicationClient::new(channel)), counts)
+}
+
+fn request(id: u64) -> pb::ReplicaRequest {
+    pb::ReplicaRequest {
+        id,
+        ..Default::default()
+    }
+}
+
+/// Sends requests `ids` at once; the ids of the replies, in the requests' order.
+async fn ask(
+    queue: &CallQueue<ReplicationClient<Channel>>,
+    ids: std::ops::Range<u64>,
+) -> Vec<Option<u64>> {
+    let asks = ids.map(|id| async move {
+        queue
+            .request(request(id), Duration::from_secs(5))
+            .await
+            .map(|reply| reply.id)
+    });
+    futures::future::join_all(asks).await
+}
+
+#[tokio::test]
+async fn concurrent_requests_share_one_session_and_each_gets_its_own_reply() {
+    let (queue, counts) = serve(true).await;
+    let replies = ask(&queue, 0..300).await;
+    assert_eq!(replies, (0..300).map(Some).collect::<Vec<_>>());
+    let more = ask(&queue, 300..310).await;
+    assert_eq!(more, (300..310).map(Some).collect::<Vec<_>>());
+    assert_eq!(counts.sessions.load(Ordering::Relaxed), 1);
+    assert_eq!(counts.calls.load(Ordering::Relaxed), 0);
+}
+
+#[tokio::test]
+async fn a_server_without_sessions_gets_calls() {
+    let (queue, counts) = serve(false).await;
+    // The first request learns that there are no sessions (and gets no answer).
+    let _ = queue.request(request(1), Duration::from_secs(5)).await;
+    let started = Instant::now();
+    loop {
+        let reply = queue.request(request(2), Duration::from_secs(5)).await;
+        if reply.is_some_and(|r| r.id == 2) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no answer by calls"
+        );
+    }
+    assert_eq!(
+        ask(&queue, 10..110).await,
+        (10..110).map(Some).collect::<Vec<_>>()
+    );
+    assert!(counts.calls.load(Ordering::Relaxed) >= 2);
+    assert_eq!(counts.sessions.load(Ordering::Relaxed), 0);
+}
+
+#[tokio::test]
+async fn an_ended_session_answers_nothing_at_once_and_the_next_request_opens_another() {
+    let (queue, counts) = serve(true).await;
+    assert_eq!(ask(&queue, 0..3).await, vec![Some(0), Some(1), Some(2)]);
+    let queue = Arc::new(queue);
+    let held = {
+        let queue = Arc::clone(&queue);
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let reply = queue.request(request(HELD), Duration::from_secs(30)).await;
+            (reply, started.elapsed())
+        })
+    };
+    // Let the held request reach the server before the session ends.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        queue
+            .request(request(END_SESSION), Duration::from_secs(30))
+            .await,
+        None
+    );
+    let (reply, waited) = held.await.unwrap();
+    assert_eq!(reply, None);
+    assert!(
+        waited < Duration::from_secs(5),
+        "a request of an ended session waited {waited:?}"
+    );
+    assert_eq!(
+        ask(&queue, 10..13).await,
+        vec![Some(10), Some(11), Some(12)]
+    );
+    assert_eq!(counts.sessions.load(Ordering::Relaxed), 2);
+}
+
+#[tokio::test]
+async fn a_request_given_up_is_forgotten_and_its_session_goes_on() {
+    let (queue, _counts) = serve(true).await;
+    assert_eq!(
+        queue
+            .request(request(HELD), Duration::from_millis(100))
+            .await,
+        None
+    );
+    assert_eq!(
+        ask(&queue, 0..5).await,
+        (0..5).map(Some).collect::<Vec<_>>()
+    );
+}
+
+/// A request of about `bytes` bytes.
+fn large(id: u64, bytes: usize) -> pb::ReplicaRequest {
+    pb::ReplicaRequest {
+        id,
+        eg: vec![7; bytes],
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn large_requests_queued_together_leave_in_messages_the_server_takes() {
+    // The stand-in takes messages of at most tonic's default 4 MiB: twelve requests of
+    // 1 MiB sent at once fit only if they leave in several messages.
+    let (queue, _counts) = serve(true).await;
+    let asks = (0..12).map(|id| {
+        let queue = &queue;
+        async move {
+            queue
+                .request(large(id, 1 << 20), Duration::from_secs(10))
+                .await
+                .map(|reply| reply.id)
+        }
+    });
+    let replies = futures::future::join_all(asks).await;
+    assert_eq!(replies, (0..12).map(Some).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_server_that_stops_reading_holds_a_bounded_queue() {
+    let (queue, _counts) = serve_as(true, true).await;
+    let queue = Arc::new(queue);
+    // More than the queue holds, each waiting long: the requests beyond the bound get
+    // no answer at once.
+    let count = QUEUED_BYTES_MAX / (1 << 20) + 32;
+    let waiting: Vec<_> = (0..count)
+        .map(|id| {
+            let queue = Arc::clone(&queue);
+            tokio::spawn(async move {
+                let id = u64::try_from(id).unwrap();
+                let _ = queue
+                    .request(large(id, 1 << 20), Duration::from_secs(600))
+                    .await;
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    loop {
+        let refused = queue.request(large(0, 1 << 20), Duration::from_secs(600));
+        if tokio::time::timeout(Duration::from_millis(200), refused)
+            .await
+            .is_ok_and(|reply| reply.is_none())
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "requests to a server that stopped reading kept queuing"
+        );
+    }
+    for task in waiting {
+        task.abort();
+    }
+}
