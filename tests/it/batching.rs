@@ -28,6 +28,18 @@ fn calls_and_requests(metrics: &str) -> (f64, f64) {
     )
 }
 
+/// A session's outgoing side: what is sent on the sender goes out as a message.
+fn outgoing<T: Send + 'static>() -> (
+    tokio::sync::mpsc::UnboundedSender<T>,
+    impl futures::Stream<Item = T> + Send + 'static,
+) {
+    let (send, requests) = tokio::sync::mpsc::unbounded_channel();
+    let requests = futures::stream::unfold(requests, |mut requests| async move {
+        requests.recv().await.map(|message| (message, requests))
+    });
+    (send, requests)
+}
+
 /// Sends `n` log-state requests for distinct groups at once through one `Peers`;
 /// returns how many came back, checking each is the answer to its own request.
 async fn ask_at_once(peers: &Peers, to: ReplicaId, n: u64, first_id: u64) -> usize {
@@ -217,10 +229,7 @@ fn batched_calls_answer_each_request_and_survive_a_stopped_replica() {
                 })
                 .collect(),
         };
-        let (send, requests) = tokio::sync::mpsc::unbounded_channel();
-        let requests = futures::stream::unfold(requests, |mut requests| async move {
-            requests.recv().await.map(|message| (message, requests))
-        });
+        let (send, requests) = outgoing();
         let mut replies = raw.session(requests).await.unwrap().into_inner();
         send.send(message(20..23)).unwrap();
         send.send(message(23..25)).unwrap();
@@ -254,10 +263,7 @@ fn batched_calls_answer_each_request_and_survive_a_stopped_replica() {
             .expect_err("a malformed request ends the session");
         assert_eq!(ended.code(), tonic::Code::InvalidArgument);
         assert!(ended.message().contains("request 4200"), "{ended:?}");
-        let (send, requests) = tokio::sync::mpsc::unbounded_channel();
-        let requests = futures::stream::unfold(requests, |mut requests| async move {
-            requests.recv().await.map(|message| (message, requests))
-        });
+        let (send, requests) = outgoing();
         let mut replies = raw.session(requests).await.unwrap().into_inner();
         send.send(message(0..257)).unwrap();
         let too_many = replies
@@ -282,10 +288,7 @@ fn batched_calls_answer_each_request_and_survive_a_stopped_replica() {
         let mut raw = ReplicationClient::connect(format!("http://{}", replica_a.address))
             .await
             .unwrap();
-        let (send, requests) = tokio::sync::mpsc::unbounded_channel();
-        let requests = futures::stream::unfold(requests, |mut requests| async move {
-            requests.recv().await.map(|message| (message, requests))
-        });
+        let (send, requests) = outgoing();
         let mut replies = raw.session(requests).await.unwrap().into_inner();
         send.send(pb::SessionRequests {
             requests: (0..8u64)
@@ -311,10 +314,7 @@ fn batched_calls_answer_each_request_and_survive_a_stopped_replica() {
         let mut raw = CoordinatorClient::connect(format!("http://{coordinator}"))
             .await
             .unwrap();
-        let (send, requests) = tokio::sync::mpsc::unbounded_channel();
-        let requests = futures::stream::unfold(requests, |mut requests| async move {
-            requests.recv().await.map(|message| (message, requests))
-        });
+        let (send, requests) = outgoing();
         let mut replies = raw.session(requests).await.unwrap().into_inner();
         send.send(coordinator_pb::SessionRequests {
             requests: vec![coordinator_pb::SessionRequest {

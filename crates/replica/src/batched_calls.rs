@@ -60,6 +60,21 @@ pub(crate) fn stream_numbered<A: Send + 'static, T: Send + 'static>(
 /// A session message's requests, each with its id, decoded (or why it is not).
 pub(crate) type Unpacked<R> = Vec<(u64, Result<R, String>)>;
 
+/// Decodes a session message's requests (`None`: a request left out).
+pub(crate) fn unpack_each<W, R, E: std::fmt::Display>(
+    requests: impl Iterator<Item = (u64, Option<W>)>,
+    decode: impl Fn(W) -> Result<R, E>,
+) -> Unpacked<R> {
+    requests
+        .map(|(id, request)| {
+            let request = request
+                .ok_or_else(|| "no request".to_string())
+                .and_then(|r| decode(r).map_err(|e| e.to_string()));
+            (id, request)
+        })
+        .collect()
+}
+
 /// What a `Session` RPC needs of its service's messages.
 pub(crate) struct SessionWire<In, R, A, Item, Out> {
     /// A message's requests, each with its id, decoded (or why it is not).

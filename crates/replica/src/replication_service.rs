@@ -17,7 +17,9 @@ use megastore_rpc::pb::replication::replication_server::Replication;
 use tokio::sync::oneshot;
 use tonic::{Request, Response, Status};
 
-use crate::batched_calls::{Numbered, SessionWire, decode_batch, serve_session, stream_numbered};
+use crate::batched_calls::{
+    Numbered, SessionWire, decode_batch, serve_session, stream_numbered, unpack_each,
+};
 use crate::replica_server::Event;
 
 pub(crate) struct ReplicationService {
@@ -69,17 +71,11 @@ const SESSION_WIRE: SessionWire<
     pb::SessionReplies,
 > = SessionWire {
     unpack: |message| {
-        message
-            .requests
-            .into_iter()
-            .map(|numbered| {
-                let request = numbered
-                    .request
-                    .ok_or_else(|| "no request".to_string())
-                    .and_then(|r| ReplicaRequest::try_from(r).map_err(|e| e.to_string()));
-                (numbered.id, request)
-            })
-            .collect()
+        let requests = message.requests.into_iter();
+        unpack_each(
+            requests.map(|n| (n.id, n.request)),
+            ReplicaRequest::try_from,
+        )
     },
     tag: |id, reply| pb::SessionReply {
         id,
