@@ -324,7 +324,7 @@ impl ReplicaMetrics {
         );
         r.register(
             "call_requests",
-            "Replication gRPC calls received and the requests each carried (Call: one; CallMany: a sender's batch)",
+            "Replication gRPC calls and session messages received and the requests each carried (Call: one; CallMany: a sender's batch; Session: what the sender had queued)",
             self.call_requests.clone(),
         );
         r.register("applied", "Log entries applied", self.applied.clone());
@@ -480,7 +480,7 @@ impl ReplicaMetrics {
         self.wal_syncs.observe(seconds);
     }
 
-    /// A gRPC call carrying `requests` requests arrived.
+    /// A gRPC call, or a session message, carrying `requests` requests arrived.
     pub fn call(&self, requests: usize) {
         self.call_requests.observe(requests as f64);
     }
