@@ -14,8 +14,9 @@
 //!   request waits at most its timeout; one given up (or whose caller went away)
 //!   forgets its id, so a late reply is dropped.
 //! - **Ends.** When the stream ends or breaks (the server restarted, the connection
-//!   dropped), every request still waiting gets no answer at once, as on a call that
-//!   failed, and the next request opens a new session. The protocol's timers already
+//!   dropped), or its reader's runtime stops, every request still waiting gets no
+//!   answer at once, as on a call that failed, and the next request opens a new
+//!   session. The protocol's timers already
 //!   expect lost answers.
 //! - **Older servers.** A server that answers `Session` with "unimplemented" gets
 //!   calls from then on ([`crate::call_queue`]); the requests of that first session get
@@ -147,6 +148,17 @@ impl<R> Waiting<R> {
     }
 }
 
+/// Marks its session ended when dropped: every request still waiting gets no answer.
+struct Ended<R>(Arc<Mutex<Waiting<R>>>);
+
+impl<R> Drop for Ended<R> {
+    fn drop(&mut self) {
+        let mut waiting = Waiting::lock(&self.0);
+        waiting.ended = true;
+        waiting.replies.clear();
+    }
+}
+
 /// Forgets a request's id when its caller stops waiting, answered or not.
 struct Forget<'a, R> {
     waiting: &'a Mutex<Waiting<R>>,
@@ -235,6 +247,10 @@ impl<S: Batching> Sessions<S> {
         let unsupported = Arc::clone(&self.unsupported);
         let reader_waiting = Arc::clone(&waiting);
         runtime.spawn(async move {
+            // However the reader ends — the stream over, or the task dropped with its
+            // runtime — whoever still waits gets no answer now, not at its timeout, and
+            // the next request opens a new session.
+            let _ended = Ended(Arc::clone(&reader_waiting));
             match client.session(requests).await {
                 Ok(mut replies) => {
                     while let Some(Ok(message)) = replies.next().await {
@@ -255,10 +271,6 @@ impl<S: Batching> Sessions<S> {
                 }
                 Err(status) => tracing::debug!("opening a session failed: {status}"),
             }
-            // Ended: whoever still waits gets no answer now, not at its timeout.
-            let mut waiting = Waiting::lock(&reader_waiting);
-            waiting.ended = true;
-            waiting.replies.clear();
         });
         Some(Session {
             outgoing,

@@ -323,3 +323,29 @@ async fn a_server_that_stops_reading_holds_a_bounded_queue() {
         task.abort();
     }
 }
+
+#[test]
+fn a_session_whose_runtime_stopped_is_replaced_in_the_next() {
+    // The stand-in and the connection live on `server`; the session's reader on the
+    // runtime of the request that opened it.
+    let server = tokio::runtime::Runtime::new().unwrap();
+    let (queue, counts) = server.block_on(serve(true));
+    let opener = tokio::runtime::Runtime::new().unwrap();
+    assert_eq!(
+        opener.block_on(ask(&queue, 0..3)),
+        vec![Some(0), Some(1), Some(2)]
+    );
+    drop(opener);
+    let later = tokio::runtime::Runtime::new().unwrap();
+    let started = Instant::now();
+    assert_eq!(
+        later.block_on(ask(&queue, 3..6)),
+        vec![Some(3), Some(4), Some(5)]
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "requests waited for a session whose reader was gone: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(counts.sessions.load(Ordering::Relaxed), 2);
+}
