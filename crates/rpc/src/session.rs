@@ -16,8 +16,7 @@
 //! - **Ends.** When the stream ends or breaks (the server restarted, the connection
 //!   dropped), or its reader's runtime stops, every request still waiting gets no
 //!   answer at once, as on a call that failed, and the next request opens a new
-//!   session. The protocol's timers already
-//!   expect lost answers.
+//!   session. The protocol's timers already expect lost answers.
 //! - **Older servers.** A server that answers `Session` with "unimplemented" gets
 //!   calls from then on ([`crate::call_queue`]); the requests of that first session get
 //!   no answer.
@@ -26,12 +25,11 @@
 //! and only while that request waits; ids are never reused within a sender.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::stream::{BoxStream, Stream, StreamExt};
 use megastore_types::limits::{BATCH_BYTES_TARGET, BATCH_REQUESTS_MAX};
@@ -197,7 +195,11 @@ impl<S: Batching> Sessions<S> {
             if waiting.ended {
                 return None;
             }
-            waiting.replies.insert(id, reply);
+            let earlier = waiting.replies.insert(id, reply);
+            assert!(
+                earlier.is_none(),
+                "one answer per id: id {id} registered twice"
+            );
         }
         let _forget = Forget {
             waiting: &session.waiting,
