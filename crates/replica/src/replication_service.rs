@@ -4,9 +4,8 @@
 //! `Call` carries one request; `CallMany` a sender's batch, whose replies stream back
 //! one message each, numbered, in the order the driver releases them; `Session` a
 //! sender's requests for as long as it keeps the stream, whose replies come back tagged
-//! with their requests' ids. Either way every
-//! request is its own event with its own reply: batching changes how requests travel,
-//! never what the core sees.
+//! with their requests' ids. Every way, each request is its own event with its own
+//! reply: batching changes how requests travel, never what the core sees.
 
 use std::sync::mpsc;
 

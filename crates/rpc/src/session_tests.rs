@@ -25,6 +25,8 @@ const END_SESSION: u64 = 666;
 struct Counts {
     calls: Arc<AtomicUsize>,
     sessions: Arc<AtomicUsize>,
+    /// Requests with id [`HELD`] received (and left unanswered).
+    held: Arc<AtomicUsize>,
 }
 
 struct StandIn {
@@ -86,11 +88,12 @@ impl Replication for StandIn {
         }
         self.counts.sessions.fetch_add(1, Ordering::Relaxed);
         let mut incoming = request.into_inner();
+        let held = Arc::clone(&self.counts.held);
         if self.deaf {
             let never = futures::stream::pending();
             tokio::spawn(async move {
-                // Holds the session open, unread.
-                tokio::time::sleep(Duration::from_secs(3600)).await;
+                // Holds the session open, unread, for as long as the server runs.
+                std::future::pending::<()>().await;
                 drop(incoming);
             });
             return Ok(Response::new(Box::pin(never)));
@@ -102,7 +105,9 @@ impl Replication for StandIn {
                 for numbered in message.requests {
                     let request = numbered.request.unwrap();
                     match request.id {
-                        HELD => {}
+                        HELD => {
+                            held.fetch_add(1, Ordering::Relaxed);
+                        }
                         END_SESSION => {
                             let _ = replies.send(Err(Status::aborted("ended on purpose")));
                             return;
@@ -224,8 +229,15 @@ async fn an_ended_session_answers_nothing_at_once_and_the_next_request_opens_ano
             (reply, started.elapsed())
         })
     };
-    // Let the held request reach the server before the session ends.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The held request reaches the server before the session ends.
+    let started = Instant::now();
+    while counts.held.load(Ordering::Relaxed) == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the held request never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert_eq!(
         queue
             .request(request(END_SESSION), Duration::from_secs(30))
