@@ -13,7 +13,8 @@
 use std::collections::BTreeMap;
 
 use megastore_paxos::cells::{
-    SlotRecord, TRUNCATED, VISIBLE, grant_column, log_column, promise_column,
+    APPLIED, SlotRecord, TRUNCATED, VISIBLE, grant_column, log_column, promise_column,
+    stored_visible,
 };
 use megastore_paxos::root_row;
 use megastore_placement::{Placement, Span};
@@ -178,7 +179,11 @@ impl<'a> Observation<'a> {
     /// What replica `r` holds at `p` of `eg`, read from its store (durable state).
     pub(crate) fn stored_slot(&self, r: ReplicaId, eg: &EgId, p: Position) -> Option<SlotRecord> {
         let mut slot: SlotRecord = self.stored(r, eg, &log_column(p))?;
-        slot.derive_visible(p, self.stored_watermark(r, eg, VISIBLE));
+        let visible = stored_visible(
+            self.stored_watermark(r, eg, VISIBLE),
+            self.stored_watermark(r, eg, APPLIED),
+        );
+        slot.derive_visible(p, visible);
         Some(slot)
     }
 

@@ -6,7 +6,7 @@
 //! | `log:` ‖ p | [`SlotRecord`]: accepted ballot and entry, and whether p is visible |
 //! | `grant:` ‖ p | the transaction granted ballot 0 at p (position leader only) |
 //! | `chosen:` ‖ p | [`ChosenTxn`]: whose entry was chosen at a truncated p (the last few only) |
-//! | `visible` | every position up to this one is visible here |
+//! | `visible` | every position up to this one is visible here (or up to `applied`, if higher: [`stored_visible`]) |
 //! | `applied` | every position up to this one is applied here |
 //! | `truncated` | positions up to this one are gone |
 //! | `installed` | the group was installed from a snapshot at this position: no history below it |
@@ -42,6 +42,15 @@ pub const INSTALLED: &[u8] = b"installed";
 pub const COLLECTED: &[u8] = b"collected";
 /// The rejoin floor column.
 pub const REJOIN_FLOOR: &[u8] = b"rejoin_floor";
+
+/// The visible watermark a root row records: its `visible` cell, or its `applied`
+/// cell where that is higher. Only visible positions are applied (invariant
+/// *applied-below-visible*), so a replica that applies a position in the step that
+/// marks it visible writes the `applied` marker alone, one cell instead of two per
+/// commit; a witness, which applies nothing, writes `visible`.
+pub fn stored_visible(visible: Position, applied: Position) -> Position {
+    visible.max(applied)
+}
 
 /// What an acceptor keeps for one position.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -180,6 +189,7 @@ impl StoredGroup {
                 stored.rejoin_floor = Some(decode(name, value)?);
             }
         }
+        stored.visible = stored_visible(stored.visible, stored.applied);
         let visible = stored.visible;
         for (p, slot) in &mut stored.slots {
             slot.derive_visible(*p, visible);
@@ -234,11 +244,26 @@ impl RootRowWrite {
         self
     }
 
-    /// Removes the cells of position `p` (truncation).
-    pub fn forget(mut self, p: Position) -> Self {
-        for c in [promise_column(p), log_column(p), grant_column(p)] {
-            self.0 = self.0.delete_cell(c, CELL_TS);
-        }
+    /// Removes every cell of position `p`, held or not.
+    pub fn forget(self, p: Position) -> Self {
+        self.forget_slot(p).forget_promise(p).forget_grant(p)
+    }
+
+    /// Removes the `log:<p>` cell (truncation).
+    pub fn forget_slot(mut self, p: Position) -> Self {
+        self.0 = self.0.delete_cell(log_column(p), CELL_TS);
+        self
+    }
+
+    /// Removes the `promise:<p>` cell (truncation).
+    pub fn forget_promise(mut self, p: Position) -> Self {
+        self.0 = self.0.delete_cell(promise_column(p), CELL_TS);
+        self
+    }
+
+    /// Removes the `grant:<p>` cell (truncation).
+    pub fn forget_grant(mut self, p: Position) -> Self {
+        self.0 = self.0.delete_cell(grant_column(p), CELL_TS);
         self
     }
 }

@@ -2,7 +2,7 @@
 //! [`CHOSEN_REMEMBERED`] positions, in its root row, so a writer can resolve a commit
 //! whose outcome it missed after the log moved on.
 
-use megastore_paxos::cells::{SlotRecord, StoredGroup};
+use megastore_paxos::cells::{SlotRecord, StoredGroup, grant_column, log_column, promise_column};
 use megastore_paxos::{
     CHOSEN_REMEMBERED, ChosenTxn, GroupLog, HISTORY_KEPT, LogEntry, ProtocolBugs, ReplicaOutput,
     root_row,
@@ -221,4 +221,54 @@ fn truncation_collects_the_global_rows_its_entries_wrote() {
             });
         assert_eq!(asked, expected, "{kind:?}");
     }
+}
+
+#[test]
+fn truncation_deletes_the_cells_a_position_holds_and_no_others() {
+    let eg = EgId(b"g".to_vec());
+    let mut stored = StoredGroup {
+        slots: (1..=10)
+            .map(|p| {
+                let slot = SlotRecord {
+                    ballot: Ballot::ZERO,
+                    entry: LogEntry::noop(),
+                    visible: true,
+                };
+                (Position(p), slot)
+            })
+            .collect(),
+        visible: Position(10),
+        applied: Position(10),
+        ..StoredGroup::default()
+    };
+    // A promise at 3 (a ballot above 0 was prepared there) and a grant at 4 (this
+    // replica led position 4); no other position holds either.
+    stored.promises.push((Position(3), Ballot::ZERO));
+    stored.grants.push((Position(4), txn(4)));
+    let mut log = GroupLog::load(eg.clone(), stored, false, false);
+    let out = truncate(&mut log, ReplicaKind::Full, Position(6));
+    let deleted: Vec<Vec<u8>> = out
+        .iter()
+        .filter_map(|o| match o {
+            ReplicaOutput::Persist { mutation } => Some(mutation),
+            _ => None,
+        })
+        .flat_map(|m| &m.mutations)
+        .filter_map(|m| match m {
+            megastore_rowstore::Mutation::DeleteCell { column, .. } => Some(column.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut expected: Vec<Vec<u8>> = (1..=6).map(|p| log_column(Position(p))).collect();
+    expected.push(promise_column(Position(3)));
+    expected.push(grant_column(Position(4)));
+    let sorted = |mut v: Vec<Vec<u8>>| {
+        v.sort();
+        v
+    };
+    assert_eq!(
+        sorted(deleted),
+        sorted(expected),
+        "each deletion of a cell never written is a store write of its own"
+    );
 }

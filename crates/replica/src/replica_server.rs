@@ -608,6 +608,8 @@ impl Driver {
                         limit,
                         reply,
                     } => {
+                        // It reads the registry: the groups this batch registered too.
+                        self.write_held(&mut batch);
                         let groups =
                             match megastore_paxos::registered_in(&*self.store, &range, limit) {
                                 Ok(groups) => groups.into_iter().map(|eg| eg.0).collect(),
@@ -748,6 +750,15 @@ impl Driver {
         }
     }
 
+    /// Writes what the batch holds to the store, before the driver (or a task it
+    /// tells) reads the store in the middle of a batch.
+    fn write_held(&self, batch: &mut Batch) {
+        if let Err(e) = batch.write_held(&*self.store) {
+            tracing::error!("the row store failed: {e}; stopping the replica");
+            std::process::exit(70);
+        }
+    }
+
     /// Hands the delivery task every registered group whose outbox holds messages, and
     /// the settling task every one with prepared transactions (at start: work left
     /// from before a restart is done too) — from a thread of its own, a page of
@@ -787,6 +798,8 @@ impl Driver {
     /// One WAL sync for everything the batch persisted (new groups' registry rows
     /// included), then its messages leave.
     fn release(&mut self, mut batch: Batch) {
+        // The delivery and settling tasks read what the batch wrote.
+        self.write_held(&mut batch);
         for report in batch.take_voter_passes() {
             let key = (report.range, report.changed_at);
             let (answered, waiting) = std::mem::take(&mut self.pass_waiters)

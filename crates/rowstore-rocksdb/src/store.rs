@@ -157,9 +157,10 @@ fn db_options(options: &RocksOptions, cache: &Cache) -> Options {
     db.set_bytes_per_sync(1 << 20);
     // Unsynced writes stay in RocksDB's WAL buffer until a sync (`sync`, or a write
     // with `Durability::Synced`, which flushes the buffer before its fsync) instead of
-    // costing a write(2) each: a replica's driver makes about ten unsynced writes per
-    // commit and syncs once per batch. What a crash may lose is unchanged: unsynced
-    // writes, now also when only the process dies.
+    // costing a write(2) each: a replica's driver makes one unsynced write per batch of
+    // steps (and one per garbage collection or read in between) and syncs once per
+    // batch. What a crash may lose is unchanged: unsynced writes, now also when only
+    // the process dies.
     db.set_manual_wal_flush(true);
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(cache);

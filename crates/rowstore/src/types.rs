@@ -120,6 +120,21 @@ impl RowMutation {
         self
     }
 
+    /// About how many bytes it writes: its row key, columns, values and timestamps.
+    pub fn size_bytes(&self) -> usize {
+        let cells: usize = self
+            .mutations
+            .iter()
+            .map(|m| match m {
+                Mutation::Set { column, value, .. } => column.len() + value.len() + 8,
+                Mutation::DeleteColumn { column, .. } | Mutation::DeleteCell { column, .. } => {
+                    column.len() + 8
+                }
+            })
+            .sum();
+        self.row.len() + cells
+    }
+
     /// Adds a [`Mutation::DeleteCell`].
     pub fn delete_cell(mut self, column: impl Into<Vec<u8>>, timestamp: Timestamp) -> Self {
         self.mutations.push(Mutation::DeleteCell {

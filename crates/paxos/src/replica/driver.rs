@@ -7,22 +7,35 @@
 //!       Load ──► read the root row ──► Input::Loaded (stepped at once)
 //!       ListGroups ──► read the registry ──► Input::Listed (stepped at once)
 //!       ListData ──► read a group's data rows ──► Input::DataListed (stepped at once)
-//!       Index ──► written buffered (synced with the state it lists)
-//!       Persist / Install ──► written buffered; the batch now needs a sync
-//!       Apply / CollectGarbage ──► written buffered
-//!       ReadData / ReadSnapshot ──► answered from the store, held
+//!       Index ──► held for the batch's write (synced with the state it lists)
+//!       Persist / Install ──► held for the batch's write; the batch now needs a sync
+//!       Apply ──► held for the batch's write (a mark's: the batch now needs a sync)
+//!       CollectGarbage ──► the held writes first, then collected
+//!       ReadData / ReadSnapshot ──► the held writes first, then answered, held
 //!       Send ──► held
-//!   batch.release(store) ──► one sync if needed ──► the held messages
+//!   batch.release(store) ──► one write of what is held ──► one sync if needed
+//!                        ──► the held messages
 //! ```
 //!
 //! Invariant (*durable before sent*): the messages of a batch are reachable only
 //! through [`Batch::release`], which syncs the store first whenever the batch wrote
 //! replication state — so no reply leaves before the state it depends on is durable,
 //! however many steps share the one sync.
+//!
+//! Invariant (*reads see the batch*): every read of the store, by the core's outputs or
+//! by the host between steps ([`Batch::write_held`]), comes after the batch's held
+//! writes reach the store, in the order the outputs made them. Writes are held so
+//! that a batch makes one store write, not one per output: a replica made several per
+//! commit, and each store write costs a write-path round of its own (RocksDB's write
+//! group, WAL record and row locks). A crash loses what is held exactly as it
+//! loses buffered writes: the batch had not synced them.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use megastore_rowstore::{Durability, KeyRange, LATEST, RowStore, RowStoreError, ScanOptions};
+use megastore_rowstore::{
+    Durability, KeyRange, LATEST, RowMutation, RowStore, RowStoreError, ScanOptions,
+    check_rows_in_range,
+};
 use megastore_types::{ClientId, EgId, NodeId, Time};
 
 use super::{Input, Output, Replica, answer_read, answer_snapshot};
@@ -35,6 +48,10 @@ pub const DRIVER_CLIENT: ClientId = ClientId(u32::MAX);
 
 /// Rows deleted per atomic batch when a span is retired.
 const RETIRE_PAGE_ROWS: usize = 256;
+
+/// Held writes of about this many bytes are written at once, not at the batch's end:
+/// a batch of large entries would otherwise hold a copy of each until it is released.
+const HELD_BYTES_MAX: usize = 4 << 20;
 
 /// The input that loads group `eg` (its state asked for by the host itself): what a
 /// host steps for every registered group when its replica starts, so the sweep looks
@@ -59,6 +76,8 @@ pub struct Batch {
     applied: BTreeMap<EgId, u64>,
     counts: BatchCounts,
     voter_passes: Vec<super::VoterPassReport>,
+    held: Vec<RowMutation>,
+    held_bytes: usize,
 }
 
 /// What a batch did, for a host's metrics and statistics.
@@ -124,10 +143,39 @@ impl Batch {
         self.counts
     }
 
-    /// Syncs `store` if the batch wrote replication state, then hands out its messages.
-    /// (With the `reply-before-sync` knob, the sync is skipped: the messages leave on
-    /// buffered state a crash can lose.)
-    pub fn release<S: RowStore>(self, store: &S) -> Result<Released, RowStoreError> {
+    /// Writes what the batch holds to `store` (buffered, in one atomic write): what a
+    /// host calls before it reads the store itself in the middle of a batch (invariant
+    /// *reads see the batch*).
+    pub fn write_held<S: RowStore>(&mut self, store: &S) -> Result<(), RowStoreError> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        self.held_bytes = 0;
+        let held = std::mem::take(&mut self.held);
+        store.mutate_rows(&KeyRange::all(), &held, Durability::Buffered)
+    }
+
+    /// Holds `mutations` for the batch's write.
+    fn hold<S: RowStore>(
+        &mut self,
+        store: &S,
+        mutations: impl IntoIterator<Item = RowMutation>,
+    ) -> Result<(), RowStoreError> {
+        for mutation in mutations {
+            self.held_bytes += mutation.size_bytes();
+            self.held.push(mutation);
+        }
+        if self.held_bytes > HELD_BYTES_MAX {
+            self.write_held(store)?;
+        }
+        Ok(())
+    }
+
+    /// Writes what the batch holds, syncs `store` if the batch wrote replication state,
+    /// then hands out its messages. (With the `reply-before-sync` knob, the sync is
+    /// skipped: the messages leave on buffered state a crash can lose.)
+    pub fn release<S: RowStore>(mut self, store: &S) -> Result<Released, RowStoreError> {
+        self.write_held(store)?;
         let synced = self.needs_sync && !self.reply_before_sync;
         if synced {
             store.sync()?;
@@ -139,7 +187,8 @@ impl Batch {
         })
     }
 
-    /// Drops the batch without sending anything (its process crashed before the sync).
+    /// Drops the batch without writing or sending anything (its process crashed before
+    /// the sync: what it held is lost as buffered writes are).
     pub fn discard(self) {}
 }
 
@@ -184,6 +233,7 @@ fn global_index_knobs(bugs: &crate::ProtocolBugs, output: Output) -> Output {
             mut global,
             rows,
             entries,
+            durability,
         } if bugs.global_copies_skip_deletes() => {
             for copy in &mut global {
                 copy.mutations
@@ -194,6 +244,7 @@ fn global_index_knobs(bugs: &crate::ProtocolBugs, output: Output) -> Output {
                 global,
                 rows,
                 entries,
+                durability,
             }
         }
         other => other,
@@ -218,12 +269,40 @@ fn note_outbox(batch: &mut Batch, eg: EgId, rows: &[megastore_rowstore::RowMutat
     }
 }
 
+/// Whether carrying out `output` reads the store (or writes it other than through the
+/// batch's held writes): the held writes go to the store first (invariant *reads see
+/// the batch*). Exhaustive, so that a new output decides.
+fn uses_store_now(output: &Output) -> bool {
+    match output {
+        Output::Load { .. }
+        | Output::ListGroups { .. }
+        | Output::ListData { .. }
+        | Output::Retire { .. }
+        | Output::CollectGarbage { .. }
+        | Output::CollectGlobalGarbage { .. }
+        | Output::ReadSnapshot { .. }
+        | Output::ReadData { .. }
+        | Output::ListForPass { .. } => true,
+        Output::Index { .. }
+        | Output::Persist { .. }
+        | Output::PersistPlacement { .. }
+        | Output::Apply { .. }
+        | Output::Install { .. }
+        | Output::Send { .. }
+        | Output::WakeAt(_)
+        | Output::VoterPassEnded(_) => false,
+    }
+}
+
 /// Carries out one output; a load's answer is the next input.
 fn carry_out<S: RowStore>(
     output: Output,
     store: &S,
     batch: &mut Batch,
 ) -> Result<Option<Input>, RowStoreError> {
+    if uses_store_now(&output) {
+        batch.write_held(store)?;
+    }
     match output {
         Output::Load { eg, root_row } => {
             let row = store.read_row(&root_row, &KeyRange::all(), LATEST)?;
@@ -246,11 +325,9 @@ fn carry_out<S: RowStore>(
             super::retire_range(store, &groups, RETIRE_PAGE_ROWS, Durability::Buffered)?;
             batch.needs_sync = true;
         }
-        Output::Index { mutation } => {
-            store.mutate_row(&mutation, None, Durability::Buffered)?;
-        }
+        Output::Index { mutation } => batch.hold(store, [mutation])?,
         Output::Persist { mutation } | Output::PersistPlacement { mutation } => {
-            store.mutate_row(&mutation, None, Durability::Buffered)?;
+            batch.hold(store, [mutation])?;
             batch.needs_sync = true;
             batch.counts.persists += 1;
         }
@@ -259,25 +336,25 @@ fn carry_out<S: RowStore>(
             global,
             rows,
             entries,
+            durability,
         } => {
-            // Need not be synced: a lost apply is redone from the log. The global
-            // copies go first, so a crash that keeps the `applied` marker keeps them.
-            if !global.is_empty() {
-                store.mutate_rows(&global_index_range(), &global, Durability::Buffered)?;
-            }
-            store.mutate_rows(&group_range(&eg), &rows, Durability::Buffered)?;
+            // The global copies go first, so a crash that keeps the `applied` marker
+            // keeps them.
+            check_rows_in_range(&global_index_range(), &global)?;
+            check_rows_in_range(&group_range(&eg), &rows)?;
+            batch.needs_sync |= durability == Durability::Synced;
             batch.counts.applies += 1;
             *batch.applied.entry(eg.clone()).or_default() += entries;
             note_outbox(batch, eg, &rows);
+            batch.hold(store, global.into_iter().chain(rows))?;
         }
         Output::Install { eg, global, rows } => {
-            if !global.is_empty() {
-                store.mutate_rows(&global_index_range(), &global, Durability::Buffered)?;
-            }
-            store.mutate_rows(&group_range(&eg), &rows, Durability::Buffered)?;
+            check_rows_in_range(&global_index_range(), &global)?;
+            check_rows_in_range(&group_range(&eg), &rows)?;
             batch.needs_sync = true;
             batch.counts.installs += 1;
             note_outbox(batch, eg, &rows);
+            batch.hold(store, global.into_iter().chain(rows))?;
         }
         Output::CollectGarbage { eg, below } => {
             // After the `collected` watermark's write, in the same order in the store's

@@ -7,7 +7,7 @@ mod install;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use megastore_rowstore::RowMutation;
+use megastore_rowstore::{Durability, RowMutation};
 use megastore_types::{Ballot, ClientId, EgId, Position, ReplicaId, ReplicaKind, TxnId};
 
 pub use install::GroupSnapshot;
@@ -488,18 +488,31 @@ impl GroupLog {
         {
             self.visible = self.visible.next();
         }
-        if self.visible != before {
+        debug_assert!(self.visible >= p || !watermark_covers);
+        #[cfg(feature = "sim-bugs")]
+        let out_of_order = bugs.apply_out_of_order();
+        #[cfg(not(feature = "sim-bugs"))]
+        let out_of_order = false;
+        // A replica that applies moves `applied` to the new `visible` in this step: the
+        // `applied` marker then records the watermark too (`cells::stored_visible`),
+        // and a cell write a commit is spared. A witness writes `visible` itself.
+        let applies_now = kind != ReplicaKind::Witness && !out_of_order;
+        if self.visible != before && !applies_now {
             write = write.watermark(VISIBLE, self.visible);
         }
-        debug_assert!(self.visible >= p || !watermark_covers);
-        out.push(Output::Persist { mutation: write.0 });
+        if !write.0.mutations.is_empty() {
+            out.push(Output::Persist { mutation: write.0 });
+        }
         if kind != ReplicaKind::Witness {
             #[cfg(feature = "sim-bugs")]
-            if bugs.apply_out_of_order() {
+            if out_of_order {
                 self.apply_across_a_gap(p, out);
                 return Ok(());
             }
-            self.apply_ready(out);
+            let positions = (self.applied.0 + 1..=self.visible.0)
+                .map(Position)
+                .collect();
+            self.apply(positions, Durability::Synced, out);
         }
         Ok(())
     }
@@ -510,7 +523,7 @@ impl GroupLog {
         let positions: Vec<Position> = (self.applied.0 + 1..=self.visible.0)
             .map(Position)
             .collect();
-        self.apply(positions, out);
+        self.apply(positions, Durability::Buffered, out);
     }
 
     /// The out-of-order knob: applies the position a mark just made visible even
@@ -523,12 +536,13 @@ impl GroupLog {
         if just_marked > self.applied && !positions.contains(&just_marked) {
             positions.push(just_marked);
         }
-        self.apply(positions, out);
+        self.apply(positions, Durability::Buffered, out);
     }
 
     /// Applies `positions` (ascending, each with a slot) and moves `applied` to the
-    /// last of them.
-    fn apply(&mut self, positions: Vec<Position>, out: &mut Vec<Output>) {
+    /// last of them. `durability` is `Synced` when the `applied` marker records a
+    /// visible watermark no other cell holds (a mark's apply).
+    fn apply(&mut self, positions: Vec<Position>, durability: Durability, out: &mut Vec<Output>) {
         let Some(&last) = positions.last() else {
             return;
         };
@@ -552,6 +566,7 @@ impl GroupLog {
             global,
             rows,
             entries: positions.len() as u64,
+            durability,
         });
     }
 
@@ -591,16 +606,26 @@ impl GroupLog {
             {
                 global_rows.extend(global_rows_of(&self.eg, &slot.entry));
             }
-            if let Some(slot) = slot
+            if let Some(slot) = &slot
                 && remembered
             {
                 let chosen = ChosenTxn::of_entry(&slot.entry);
                 write = write.chosen(p, chosen.clone());
                 self.chosen.insert(p, chosen);
             }
-            self.promises.remove(&p);
-            self.grants.remove(&p);
-            write = write.forget(p);
+            // Only the cells held are deleted: memory mirrors the root row (every
+            // cell written is held, every held one loaded back), and a deletion of a
+            // cell never written costs a write like any other. Most positions have
+            // neither a promise (ballot 0) nor a grant (held by the leader alone).
+            if slot.is_some() {
+                write = write.forget_slot(p);
+            }
+            if self.promises.remove(&p).is_some() {
+                write = write.forget_promise(p);
+            }
+            if self.grants.remove(&p).is_some() {
+                write = write.forget_grant(p);
+            }
         }
         while self.chosen.len() > CHOSEN_REMEMBERED {
             if let Some((p, _)) = self.chosen.pop_first() {
@@ -661,7 +686,7 @@ impl GroupLog {
         if kind != ReplicaKind::Witness && !bugs.apply_out_of_order() {
             assert!(
                 self.applied <= self.visible,
-                "{}: applied {} above visible {}",
+                "{}: applied {} above visible {} (applied-below-visible)",
                 self.eg,
                 self.applied,
                 self.visible

@@ -40,7 +40,7 @@ mod voter_pass;
 use std::collections::{BTreeMap, BTreeSet};
 
 use megastore_placement::{Placement, RangeId, ServerPlacement, Version};
-use megastore_rowstore::{KeyRange, Row, RowMutation, RowRead, ScanOptions};
+use megastore_rowstore::{Durability, KeyRange, Row, RowMutation, RowRead, ScanOptions};
 use megastore_types::{
     EgId, NodeId, Position, ReplicaId, ReplicaInfo, ReplicaKind, Time, Topology,
 };
@@ -201,8 +201,11 @@ pub enum Output {
     /// Apply entries: first `global`, the copies of the entries' global index mirror
     /// writes ([`crate::entry::global_mirror_range`]) to the global index rows they
     /// name; then one atomic batch within the group's range (data rows and the
-    /// `applied` marker). Need not be synced — a lost apply is redone from the log,
-    /// and in that order a crash never keeps the marker without the copies.
+    /// `applied` marker). In that order a crash never keeps the marker without the
+    /// copies. Synced when `durability` says: a mark's apply, whose `applied` marker
+    /// is also the group's visible watermark ([`crate::cells::stored_visible`]), so
+    /// sends after it wait until it is durable. Otherwise buffered: a lost apply is
+    /// redone from the log.
     Apply {
         /// The group.
         eg: EgId,
@@ -212,6 +215,8 @@ pub enum Output {
         rows: Vec<RowMutation>,
         /// How many log entries (positions) this applies.
         entries: u64,
+        /// Whether it is synced.
+        durability: Durability,
     },
     /// Install a snapshot: the global index copies of its mirror (`global`, first),
     /// then one atomic batch within the group's range (data rows and the root row's
