@@ -74,17 +74,22 @@ fn a_mark_over_an_accepted_slot_writes_only_the_watermark_and_the_slot_stays_vis
         node.ask(mark(1, ballot(1), first)),
         ReplicaReply::MarkedVisible { .. }
     ));
-    let other = write(9, Some(1), "other");
     assert!(
-        matches!(
-            node.ask(mark(1, ballot(2), other)),
-            ReplicaReply::Error {
-                error: ReplicaError::Conflict(Position(1)),
-                ..
-            }
-        ),
+        refuses_another_value_at_1(&mut node),
         "a visible position keeps its value"
     );
+}
+
+/// Whether `node` refuses a mark of another value at position 1 (it knows 1 visible).
+fn refuses_another_value_at_1(node: &mut Node) -> bool {
+    let other = write(9, Some(1), "other");
+    matches!(
+        node.ask(mark(1, ballot(2), other)),
+        ReplicaReply::Error {
+            error: ReplicaError::Conflict(Position(1)),
+            ..
+        }
+    )
 }
 
 /// The root row's `column` watermark cell as stored, if it was ever written.
@@ -125,15 +130,8 @@ fn a_replica_that_applies_records_a_mark_in_its_applied_marker_alone_and_durably
         let (after, _) = stored(&node, 1);
         assert_eq!(after.visible, Position(1), "replica {id}");
         assert!(slot_visible(&after, 1), "replica {id}");
-        let other = write(9, Some(1), "other");
         assert!(
-            matches!(
-                node.ask(mark(1, ballot(2), other)),
-                ReplicaReply::Error {
-                    error: ReplicaError::Conflict(Position(1)),
-                    ..
-                }
-            ),
+            refuses_another_value_at_1(&mut node),
             "replica {id}: a visible position keeps its value"
         );
     }
