@@ -234,6 +234,111 @@ fn open_transactions_are_bounded_per_connection_and_expire_when_idle() {
     });
 }
 
+/// Clients committing through replica a's gateway at once, in
+/// [`committed_transactions_do_not_count_against_the_open_bound`].
+const COMMITTERS: usize = 4;
+/// Transactions each commits, one after another (bounded).
+const COMMITS_EACH: usize = 12;
+/// The open bound that test sets: far fewer than the transactions committed.
+const OPEN_MAX: usize = 10;
+
+/// Begins (retrying while the cluster comes up, within [`BOUND`]), writes `key` and
+/// commits at `api`: the handle and the commit's answer. A refusal for open
+/// transactions fails at once.
+async fn begin_write_commit(
+    api: &mut MegastoreClient<Channel>,
+    key: &str,
+) -> (u64, pb::CommitResponse) {
+    let started = Instant::now();
+    loop {
+        match commit_keeping_handle(api, key).await {
+            Ok(done) => return done,
+            Err(e) => {
+                assert_ne!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+                assert!(started.elapsed() < BOUND, "no commit of {key}: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+async fn commit_keeping_handle(
+    api: &mut MegastoreClient<Channel>,
+    key: &str,
+) -> Result<(u64, pb::CommitResponse), tonic::Status> {
+    let begin = pb::BeginRequest {
+        eg: GROUP.to_vec(),
+        root: None,
+        ..Default::default()
+    };
+    let txn = api.begin(begin).await?.into_inner().txn;
+    let rows = vec![row(key, key.as_bytes().to_vec())];
+    api.write(pb::WriteRequest { txn, rows }).await?;
+    let answer = api.commit(pb::CommitRequest { txn }).await?.into_inner();
+    Ok((txn, answer))
+}
+
+/// `[gateway] open_txns_max` bounds open transactions, not committed ones: a replica
+/// whose clients commit five times that many within `idle_txn_ms` goes on serving
+/// `Begin` (every commit succeeds or conflicts, none is refused), still answers a
+/// `Commit` sent again with the newest handle as it did, and still refuses the open
+/// transaction past the bound. Until 2026-12-05 the answers kept for a resent `Commit`
+/// counted too: a gateway committing more than 10,000 transactions a minute refused
+/// every `Begin`.
+#[test]
+fn committed_transactions_do_not_count_against_the_open_bound() {
+    let (_alone, _dir, _cluster, config, runtime) =
+        crate::support::start_cluster_with(&format!("\n[gateway]\nopen_txns_max = {OPEN_MAX}\n"));
+    let address = crate::support::replica_address(&config, "a");
+    runtime.block_on(async {
+        let committers: Vec<_> = (0..COMMITTERS)
+            .map(|c| {
+                let address = address.clone();
+                tokio::spawn(async move {
+                    let mut api = api_at(&address);
+                    let mut last = None;
+                    for n in 0..COMMITS_EACH {
+                        last = Some(begin_write_commit(&mut api, &format!("c{c}-{n}")).await);
+                    }
+                    (api, last.expect("one commit at least"))
+                })
+            })
+            .collect();
+        let mut finished = Vec::new();
+        for committer in committers {
+            finished.push(committer.await.expect("a committer"));
+        }
+        let (api, (txn, answer)) = &mut finished[0];
+        let again = api.commit(pb::CommitRequest { txn: *txn }).await;
+        assert_eq!(
+            again.expect("the newest answer is kept").into_inner(),
+            *answer,
+            "a Commit sent again gets the same answer"
+        );
+
+        let mut open = api_at(&address);
+        for _ in 0..OPEN_MAX {
+            open.begin(pb::BeginRequest {
+                eg: GROUP.to_vec(),
+                root: None,
+                ..Default::default()
+            })
+            .await
+            .expect("fewer than open_txns_max are open");
+        }
+        let refused = open
+            .begin(pb::BeginRequest {
+                eg: GROUP.to_vec(),
+                root: None,
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused}");
+        assert!(refused.message().contains("open_txns_max"), "{refused}");
+    });
+}
+
 /// Connections flooding replica a's public port.
 const FLOODERS: usize = 32;
 /// Requests each flooder sends (bounded, one after another).

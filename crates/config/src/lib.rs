@@ -124,7 +124,7 @@ pub struct ClusterConfig {
 pub struct GatewayLimits {
     /// A handle unused this long is dropped (a committed one's answer too).
     pub idle_txn_ms: u64,
-    /// Open handles one replica keeps at most.
+    /// Open handles one replica keeps at most (and committed handles' answers).
     pub open_txns_max: u32,
     /// Open handles one connection (peer address and port) may have at most.
     pub open_txns_per_connection: u32,

@@ -48,8 +48,11 @@ impl Session {
 
 /// The open transactions of one replica's gateway, bounded by `[gateway]`:
 /// transactions unused for `idle_txn_ms` are dropped (committed ones too: their answer
-/// is kept as long), and there are at most `open_txns_max` of them, at most
+/// is kept as long), and there are at most `open_txns_max` open ones, at most
 /// `open_txns_per_connection` from one connection and `open_txns_per_user` of one user.
+/// A committed one's answer counts against none of these; at most `open_txns_max`
+/// answers are kept, the oldest dropped first past that (a replica committing more
+/// than that many transactions in `idle_txn_ms`).
 pub(crate) struct Sessions {
     sessions: std::sync::Mutex<HashMap<u64, Session>>,
     idle_max: Duration,
@@ -112,12 +115,14 @@ impl Sessions {
         let mut sessions = self.map();
         let idle_max = self.idle_max;
         sessions.retain(|_, s| s.last_used.elapsed() < idle_max);
-        if sessions.len() >= self.open_max {
+        let open = sessions.values().filter(|s| s.is_open()).count();
+        if open >= self.open_max {
             return Err(Status::resource_exhausted(format!(
                 "{} transactions are open on this replica ([gateway] open_txns_max); commit or abort some",
                 self.open_max
             )));
         }
+        self.forget_oldest_answers(&mut sessions, open);
         if let Some(connection) = connection {
             let mine = sessions
                 .values()
@@ -154,6 +159,27 @@ impl Sessions {
         };
         sessions.insert(handle, session);
         Ok(handle)
+    }
+
+    /// Keeps at most `open_max` committed handles' answers: past that, drops the
+    /// oldest (least recently used), a tenth of the bound at a time so that the sort
+    /// is paid once per many `Begin`s. `open` of `sessions` are open.
+    fn forget_oldest_answers(&self, sessions: &mut HashMap<u64, Session>, open: usize) {
+        let answers = sessions.len() - open;
+        if answers < self.open_max {
+            return;
+        }
+        let mut committed: Vec<(Instant, u64)> = sessions
+            .iter()
+            .filter(|(_, s)| !s.is_open())
+            .map(|(handle, s)| (s.last_used, *handle))
+            .collect();
+        committed.sort_unstable();
+        let keep = self.open_max - self.open_max.div_ceil(10);
+        let excess = committed.len().saturating_sub(keep);
+        for (_, handle) in &committed[..excess] {
+            sessions.remove(handle);
+        }
     }
 
     /// The state behind `handle`, locked for one call by `caller` (another user's
