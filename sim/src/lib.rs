@@ -246,6 +246,7 @@ pub fn run_seed(seed: u64, bugs: Bugs, readable: bool) -> SeedReport {
     let mut stats = world.stats;
     stats.combined = checks.chosen.combined_count() as u64;
     stats.committed_unread = world.clients.values().map(|c| c.committed_unread).sum();
+    stats.reads_woken = world.clients.values().map(|c| c.core.reads_woken()).sum();
     stats.placements_behind = world.placements_behind();
     stats.clients_behind = clients_behind;
     stats.final_scans = final_scans;

@@ -83,6 +83,9 @@ pub struct Stats {
     pub committed_unread: u64,
     /// Commits relayed to a relay that was up to take them.
     pub relayed: u64,
+    /// Current reads a commit of their own client woke as it settled the position
+    /// they waited for.
+    pub reads_woken: u64,
     /// Writes that did not commit (conflict or aborted).
     pub conflicts: u64,
     /// Writes with unknown outcome (after trying to resolve it).

@@ -301,7 +301,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     // without it, and the remaining voters are too few without that vote.
     (
         "count-votes-of-removed",
-        &["durable-ack", "visible-after-invalidate"],
+        &["durable-ack", "visible-after-invalidate", "single-value"],
         500,
     ),
     // Needs a seed whose move the operator records frozen while the source's

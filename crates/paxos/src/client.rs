@@ -222,6 +222,8 @@ pub struct ClientCore {
     placement_read: Option<u64>,
     /// When the last such read started.
     placement_read_at: Option<Time>,
+    /// Current reads a commit of this client woke as it settled ([`wake_reads`]).
+    reads_woken: u64,
 }
 
 impl ClientCore {
@@ -249,6 +251,7 @@ impl ClientCore {
             next_op: 1,
             placement_read: None,
             placement_read_at: None,
+            reads_woken: 0,
         }
     }
 
@@ -804,12 +807,13 @@ impl ClientCore {
                     reads,
                 } = commit;
                 let lane = self.lanes.entry(eg).or_default();
-                lane.wait(Waiting {
+                let waiting = Waiting {
                     op,
                     member: Member::after_read(txn, writes, reads, read_position),
                     read_position,
                     leader,
-                });
+                };
+                lane.wait(waiting, now);
                 op
             }
         };
@@ -854,7 +858,7 @@ impl ClientCore {
         let Some(lane) = self.lanes.get(eg) else {
             return false;
         };
-        let in_flight = match lane.busy.and_then(|op| self.ops.get(&op)) {
+        let in_flight = match lane.busy().and_then(|op| self.ops.get(&op)) {
             Some(Op::Commit(commit)) => commit.ops.iter().any(|(t, _)| *t == txn),
             _ => false,
         };
@@ -934,16 +938,34 @@ impl ClientCore {
         let bugs = self.config.proposer.bugs;
         let mut starts: Vec<(EgId, Start)> = Vec::new();
         for (eg, lane) in &mut self.lanes {
-            if let Some(busy) = lane.busy {
+            if let Some(busy) = lane.busy() {
+                let (mut settled, mut members) = (None, 0);
                 match self.ops.get(&busy) {
                     Some(Op::Commit(op)) if !op.commit.decided() => continue,
                     Some(Op::Commit(op)) => {
                         let (first, winners) = op.commit.seen();
                         lane.learned(first, winners);
+                        settled = (winners.len() as u64)
+                            .checked_sub(1)
+                            .map(|more| Position(first.0 + more));
+                        members = op.ops.len();
                     }
                     _ => {}
                 }
-                lane.busy = None;
+                let woken = settled.map_or(0, |through| {
+                    wake_reads(
+                        &mut self.ops,
+                        &mut self.wiring,
+                        &self.config.proposer,
+                        (now, eg, through),
+                        sends,
+                    )
+                });
+                self.reads_woken += woken as u64;
+                lane.ended(now, settled, members, woken);
+            }
+            if lane.lingers(now) {
+                continue;
             }
             let (conflicts, start) = lane.next(eg, &bugs);
             for (op, txn, result) in conflicts {
@@ -976,10 +998,10 @@ impl ClientCore {
                 })),
             );
             if let Some(lane) = self.lanes.get_mut(&eg) {
-                lane.busy = Some(first_op);
+                lane.started(first_op, now);
             }
         }
-        self.lanes.retain(|_, lane| !lane.idle());
+        self.lanes.retain(|_, lane| !lane.idle(now));
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1332,6 +1354,7 @@ impl ClientCore {
             .values()
             .filter_map(op_deadline)
             .chain(self.wiring.lock_client().next_deadline())
+            .chain(self.lanes.values().filter_map(Lane::linger_deadline))
             .chain(self.wakes.iter().map(|(at, _, _)| *at))
             .min();
         out.extend(next.map(Output::WakeAt));
@@ -1415,11 +1438,46 @@ impl ClientCore {
         &self.config.proposer.bugs
     }
 
+    /// How many current reads a commit of this client woke as it settled the position
+    /// they waited for (docs/protocol.md, "Combining commits", step 8).
+    pub fn reads_woken(&self) -> u64 {
+        self.reads_woken
+    }
+
     /// How many operations are in flight (including commits settling after their
     /// result was reported).
     pub fn in_flight(&self) -> usize {
         self.ops.len() + self.lanes.values().map(Lane::waiting).sum::<usize>()
     }
+}
+
+/// Current reads of `eg` stop waiting for the write in flight through `through`,
+/// which the lane's commit just settled ([`CurrentRead::writer_settled`]): its visible
+/// marks have left, so asking again now finds the position visible at the local
+/// replica. At a hot group the write a read finds in flight is mostly this client's
+/// own, and otherwise the read would wait out its learn of the remote voters. Returns
+/// how many reads were waiting.
+fn wake_reads(
+    ops: &mut BTreeMap<OpId, Op>,
+    wiring: &mut Wiring<OpId>,
+    config: &ProposerConfig,
+    (now, eg, through): (Time, &EgId, Position),
+    sends: &mut Vec<(NodeId, Message)>,
+) -> usize {
+    let mut woken = 0;
+    for (op, state) in ops.iter_mut() {
+        let Op::Current(read) = state else {
+            continue;
+        };
+        if read.eg() != eg {
+            continue;
+        }
+        let mut ctx = wiring.ctx(now, config, *op, sends);
+        if read.writer_settled(&mut ctx, through) {
+            woken += 1;
+        }
+    }
+    woken
 }
 
 fn op_deadline(state: &Op) -> Option<Time> {

@@ -26,15 +26,21 @@
 //! they prepared and which they finished. So blind writes arriving one after another,
 //! each on the read lent to the one before, do not keep an old read alive.
 //!
+//! When a commit ends, the next entry lingers, for a bounded share of the commit's
+//! time, for the commits expected to follow it: its transactions' clients coming back,
+//! and the current reads it woke ([`Lane::ended`]). Waiting changes which entry a
+//! transaction rides, never its outcome.
+//!
 //! Invariants: *one commit per lane* — a lane starts a commit only with none in flight
-//! (asserted in [`Lane::next`]); *known is a contiguous stretch of chosen positions* —
+//! (asserted in [`Lane::next`] and [`Lane::started`]); *known is a contiguous stretch of chosen positions* —
 //! what a lane learns extends its stretch only where it continues it, and otherwise
 //! replaces it.
 
 use std::collections::{BTreeSet, VecDeque};
+use std::time::Duration;
 
 use megastore_types::limits::TRANSACTION_BYTES_MAX;
-use megastore_types::{Ballot, EgId, Position, ReplicaId, TxnId};
+use megastore_types::{Ballot, EgId, Position, ReplicaId, Time, TxnId};
 
 use super::OpId;
 use crate::bugs::ProtocolBugs;
@@ -133,11 +139,44 @@ impl Basis {
     }
 }
 
+/// The share of a settled commit's duration its lane lingers for the commits it
+/// expects: a quarter (20 ms at 80 ms RTT). An eighth was too short for 64 gRPC
+/// clients on two cores to come back with their next transactions.
+const LINGER_SHARE: u32 = 4;
+
+/// The longest a lane lingers.
+const LINGER_MAX: Duration = Duration::from_millis(40);
+
+/// The commits a lane expects after its commit settled ([`Lane::ended`]), and those
+/// that came.
+#[derive(Debug)]
+struct Round {
+    /// Commits that read here or later came after the settle.
+    at: Position,
+    /// The commits that could come: one per transaction of the ended commit (its
+    /// client may come back with the next) and per read it woke.
+    owed: usize,
+    /// Commits the next entry waits for: `owed` scaled by how many came per one owed
+    /// in the round before (the first time: one per read the ended commit woke).
+    expected: usize,
+    /// Commits that read at `at` or later and came before `until` — whether the
+    /// next entry waited for them or had left (having all it expected): those a
+    /// linger this long can carry, which tells the next round what to expect.
+    arrived: usize,
+    /// The linger's end. The lane is kept until then even with nothing waiting, so
+    /// that the round counts the commits that come.
+    until: Time,
+}
+
 /// One group's lane.
 #[derive(Debug, Default)]
 pub(crate) struct Lane {
     /// The operation of the commit in flight (keyed by its first transaction's op).
-    pub(crate) busy: Option<OpId>,
+    busy: Option<OpId>,
+    /// When the commit in flight started.
+    busy_since: Time,
+    /// What the last commit that settled expects, if one did.
+    round: Option<Round>,
     /// The read lent to blind writes: of the last commit started, at the position
     /// before it (with `busy`, the commit in flight's).
     basis: Option<Basis>,
@@ -148,9 +187,12 @@ pub(crate) struct Lane {
 }
 
 impl Lane {
-    /// Whether the lane has nothing in flight and nothing waiting.
-    pub(crate) fn idle(&self) -> bool {
-        self.busy.is_none() && self.waiting.is_empty()
+    /// Whether the lane can go: nothing in flight, nothing waiting, and its last
+    /// round over at `now`.
+    pub(crate) fn idle(&self, now: Time) -> bool {
+        self.busy.is_none()
+            && self.waiting.is_empty()
+            && self.round.as_ref().is_none_or(|r| r.until <= now)
     }
 
     /// How many transactions wait.
@@ -158,8 +200,92 @@ impl Lane {
         self.waiting.len()
     }
 
-    pub(crate) fn wait(&mut self, waiting: Waiting) {
+    /// `waiting` waits, from `now`.
+    pub(crate) fn wait(&mut self, waiting: Waiting, now: Time) {
+        if let Some(round) = &mut self.round
+            && waiting.read_position >= round.at
+            && now < round.until
+        {
+            round.arrived += 1;
+        }
         self.waiting.push_back(waiting);
+    }
+
+    /// The operation of the commit in flight, if any.
+    pub(crate) fn busy(&self) -> Option<OpId> {
+        self.busy
+    }
+
+    /// Commit `op` (keyed by its first transaction's operation) starts at `now`.
+    pub(crate) fn started(&mut self, op: OpId, now: Time) {
+        assert!(self.busy.is_none(), "one commit per lane at a time");
+        self.busy = Some(op);
+        self.busy_since = now;
+    }
+
+    /// The commit in flight ended at `now` (docs/protocol.md, "Combining commits",
+    /// step 8). If it settled positions through `settled`, the next entry lingers for
+    /// the commits expected to follow: its `members` transactions' clients, in a
+    /// closed loop, come back with their next ones, and the `woken` current reads
+    /// that waited for it with theirs. Of those it expects as many as came in time
+    /// per one owed in the round before (the first time, the woken reads' only), and
+    /// waits for them at most a quarter of how long the ended commit took (and
+    /// [`LINGER_MAX`]), so that they ride the next entry instead of the one after. A
+    /// lone writer comes back alone, so it goes as it comes; commits that do not come
+    /// in time (read-only transactions, writers gone to other groups, clients too
+    /// busy to come back within the linger) teach the next round to expect fewer, and
+    /// a linger that carries nobody is not paid again.
+    pub(crate) fn ended(
+        &mut self,
+        now: Time,
+        settled: Option<Position>,
+        members: usize,
+        woken: usize,
+    ) {
+        self.busy = None;
+        let Some(at) = settled else {
+            self.round = None;
+            return;
+        };
+        let owed = members + woken;
+        let expected = match &self.round {
+            None => woken,
+            // As many as came for each one owed before: `owed * arrived / owed_before`.
+            Some(before) => (owed * before.arrived)
+                .div_ceil(before.owed.max(1))
+                .min(owed),
+        }
+        .min(COMBINED_MAX);
+        let linger = (now.since(self.busy_since) / LINGER_SHARE).min(LINGER_MAX);
+        self.round = Some(Round {
+            at,
+            owed,
+            expected,
+            arrived: 0,
+            until: now + linger,
+        });
+    }
+
+    /// Whether the next entry waits, at `now`, for commits still expected
+    /// ([`Lane::ended`]).
+    pub(crate) fn lingers(&self, now: Time) -> bool {
+        self.busy.is_none()
+            && self
+                .round
+                .as_ref()
+                .is_some_and(|r| now < r.until && r.arrived < r.expected)
+    }
+
+    /// When the linger holding waiting commits ends, if one does. (A linger with
+    /// nothing waiting needs no wake: a commit that comes starts it.)
+    pub(crate) fn linger_deadline(&self) -> Option<Time> {
+        if self.busy.is_some() || self.waiting.is_empty() {
+            return None;
+        }
+        self.round
+            .as_ref()
+            .filter(|r| r.arrived < r.expected)
+            .map(|r| r.until)
     }
 
     /// The read a blind write may take instead of reading the group itself, while a
@@ -379,6 +505,9 @@ mod tests {
     use crate::entry::{CellWrite, LogEntry, RowWrite};
     use crate::proposer::commit::ReadSet;
 
+    /// When the tests without a round wait: any time will do.
+    const NOW: Time = Time::ZERO;
+
     fn eg() -> EgId {
         EgId(b"g".to_vec())
     }
@@ -435,8 +564,8 @@ mod tests {
     #[test]
     fn without_a_known_stretch_the_oldest_goes_alone_at_its_own_position() {
         let mut lane = Lane::default();
-        lane.wait(waiting(1, 4, &["a"], &["a"]));
-        lane.wait(waiting(2, 4, &["b"], &["b"]));
+        lane.wait(waiting(1, 4, &["a"], &["a"]), NOW);
+        lane.wait(waiting(2, 4, &["b"], &["b"]), NOW);
         let (results, start) = lane.next(&eg(), &ProtocolBugs::default());
         let start = start.expect("a commit starts");
         assert!(results.is_empty());
@@ -448,10 +577,10 @@ mod tests {
     fn waiting_transactions_conflict_with_known_positions_or_join_one_entry() {
         let mut lane = Lane::default();
         lane.learned(Position(5), &[chosen(100, &["a"])]);
-        lane.wait(waiting(1, 4, &["a"], &["a"])); // read what p5 wrote: conflicts
-        lane.wait(waiting(2, 4, &["b"], &["b"])); // joins
-        lane.wait(waiting(3, 4, &["b"], &["c"])); // read what 2 writes: next round
-        lane.wait(waiting(4, 5, &[], &["b"])); // a blind write of 2's row: joins
+        lane.wait(waiting(1, 4, &["a"], &["a"]), NOW); // read what p5 wrote: conflicts
+        lane.wait(waiting(2, 4, &["b"], &["b"]), NOW); // joins
+        lane.wait(waiting(3, 4, &["b"], &["c"]), NOW); // read what 2 writes: next round
+        lane.wait(waiting(4, 5, &[], &["b"]), NOW); // a blind write of 2's row: joins
         let (results, start) = lane.next(&eg(), &ProtocolBugs::default());
         assert_eq!(
             results,
@@ -492,8 +621,8 @@ mod tests {
     fn a_transaction_that_read_before_the_known_stretch_goes_alone_first() {
         let mut lane = Lane::default();
         lane.learned(Position(8), &[chosen(100, &["z"])]);
-        lane.wait(waiting(1, 5, &["a"], &["a"]));
-        lane.wait(waiting(2, 7, &["b"], &["b"]));
+        lane.wait(waiting(1, 5, &["a"], &["a"]), NOW);
+        lane.wait(waiting(2, 7, &["b"], &["b"]), NOW);
         let (results, start) = lane.next(&eg(), &ProtocolBugs::default());
         let start = start.expect("a commit starts");
         assert!(results.is_empty());
@@ -504,15 +633,15 @@ mod tests {
     fn the_knob_combines_a_transaction_with_one_whose_writes_it_read() {
         let mut lane = Lane::default();
         lane.learned(Position(5), &[chosen(100, &["z"])]);
-        lane.wait(waiting(1, 4, &["a"], &["a"]));
-        lane.wait(waiting(2, 4, &["a"], &["b"]));
+        lane.wait(waiting(1, 4, &["a"], &["a"]), NOW);
+        lane.wait(waiting(2, 4, &["a"], &["b"]), NOW);
         let mut bugs = ProtocolBugs::default();
         let (_, start) = lane.next(&eg(), &bugs);
         assert_eq!(members(&start.unwrap()), vec![1]);
         let mut lane = Lane::default();
         lane.learned(Position(5), &[chosen(100, &["z"])]);
-        lane.wait(waiting(1, 4, &["a"], &["a"]));
-        lane.wait(waiting(2, 4, &["a"], &["b"]));
+        lane.wait(waiting(1, 4, &["a"], &["a"]), NOW);
+        lane.wait(waiting(2, 4, &["a"], &["b"]), NOW);
         bugs.combine_conflicting = true;
         let (_, start) = lane.next(&eg(), &bugs);
         assert_eq!(members(&start.unwrap()), vec![1, 2]);
@@ -551,7 +680,7 @@ mod tests {
         lane.learned(Position(4), &[entry(vec![prepare]), entry(vec![finish])]);
         let mut first = waiting(1, 3, &["a"], &["a"]);
         first.member.reads.saw_prepared(&[prepared(50, "c")]);
-        lane.wait(first);
+        lane.wait(first, NOW);
         let (_, start) = lane.next(&eg(), &bugs);
         assert_eq!(start.expect("a commit starts").position, Position(6));
         assert!(
@@ -579,10 +708,10 @@ mod tests {
         let bugs = ProtocolBugs::default();
         let mut lane = Lane::default();
         lane.learned(Position(5), &[chosen(100, &["z"])]);
-        lane.wait(waiting(1, 4, &["a"], &["a"]));
+        lane.wait(waiting(1, 4, &["a"], &["a"]), NOW);
         let mut fresher = waiting(2, 5, &["b"], &["b"]);
         fresher.member.reads.saw_prepared(&[prepared(50, "c")]);
-        lane.wait(fresher);
+        lane.wait(fresher, NOW);
         let (_, start) = lane.next(&eg(), &bugs);
         assert_eq!(members(&start.expect("a commit starts")), vec![1, 2]);
         lane.busy = Some(OpId(1));
@@ -600,8 +729,8 @@ mod tests {
         // Known 2..=8: the next entry is at 9.
         let stretch: Vec<Winner> = (0..7).map(|i| chosen(100 + i, &["z"])).collect();
         lane.learned(Position(2), &stretch);
-        lane.wait(waiting(1, 3, &["a"], &["a"])); // first 4, span ends at 8
-        lane.wait(waiting(2, 4, &["b"], &["b"])); // first 5, span ends at 9
+        lane.wait(waiting(1, 3, &["a"], &["a"]), NOW); // first 4, span ends at 8
+        lane.wait(waiting(2, 4, &["b"], &["b"]), NOW); // first 5, span ends at 9
         let (results, start) = lane.next(&eg(), &bugs);
         assert_eq!(
             results,
@@ -612,7 +741,7 @@ mod tests {
         assert_eq!((start.position, members(&start)), (Position(9), vec![2]));
         let mut past = Lane::default();
         past.learned(Position(2), &stretch);
-        past.wait(waiting(1, 3, &["a"], &["a"]));
+        past.wait(waiting(1, 3, &["a"], &["a"]), NOW);
         let mut knob = bugs;
         knob.commit_past_span = true;
         let (results, start) = past.next(&eg(), &knob);
@@ -621,6 +750,120 @@ mod tests {
             start.unwrap().position,
             Position(9),
             "the knob starts it anyway"
+        );
+    }
+
+    /// A commit at `at` that took 80 ms, ended with `members` transactions, woke
+    /// `woken` reads; returns when it ended.
+    fn round(lane: &mut Lane, now: &mut Time, at: u64, members: usize, woken: usize) -> Time {
+        lane.started(OpId(at), *now);
+        *now = *now + Duration::from_millis(80);
+        lane.ended(*now, Some(Position(at)), members, woken);
+        *now
+    }
+
+    #[test]
+    fn a_lane_lingers_for_its_members_and_woken_reads_as_far_as_they_came_in_time() {
+        let ms = Duration::from_millis;
+        let mut lane = Lane::default();
+        let mut now = Time::ZERO;
+        // The first round expects the woken reads' commits only.
+        let ended = round(&mut lane, &mut now, 5, 2, 2);
+        assert!(lane.lingers(ended), "for the two woken reads' commits");
+        lane.wait(waiting(1, 4, &[], &["a"]), ended); // read before: waiting already
+        assert_eq!(lane.linger_deadline(), Some(ended + ms(20)));
+        lane.wait(waiting(2, 5, &[], &["b"]), ended + ms(5));
+        assert!(lane.lingers(ended + ms(5)), "one of the two came");
+        assert!(!lane.lingers(ended + ms(20)), "a quarter of 80 ms is up");
+        lane.wait(waiting(3, 5, &[], &["c"]), ended + ms(25)); // too late: not counted
+        lane.waiting.clear();
+
+        // 1 came in time of the 4 owed (2 members, 2 reads): of 8 now, 2 are expected.
+        let ended = round(&mut lane, &mut now, 6, 8, 0);
+        assert!(lane.lingers(ended));
+        lane.wait(waiting(4, 6, &[], &["d"]), ended);
+        lane.wait(waiting(5, 7, &[], &["e"]), ended + ms(1));
+        assert!(!lane.lingers(ended + ms(1)), "both came");
+        for seq in 6..=9 {
+            // After the entry left, within the linger's time: counted.
+            lane.wait(waiting(seq, 6, &[], &["f"]), ended + ms(19));
+        }
+        lane.waiting.clear();
+
+        // 6 of 8 came in time: of 8 now, 6 are expected.
+        let ended = round(&mut lane, &mut now, 7, 8, 0);
+        for seq in 10..=14 {
+            lane.wait(waiting(seq, 7, &[], &["g"]), ended + ms(2));
+        }
+        assert!(lane.lingers(ended + ms(2)), "5 of 6");
+        assert!(!lane.lingers(ended + ms(20)), "none more came this time");
+        lane.waiting.clear();
+        round(&mut lane, &mut now, 8, 8, 0);
+        lane.waiting.clear();
+        let ended = round(&mut lane, &mut now, 9, 8, 5);
+        assert!(
+            !lane.lingers(ended),
+            "after a round in which nothing came: no linger"
+        );
+    }
+
+    #[test]
+    fn a_closed_loop_lane_lingers_for_all_its_members_from_its_second_round() {
+        let ms = Duration::from_millis;
+        let mut lane = Lane::default();
+        let mut now = Time::ZERO;
+        let ended = round(&mut lane, &mut now, 5, 16, 0);
+        assert!(!lane.lingers(ended), "nothing expected yet");
+        assert!(!lane.idle(ended), "kept while its round lasts");
+        assert!(lane.idle(ended + ms(20)), "dropped after it");
+        lane.wait(waiting(1, 5, &[], &["a"]), ended + ms(1));
+        assert!(!lane.lingers(ended + ms(1)), "it goes as it comes");
+        for seq in 2..=16 {
+            lane.wait(waiting(seq, 5, &[], &["a"]), ended + ms(2));
+        }
+        lane.waiting.clear();
+
+        let ended = round(&mut lane, &mut now, 6, 16, 0);
+        assert!(lane.lingers(ended), "all 16 came back in time last time");
+        assert_eq!(
+            lane.linger_deadline(),
+            None,
+            "nothing waits: no wake is needed"
+        );
+        lane.wait(waiting(17, 5, &[], &["b"]), ended); // read before the round
+        assert_eq!(lane.linger_deadline(), Some(ended + ms(20)));
+        for seq in 18..=32 {
+            lane.wait(waiting(seq, 6, &[], &["b"]), ended + ms(3));
+        }
+        assert!(lane.lingers(ended + ms(3)), "15 of 16");
+        lane.wait(waiting(33, 6, &[], &["b"]), ended + ms(4));
+        assert!(!lane.lingers(ended + ms(4)), "all 16 came");
+        lane.waiting.clear();
+        lane.started(OpId(7), ended + ms(4));
+        assert_eq!(lane.linger_deadline(), None, "nothing lingers while busy");
+        lane.ended(ended + ms(84), None, 16, 0);
+        assert!(
+            !lane.lingers(ended + ms(84)),
+            "a commit that settled nothing: no round"
+        );
+    }
+
+    #[test]
+    fn a_small_entry_whose_members_all_came_back_expects_all_of_a_large_one() {
+        let ms = Duration::from_millis;
+        let mut lane = Lane::default();
+        let mut now = Time::ZERO;
+        let ended = round(&mut lane, &mut now, 5, 2, 0);
+        lane.wait(waiting(1, 5, &[], &["a"]), ended + ms(1));
+        lane.wait(waiting(2, 5, &[], &["a"]), ended + ms(1));
+        // 14 more had waited behind the small entry: the next one carries 16.
+        let ended = round(&mut lane, &mut now, 6, 16, 0);
+        for seq in 3..=4 {
+            lane.wait(waiting(seq, 6, &[], &["b"]), ended + ms(1));
+        }
+        assert!(
+            lane.lingers(ended + ms(1)),
+            "each member came back last time: 16 are expected, not the 2 that came"
         );
     }
 

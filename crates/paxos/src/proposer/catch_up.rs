@@ -167,6 +167,21 @@ impl CatchUp {
         self.advance(ctx)
     }
 
+    /// A commit of this proposer settled every position through `through`: its
+    /// settles there stop waiting for the write in flight ([`Settle::writer_settled`]).
+    /// Returns whether one was waiting, and where the catch-up stands.
+    pub(crate) fn writer_settled<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        through: Position,
+    ) -> (bool, CatchUpProgress) {
+        let mut woken = false;
+        for settle in self.settles.range_mut(..=through).map(|(_, s)| s) {
+            woken |= settle.writer_settled(ctx);
+        }
+        (woken, self.advance(ctx))
+    }
+
     /// Time passed: ticks every settle whose deadline came.
     pub(crate) fn on_tick<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) -> CatchUpProgress {
         let now = ctx.now;

@@ -558,6 +558,29 @@ impl CurrentRead {
         }
     }
 
+    /// The group read.
+    pub(crate) fn eg(&self) -> &EgId {
+        &self.eg
+    }
+
+    /// A commit of this proposer to the group settled every position through
+    /// `through`: a catch-up waiting there for the write in flight asks again now
+    /// ([`CatchUp::writer_settled`]). At a hot group that write is usually the client's
+    /// own, and the read would otherwise wait for its learn's remote answers. Returns
+    /// whether the read was waiting.
+    pub(crate) fn writer_settled<K: Clone + Ord>(
+        &mut self,
+        ctx: &mut Ctx<'_, K>,
+        through: Position,
+    ) -> bool {
+        let Phase::CatchUp { catch_up, .. } = &mut self.phase else {
+            return false;
+        };
+        let (woken, progress) = catch_up.writer_settled(ctx, through);
+        self.caught_up(ctx, progress);
+        woken
+    }
+
     pub(crate) fn on_tick<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
         let now = ctx.now;
         match &mut self.phase {

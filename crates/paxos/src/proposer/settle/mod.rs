@@ -507,6 +507,20 @@ impl Settle {
         true
     }
 
+    /// A commit of this same proposer just settled this position (chosen and marked
+    /// visible, its own entry or another it learned): a learn still waiting for the
+    /// write in flight there — for its answers, or out its patience — asks again now,
+    /// when the replicas it asks have the mark on its way or already, instead of a
+    /// round trip or two later. Only a wait ends early: learning is always safe, and a
+    /// settle that is past learning is left alone. Returns whether it was waiting.
+    pub(crate) fn writer_settled<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) -> bool {
+        let waiting = matches!(self.phase, Phase::Learn { .. } | Phase::Patience { .. });
+        if waiting {
+            self.learn(ctx);
+        }
+        waiting
+    }
+
     /// Handles the passage of time.
     pub(crate) fn on_tick<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
         let now = ctx.now;
