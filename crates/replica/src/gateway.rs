@@ -352,10 +352,8 @@ impl Megastore for Gateway {
         request: Request<pb::CommitRequest>,
     ) -> Result<Response<pb::CommitResponse>, Status> {
         let caller = self.access.caller(&request)?;
-        let mut guard = self
-            .sessions
-            .locked(request.into_inner().txn, &caller)
-            .await?;
+        let handle = request.into_inner().txn;
+        let mut guard = self.sessions.locked(handle, &caller).await?;
         let typed = match &*guard {
             SessionState::Committed(answer) => return answer.clone().map(Response::new),
             SessionState::Open(txn, written) => {
@@ -390,6 +388,8 @@ impl Megastore for Gateway {
             *guard = SessionState::Committed(answer.clone());
             answer
         });
+        // Committing from here on: no longer an open transaction.
+        self.sessions.committed(handle);
         committing
             .await
             .map_err(|e| {

@@ -73,6 +73,10 @@ impl Gateway {
             None
         };
         let client = self.client.clone();
+        // Committing from here on: no longer open transactions.
+        for (handle, _) in &locked {
+            self.sessions.committed(*handle);
+        }
         // As Commit: to its end in a task of its own, with every handle locked.
         let committing = tokio::spawn(async move {
             let unfinished = Status::unknown(

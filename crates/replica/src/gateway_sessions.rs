@@ -3,7 +3,7 @@
 //! with the same handle gets the same answer and never commits twice. A handle belongs
 //! to the user that began it: to anyone else it does not exist.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,15 +34,83 @@ struct Session {
     connection: Option<SocketAddr>,
     /// The user that began it (`None`: no users required, or the operator).
     owner: Option<String>,
+    /// Not committed yet: it counts against the bounds on open transactions.
+    open: bool,
 }
 
-impl Session {
-    /// Whether it is still open, or busy in a call (a committed handle only keeps its
-    /// answer: it does not count against a connection's or a user's bound).
-    fn is_open(&self) -> bool {
-        self.state
-            .try_lock()
-            .map_or(true, |state| matches!(*state, SessionState::Open(..)))
+/// The handles and what the bounds count, under one lock. Every `Begin` costs the
+/// same however many handles are kept (thousands of committed ones at a busy
+/// gateway): the counts are kept as handles open and close, and expired handles are
+/// swept out at most once per [`SWEEP_EVERY`].
+#[derive(Default)]
+struct Handles {
+    sessions: HashMap<u64, Session>,
+    /// Open handles, in all and per connection and user.
+    open: usize,
+    per_connection: HashMap<SocketAddr, usize>,
+    per_user: HashMap<String, usize>,
+    /// Committed handles, oldest first (some may be gone already): those past the
+    /// bound on answers are dropped from the front.
+    answers: VecDeque<u64>,
+    /// When expired handles were last swept out.
+    swept: Option<Instant>,
+}
+
+/// How often a `Begin` sweeps out expired handles: between sweeps an expired open
+/// handle still counts (a second at most), and is gone for any call that names it.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+impl Handles {
+    /// Counts a handle of `connection` and `owner` open (`add`), or no longer.
+    fn count_open(&mut self, connection: Option<SocketAddr>, owner: Option<&String>, add: bool) {
+        let step = |n: &mut usize| {
+            if add {
+                *n += 1;
+            } else {
+                *n = n.saturating_sub(1);
+            }
+        };
+        step(&mut self.open);
+        if let Some(connection) = connection {
+            let n = self.per_connection.entry(connection).or_default();
+            step(n);
+            if *n == 0 {
+                self.per_connection.remove(&connection);
+            }
+        }
+        if let Some(owner) = owner {
+            let n = self.per_user.entry(owner.clone()).or_default();
+            step(n);
+            if *n == 0 {
+                self.per_user.remove(owner);
+            }
+        }
+    }
+
+    /// Drops `handle`, uncounting it if it was open.
+    fn drop_handle(&mut self, handle: u64) {
+        if let Some(session) = self.sessions.remove(&handle)
+            && session.open
+        {
+            self.count_open(session.connection, session.owner.as_ref(), false);
+        }
+    }
+
+    /// Drops every handle unused for `idle_max`, at most once per [`SWEEP_EVERY`].
+    fn sweep(&mut self, idle_max: Duration) {
+        if self.swept.is_some_and(|at| at.elapsed() < SWEEP_EVERY) {
+            return;
+        }
+        self.swept = Some(Instant::now());
+        let expired: Vec<u64> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.last_used.elapsed() >= idle_max)
+            .map(|(handle, _)| *handle)
+            .collect();
+        for handle in expired {
+            self.drop_handle(handle);
+        }
     }
 }
 
@@ -54,7 +122,7 @@ impl Session {
 /// answers are kept, the oldest dropped first past that (a replica committing more
 /// than that many transactions in `idle_txn_ms`).
 pub(crate) struct Sessions {
-    sessions: std::sync::Mutex<HashMap<u64, Session>>,
+    handles: std::sync::Mutex<Handles>,
     idle_max: Duration,
     open_max: usize,
     per_connection_max: usize,
@@ -92,7 +160,7 @@ impl Sessions {
     /// No transactions yet, bounded by `limits`.
     pub(crate) fn new(limits: &megastore_config::GatewayLimits) -> Self {
         Self {
-            sessions: std::sync::Mutex::new(HashMap::new()),
+            handles: std::sync::Mutex::new(Handles::default()),
             idle_max: Duration::from_millis(limits.idle_txn_ms),
             open_max: limits.open_txns_max as usize,
             per_connection_max: limits.open_txns_per_connection as usize,
@@ -100,8 +168,8 @@ impl Sessions {
         }
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Session>> {
-        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    fn handles(&self) -> std::sync::MutexGuard<'_, Handles> {
+        self.handles.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Keeps `txn`, begun by `caller` over `connection`, under a new handle.
@@ -112,22 +180,20 @@ impl Sessions {
         caller: &Caller,
     ) -> Result<u64, Status> {
         let owner = caller.user().map(str::to_string);
-        let mut sessions = self.map();
-        let idle_max = self.idle_max;
-        sessions.retain(|_, s| s.last_used.elapsed() < idle_max);
-        let open = sessions.values().filter(|s| s.is_open()).count();
-        if open >= self.open_max {
+        let mut handles = self.handles();
+        handles.sweep(self.idle_max);
+        if handles.open >= self.open_max {
             return Err(Status::resource_exhausted(format!(
                 "{} transactions are open on this replica ([gateway] open_txns_max); commit or abort some",
                 self.open_max
             )));
         }
-        self.forget_oldest_answers(&mut sessions, open);
         if let Some(connection) = connection {
-            let mine = sessions
-                .values()
-                .filter(|s| s.connection == Some(connection) && s.is_open())
-                .count();
+            let mine = handles
+                .per_connection
+                .get(&connection)
+                .copied()
+                .unwrap_or(0);
             if mine >= self.per_connection_max {
                 return Err(Status::resource_exhausted(format!(
                     "this connection ({connection}) has {mine} open transactions, the most one may ([gateway] open_txns_per_connection); commit or abort some"
@@ -135,10 +201,7 @@ impl Sessions {
             }
         }
         if let Some(user) = &owner {
-            let theirs = sessions
-                .values()
-                .filter(|s| s.owner.as_ref() == Some(user) && s.is_open())
-                .count();
+            let theirs = handles.per_user.get(user).copied().unwrap_or(0);
             if theirs >= self.per_user_max {
                 return Err(Status::resource_exhausted(format!(
                     "user {user:?} has {theirs} open transactions on this replica, the most one may ([gateway] open_txns_per_user); commit or abort some"
@@ -147,38 +210,42 @@ impl Sessions {
         }
         let handle = loop {
             let handle: u64 = rand::random();
-            if handle != 0 && !sessions.contains_key(&handle) {
+            if handle != 0 && !handles.sessions.contains_key(&handle) {
                 break handle;
             }
         };
+        handles.count_open(connection, owner.as_ref(), true);
         let session = Session {
             state: Arc::new(Mutex::new(SessionState::Open(Box::new(txn), Vec::new()))),
             last_used: Instant::now(),
             connection,
             owner,
+            open: true,
         };
-        sessions.insert(handle, session);
+        handles.sessions.insert(handle, session);
         Ok(handle)
     }
 
-    /// Keeps at most `open_max` committed handles' answers: past that, drops the
-    /// oldest (least recently used), a tenth of the bound at a time so that the sort
-    /// is paid once per many `Begin`s. `open` of `sessions` are open.
-    fn forget_oldest_answers(&self, sessions: &mut HashMap<u64, Session>, open: usize) {
-        let answers = sessions.len() - open;
-        if answers < self.open_max {
+    /// `handle`'s commit began: it no longer counts as open, and its answer is kept —
+    /// at most `open_max` answers, the oldest dropped first.
+    pub(crate) fn committed(&self, handle: u64) {
+        let mut handles = self.handles();
+        let Some(session) = handles.sessions.get_mut(&handle) else {
+            return;
+        };
+        if !std::mem::replace(&mut session.open, false) {
             return;
         }
-        let mut committed: Vec<(Instant, u64)> = sessions
-            .iter()
-            .filter(|(_, s)| !s.is_open())
-            .map(|(handle, s)| (s.last_used, *handle))
-            .collect();
-        committed.sort_unstable();
-        let keep = self.open_max - self.open_max.div_ceil(10);
-        let excess = committed.len().saturating_sub(keep);
-        for (_, handle) in &committed[..excess] {
-            sessions.remove(handle);
+        let (connection, owner) = (session.connection, session.owner.clone());
+        handles.count_open(connection, owner.as_ref(), false);
+        handles.answers.push_back(handle);
+        while handles.answers.len() > self.open_max {
+            let Some(oldest) = handles.answers.pop_front() else {
+                break;
+            };
+            if handles.sessions.get(&oldest).is_some_and(|s| !s.open) {
+                handles.sessions.remove(&oldest);
+            }
         }
     }
 
@@ -186,15 +253,17 @@ impl Sessions {
     /// handle is not found).
     pub(crate) async fn locked(&self, handle: u64, caller: &Caller) -> Result<Locked, Status> {
         let state = {
-            let mut sessions = self.map();
+            let mut handles = self.handles();
             // Expired is gone, whether or not a `Begin` has swept it out yet.
-            if sessions
+            if handles
+                .sessions
                 .get(&handle)
                 .is_some_and(|s| s.last_used.elapsed() >= self.idle_max)
             {
-                sessions.remove(&handle);
+                handles.drop_handle(handle);
             }
-            let session = sessions
+            let session = handles
+                .sessions
                 .get_mut(&handle)
                 .filter(|s| s.owner.as_deref() == caller.user())
                 .ok_or_else(|| {
@@ -211,12 +280,13 @@ impl Sessions {
 
     /// Forgets `handle`, if `caller` began it.
     pub(crate) fn remove(&self, handle: u64, caller: &Caller) {
-        let mut sessions = self.map();
-        if sessions
+        let mut handles = self.handles();
+        if handles
+            .sessions
             .get(&handle)
             .is_some_and(|s| s.owner.as_deref() == caller.user())
         {
-            sessions.remove(&handle);
+            handles.drop_handle(handle);
         }
     }
 }
