@@ -989,7 +989,7 @@ impl ClientNode {
         // grown older meanwhile (`ClientCore::blind_basis`, as a blind Begin takes it).
         if self.deferred.is_none()
             && self.rng.chance(0.3)
-            && let Some(basis) = self.core.lend_basis(&eg)
+            && let Some(basis) = self.core.lend_basis(now, &eg)
         {
             self.deferred = Some(Deferred {
                 eg,

@@ -275,7 +275,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     (
         "vouch-moved-in-range",
         &["vouched-is-current", "visible-after-invalidate"],
-        300,
+        1000,
     ),
     // Needs a seed whose move's target takes pages before its placement shows the
     // move, then a late placement answer from before the move (newer than the one it

@@ -349,19 +349,23 @@ impl ClientCore {
     /// after any read there (docs/protocol.md, "Relayed commits", step 8).
     /// `query` is what else a read would read (none, for the client library).
     pub fn blind_basis(&mut self, now: Time, eg: EgId, query: DataQuery) -> BasisStep {
-        if let Some(basis) = self.lend_basis(&eg) {
+        if let Some(basis) = self.lend_basis(now, &eg) {
             return BasisStep::Lent(basis);
         }
         let (op, mode, outputs) = self.read_basis(now, eg, query);
         BasisStep::Reading { op, mode, outputs }
     }
 
-    /// The read of this client's commit to `eg` in flight, lent to a blind write: its
-    /// position, next leader and the prepared transactions pending there, carried over
-    /// what the lane learned since. `None` with nothing in flight.
-    pub fn lend_basis(&self, eg: &EgId) -> Option<Basis> {
+    /// The read of this client's commit to `eg` in flight, lent to a blind write at
+    /// `now`: its position, next leader and the prepared transactions pending there,
+    /// carried over what the lane learned since — also between two commits while the
+    /// lane lingers (docs/protocol.md, "Combining commits", step 8). `None` with
+    /// neither.
+    pub fn lend_basis(&self, now: Time, eg: &EgId) -> Option<Basis> {
         let bugs = self.config.proposer.bugs;
-        self.lanes.get(eg).and_then(|l| l.blind_basis(&bugs))
+        self.lanes
+            .get(eg)
+            .and_then(|l| l.blind_basis(eg, now, &bugs))
     }
 
     /// Starts the read a blind write of `eg` (a transaction that read nothing) makes for
@@ -885,7 +889,7 @@ impl ClientCore {
         eg: EgId,
         writes: Vec<RowWrite>,
     ) -> Result<(OpId, Position, Vec<Output>), Vec<RowWrite>> {
-        let Some(basis) = self.lend_basis(&eg) else {
+        let Some(basis) = self.lend_basis(now, &eg) else {
             return Err(writes);
         };
         let mut reads = ReadSet::default();

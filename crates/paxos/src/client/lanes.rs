@@ -289,14 +289,24 @@ impl Lane {
     }
 
     /// The read a blind write may take instead of reading the group itself, while a
-    /// commit is in flight. Sound because it holds exactly the locks pending at its
-    /// position (a current read's, or one lent before, carried over chosen entries),
-    /// and a waiting transaction is judged against every position after its read,
-    /// locks included — or, if the lane no longer knows them all, goes alone after its
-    /// read and rebases.
-    pub(crate) fn blind_basis(&self, bugs: &ProtocolBugs) -> Option<Basis> {
-        self.busy?;
+    /// commit is in flight — or, between two, while the lane lingers or its round
+    /// lasts at `now` ([`Lane::ended`]): then the read lent to the commit that ended,
+    /// carried over what it settled (through the known stretch's head), so the write
+    /// rides the next entry without a read of its own. Sound because it holds exactly
+    /// the locks pending at its position (a current read's, or one lent before,
+    /// carried over chosen entries), and a waiting transaction is judged against every
+    /// position after its read, locks included — or, if the lane no longer knows them
+    /// all, goes alone after its read and rebases.
+    pub(crate) fn blind_basis(&self, eg: &EgId, now: Time, bugs: &ProtocolBugs) -> Option<Basis> {
         let mut basis = self.basis.clone()?;
+        if self.busy.is_none() {
+            let round_over = self.round.as_ref().is_none_or(|r| now >= r.until);
+            if round_over || !self.judges(basis.read_position) {
+                return None;
+            }
+            let skip = (basis.read_position.next().0 - self.known_from.0) as usize;
+            basis = basis.carried(eg, self.known.iter().skip(skip), bugs);
+        }
         if bugs.blind_write_forgets_locks() {
             basis.prepared.clear();
         }
@@ -664,7 +674,10 @@ mod tests {
     fn a_blind_write_is_lent_the_newest_read_carried_to_the_commit_in_flight() {
         let bugs = ProtocolBugs::default();
         let mut lane = Lane::default();
-        assert!(lane.blind_basis(&bugs).is_none(), "nothing started");
+        assert!(
+            lane.blind_basis(&eg(), NOW, &bugs).is_none(),
+            "nothing started"
+        );
         // Known: 4 prepares transaction 60, 5 finishes 50 (pending when 1 read at 3).
         let prepare = crate::two_phase::prepare_write(&eg(), &prepared(60, "d"), &[]).unwrap();
         let finish = RowWrite {
@@ -684,11 +697,13 @@ mod tests {
         let (_, start) = lane.next(&eg(), &bugs);
         assert_eq!(start.expect("a commit starts").position, Position(6));
         assert!(
-            lane.blind_basis(&bugs).is_none(),
-            "not lent before the commit is in flight"
+            lane.blind_basis(&eg(), NOW, &bugs).is_none(),
+            "not lent before the commit is in flight (and no round lasts)"
         );
         lane.busy = Some(OpId(1));
-        let basis = lane.blind_basis(&bugs).expect("lent while in flight");
+        let basis = lane
+            .blind_basis(&eg(), NOW, &bugs)
+            .expect("lent while in flight");
         assert_eq!(
             (
                 basis.read_position,
@@ -700,7 +715,12 @@ mod tests {
         );
         let mut forgetful = bugs;
         forgetful.blind_write_forgets_locks = true;
-        assert!(lane.blind_basis(&forgetful).unwrap().prepared.is_empty());
+        assert!(
+            lane.blind_basis(&eg(), NOW, &forgetful)
+                .unwrap()
+                .prepared
+                .is_empty()
+        );
     }
 
     #[test]
@@ -715,7 +735,9 @@ mod tests {
         let (_, start) = lane.next(&eg(), &bugs);
         assert_eq!(members(&start.expect("a commit starts")), vec![1, 2]);
         lane.busy = Some(OpId(1));
-        let basis = lane.blind_basis(&bugs).expect("lent while in flight");
+        let basis = lane
+            .blind_basis(&eg(), NOW, &bugs)
+            .expect("lent while in flight");
         assert_eq!(
             (basis.read_position, basis.prepared.len()),
             (Position(5), 1)
@@ -845,6 +867,37 @@ mod tests {
         assert!(
             !lane.lingers(ended + ms(84)),
             "a commit that settled nothing: no round"
+        );
+    }
+
+    #[test]
+    fn between_two_commits_the_lent_read_is_carried_over_what_the_last_one_settled() {
+        let bugs = ProtocolBugs::default();
+        let ms = Duration::from_millis;
+        let mut lane = Lane::default();
+        lane.learned(Position(4), &[chosen(90, &["z"])]);
+        lane.wait(waiting(1, 4, &[], &["a"]), NOW);
+        let (_, start) = lane.next(&eg(), &bugs);
+        assert_eq!(start.expect("a commit starts").position, Position(5));
+        lane.started(OpId(1), NOW);
+        assert_eq!(
+            lane.blind_basis(&eg(), NOW, &bugs).map(|b| b.read_position),
+            Some(Position(4)),
+            "in flight: the read before the commit"
+        );
+        // The commit settles 5 after 80 ms: its round lasts 20 ms.
+        let ended = NOW + ms(80);
+        lane.learned(Position(5), &[chosen(1, &["a"])]);
+        lane.ended(ended, Some(Position(5)), 1, 0);
+        let lent = lane.blind_basis(&eg(), ended + ms(19), &bugs);
+        assert_eq!(
+            lent.map(|b| (b.read_position, b.leader)),
+            Some((Position(5), Some(ReplicaId(7)))),
+            "carried over position 5, whose entry names the next leader"
+        );
+        assert!(
+            lane.blind_basis(&eg(), ended + ms(20), &bugs).is_none(),
+            "the round is over: read the group instead"
         );
     }
 
