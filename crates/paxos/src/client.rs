@@ -943,7 +943,7 @@ impl ClientCore {
         let mut starts: Vec<(EgId, Start)> = Vec::new();
         for (eg, lane) in &mut self.lanes {
             if let Some(busy) = lane.busy() {
-                let (mut settled, mut members) = (None, 0);
+                let (mut settled, mut won_last, mut members) = (None, false, 0);
                 match self.ops.get(&busy) {
                     Some(Op::Commit(op)) if !op.commit.decided() => continue,
                     Some(Op::Commit(op)) => {
@@ -952,6 +952,9 @@ impl ClientCore {
                         settled = (winners.len() as u64)
                             .checked_sub(1)
                             .map(|more| Position(first.0 + more));
+                        won_last = winners
+                            .last()
+                            .is_some_and(|w| op.ops.iter().any(|(txn, _)| w.holds(*txn)));
                         members = op.ops.len();
                     }
                     _ => {}
@@ -966,7 +969,7 @@ impl ClientCore {
                     )
                 });
                 self.reads_woken += woken as u64;
-                lane.ended(now, settled, members, woken);
+                lane.ended(now, settled, won_last, (members, woken));
             }
             if lane.lingers(now) {
                 continue;

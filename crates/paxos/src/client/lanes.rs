@@ -166,6 +166,13 @@ struct Round {
     /// The linger's end. The lane is kept until then even with nothing waiting, so
     /// that the round counts the commits that come.
     until: Time,
+    /// Whether the ended commit won the last position it settled. Only then is the
+    /// position after its stretch likely free, so that a blind write lent the read
+    /// carried there ([`Lane::blind_basis`]) rides the next entry. A commit that lost
+    /// every position it settled (its read was stale, or others raced it) knows
+    /// nothing of what follows: a blind write then reads the group itself, which also
+    /// catches a replica left behind up.
+    lends: bool,
 }
 
 /// One group's lane.
@@ -234,13 +241,15 @@ impl Lane {
     /// lone writer comes back alone, so it goes as it comes; commits that do not come
     /// in time (read-only transactions, writers gone to other groups, clients too
     /// busy to come back within the linger) teach the next round to expect fewer, and
-    /// a linger that carries nobody is not paid again.
+    /// a linger that carries nobody is not paid again. `won_last` says whether the
+    /// commit won its last settled position: only then does the round lend its read
+    /// to blind writes.
     pub(crate) fn ended(
         &mut self,
         now: Time,
         settled: Option<Position>,
-        members: usize,
-        woken: usize,
+        won_last: bool,
+        (members, woken): (usize, usize),
     ) {
         self.busy = None;
         let Some(at) = settled else {
@@ -263,6 +272,7 @@ impl Lane {
             expected,
             arrived: 0,
             until: now + linger,
+            lends: won_last,
         });
     }
 
@@ -290,9 +300,10 @@ impl Lane {
 
     /// The read a blind write may take instead of reading the group itself, while a
     /// commit is in flight — or, between two, while the lane lingers or its round
-    /// lasts at `now` ([`Lane::ended`]): then the read lent to the commit that ended,
-    /// carried over what it settled (through the known stretch's head), so the write
-    /// rides the next entry without a read of its own. Sound because it holds exactly
+    /// lasts at `now` after a commit that won its last position ([`Lane::ended`]):
+    /// then the read lent to the commit that ended, carried over what it settled
+    /// (through the known stretch's head), so the write rides the next entry without
+    /// a read of its own. Sound because it holds exactly
     /// the locks pending at its position (a current read's, or one lent before,
     /// carried over chosen entries), and a waiting transaction is judged against every
     /// position after its read, locks included — or, if the lane no longer knows them
@@ -300,8 +311,11 @@ impl Lane {
     pub(crate) fn blind_basis(&self, eg: &EgId, now: Time, bugs: &ProtocolBugs) -> Option<Basis> {
         let mut basis = self.basis.clone()?;
         if self.busy.is_none() {
-            let round_over = self.round.as_ref().is_none_or(|r| now >= r.until);
-            if round_over || !self.judges(basis.read_position) {
+            let lends = self
+                .round
+                .as_ref()
+                .is_some_and(|r| now < r.until && r.lends);
+            if !lends || !self.judges(basis.read_position) {
                 return None;
             }
             let skip = (basis.read_position.next().0 - self.known_from.0) as usize;
@@ -780,7 +794,7 @@ mod tests {
     fn round(lane: &mut Lane, now: &mut Time, at: u64, members: usize, woken: usize) -> Time {
         lane.started(OpId(at), *now);
         *now = *now + Duration::from_millis(80);
-        lane.ended(*now, Some(Position(at)), members, woken);
+        lane.ended(*now, Some(Position(at)), true, (members, woken));
         *now
     }
 
@@ -863,7 +877,7 @@ mod tests {
         lane.waiting.clear();
         lane.started(OpId(7), ended + ms(4));
         assert_eq!(lane.linger_deadline(), None, "nothing lingers while busy");
-        lane.ended(ended + ms(84), None, 16, 0);
+        lane.ended(ended + ms(84), None, false, (16, 0));
         assert!(
             !lane.lingers(ended + ms(84)),
             "a commit that settled nothing: no round"
@@ -888,7 +902,7 @@ mod tests {
         // The commit settles 5 after 80 ms: its round lasts 20 ms.
         let ended = NOW + ms(80);
         lane.learned(Position(5), &[chosen(1, &["a"])]);
-        lane.ended(ended, Some(Position(5)), 1, 0);
+        lane.ended(ended, Some(Position(5)), true, (1, 0));
         let lent = lane.blind_basis(&eg(), ended + ms(19), &bugs);
         assert_eq!(
             lent.map(|b| (b.read_position, b.leader)),
@@ -898,6 +912,27 @@ mod tests {
         assert!(
             lane.blind_basis(&eg(), ended + ms(20), &bugs).is_none(),
             "the round is over: read the group instead"
+        );
+    }
+
+    #[test]
+    fn a_commit_that_lost_its_last_position_lends_nothing_between_entries() {
+        let bugs = ProtocolBugs::default();
+        let ms = Duration::from_millis;
+        let mut lane = Lane::default();
+        // A stale read at 1: its commit loses its whole span, 2 to 5, to others.
+        lane.learned(Position(1), &[chosen(90, &["z"])]);
+        lane.wait(waiting(1, 1, &[], &["a"]), NOW);
+        let (_, start) = lane.next(&eg(), &bugs);
+        assert_eq!(start.expect("a commit starts").position, Position(2));
+        lane.started(OpId(1), NOW);
+        let ended = NOW + ms(8);
+        let others: Vec<Winner> = (2..=5).map(|seq| chosen(100 + seq, &["y"])).collect();
+        lane.learned(Position(2), &others);
+        lane.ended(ended, Some(Position(5)), false, (1, 0));
+        assert!(
+            lane.blind_basis(&eg(), ended, &bugs).is_none(),
+            "what follows position 5 is unknown: read the group instead"
         );
     }
 
