@@ -11,6 +11,15 @@ use megastore_types::limits::{BATCH_BYTES_TARGET, BATCH_REQUESTS_MAX};
 use tokio::sync::{oneshot, watch};
 use tonic::Status;
 
+/// The most requests of one session in flight at its server (handed to the core and
+/// not yet answered). At the bound the server stops reading the session's stream until
+/// answers leave, so a sender that outruns the core is held back by HTTP/2's flow
+/// control (its own queue then refuses requests at once, `QUEUED_BYTES_MAX` in
+/// `megastore_rpc::session`) instead of filling the driver's queue without end. Far
+/// above what a closed-loop client keeps in flight: 1,024 tasks sharing one client
+/// keep a few thousand. Invariant *session-in-flight-bounded*.
+pub(crate) const SESSION_IN_FLIGHT_MAX: usize = 64 * BATCH_REQUESTS_MAX;
+
 /// The stream a `CallMany` answers with.
 pub(crate) type Numbered<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
@@ -148,8 +157,10 @@ impl<In, Sub, W, R, A, Item, Out> Serving<In, Sub, W, R, A, Item, Out> {
 /// [`BATCH_BYTES_TARGET`] bytes (a large reply goes alone, as on `CallMany`). A
 /// message with a malformed request, or of more than [`BATCH_REQUESTS_MAX`], reaches
 /// no core: it ends the session with `INVALID_ARGUMENT` naming the request (the
-/// session's requests in flight get no answer, as on any broken call). `observe` is told each message's number of requests. The session ends
-/// at once when `stop` turns true (the server stopping), answered or not.
+/// session's requests in flight get no answer, as on any broken call). With
+/// [`SESSION_IN_FLIGHT_MAX`] requests in flight, the next message is read only once
+/// answers have left. `observe` is told each message's number of requests. The session
+/// ends at once when `stop` turns true (the server stopping), answered or not.
 pub(crate) fn serve_session<In, R, A, Item, Out, Sub, Fut>(
     incoming: tonic::Streaming<In>,
     wire: SessionWire<In, R, A, Item, Out>,
@@ -196,7 +207,10 @@ where
                     let message = serving.ready_message(first);
                     return Some((message, serving));
                 }
-                message = next_message(&mut serving.incoming), if serving.incoming.is_some() => {
+                // A message holds at most BATCH_REQUESTS_MAX requests (else it ends
+                // the session), so reading one only below this keeps the bound.
+                message = next_message(&mut serving.incoming), if serving.incoming.is_some()
+                    && serving.waiting.len() + BATCH_REQUESTS_MAX <= SESSION_IN_FLIGHT_MAX => {
                     let Some(message) = message else {
                         // The sender closed its side, or it broke: answer what is in
                         // flight (nobody may read it), then end.
@@ -231,6 +245,11 @@ where
                             Err(status) => return Some((Err(status), serving.ended())),
                         }
                     }
+                    assert!(
+                        serving.waiting.len() <= SESSION_IN_FLIGHT_MAX,
+                        "session-in-flight-bounded: {} in flight",
+                        serving.waiting.len()
+                    );
                 }
             }
         }
@@ -254,3 +273,7 @@ async fn tagged<A>(
 ) -> (u64, Result<A, oneshot::error::RecvError>) {
     (id, answer.await)
 }
+
+#[cfg(test)]
+#[path = "batched_calls_tests.rs"]
+mod tests;

@@ -19,7 +19,10 @@
 //!   (a replica server restarts from the one it persisted);
 //! - a data directory serves only the replica and cluster it is stamped for, and a
 //!   replica that lost its store — or runs on a restored copy — rejoins (see `stamp`,
-//!   `backup`).
+//!   `backup`);
+//! - *session-in-flight-bounded*: a session's server holds at most
+//!   `SESSION_IN_FLIGHT_MAX` of its requests unanswered, and reads no more until
+//!   answers leave (`batched_calls`).
 
 mod admin;
 mod admin_moves;

@@ -62,7 +62,7 @@ fn submit_to(
 }
 
 /// A replica session's messages.
-const SESSION_WIRE: SessionWire<
+pub(crate) const SESSION_WIRE: SessionWire<
     pb::SessionRequests,
     ReplicaRequest,
     megastore_paxos::ReplicaReply,
