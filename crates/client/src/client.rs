@@ -13,7 +13,7 @@ use megastore_paxos::watch::{LogRead, log_read};
 use megastore_paxos::{
     Basis, BasisStep, CheckedHit, ClientConfig, ClientCore, ClientInput, ClientOutput,
     CommitResult, DataQuery, DecideOutcome, GlobalHit, Message, OpId, OpResult, Participant,
-    ProposerConfig, ReadError, ReadMode, ReadPath, ReadResult, ReadSet, ReplicaReply,
+    ProposerConfig, ReadError, ReadMode, ReadPath, ReadResult, ReadSet, RelayRole, ReplicaReply,
     ReplicaRequest, Resolution, RowWrite, SettledGroup, TwoPhaseResult,
 };
 use megastore_rowstore::KeyRange;
@@ -288,20 +288,21 @@ impl Client {
     /// Connects to the cluster of `config` as a client at site `site` (call inside a
     /// tokio runtime).
     pub async fn connect(config: &ClusterConfig, site: &str) -> Result<Self, ClientError> {
-        Self::connect_with(config, site, true).await
+        Self::connect_with(config, site, RelayRole::Writer).await
     }
 
     /// Connects like [`connect`](Self::connect) as a replica's own shared client, the
     /// relay of its site's clients' hot groups (docs/protocol.md, "Relayed commits"):
-    /// it commits what is relayed to it, and relays nothing itself.
+    /// it commits what is relayed to it itself, and its own commits too, except while
+    /// relays duel for a group (then its own go to the position leader's relay).
     pub async fn connect_as_relay(config: &ClusterConfig, site: &str) -> Result<Self, ClientError> {
-        Self::connect_with(config, site, false).await
+        Self::connect_with(config, site, RelayRole::Relay).await
     }
 
     async fn connect_with(
         config: &ClusterConfig,
         site: &str,
-        relay_hot_groups: bool,
+        relay_role: RelayRole,
     ) -> Result<Self, ClientError> {
         let site_id = config.site_id(site).ok_or_else(|| {
             ClientError::Config(format!(
@@ -335,7 +336,7 @@ impl Client {
             delivery_batch: megastore_paxos::queue::DELIVERY_BATCH,
             // The driver's clock starts now (just below).
             wall_clock_offset_ms: wall_clock_ms(),
-            relay_hot_groups,
+            relay_role,
         })
         .placed(placement);
         let (events_tx, events) = mpsc::unbounded_channel();

@@ -41,7 +41,9 @@ pub use lanes::Basis;
 use lanes::{Lane, Start, Waiting};
 use relay::{RelayOp, Relaying};
 
-pub use relay::{RELAY_DOWN_FOR, RELAY_DOWN_MAX, RELAY_HOT_FOR, RelayedCommit, relay_wait};
+pub use relay::{
+    RELAY_DOWN_FOR, RELAY_DOWN_MAX, RELAY_HOT_FOR, RelayRole, RelayedCommit, relay_wait,
+};
 
 /// How a client runs.
 #[derive(Debug, Clone)]
@@ -63,10 +65,10 @@ pub struct ClientConfig {
     /// the core dates the two-phase records it writes and judges their age. Only
     /// liveness depends on it (a clock far ahead aborts prepared transactions early).
     pub wall_clock_offset_ms: i64,
-    /// Whether it relays the commits of groups it lately lost races for through its
-    /// local full replica (docs/protocol.md, "Relayed commits"): the client library's
-    /// clients do; a replica's own shared client (the relay) does not.
-    pub relay_hot_groups: bool,
+    /// Which of its commits it hands a relay (docs/protocol.md, "Relayed commits"):
+    /// the client library's clients relay hot groups' commits ([`RelayRole::Writer`]);
+    /// a replica's own shared client is the relay ([`RelayRole::Relay`]).
+    pub relay_role: RelayRole,
 }
 
 /// One operation of a client.
@@ -845,16 +847,20 @@ impl ClientCore {
     /// its shared lane ([`commit_relayed`](Self::commit_relayed)), while this client
     /// lately lost races for the group — its local full replica, or while that one
     /// fails to answer the next full replica; or `leader` (the position leader its read
-    /// named), while a relayed commit's lost span says relays duel — or, `None`,
-    /// itself (docs/protocol.md, "Relayed commits").
+    /// named), while a lost span says relays duel — or, `None`, itself
+    /// (docs/protocol.md, "Relayed commits"). A relay's own lane is its local relay:
+    /// only a duel sends its own commits elsewhere.
     fn relay_for(&self, now: Time, eg: &EgId, leader: Option<ReplicaId>) -> Option<ReplicaId> {
-        if !self.config.relay_hot_groups {
-            return None;
-        }
         let topology = &self.config.proposer.topology;
         let others = topology.full_replicas().filter(|r| Some(*r) != self.local);
-        self.relaying
-            .relay(now, eg, leader, self.local.into_iter().chain(others))
+        match self.config.relay_role {
+            RelayRole::Direct => None,
+            RelayRole::Writer => {
+                self.relaying
+                    .relay(now, eg, leader, self.local.into_iter().chain(others))
+            }
+            RelayRole::Relay => self.relaying.leader_to_follow(now, eg, leader, others),
+        }
     }
 
     /// Whether `txn` waits in `eg`'s lane or is a member of its commit in flight.
@@ -1390,10 +1396,20 @@ impl ClientCore {
                     if !taken.is_empty() && commit.commit.lost_a_race() {
                         // On a stale snapshot basis, a lost position says the basis was
                         // old, not that the group is contended (`bases`).
+                        let group = commit.commit.group();
                         if commit.unvouched {
-                            self.unvouched.lost_on_stale(commit.commit.group());
+                            self.unvouched.lost_on_stale(group);
                         } else {
-                            self.relaying.hot(now, commit.commit.group());
+                            self.relaying.hot(now, group);
+                            // A relay's lane that lost a whole span duels another's:
+                            // its own commits follow the leader (a writer learns it
+                            // from its relayed commit's answer instead).
+                            let lost_span = taken.iter().any(|(_, result)| {
+                                matches!(result, CommitResult::Conflict { keys } if keys.is_empty())
+                            });
+                            if lost_span && self.config.relay_role == RelayRole::Relay {
+                                self.relaying.lost_span(now, group);
+                            }
                         }
                     }
                     for (txn, result) in taken {

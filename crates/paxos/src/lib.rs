@@ -55,8 +55,8 @@ pub mod watch;
 pub use bugs::ProtocolBugs;
 pub use client::{
     Basis, BasisStep, ClientConfig, ClientCore, Input as ClientInput, OpId, OpResult,
-    Output as ClientOutput, RELAY_DOWN_FOR, RELAY_DOWN_MAX, RELAY_HOT_FOR, RelayedCommit,
-    relay_wait,
+    Output as ClientOutput, RELAY_DOWN_FOR, RELAY_DOWN_MAX, RELAY_HOT_FOR, RelayRole,
+    RelayedCommit, relay_wait,
 };
 pub use entry::{
     CellWrite, EntryError, JoinedTxn, LogEntry, RowWrite, check_proposed_writes, check_write_sizes,

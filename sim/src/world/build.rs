@@ -6,7 +6,8 @@ use std::time::Duration;
 use megastore_coordinator::{Coordinator, CoordinatorConfig, Input as CoordinatorInput};
 use megastore_lock::{LockCore, QuorumModel};
 use megastore_paxos::{
-    ClientConfig, ClientCore, ProposerConfig, Replica, ReplicaConfig, SweepConfig, Timeouts,
+    ClientConfig, ClientCore, ProposerConfig, RelayRole, Replica, ReplicaConfig, SweepConfig,
+    Timeouts,
 };
 use megastore_rowstore::MemoryStore;
 use megastore_types::{ClientId, LockNodeId, NodeId, ProposerId, ReplicaId, ReplicaKind};
@@ -61,7 +62,8 @@ pub(super) fn replica_config(
 /// server's address (between the workload's clients and restarted ones).
 pub(super) const RELAY_IDS: u32 = 1 << 15;
 
-/// A relay's client core: it relays nothing itself.
+/// A relay's client core: it commits what is relayed to it (the simulator's relays run
+/// no workload of their own, so they never relay).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn relay_core(
     config: &SimConfig,
@@ -85,7 +87,7 @@ pub(super) fn relay_core(
         seed,
         delivery_batch: 3,
         wall_clock_offset_ms,
-        relay_hot_groups: false,
+        relay_role: RelayRole::Relay,
     })
 }
 
@@ -230,7 +232,11 @@ impl World {
                 // Its wall clock reads real time (plus its drift): the clients' clocks
                 // disagree by no more than the drift bound allows.
                 wall_clock_offset_ms: -client_clock.offset_ms(),
-                relay_hot_groups: config.relays,
+                relay_role: if config.relays {
+                    RelayRole::Writer
+                } else {
+                    RelayRole::Direct
+                },
             })
             .placed(placement.clone());
             let node = ClientNode::new(

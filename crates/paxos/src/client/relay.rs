@@ -8,6 +8,11 @@
 //! direct. Writers at two sites relay to two relays, which duel in turn, and the one
 //! beside the position leader wins every grant: a relayed commit that lost its whole
 //! span sends the group's commits to the leader's relay while the group stays hot.
+//! A relay's own commits (a gateway's, for the public API's transactions) duel the
+//! same way, and follow the same way: a commit of its lane that lost its whole span
+//! sends its own commits of the group to the leader's relay while the group stays hot
+//! ([`RelayRole::Relay`]). What was relayed to it, it always commits itself: a commit
+//! is relayed at most once.
 //!
 //! A relayed commit is one operation of the writer's core ([`RelayOp`]): it sends
 //! [`Message::Relay`] and waits for [`Message::RelayOutcome`] until a deadline. An
@@ -46,6 +51,23 @@ pub struct RelayedCommit {
     pub writes: Vec<RowWrite>,
     /// What it read.
     pub reads: ReadSet,
+}
+
+/// Which commits a client hands a relay (docs/protocol.md, "Relayed commits").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelayRole {
+    /// It commits every transaction itself (the simulator's clients in a world
+    /// without relaying).
+    Direct,
+    /// The client library's clients: a hot group's commits go to the local full
+    /// replica's relay, or to the position leader's while relays duel.
+    Writer,
+    /// A replica's own shared client, the relay of its site's writers and the public
+    /// API's gateway: it commits what is relayed to it, and its own commits, itself —
+    /// except its own commits of a group whose commits in its lane lately lost their
+    /// whole span to other entries (another relay's, beside the position leader): those
+    /// go to the leader's relay while the group stays hot, as a writer's do.
+    Relay,
 }
 
 /// How long a group stays hot after this client last lost a race for it or relayed a
@@ -104,9 +126,10 @@ impl Relaying {
         }
     }
 
-    /// A relayed commit of `eg` lost every position of its span to other entries: two
-    /// relays are duelling, and the one beside the position leader wins every grant.
-    /// Until `eg` cools, its commits go to the relay at the leader their read names.
+    /// A commit of `eg` lost every position of its span to other entries (a writer's
+    /// relayed commit, or a commit in a relay's own lane): two relays are duelling, and
+    /// the one beside the position leader wins every grant. Until `eg` cools, its
+    /// commits go to the relay at the leader their read names.
     pub(crate) fn lost_span(&mut self, now: Time, eg: &EgId) {
         remember_until(&mut self.follow_leader_until, now, eg);
     }
@@ -146,18 +169,38 @@ impl Relaying {
         leader: Option<ReplicaId>,
         relays: impl IntoIterator<Item = ReplicaId>,
     ) -> Option<ReplicaId> {
-        let live = |until: Option<&Time>| until.is_some_and(|until| *until > now);
-        if !live(self.hot_until.get(eg)) {
+        if !live(now, self.hot_until.get(eg)) {
             return None;
         }
-        let up = |r: &ReplicaId| !live(self.down.get(r).map(|down| &down.until));
-        let relays: Vec<ReplicaId> = relays.into_iter().filter(up).collect();
-        let follow = live(self.follow_leader_until.get(eg));
-        match leader.filter(|l| follow && relays.contains(l)) {
-            Some(leader) => Some(leader),
-            None => relays.first().copied(),
-        }
+        let relays: Vec<ReplicaId> = relays.into_iter().filter(|r| self.up(now, r)).collect();
+        self.leader_to_follow(now, eg, leader, relays.iter().copied())
+            .or_else(|| relays.first().copied())
     }
+
+    /// `leader`, while `eg` is hot and its commits follow the leader, if it is one of
+    /// `relays` and not passed over; otherwise `None`.
+    pub(crate) fn leader_to_follow(
+        &self,
+        now: Time,
+        eg: &EgId,
+        leader: Option<ReplicaId>,
+        relays: impl IntoIterator<Item = ReplicaId>,
+    ) -> Option<ReplicaId> {
+        let follow =
+            live(now, self.hot_until.get(eg)) && live(now, self.follow_leader_until.get(eg));
+        let leader = leader.filter(|l| follow && self.up(now, l))?;
+        relays.into_iter().any(|r| r == leader).then_some(leader)
+    }
+
+    /// Whether `relay` is not passed over now.
+    fn up(&self, now: Time, relay: &ReplicaId) -> bool {
+        !live(now, self.down.get(relay).map(|down| &down.until))
+    }
+}
+
+/// Whether a deadline `until` is set and not reached at `now`.
+fn live(now: Time, until: Option<&Time>) -> bool {
+    until.is_some_and(|until| *until > now)
 }
 
 /// Remembers `eg` in `until` for [`RELAY_HOT_FOR`] from `now`, at most
@@ -520,7 +563,7 @@ mod tests {
             seed: 7,
             delivery_batch: crate::queue::DELIVERY_BATCH,
             wall_clock_offset_ms: 0,
-            relay_hot_groups: true,
+            relay_role: RelayRole::Writer,
         })
     }
 

@@ -45,10 +45,32 @@ pub(crate) fn client_core_relaying(
     client_core_with(topology, relay_hot_groups, ProtocolBugs::NONE)
 }
 
+/// A client core at site 1 of `topology`, with short timeouts, in relay role `role`.
+pub(crate) fn client_core_in_role(
+    topology: Topology,
+    role: megastore_paxos::RelayRole,
+) -> megastore_paxos::ClientCore {
+    client_core_in_role_with(topology, role, ProtocolBugs::NONE)
+}
+
 /// [`client_core_relaying`] with protocol mistakes `bugs`.
 pub(crate) fn client_core_with(
     topology: Topology,
     relay_hot_groups: bool,
+    bugs: ProtocolBugs,
+) -> megastore_paxos::ClientCore {
+    let role = if relay_hot_groups {
+        megastore_paxos::RelayRole::Writer
+    } else {
+        megastore_paxos::RelayRole::Direct
+    };
+    client_core_in_role_with(topology, role, bugs)
+}
+
+/// [`client_core_in_role`] with protocol mistakes `bugs`.
+pub(crate) fn client_core_in_role_with(
+    topology: Topology,
+    relay_role: megastore_paxos::RelayRole,
     bugs: ProtocolBugs,
 ) -> megastore_paxos::ClientCore {
     let ms = std::time::Duration::from_millis;
@@ -70,7 +92,7 @@ pub(crate) fn client_core_with(
         seed: 7,
         delivery_batch: megastore_paxos::queue::DELIVERY_BATCH,
         wall_clock_offset_ms: 0,
-        relay_hot_groups,
+        relay_role,
     })
 }
 
