@@ -36,7 +36,8 @@
 //! `replica/move_deltas.rs`, tests/short_freeze.rs). For
 //! watchers, kept where they are stated (the simulator runs no watchers):
 //! watch-reads-committed ([`watch`]) and awaiting-bounded (the replica's held long
-//! polls).
+//! polls). For relayed commits, by construction: relayed-once (`client/relay.rs`,
+//! tests/duelling_relays.rs).
 
 pub mod bugs;
 pub mod cells;

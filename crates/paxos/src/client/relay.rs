@@ -12,7 +12,7 @@
 //! same way, and follow the same way: a commit of its lane that lost its whole span
 //! sends its own commits of the group to the leader's relay while the group stays hot
 //! ([`RelayRole::Relay`]). What was relayed to it, it always commits itself: a commit
-//! is relayed at most once.
+//! is relayed at most once (*relayed-once*).
 //!
 //! A relayed commit is one operation of the writer's core ([`RelayOp`]): it sends
 //! [`Message::Relay`] and waits for [`Message::RelayOutcome`] until a deadline. An
