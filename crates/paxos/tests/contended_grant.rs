@@ -8,11 +8,8 @@ mod support;
 use std::time::Duration;
 
 use megastore_paxos::messages::AcceptResult;
-use megastore_paxos::{
-    ClientCore, ClientInput, ClientOutput, CommitResult, Message, OpResult, ReadSet, ReplicaReply,
-    ReplicaRequest,
-};
-use megastore_types::{ClientId, NodeId, Position, ReplicaId, Time, TxnId};
+use megastore_paxos::{ClientCore, CommitResult, OpResult, ReadSet, ReplicaReply, ReplicaRequest};
+use megastore_types::{ClientId, Position, ReplicaId, Time, TxnId};
 
 fn client() -> ClientCore {
     support::client_core_relaying(support::topology(), true)
@@ -55,7 +52,7 @@ fn commit(
     seq: u64,
     grant_answer: &AcceptResult,
 ) -> Option<CommitResult> {
-    let (op, mut outputs) = client.commit(
+    let (op, outputs) = client.commit(
         *now,
         txn(seq),
         support::eg(),
@@ -64,46 +61,12 @@ fn commit(
         support::row_writes(),
         ReadSet::default(),
     );
-    let mut relayed = false;
-    for _ in 0..1_000 {
-        let mut replies = Vec::new();
-        for output in outputs.drain(..) {
-            match output {
-                ClientOutput::Send {
-                    to: NodeId::Replica(r),
-                    message: Message::ReplicaRequest(request),
-                } => {
-                    if let Some(reply) = answer(&request, grant_answer) {
-                        replies.push((r, reply));
-                    }
-                }
-                ClientOutput::Send {
-                    message: Message::Relay { .. },
-                    ..
-                } => relayed = true,
-                ClientOutput::Done {
-                    op: done,
-                    result: OpResult::Commit { result, .. },
-                } if done == op => return Some(result),
-                _ => {}
-            }
-        }
-        if relayed {
-            return None;
-        }
-        *now = *now + Duration::from_millis(1);
-        for (from, reply) in replies {
-            outputs.extend(client.step(
-                *now,
-                ClientInput::Message {
-                    from: NodeId::Replica(from),
-                    message: Message::ReplicaReply(reply),
-                },
-            ));
-        }
-        outputs.extend(client.step(*now, ClientInput::Tick));
+    let answer = |request: &ReplicaRequest| answer(request, grant_answer);
+    match support::drive_scripted(client, now, op, outputs, answer) {
+        support::Driven::Done(OpResult::Commit { result, .. }) => Some(result),
+        support::Driven::Done(other) => panic!("commit {seq} ended {other:?}"),
+        support::Driven::Relayed(..) => None,
     }
-    panic!("commit {seq} did not end");
 }
 
 /// Two commits in a row; whether the second was relayed.

@@ -17,6 +17,7 @@ use megastore_paxos::{
     OpResult, ReadSet, RelayRole, RelayedCommit, ReplicaReply, ReplicaRequest,
 };
 use megastore_types::{Ballot, ClientId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
+use support::Driven;
 
 /// Every position through here holds another client's entry, visible.
 const CHOSEN_THROUGH: Position = Position(10);
@@ -70,59 +71,21 @@ fn answer(request: &ReplicaRequest, applied: Position) -> Option<ReplicaReply> {
     }
 }
 
-/// How an operation ended against the scripted replicas.
-#[derive(Debug)]
-enum Ended {
-    /// Its result.
-    Done(OpResult),
-    /// Relayed to this replica (request id, and what was relayed).
-    Relayed(ReplicaId, u64, Box<RelayedCommit>),
-}
-
-/// Carries `outputs` out against the scripted replicas until operation `op` is done
-/// or a commit is relayed.
-fn drive(client: &mut ClientCore, now: &mut Time, op: OpId, outputs: Vec<ClientOutput>) -> Ended {
+/// Carries `outputs` out against the scripted replicas, whose snapshot reads find
+/// [`CHOSEN_THROUGH`], until operation `op` is done or a commit is relayed.
+fn drive(client: &mut ClientCore, now: &mut Time, op: OpId, outputs: Vec<ClientOutput>) -> Driven {
     drive_from(client, now, op, outputs, CHOSEN_THROUGH)
 }
 
+/// [`drive`], with snapshot reads finding `applied`.
 fn drive_from(
     client: &mut ClientCore,
     now: &mut Time,
     op: OpId,
-    mut outputs: Vec<ClientOutput>,
+    outputs: Vec<ClientOutput>,
     applied: Position,
-) -> Ended {
-    for _ in 0..1_000 {
-        let mut replies = Vec::new();
-        for output in outputs.drain(..) {
-            match output {
-                ClientOutput::Send {
-                    to: NodeId::Replica(r),
-                    message: Message::ReplicaRequest(request),
-                } => replies.extend(answer(&request, applied).map(|reply| (r, reply))),
-                ClientOutput::Send {
-                    to: NodeId::Replica(r),
-                    message: Message::Relay { id, commit },
-                } => return Ended::Relayed(r, id, commit),
-                ClientOutput::Done { op: done, result } if done == op => {
-                    return Ended::Done(result);
-                }
-                _ => {}
-            }
-        }
-        *now = *now + Duration::from_millis(1);
-        for (from, reply) in replies {
-            outputs.extend(client.step(
-                *now,
-                ClientInput::Message {
-                    from: NodeId::Replica(from),
-                    message: Message::ReplicaReply(reply),
-                },
-            ));
-        }
-        outputs.extend(client.step(*now, ClientInput::Tick));
-    }
-    panic!("operation {op:?} did not end");
+) -> Driven {
+    support::drive_scripted(client, now, op, outputs, |request| answer(request, applied))
 }
 
 /// Commits the gateway's own `txn` after a read at `read_position` that named `leader`.
@@ -132,7 +95,7 @@ fn commit(
     txn: TxnId,
     read_position: u64,
     leader: ReplicaId,
-) -> Ended {
+) -> Driven {
     let (op, outputs) = client.commit(
         *now,
         txn,
@@ -145,20 +108,20 @@ fn commit(
     drive(client, now, op, outputs)
 }
 
-fn committed(ended: &Ended) -> bool {
+fn committed(ended: &Driven) -> bool {
     matches!(
         ended,
-        Ended::Done(OpResult::Commit {
+        Driven::Done(OpResult::Commit {
             result: CommitResult::Committed { .. },
             ..
         })
     )
 }
 
-fn lost_its_span(ended: &Ended) -> bool {
+fn lost_its_span(ended: &Driven) -> bool {
     matches!(
         ended,
-        Ended::Done(OpResult::Commit {
+        Driven::Done(OpResult::Commit {
             result: CommitResult::Conflict { keys },
             ..
         }) if keys.is_empty()
@@ -182,7 +145,7 @@ fn a_relay_whose_own_commit_lost_its_span_relays_its_next_to_the_leader_and_take
     let (mut client, mut now) = start(RelayRole::Relay);
     lose_a_span(&mut client, &mut now);
     let ended = commit(&mut client, &mut now, txn(1, 2), 10, OTHER_LEADER);
-    let Ended::Relayed(to, id, relayed) = ended else {
+    let Driven::Relayed(to, id, relayed) = ended else {
         panic!("the next commit is relayed to the leader: {ended:?}");
     };
     assert_eq!(to, OTHER_LEADER);
@@ -216,7 +179,7 @@ fn a_relay_whose_own_commit_lost_its_span_relays_its_next_to_the_leader_and_take
     now = now + Duration::from_secs(3);
     let ended = commit(&mut client, &mut now, txn(1, 3), 11, OTHER_LEADER);
     assert!(
-        matches!(ended, Ended::Relayed(OTHER_LEADER, ..)),
+        matches!(ended, Driven::Relayed(OTHER_LEADER, ..)),
         "{ended:?}"
     );
 }
@@ -281,7 +244,7 @@ fn a_client_that_commits_directly_never_relays_and_a_stale_basis_is_no_duel() {
     let (mut client, mut now) = start(RelayRole::Relay);
     let (op, _, outputs) = client.read_basis(now, support::eg(), DataQuery::Rows(Vec::new()));
     let basis = match drive_from(&mut client, &mut now, op, outputs, Position(2)) {
-        Ended::Done(OpResult::Read(Ok(read))) => Basis::of_read(&read),
+        Driven::Done(OpResult::Read(Ok(read))) => Basis::of_read(&read),
         other => panic!("the basis read ended {other:?}"),
     };
     assert_eq!(basis.read_position, Position(2));

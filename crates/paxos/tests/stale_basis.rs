@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use megastore_paxos::messages::{AcceptResult, ReadAt};
 use megastore_paxos::{
-    Basis, ClientCore, ClientInput, ClientOutput, CommitResult, DataQuery, LogEntry, Message, OpId,
-    OpResult, ReadMode, ReadSet, ReplicaReply, ReplicaRequest,
+    Basis, ClientCore, ClientOutput, CommitResult, DataQuery, LogEntry, OpId, OpResult, ReadMode,
+    ReadSet, ReplicaReply, ReplicaRequest,
 };
 use megastore_types::{Ballot, ClientId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
 
@@ -78,38 +78,14 @@ fn drive(
     client: &mut ClientCore,
     now: &mut Time,
     op: OpId,
-    mut outputs: Vec<ClientOutput>,
+    outputs: Vec<ClientOutput>,
     local_applied: Position,
 ) -> Option<OpResult> {
-    for _ in 0..1_000 {
-        let mut replies = Vec::new();
-        for output in outputs.drain(..) {
-            match output {
-                ClientOutput::Send {
-                    to: NodeId::Replica(r),
-                    message: Message::ReplicaRequest(request),
-                } => replies.extend(answer(&request, local_applied).map(|reply| (r, reply))),
-                ClientOutput::Send {
-                    message: Message::Relay { .. },
-                    ..
-                } => return None,
-                ClientOutput::Done { op: done, result } if done == op => return Some(result),
-                _ => {}
-            }
-        }
-        *now = *now + Duration::from_millis(1);
-        for (from, reply) in replies {
-            outputs.extend(client.step(
-                *now,
-                ClientInput::Message {
-                    from: NodeId::Replica(from),
-                    message: Message::ReplicaReply(reply),
-                },
-            ));
-        }
-        outputs.extend(client.step(*now, ClientInput::Tick));
+    let answer = |request: &ReplicaRequest| answer(request, local_applied);
+    match support::drive_scripted(client, now, op, outputs, answer) {
+        support::Driven::Done(result) => Some(result),
+        support::Driven::Relayed(..) => None,
     }
-    panic!("operation {op:?} did not end");
 }
 
 /// A blind write's basis as `read_basis` finds it, from a local replica applied

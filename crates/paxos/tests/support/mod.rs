@@ -96,6 +96,59 @@ pub(crate) fn client_core_in_role_with(
     })
 }
 
+/// How a client operation driven against scripted replicas ended.
+#[derive(Debug)]
+pub(crate) enum Driven {
+    /// Its result.
+    Done(megastore_paxos::OpResult),
+    /// The client relayed a commit instead: to this replica, under this request id.
+    Relayed(ReplicaId, u64, Box<megastore_paxos::RelayedCommit>),
+}
+
+/// Carries a client's `outputs` out against scripted replicas until operation `op` is
+/// done or the client relays a commit: each request to a replica is answered by
+/// `answer` (or not, `None`), a millisecond later, and the client ticks each round.
+pub(crate) fn drive_scripted(
+    client: &mut megastore_paxos::ClientCore,
+    now: &mut Time,
+    op: megastore_paxos::OpId,
+    mut outputs: Vec<megastore_paxos::ClientOutput>,
+    mut answer: impl FnMut(&ReplicaRequest) -> Option<ReplicaReply>,
+) -> Driven {
+    use megastore_paxos::{ClientInput, ClientOutput};
+    for _ in 0..1_000 {
+        let mut replies = Vec::new();
+        for output in outputs.drain(..) {
+            match output {
+                ClientOutput::Send {
+                    to: NodeId::Replica(r),
+                    message: Message::ReplicaRequest(request),
+                } => replies.extend(answer(&request).map(|reply| (r, reply))),
+                ClientOutput::Send {
+                    to: NodeId::Replica(r),
+                    message: Message::Relay { id, commit },
+                } => return Driven::Relayed(r, id, commit),
+                ClientOutput::Done { op: done, result } if done == op => {
+                    return Driven::Done(result);
+                }
+                _ => {}
+            }
+        }
+        *now = *now + std::time::Duration::from_millis(1);
+        for (from, reply) in replies {
+            outputs.extend(client.step(
+                *now,
+                ClientInput::Message {
+                    from: NodeId::Replica(from),
+                    message: Message::ReplicaReply(reply),
+                },
+            ));
+        }
+        outputs.extend(client.step(*now, ClientInput::Tick));
+    }
+    panic!("operation {op:?} did not end");
+}
+
 pub(crate) fn eg() -> EgId {
     EgId(b"g1".to_vec())
 }
