@@ -46,18 +46,22 @@ enum Ended {
     LostItsSpan,
 }
 
+/// A blind `Begin` of the group at `api`.
+async fn begin_blind(
+    api: &mut MegastoreClient<Channel>,
+) -> Result<pb::BeginResponse, tonic::Status> {
+    let request = pb::BeginRequest {
+        eg: GROUP.to_vec(),
+        blind: true,
+        ..Default::default()
+    };
+    api.begin(request).await.map(tonic::Response::into_inner)
+}
+
 /// One blind transaction at `api` writing `row`: Begin's position, and how it ended.
 async fn blind_attempt(api: &mut MegastoreClient<Channel>, row: Vec<u8>) -> (u64, Ended) {
     use pb::commit_response::Outcome;
-    let begun = api
-        .begin(pb::BeginRequest {
-            eg: GROUP.to_vec(),
-            blind: true,
-            ..Default::default()
-        })
-        .await
-        .expect("a blind Begin")
-        .into_inner();
+    let begun = begin_blind(api).await.expect("a blind Begin");
     api.write(pb::WriteRequest {
         txn: begun.txn,
         rows: vec![pb::RowWrite {
@@ -141,20 +145,9 @@ fn a_blind_write_at_a_replica_left_behind_commits_after_one_stale_attempt() {
         let (stale, ended) = loop {
             // b answers once it has read its placement and lock (a moment after it
             // says it serves).
-            match b
-                .begin(pb::BeginRequest {
-                    eg: GROUP.to_vec(),
-                    blind: true,
-                    ..Default::default()
-                })
-                .await
-            {
+            match begin_blind(&mut b).await {
                 Ok(begun) => {
-                    let _ = b
-                        .abort(pb::AbortRequest {
-                            txn: begun.into_inner().txn,
-                        })
-                        .await;
+                    let _ = b.abort(pb::AbortRequest { txn: begun.txn }).await;
                     break blind_attempt(&mut b, key("b", 0, 0)).await;
                 }
                 Err(e) => assert!(
@@ -190,15 +183,7 @@ fn a_blind_write_at_a_replica_left_behind_commits_after_one_stale_attempt() {
         let mut b = api_at(&at_b);
         let started = Instant::now();
         loop {
-            let begun = b
-                .begin(pb::BeginRequest {
-                    eg: GROUP.to_vec(),
-                    blind: true,
-                    ..Default::default()
-                })
-                .await
-                .expect("a blind Begin")
-                .into_inner();
+            let begun = begin_blind(&mut b).await.expect("a blind Begin");
             let _ = b.abort(pb::AbortRequest { txn: begun.txn }).await;
             if begun.position >= b_committed {
                 break;

@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use megastore_paxos::messages::AcceptResult;
 use megastore_paxos::{
-    Basis, ClientCore, ClientInput, ClientOutput, CommitResult, DataQuery, LogEntry, Message, OpId,
-    OpResult, ReadSet, RelayRole, RelayedCommit, ReplicaReply, ReplicaRequest,
+    Basis, ClientCore, ClientInput, ClientOutput, CommitResult, DataQuery, Message, OpId, OpResult,
+    ReadSet, RelayRole, RelayedCommit, ReplicaReply, ReplicaRequest,
 };
-use megastore_types::{Ballot, ClientId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
+use megastore_types::{ClientId, NodeId, Position, ReplicaId, Time, TxnId};
 use support::Driven;
 
 /// Every position through here holds another client's entry, visible.
@@ -38,20 +38,9 @@ fn txn(client: u32, seq: u64) -> TxnId {
 fn answer(request: &ReplicaRequest, applied: Position) -> Option<ReplicaReply> {
     let id = request.id();
     match request {
-        ReplicaRequest::Accept { position, .. } if *position <= CHOSEN_THROUGH => {
-            let ballot = Ballot {
-                round: 1,
-                proposer: ProposerId::client(ClientId(2)),
-            };
-            let entry = LogEntry::combining(
-                [(txn(2, position.0), support::row_writes())],
-                Some(OTHER_LEADER),
-            );
-            Some(ReplicaReply::Accept {
-                id,
-                result: AcceptResult::Visible(ballot, entry),
-            })
-        }
+        ReplicaRequest::Accept { position, .. } if *position <= CHOSEN_THROUGH => Some(
+            support::chosen_by_another_client(id, *position, OTHER_LEADER),
+        ),
         ReplicaRequest::Accept { .. } => Some(ReplicaReply::Accept {
             id,
             result: AcceptResult::Accepted,

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use megastore_paxos::messages::{AcceptResult, ReadAt};
 use megastore_paxos::{
-    Basis, ClientCore, ClientOutput, CommitResult, DataQuery, LogEntry, OpId, OpResult, ReadMode,
-    ReadSet, ReplicaReply, ReplicaRequest,
+    Basis, ClientCore, ClientOutput, CommitResult, DataQuery, OpId, OpResult, ReadMode, ReadSet,
+    ReplicaReply, ReplicaRequest,
 };
-use megastore_types::{Ballot, ClientId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
+use megastore_types::{ClientId, NodeId, Position, ReplicaId, Time, TxnId};
 
 /// The replicas have applied through here (and the local one answers a snapshot read
 /// at its own `applied`).
@@ -26,30 +26,15 @@ fn txn(client: u32, seq: u64) -> TxnId {
     }
 }
 
-/// The entry another client chose at `position`, naming replica 1 the next leader.
-fn others_entry(position: Position) -> LogEntry {
-    LogEntry::combining(
-        [(txn(2, position.0), support::row_writes())],
-        Some(ReplicaId(1)),
-    )
-}
-
 /// Scripted replicas: every position through [`CHOSEN_THROUGH`] holds another
 /// client's entry, visible; later ones accept. The local replica (1) has applied
 /// through `local_applied`.
 fn answer(request: &ReplicaRequest, local_applied: Position) -> Option<ReplicaReply> {
     let id = request.id();
     match request {
-        ReplicaRequest::Accept { position, .. } if *position <= CHOSEN_THROUGH => {
-            let ballot = Ballot {
-                round: 1,
-                proposer: ProposerId::client(ClientId(2)),
-            };
-            Some(ReplicaReply::Accept {
-                id,
-                result: AcceptResult::Visible(ballot, others_entry(*position)),
-            })
-        }
+        ReplicaRequest::Accept { position, .. } if *position <= CHOSEN_THROUGH => Some(
+            support::chosen_by_another_client(id, *position, ReplicaId(1)),
+        ),
         ReplicaRequest::Accept { .. } => Some(ReplicaReply::Accept {
             id,
             result: AcceptResult::Accepted,

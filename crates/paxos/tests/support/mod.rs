@@ -96,6 +96,28 @@ pub(crate) fn client_core_in_role_with(
     })
 }
 
+/// A scripted voter's answer to an accept (`id`) at `position`, where another
+/// client's (2) entry is already chosen and visible, naming `next_leader`.
+pub(crate) fn chosen_by_another_client(
+    id: u64,
+    position: Position,
+    next_leader: ReplicaId,
+) -> ReplicaReply {
+    let ballot = Ballot {
+        round: 1,
+        proposer: ProposerId::client(ClientId(2)),
+    };
+    let txn = TxnId {
+        client: ClientId(2),
+        seq: position.0,
+    };
+    let entry = LogEntry::combining([(txn, row_writes())], Some(next_leader));
+    ReplicaReply::Accept {
+        id,
+        result: AcceptResult::Visible(ballot, entry),
+    }
+}
+
 /// How a client operation driven against scripted replicas ended.
 #[derive(Debug)]
 pub(crate) enum Driven {
