@@ -670,15 +670,28 @@ fn range_move_hands_a_slot_to_another_server_while_writers_run() {
         }
     });
     // Status shows the servers: a2 answers, holds range-1, its coordinator its lock.
-    let status = megastore(&["status", "-o", "json"]);
-    assert!(status.status.success(), "{status:?}");
-    let json: serde_json::Value = serde_json::from_str(&status.stdout).expect("status JSON");
+    // The placement that ended the move gave a2 a range, which restarts its
+    // coordinator's epoch (it gives its lock back and takes it again): a status read in
+    // between finds the lock free, so this waits for the holder.
+    let started = Instant::now();
+    let json = loop {
+        let status = megastore(&["status", "-o", "json"]);
+        assert!(status.status.success(), "{status:?}");
+        let json: serde_json::Value = serde_json::from_str(&status.stdout).expect("status JSON");
+        if json["servers"][0]["coordinator_holder"]["owner"].is_string() {
+            break json;
+        }
+        assert!(
+            started.elapsed() < LIMIT,
+            "a2's coordinator holds no lock: {json}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let a2 = &json["servers"][0];
     assert_eq!(a2["name"], "a2", "{json}");
     assert_eq!(a2["replica"], "a", "{json}");
     assert_eq!(a2["answering"], true, "{json}");
     assert_eq!(a2["ranges"], serde_json::json!([1]), "{json}");
-    assert!(a2["coordinator_holder"]["owner"].is_string(), "{json}");
     let text = megastore(&["status"]).stdout;
     assert!(text.contains("a2 (id 11)"), "{text}");
     assert!(text.contains("SIZE"), "{text}");
