@@ -93,6 +93,11 @@ pub struct SimConfig {
     /// beside each full replica (docs/protocol.md, "Relayed commits"), which dies with
     /// its replica.
     pub relays: bool,
+    /// With relays: each relay also runs a workload of its own, as a replica's gateway
+    /// commits the gRPC API's transactions (`RelayRole::Relay`): its commits of a group
+    /// it loses races for follow the position leader's relay, and its crash with its
+    /// replica leaves its own operations' outcomes unknown.
+    pub gateway_workload: bool,
     /// An operator splits ranges of the placement while faults run, and the processes
     /// read each new placement late (`world/placement.rs`): the seed of its choices.
     pub splits: Option<u64>,
@@ -236,6 +241,7 @@ impl SimConfig {
             coordinator_bounds: None,
             replica_cache: None,
             relays: false,
+            gateway_workload: false,
             splits: None,
             spares: false,
             removals: None,
@@ -277,6 +283,13 @@ impl SimConfig {
     /// other choices, so that the traces of the other seeds stay as they were.
     pub fn relays(seed: u64) -> bool {
         Rng::new(seed ^ 0x5e1a_7ed0_c0aa_11e5).chance(0.5)
+    }
+
+    /// [`SimConfig::gateway_workload`] for `seed`: half the seeds with relays, drawn
+    /// apart from the seed's other choices, so that the traces of the other seeds stay
+    /// as they were.
+    pub fn gateway_workload(seed: u64) -> bool {
+        Self::relays(seed) && Rng::new(seed ^ 0x6a7e_3a75_0000_0a1d).chance(0.5)
     }
 
     /// [`SimConfig::coordinator_bounds`] for `seed`: small for a third of the seeds

@@ -225,8 +225,12 @@ pub fn run_seed(seed: u64, bugs: Bugs, readable: bool) -> SeedReport {
         .collect();
     checks.final_scans(&world.observation(), &scans);
     let mut violations = checks.violations;
-    // Relays run no workload of their own.
-    let workload = world.clients.iter().filter(|(_, c)| c.relay_of.is_none());
+    // Relays run no workload of their own, but as gateways, which run one while their
+    // replica is up.
+    let workload = world.clients.iter().filter(|(_, c)| match c.relay_of {
+        None => true,
+        Some(r) => c.gateway && world.replica_up(r),
+    });
     for (client, _) in workload {
         let progressed = world
             .history

@@ -71,6 +71,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.combined += s.combined;
     total.committed_unread += s.committed_unread;
     total.relayed += s.relayed;
+    total.relayed_by_relays += s.relayed_by_relays;
     total.reads_woken += s.reads_woken;
     total.conflicts += s.conflicts;
     total.unknown += s.unknown;
@@ -107,11 +108,12 @@ fn add(total: &mut Stats, s: &Stats) {
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; relayed {}; conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority ({} woken by their client's commit), snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, ranges split {}, replicas removed {} (full replicas {}; voter changes caught up {}), spare servers {}, moves {} finished / {} aborted (copy pages {}, short final copies {}), clients behind the placement at the end {}, final global scans {}, messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; relayed {} ({} by relays); conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority ({} woken by their client's commit), snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, ranges split {}, replicas removed {} (full replicas {}; voter changes caught up {}), spare servers {}, moves {} finished / {} aborted (copy pages {}, short final copies {}), clients behind the placement at the end {}, final global scans {}, messages {}, violations {violations}",
         s.commits,
         s.combined,
         s.committed_unread,
         s.relayed,
+        s.relayed_by_relays,
         s.conflicts,
         s.resolved_not_committed,
         s.unknown,

@@ -128,6 +128,7 @@ pub fn three_sites_with_witness_at(rtt_ms: u32, witness_rtt_ms: u32, clients: &[
         coordinator_bounds: None,
         replica_cache: None,
         relays: false,
+        gateway_workload: false,
         restart_storm: false,
         crash_after_persist: 0.0,
         lagging: None,

@@ -83,6 +83,8 @@ pub struct Stats {
     pub committed_unread: u64,
     /// Commits relayed to a relay that was up to take them.
     pub relayed: u64,
+    /// Of those, a relay's own commits, relayed to the position leader's relay.
+    pub relayed_by_relays: u64,
     /// Current reads a commit of their own client woke as it settled the position
     /// they waited for.
     pub reads_woken: u64,

@@ -227,8 +227,11 @@ pub(crate) struct ClientNode {
     /// long time reads again there, below where garbage collection may have reached.
     remembered: BTreeMap<EgId, Position>,
     /// A relay, beside the full replica's server at this address (docs/protocol.md,
-    /// "Relayed commits"): it runs no workload, and commits what clients relay to it.
+    /// "Relayed commits"): it commits what clients relay to it.
     pub relay_of: Option<ReplicaId>,
+    /// As a relay, whether it also runs a workload of its own, as a replica's gateway
+    /// commits the gRPC API's transactions.
+    pub gateway: bool,
     /// As a relay: the commits it is making, and whose request each answers.
     relayed: BTreeMap<OpId, (NodeId, u64)>,
     /// A blind write lent its basis, not committed yet.
@@ -271,6 +274,7 @@ impl ClientNode {
             committed_unread: 0,
             remembered: BTreeMap::new(),
             relay_of: None,
+            gateway: false,
             relayed: BTreeMap::new(),
             deferred: None,
             final_scan: None,
@@ -324,7 +328,7 @@ impl ClientNode {
 
     /// Starts the next operation.
     pub(crate) fn start_next(&mut self, real: u64, now: Time) -> Vec<ClientOutput> {
-        if self.relay_of.is_some() {
+        if self.relay_of.is_some() && !self.gateway {
             return Vec::new();
         }
         if self.deferred.is_some() {
@@ -442,14 +446,43 @@ impl ClientNode {
     }
 
     /// As a relay whose replica crashed: a new process, under `new_id`, with nothing in
-    /// flight (its answers are lost; the writers resolve their commits themselves).
-    pub(crate) fn restart_relay(&mut self, new_id: ClientId, seed: u64) {
+    /// flight (its answers are lost; the writers resolve their commits themselves). Of
+    /// its own operations, the commits it was making (or resolving) end unknown, as a
+    /// crashed client's do: their records.
+    pub(crate) fn restart_relay(
+        &mut self,
+        real: u64,
+        new_id: ClientId,
+        seed: u64,
+    ) -> Vec<OpRecord> {
         let mut config = self.core.config().clone();
         config.id = new_id;
         config.proposer.proposer = megastore_types::ProposerId::client(new_id);
         config.seed = seed;
         self.core = restarted(&self.core, config);
         self.relayed.clear();
+        let unknown = |eg: EgId, start: u64| OpRecord {
+            client: self.id,
+            eg,
+            kind: OpKind::Commit,
+            start,
+            end: real,
+            outcome: Outcome::Unknown,
+        };
+        let mut records: Vec<OpRecord> = self
+            .companions
+            .drain(..)
+            .map(|c| unknown(c.eg, c.start))
+            .collect();
+        match std::mem::replace(&mut self.state, State::Idle) {
+            State::Committing { eg, start, .. } => records.push(unknown(eg, start)),
+            State::Resolving { commit, .. } => records.push(unknown(commit.eg, commit.start)),
+            // A read changes nothing; a relay runs nothing else of its own.
+            _ => {}
+        }
+        self.racers.clear();
+        self.deferred = None;
+        records
     }
 
     /// An operation finished: the record of what it did, and the next step's outputs.

@@ -49,6 +49,32 @@ fn runs_exercise_commits_local_and_majority_reads_and_faults() {
     assert!(sum(|s| s.final_scans) > 0, "final global index scans");
 }
 
+/// Where relays run a workload of their own (as replicas' gateways do), a relay that
+/// loses a group's races relays its own commits to the position leader's relay: the
+/// checkers see those commits' outcomes (docs/protocol.md, "Relayed commits", step 7).
+#[test]
+fn gateways_follow_the_position_leader() {
+    let seeds: Vec<u64> = (0..200)
+        .filter(|seed| SimConfig::gateway_workload(*seed))
+        .take(3)
+        .collect();
+    assert_eq!(seeds.len(), 3, "seeds with gateways");
+    let mut relayed_by_relays = 0;
+    for seed in seeds {
+        let report = run_seed(seed, Bugs::default(), false);
+        assert!(
+            report.violations.is_empty(),
+            "seed {seed}: {:#?}\nreproduce: megastore-sim --reproduce {seed}",
+            report.violations
+        );
+        relayed_by_relays += report.stats.relayed_by_relays;
+    }
+    assert!(
+        relayed_by_relays > 0,
+        "no relay followed the position leader"
+    );
+}
+
 /// What clean runs had, counted over their seeds.
 #[derive(Default)]
 struct Seen {

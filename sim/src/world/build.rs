@@ -62,8 +62,9 @@ pub(super) fn replica_config(
 /// server's address (between the workload's clients and restarted ones).
 pub(super) const RELAY_IDS: u32 = 1 << 15;
 
-/// A relay's client core: it commits what is relayed to it (the simulator's relays run
-/// no workload of their own, so they never relay).
+/// A relay's client core: it commits what is relayed to it, and, with
+/// [`SimConfig::gateway_workload`], a workload of its own (whose commits of groups it
+/// loses races for it relays to the position leader's relay).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn relay_core(
     config: &SimConfig,
@@ -99,6 +100,7 @@ impl World {
         config.coordinator_bounds = SimConfig::coordinator_bounds(seed);
         config.replica_cache = SimConfig::replica_cache(seed);
         config.relays = SimConfig::relays(seed);
+        config.gateway_workload = SimConfig::gateway_workload(seed);
         config.splits = SimConfig::splits(seed);
         config.spares = SimConfig::spares(seed);
         config.removals = SimConfig::removals(seed);
@@ -285,8 +287,16 @@ impl World {
                     -relay_clock.offset_ms(),
                 )
                 .placed(placement.clone());
-                let mut node = ClientNode::new(id, site, core, rng.next_u64(), 0, 0);
+                let (groups, keys) = if config.gateway_workload {
+                    (config.groups, config.keys_per_group)
+                } else {
+                    (0, 0)
+                };
+                let mut node = ClientNode::new(id, site, core, rng.next_u64(), groups, keys);
                 node.relay_of = Some(r);
+                node.gateway = config.gateway_workload;
+                node.writes_only = config.writes_only;
+                node.role = crate::workload::Role::Writer;
                 clients.insert(id, node);
                 relays.insert(r, id);
             }

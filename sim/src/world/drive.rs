@@ -223,7 +223,7 @@ impl World {
         id: u64,
         commit: megastore_paxos::RelayedCommit,
     ) {
-        let up = self.replicas.get(&r).is_some_and(|n| n.core.is_some());
+        let up = self.replica_up(r);
         let Some(relay) = self.relays.get(&r).copied().filter(|_| up) else {
             return;
         };
@@ -233,11 +233,17 @@ impl World {
         };
         let outputs = node.serve_relay(local, from, id, commit);
         self.stats.relayed += 1;
+        if let NodeId::Client(c) = from
+            && self.relays.values().any(|relay| *relay == c)
+        {
+            self.stats.relayed_by_relays += 1;
+        }
         self.client_outputs(relay, outputs);
     }
 
     /// Replica `r` crashed: its relay dies with it (what it was committing goes on
-    /// only as far as it got) and a new one, under a new client id, takes its place.
+    /// only as far as it got) and a new one, under a new client id, takes its place;
+    /// its own workload goes on once the replica is back (`restart`).
     pub(super) fn restart_relay(&mut self, r: ReplicaId) {
         let Some(relay) = self.relays.get(&r).copied() else {
             return;
@@ -245,9 +251,23 @@ impl World {
         let new_id = ClientId(self.next_client_id);
         self.next_client_id += 1;
         let seed = self.rng.next_u64();
-        if let Some(node) = self.clients.get_mut(&relay) {
-            node.restart_relay(new_id, seed);
+        let now = self.now;
+        let records = match self.clients.get_mut(&relay) {
+            Some(node) => node.restart_relay(now, new_id, seed),
+            None => Vec::new(),
+        };
+        for record in records {
+            self.op_done(record);
         }
+    }
+
+    /// Whether client `c` may start an operation: a relay only while its replica is up
+    /// (it is a part of the replica's process).
+    pub(super) fn client_process_up(&self, c: ClientId) -> bool {
+        self.clients
+            .get(&c)
+            .and_then(|node| node.relay_of)
+            .is_none_or(|r| self.replica_up(r))
     }
 
     /// After the run: every idle client that runs global index scans scans the whole

@@ -316,6 +316,10 @@ impl World {
                 let local = self.local_now(NodeId::Client(c));
                 let now = self.now;
                 let end = self.ops_until();
+                if !self.client_process_up(c) {
+                    // A relay whose replica is down: it starts again with the replica.
+                    return;
+                }
                 let Some(client) = self.clients.get_mut(&c) else {
                     return;
                 };
@@ -408,6 +412,11 @@ impl World {
     /// When the run ends.
     pub(crate) fn end_time(&self) -> u64 {
         self.safety_end + ns(self.config.liveness_phase)
+    }
+
+    /// Whether replica `r`'s process runs now.
+    pub(crate) fn replica_up(&self, r: ReplicaId) -> bool {
+        self.replicas.get(&r).is_some_and(|n| n.core.is_some())
     }
 
     /// Clients start no operation after this: the last seconds let replicas converge.

@@ -102,6 +102,12 @@ impl World {
                     // open index lists).
                     let now = self.now;
                     self.schedule(now, Event::Wake(NodeId::Replica(r)));
+                    // Its relay's own workload goes on with it.
+                    if let Some(relay) = self.relays.get(&r).copied()
+                        && self.clients.get(&relay).is_some_and(|c| c.gateway)
+                    {
+                        self.schedule(now, Event::ClientNext(relay));
+                    }
                 }
             }
             NodeId::Coordinator(r) => {
