@@ -22,7 +22,9 @@
 # Last, both systems' watch delivery: WATCHES changes (env, default 200) written one
 # at a time and watched; the task board (BOARD tasks, default 1000, 16 workers, the
 # same board code on both); and leases (LEASES, default 1000, each kept alive once).
-#   [WATCHES=N] [BOARD=N] [LEASES=N] scripts/compare-etcd.sh [OUT] [ROUNDS] [SECONDS] [RTT] [CONNECTIONS]
+# TOPOLOGY=three runs megastore without its read-only replica: two full replicas and a
+# witness, etcd's replication factor (scripts/dev-cluster.sh).
+#   [WATCHES=N] [BOARD=N] [LEASES=N] [TOPOLOGY=three] scripts/compare-etcd.sh [OUT] [ROUNDS] [SECONDS] [RTT] [CONNECTIONS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/megastore-vs-etcd.jsonl}
