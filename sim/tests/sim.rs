@@ -59,20 +59,25 @@ fn gateways_follow_the_position_leader() {
         .take(3)
         .collect();
     assert_eq!(seeds.len(), 3, "seeds with gateways");
-    let mut relayed_by_relays = 0;
-    for seed in seeds {
-        let report = run_seed(seed, Bugs::default(), false);
-        assert!(
-            report.violations.is_empty(),
-            "seed {seed}: {:#?}\nreproduce: megastore-sim --reproduce {seed}",
-            report.violations
-        );
-        relayed_by_relays += report.stats.relayed_by_relays;
-    }
+    let relayed_by_relays: u64 = seeds
+        .into_iter()
+        .map(|seed| clean_run(seed).stats.relayed_by_relays)
+        .sum();
     assert!(
         relayed_by_relays > 0,
         "no relay followed the position leader"
     );
+}
+
+/// Runs `seed` and fails on any violation, naming the seed to reproduce.
+fn clean_run(seed: u64) -> megastore_sim::SeedReport {
+    let report = run_seed(seed, Bugs::default(), false);
+    assert!(
+        report.violations.is_empty(),
+        "seed {seed}: {:#?}\nreproduce: megastore-sim --reproduce {seed}",
+        report.violations
+    );
+    report
 }
 
 /// What clean runs had, counted over their seeds.
@@ -90,12 +95,7 @@ struct Seen {
 fn clean(seeds: std::ops::Range<u64>) -> Seen {
     let mut seen = Seen::default();
     for seed in seeds {
-        let report = run_seed(seed, Bugs::default(), false);
-        assert!(
-            report.violations.is_empty(),
-            "seed {seed}: {:#?}\nreproduce: megastore-sim --reproduce {seed}",
-            report.violations
-        );
+        let report = clean_run(seed);
         seen.wipes += report.stats.wipes;
         seen.installs += report.stats.installs;
         seen.removals += report.stats.removals;
