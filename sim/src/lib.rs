@@ -16,7 +16,8 @@
 //! A run has a safety phase (faults: drops, duplicates, reordering, delays,
 //! partitions, crashes with unsynced writes lost, coordinator and lock-node crashes,
 //! lock leader changes, clock drift within the bound) and a liveness phase (everything
-//! healed) in which every client must complete an operation.
+//! healed) in which every client must complete an operation (a relay that runs a
+//! gateway's workload too, if its replica is up at the end).
 
 mod clock;
 mod config;
