@@ -33,7 +33,9 @@
 //! the change its placement shows (*pass-over-one-change*, `replica/voter_pass.rs`,
 //! tests/placed.rs); a move's final copy is of the groups its source changed since
 //! the bulk copy only on a clean base (*delta-on-a-clean-base*,
-//! `replica/move_deltas.rs`, tests/short_freeze.rs). For
+//! `replica/move_deltas.rs`, tests/short_freeze.rs), and every copy copies the global
+//! rows the target's mirrors named before it first and last
+//! (*copied-globals-resynced*, `replica/range_copy.rs`, tests/range_copy.rs). For
 //! watchers, kept where they are stated (the simulator runs no watchers):
 //! watch-reads-committed ([`watch`]) and awaiting-bounded (the replica's held long
 //! polls). For relayed commits, by construction: relayed-once (`client/relay.rs`,

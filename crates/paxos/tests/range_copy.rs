@@ -363,3 +363,66 @@ fn a_copy_begun_again_still_removes_the_global_rows_an_older_copy_named() {
         "the global row only the older copy named is gone"
     );
 }
+
+/// A copy whose source loses its store after the copy's first step (the global rows
+/// the target's mirrors named, which the source had then) and answers the rest from an
+/// empty one: the spans replace the mirrors that named those rows, so only the last
+/// step can remove them — it copies the first step's rows again
+/// (*copied-globals-resynced*). Else they would outlive the copy and every retirement,
+/// which find global rows through the mirrors (simulator seed 8092).
+#[test]
+fn a_copy_whose_source_lost_its_store_midway_leaves_no_global_row_without_its_mirror() {
+    use megastore_paxos::RangeCopy;
+    use megastore_rowstore::{LATEST, RowRead, export_page};
+
+    let eg = group("g1");
+    let range = KeyRange::between(*b"g", *b"h");
+    let (source, target) = (MemoryStore::new(), MemoryStore::new());
+    let set = |store: &MemoryStore, row: &[u8]| {
+        let mutation = RowMutation::new(row).set(b"G".to_vec(), 1, b"v".to_vec());
+        store
+            .mutate_row(&mutation, None, Durability::Synced)
+            .unwrap();
+    };
+    // Both hold the group, its mirror and the global row the mirror names (the
+    // target an older copy of them).
+    let mirror = mirror_write(&eg, GLOBAL, b"v");
+    for store in [&source, &target] {
+        store
+            .mutate_row(&register_group(&eg), None, Durability::Synced)
+            .unwrap();
+        set(store, &[&eg.0[..], b"\x01k"].concat());
+        set(store, &mirror.row);
+        set(store, GLOBAL);
+    }
+
+    let mut copy = RangeCopy::new(&target, &range).unwrap();
+    // The first step: the global row, from the source that still has it.
+    let span = copy
+        .next_span()
+        .expect("the global row is copied first")
+        .clone();
+    assert_eq!(span, KeyRange::single(GLOBAL.to_vec()), "{span:?}");
+    let page = export_page(&source, &span, 1).unwrap();
+    copy.apply(&target, &page, 1, Durability::Synced).unwrap();
+    // Then the source lost its store: the rest comes from an empty one.
+    let wiped = MemoryStore::new();
+    while let Some(span) = copy.next_span() {
+        let page = export_page(&wiped, span, 1).unwrap();
+        copy.apply(&target, &page, 1, Durability::Synced).unwrap();
+    }
+    assert!(
+        target
+            .read_cell(&mirror.row, b"G", LATEST)
+            .unwrap()
+            .is_none(),
+        "the mirror is the wiped source's: none"
+    );
+    assert!(
+        target.read_cell(GLOBAL, b"G", LATEST).unwrap().is_none(),
+        "a global row no mirror names was left at the target"
+    );
+    // And a retirement leaves the target nothing of the range's global rows.
+    retire_range(&target, &range, 1, Durability::Synced).unwrap();
+    assert!(target.read_cell(GLOBAL, b"G", LATEST).unwrap().is_none());
+}

@@ -11,16 +11,21 @@
 //! What is copied, in this order: every global index row the groups' mirrors name at
 //! the target before the copy (rows an older copy named, which the source may no
 //! longer have: removed unless it has them), every span of [`group_state_spans`], and
-//! every global index row the mirrors name at the target after it (the source's). So
-//! the target's global index is the source's for the range. The first rows go first
-//! so that a copy begun again after an interrupted one still finds them: the mirrors
-//! naming them are only replaced by the spans that follow.
+//! every global index row the mirrors name at the target after it (the source's),
+//! together with the first step's rows again. So the target's global index is the
+//! source's for the range. The first rows go first so that a copy begun again after an
+//! interrupted one still finds them: the mirrors naming them are only replaced by the
+//! spans that follow. They go last again because the source may have dropped them
+//! while the spans were copied (a group's entry changed, or the source lost its store
+//! and answers from an empty one): the spans then replace the mirrors that named them,
+//! and a row no mirror names would outlive every later copy and retirement, which find
+//! global rows through the mirrors (*copied-globals-resynced*).
 //!
 //! Exact if the source does not change during the copy (a frozen source, or a
 //! snapshot); otherwise each page is of its own moment, and a copy from the frozen
 //! source makes it exact.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use megastore_rowstore::{
     CopyStats, Durability, ExportedPage, KeyRange, PAGE_BYTES_TARGET, RowRead, RowStore,
@@ -41,6 +46,9 @@ pub struct RangeCopy {
     /// The global rows the target's mirrors name once the group spans are copied are
     /// still to be queued.
     globals_after: bool,
+    /// The global rows the target's mirrors named before the copy (its first step):
+    /// copied again with the last step's.
+    globals_before: BTreeSet<Vec<u8>>,
     stats: CopyStats,
     /// Where a move's copy began in its target's receipt (`Replica::begin_copy`).
     mark: Option<CopyMark>,
@@ -59,19 +67,21 @@ impl RangeCopy {
         groups: Vec<KeyRange>,
         mark: Option<CopyMark>,
     ) -> Result<Self, RowStoreError> {
-        let mut pending = VecDeque::new();
+        let mut globals_before = BTreeSet::new();
         for range in &groups {
-            pending.extend(
-                mirrored_global_rows(to, range)?
-                    .into_iter()
-                    .map(KeyRange::single),
-            );
+            globals_before.extend(mirrored_global_rows(to, range)?);
         }
+        let mut pending: VecDeque<KeyRange> = globals_before
+            .iter()
+            .cloned()
+            .map(KeyRange::single)
+            .collect();
         pending.extend(groups.iter().flat_map(group_state_spans));
         let mut copy = Self {
             groups,
             pending,
             globals_after: true,
+            globals_before,
             stats: CopyStats::default(),
             mark,
         };
@@ -132,18 +142,19 @@ impl RangeCopy {
     }
 
     /// Once the group spans are copied: queues the global rows the target's mirrors
-    /// name now (the source's).
+    /// name now (the source's), and the first step's again.
     fn queue_globals_when_spans_are_done<T: RowRead>(
         &mut self,
         to: &T,
     ) -> Result<(), RowStoreError> {
         if self.pending.is_empty() && self.globals_after {
             self.globals_after = false;
+            let mut globals = std::mem::take(&mut self.globals_before);
             for range in &self.groups {
-                let globals = mirrored_global_rows(to, range)?;
-                self.pending
-                    .extend(globals.into_iter().map(KeyRange::single));
+                globals.extend(mirrored_global_rows(to, range)?);
             }
+            self.pending
+                .extend(globals.into_iter().map(KeyRange::single));
         }
         Ok(())
     }
