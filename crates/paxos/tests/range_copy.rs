@@ -303,6 +303,21 @@ fn a_copy_a_page_at_a_time_while_the_source_changes_is_made_exact_by_a_second_co
     assert_eq!(value(&target, b"z-outside").as_deref(), Some("kept"));
 }
 
+/// Sets `row`'s cell `G` to `v` in `store`, synced.
+fn set(store: &MemoryStore, row: &[u8]) {
+    let mutation = RowMutation::new(row).set(b"G".to_vec(), 1, b"v".to_vec());
+    store
+        .mutate_row(&mutation, None, Durability::Synced)
+        .unwrap();
+}
+
+/// Registers `eg` in `store`, synced.
+fn register(store: &MemoryStore, eg: &EgId) {
+    store
+        .mutate_row(&register_group(eg), None, Durability::Synced)
+        .unwrap();
+}
+
 /// A copy interrupted once the group's rows reached the target (its process died), then
 /// begun again, still removes the global index row that only the target's older copy
 /// of a mirror named: those rows are copied before the mirrors naming them are
@@ -315,16 +330,8 @@ fn a_copy_begun_again_still_removes_the_global_rows_an_older_copy_named() {
     let eg = group("g1");
     let range = KeyRange::between(*b"g", *b"h");
     let (source, target) = (MemoryStore::new(), MemoryStore::new());
-    let set = |store: &MemoryStore, row: &[u8]| {
-        let mutation = RowMutation::new(row).set(b"G".to_vec(), 1, b"v".to_vec());
-        store
-            .mutate_row(&mutation, None, Durability::Synced)
-            .unwrap();
-    };
     for store in [&source, &target] {
-        store
-            .mutate_row(&register_group(&eg), None, Durability::Synced)
-            .unwrap();
+        register(store, &eg);
     }
     set(&source, &[&eg.0[..], b"\x01k"].concat());
     let stale_mirror = mirror_write(&eg, STALE_GLOBAL, b"old");
@@ -378,19 +385,11 @@ fn a_copy_whose_source_lost_its_store_midway_leaves_no_global_row_without_its_mi
     let eg = group("g1");
     let range = KeyRange::between(*b"g", *b"h");
     let (source, target) = (MemoryStore::new(), MemoryStore::new());
-    let set = |store: &MemoryStore, row: &[u8]| {
-        let mutation = RowMutation::new(row).set(b"G".to_vec(), 1, b"v".to_vec());
-        store
-            .mutate_row(&mutation, None, Durability::Synced)
-            .unwrap();
-    };
     // Both hold the group, its mirror and the global row the mirror names (the
     // target an older copy of them).
     let mirror = mirror_write(&eg, GLOBAL, b"v");
     for store in [&source, &target] {
-        store
-            .mutate_row(&register_group(&eg), None, Durability::Synced)
-            .unwrap();
+        register(store, &eg);
         set(store, &[&eg.0[..], b"\x01k"].concat());
         set(store, &mirror.row);
         set(store, GLOBAL);
