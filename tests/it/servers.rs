@@ -949,7 +949,7 @@ fn an_interrupted_move_is_given_up_or_carried_on_by_running_it_again() {
     start_a2(&mut cluster);
     let config_arg = cluster.config_path.to_str().expect("UTF-8").to_string();
     let megastore = cli_of(&cluster, dir.path());
-    // Enough groups that the copy takes a while.
+    // Enough groups that the copy spans several pages.
     let client = runtime.block_on(connect(&config, "B"));
     runtime.block_on(async {
         for n in 0..300 {
@@ -969,8 +969,13 @@ fn an_interrupted_move_is_given_up_or_carried_on_by_running_it_again() {
         "--config",
         &config_arg,
     ];
-    // Starts the move in the background and SIGKILLs it once lockd shows it.
-    let interrupted = || {
+    // Starts the move in the background and SIGKILLs it once lockd shows it. The
+    // source's coordinator is stopped meanwhile, so the move cannot end first: the
+    // operator waits for that coordinator to read the move before its final copy (a
+    // move of these 300 groups otherwise takes about a tenth of a second, less than
+    // one poll of `range list` on a loaded machine).
+    let mut interrupted = || {
+        cluster.process("coordinator-a").signal("STOP");
         let mut operator = megastore_e2e::Process::start("operator", &args, dir.path());
         let started = Instant::now();
         while !moving(&megastore, 0) {
@@ -978,6 +983,7 @@ fn an_interrupted_move_is_given_up_or_carried_on_by_running_it_again() {
             std::thread::sleep(Duration::from_millis(20));
         }
         operator.kill();
+        cluster.process("coordinator-a").signal("CONT");
         assert!(
             moving(&megastore, 0),
             "the move ended before its operator was killed"
