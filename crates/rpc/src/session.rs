@@ -16,7 +16,9 @@
 //! - **Ends.** When the stream ends or breaks (the server restarted, the connection
 //!   dropped), or its reader's runtime stops, every request still waiting gets no
 //!   answer at once, as on a call that failed, and the next request opens a new
-//!   session. The protocol's timers already expect lost answers.
+//!   session. The protocol's timers already expect lost answers. A connection gone
+//!   silent (a black hole) is dropped by the channel's keepalive pings
+//!   (`Transport::channel`), which ends the session too.
 //! - **Older servers.** A server that answers `Session` with "unimplemented" gets
 //!   calls from then on ([`crate::call_queue`]); the requests of that first session get
 //!   no answer.

@@ -1,10 +1,13 @@
 //! Sessions against a real gRPC server on loopback: a stand-in `Replication` service
 //! that echoes each request's id, and is told by ids what else to do.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
@@ -141,6 +144,15 @@ async fn serve(sessions: bool) -> (CallQueue<ReplicationClient<Channel>>, Counts
 }
 
 async fn serve_as(sessions: bool, deaf: bool) -> (CallQueue<ReplicationClient<Channel>>, Counts) {
+    let (address, counts) = stand_in(sessions, deaf).await;
+    let channel = Channel::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect_lazy();
+    (CallQueue::new(ReplicationClient::new(channel)), counts)
+}
+
+/// Starts a stand-in server; its address.
+async fn stand_in(sessions: bool, deaf: bool) -> (SocketAddr, Counts) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let counts = Counts::default();
@@ -150,14 +162,13 @@ async fn serve_as(sessions: bool, deaf: bool) -> (CallQueue<ReplicationClient<Ch
         counts: counts.clone(),
     });
     tokio::spawn(
-        tonic::transport::Server::builder()
+        Transport::plain()
+            .server()
+            .unwrap()
             .add_service(service)
             .serve_with_incoming(Transport::incoming(listener)),
     );
-    let channel = Channel::from_shared(format!("http://{address}"))
-        .unwrap()
-        .connect_lazy();
-    (CallQueue::new(ReplicationClient::new(channel)), counts)
+    (address, counts)
 }
 
 fn request(id: u64) -> pb::ReplicaRequest {
@@ -358,6 +369,100 @@ fn a_session_whose_runtime_stopped_is_replaced_in_the_next() {
         started.elapsed() < Duration::from_secs(4),
         "requests waited for a session whose reader was gone: {:?}",
         started.elapsed()
+    );
+    assert_eq!(counts.sessions.load(Ordering::Relaxed), 2);
+}
+
+/// A TCP proxy on loopback that can black-hole the connections it holds: from then on
+/// they take in every byte and deliver none, and stay open — as a partition that drops
+/// packets does, so no side learns of it from TCP. Connections made later pass.
+struct BlackHole {
+    address: SocketAddr,
+    /// Connections made before the last black-holing (of an older generation) pass
+    /// nothing.
+    generation: Arc<AtomicU64>,
+}
+
+impl BlackHole {
+    async fn to(target: SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let generation = Arc::new(AtomicU64::new(0));
+        let current = Arc::clone(&generation);
+        tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let Ok(outbound) = tokio::net::TcpStream::connect(target).await else {
+                    continue;
+                };
+                let born = current.load(Ordering::SeqCst);
+                let (in_read, in_write) = inbound.into_split();
+                let (out_read, out_write) = outbound.into_split();
+                tokio::spawn(Self::pipe(in_read, out_write, Arc::clone(&current), born));
+                tokio::spawn(Self::pipe(out_read, in_write, Arc::clone(&current), born));
+            }
+        });
+        Self {
+            address,
+            generation,
+        }
+    }
+
+    async fn pipe(
+        mut from: OwnedReadHalf,
+        mut to: OwnedWriteHalf,
+        generation: Arc<AtomicU64>,
+        born: u64,
+    ) {
+        let mut buffer = vec![0; 16 << 10];
+        loop {
+            let read = match from.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(read) => read,
+            };
+            if generation.load(Ordering::SeqCst) == born
+                && to.write_all(&buffer[..read]).await.is_err()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Every connection held now passes nothing from now on.
+    fn swallow_open_connections(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A session whose connection goes silent (a black hole) is dropped by the channel's
+/// keepalive pings, and the next request reaches the server on a new connection.
+/// Without the pings the session would write into the dead connection until TCP gave
+/// up, minutes later.
+#[tokio::test]
+async fn a_session_on_a_black_holed_connection_is_dropped_and_the_next_reaches_the_server() {
+    let (server, counts) = stand_in(true, false).await;
+    let proxy = BlackHole::to(server).await;
+    let channel = Transport::plain()
+        .channel(&proxy.address.to_string(), Duration::from_millis(200))
+        .unwrap();
+    let queue = CallQueue::new(ReplicationClient::new(channel));
+    assert_eq!(ask(&queue, 0..3).await, vec![Some(0), Some(1), Some(2)]);
+    proxy.swallow_open_connections();
+    let started = Instant::now();
+    let mut id = 10;
+    loop {
+        let reply = queue.request(request(id), Duration::from_millis(300)).await;
+        if reply.is_some_and(|r| r.id == id) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no answer within 10 s of the black hole: the dead connection was kept"
+        );
+        id += 1;
+    }
+    assert!(
+        id > 10,
+        "the first request after the black hole was answered"
     );
     assert_eq!(counts.sessions.load(Ordering::Relaxed), 2);
 }

@@ -40,6 +40,14 @@ pub enum TransportError {
     },
 }
 
+/// How many ping intervals a connection's ping may go unanswered before the
+/// connection is dropped: more than one, so that a peer busy for a moment on a loaded
+/// machine is not cut off.
+const KEEPALIVE_MISSES: u32 = 3;
+
+/// How often a server pings each client connection.
+const SERVER_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+
 /// The TLS material of one process.
 #[derive(Debug, Clone)]
 struct Material {
@@ -122,7 +130,14 @@ impl Transport {
             .map_err(|e| bad(e.to_string()))
     }
 
-    /// A lazily connected channel to `address`.
+    /// A lazily connected channel to `address`, which pings its connection every
+    /// `connect_timeout` and drops it when a ping goes unanswered for three times
+    /// that: a peer behind a black hole (a partition that
+    /// drops packets rather than refusing them) is then reconnected to, instead of
+    /// being written to on a connection TCP keeps retrying with growing pauses (tens of
+    /// seconds after a minute of partition, minutes after longer), which would leave
+    /// the peer unreachable long after the partition healed (`crate::session`'s
+    /// *Ends*).
     pub fn channel(
         &self,
         address: &str,
@@ -131,6 +146,9 @@ impl Transport {
         Ok(self
             .endpoint(address)?
             .connect_timeout(connect_timeout)
+            .http2_keep_alive_interval(connect_timeout)
+            .keep_alive_timeout(connect_timeout * KEEPALIVE_MISSES)
+            .keep_alive_while_idle(true)
             .connect_lazy())
     }
 
@@ -144,10 +162,15 @@ impl Transport {
     /// A server builder that, with TLS, serves only clients presenting a certificate
     /// signed by the cluster CA.
     pub fn server(&self) -> Result<Server, TransportError> {
+        // A client gone silent (crashed with its host, or behind a black hole) is
+        // dropped, and with it what its sessions hold.
+        let builder = Server::builder()
+            .http2_keepalive_interval(Some(SERVER_KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(SERVER_KEEPALIVE_INTERVAL * KEEPALIVE_MISSES));
         let Some(tls) = &self.tls else {
-            return Ok(Server::builder());
+            return Ok(builder);
         };
-        Server::builder()
+        builder
             .tls_config(
                 ServerTlsConfig::new()
                     .identity(tls.identity.clone())
