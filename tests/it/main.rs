@@ -4,6 +4,7 @@ mod admin_auth;
 mod backfill;
 mod bank;
 mod batching;
+mod black_holes;
 mod blind_begin;
 mod cluster;
 mod combining;

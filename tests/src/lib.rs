@@ -13,6 +13,9 @@ use std::time::Duration;
 
 use wait_timeout::ChildExt;
 
+mod black_hole;
+pub use black_hole::BlackHoleProxy;
+
 /// Overrides where the `megastore` binary is.
 pub const BIN_ENV: &str = "MEGASTORE_BIN";
 
