@@ -49,8 +49,9 @@ fn clients_reach_a_replica_again_once_a_partition_that_drops_packets_heals() {
                 "no write acknowledged during the partition"
             );
             proxy.heal();
-            // Within 30 s (the pings drop a silent connection within 8 s of its last
-            // answer), a current read at A is served at a again.
+            // Within 30 s (the pings drop a silent connection within four ping
+            // intervals of its last answer: 4 s with this cluster's 500 ms RPC
+            // timeout), a current read at A is served at a again.
             current_read_until(&reader, &groups[0], &key, |r| {
                 r.path == ReadPath::LocalVouched
             })

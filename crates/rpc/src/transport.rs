@@ -45,6 +45,10 @@ pub enum TransportError {
 /// machine is not cut off.
 const KEEPALIVE_MISSES: u32 = 3;
 
+/// The shortest interval between a channel's pings, whatever its connect timeout: a
+/// short RPC timeout should not cut off a peer that stalls for a second.
+const KEEPALIVE_INTERVAL_MIN: Duration = Duration::from_secs(1);
+
 /// How often a server pings each client connection.
 const SERVER_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -131,8 +135,8 @@ impl Transport {
     }
 
     /// A lazily connected channel to `address`, which pings its connection every
-    /// `connect_timeout` and drops it when a ping goes unanswered for three times
-    /// that: a peer behind a black hole (a partition that
+    /// `connect_timeout` (at least every second) and drops it when a ping goes
+    /// unanswered for three times that: a peer behind a black hole (a partition that
     /// drops packets rather than refusing them) is then reconnected to, instead of
     /// being written to on a connection TCP keeps retrying with growing pauses (tens of
     /// seconds after a minute of partition, minutes after longer), which would leave
@@ -143,11 +147,12 @@ impl Transport {
         address: &str,
         connect_timeout: Duration,
     ) -> Result<Channel, TransportError> {
+        let keepalive = connect_timeout.max(KEEPALIVE_INTERVAL_MIN);
         Ok(self
             .endpoint(address)?
             .connect_timeout(connect_timeout)
-            .http2_keep_alive_interval(connect_timeout)
-            .keep_alive_timeout(connect_timeout * KEEPALIVE_MISSES)
+            .http2_keep_alive_interval(keepalive)
+            .keep_alive_timeout(keepalive * KEEPALIVE_MISSES)
             .keep_alive_while_idle(true)
             .connect_lazy())
     }
