@@ -56,8 +56,16 @@ fn clients_reach_a_replica_again_once_a_partition_that_drops_packets_heals() {
                 r.path == ReadPath::LocalVouched
             })
             .await;
-            // Writes go on a moment after the heal, then stop.
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            // Writes go on after the heal, then stop.
+            let healed = acked.load(Ordering::SeqCst);
+            let started = Instant::now();
+            while acked.load(Ordering::SeqCst) < healed + 5 {
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "no writes after the heal"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             stop.store(true, Ordering::SeqCst);
         };
         let ((), at_a, at_b) = tokio::join!(
