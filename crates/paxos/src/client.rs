@@ -13,6 +13,7 @@ mod composite;
 mod lanes;
 mod relay;
 mod routes;
+mod tracking;
 
 use std::collections::BTreeMap;
 
@@ -40,6 +41,7 @@ use composite::Composite;
 pub use lanes::Basis;
 use lanes::{Lane, Start, Waiting};
 use relay::{RelayOp, Relaying};
+use tracking::{LaneVisits, OpTable};
 
 pub use relay::{
     RELAY_DOWN_FOR, RELAY_DOWN_MAX, RELAY_HOT_FOR, RelayRole, RelayedCommit, relay_wait,
@@ -201,7 +203,7 @@ const CORE_TXNS: u64 = 1 << 63;
 pub struct ClientCore {
     config: ClientConfig,
     local: Option<ReplicaId>,
-    ops: BTreeMap<OpId, Op>,
+    ops: OpTable,
     /// The operations started for another one (their results go to it, not the
     /// driver).
     children: BTreeMap<OpId, Child>,
@@ -211,6 +213,8 @@ pub struct ClientCore {
     wakes: Vec<(Time, OpId, u32)>,
     /// Per group, the commit in flight and the commits waiting to combine after it.
     lanes: BTreeMap<EgId, Lane>,
+    /// Which lanes a step looks at.
+    lane_visits: LaneVisits,
     /// The groups whose commits go through the relay.
     relaying: Relaying,
     /// Blind writes' bases read as snapshots, and their commits.
@@ -241,11 +245,12 @@ impl ClientCore {
         Self {
             config,
             local,
-            ops: BTreeMap::new(),
+            ops: OpTable::default(),
             children: BTreeMap::new(),
             next_core_txn: CORE_TXNS,
             wakes: Vec::new(),
             lanes: BTreeMap::new(),
+            lane_visits: LaneVisits::default(),
             relaying: Relaying::default(),
             unvouched: UnvouchedBases::default(),
             answered_now: Vec::new(),
@@ -812,6 +817,7 @@ impl ClientCore {
                     writes,
                     reads,
                 } = commit;
+                self.lane_visits.changed(eg.clone());
                 let lane = self.lanes.entry(eg).or_default();
                 let waiting = Waiting {
                     op,
@@ -947,7 +953,13 @@ impl ClientCore {
     ) {
         let bugs = self.config.proposer.bugs;
         let mut starts: Vec<(EgId, Start)> = Vec::new();
-        for (eg, lane) in &mut self.lanes {
+        // Only these can do anything now (`tracking`): the others' commits in flight are
+        // unchanged, or they linger on.
+        let looked_at = self.lane_visits.take_due(now);
+        for eg in &looked_at {
+            let Some(lane) = self.lanes.get_mut(eg) else {
+                continue;
+            };
             if let Some(busy) = lane.busy() {
                 let (mut settled, mut won_last, mut members) = (None, false, 0);
                 match self.ops.get(&busy) {
@@ -1014,7 +1026,13 @@ impl ClientCore {
                 lane.started(first_op, now);
             }
         }
-        self.lanes.retain(|_, lane| !lane.idle(now));
+        // Lanes not looked at are not idle: busy, or their round lasts.
+        for eg in &looked_at {
+            if self.lanes.get(eg).is_some_and(|lane| lane.idle(now)) {
+                self.lanes.remove(eg);
+            }
+            self.lane_visits.looked_at(eg, self.lanes.get(eg));
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1103,10 +1121,10 @@ impl ClientCore {
     ///
     /// A reply that no operation waits for and that is no refusal (a visible mark's
     /// acknowledgement after its commit ended, an answer after its operation gave up)
-    /// changes nothing: the step returns no outputs, without looking at every
-    /// operation and lane for results and deadlines — the wake asked for last still
-    /// stands. Four of a commit's eight replies are such acknowledgements, and that
-    /// look grows with the operations in flight.
+    /// changes nothing: the step returns no outputs, without looking at any operation
+    /// or lane for results and deadlines — the wake asked for last still stands. Four
+    /// of a commit's eight replies are such acknowledgements. Other steps look only at
+    /// the operations and lanes they could have changed (`tracking`).
     pub fn step(&mut self, now: Time, input: Input) -> Vec<Output> {
         let mut sends = Vec::new();
         match input {
@@ -1255,13 +1273,9 @@ impl ClientCore {
         for outcome in failed {
             self.on_lock_outcome(now, outcome, sends);
         }
-        let due: Vec<OpId> = self
-            .ops
-            .iter()
-            .filter(|(_, state)| op_deadline(state).is_some_and(|d| d <= now))
-            .map(|(op, _)| *op)
-            .collect();
-        for op in due {
+        // The lock outcomes above may have changed operations' deadlines.
+        self.ops.refresh_deadlines();
+        for op in self.ops.due(now) {
             let mut unanswered = None;
             self.with_op(now, op, sends, |state, ctx| match state {
                 Op::Current(read) => read.on_tick(ctx),
@@ -1323,6 +1337,10 @@ impl ClientCore {
     fn finish_step(&mut self, now: Time, mut sends: Vec<(NodeId, Message)>) -> Vec<Output> {
         let mut done = Vec::new();
         loop {
+            // A lane whose commit in flight changed may have it decided.
+            for eg in self.ops.touched_commit_groups() {
+                self.lane_visits.changed(eg);
+            }
             // Lanes first: a commit that just decided is still there to learn from.
             let mut results = Vec::new();
             self.run_lanes(now, &mut sends, &mut results);
@@ -1362,23 +1380,73 @@ impl ClientCore {
             .map(|(to, message)| Output::Send { to, message })
             .collect();
         out.extend(done);
+        self.ops.refresh_deadlines();
+        #[cfg(debug_assertions)]
+        self.check_tracking(now);
         let next = self
             .ops
-            .values()
-            .filter_map(op_deadline)
+            .next_deadline()
+            .into_iter()
             .chain(self.wiring.lock_client().next_deadline())
-            .chain(self.lanes.values().filter_map(Lane::linger_deadline))
+            .chain(self.lane_visits.next_linger())
             .chain(self.wakes.iter().map(|(at, _, _)| *at))
             .min();
         out.extend(next.map(Output::WakeAt));
         out
     }
 
+    /// Invariants *touched-covers-changes* and *deadlines-indexed* (`tracking`) at the
+    /// end of a step, against every operation and lane (debug builds): no operation has
+    /// a result left to report, and every lane not marked changed would do nothing now —
+    /// its commit in flight is undecided, or its round lasts and it lingers or has
+    /// nothing waiting.
+    #[cfg(debug_assertions)]
+    fn check_tracking(&self, now: Time) {
+        for (op, state) in self.ops.iter() {
+            let reports = match state {
+                Op::Current(read) => read.result().is_some(),
+                Op::Point(read) => read.result().is_some(),
+                Op::GlobalScan(scan) => scan.result().is_some(),
+                Op::Commit(commit) => commit.commit.has_results() || commit.commit.finished(),
+                Op::Resolve(resolve) => resolve.result().is_some(),
+                Op::Relay(relayed) => relayed.result().is_some(),
+                Op::Verify(verify) => verify.result().is_some(),
+                Op::Composite(composite) => composite.result().is_some(),
+            };
+            assert!(
+                !reports,
+                "touched-covers-changes: {op:?} has a result untaken"
+            );
+        }
+        for (eg, lane) in &self.lanes {
+            let quiet = match lane.busy() {
+                Some(busy) => {
+                    matches!(self.ops.get(&busy), Some(Op::Commit(c)) if !c.commit.decided())
+                }
+                None => {
+                    lane.round_end().is_some_and(|end| end > now)
+                        && (lane.waiting() == 0 || lane.lingers(now))
+                }
+            };
+            assert!(
+                quiet || self.lane_visits.is_changed(eg),
+                "touched-covers-changes: lane {eg} has work and is not looked at"
+            );
+        }
+        self.lane_visits.check(&self.lanes);
+    }
+
     /// The results operations have now, in operation order; finished ones dropped.
+    /// Only those changed since their results were last taken can have any
+    /// (*touched-covers-changes*, `tracking`).
     fn take_results(&mut self, now: Time) -> Vec<(OpId, OpResult)> {
         let mut results = Vec::new();
         let mut finished = Vec::new();
-        for (op, state) in &mut self.ops {
+        for op in self.ops.take_touched() {
+            let Some(state) = self.ops.get_to_report(&op) else {
+                continue;
+            };
+            let op = &op;
             let (result, over) = match state {
                 Op::Current(read) => (read.result().cloned().map(OpResult::Read), None),
                 Op::Point(read) => {
@@ -1441,7 +1509,10 @@ impl ClientCore {
         }
         for op in finished {
             self.unvouched.read_ended(op, None);
-            self.ops.remove(&op);
+            if let Some(Op::Commit(commit)) = self.ops.remove(&op) {
+                // Its lane, if it is still the one in flight there, learns it is gone.
+                self.lane_visits.changed(commit.commit.group().clone());
+            }
             self.wiring.forget(&op);
             self.wakes.retain(|(_, parent, _)| *parent != op);
         }
@@ -1481,21 +1552,18 @@ impl ClientCore {
 /// own, and otherwise the read would wait out its learn of the remote voters. Returns
 /// how many reads were waiting.
 fn wake_reads(
-    ops: &mut BTreeMap<OpId, Op>,
+    ops: &mut OpTable,
     wiring: &mut Wiring<OpId>,
     config: &ProposerConfig,
     (now, eg, through): (Time, &EgId, Position),
     sends: &mut Vec<(NodeId, Message)>,
 ) -> usize {
     let mut woken = 0;
-    for (op, state) in ops.iter_mut() {
-        let Op::Current(read) = state else {
+    for op in ops.current_reads_of(eg) {
+        let Some(Op::Current(read)) = ops.get_mut(&op) else {
             continue;
         };
-        if read.eg() != eg {
-            continue;
-        }
-        let mut ctx = wiring.ctx(now, config, *op, sends);
+        let mut ctx = wiring.ctx(now, config, op, sends);
         if read.writer_settled(&mut ctx, through) {
             woken += 1;
         }

@@ -202,6 +202,17 @@ impl Lane {
             && self.round.as_ref().is_none_or(|r| r.until <= now)
     }
 
+    /// With nothing in flight, when its round ends (at once, with no round): then what
+    /// waits may start ([`Lane::lingers`] no longer holds it) or the lane may go
+    /// ([`Lane::idle`]). Until then, and while a commit is in flight (`None`), only a
+    /// change to the lane or its commit can change what it does.
+    pub(crate) fn round_end(&self) -> Option<Time> {
+        if self.busy.is_some() {
+            return None;
+        }
+        Some(self.round.as_ref().map_or(Time::ZERO, |r| r.until))
+    }
+
     /// How many transactions wait.
     pub(crate) fn waiting(&self) -> usize {
         self.waiting.len()

@@ -336,6 +336,12 @@ impl Commit {
         results
     }
 
+    /// Whether a member's result is known and not yet taken.
+    #[cfg(debug_assertions)]
+    pub(crate) fn has_results(&self) -> bool {
+        self.reports.iter().any(|r| matches!(r, Report::Known(_)))
+    }
+
     /// Whether every member's result is known (the settle may still have work).
     pub(crate) fn decided(&self) -> bool {
         !self
