@@ -28,6 +28,8 @@ pub enum OpKind {
     TwoPhase,
     /// Settling the prepared transactions of a group.
     Settle,
+    /// Collecting a page of a coordinator group's old decisions.
+    Collect,
 }
 
 /// How a transaction across groups ended, as its client saw it.
@@ -117,6 +119,15 @@ pub enum Outcome {
         /// Left as they were: undecided and not expired, or not settled this time.
         left: u64,
     },
+    /// A collection of a page of a group's decisions finished.
+    Collected {
+        /// Decision rows deleted.
+        collected: u64,
+        /// Left: young, or a participant not finished.
+        kept: u64,
+        /// The page was full: the next starts after this row.
+        next: Option<Vec<u8>>,
+    },
     /// A read that gave up.
     Failed,
 }
@@ -172,6 +183,7 @@ impl OpRecord {
                 | Outcome::Delivered { .. }
                 | Outcome::TwoPhase { .. }
                 | Outcome::Settled { .. }
+                | Outcome::Collected { .. }
         )
     }
 }

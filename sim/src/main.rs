@@ -88,6 +88,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.two_phase_aborted += s.two_phase_aborted;
     total.two_phase_unknown += s.two_phase_unknown;
     total.prepared_settled += s.prepared_settled;
+    total.decisions_collected += s.decisions_collected;
     total.failed += s.failed;
     total.wipes += s.wipes;
     total.installs += s.installs;
@@ -108,7 +109,7 @@ fn add(total: &mut Stats, s: &Stats) {
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; relayed {} ({} by relays); conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority ({} woken by their client's commit), snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, ranges split {}, replicas removed {} (full replicas {}; voter changes caught up {}), spare servers {}, moves {} finished / {} aborted (copy pages {}, short final copies {}), clients behind the placement at the end {}, final global scans {}, messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; relayed {} ({} by relays); conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority ({} woken by their client's commit), snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps, {} decisions collected), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, ranges split {}, replicas removed {} (full replicas {}; voter changes caught up {}), spare servers {}, moves {} finished / {} aborted (copy pages {}, short final copies {}), clients behind the placement at the end {}, final global scans {}, messages {}, violations {violations}",
         s.commits,
         s.combined,
         s.committed_unread,
@@ -130,6 +131,7 @@ fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
         s.two_phase_aborted,
         s.two_phase_unknown,
         s.prepared_settled,
+        s.decisions_collected,
         s.failed,
         s.faults,
         s.wipes,

@@ -119,6 +119,8 @@ pub struct Stats {
     pub two_phase_unknown: u64,
     /// Prepared transactions a settle of their group finished.
     pub prepared_settled: u64,
+    /// Decision rows of cross-group transactions collected.
+    pub decisions_collected: u64,
     /// Operations that failed.
     pub failed: u64,
     /// Replica stores wiped.

@@ -339,6 +339,13 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         &["vouched-is-current", "visible-after-invalidate"],
         600,
     ),
+    // A collection while a participant is still prepared: whoever settles it there
+    // then finds no decision and records abort afresh (first caught at seed 16).
+    ("collect-unfinished", &["decision-stable"], 60),
+    // A decision read absent after its transaction finished and was collected, trusted:
+    // a settle or resolution that read the record pending earlier records abort
+    // afresh (first caught at seed 115).
+    ("trust-absent-decision", &["decision-stable"], 240),
 ];
 
 /// Knobs of moves between servers: only a seed whose world runs spare servers
@@ -460,6 +467,8 @@ knob_tests! {
     delta_on_any_base_is_caught => 51,
     count_votes_of_removed_is_caught => 52,
     record_frozen_unfenced_is_caught => 53,
+    collect_unfinished_is_caught => 54,
+    trust_absent_decision_is_caught => 55,
 }
 
 #[test]
@@ -468,7 +477,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 62);
+    assert_eq!(BUG_NAMES.len(), 64);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

@@ -43,6 +43,7 @@ mod tls;
 mod tools;
 mod top;
 mod two_phase;
+mod two_phase_collection;
 mod users;
 mod users_paths;
 mod users_tls;

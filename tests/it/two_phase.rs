@@ -32,14 +32,14 @@ use tonic::transport::Channel;
 
 use crate::support::{api_at, apply_schema, connect, replica_address, start_cluster};
 
-const ACCOUNTS: usize = 4;
+pub(crate) const ACCOUNTS: usize = 4;
 const OPENING_BALANCE: u64 = 100;
 /// How long the transfers run (the crash lands in the middle).
 const LOAD: Duration = Duration::from_secs(12);
 /// Transfers per worker, at most.
 const TRANSFERS_MAX: u64 = 60;
 
-fn account(i: usize) -> Vec<u8> {
+pub(crate) fn account(i: usize) -> Vec<u8> {
     format!("acct-{i}").into_bytes()
 }
 
@@ -66,7 +66,7 @@ fn set(key: &[u8], column: &[u8], value: String) -> pb::RowWrite {
 
 /// How a transfer ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ended {
+pub(crate) enum Ended {
     Committed,
     NotCommitted,
     Unknown,
@@ -278,36 +278,7 @@ async fn settle_every_account(api: &mut MegastoreClient<Channel>) {
 fn transfers_across_groups_are_atomic_through_a_replica_crash() {
     let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
     let (a, b) = (replica_address(&config, "a"), replica_address(&config, "b"));
-    // Opening balances, one group at a time.
-    runtime.block_on(async {
-        let mut api = api_at(&a);
-        for i in 0..ACCOUNTS {
-            let started = Instant::now();
-            loop {
-                let Ok(begun) = api
-                    .begin(pb::BeginRequest {
-                        eg: account(i),
-                        root: None,
-                        ..Default::default()
-                    })
-                    .await
-                else {
-                    assert!(
-                        started.elapsed() < Duration::from_secs(30),
-                        "no first commit"
-                    );
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                };
-                let txn = begun.into_inner().txn;
-                let rows = vec![set(b"balance", b"n", OPENING_BALANCE.to_string())];
-                api.write(pb::WriteRequest { txn, rows }).await.unwrap();
-                if api.commit(pb::CommitRequest { txn }).await.is_ok() {
-                    break;
-                }
-            }
-        }
-    });
+    open_accounts(&runtime, &a);
     let ended: Arc<Mutex<BTreeMap<String, Ended>>> = Arc::default();
     let checked = Arc::new(Mutex::new(0u64));
     let started = Instant::now();
@@ -315,20 +286,7 @@ fn transfers_across_groups_are_atomic_through_a_replica_crash() {
         let mut tasks = Vec::new();
         for w in 0..4usize {
             let address = if w % 2 == 0 { a.clone() } else { b.clone() };
-            let ended = Arc::clone(&ended);
-            tasks.push(tokio::spawn(async move {
-                let mut api = api_at(&address);
-                for n in 0..TRANSFERS_MAX {
-                    if started.elapsed() > LOAD {
-                        break;
-                    }
-                    let from = (w + n as usize) % ACCOUNTS;
-                    let to = (from + 1 + (n as usize % (ACCOUNTS - 1))) % ACCOUNTS;
-                    let id = format!("{w}.{n}");
-                    let how = transfer(&mut api, &id, (from, to), 1 + n % 7).await;
-                    ended.lock().unwrap().insert(id, how);
-                }
-            }));
+            tasks.push(spawn_transfers(w, address, started + LOAD, &ended));
         }
         // Two library clients at site D, far from every replica: their transfers stay
         // decided but unfinished in their second account for a long round trip, which
@@ -379,24 +337,103 @@ fn transfers_across_groups_are_atomic_through_a_replica_crash() {
                 }
             }));
         }
-        tokio::time::sleep(LOAD / 2).await;
-        cluster.process("replica-b").kill();
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        cluster.start_process("replica-b");
-        for task in tasks {
-            task.await.unwrap();
-        }
+        crash_b_midway(&mut cluster, LOAD, tasks).await;
     });
     let ended = ended.lock().unwrap().clone();
+    assert!(*checked.lock().unwrap() > 0, "the readers checked nothing");
+    check_transfers(&runtime, (&a, &b), &ended);
+}
+
+/// Half of `load` from now, SIGKILLs replica b and starts it again 2 s later; then waits
+/// for `tasks`.
+pub(crate) async fn crash_b_midway(
+    cluster: &mut megastore_e2e::LocalCluster,
+    load: Duration,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) {
+    tokio::time::sleep(load / 2).await;
+    cluster.process("replica-b").kill();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.start_process("replica-b");
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+/// Opens every account with its opening balance, through the replica at `address`.
+pub(crate) fn open_accounts(runtime: &tokio::runtime::Runtime, address: &str) {
+    runtime.block_on(async {
+        let mut api = api_at(address);
+        for i in 0..ACCOUNTS {
+            let started = Instant::now();
+            loop {
+                let Ok(begun) = api
+                    .begin(pb::BeginRequest {
+                        eg: account(i),
+                        root: None,
+                        ..Default::default()
+                    })
+                    .await
+                else {
+                    assert!(
+                        started.elapsed() < Duration::from_secs(30),
+                        "no first commit"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let txn = begun.into_inner().txn;
+                let rows = vec![set(b"balance", b"n", OPENING_BALANCE.to_string())];
+                api.write(pb::WriteRequest { txn, rows }).await.unwrap();
+                if api.commit(pb::CommitRequest { txn }).await.is_ok() {
+                    break;
+                }
+            }
+        }
+    });
+}
+
+/// Worker `w`: transfers through gRPC `CommitMulti` at the replica at `address` until
+/// `until` (at most [`TRANSFERS_MAX`]), each noted in `ended` under its id `w.n`.
+pub(crate) fn spawn_transfers(
+    w: usize,
+    address: String,
+    until: Instant,
+    ended: &Arc<Mutex<BTreeMap<String, Ended>>>,
+) -> tokio::task::JoinHandle<()> {
+    let ended = Arc::clone(ended);
+    tokio::spawn(async move {
+        let mut api = api_at(&address);
+        for n in 0..TRANSFERS_MAX {
+            if Instant::now() > until {
+                break;
+            }
+            let from = (w + n as usize) % ACCOUNTS;
+            let to = (from + 1 + (n as usize % (ACCOUNTS - 1))) % ACCOUNTS;
+            let id = format!("{w}.{n}");
+            let how = transfer(&mut api, &id, (from, to), 1 + n % 7).await;
+            ended.lock().unwrap().insert(id, how);
+        }
+    })
+}
+
+/// After the transfers that ended as `ended`: once every prepared one is settled, the
+/// total is the opening total, every acknowledged transfer is in both its accounts,
+/// every transfer answered not committed in neither, and every transfer in both or
+/// neither (read at the replicas at `a` and `b`).
+pub(crate) fn check_transfers(
+    runtime: &tokio::runtime::Runtime,
+    (a, b): (&str, &str),
+    ended: &BTreeMap<String, Ended>,
+) {
     let committed: BTreeSet<&String> = ended
         .iter()
         .filter(|(_, e)| **e == Ended::Committed)
         .map(|(id, _)| id)
         .collect();
     assert!(committed.len() >= 10, "{ended:?}");
-    assert!(*checked.lock().unwrap() > 0, "the readers checked nothing");
     runtime.block_on(async {
-        let mut api = api_at(&a);
+        let mut api = api_at(a);
         settle_every_account(&mut api).await;
         let mut total = 0;
         let mut seen: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
@@ -434,7 +471,7 @@ fn transfers_across_groups_are_atomic_through_a_replica_crash() {
     // And each transfer is in both accounts, or the sum would be off; the records of
     // both sides are checked too.
     runtime.block_on(async {
-        let mut api = api_at(&b);
+        let mut api = api_at(b);
         let mut sides: BTreeMap<String, usize> = BTreeMap::new();
         for i in 0..ACCOUNTS {
             let rows = loop {

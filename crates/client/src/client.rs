@@ -12,9 +12,9 @@ use megastore_paxos::Decision;
 use megastore_paxos::watch::{LogRead, log_read};
 use megastore_paxos::{
     Basis, BasisStep, CheckedHit, ClientConfig, ClientCore, ClientInput, ClientOutput,
-    CommitResult, DataQuery, DecideOutcome, GlobalHit, Message, OpId, OpResult, Participant,
-    ProposerConfig, ReadError, ReadMode, ReadPath, ReadResult, ReadSet, RelayRole, ReplicaReply,
-    ReplicaRequest, Resolution, RowWrite, SettledGroup, TwoPhaseResult,
+    CollectedDecisions, CommitResult, DataQuery, DecideOutcome, GlobalHit, Message, OpId, OpResult,
+    Participant, ProposerConfig, ReadError, ReadMode, ReadPath, ReadResult, ReadSet, RelayRole,
+    ReplicaReply, ReplicaRequest, Resolution, RowWrite, SettledGroup, TwoPhaseResult, TxnFacts,
 };
 use megastore_rowstore::KeyRange;
 use megastore_types::{ClientId, EgId, NodeId, Position, ProposerId, ReplicaId, Time, TxnId};
@@ -173,8 +173,14 @@ pub(crate) enum Event {
     Decision {
         coordinator: EgId,
         txn: TxnId,
-        prepared_ms: Option<u64>,
+        facts: Option<TxnFacts>,
         done: oneshot::Sender<DecideOutcome>,
+    },
+    Collect {
+        eg: EgId,
+        after: Option<Vec<u8>>,
+        retention: std::time::Duration,
+        done: oneshot::Sender<Result<CollectedDecisions, ReadError>>,
     },
     Settle {
         eg: EgId,
@@ -216,6 +222,7 @@ enum Waiting {
     TwoPhase(oneshot::Sender<Result<TwoPhaseResult, ClientError>>),
     Decision(oneshot::Sender<DecideOutcome>),
     Settle(oneshot::Sender<Result<SettledGroup, ReadError>>),
+    Collect(oneshot::Sender<Result<CollectedDecisions, ReadError>>),
     Commit(oneshot::Sender<Committed>, std::time::Instant, EgId),
     Resolve(oneshot::Sender<Resolution>, EgId),
 }
@@ -475,27 +482,53 @@ impl Client {
 
     /// The decision of cross-group transaction `txn`, read in its coordinator group
     /// (docs/protocol.md, "Two-phase commit"): `Some` once decided, `None` while it is
-    /// not. With `prepared_ms` (when it began preparing), one still undecided after
-    /// the prepared timeout is aborted, the abort recorded first — so it is decided.
+    /// not (or when, finished everywhere, its decision was collected). With its
+    /// `facts` (when it began preparing, and its participants), one still undecided
+    /// after the prepared timeout is aborted, the abort recorded first — so it is
+    /// decided.
     pub(crate) async fn two_phase_decision(
         &self,
         coordinator: &EgId,
         txn: TxnId,
-        prepared_ms: Option<u64>,
+        facts: Option<TxnFacts>,
     ) -> Result<Option<Decision>, ClientError> {
         match self
             .ask(|done| Event::Decision {
                 coordinator: coordinator.clone(),
                 txn,
-                prepared_ms,
+                facts,
                 done,
             })
             .await?
         {
             DecideOutcome::Decided(decision) => Ok(Some(decision)),
-            DecideOutcome::Undecided => Ok(None),
+            DecideOutcome::Undecided | DecideOutcome::Gone => Ok(None),
             DecideOutcome::Failed(why) => Err(ClientError::Unavailable(why)),
         }
+    }
+
+    /// Collects a page of coordinator group `eg`'s decision rows, starting after
+    /// `after` (the last page's `next`): each decision of a transaction that began
+    /// preparing more than `retention` ago and has no record left in any participant
+    /// is deleted (docs/protocol.md, "Two-phase commit", collection). Replicas do this
+    /// by themselves for the groups they apply decisions in.
+    pub async fn collect_decisions(
+        &self,
+        eg: &EgId,
+        after: Option<Vec<u8>>,
+        retention: std::time::Duration,
+    ) -> Result<CollectedDecisions, ClientError> {
+        if eg.0.is_empty() {
+            return Err(ClientError::InvalidArgument("eg: name a group".into()));
+        }
+        Ok(self
+            .ask(|done| Event::Collect {
+                eg: eg.clone(),
+                after,
+                retention,
+                done,
+            })
+            .await??)
     }
 
     /// Settles the cross-group transactions prepared in group `eg` (any group, typed
@@ -960,18 +993,26 @@ impl Driver {
             Event::Decision {
                 coordinator,
                 txn,
-                prepared_ms,
+                facts,
                 done,
             } => {
-                let (op, out) = self
-                    .core
-                    .two_phase_decision(now, coordinator, txn, prepared_ms);
+                let (op, out) = self.core.two_phase_decision(now, coordinator, txn, facts);
                 self.waiting.insert(op, Waiting::Decision(done));
                 out
             }
             Event::Settle { eg, done } => {
                 let (op, out) = self.core.settle_prepared(now, eg);
                 self.waiting.insert(op, Waiting::Settle(done));
+                out
+            }
+            Event::Collect {
+                eg,
+                after,
+                retention,
+                done,
+            } => {
+                let (op, out) = self.core.collect_decisions(now, eg, after, retention);
+                self.waiting.insert(op, Waiting::Collect(done));
                 out
             }
             Event::HotGroups { n, done } => {
@@ -1124,6 +1165,9 @@ impl Driver {
                     }
                     (Some(Waiting::Settle(done)), OpResult::Settled(settled)) => {
                         let _ = done.send(settled);
+                    }
+                    (Some(Waiting::Collect(done)), OpResult::Collected(collected)) => {
+                        let _ = done.send(collected);
                     }
                     _ => {}
                 },

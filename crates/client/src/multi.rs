@@ -12,7 +12,7 @@
 //! advice); two-phase commit is for what must be atomic, such as claiming a unique name
 //! together with what it names.
 
-use megastore_paxos::{Decision, TwoPhaseResult};
+use megastore_paxos::{Decision, TwoPhaseResult, TxnFacts};
 use megastore_types::{EgId, Position, TxnId};
 
 use crate::client::{Client, ClientError};
@@ -92,8 +92,12 @@ impl MultiTransaction {
                 resolved: false,
             }),
             TwoPhaseResult::Unknown { prepared_ms, .. } => {
+                let facts = TxnFacts {
+                    prepared_ms,
+                    participants: groups.clone(),
+                };
                 match client
-                    .resolve_multi_patiently(&coordinator, txn, Some(prepared_ms))
+                    .resolve_multi_patiently(&coordinator, txn, Some(facts))
                     .await
                 {
                     Some(Decision::Commit) => Ok(Attempt::Done(Outcome::Committed {
@@ -245,17 +249,19 @@ impl Client {
     }
 
     /// Looks up a cross-group transaction's decision until there is one or the resolve
-    /// patience runs out; with `prepared_ms`, an undecided one is aborted (recorded
+    /// patience runs out; with its `facts`, an undecided one is aborted (recorded
     /// first) once it has been prepared longer than the prepared timeout.
     pub(crate) async fn resolve_multi_patiently(
         &self,
         coordinator: &EgId,
         txn: TxnId,
-        prepared_ms: Option<u64>,
+        facts: Option<TxnFacts>,
     ) -> Option<Decision> {
         let started = tokio::time::Instant::now();
         loop {
-            if let Ok(Some(decision)) = self.two_phase_decision(coordinator, txn, prepared_ms).await
+            if let Ok(Some(decision)) = self
+                .two_phase_decision(coordinator, txn, facts.clone())
+                .await
             {
                 return Some(decision);
             }

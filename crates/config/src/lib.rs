@@ -384,6 +384,10 @@ pub struct LockdConfig {
     pub metrics_address: Option<String>,
 }
 
+/// How long cross-group decisions are kept when `[timeouts] decision_retention_ms` is
+/// not given.
+pub const DECISION_RETENTION_DEFAULT: Duration = Duration::from_secs(3_600);
+
 /// `[timeouts]`, in milliseconds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -407,6 +411,12 @@ pub struct Timeouts {
     /// how long a client that died mid-commit can lock rows. Half the lock lease when
     /// not given.
     pub prepared_ms: Option<u64>,
+    /// How long a cross-group transaction's decision row is kept, counted from when the
+    /// transaction began preparing; after it, once every participant is finished, the
+    /// full replicas delete it. A client that lost a commit's answer resolves it by
+    /// the transaction's id within this window. One hour when not given; at least four
+    /// prepared timeouts.
+    pub decision_retention_ms: Option<u64>,
 }
 
 impl Default for Timeouts {
@@ -419,6 +429,7 @@ impl Default for Timeouts {
             max_clock_drift_ppm: 200,
             sweep_ms: 1_000,
             prepared_ms: None,
+            decision_retention_ms: None,
         }
     }
 }
@@ -439,6 +450,12 @@ impl Timeouts {
     pub fn prepared(&self) -> Duration {
         self.prepared_ms
             .map_or(self.lock_lease() / 2, Duration::from_millis)
+    }
+
+    /// How long cross-group decisions are kept (one hour unless set).
+    pub fn decision_retention(&self) -> Duration {
+        self.decision_retention_ms
+            .map_or(DECISION_RETENTION_DEFAULT, Duration::from_millis)
     }
 }
 

@@ -315,6 +315,15 @@ fn check_timeouts(config: &ClusterConfig) -> Result<(), Failure> {
             return fail(format!("timeouts.{field}"), "must be positive");
         }
     }
+    if t.decision_retention() < t.prepared() * 4 {
+        return fail(
+            "timeouts.decision_retention_ms",
+            format!(
+                "must be at least four prepared timeouts ({} ms): a client resolves a lost commit's answer by its decision within this window",
+                (t.prepared() * 4).as_millis()
+            ),
+        );
+    }
     if t.max_clock_drift_ppm >= 100_000 {
         return fail(
             "timeouts.max_clock_drift_ppm",

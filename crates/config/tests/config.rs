@@ -102,6 +102,14 @@ fn mistakes_name_their_field() {
         ),
         (
             edited(
+                "heartbeat_ms = 300",
+                "heartbeat_ms = 300\nprepared_ms = 5000\ndecision_retention_ms = 19999",
+            ),
+            "timeouts.decision_retention_ms",
+            "four prepared timeouts (20000 ms)",
+        ),
+        (
+            edited(
                 "sites = [\"A\", \"B\", \"C\", \"D\"]",
                 "sites = [\"A\", \"B\", \"C\", \"D\", \"A\"]",
             ),

@@ -263,6 +263,8 @@ pub struct ReplicaMetrics {
     messages_delivered: Counter,
     prepared_waiting: Gauge,
     prepared_settled: Family<Label, Counter>,
+    decisions_waiting: Gauge,
+    decisions_collected: Counter,
     groups_loaded: Gauge,
     groups_evicted: Counter,
     placement_version: Gauge,
@@ -292,6 +294,8 @@ impl Default for ReplicaMetrics {
             messages_delivered: Counter::default(),
             prepared_waiting: Gauge::default(),
             prepared_settled: Family::default(),
+            decisions_waiting: Gauge::default(),
+            decisions_collected: Counter::default(),
             groups_loaded: Gauge::default(),
             groups_evicted: Counter::default(),
         }
@@ -369,6 +373,16 @@ impl ReplicaMetrics {
             self.prepared_settled.clone(),
         );
         r.register(
+            "decisions_waiting",
+            "Coordinator groups whose two-phase decision rows this full replica will look at for collection",
+            self.decisions_waiting.clone(),
+        );
+        r.register(
+            "decisions_collected",
+            "Two-phase decision rows this replica's collection deleted (older than the retention, finished everywhere)",
+            self.decisions_collected.clone(),
+        );
+        r.register(
             "groups_loaded",
             "Entity groups whose state this replica holds in memory (its group cache, [[replicas]] cache_groups)",
             self.groups_loaded.clone(),
@@ -443,6 +457,17 @@ impl ReplicaMetrics {
         self.prepared_settled
             .get_or_create(&[("decision", "aborted")])
             .inc_by(aborted);
+    }
+
+    /// How many coordinator groups wait for this replica's collection of decisions.
+    pub fn decisions_waiting(&self, groups: usize) {
+        self.decisions_waiting
+            .set(i64::try_from(groups).unwrap_or(i64::MAX));
+    }
+
+    /// The collection deleted `rows` decision rows.
+    pub fn decisions_collected(&self, rows: u64) {
+        self.decisions_collected.inc_by(rows);
     }
 
     /// How many groups' outboxes wait for this replica's delivery.

@@ -127,6 +127,14 @@ megastore_types::bug_knobs! {
         /// Recording abort does not read the decision row (a blind write): a commit
         /// decision and an abort both land, and the decision changes.
         record_abort_blind,
+        /// A lookup of a decision trusts a decision row read absent without re-reading
+        /// a record of the transaction present: after the decision was collected, a
+        /// finished transaction is aborted afresh (or a reader takes it as undecided).
+        trust_absent_decision,
+        /// A collection deletes old decision rows without checking that every
+        /// participant's record is gone: a participant still prepared then finds no
+        /// decision and aborts a committed transaction.
+        collect_unfinished,
         /// A current read that meets a prepared transaction whose writes it reads
         /// returns what it read without learning the decision: after a commit decision,
         /// a participant not yet finished is read without the transaction's writes.

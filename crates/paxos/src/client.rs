@@ -31,10 +31,11 @@ use crate::proposer::resolve::{Resolution, Resolve};
 use crate::proposer::{Ctx, ProposerConfig, Wiring};
 use crate::queue::{Deliver, Delivery};
 use crate::steps::{Ended, Step, Tagged};
-use crate::two_phase::TwoPhaseError;
+use crate::two_phase::collect::{CollectDecisions, CollectedDecisions};
 use crate::two_phase::commit::{Participant, TwoPhaseCommit, TwoPhaseResult};
 use crate::two_phase::decide::{Decide, DecideOutcome, MayAbort, Patience, TwoPhaseClock};
 use crate::two_phase::settle::{Blocked, SettleGroup, SettledGroup, SettlingRead};
+use crate::two_phase::{TwoPhaseError, TxnFacts};
 use crate::verify::{CheckedHit, GlobalHit, Verify};
 use bases::UnvouchedBases;
 use composite::Composite;
@@ -107,6 +108,8 @@ pub enum OpResult {
     Settled(Result<SettledGroup, ReadError>),
     /// A lookup of a cross-group transaction's decision finished.
     Decision(DecideOutcome),
+    /// A collection of a page of a coordinator group's decision rows finished.
+    Collected(Result<CollectedDecisions, ReadError>),
 }
 
 /// How a blind write's basis comes ([`ClientCore::blind_basis`]).
@@ -559,26 +562,59 @@ impl ClientCore {
     }
 
     /// Looks up the decision of cross-group transaction `txn` in its coordinator
-    /// group: how to resolve a commit whose outcome was unknown. With `prepared_ms`
-    /// (when it began preparing, by [`ClientCore::wall_ms`]), a transaction still
-    /// undecided after the prepared timeout is aborted, recorded first.
+    /// group: how to resolve a commit whose outcome was unknown. With its `facts` (when
+    /// it began preparing, by [`ClientCore::wall_ms`], and its participants), a
+    /// transaction still undecided after the prepared timeout is aborted, recorded
+    /// first, and an absent decision is confirmed by the participants' records: one
+    /// finished everywhere whose decision was collected is [`DecideOutcome::Gone`].
+    /// Without, an absent decision is reported undecided.
     pub fn two_phase_decision(
         &mut self,
         now: Time,
         coordinator: EgId,
         txn: TxnId,
-        prepared_ms: Option<u64>,
+        facts: Option<TxnFacts>,
     ) -> (OpId, Vec<Output>) {
-        let may_abort = prepared_ms.map_or(MayAbort::Never, MayAbort::After);
+        // Knowing its participants, a resolver confirms an absent decision by their
+        // records (decisions are collected once every record is gone).
+        let recheck = facts
+            .as_ref()
+            .map(|f| f.recorded_in().to_vec())
+            .unwrap_or_default();
+        let may_abort = facts.map_or(MayAbort::Never, MayAbort::After);
         let (decide, step) = Decide::start(
             coordinator,
             txn,
             may_abort,
+            recheck,
             Patience::Report,
             self.two_phase_clock(),
         );
         let mut sends = Vec::new();
         let op = self.start_composite(now, Composite::Decide(decide), vec![(0, step)], &mut sends);
+        (op, self.finish_step(now, sends))
+    }
+
+    /// Collects a page of coordinator group `eg`'s decision rows, from the row after
+    /// `after` (the previous page's [`CollectedDecisions::next`]; none: the first):
+    /// each older than `retention` whose transaction has no record left in any
+    /// participant is deleted (docs/protocol.md, "Two-phase commit", collection). What
+    /// a replica's group work runs for a group that decides cross-group transactions.
+    pub fn collect_decisions(
+        &mut self,
+        now: Time,
+        eg: EgId,
+        after: Option<Vec<u8>>,
+        retention: std::time::Duration,
+    ) -> (OpId, Vec<Output>) {
+        let (collect, step) = CollectDecisions::start(eg, after, retention, self.two_phase_clock());
+        let mut sends = Vec::new();
+        let op = self.start_composite(
+            now,
+            Composite::CollectDecisions(collect),
+            vec![step],
+            &mut sends,
+        );
         (op, self.finish_step(now, sends))
     }
 

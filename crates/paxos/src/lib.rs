@@ -82,8 +82,9 @@ pub use replica::{
     group_state_spans, list_groups, load_group, load_server_placement, range_bytes, register_group,
     registered_in, retire_range, span_keys,
 };
+pub use two_phase::collect::{COLLECT_PAGE, CollectedDecisions};
 pub use two_phase::commit::{Participant, TwoPhaseResult};
 pub use two_phase::decide::DecideOutcome;
 pub use two_phase::settle::{SettleOutcome, SettledGroup};
-pub use two_phase::{Decision, Prepared, TwoPhaseError};
+pub use two_phase::{Decision, Prepared, TwoPhaseError, TxnFacts};
 pub use verify::{CheckedHit, GlobalHit};

@@ -30,9 +30,23 @@
 //! every read at a position (`ReplicaReply::Data::pending`), so every transaction knows
 //! the locks at its position without asking.
 //!
-//! This module keeps the keys, the records and the lock rule; `decide`, `finish`
-//! and `commit` (with `settle`) are the operations [`crate::ClientCore`] runs with them.
+//! **Collection.** A decision row records, beside the decision, when its transaction
+//! began preparing and its participants ([`TxnFacts`]). Once it is older than the
+//! *decision retention* and every participant's record is gone, a collector deletes it
+//! (`collect`), its read set the row. From then on an absent decision is ambiguous —
+//! never decided, or decided and collected — so *absent-decision-confirmed*: whoever
+//! met a record (or resolves a transaction whose participants it knows) trusts a
+//! decision read absent only after re-reading a record of the transaction present in
+//! some participant. A record present then means no collection has happened yet,
+//! and none can happen until that record is gone: an abort recorded at the absent
+//! read's position conflicts with a later decision or collection. Records never
+//! reappear (a prepare is its transaction's entry, chosen at most once).
+//!
+//! This module keeps the keys, the records and the lock rule; `decide`, `finish`,
+//! `commit` (with `settle`) and `collect` are the operations [`crate::ClientCore`]
+//! runs with them.
 
+pub(crate) mod collect;
 pub(crate) mod commit;
 pub(crate) mod decide;
 pub(crate) mod finish;
@@ -58,6 +72,8 @@ const DECISION: u8 = 0x02;
 const LOCKS: &[u8] = b"locks";
 /// The decision row's column.
 const DECIDED: &[u8] = b"decided";
+/// The decision row's column holding its [`TxnFacts`] (what collecting it needs).
+const FACTS: &[u8] = b"facts";
 /// A staged row's target key: column `r ‖ index`.
 const TARGET: u8 = b'r';
 /// A staged cell write: column `c ‖ index ‖ order ‖ op ‖ column`.
@@ -74,6 +90,25 @@ pub enum Decision {
     Commit,
     /// None of its writes take effect anywhere.
     Abort,
+}
+
+/// What a decision row records beside the decision, so that it can be collected once
+/// its transaction is finished everywhere (docs/protocol.md, "Two-phase commit",
+/// collection): when the transaction began preparing, and where it has records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnFacts {
+    /// When it began preparing, by its client's wall clock (ms since the Unix epoch).
+    pub prepared_ms: u64,
+    /// Every participant, the coordinator group first (it holds no record).
+    pub participants: Vec<EgId>,
+}
+
+impl TxnFacts {
+    /// The participants that hold a prepared record while it is pending: all but the
+    /// coordinator group.
+    pub fn recorded_in(&self) -> &[EgId] {
+        self.participants.get(1..).unwrap_or_default()
+    }
 }
 
 /// A transaction prepared in one participant group: who it is, who decides it, and what
@@ -183,6 +218,14 @@ impl Prepared {
         let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         wall_ms >= self.prepared_ms.saturating_add(timeout_ms)
     }
+
+    /// What its decision row records beside the decision.
+    pub fn facts(&self) -> TxnFacts {
+        TxnFacts {
+            prepared_ms: self.prepared_ms,
+            participants: self.participants.clone(),
+        }
+    }
 }
 
 fn two_phase_prefix(eg: &EgId, kind: u8) -> Vec<u8> {
@@ -195,6 +238,17 @@ fn two_phase_prefix(eg: &EgId, kind: u8) -> Vec<u8> {
 fn push_txn(row: &mut Vec<u8>, txn: TxnId) {
     row.extend_from_slice(&txn.client.0.to_be_bytes());
     row.extend_from_slice(&txn.seq.to_be_bytes());
+}
+
+/// The transaction whose decision `row` of `coordinator` holds, if it is a decision row.
+pub fn txn_of_decision_row(coordinator: &EgId, row: &[u8]) -> Option<TxnId> {
+    let suffix = row.strip_prefix(two_phase_prefix(coordinator, DECISION).as_slice())?;
+    let (client, seq) = suffix.split_first_chunk::<4>()?;
+    let seq: [u8; 8] = seq.try_into().ok()?;
+    Some(TxnId {
+        client: megastore_types::ClientId(u32::from_be_bytes(*client)),
+        seq: u64::from_be_bytes(seq),
+    })
 }
 
 /// Every two-phase row of `eg`: records, decisions.
@@ -232,20 +286,55 @@ fn set(column: Vec<u8>, value: Vec<u8>) -> CellWrite {
     CellWrite::Set { column, value }
 }
 
-/// The write that records `decision` for `txn` in `coordinator`'s log.
-pub fn decision_write(coordinator: &EgId, txn: TxnId, decision: Decision) -> RowWrite {
+/// Every decision row of `coordinator`: what a collection scans.
+pub fn decisions_range(coordinator: &EgId) -> KeyRange {
+    KeyRange::prefix(two_phase_prefix(coordinator, DECISION))
+}
+
+/// The write that records `decision` for `txn` in `coordinator`'s log, with the facts
+/// its collection needs.
+pub fn decision_write(
+    coordinator: &EgId,
+    txn: TxnId,
+    decision: Decision,
+    facts: &TxnFacts,
+) -> RowWrite {
     RowWrite {
         row: decision_row(coordinator, txn),
-        cells: vec![set(
-            DECIDED.to_vec(),
-            postcard::to_allocvec(&decision).expect("a decision encodes"),
-        )],
+        cells: vec![
+            set(
+                DECIDED.to_vec(),
+                postcard::to_allocvec(&decision).expect("a decision encodes"),
+            ),
+            set(
+                FACTS.to_vec(),
+                postcard::to_allocvec(facts).expect("a transaction's facts encode"),
+            ),
+        ],
+    }
+}
+
+/// The write that collects decision `row` (of a transaction finished everywhere).
+pub fn decision_delete(row: &[u8]) -> RowWrite {
+    RowWrite {
+        row: row.to_vec(),
+        cells: [DECIDED, FACTS]
+            .into_iter()
+            .map(|column| CellWrite::Delete {
+                column: column.to_vec(),
+            })
+            .collect(),
     }
 }
 
 /// The decision `row` (read at the decision row) holds, if any.
 pub fn decision_of(row: Option<&Row>) -> Option<Decision> {
     postcard::from_bytes(row?.value(DECIDED)?).ok()
+}
+
+/// The facts a decision row records (none in rows written before they were).
+pub fn facts_of(row: &Row) -> Option<TxnFacts> {
+    postcard::from_bytes(row.value(FACTS)?).ok()
 }
 
 /// The decisions `entry` of `coordinator` writes: (decision row, what it now says —
@@ -427,6 +516,17 @@ pub fn prepares_any(eg: &EgId, rows: &[megastore_rowstore::RowMutation]) -> bool
         range.contains(&m.row)
             && m.mutations.iter().any(
                 |c| matches!(c, megastore_rowstore::Mutation::Set { column, .. } if column == LOCKS),
+            )
+    })
+}
+
+/// Whether applying `rows` (of `eg`) records a cross-group decision there.
+pub fn decides_any(eg: &EgId, rows: &[megastore_rowstore::RowMutation]) -> bool {
+    let range = decisions_range(eg);
+    rows.iter().any(|m| {
+        range.contains(&m.row)
+            && m.mutations.iter().any(
+                |c| matches!(c, megastore_rowstore::Mutation::Set { column, .. } if column == DECIDED),
             )
     })
 }

@@ -1,7 +1,9 @@
 //! The replica server's work on groups that outlives the clients that caused it: the
 //! delivery of queue messages its applied entries sent (docs/protocol.md, "Queues"),
-//! and the settling of cross-group transactions prepared in its groups whose clients
-//! may be gone ("Two-phase commit", recovery). Both run the protocol core's operations
+//! the settling of cross-group transactions prepared in its groups whose clients
+//! may be gone ("Two-phase commit", recovery), and the collection of the decisions
+//! its groups recorded once they are old and finished everywhere ("Two-phase
+//! commit", collection). Both run the protocol core's operations
 //! through the replica's embedded client library — exactly-once and safe however many
 //! replicas run them — so this module only decides *when*: a group comes in when the
 //! replica applies such an entry (or finds one at start), waits its turn, and is
@@ -130,6 +132,50 @@ pub(crate) async fn settle(
                     Err(e) => {
                         tracing::debug!(group = %eg, "settling prepared transactions failed: {e}; trying again");
                         true
+                    }
+                }
+            }
+        },
+    )
+    .await;
+}
+
+/// Collects the old decision rows of the coordinator groups that come in on `groups`,
+/// each `delay` after it came in (the retention and this replica's turn), a page at a
+/// time, again every `retention` while some are kept (younger than the retention, or
+/// with a participant not finished yet).
+pub(crate) async fn collect(
+    client: Client,
+    metrics: megastore_metrics::ReplicaMetrics,
+    delay: Duration,
+    retention: Duration,
+    groups: mpsc::UnboundedReceiver<EgId>,
+) {
+    let waiting = metrics.clone();
+    per_group(
+        groups,
+        delay,
+        retention,
+        move |n| waiting.decisions_waiting(n),
+        |eg| {
+            let (client, metrics) = (client.clone(), metrics.clone());
+            async move {
+                let mut after = None;
+                let mut kept = false;
+                loop {
+                    match client.collect_decisions(&eg, after, retention).await {
+                        Ok(page) => {
+                            metrics.decisions_collected(page.collected);
+                            kept |= page.kept > 0;
+                            match page.next {
+                                Some(next) => after = Some(next),
+                                None => return kept,
+                            }
+                        }
+                        Err(e) => {
+                            tracing::debug!(group = %eg, "collecting decisions failed: {e}; trying again");
+                            return true;
+                        }
                     }
                 }
             }

@@ -189,6 +189,7 @@ impl ReplicaProcess {
         let turn = crate::group_work::turn(config, id);
         let (outboxes, outboxes_rx) = tokio::sync::mpsc::unbounded_channel();
         let (prepared, prepared_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (decided, decided_rx) = tokio::sync::mpsc::unbounded_channel();
         let store = Arc::new(store);
         let sizes =
             crate::range_sizes::RangeSizes::start(Arc::clone(&store), metrics.clone(), name)
@@ -196,6 +197,7 @@ impl ReplicaProcess {
         let driver = Driver {
             outboxes: turn.is_some().then_some(outboxes),
             prepared: turn.is_some().then_some(prepared),
+            decided: turn.is_some().then_some(decided),
             metrics,
             core,
             store,
@@ -253,6 +255,14 @@ impl ReplicaProcess {
                 prepared_timeout + turn,
                 prepared_timeout,
                 prepared_rx,
+            ));
+            let retention = config.timeouts.decision_retention();
+            tokio::spawn(crate::group_work::collect(
+                gateway.clone(),
+                delivery_metrics.clone(),
+                retention + turn,
+                retention,
+                decided_rx,
             ));
         }
         let metrics_server = match &me.metrics_address {
@@ -417,6 +427,9 @@ struct Driver {
     /// Groups with prepared cross-group transactions, for a full replica's settling
     /// task.
     prepared: Option<tokio::sync::mpsc::UnboundedSender<EgId>>,
+    /// Coordinator groups with cross-group decisions, for a full replica's collection
+    /// of old ones.
+    decided: Option<tokio::sync::mpsc::UnboundedSender<EgId>>,
 }
 
 /// The placement the replica judges by at start: the one it persisted when it last
@@ -480,7 +493,7 @@ fn find_pending_work(
     tasks: &[PendingTask],
     stop: &std::sync::atomic::AtomicBool,
 ) {
-    /// The pause between pages of groups (each page is up to two short scans per
+    /// The pause between pages of groups (each page is up to three short scans per
     /// group): a million groups take some tens of seconds, beside serving.
     const PAUSE: Duration = Duration::from_millis(5);
     let first = megastore_rowstore::ScanOptions {
@@ -759,8 +772,9 @@ impl Driver {
         }
     }
 
-    /// Hands the delivery task every registered group whose outbox holds messages, and
-    /// the settling task every one with prepared transactions (at start: work left
+    /// Hands the delivery task every registered group whose outbox holds messages, the
+    /// settling task every one with prepared transactions, and the collecting task
+    /// every one with decisions (at start: work left
     /// from before a restart is done too) — from a thread of its own, a page of
     /// groups at a time with a pause between pages, so the replica serves meanwhile.
     fn find_outboxes(&self) -> Option<PendingSearch> {
@@ -773,6 +787,10 @@ impl Driver {
             (
                 self.prepared.clone(),
                 megastore_paxos::two_phase::records_range,
+            ),
+            (
+                self.decided.clone(),
+                megastore_paxos::two_phase::decisions_range,
             ),
         ];
         if tasks.iter().all(|(task, _)| task.is_none()) {
@@ -818,6 +836,11 @@ impl Driver {
         if let Some(prepared) = &self.prepared {
             for eg in batch.prepared_groups() {
                 let _ = prepared.send(eg.clone());
+            }
+        }
+        if let Some(decided) = &self.decided {
+            for eg in batch.decided_groups() {
+                let _ = decided.send(eg.clone());
             }
         }
         let counts = batch.counts();

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 
 use megastore_paxos::{
     ClientOutput, DecideOutcome, Decision, OpId, OpResult, Participant, ReadResult, ReadSet,
-    TwoPhaseResult,
+    TwoPhaseResult, TxnFacts,
 };
 use megastore_types::{ClientId, EgId, Position, Time, TxnId};
 
@@ -60,6 +60,8 @@ pub(crate) enum Multi {
     },
     /// Settling a group's prepared transactions.
     Settling { op: OpId, eg: EgId, start: u64 },
+    /// Collecting a page of a group's old decisions.
+    Collecting { op: OpId, eg: EgId, start: u64 },
 }
 
 impl Multi {
@@ -68,7 +70,8 @@ impl Multi {
             Multi::Reading { op, .. }
             | Multi::Committing { op, .. }
             | Multi::Resolving { op, .. }
-            | Multi::Settling { op, .. } => *op,
+            | Multi::Settling { op, .. }
+            | Multi::Collecting { op, .. } => *op,
         }
     }
 }
@@ -126,6 +129,28 @@ impl ClientNode {
     pub(crate) fn settle_group(&mut self, real: u64, now: Time, eg: EgId) -> Vec<ClientOutput> {
         let (op, out) = self.core.settle_prepared(now, eg.clone());
         self.state = State::TwoPhase(Multi::Settling {
+            op,
+            eg,
+            start: real,
+        });
+        out
+    }
+
+    /// Collects a page of `eg`'s decisions older than `retention` (for the world's
+    /// model of the full replicas' collection, `group_work.rs` on a real server; the
+    /// page after `after`).
+    pub(crate) fn collect_group(
+        &mut self,
+        real: u64,
+        now: Time,
+        eg: EgId,
+        after: Option<Vec<u8>>,
+        retention: std::time::Duration,
+    ) -> Vec<ClientOutput> {
+        let (op, out) = self
+            .core
+            .collect_decisions(now, eg.clone(), after, retention);
+        self.state = State::TwoPhase(Multi::Collecting {
             op,
             eg,
             start: real,
@@ -325,7 +350,7 @@ impl ClientNode {
                 let result = match outcome {
                     DecideOutcome::Decided(Decision::Commit) => TwoPhaseOutcome::Committed,
                     DecideOutcome::Decided(Decision::Abort) => TwoPhaseOutcome::Aborted,
-                    DecideOutcome::Undecided | DecideOutcome::Failed(_) => {
+                    DecideOutcome::Undecided | DecideOutcome::Gone | DecideOutcome::Failed(_) => {
                         // As the client library does: until its resolve patience runs out.
                         if self.core.timeouts().keeps_resolving(now.since(since)) {
                             return (
@@ -354,6 +379,25 @@ impl ClientNode {
                     client: self.id,
                     eg,
                     kind: OpKind::Settle,
+                    start,
+                    end: real,
+                    outcome,
+                };
+                (vec![record], Vec::new())
+            }
+            (Multi::Collecting { eg, start, .. }, OpResult::Collected(result)) => {
+                let outcome = match result {
+                    Ok(done) => Outcome::Collected {
+                        collected: done.collected,
+                        kept: done.kept,
+                        next: done.next,
+                    },
+                    Err(_) => Outcome::Failed,
+                };
+                let record = OpRecord {
+                    client: self.id,
+                    eg,
+                    kind: OpKind::Collect,
                     start,
                     end: real,
                     outcome,
@@ -424,9 +468,13 @@ impl ClientNode {
         prepared_ms: u64,
         since: Time,
     ) -> Vec<ClientOutput> {
-        let (op, out) =
-            self.core
-                .two_phase_decision(now, groups[0].clone(), txn, Some(prepared_ms));
+        let facts = TxnFacts {
+            prepared_ms,
+            participants: groups.clone(),
+        };
+        let (op, out) = self
+            .core
+            .two_phase_decision(now, groups[0].clone(), txn, Some(facts));
         self.state = State::TwoPhase(Multi::Resolving {
             op,
             start,

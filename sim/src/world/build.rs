@@ -341,6 +341,7 @@ impl World {
             next_client_id: 1 << 16,
             relays,
             prepared_due: BTreeMap::new(),
+            decided_due: BTreeMap::new(),
             placement,
             placement_file_version: 0,
             asked: BTreeMap::new(),

@@ -125,6 +125,10 @@ impl World {
             for eg in batch.prepared_groups() {
                 self.prepared_due.entry(eg.clone()).or_insert(due);
             }
+            let due = self.now + super::ns(super::decision_retention(&self.timeouts));
+            for eg in batch.decided_groups() {
+                self.decided_due.entry(eg.clone()).or_insert((due, None));
+            }
         }
         self.stats.installs += counts.installs;
         self.stats.collections += counts.collections;
@@ -342,6 +346,33 @@ impl World {
             (_, Outcome::NotCommitted { .. }) => self.stats.conflicts += 1,
             (_, Outcome::Unknown) => self.stats.unknown += 1,
             (_, Outcome::ResolvedNotCommitted { .. }) => self.stats.resolved_not_committed += 1,
+            (OpKind::Collect, Outcome::Failed) => {
+                self.stats.failed += 1;
+                let due = self.now + super::ns(super::decision_retention(&self.timeouts));
+                self.decided_due
+                    .entry(record.eg.clone())
+                    .or_insert((due, None));
+            }
+            (
+                _,
+                Outcome::Collected {
+                    collected,
+                    kept,
+                    next,
+                },
+            ) => {
+                self.stats.decisions_collected += collected;
+                let again = match next {
+                    Some(next) => Some((self.now, Some(next.clone()))),
+                    None => (*kept > 0).then(|| {
+                        let due = self.now + super::ns(super::decision_retention(&self.timeouts));
+                        (due, None)
+                    }),
+                };
+                if let Some(again) = again {
+                    self.decided_due.entry(record.eg.clone()).or_insert(again);
+                }
+            }
             (OpKind::Settle, Outcome::Failed) => {
                 self.stats.failed += 1;
                 self.prepared_due

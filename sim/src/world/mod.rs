@@ -121,6 +121,9 @@ pub(crate) struct World {
     /// Groups whose prepared transactions the full replicas' sweep settles, and from
     /// when (real time, ns).
     prepared_due: BTreeMap<EgId, u64>,
+    /// Coordinator groups whose old decisions the full replicas' collection looks at,
+    /// from when (real time, ns), and the page to start from.
+    decided_due: BTreeMap<EgId, (u64, Option<Vec<u8>>)>,
     /// The placement lockd holds (`placement.rs`).
     placement: megastore_placement::Placement,
     /// The version of the lock service's placement file (0: not written yet).
@@ -162,6 +165,13 @@ pub(crate) struct World {
         megastore_placement::RangeId,
         megastore_placement::Version,
     )>,
+}
+
+/// How long the simulated replicas keep decisions: short, so that collections race
+/// with the settles and resolutions that read them (a real cluster keeps them at
+/// least four prepared timeouts).
+fn decision_retention(timeouts: &megastore_paxos::Timeouts) -> Duration {
+    timeouts.prepared * 2
 }
 
 fn ns(d: Duration) -> u64 {
@@ -335,12 +345,26 @@ impl World {
                             .map(|(eg, _)| eg.clone())
                     })
                     .flatten();
-                let outputs = match sweep {
-                    Some(eg) => {
+                let collect = client
+                    .two_phase
+                    .then(|| {
+                        self.decided_due
+                            .iter()
+                            .find(|(_, (due, _))| *due <= now)
+                            .map(|(eg, _)| eg.clone())
+                    })
+                    .flatten();
+                let retention = decision_retention(&self.timeouts);
+                let outputs = match (sweep, collect) {
+                    (Some(eg), _) => {
                         self.prepared_due.remove(&eg);
                         client.settle_group(now, local, eg)
                     }
-                    None => client.start_next(now, local),
+                    (None, Some(eg)) => {
+                        let (_, after) = self.decided_due.remove(&eg).unwrap_or_default();
+                        client.collect_group(now, local, eg, after, retention)
+                    }
+                    (None, None) => client.start_next(now, local),
                 };
                 self.client_outputs(c, outputs);
             }

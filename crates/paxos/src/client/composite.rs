@@ -6,6 +6,7 @@ use megastore_types::Time;
 use super::OpResult;
 use crate::queue::Deliver;
 use crate::steps::{Ended, Tagged};
+use crate::two_phase::collect::CollectDecisions;
 use crate::two_phase::commit::TwoPhaseCommit;
 use crate::two_phase::decide::Decide;
 use crate::two_phase::settle::{Blocked, SettleGroup, SettlingRead};
@@ -25,6 +26,8 @@ pub(super) enum Composite {
     Blocked(Blocked),
     /// A current read that settles the prepared transactions it meets.
     SettlingRead(SettlingRead),
+    /// Collecting a page of a coordinator group's old decision rows.
+    CollectDecisions(CollectDecisions),
 }
 
 impl Composite {
@@ -45,6 +48,7 @@ impl Composite {
                 .collect(),
             Composite::Blocked(blocked) => blocked.on_ended(now, tag, ended),
             Composite::SettlingRead(read) => read.on_ended(now, tag, ended),
+            Composite::CollectDecisions(collect) => collect.on_ended(now, tag, ended),
         }
     }
 
@@ -62,6 +66,9 @@ impl Composite {
                 .result()
                 .map(|(txn, result)| OpResult::Commit { txn, result }),
             Composite::SettlingRead(read) => read.result().cloned().map(OpResult::Read),
+            Composite::CollectDecisions(collect) => {
+                collect.result().cloned().map(OpResult::Collected)
+            }
         }
     }
 }

@@ -73,6 +73,7 @@ pub struct Batch {
     wake: Option<Time>,
     outboxes: BTreeSet<EgId>,
     prepared: BTreeSet<EgId>,
+    decided: BTreeSet<EgId>,
     applied: BTreeMap<EgId, u64>,
     counts: BatchCounts,
     voter_passes: Vec<super::VoterPassReport>,
@@ -123,6 +124,12 @@ impl Batch {
     /// at.
     pub fn prepared_groups(&self) -> &BTreeSet<EgId> {
         &self.prepared
+    }
+
+    /// The groups whose applied entries (or installed snapshots) in this batch recorded
+    /// cross-group decisions there: what a host that collects old decisions looks at.
+    pub fn decided_groups(&self) -> &BTreeSet<EgId> {
+        &self.decided
     }
 
     /// The log entries applied in this batch, by group: what a host that reports
@@ -251,11 +258,14 @@ fn global_index_knobs(bugs: &crate::ProtocolBugs, output: Output) -> Output {
     }
 }
 
-/// Notes `eg` in the batch if `rows` set any of its outbox rows (queue messages sent)
-/// or prepare a cross-group transaction there.
+/// Notes `eg` in the batch if `rows` set any of its outbox rows (queue messages sent),
+/// or prepare or decide a cross-group transaction there.
 fn note_outbox(batch: &mut Batch, eg: EgId, rows: &[megastore_rowstore::RowMutation]) {
     if crate::two_phase::prepares_any(&eg, rows) {
         batch.prepared.insert(eg.clone());
+    }
+    if crate::two_phase::decides_any(&eg, rows) {
+        batch.decided.insert(eg.clone());
     }
     let outbox = crate::queue::outbox_range(&eg);
     let sends = rows.iter().any(|m| {

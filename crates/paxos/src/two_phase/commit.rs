@@ -13,7 +13,7 @@ use megastore_types::{EgId, Position, ReplicaId, Time, TxnId};
 use super::decide::{Decide, DecideOutcome, MayAbort, Patience, TwoPhaseClock};
 use super::finish::{Finish, FinishOutcome};
 use super::{
-    Decision, Prepared, Record, TwoPhaseError, check_no_reserved_writes, decision_row,
+    Decision, Prepared, Record, TwoPhaseError, TxnFacts, check_no_reserved_writes, decision_row,
     decision_write, prepare_write,
 };
 use crate::entry::RowWrite;
@@ -222,7 +222,12 @@ impl TwoPhaseCommit {
         self.decision_sent = true;
         let coordinator = &self.parts[0].participant;
         let mut writes = coordinator.writes.clone();
-        writes.push(decision_write(&coordinator.eg, self.txn, Decision::Commit));
+        writes.push(decision_write(
+            &coordinator.eg,
+            self.txn,
+            Decision::Commit,
+            &self.facts(),
+        ));
         let mut reads = coordinator.reads.clone();
         reads.rows.insert(decision_row(&coordinator.eg, self.txn));
         (
@@ -236,6 +241,18 @@ impl TwoPhaseCommit {
                 txn: Some(self.txn),
             },
         )
+    }
+
+    /// What its decision row records beside the decision.
+    fn facts(&self) -> TxnFacts {
+        TxnFacts {
+            prepared_ms: self.prepared_ms,
+            participants: self
+                .parts
+                .iter()
+                .map(|p| p.participant.eg.clone())
+                .collect(),
+        }
     }
 
     /// A step it asked for ended: its next steps.
@@ -389,7 +406,10 @@ impl TwoPhaseCommit {
         let (decide, step) = Decide::start(
             self.parts[0].participant.eg.clone(),
             self.txn,
-            MayAbort::Now,
+            MayAbort::Now(self.facts()),
+            // Only this client decides commit, and it has not (or not yet, when its
+            // decision went out early: then a commit is read).
+            Vec::new(),
             Patience::Report,
             self.clock,
         );

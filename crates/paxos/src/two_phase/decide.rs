@@ -1,13 +1,15 @@
 //! Learning a cross-group transaction's decision from its coordinator group — and,
 //! when there is none after the prepared timeout, recording **abort** there first, so
 //! that a late `commit` can never contradict what the transaction's participants are
-//! then told (docs/protocol.md, "Two-phase commit", recovery).
+//! then told (docs/protocol.md, "Two-phase commit", recovery). A decision read absent
+//! counts only once a record of the transaction is read present afterwards
+//! (*absent-decision-confirmed*, in the parent module): decisions are collected.
 
 use std::time::Duration;
 
-use megastore_types::{EgId, Time, TxnId};
+use megastore_types::{EgId, Position, ReplicaId, Time, TxnId};
 
-use super::{Decision, decision_of, decision_row, decision_write};
+use super::{Decision, TxnFacts, decision_of, decision_row, decision_write, record_row};
 use crate::bugs::ProtocolBugs;
 use crate::messages::DataQuery;
 use crate::proposer::commit::{CommitResult, ReadSet};
@@ -75,25 +77,38 @@ pub enum DecideOutcome {
     Undecided,
     /// The coordinator group could not be read or written in time.
     Failed(String),
+    /// No decision, and no record of the transaction pending in the participants
+    /// rechecked: it finished everywhere (its decision since collected) or never
+    /// prepared there. Nothing is left to settle.
+    Gone,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
     Reading,
+    /// The decision was read absent at `position` (which named `leader`): re-reading
+    /// the record in the `next`th participant to recheck.
+    Rechecking {
+        next: usize,
+        position: Position,
+        leader: Option<ReplicaId>,
+    },
+    /// Every record rechecked was gone: reading the decision once more.
+    Rereading,
     Recording,
     Waiting,
     Done,
 }
 
 /// When a lookup that finds no decision records abort.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum MayAbort {
     /// Never: it only looks (a resolution by the transaction's id).
     Never,
-    /// Once the transaction prepared at this wall-clock time (ms) has expired.
-    After(u64),
+    /// Once the transaction (whose decision row would record these facts) has expired.
+    After(TxnFacts),
     /// At once: the transaction's own client, which decided nothing, aborts it.
-    Now,
+    Now(TxnFacts),
 }
 
 /// One lookup of `txn`'s decision in `coordinator`.
@@ -103,6 +118,10 @@ pub(crate) struct Decide {
     txn: TxnId,
     /// When it may record abort.
     may_abort: MayAbort,
+    /// The participants whose record of `txn` confirms a decision read absent (one
+    /// read present suffices); none: an absence is trusted as read (the transaction's
+    /// own client, whose decision nobody else writes or collects while it runs).
+    recheck: Vec<EgId>,
     patience: Patience,
     clock: TwoPhaseClock,
     stage: Stage,
@@ -116,6 +135,7 @@ impl Decide {
         coordinator: EgId,
         txn: TxnId,
         may_abort: MayAbort,
+        recheck: Vec<EgId>,
         patience: Patience,
         clock: TwoPhaseClock,
     ) -> (Self, Step) {
@@ -123,6 +143,7 @@ impl Decide {
             coordinator,
             txn,
             may_abort,
+            recheck,
             patience,
             clock,
             stage: Stage::Reading,
@@ -147,10 +168,19 @@ impl Decide {
         None
     }
 
+    fn read_record(&self, next: usize) -> Step {
+        let eg = self.recheck[next].clone();
+        Step::Read {
+            query: DataQuery::Rows(vec![record_row(&eg, self.txn)]),
+            eg,
+            settle: false,
+        }
+    }
+
     /// A step it asked for ended: its next step, if any.
     pub(crate) fn on_ended(&mut self, now: Time, ended: Ended) -> Option<Step> {
         match (self.stage, ended) {
-            (Stage::Reading, Ended::Read(Err(e))) => {
+            (Stage::Reading | Stage::Rechecking { .. } | Stage::Rereading, Ended::Read(Err(e))) => {
                 self.done(DecideOutcome::Failed(format!("{e:?}")))
             }
             (Stage::Reading, Ended::Read(Ok(read))) => {
@@ -158,41 +188,47 @@ impl Decide {
                 if let Some(decision) = decision_of(read.rows.iter().find(|r| r.key == row)) {
                     return self.done(DecideOutcome::Decided(decision));
                 }
-                let (abort, recovering) = match self.may_abort {
-                    MayAbort::Never => (false, false),
-                    MayAbort::After(at) => (self.clock.expired(at, now), true),
-                    MayAbort::Now => (true, false),
-                };
-                if abort {
-                    if recovering && self.clock.bugs.abort_without_recording() {
-                        // The mistake: the participants are told "abort" while the
-                        // coordinator group may still record "commit".
-                        return self.done(DecideOutcome::Decided(Decision::Abort));
-                    }
-                    self.stage = Stage::Recording;
-                    // The decision row is read: a `commit` decision chosen meanwhile
-                    // conflicts with this abort, and the other way round.
-                    let reads = if self.clock.bugs.record_abort_blind() {
-                        ReadSet::default()
-                    } else {
-                        ReadSet::from(std::collections::BTreeSet::from([row]))
-                    };
-                    return Some(Step::Commit {
-                        eg: self.coordinator.clone(),
-                        read_position: read.position.unwrap_or_default(),
-                        leader: read.next_leader,
-                        writes: vec![decision_write(&self.coordinator, self.txn, Decision::Abort)],
-                        reads,
-                        txn: None,
-                    });
+                let position = read.position.unwrap_or_default();
+                if self.recheck.is_empty() || self.clock.bugs.trust_absent_decision() {
+                    return self.on_absent(now, position, read.next_leader);
                 }
-                match (self.patience, self.may_abort) {
-                    (Patience::Wait, MayAbort::After(at)) => {
-                        self.stage = Stage::Waiting;
-                        let wake = (now + self.clock.poll).min(self.clock.expiry(at));
-                        Some(Step::Wake { at: wake.max(now) })
-                    }
-                    _ => self.done(DecideOutcome::Undecided),
+                self.stage = Stage::Rechecking {
+                    next: 0,
+                    position,
+                    leader: read.next_leader,
+                };
+                Some(self.read_record(0))
+            }
+            (
+                Stage::Rechecking {
+                    next,
+                    position,
+                    leader,
+                },
+                Ended::Read(Ok(read)),
+            ) => {
+                let row = record_row(&self.recheck[next], self.txn);
+                if read.rows.iter().any(|r| r.key == row) {
+                    // Pending after the decision was read absent: it was absent then.
+                    return self.on_absent(now, position, leader);
+                }
+                if next + 1 < self.recheck.len() {
+                    self.stage = Stage::Rechecking {
+                        next: next + 1,
+                        position,
+                        leader,
+                    };
+                    return Some(self.read_record(next + 1));
+                }
+                // Finished everywhere rechecked: decided meanwhile, and maybe collected.
+                self.stage = Stage::Rereading;
+                Some(self.read())
+            }
+            (Stage::Rereading, Ended::Read(Ok(read))) => {
+                let row = decision_row(&self.coordinator, self.txn);
+                match decision_of(read.rows.iter().find(|r| r.key == row)) {
+                    Some(decision) => self.done(DecideOutcome::Decided(decision)),
+                    None => self.done(DecideOutcome::Gone),
                 }
             }
             (Stage::Recording, Ended::Commit(CommitResult::Committed { .. })) => {
@@ -215,6 +251,58 @@ impl Decide {
                 Some(self.read())
             }
             _ => None,
+        }
+    }
+
+    /// The decision was read absent at `position` of the coordinator group (which
+    /// named `leader`), and that absence is confirmed: record abort if it may, wait, or
+    /// report it undecided.
+    fn on_absent(
+        &mut self,
+        now: Time,
+        position: Position,
+        leader: Option<ReplicaId>,
+    ) -> Option<Step> {
+        let (facts, recovering) = match &self.may_abort {
+            MayAbort::Never => (None, false),
+            MayAbort::After(facts) => (
+                self.clock.expired(facts.prepared_ms, now).then_some(facts),
+                true,
+            ),
+            MayAbort::Now(facts) => (Some(facts), false),
+        };
+        if let Some(facts) = facts {
+            if recovering && self.clock.bugs.abort_without_recording() {
+                // The mistake: the participants are told "abort" while the
+                // coordinator group may still record "commit".
+                return self.done(DecideOutcome::Decided(Decision::Abort));
+            }
+            let write = decision_write(&self.coordinator, self.txn, Decision::Abort, facts);
+            self.stage = Stage::Recording;
+            // The decision row is read: a `commit` decision chosen meanwhile conflicts
+            // with this abort, and the other way round — as does a collection.
+            let reads = if self.clock.bugs.record_abort_blind() {
+                ReadSet::default()
+            } else {
+                let row = decision_row(&self.coordinator, self.txn);
+                ReadSet::from(std::collections::BTreeSet::from([row]))
+            };
+            return Some(Step::Commit {
+                eg: self.coordinator.clone(),
+                read_position: position,
+                leader,
+                writes: vec![write],
+                reads,
+                txn: None,
+            });
+        }
+        match (self.patience, &self.may_abort) {
+            (Patience::Wait, MayAbort::After(facts)) => {
+                self.stage = Stage::Waiting;
+                let wake = (now + self.clock.poll).min(self.clock.expiry(facts.prepared_ms));
+                Some(Step::Wake { at: wake.max(now) })
+            }
+            _ => self.done(DecideOutcome::Undecided),
         }
     }
 

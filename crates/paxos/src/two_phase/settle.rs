@@ -25,6 +25,9 @@ pub enum SettleOutcome {
     Undecided,
     /// Its coordinator group or this group could not be read or written in time.
     Failed(String),
+    /// Its record here is gone and no decision remains: someone finished it, and its
+    /// decision has since been collected.
+    Gone,
 }
 
 /// Settling one prepared transaction met in `eg`: its decision, then its finish there.
@@ -47,7 +50,8 @@ impl SettlePrepared {
         let (decide, step) = Decide::start(
             prepared.coordinator.clone(),
             prepared.txn,
-            MayAbort::After(prepared.prepared_ms),
+            MayAbort::After(prepared.facts()),
+            vec![eg.clone()],
             patience,
             clock,
         );
@@ -90,6 +94,10 @@ impl SettlePrepared {
             }
             Some(DecideOutcome::Failed(why)) => {
                 self.outcome = Some(SettleOutcome::Failed(why));
+                None
+            }
+            Some(DecideOutcome::Gone) => {
+                self.outcome = Some(SettleOutcome::Gone);
                 None
             }
             None => None,
@@ -207,6 +215,7 @@ impl SettleGroup {
                         SettleOutcome::Finished(Decision::Abort) => settled.aborted += 1,
                         SettleOutcome::Undecided => settled.undecided += 1,
                         SettleOutcome::Failed(_) => settled.failed += 1,
+                        SettleOutcome::Gone => {}
                     }
                 }
                 Some(Ok(settled))
@@ -339,7 +348,7 @@ impl SettlingRead {
                         ))));
                     } else if outcomes
                         .iter()
-                        .any(|o| matches!(o, SettleOutcome::Finished(_)))
+                        .any(|o| matches!(o, SettleOutcome::Finished(_) | SettleOutcome::Gone))
                     {
                         steps.push((0, self.read()));
                     } else {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use megastore_rowstore::{KeyRange, Row};
 use megastore_types::{ClientId, EgId, Position, ReplicaId, Time, TxnId};
 
+use super::collect::{COLLECT_PAGE, CollectDecisions, CollectedDecisions};
 use super::commit::{Participant, TwoPhaseCommit, TwoPhaseResult};
 use super::decide::{Decide, DecideOutcome, MayAbort, Patience, TwoPhaseClock};
 use super::settle::{SettleOutcome, SettlePrepared};
@@ -81,6 +82,13 @@ fn clock() -> TwoPhaseClock {
 
 fn at_ms(ms: u64) -> Time {
     Time::from_nanos(ms * 1_000_000)
+}
+
+fn facts(prepared_ms: u64, participants: &[&EgId]) -> TxnFacts {
+    TxnFacts {
+        prepared_ms,
+        participants: participants.iter().map(|&eg| eg.clone()).collect(),
+    }
 }
 
 #[test]
@@ -312,7 +320,10 @@ fn a_commit_prepares_then_decides_then_finishes() {
         set(row_of(&c, "x"), "new"),
         "its own writes there"
     );
-    assert_eq!(writes[1], decision_write(&c, txn(1), Decision::Commit));
+    assert_eq!(
+        writes[1],
+        decision_write(&c, txn(1), Decision::Commit, &facts(500, &[&c, &b, &d]))
+    );
     assert!(
         reads.covers(&decision_row(&c, txn(1))),
         "an abort recorded first conflicts"
@@ -403,7 +414,15 @@ fn a_refused_prepare_aborts_recorded_first_and_finishes_the_prepared() {
         panic!("{abort:?}");
     };
     assert_eq!((eg, *read_position), (&c, Position(6)));
-    assert_eq!(writes, &vec![decision_write(&c, txn(1), Decision::Abort)]);
+    assert_eq!(
+        writes,
+        &vec![decision_write(
+            &c,
+            txn(1),
+            Decision::Abort,
+            &facts(500, &[&c, &b, &d])
+        )]
+    );
     assert!(reads.covers(&decision_row(&c, txn(1))));
     let finishes = commit.on_ended(at_ms(540), *tag, committed(7));
     let [(tag, Step::Commit { eg, writes, .. })] = &finishes[..] else {
@@ -467,23 +486,29 @@ fn an_undecided_transaction_is_aborted_only_after_its_timeout_and_recorded_first
     let (c, b) = (g("c"), g("b"));
     let p = prepared(&b, &["w"], &[]);
     // Before the timeout a reader is told it is undecided.
+    let pending = stored(&prepare_write(&b, &p, &[]).unwrap());
+    let still_pending = || Ended::Read(Ok(read(9, vec![pending.clone()], vec![p.clone()])));
     let (mut settle, first) = SettlePrepared::start(b.clone(), &p, Patience::Report, clock());
     assert!(matches!(&first, Step::Read { eg, settle: false, .. } if *eg == c));
+    // The decision read absent counts once the record is read pending after it.
+    let recheck = settle.on_ended(at_ms(2_500), Ended::Read(Ok(read(3, vec![], vec![]))));
     assert!(
-        settle
-            .on_ended(at_ms(2_500), Ended::Read(Ok(read(3, vec![], vec![]))))
-            .is_none()
+        matches!(&recheck, Some(Step::Read { eg, query: DataQuery::Rows(rows), .. }) if *eg == b && rows == &vec![record_row(&b, p.txn)]),
+        "{recheck:?}"
     );
+    assert!(settle.on_ended(at_ms(2_500), still_pending()).is_none());
     assert_eq!(settle.outcome(), Some(&SettleOutcome::Undecided));
     // A writer waits, asking again, until it expires (3,000 ms by the preparer's clock).
     let (mut decide, _) = Decide::start(
         c.clone(),
         p.txn,
-        MayAbort::After(p.prepared_ms),
+        MayAbort::After(p.facts()),
+        vec![b.clone()],
         Patience::Wait,
         clock(),
     );
-    let wake = decide.on_ended(at_ms(2_950), Ended::Read(Ok(read(3, vec![], vec![]))));
+    decide.on_ended(at_ms(2_950), Ended::Read(Ok(read(3, vec![], vec![]))));
+    let wake = decide.on_ended(at_ms(2_950), still_pending());
     assert!(
         matches!(wake, Some(Step::Wake { at }) if at == at_ms(3_000)),
         "{wake:?}"
@@ -492,11 +517,26 @@ fn an_undecided_transaction_is_aborted_only_after_its_timeout_and_recorded_first
         decide.on_ended(at_ms(3_000), Ended::Woke),
         Some(Step::Read { .. })
     ));
-    let record = decide.on_ended(at_ms(3_000), Ended::Read(Ok(read(3, vec![], vec![]))));
-    let Some(Step::Commit { writes, reads, .. }) = record else {
+    decide.on_ended(at_ms(3_000), Ended::Read(Ok(read(3, vec![], vec![]))));
+    let record = decide.on_ended(at_ms(3_000), still_pending());
+    let Some(Step::Commit {
+        writes,
+        reads,
+        read_position,
+        ..
+    }) = record
+    else {
         panic!("{record:?}");
     };
-    assert_eq!(writes, vec![decision_write(&c, p.txn, Decision::Abort)]);
+    assert_eq!(
+        read_position,
+        Position(3),
+        "at the position the decision was read absent"
+    );
+    assert_eq!(
+        writes,
+        vec![decision_write(&c, p.txn, Decision::Abort, &p.facts())]
+    );
     assert!(reads.covers(&decision_row(&c, p.txn)));
     // A commit decision chosen meanwhile wins: the abort conflicts, and the decision is
     // read again.
@@ -507,7 +547,7 @@ fn an_undecided_transaction_is_aborted_only_after_its_timeout_and_recorded_first
     assert!(matches!(again, Some(Step::Read { .. })));
     let decided = Row {
         key: decision_row(&c, p.txn),
-        cells: stored(&decision_write(&c, p.txn, Decision::Commit)).cells,
+        cells: stored(&decision_write(&c, p.txn, Decision::Commit, &p.facts())).cells,
     };
     assert!(
         decide
@@ -531,7 +571,7 @@ fn a_settle_finishes_what_was_decided_and_a_finished_record_is_left_alone() {
     let record = stored(&prepare_write(&b, &p, &staged).unwrap());
     let decided = Row {
         key: decision_row(&c, p.txn),
-        cells: stored(&decision_write(&c, p.txn, Decision::Commit)).cells,
+        cells: stored(&decision_write(&c, p.txn, Decision::Commit, &p.facts())).cells,
     };
     let (mut settle, _) = SettlePrepared::start(b.clone(), &p, Patience::Report, clock());
     let read_record = settle.on_ended(at_ms(10), Ended::Read(Ok(read(3, vec![decided], vec![]))));
@@ -570,4 +610,220 @@ fn a_settle_finishes_what_was_decided_and_a_finished_record_is_left_alone() {
         settle.outcome(),
         Some(&SettleOutcome::Finished(Decision::Commit))
     );
+}
+
+#[test]
+fn a_decision_read_absent_is_trusted_only_while_a_record_is_pending() {
+    let (c, b) = (g("c"), g("b"));
+    let p = prepared(&b, &["w"], &[]);
+    let expired = at_ms(5_000);
+    let start = |bugs| {
+        Decide::start(
+            c.clone(),
+            p.txn,
+            MayAbort::After(p.facts()),
+            vec![b.clone()],
+            Patience::Report,
+            TwoPhaseClock { bugs, ..clock() },
+        )
+        .0
+    };
+    // Finished in b, and its decision collected since: nothing to abort.
+    let mut decide = start(ProtocolBugs::NONE);
+    let recheck = decide.on_ended(expired, Ended::Read(Ok(read(3, vec![], vec![]))));
+    assert!(matches!(&recheck, Some(Step::Read { eg, .. }) if *eg == b));
+    let reread = decide.on_ended(expired, Ended::Read(Ok(read(9, vec![], vec![]))));
+    assert!(
+        matches!(&reread, Some(Step::Read { eg, .. }) if *eg == c),
+        "the decision is read again: {reread:?}"
+    );
+    assert!(
+        decide
+            .on_ended(expired, Ended::Read(Ok(read(4, vec![], vec![]))))
+            .is_none()
+    );
+    assert_eq!(decide.outcome(), Some(&DecideOutcome::Gone));
+    // Decided between the first read and the record's finish: the second read finds it.
+    let mut decide = start(ProtocolBugs::NONE);
+    decide.on_ended(expired, Ended::Read(Ok(read(3, vec![], vec![]))));
+    decide.on_ended(expired, Ended::Read(Ok(read(9, vec![], vec![]))));
+    let decided = Row {
+        key: decision_row(&c, p.txn),
+        cells: stored(&decision_write(&c, p.txn, Decision::Commit, &p.facts())).cells,
+    };
+    decide.on_ended(expired, Ended::Read(Ok(read(4, vec![decided], vec![]))));
+    assert_eq!(
+        decide.outcome(),
+        Some(&DecideOutcome::Decided(Decision::Commit))
+    );
+    // The knob trusts the absence: a finished, collected transaction is aborted afresh.
+    let mut bugs = ProtocolBugs::NONE;
+    bugs.trust_absent_decision = true;
+    let mut decide = start(bugs);
+    let abort = decide.on_ended(expired, Ended::Read(Ok(read(3, vec![], vec![]))));
+    assert!(matches!(abort, Some(Step::Commit { .. })), "{abort:?}");
+}
+
+/// A decision row of transaction `seq` (prepared at `prepared_ms` across c, b and d),
+/// as a replica returns it; `facts: false` for a row written before rows had them.
+fn decision_at(c: &EgId, seq: u64, prepared_ms: u64, with_facts: bool) -> Row {
+    let (b, d) = (g("b"), g("d"));
+    let mut write = decision_write(
+        c,
+        txn(seq),
+        Decision::Commit,
+        &facts(prepared_ms, &[c, &b, &d]),
+    );
+    if !with_facts {
+        write.cells.truncate(1);
+    }
+    Row {
+        key: write.row.clone(),
+        cells: stored(&write).cells,
+    }
+}
+
+fn collect_page(bugs: ProtocolBugs) -> (CollectDecisions, Vec<(u32, Step)>) {
+    let c = g("c");
+    let (mut collect, (tag, scan)) = CollectDecisions::start(
+        c.clone(),
+        None,
+        Duration::from_secs(60),
+        TwoPhaseClock { bugs, ..clock() },
+    );
+    assert!(
+        matches!(&scan, Step::Read { eg, query: DataQuery::Scan { range, limit: Some(COLLECT_PAGE), .. }, .. } if *eg == c && *range == decisions_range(&c)),
+        "{scan:?}"
+    );
+    let page = vec![
+        decision_at(&c, 1, 1_000, true),
+        decision_at(&c, 2, 1_000, true),
+        decision_at(&c, 3, 1_000, false),
+        decision_at(&c, 4, 50_000, true),
+    ];
+    let reads = collect.on_ended(at_ms(100_000), tag, Ended::Read(Ok(read(7, page, vec![]))));
+    (collect, reads)
+}
+
+#[test]
+fn a_collection_deletes_old_decisions_whose_records_are_all_gone() {
+    let (c, b) = (g("c"), g("b"));
+    let (mut collect, reads) = collect_page(ProtocolBugs::NONE);
+    // Transactions 1 and 2 are old enough; 3 has no facts, 4 is within the retention.
+    assert_eq!(reads.len(), 4, "b and d for each of 1 and 2: {reads:?}");
+    let mut deleted = Vec::new();
+    for (tag, step) in reads {
+        let Step::Read {
+            eg,
+            query: DataQuery::Rows(rows),
+            ..
+        } = step
+        else {
+            panic!("{step:?}");
+        };
+        // Transaction 2 is still prepared in b.
+        let pending = eg == b && rows == vec![record_row(&b, txn(2))];
+        let found = match pending {
+            true => vec![Row {
+                key: rows[0].clone(),
+                cells: Default::default(),
+            }],
+            false => vec![],
+        };
+        deleted = collect.on_ended(at_ms(100_001), tag, Ended::Read(Ok(read(3, found, vec![]))));
+    }
+    let [
+        (
+            _,
+            Step::Commit {
+                eg,
+                read_position,
+                writes,
+                reads,
+                txn: None,
+                ..
+            },
+        ),
+    ] = &deleted[..]
+    else {
+        panic!("{deleted:?}");
+    };
+    assert_eq!(
+        (eg, *read_position),
+        (&c, Position(7)),
+        "at the page's position"
+    );
+    assert_eq!(writes, &vec![decision_delete(&decision_row(&c, txn(1)))]);
+    assert!(
+        reads.covers(&decision_row(&c, txn(1))),
+        "two collectors conflict"
+    );
+    assert!(collect.result().is_none());
+    collect.on_ended(at_ms(100_002), u32::MAX, committed(8));
+    assert_eq!(
+        collect.result(),
+        Some(&Ok(CollectedDecisions {
+            collected: 1,
+            kept: 3,
+            next: None
+        }))
+    );
+}
+
+#[test]
+fn collecting_unfinished_decisions_is_the_knob() {
+    let c = g("c");
+    let mut bugs = ProtocolBugs::NONE;
+    bugs.collect_unfinished = true;
+    let (_, steps) = collect_page(bugs);
+    let [(_, Step::Commit { writes, .. })] = &steps[..] else {
+        panic!("{steps:?}");
+    };
+    assert_eq!(
+        writes,
+        &vec![
+            decision_delete(&decision_row(&c, txn(1))),
+            decision_delete(&decision_row(&c, txn(2)))
+        ],
+        "deleted without a look at the records"
+    );
+}
+
+#[test]
+fn a_full_page_says_where_the_next_starts() {
+    let c = g("c");
+    let rows: Vec<Row> = (1..=COLLECT_PAGE as u64)
+        .map(|seq| decision_at(&c, seq, 90_000, true))
+        .collect();
+    let last = rows.last().unwrap().key.clone();
+    let (mut collect, (tag, _)) =
+        CollectDecisions::start(c.clone(), None, Duration::from_secs(60), clock());
+    assert!(
+        collect
+            .on_ended(at_ms(100_000), tag, Ended::Read(Ok(read(7, rows, vec![]))))
+            .is_empty()
+    );
+    let Some(Ok(done)) = collect.result() else {
+        panic!("{:?}", collect.result());
+    };
+    assert_eq!(
+        (done.kept, done.next.as_ref()),
+        (COLLECT_PAGE as u64, Some(&last))
+    );
+    // The next page starts right after it.
+    let (_, (_, next)) = CollectDecisions::start(
+        c.clone(),
+        Some(last.clone()),
+        Duration::from_secs(60),
+        clock(),
+    );
+    let Step::Read {
+        query: DataQuery::Scan { range, .. },
+        ..
+    } = next
+    else {
+        panic!("{next:?}");
+    };
+    assert!(!range.contains(&last) && range.contains(&[last.as_slice(), &[0]].concat()));
+    assert_eq!(range.end, decisions_range(&c).end);
 }

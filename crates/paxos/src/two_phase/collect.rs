@@ -1,0 +1,253 @@
+//! Collecting a coordinator group's decision rows (docs/protocol.md, "Two-phase
+//! commit", collection): a decision is needed only while some participant may still
+//! meet the transaction's record, and by its client resolving a lost answer. So a row
+//! older than the *decision retention* (counted from when its transaction began
+//! preparing) whose transaction has no record left in any participant is deleted, by
+//! a commit whose read set is the row. A record read absent never comes back (a
+//! prepare is its transaction's entry, chosen at most once), and whoever later reads
+//! the decision absent confirms it by a record read present before trusting it
+//! (*absent-decision-confirmed*), so a collected transaction is never decided afresh.
+//!
+//! One collection looks at one page of the group's decision rows (in key order, from
+//! a cursor the caller keeps), so its work is bounded however many rows there are.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use megastore_types::{EgId, Position, ReplicaId, Time};
+
+use super::decide::TwoPhaseClock;
+use super::{decision_delete, decisions_range, facts_of, record_row, txn_of_decision_row};
+use crate::messages::DataQuery;
+use crate::proposer::commit::{CommitResult, ReadSet};
+use crate::proposer::read::ReadError;
+use crate::steps::{Ended, Step, Tagged};
+use megastore_rowstore::KeyRange;
+
+/// Decision rows one collection looks at.
+pub const COLLECT_PAGE: usize = 128;
+
+/// The tag of the page's scan.
+const SCAN: u32 = 0;
+/// The tag of the deleting commit; a record read is tagged with its index plus one.
+const DELETE: u32 = u32::MAX;
+
+/// What one collection did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CollectedDecisions {
+    /// Decision rows deleted.
+    pub collected: u64,
+    /// Decision rows left: younger than the retention, with a record still pending
+    /// somewhere (or a participant that could not be read), or lost to a racing
+    /// collector.
+    pub kept: u64,
+    /// Where the next page starts (the rows after this key), when this page was full;
+    /// none: the scan reached the end of the group's decisions.
+    pub next: Option<Vec<u8>>,
+}
+
+/// One decision row old enough to collect, while its participants are read.
+#[derive(Debug)]
+struct Candidate {
+    row: Vec<u8>,
+    /// Reads of its records not answered yet.
+    waiting: usize,
+    /// A record read present, or a read that failed: kept.
+    keep: bool,
+}
+
+/// One collection of a page of `eg`'s decision rows.
+#[derive(Debug)]
+pub(crate) struct CollectDecisions {
+    eg: EgId,
+    retention: Duration,
+    clock: TwoPhaseClock,
+    /// The page's position, and the next position's leader it named.
+    read_at: Option<(Position, Option<ReplicaId>)>,
+    candidates: Vec<Candidate>,
+    /// Record read `tag - 1` is for candidate `reads[tag - 1]`.
+    reads: Vec<usize>,
+    deleting: Vec<usize>,
+    done: CollectedDecisions,
+    result: Option<Result<CollectedDecisions, ReadError>>,
+}
+
+impl CollectDecisions {
+    /// A collection of the page of `eg`'s decision rows after `after` (from the first
+    /// when none), and its first step.
+    pub(crate) fn start(
+        eg: EgId,
+        after: Option<Vec<u8>>,
+        retention: Duration,
+        clock: TwoPhaseClock,
+    ) -> (Self, Tagged) {
+        let all = decisions_range(&eg);
+        let range = match after {
+            Some(mut key) => {
+                // The first key after `key`.
+                key.push(0);
+                KeyRange {
+                    start: key.max(all.start),
+                    end: all.end,
+                }
+            }
+            None => all,
+        };
+        let step = Step::Read {
+            eg: eg.clone(),
+            query: DataQuery::Scan {
+                range,
+                limit: Some(COLLECT_PAGE),
+                reverse: false,
+            },
+            settle: false,
+        };
+        let collect = Self {
+            eg,
+            retention,
+            clock,
+            read_at: None,
+            candidates: Vec::new(),
+            reads: Vec::new(),
+            deleting: Vec::new(),
+            done: CollectedDecisions::default(),
+            result: None,
+        };
+        (collect, (SCAN, step))
+    }
+
+    /// A step it asked for ended: its next steps.
+    pub(crate) fn on_ended(&mut self, now: Time, tag: u32, ended: Ended) -> Vec<Tagged> {
+        match (tag, ended) {
+            (SCAN, Ended::Read(Err(e))) => {
+                self.result = Some(Err(e));
+                Vec::new()
+            }
+            (SCAN, Ended::Read(Ok(read))) => {
+                self.read_at = Some((read.position.unwrap_or_default(), read.next_leader));
+                if read.rows.len() >= COLLECT_PAGE {
+                    self.done.next = read.rows.last().map(|r| r.key.clone());
+                }
+                self.on_page(now, &read.rows)
+            }
+            (DELETE, Ended::Commit(result)) => {
+                let n = self.deleting.len() as u64;
+                match result {
+                    CommitResult::Committed { .. } => self.done.collected += n,
+                    // A racing collector (the only other writer of old decision rows)
+                    // or an unknown outcome: the next collection looks again.
+                    _ => self.done.kept += n,
+                }
+                self.finish()
+            }
+            (tag, Ended::Read(read)) => {
+                let Some(&i) = self.reads.get(tag as usize - 1) else {
+                    return Vec::new();
+                };
+                let candidate = &mut self.candidates[i];
+                candidate.waiting -= 1;
+                match read {
+                    Ok(read) if read.rows.is_empty() => {}
+                    // Pending there still, or not known to be gone.
+                    _ => candidate.keep = true,
+                }
+                self.maybe_delete()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// The page was read: reads of the records of every transaction old enough.
+    fn on_page(&mut self, now: Time, rows: &[megastore_rowstore::Row]) -> Vec<Tagged> {
+        let range = decisions_range(&self.eg);
+        let wall = self.clock.wall_ms(now);
+        let retention_ms = u64::try_from(self.retention.as_millis()).unwrap_or(u64::MAX);
+        let mut steps = Vec::new();
+        for row in rows.iter().filter(|r| range.contains(&r.key)) {
+            // A row from before decisions recorded their facts is kept for ever.
+            let Some(facts) = facts_of(row) else {
+                self.done.kept += 1;
+                continue;
+            };
+            if facts.prepared_ms.saturating_add(retention_ms) > wall {
+                self.done.kept += 1;
+                continue;
+            }
+            let Some(txn) = txn_of_decision_row(&self.eg, &row.key) else {
+                self.done.kept += 1;
+                continue;
+            };
+            let i = self.candidates.len();
+            let recorded_in: &[EgId] = if self.clock.bugs.collect_unfinished() {
+                // The mistake: nobody looks for the records.
+                &[]
+            } else {
+                facts.recorded_in()
+            };
+            for eg in recorded_in {
+                self.reads.push(i);
+                let tag = u32::try_from(self.reads.len()).expect("fewer reads than u32::MAX");
+                steps.push((
+                    tag,
+                    Step::Read {
+                        eg: eg.clone(),
+                        query: DataQuery::Rows(vec![record_row(eg, txn)]),
+                        settle: false,
+                    },
+                ));
+            }
+            self.candidates.push(Candidate {
+                row: row.key.clone(),
+                waiting: recorded_in.len(),
+                keep: false,
+            });
+        }
+        if steps.is_empty() {
+            return self.maybe_delete();
+        }
+        steps
+    }
+
+    /// Once every record read answered: the commit deleting the rows whose records are
+    /// all gone.
+    fn maybe_delete(&mut self) -> Vec<Tagged> {
+        if self.candidates.iter().any(|c| c.waiting > 0) {
+            return Vec::new();
+        }
+        self.deleting = (0..self.candidates.len())
+            .filter(|&i| !self.candidates[i].keep)
+            .collect();
+        self.done.kept += (self.candidates.len() - self.deleting.len()) as u64;
+        let Some((position, leader)) = self.read_at else {
+            return Vec::new();
+        };
+        if self.deleting.is_empty() {
+            return self.finish();
+        }
+        let rows: BTreeSet<Vec<u8>> = self
+            .deleting
+            .iter()
+            .map(|&i| self.candidates[i].row.clone())
+            .collect();
+        let step = Step::Commit {
+            eg: self.eg.clone(),
+            read_position: position,
+            leader,
+            writes: rows.iter().map(|row| decision_delete(row)).collect(),
+            // Only collectors write a decision row this old; two racing conflict.
+            reads: ReadSet::from(rows),
+            txn: None,
+        };
+        vec![(DELETE, step)]
+    }
+
+    fn finish(&mut self) -> Vec<Tagged> {
+        self.result = Some(Ok(self.done.clone()));
+        Vec::new()
+    }
+
+    /// Its result, once over.
+    pub(crate) fn result(&self) -> Option<&Result<CollectedDecisions, ReadError>> {
+        self.result.as_ref()
+    }
+}
