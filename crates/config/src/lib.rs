@@ -415,7 +415,7 @@ pub struct Timeouts {
     /// transaction began preparing; after it, once every participant is finished, the
     /// full replicas delete it. A client that lost a commit's answer resolves it by
     /// the transaction's id within this window. One hour when not given; at least four
-    /// prepared timeouts.
+    /// prepared timeouts and five lock leases (how long a client resolves).
     pub decision_retention_ms: Option<u64>,
 }
 

@@ -315,12 +315,13 @@ fn check_timeouts(config: &ClusterConfig) -> Result<(), Failure> {
             return fail(format!("timeouts.{field}"), "must be positive");
         }
     }
-    if t.decision_retention() < t.prepared() * 4 {
+    let shortest = (t.prepared() * 4).max(t.lock_lease() * 5);
+    if t.decision_retention() < shortest {
         return fail(
             "timeouts.decision_retention_ms",
             format!(
-                "must be at least four prepared timeouts ({} ms): a client resolves a lost commit's answer by its decision within this window",
-                (t.prepared() * 4).as_millis()
+                "must be at least four prepared timeouts and five lock leases ({} ms): a client resolves a lost commit's answer by its decision within this window",
+                shortest.as_millis()
             ),
         );
     }

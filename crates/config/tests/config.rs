@@ -103,10 +103,18 @@ fn mistakes_name_their_field() {
         (
             edited(
                 "heartbeat_ms = 300",
-                "heartbeat_ms = 300\nprepared_ms = 5000\ndecision_retention_ms = 19999",
+                "heartbeat_ms = 300\nprepared_ms = 20000\ndecision_retention_ms = 79999",
             ),
             "timeouts.decision_retention_ms",
-            "four prepared timeouts (20000 ms)",
+            "four prepared timeouts and five lock leases (80000 ms)",
+        ),
+        (
+            edited(
+                "heartbeat_ms = 300",
+                "heartbeat_ms = 300\ndecision_retention_ms = 49999",
+            ),
+            "timeouts.decision_retention_ms",
+            "(50000 ms)",
         ),
         (
             edited(
