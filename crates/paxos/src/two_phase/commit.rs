@@ -403,13 +403,23 @@ impl TwoPhaseCommit {
 
     /// Records abort in the coordinator group, then finishes the participants.
     fn abort(&mut self) -> Vec<Tagged> {
+        // Only this client decides commit, and it has not (or not yet, when its
+        // decision went out early: then a commit is read). But another may have met a
+        // record, recorded abort, finished it and — this client slow past the
+        // retention — collected the decision: an absent decision counts only with a
+        // record still pending where one may be.
+        let recheck = self
+            .parts
+            .iter()
+            .skip(1)
+            .filter(|p| matches!(p.prepare, Prepare::Prepared(_) | Prepare::MaybePrepared))
+            .map(|p| p.participant.eg.clone())
+            .collect();
         let (decide, step) = Decide::start(
             self.parts[0].participant.eg.clone(),
             self.txn,
             MayAbort::Now(self.facts()),
-            // Only this client decides commit, and it has not (or not yet, when its
-            // decision went out early: then a commit is read).
-            Vec::new(),
+            recheck,
             Patience::Report,
             self.clock,
         );

@@ -119,8 +119,8 @@ pub(crate) struct Decide {
     /// When it may record abort.
     may_abort: MayAbort,
     /// The participants whose record of `txn` confirms a decision read absent (one
-    /// read present suffices); none: an absence is trusted as read (the transaction's
-    /// own client, whose decision nobody else writes or collects while it runs).
+    /// read present suffices); none: an absence is trusted as read (no participant
+    /// was ever prepared, so nobody else decided or collected anything).
     recheck: Vec<EgId>,
     patience: Patience,
     clock: TwoPhaseClock,

@@ -397,7 +397,24 @@ fn a_refused_prepare_aborts_recorded_first_and_finishes_the_prepared() {
     };
     assert_eq!(eg, &c, "the decision row is read first");
     assert_eq!(query, &DataQuery::Rows(vec![decision_row(&c, txn(1))]));
-    let abort = commit.on_ended(at_ms(530), *tag, Ended::Read(Ok(read(6, vec![], vec![]))));
+    let recheck = commit.on_ended(at_ms(530), *tag, Ended::Read(Ok(read(6, vec![], vec![]))));
+    let [(tag, Step::Read { eg, query, .. })] = &recheck[..] else {
+        panic!("{recheck:?}");
+    };
+    assert_eq!(
+        eg, &b,
+        "the absence is confirmed where it is prepared (not d)"
+    );
+    assert_eq!(query, &DataQuery::Rows(vec![record_row(&b, txn(1))]));
+    let record = Row {
+        key: record_row(&b, txn(1)),
+        cells: Default::default(),
+    };
+    let abort = commit.on_ended(
+        at_ms(531),
+        *tag,
+        Ended::Read(Ok(read(9, vec![record], vec![]))),
+    );
     let [
         (
             tag,
@@ -826,4 +843,40 @@ fn a_full_page_says_where_the_next_starts() {
     };
     assert!(!range.contains(&last) && range.contains(&[last.as_slice(), &[0]].concat()));
     assert_eq!(range.end, decisions_range(&c).end);
+}
+
+#[test]
+fn a_slow_client_aborting_after_its_transaction_was_aborted_and_collected_records_nothing() {
+    let (c, b, d) = (g("c"), g("b"), g("d"));
+    let parts = vec![
+        participant(&c, 4, "x"),
+        participant(&b, 7, "y"),
+        participant(&d, 2, "z"),
+    ];
+    let (mut commit, _) = TwoPhaseCommit::start(at_ms(500), txn(1), parts, None, clock()).unwrap();
+    commit.on_ended(at_ms(510), 1, committed(8));
+    let refused = Ended::Commit(CommitResult::Conflict {
+        keys: vec![row_of(&d, "z")],
+    });
+    let read_decision = commit.on_ended(at_ms(520), 2, refused);
+    let tag = read_decision[0].0;
+    // Someone met b's record, recorded abort, finished it, and collected the decision.
+    let recheck = commit.on_ended(at_ms(9_000), tag, Ended::Read(Ok(read(30, vec![], vec![]))));
+    assert!(
+        matches!(&recheck[..], [(_, Step::Read { eg, .. })] if *eg == b),
+        "{recheck:?}"
+    );
+    let reread = commit.on_ended(at_ms(9_010), tag, Ended::Read(Ok(read(40, vec![], vec![]))));
+    assert!(
+        matches!(&reread[..], [(_, Step::Read { eg, .. })] if *eg == c),
+        "{reread:?}"
+    );
+    let nothing = commit.on_ended(at_ms(9_020), tag, Ended::Read(Ok(read(31, vec![], vec![]))));
+    assert!(nothing.is_empty(), "no abort recorded afresh: {nothing:?}");
+    assert_eq!(
+        commit.result(),
+        Some(&TwoPhaseResult::Aborted {
+            keys: vec![row_of(&d, "z")]
+        })
+    );
 }
