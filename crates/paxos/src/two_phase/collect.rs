@@ -219,7 +219,8 @@ impl CollectDecisions {
             .collect();
         self.done.kept += (self.candidates.len() - self.deleting.len()) as u64;
         let Some((position, leader)) = self.read_at else {
-            return Vec::new();
+            // Unreachable: candidates come from the page's read.
+            return self.finish();
         };
         if self.deleting.is_empty() {
             return self.finish();
