@@ -131,7 +131,7 @@ impl Gateway {
             Ok(Some(false)) => Wire::NotCommitted(NotCommitted {}),
             Ok(None) => Wire::Unknown(Unknown {
                 reason: format!(
-                    "{txn} is not decided yet; it is aborted once it has been prepared longer than the prepared timeout and someone meets it"
+                    "{txn} has no decision: not decided yet (it is aborted once it has been prepared longer than the prepared timeout and someone meets it), or, past the decision retention, decided and collected"
                 ),
             }),
             Err(e) => Wire::Unknown(Unknown {
