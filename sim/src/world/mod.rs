@@ -330,10 +330,14 @@ impl World {
                     // A relay whose replica is down: it starts again with the replica.
                     return;
                 }
+                // The replicas' sweeps (settling, collecting) go on after the workload
+                // stops, as on real servers, until the run's last seconds of converging.
+                let sweeps_until = self.end_time().saturating_sub(ns(Duration::from_secs(5)));
                 let Some(client) = self.clients.get_mut(&c) else {
                     return;
                 };
-                if client.busy() || now >= end {
+                let workload = now < end;
+                if client.busy() || (!workload && now >= sweeps_until) {
                     return;
                 }
                 let sweep = client
@@ -364,7 +368,23 @@ impl World {
                         let (_, after) = self.decided_due.remove(&eg).unwrap_or_default();
                         client.collect_group(now, local, eg, after, retention)
                     }
-                    (None, None) => client.start_next(now, local),
+                    (None, None) if workload => client.start_next(now, local),
+                    (None, None) => {
+                        // Come back when the next sweep is due.
+                        let next = client
+                            .two_phase
+                            .then(|| {
+                                let prepared = self.prepared_due.values().copied();
+                                let decided = self.decided_due.values().map(|(due, _)| *due);
+                                prepared.chain(decided).min()
+                            })
+                            .flatten()
+                            .filter(|due| *due < sweeps_until);
+                        if let Some(due) = next {
+                            self.schedule(due.max(now + 1), Event::ClientNext(c));
+                        }
+                        return;
+                    }
                 };
                 self.client_outputs(c, outputs);
             }
