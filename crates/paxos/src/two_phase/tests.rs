@@ -368,8 +368,9 @@ fn a_commit_prepares_then_decides_then_finishes() {
     );
 }
 
-#[test]
-fn a_refused_prepare_aborts_recorded_first_and_finishes_the_prepared() {
+/// A commit across c, b and d (begun at 500 ms) that b prepared and d refused: it and
+/// the steps it took next.
+fn refused_by_d() -> (TwoPhaseCommit, Vec<(u32, Step)>) {
     let (c, b, d) = (g("c"), g("b"), g("d"));
     let parts = vec![
         participant(&c, 4, "x"),
@@ -381,7 +382,14 @@ fn a_refused_prepare_aborts_recorded_first_and_finishes_the_prepared() {
     let conflict = Ended::Commit(CommitResult::Conflict {
         keys: vec![row_of(&d, "z")],
     });
-    let record = commit.on_ended(at_ms(520), 2, conflict);
+    let steps = commit.on_ended(at_ms(520), 2, conflict);
+    (commit, steps)
+}
+
+#[test]
+fn a_refused_prepare_aborts_recorded_first_and_finishes_the_prepared() {
+    let (c, b, d) = (g("c"), g("b"), g("d"));
+    let (mut commit, record) = refused_by_d();
     let [
         (
             tag,
@@ -848,17 +856,7 @@ fn a_full_page_says_where_the_next_starts() {
 #[test]
 fn a_slow_client_aborting_after_its_transaction_was_aborted_and_collected_records_nothing() {
     let (c, b, d) = (g("c"), g("b"), g("d"));
-    let parts = vec![
-        participant(&c, 4, "x"),
-        participant(&b, 7, "y"),
-        participant(&d, 2, "z"),
-    ];
-    let (mut commit, _) = TwoPhaseCommit::start(at_ms(500), txn(1), parts, None, clock()).unwrap();
-    commit.on_ended(at_ms(510), 1, committed(8));
-    let refused = Ended::Commit(CommitResult::Conflict {
-        keys: vec![row_of(&d, "z")],
-    });
-    let read_decision = commit.on_ended(at_ms(520), 2, refused);
+    let (mut commit, read_decision) = refused_by_d();
     let tag = read_decision[0].0;
     // Someone met b's record, recorded abort, finished it, and collected the decision.
     let recheck = commit.on_ended(at_ms(9_000), tag, Ended::Read(Ok(read(30, vec![], vec![]))));
