@@ -345,11 +345,11 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
         600,
     ),
     // A collection while a participant is still prepared: whoever settles it there
-    // then finds no decision and records abort afresh (first caught at seed 16).
-    ("collect-unfinished", &["decision-stable"], 60),
+    // then finds no decision and records abort afresh (first caught at seed 44).
+    ("collect-unfinished", &["decision-stable"], 120),
     // A decision read absent after its transaction finished and was collected, trusted:
     // a settle or resolution that read the record pending earlier records abort
-    // afresh (first caught at seed 115).
+    // afresh (first caught at seed 87).
     ("trust-absent-decision", &["decision-stable"], 240),
 ];
 

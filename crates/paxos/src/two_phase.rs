@@ -33,14 +33,16 @@
 //! **Collection.** A decision row records, beside the decision, when its transaction
 //! began preparing and its participants ([`TxnFacts`]). Once it is older than the
 //! *decision retention* and every participant's record is gone, a collector deletes it
-//! (`collect`), its read set the row. From then on an absent decision is ambiguous —
-//! never decided, or decided and collected — so *absent-decision-confirmed*: whoever
-//! met a record (or resolves a transaction whose participants it knows) trusts a
-//! decision read absent only after re-reading a record of the transaction present in
-//! some participant. A record present then means no collection has happened yet,
-//! and none can happen until that record is gone: an abort recorded at the absent
-//! read's position conflicts with a later decision or collection. Records never
-//! reappear (a prepare is its transaction's entry, chosen at most once).
+//! (`collect`), its read set the row, in the same entry raising the group's *collection
+//! watermark* (the latest preparing time of any decision collected there). From then
+//! on an absent decision may be a collected one, so *absent-decision-confirmed*: a
+//! decision read absent counts only if, in the same read, the watermark is below the
+//! transaction's preparing time (it was never collected), or else once a record of the
+//! transaction is re-read present in some participant (no collection can have
+//! happened yet: the collector reads every record absent first, and records never
+//! reappear — a prepare is its transaction's entry, chosen at most once). Either way
+//! an abort recorded at the absent read's position conflicts with a later decision or
+//! collection.
 //!
 //! This module keeps the keys, the records and the lock rule; `decide`, `finish`,
 //! `commit` (with `settle`) and `collect` are the operations [`crate::ClientCore`]
@@ -67,6 +69,7 @@ use crate::proposer::commit::ReadSet;
 
 const RECORD: u8 = 0x01;
 const DECISION: u8 = 0x02;
+const COLLECTED: u8 = 0x03;
 
 /// The record row's column holding the [`Prepared`] summary (what replicas return).
 const LOCKS: &[u8] = b"locks";
@@ -74,6 +77,8 @@ const LOCKS: &[u8] = b"locks";
 const DECIDED: &[u8] = b"decided";
 /// The decision row's column holding its [`TxnFacts`] (what collecting it needs).
 const FACTS: &[u8] = b"facts";
+/// The collection watermark row's column.
+const THROUGH: &[u8] = b"through";
 /// A staged row's target key: column `r ‖ index`.
 const TARGET: u8 = b'r';
 /// A staged cell write: column `c ‖ index ‖ order ‖ op ‖ column`.
@@ -311,6 +316,28 @@ pub fn decision_write(
                 postcard::to_allocvec(facts).expect("a transaction's facts encode"),
             ),
         ],
+    }
+}
+
+/// The row of `coordinator` holding its *collection watermark*: the latest preparing
+/// time (ms) of any decision collected there. A decision of a transaction that began
+/// preparing after it has never been collected.
+pub fn watermark_row(coordinator: &EgId) -> Vec<u8> {
+    two_phase_prefix(coordinator, COLLECTED)
+}
+
+/// The watermark `row` (read at [`watermark_row`]) holds: 0 when none.
+pub fn watermark_of(row: Option<&Row>) -> u64 {
+    row.and_then(|r| r.value(THROUGH))
+        .and_then(|v| v.try_into().ok())
+        .map_or(0, u64::from_be_bytes)
+}
+
+/// The write that raises `coordinator`'s collection watermark to `through_ms`.
+pub fn watermark_write(coordinator: &EgId, through_ms: u64) -> RowWrite {
+    RowWrite {
+        row: watermark_row(coordinator),
+        cells: vec![set(THROUGH.to_vec(), through_ms.to_be_bytes().to_vec())],
     }
 }
 

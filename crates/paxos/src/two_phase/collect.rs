@@ -3,10 +3,12 @@
 //! meet the transaction's record, and by its client resolving a lost answer. So a row
 //! older than the *decision retention* (counted from when its transaction began
 //! preparing) whose transaction has no record left in any participant is deleted, by
-//! a commit whose read set is the row. A record read absent never comes back (a
-//! prepare is its transaction's entry, chosen at most once), and whoever later reads
-//! the decision absent confirms it by a record read present before trusting it
-//! (*absent-decision-confirmed*), so a collected transaction is never decided afresh.
+//! a commit whose read set is the row and the group's collection watermark, which it
+//! raises to the latest preparing time it collected. A record read absent never comes
+//! back (a prepare is its transaction's entry, chosen at most once), and whoever later
+//! reads the decision absent trusts that only above the watermark or with a record
+//! read present after it (*absent-decision-confirmed*), so a collected transaction is
+//! never decided afresh.
 //!
 //! One collection looks at one page of the group's decision rows (in key order, from
 //! a cursor the caller keeps), so its work is bounded however many rows there are.
@@ -17,7 +19,10 @@ use std::time::Duration;
 use megastore_types::{EgId, Position, ReplicaId, Time};
 
 use super::decide::TwoPhaseClock;
-use super::{decision_delete, decisions_range, facts_of, record_row, txn_of_decision_row};
+use super::{
+    decision_delete, decisions_range, facts_of, record_row, txn_of_decision_row, watermark_of,
+    watermark_row, watermark_write,
+};
 use crate::messages::DataQuery;
 use crate::proposer::commit::{CommitResult, ReadSet};
 use crate::proposer::read::ReadError;
@@ -29,6 +34,8 @@ pub const COLLECT_PAGE: usize = 128;
 
 /// The tag of the page's scan.
 const SCAN: u32 = 0;
+/// The tag of the watermark's read, before the page's.
+const WATERMARK: u32 = u32::MAX - 1;
 /// The tag of the deleting commit; a record read is tagged with its index plus one.
 const DELETE: u32 = u32::MAX;
 
@@ -50,6 +57,8 @@ pub struct CollectedDecisions {
 #[derive(Debug)]
 struct Candidate {
     row: Vec<u8>,
+    /// When its transaction began preparing.
+    prepared_ms: u64,
     /// Reads of its records not answered yet.
     waiting: usize,
     /// A record read present, or a read that failed: kept.
@@ -62,8 +71,13 @@ pub(crate) struct CollectDecisions {
     eg: EgId,
     retention: Duration,
     clock: TwoPhaseClock,
-    /// The page's position, and the next position's leader it named.
+    /// The position the watermark was read at (before the page), and the next
+    /// position's leader it named: the deleting commit's read position.
     read_at: Option<(Position, Option<ReplicaId>)>,
+    /// The watermark read there.
+    watermark: u64,
+    /// The page's read, sent once the watermark is read.
+    page: Option<Step>,
     candidates: Vec<Candidate>,
     /// Record read `tag - 1` is for candidate `reads[tag - 1]`.
     reads: Vec<usize>,
@@ -93,7 +107,7 @@ impl CollectDecisions {
             }
             None => all,
         };
-        let step = Step::Read {
+        let page = Step::Read {
             eg: eg.clone(),
             query: DataQuery::Scan {
                 range,
@@ -102,29 +116,46 @@ impl CollectDecisions {
             },
             settle: false,
         };
+        let step = Step::Read {
+            eg: eg.clone(),
+            query: DataQuery::Rows(vec![watermark_row(&eg)]),
+            settle: false,
+        };
         let collect = Self {
             eg,
             retention,
             clock,
             read_at: None,
+            watermark: 0,
+            page: Some(page),
             candidates: Vec::new(),
             reads: Vec::new(),
             deleting: Vec::new(),
             done: CollectedDecisions::default(),
             result: None,
         };
-        (collect, (SCAN, step))
+        (collect, (WATERMARK, step))
     }
 
     /// A step it asked for ended: its next steps.
     pub(crate) fn on_ended(&mut self, now: Time, tag: u32, ended: Ended) -> Vec<Tagged> {
         match (tag, ended) {
-            (SCAN, Ended::Read(Err(e))) => {
+            (SCAN | WATERMARK, Ended::Read(Err(e))) => {
                 self.result = Some(Err(e));
                 Vec::new()
             }
-            (SCAN, Ended::Read(Ok(read))) => {
+            (WATERMARK, Ended::Read(Ok(read))) => {
+                // The page is read after: a commit validated from this earlier position
+                // covers the page's rows too (it conflicts more, never less).
                 self.read_at = Some((read.position.unwrap_or_default(), read.next_leader));
+                self.watermark = watermark_of(read.rows.first());
+                self.page
+                    .take()
+                    .map(|page| (SCAN, page))
+                    .into_iter()
+                    .collect()
+            }
+            (SCAN, Ended::Read(Ok(read))) => {
                 if read.rows.len() >= COLLECT_PAGE {
                     self.done.next = read.rows.last().map(|r| r.key.clone());
                 }
@@ -198,6 +229,7 @@ impl CollectDecisions {
             }
             self.candidates.push(Candidate {
                 row: row.key.clone(),
+                prepared_ms: facts.prepared_ms,
                 waiting: recorded_in.len(),
                 keep: false,
             });
@@ -230,13 +262,23 @@ impl CollectDecisions {
             .iter()
             .map(|&i| self.candidates[i].row.clone())
             .collect();
+        let through = self
+            .deleting
+            .iter()
+            .map(|&i| self.candidates[i].prepared_ms)
+            .fold(self.watermark, u64::max);
+        let mut writes: Vec<_> = rows.iter().map(|row| decision_delete(row)).collect();
+        writes.push(watermark_write(&self.eg, through));
+        let mut reads = rows;
+        // Only collectors write a decision row this old, or the watermark: two racing
+        // conflict, and the watermark never goes down.
+        reads.insert(watermark_row(&self.eg));
         let step = Step::Commit {
             eg: self.eg.clone(),
             read_position: position,
             leader,
-            writes: rows.iter().map(|row| decision_delete(row)).collect(),
-            // Only collectors write a decision row this old; two racing conflict.
-            reads: ReadSet::from(rows),
+            writes,
+            reads: ReadSet::from(reads),
             txn: None,
         };
         vec![(DELETE, step)]

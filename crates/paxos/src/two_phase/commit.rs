@@ -406,8 +406,8 @@ impl TwoPhaseCommit {
         // Only this client decides commit, and it has not (or not yet, when its
         // decision went out early: then a commit is read). But another may have met a
         // record, recorded abort, finished it and — this client slow past the
-        // retention — collected the decision: an absent decision counts only with a
-        // record still pending where one may be.
+        // retention — collected the decision: an absent decision counts only above the
+        // collection watermark, or with a record still pending where one may be.
         let recheck = self
             .parts
             .iter()

@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use megastore_types::{EgId, Position, ReplicaId, Time, TxnId};
 
-use super::{Decision, TxnFacts, decision_of, decision_row, decision_write, record_row};
+use super::{
+    Decision, TxnFacts, decision_of, decision_row, decision_write, record_row, watermark_of,
+    watermark_row,
+};
 use crate::bugs::ProtocolBugs;
 use crate::messages::DataQuery;
 use crate::proposer::commit::{CommitResult, ReadSet};
@@ -118,9 +121,8 @@ pub(crate) struct Decide {
     txn: TxnId,
     /// When it may record abort.
     may_abort: MayAbort,
-    /// The participants whose record of `txn` confirms a decision read absent (one
-    /// read present suffices); none: an absence is trusted as read (no participant
-    /// was ever prepared, so nobody else decided or collected anything).
+    /// The participants whose record of `txn` confirms a decision read absent when the
+    /// collection watermark does not (one read present suffices).
     recheck: Vec<EgId>,
     patience: Patience,
     clock: TwoPhaseClock,
@@ -157,7 +159,11 @@ impl Decide {
     fn read(&self) -> Step {
         Step::Read {
             eg: self.coordinator.clone(),
-            query: DataQuery::Rows(vec![decision_row(&self.coordinator, self.txn)]),
+            // With the collection watermark: an absence above it is real.
+            query: DataQuery::Rows(vec![
+                decision_row(&self.coordinator, self.txn),
+                watermark_row(&self.coordinator),
+            ]),
             settle: false,
         }
     }
@@ -189,8 +195,22 @@ impl Decide {
                     return self.done(DecideOutcome::Decided(decision));
                 }
                 let position = read.position.unwrap_or_default();
-                if self.recheck.is_empty() || self.clock.bugs.trust_absent_decision() {
+                let watermark = watermark_of(
+                    read.rows
+                        .iter()
+                        .find(|r| r.key == watermark_row(&self.coordinator)),
+                );
+                let never_collected = match &self.may_abort {
+                    MayAbort::After(facts) | MayAbort::Now(facts) => facts.prepared_ms > watermark,
+                    // It records nothing: "undecided" is all it can say.
+                    MayAbort::Never => true,
+                };
+                if never_collected || self.clock.bugs.trust_absent_decision() {
                     return self.on_absent(now, position, read.next_leader);
+                }
+                if self.recheck.is_empty() {
+                    // Maybe collected, and no record to confirm by: nothing to finish.
+                    return self.done(DecideOutcome::Gone);
                 }
                 self.stage = Stage::Rechecking {
                     next: 0,

@@ -84,6 +84,13 @@ fn at_ms(ms: u64) -> Time {
     Time::from_nanos(ms * 1_000_000)
 }
 
+/// A decision read that finds none, at `position`, with `coordinator`'s collection
+/// watermark at `through_ms` (so an absence at or below it needs a record's recheck).
+fn none_through(coordinator: &EgId, position: u64, through_ms: u64) -> Ended {
+    let watermark = stored(&watermark_write(coordinator, through_ms));
+    Ended::Read(Ok(read(position, vec![watermark], vec![])))
+}
+
 fn facts(prepared_ms: u64, participants: &[&EgId]) -> TxnFacts {
     TxnFacts {
         prepared_ms,
@@ -404,8 +411,14 @@ fn a_refused_prepare_aborts_recorded_first_and_finishes_the_prepared() {
         panic!("{record:?}");
     };
     assert_eq!(eg, &c, "the decision row is read first");
-    assert_eq!(query, &DataQuery::Rows(vec![decision_row(&c, txn(1))]));
-    let recheck = commit.on_ended(at_ms(530), *tag, Ended::Read(Ok(read(6, vec![], vec![]))));
+    assert_eq!(
+        query,
+        &DataQuery::Rows(vec![decision_row(&c, txn(1)), watermark_row(&c)]),
+        "with the collection watermark"
+    );
+    // A collection took transactions prepared up to 500 ms (its own time): the absence
+    // needs a recheck.
+    let recheck = commit.on_ended(at_ms(530), *tag, none_through(&c, 6, 500));
     let [(tag, Step::Read { eg, query, .. })] = &recheck[..] else {
         panic!("{recheck:?}");
     };
@@ -516,7 +529,7 @@ fn an_undecided_transaction_is_aborted_only_after_its_timeout_and_recorded_first
     let (mut settle, first) = SettlePrepared::start(b.clone(), &p, Patience::Report, clock());
     assert!(matches!(&first, Step::Read { eg, settle: false, .. } if *eg == c));
     // The decision read absent counts once the record is read pending after it.
-    let recheck = settle.on_ended(at_ms(2_500), Ended::Read(Ok(read(3, vec![], vec![]))));
+    let recheck = settle.on_ended(at_ms(2_500), none_through(&c, 3, 1_000));
     assert!(
         matches!(&recheck, Some(Step::Read { eg, query: DataQuery::Rows(rows), .. }) if *eg == b && rows == &vec![record_row(&b, p.txn)]),
         "{recheck:?}"
@@ -532,7 +545,7 @@ fn an_undecided_transaction_is_aborted_only_after_its_timeout_and_recorded_first
         Patience::Wait,
         clock(),
     );
-    decide.on_ended(at_ms(2_950), Ended::Read(Ok(read(3, vec![], vec![]))));
+    decide.on_ended(at_ms(2_950), none_through(&c, 3, 1_000));
     let wake = decide.on_ended(at_ms(2_950), still_pending());
     assert!(
         matches!(wake, Some(Step::Wake { at }) if at == at_ms(3_000)),
@@ -542,7 +555,7 @@ fn an_undecided_transaction_is_aborted_only_after_its_timeout_and_recorded_first
         decide.on_ended(at_ms(3_000), Ended::Woke),
         Some(Step::Read { .. })
     ));
-    decide.on_ended(at_ms(3_000), Ended::Read(Ok(read(3, vec![], vec![]))));
+    decide.on_ended(at_ms(3_000), none_through(&c, 3, 1_000));
     let record = decide.on_ended(at_ms(3_000), still_pending());
     let Some(Step::Commit {
         writes,
@@ -638,7 +651,7 @@ fn a_settle_finishes_what_was_decided_and_a_finished_record_is_left_alone() {
 }
 
 #[test]
-fn a_decision_read_absent_is_trusted_only_while_a_record_is_pending() {
+fn a_decision_read_absent_is_trusted_above_the_watermark_or_while_a_record_is_pending() {
     let (c, b) = (g("c"), g("b"));
     let p = prepared(&b, &["w"], &[]);
     let expired = at_ms(5_000);
@@ -655,7 +668,7 @@ fn a_decision_read_absent_is_trusted_only_while_a_record_is_pending() {
     };
     // Finished in b, and its decision collected since: nothing to abort.
     let mut decide = start(ProtocolBugs::NONE);
-    let recheck = decide.on_ended(expired, Ended::Read(Ok(read(3, vec![], vec![]))));
+    let recheck = decide.on_ended(expired, none_through(&c, 3, 1_000));
     assert!(matches!(&recheck, Some(Step::Read { eg, .. }) if *eg == b));
     let reread = decide.on_ended(expired, Ended::Read(Ok(read(9, vec![], vec![]))));
     assert!(
@@ -670,7 +683,7 @@ fn a_decision_read_absent_is_trusted_only_while_a_record_is_pending() {
     assert_eq!(decide.outcome(), Some(&DecideOutcome::Gone));
     // Decided between the first read and the record's finish: the second read finds it.
     let mut decide = start(ProtocolBugs::NONE);
-    decide.on_ended(expired, Ended::Read(Ok(read(3, vec![], vec![]))));
+    decide.on_ended(expired, none_through(&c, 3, 1_000));
     decide.on_ended(expired, Ended::Read(Ok(read(9, vec![], vec![]))));
     let decided = Row {
         key: decision_row(&c, p.txn),
@@ -685,8 +698,21 @@ fn a_decision_read_absent_is_trusted_only_while_a_record_is_pending() {
     let mut bugs = ProtocolBugs::NONE;
     bugs.trust_absent_decision = true;
     let mut decide = start(bugs);
-    let abort = decide.on_ended(expired, Ended::Read(Ok(read(3, vec![], vec![]))));
+    let abort = decide.on_ended(expired, none_through(&c, 3, 1_000));
     assert!(matches!(abort, Some(Step::Commit { .. })), "{abort:?}");
+    // Prepared after everything collected there: the absence is real, no recheck.
+    let mut decide = start(ProtocolBugs::NONE);
+    let abort = decide.on_ended(expired, none_through(&c, 3, 999));
+    assert!(
+        matches!(
+            &abort,
+            Some(Step::Commit {
+                read_position: Position(3),
+                ..
+            })
+        ),
+        "{abort:?}"
+    );
 }
 
 /// A decision row of transaction `seq` (prepared at `prepared_ms` across c, b and d),
@@ -710,12 +736,24 @@ fn decision_at(c: &EgId, seq: u64, prepared_ms: u64, with_facts: bool) -> Row {
 
 fn collect_page(bugs: ProtocolBugs) -> (CollectDecisions, Vec<(u32, Step)>) {
     let c = g("c");
-    let (mut collect, (tag, scan)) = CollectDecisions::start(
+    let (mut collect, (tag, first)) = CollectDecisions::start(
         c.clone(),
         None,
         Duration::from_secs(60),
         TwoPhaseClock { bugs, ..clock() },
     );
+    assert!(
+        matches!(&first, Step::Read { query: DataQuery::Rows(rows), .. } if rows == &vec![watermark_row(&c)]),
+        "the watermark first: {first:?}"
+    );
+    let watermark = stored(&watermark_write(&c, 900));
+    let next = collect.on_ended(
+        at_ms(99_990),
+        tag,
+        Ended::Read(Ok(read(5, vec![watermark], vec![]))),
+    );
+    assert_eq!(next.len(), 1, "the page next: {next:?}");
+    let (tag, scan) = next.into_iter().next().expect("the page's read");
     assert!(
         matches!(&scan, Step::Read { eg, query: DataQuery::Scan { range, limit: Some(COLLECT_PAGE), .. }, .. } if *eg == c && *range == decisions_range(&c)),
         "{scan:?}"
@@ -775,12 +813,19 @@ fn a_collection_deletes_old_decisions_whose_records_are_all_gone() {
     };
     assert_eq!(
         (eg, *read_position),
-        (&c, Position(7)),
-        "at the page's position"
+        (&c, Position(5)),
+        "at the watermark's position, before the page's"
     );
-    assert_eq!(writes, &vec![decision_delete(&decision_row(&c, txn(1)))]);
+    assert_eq!(
+        writes,
+        &vec![
+            decision_delete(&decision_row(&c, txn(1))),
+            watermark_write(&c, 1_000)
+        ],
+        "the watermark raised to what it collected"
+    );
     assert!(
-        reads.covers(&decision_row(&c, txn(1))),
+        reads.covers(&decision_row(&c, txn(1))) && reads.covers(&watermark_row(&c)),
         "two collectors conflict"
     );
     assert!(collect.result().is_none());
@@ -808,7 +853,8 @@ fn collecting_unfinished_decisions_is_the_knob() {
         writes,
         &vec![
             decision_delete(&decision_row(&c, txn(1))),
-            decision_delete(&decision_row(&c, txn(2)))
+            decision_delete(&decision_row(&c, txn(2))),
+            watermark_write(&c, 1_000)
         ],
         "deleted without a look at the records"
     );
@@ -823,9 +869,14 @@ fn a_full_page_says_where_the_next_starts() {
     let last = rows.last().unwrap().key.clone();
     let (mut collect, (tag, _)) =
         CollectDecisions::start(c.clone(), None, Duration::from_secs(60), clock());
+    let scan = collect.on_ended(at_ms(99_990), tag, Ended::Read(Ok(read(5, vec![], vec![]))));
     assert!(
         collect
-            .on_ended(at_ms(100_000), tag, Ended::Read(Ok(read(7, rows, vec![]))))
+            .on_ended(
+                at_ms(100_000),
+                scan[0].0,
+                Ended::Read(Ok(read(7, rows, vec![])))
+            )
             .is_empty()
     );
     let Some(Ok(done)) = collect.result() else {
@@ -836,12 +887,14 @@ fn a_full_page_says_where_the_next_starts() {
         (COLLECT_PAGE as u64, Some(&last))
     );
     // The next page starts right after it.
-    let (_, (_, next)) = CollectDecisions::start(
+    let (mut collect, (tag, _)) = CollectDecisions::start(
         c.clone(),
         Some(last.clone()),
         Duration::from_secs(60),
         clock(),
     );
+    let next = collect.on_ended(at_ms(99_990), tag, Ended::Read(Ok(read(5, vec![], vec![]))));
+    let (_, next) = next.into_iter().next().expect("the page's read");
     let Step::Read {
         query: DataQuery::Scan { range, .. },
         ..
@@ -859,7 +912,7 @@ fn a_slow_client_aborting_after_its_transaction_was_aborted_and_collected_record
     let (mut commit, read_decision) = refused_by_d();
     let tag = read_decision[0].0;
     // Someone met b's record, recorded abort, finished it, and collected the decision.
-    let recheck = commit.on_ended(at_ms(9_000), tag, Ended::Read(Ok(read(30, vec![], vec![]))));
+    let recheck = commit.on_ended(at_ms(9_000), tag, none_through(&c, 30, 500));
     assert!(
         matches!(&recheck[..], [(_, Step::Read { eg, .. })] if *eg == b),
         "{recheck:?}"
