@@ -144,12 +144,15 @@ fn seeds_150_to_199_are_clean() {
 /// a cross-group transaction's own client, slow past the decision retention, recorded
 /// abort afresh after others had aborted, finished and collected it — the client
 /// rechecks its prepared records now; 6053: a transaction left prepared because the
-/// modelled sweep stopped with the workload — it goes on until the last 5 s now. Later
+/// modelled sweep stopped with the workload — it goes on until the last 5 s now;
+/// 3087 and 3818: with every absent decision rechecked, an abort recorded a round trip
+/// late in a hot group lost its positions until a reader gave up, and an owner with no
+/// record to recheck trusted an absence — the collection watermark answers both. Later
 /// changes reshuffle each seed's trace, so these guard the seeds, not the
 /// interleavings).
 #[test]
 fn seeds_long_runs_found_stay_clean() {
-    for seed in [5272, 6079, 21355, 3106, 472, 5284, 6053] {
+    for seed in [5272, 6079, 21355, 3106, 472, 5284, 6053, 3087, 3818] {
         clean(seed..seed + 1);
     }
 }
