@@ -336,7 +336,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     (
         "count-votes-of-removed",
         &["durable-ack", "visible-after-invalidate", "single-value"],
-        500,
+        1200,
     ),
     // Needs a seed whose move the operator records frozen while the source's
     // coordinator has not read it, then a writer that counts that coordinator's

@@ -42,7 +42,9 @@
 //! happened yet: the collector reads every record absent first, and records never
 //! reappear — a prepare is its transaction's entry, chosen at most once). Either way
 //! an abort recorded at the absent read's position conflicts with a later decision or
-//! collection.
+//! collection. (A prepare whose client never learned its outcome can first land after
+//! the collection; its transaction was decided abort, as commit waits for every
+//! prepare, and whoever meets it records abort again: the same decision.)
 //!
 //! This module keeps the keys, the records and the lock rule; `decide`, `finish`,
 //! `commit` (with `settle`) and `collect` are the operations [`crate::ClientCore`]

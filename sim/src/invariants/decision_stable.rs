@@ -4,10 +4,12 @@
 //! transaction is finished everywhere), and after that no entry writes it again
 //! (docs/protocol.md, "Two-phase commit"). What makes recovery safe: a participant told
 //! "abort" by a recorded abort can never meet a commit decision later, and a finished
-//! transaction is never decided afresh. Catches an abort recorded without reading the
-//! decision row (`record-abort-blind`), which lands after a commit decision, and an
-//! absent decision trusted without a record read pending after it
-//! (`trust-absent-decision`), which records abort after a collection.
+//! transaction is never decided afresh — except an aborted one recorded abort again (a
+//! prepare whose client never learned its outcome can land after the collection; the
+//! decision is the same). Catches an abort recorded without reading the decision row
+//! (`record-abort-blind`), which lands after a commit decision, and an absent decision
+//! trusted without a record read pending after it (`trust-absent-decision`), which
+//! records abort after a collected commit.
 
 use std::collections::BTreeMap;
 
@@ -32,6 +34,12 @@ pub(crate) fn check(chosen: &ChosenLog, found: &mut Vec<(&'static str, String)>)
                     None => {
                         seen.insert(row, (decision, p, None));
                     }
+                    // A prepare whose outcome its client never learned can land after
+                    // the collector read its record absent (only of a transaction
+                    // decided abort: commit waits for every prepare); whoever meets
+                    // that record records abort again — the same decision.
+                    Some((Some(Decision::Abort), _, Some(_)))
+                        if decision == Some(Decision::Abort) || decision.is_none() => {}
                     Some((was, at, Some(collected))) => found.push((
                         "decision-stable",
                         format!(
