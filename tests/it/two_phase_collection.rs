@@ -32,18 +32,26 @@ fn replica_metric(config: &ClusterConfig, name: &str, sample: &str) -> f64 {
     metric_value(&scrape_metrics(address), sample).unwrap_or(0.0)
 }
 
-/// The two-phase rows (decisions and records) of every account in the store of
-/// replica `name`, which must be stopped.
+/// The decision rows and prepared records of every account in the store of replica
+/// `name`, which must be stopped.
 fn two_phase_rows(config: &ClusterConfig, name: &str) -> Vec<Vec<u8>> {
     let dir = &config.replica(name).expect("the replica").data_dir;
     let store = megastore_rowstore_rocksdb::RocksStore::open(dir).expect("the store");
     (0..ACCOUNTS)
         .flat_map(|i| {
             let eg = megastore_client::group(&account(i)).expect("an account's group");
-            let range = megastore_paxos::two_phase::two_phase_range(&eg);
-            store
-                .scan(&range, megastore_rowstore::LATEST, &ScanOptions::default())
-                .expect("a scan")
+            // The group's collection watermark stays; decisions and records go.
+            [
+                megastore_paxos::two_phase::decisions_range(&eg),
+                megastore_paxos::two_phase::records_range(&eg),
+            ]
+            .into_iter()
+            .flat_map(|range| {
+                store
+                    .scan(&range, megastore_rowstore::LATEST, &ScanOptions::default())
+                    .expect("a scan")
+            })
+            .collect::<Vec<_>>()
         })
         .map(|row| row.key)
         .collect()
