@@ -540,22 +540,24 @@ pub fn finish_writes(eg: &EgId, record: &Record, decision: Decision) -> Vec<RowW
 
 /// Whether applying `rows` (of `eg`) prepares a transaction there.
 pub fn prepares_any(eg: &EgId, rows: &[megastore_rowstore::RowMutation]) -> bool {
-    let range = records_range(eg);
-    rows.iter().any(|m| {
-        range.contains(&m.row)
-            && m.mutations.iter().any(
-                |c| matches!(c, megastore_rowstore::Mutation::Set { column, .. } if column == LOCKS),
-            )
-    })
+    sets_column_in(&records_range(eg), LOCKS, rows)
 }
 
 /// Whether applying `rows` (of `eg`) records a cross-group decision there.
 pub fn decides_any(eg: &EgId, rows: &[megastore_rowstore::RowMutation]) -> bool {
-    let range = decisions_range(eg);
+    sets_column_in(&decisions_range(eg), DECIDED, rows)
+}
+
+/// Whether any of `rows` inside `range` sets `column`.
+fn sets_column_in(
+    range: &KeyRange,
+    column: &[u8],
+    rows: &[megastore_rowstore::RowMutation],
+) -> bool {
     rows.iter().any(|m| {
         range.contains(&m.row)
             && m.mutations.iter().any(
-                |c| matches!(c, megastore_rowstore::Mutation::Set { column, .. } if column == DECIDED),
+                |c| matches!(c, megastore_rowstore::Mutation::Set { column: set, .. } if set.as_slice() == column),
             )
     })
 }
