@@ -33,6 +33,10 @@ pub struct Observation<'a> {
     pub topology: &'a Topology,
     /// Every finished client operation so far.
     pub history: &'a [OpRecord],
+    /// At the run's end: the real time (ns) before which every cross-group transaction
+    /// finished everywhere must have its decision collected (*decisions-collected*);
+    /// none without two-phase work.
+    pub decisions_finished_before: Option<u64>,
     replicas: &'a BTreeMap<ReplicaId, ReplicaNode>,
     coordinators: &'a BTreeMap<ReplicaId, CoordinatorNode>,
     clocks: &'a BTreeMap<NodeId, Clock>,
@@ -54,6 +58,7 @@ impl<'a> Observation<'a> {
             now,
             topology,
             history,
+            decisions_finished_before: None,
             replicas,
             coordinators,
             clocks,

@@ -147,12 +147,20 @@ fn seeds_150_to_199_are_clean() {
 /// modelled sweep stopped with the workload — it goes on until the last 5 s now;
 /// 3087 and 3818: with every absent decision rechecked, an abort recorded a round trip
 /// late in a hot group lost its positions until a reader gave up, and an owner with no
-/// record to recheck trusted an absence — the collection watermark answers both. Later
+/// record to recheck trusted an absence — the collection watermark answers both; 7054:
+/// a transaction that began preparing long before the end but was recorded aborted only
+/// after the workload stopped (its decision lost positions in a hot coordinator group
+/// for seconds), so *decisions-collected* judges by when a transaction finished, not
+/// when it began; 748 and 6120: a decision that landed after the workload, when every
+/// sweeping client had gone idle, was never collected — work coming in then wakes them
+/// now, as it wakes a real server's group work. Later
 /// changes reshuffle each seed's trace, so these guard the seeds, not the
 /// interleavings).
 #[test]
 fn seeds_long_runs_found_stay_clean() {
-    for seed in [5272, 6079, 21355, 3106, 472, 5284, 6053, 3087, 3818] {
+    for seed in [
+        5272, 6079, 21355, 3106, 472, 5284, 6053, 3087, 3818, 7054, 748, 6120,
+    ] {
         clean(seed..seed + 1);
     }
 }
@@ -354,6 +362,12 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     // a settle or resolution that read the record pending earlier records abort
     // afresh (first caught at seed 87).
     ("trust-absent-decision", &["decision-stable"], 240),
+    // Decisions never old enough to collect: rows of finished transactions stay to the
+    // run's end (first caught at seed 0).
+    ("retention-unit-slip", &["decisions-collected"], 20),
+    // Kept decision rows forgotten: a quiet group's last decisions, kept at the first
+    // look (a participant not settled yet), stay (first caught at seed 0).
+    ("forget-kept-decisions", &["decisions-collected"], 20),
 ];
 
 /// Knobs of moves between servers: only a seed whose world runs spare servers
@@ -477,6 +491,8 @@ knob_tests! {
     record_frozen_unfenced_is_caught => 53,
     collect_unfinished_is_caught => 54,
     trust_absent_decision_is_caught => 55,
+    retention_unit_slip_is_caught => 56,
+    forget_kept_decisions_is_caught => 57,
 }
 
 #[test]
@@ -485,7 +501,7 @@ fn every_knob_has_a_name_the_command_line_accepts() {
         assert!(bug(name).is_some(), "{name}");
     }
     assert!(bug("no-such-bug").is_none());
-    assert_eq!(BUG_NAMES.len(), 64);
+    assert_eq!(BUG_NAMES.len(), 66);
 }
 
 /// docs/protocol.md and paper §4.6.3: an uncontended write at the leader's site costs one

@@ -135,6 +135,14 @@ megastore_types::bug_knobs! {
         /// participant's record is gone: a participant still prepared then finds no
         /// decision and aborts a committed transaction.
         collect_unfinished,
+        /// A collection reads the retention in the wrong unit (microseconds taken for
+        /// milliseconds): no decision row is ever old enough, and every one stays for
+        /// ever — nothing unsafe, but the coordinator groups grow without bound.
+        retention_unit_slip,
+        /// A collection pass forgets the rows it kept (too young, or a record still
+        /// pending): the group is not looked at again until it records another
+        /// decision, and the last decisions of a quiet group stay for ever.
+        forget_kept_decisions,
         /// A current read that meets a prepared transaction whose writes it reads
         /// returns what it read without learning the decision: after a commit decision,
         /// a participant not yet finished is read without the transaction's writes.

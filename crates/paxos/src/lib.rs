@@ -82,7 +82,7 @@ pub use replica::{
     group_state_spans, list_groups, load_group, load_server_placement, range_bytes, register_group,
     registered_in, retire_range, span_keys,
 };
-pub use two_phase::collect::{COLLECT_PAGE, CollectedDecisions};
+pub use two_phase::collect::{AfterPage, COLLECT_PAGE, CollectedDecisions, CollectionPass};
 pub use two_phase::commit::{Participant, TwoPhaseResult};
 pub use two_phase::decide::DecideOutcome;
 pub use two_phase::settle::{SettleOutcome, SettledGroup};

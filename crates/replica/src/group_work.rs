@@ -20,6 +20,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use megastore_client::Client;
+use megastore_paxos::{AfterPage, CollectionPass};
 use megastore_types::EgId;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -160,16 +161,16 @@ pub(crate) async fn collect(
         |eg| {
             let (client, metrics) = (client.clone(), metrics.clone());
             async move {
+                let mut pass = CollectionPass::default();
                 let mut after = None;
-                let mut kept = false;
                 loop {
                     match client.collect_decisions(&eg, after, retention).await {
                         Ok(page) => {
                             metrics.decisions_collected(page.collected);
-                            kept |= page.kept > 0;
-                            match page.next {
-                                Some(next) => after = Some(next),
-                                None => return kept,
+                            match pass.after_page(&page) {
+                                AfterPage::Next(next) => after = Some(next),
+                                AfterPage::LookAgain => return true,
+                                AfterPage::Done => return false,
                             }
                         }
                         Err(e) => {

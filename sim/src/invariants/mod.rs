@@ -2,7 +2,8 @@
 //! the design, acceptor-monotone, the global index's global-index, verified-scan and
 //! global-scan-complete, the queues' queue-exactly-once-in-order, two-phase commit's
 //! multi-group-atomicity and decision-stable, and placement's one-server-per-slot,
-//! moves-keep-writes and votes-where-placed).
+//! moves-keep-writes and votes-where-placed), and the liveness checks of the run's end
+//! (convergence, decisions-collected).
 //! Each reads the run's durable state (the servers' stores), the messages replicas send
 //! and the clients' history; none trusts what a protocol core believes about its own
 //! progress (one-server-per-slot, like vouched-is-current, asks what a server would
@@ -13,6 +14,7 @@ mod acceptor_monotone;
 mod ballot_zero_once;
 mod convergence;
 mod decision_stable;
+mod decisions_collected;
 mod durable_ack;
 mod global_index;
 mod global_scan_complete;
@@ -210,6 +212,9 @@ impl Checkers {
         queue_exactly_once::check(&self.chosen, obs.history, &mut found);
         multi_group_atomicity::check(&self.chosen, obs.history, obs.now, &mut found);
         decision_stable::check(&self.chosen, &mut found);
+        if let Some(before) = obs.decisions_finished_before {
+            decisions_collected::check(&self.chosen, before, &mut found);
+        }
         for (invariant, detail) in found {
             self.violation(obs, invariant, detail);
         }

@@ -25,6 +25,8 @@ pub struct ChosenLog {
     chosen: BTreeMap<(EgId, Position), LogEntry>,
     /// The ballot each position was first seen chosen at.
     ballots: BTreeMap<(EgId, Position), Ballot>,
+    /// When (real time, ns) each position was first seen chosen.
+    chosen_at: BTreeMap<(EgId, Position), u64>,
     max_visible: BTreeMap<EgId, Position>,
     /// Every (ballot, value) each voter ever durably accepted (replied or not: a learner
     /// reading the slots counts it either way). "Chosen" is about
@@ -53,6 +55,11 @@ impl ChosenLog {
     /// The chosen value at `p`, if seen.
     pub fn get(&self, eg: &EgId, p: Position) -> Option<&LogEntry> {
         self.chosen.get(&(eg.clone(), p))
+    }
+
+    /// When (real time, ns) `p` was first seen chosen, if it was.
+    pub fn chosen_at(&self, eg: &EgId, p: Position) -> Option<u64> {
+        self.chosen_at.get(&(eg.clone(), p)).copied()
     }
 
     /// Every position of `eg` seen chosen with `txn`.
@@ -178,7 +185,7 @@ impl ChosenLog {
         if self.voter_sets.iter().any(a_majority) {
             let (value, count) = (value.clone(), who.len());
             let how = format!("accepted by {count} voters at {ballot}");
-            self.claim(eg, p, (value, ballot), &how, found);
+            self.claim(obs.now, (eg, p), (value, ballot), &how, found);
         }
     }
 
@@ -199,15 +206,15 @@ impl ChosenLog {
                 let max = self.max_visible.entry(eg.clone()).or_default();
                 *max = (*max).max(p);
                 let how = format!("visible at replica {}", r.0);
-                self.claim(eg, p, (slot.entry, slot.ballot), &how, found);
+                self.claim(obs.now, (eg, p), (slot.entry, slot.ballot), &how, found);
             }
         }
     }
 
     fn claim(
         &mut self,
-        eg: &EgId,
-        p: Position,
+        now: u64,
+        (eg, p): (&EgId, Position),
         (entry, ballot): (LogEntry, Ballot),
         how: &str,
         found: &mut Vec<(&'static str, String)>,
@@ -216,6 +223,7 @@ impl ChosenLog {
             None => {
                 self.chosen.insert((eg.clone(), p), entry);
                 self.ballots.insert((eg.clone(), p), ballot);
+                self.chosen_at.insert((eg.clone(), p), now);
             }
             Some(existing) if *existing != entry => found.push((
                 "single-value",

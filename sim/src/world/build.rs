@@ -342,6 +342,7 @@ impl World {
             relays,
             prepared_due: BTreeMap::new(),
             decided_due: BTreeMap::new(),
+            collection_passes: BTreeMap::new(),
             placement,
             placement_file_version: 0,
             asked: BTreeMap::new(),

@@ -121,13 +121,26 @@ impl World {
         // timeout later — by a client here, the simulated replicas having none.
         let slot = self.replicas[&r].slot;
         if self.config.two_phase && self.config.topology.kind(slot) == Some(ReplicaKind::Full) {
-            let due = self.now + super::ns(self.timeouts.prepared);
+            let settle_due = self.now + super::ns(self.timeouts.prepared);
             for eg in batch.prepared_groups() {
-                self.prepared_due.entry(eg.clone()).or_insert(due);
+                self.prepared_due.entry(eg.clone()).or_insert(settle_due);
             }
-            let due = self.now + super::ns(super::decision_retention(&self.timeouts));
+            let collect_due = self.now + super::ns(super::decision_retention(&self.timeouts));
             for eg in batch.decided_groups() {
-                self.decided_due.entry(eg.clone()).or_insert((due, None));
+                self.decided_due
+                    .entry(eg.clone())
+                    .or_insert((collect_due, None));
+            }
+            // After the workload the clients that sweep may all be idle, each waiting
+            // for the dues it knew of: work that comes in now wakes them, as a real
+            // server's group work wakes on a group coming in.
+            if self.now >= self.ops_until() {
+                if !batch.prepared_groups().is_empty() {
+                    self.wake_sweepers(settle_due);
+                }
+                if !batch.decided_groups().is_empty() {
+                    self.wake_sweepers(collect_due);
+                }
             }
         }
         self.stats.installs += counts.installs;
@@ -348,6 +361,7 @@ impl World {
             (_, Outcome::ResolvedNotCommitted { .. }) => self.stats.resolved_not_committed += 1,
             (OpKind::Collect, Outcome::Failed) => {
                 self.stats.failed += 1;
+                self.collection_passes.remove(&record.eg);
                 let due = self.now + super::ns(super::decision_retention(&self.timeouts));
                 self.decided_due
                     .entry(record.eg.clone())
@@ -362,12 +376,26 @@ impl World {
                 },
             ) => {
                 self.stats.decisions_collected += collected;
-                let again = match next {
-                    Some(next) => Some((self.now, Some(next.clone()))),
-                    None => (*kept > 0).then(|| {
+                let page = megastore_paxos::CollectedDecisions {
+                    collected: *collected,
+                    kept: *kept,
+                    next: next.clone(),
+                };
+                let protocol = self.bugs.protocol;
+                let mut pass = self
+                    .collection_passes
+                    .remove(&record.eg)
+                    .unwrap_or_else(|| megastore_paxos::CollectionPass::new(protocol));
+                let again = match pass.after_page(&page) {
+                    megastore_paxos::AfterPage::Next(next) => {
+                        self.collection_passes.insert(record.eg.clone(), pass);
+                        Some((self.now, Some(next)))
+                    }
+                    megastore_paxos::AfterPage::LookAgain => {
                         let due = self.now + super::ns(super::decision_retention(&self.timeouts));
-                        (due, None)
-                    }),
+                        Some((due, None))
+                    }
+                    megastore_paxos::AfterPage::Done => None,
                 };
                 if let Some(again) = again {
                     self.decided_due.entry(record.eg.clone()).or_insert(again);

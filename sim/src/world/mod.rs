@@ -124,6 +124,8 @@ pub(crate) struct World {
     /// Coordinator groups whose old decisions the full replicas' collection looks at,
     /// from when (real time, ns), and the page to start from.
     decided_due: BTreeMap<EgId, (u64, Option<Vec<u8>>)>,
+    /// The collection passes past their first page (what the pages before kept).
+    collection_passes: BTreeMap<EgId, megastore_paxos::CollectionPass>,
     /// The placement lockd holds (`placement.rs`).
     placement: megastore_placement::Placement,
     /// The version of the lock service's placement file (0: not written yet).
@@ -182,7 +184,7 @@ impl World {
     /// The node's clock reading now.
     /// What the checkers see of the run now.
     pub(crate) fn observation(&self) -> Observation<'_> {
-        Observation::new(
+        let mut obs = Observation::new(
             self.now,
             &self.config.topology,
             &self.history,
@@ -190,7 +192,47 @@ impl World {
             &self.coordinators,
             &self.clocks,
             &self.placement,
-        )
+        );
+        if self.now >= self.end_time() {
+            obs.decisions_finished_before = self.decisions_finished_before();
+        }
+        obs
+    }
+
+    /// The real time (ns) before which every cross-group transaction finished
+    /// everywhere (its decision written, no record left) must have its decision
+    /// collected by the run's end (*decisions-collected*): the collection looks at a
+    /// group one retention after a decision lands and again every retention while it
+    /// keeps rows, so a row finished two retentions (and 2 s for the collection's own
+    /// reads and commit) before the sweeps stop has had a look after it finished.
+    fn decisions_finished_before(&self) -> Option<u64> {
+        if !self.config.two_phase {
+            return None;
+        }
+        let retention = decision_retention(&self.timeouts);
+        self.sweeps_until()
+            .checked_sub(ns(retention * 2 + Duration::from_secs(2)))
+    }
+
+    /// Wakes every client that sweeps at `due`: after the workload each may have gone
+    /// idle, waiting only for the dues it knew of.
+    pub(super) fn wake_sweepers(&mut self, due: u64) {
+        let at = due.max(self.now + 1);
+        let sweepers: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|(_, client)| client.two_phase)
+            .map(|(c, _)| *c)
+            .collect();
+        for c in sweepers {
+            self.schedule(at, Event::ClientNext(c));
+        }
+    }
+
+    /// When the replicas' sweeps (settling, collecting) stop: they go on after the
+    /// workload stops, as on real servers, until the run's last seconds of converging.
+    fn sweeps_until(&self) -> u64 {
+        self.end_time().saturating_sub(ns(Duration::from_secs(5)))
     }
 
     pub(crate) fn local_now(&self, node: NodeId) -> Time {
@@ -330,9 +372,7 @@ impl World {
                     // A relay whose replica is down: it starts again with the replica.
                     return;
                 }
-                // The replicas' sweeps (settling, collecting) go on after the workload
-                // stops, as on real servers, until the run's last seconds of converging.
-                let sweeps_until = self.end_time().saturating_sub(ns(Duration::from_secs(5)));
+                let sweeps_until = self.sweeps_until();
                 let Some(client) = self.clients.get_mut(&c) else {
                     return;
                 };

@@ -13,7 +13,7 @@
 //! One collection looks at one page of the group's decision rows (in key order, from
 //! a cursor the caller keeps), so its work is bounded however many rows there are.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 use megastore_types::{EgId, Position, ReplicaId, Time};
@@ -31,6 +31,10 @@ use megastore_rowstore::KeyRange;
 
 /// Decision rows one collection looks at.
 pub const COLLECT_PAGE: usize = 128;
+
+/// Record reads one collection has out at once: a page can ask for hundreds (every
+/// participant of every old row), which would arrive at the replicas together.
+const RECORD_READS_IN_FLIGHT: usize = 16;
 
 /// The tag of the page's scan.
 const SCAN: u32 = 0;
@@ -51,6 +55,50 @@ pub struct CollectedDecisions {
     /// Where the next page starts (the rows after this key), when this page was full;
     /// none: the scan reached the end of the group's decisions.
     pub next: Option<Vec<u8>>,
+}
+
+/// What a collection pass does after one of its pages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AfterPage {
+    /// Collect the next page, the rows after this key.
+    Next(Vec<u8>),
+    /// The pass is over and some page kept rows (too young, a record still pending, a
+    /// participant unread, a racing collector): look again one retention later.
+    LookAgain,
+    /// The pass is over and no page kept a row: nothing to look at until the group
+    /// records another decision.
+    Done,
+}
+
+/// One pass over a coordinator group's decision rows, page by page from the first:
+/// the rule, shared by the replica server's group work and the simulator, for when a
+/// group's decisions are looked at again. A row kept on any page of the pass — not
+/// only the last — brings the group back.
+#[derive(Debug, Clone, Default)]
+pub struct CollectionPass {
+    kept: bool,
+    bugs: crate::ProtocolBugs,
+}
+
+impl CollectionPass {
+    /// A pass (with `bugs`, for the simulator; [`CollectionPass::default`] has none).
+    pub fn new(bugs: crate::ProtocolBugs) -> Self {
+        Self { kept: false, bugs }
+    }
+
+    /// What to do after `page`, the pass's latest page.
+    pub fn after_page(&mut self, page: &CollectedDecisions) -> AfterPage {
+        self.kept |= page.kept > 0;
+        if self.bugs.forget_kept_decisions() {
+            // The mistake: kept rows are left until the group decides again.
+            self.kept = false;
+        }
+        match &page.next {
+            Some(next) => AfterPage::Next(next.clone()),
+            None if self.kept => AfterPage::LookAgain,
+            None => AfterPage::Done,
+        }
+    }
 }
 
 /// One decision row old enough to collect, while its participants are read.
@@ -81,6 +129,8 @@ pub(crate) struct CollectDecisions {
     candidates: Vec<Candidate>,
     /// Record read `tag - 1` is for candidate `reads[tag - 1]`.
     reads: Vec<usize>,
+    /// Record reads not sent yet (at most [`RECORD_READS_IN_FLIGHT`] are out).
+    unsent: VecDeque<Tagged>,
     deleting: Vec<usize>,
     done: CollectedDecisions,
     result: Option<Result<CollectedDecisions, ReadError>>,
@@ -130,6 +180,7 @@ impl CollectDecisions {
             page: Some(page),
             candidates: Vec::new(),
             reads: Vec::new(),
+            unsent: VecDeque::new(),
             deleting: Vec::new(),
             done: CollectedDecisions::default(),
             result: None,
@@ -182,7 +233,9 @@ impl CollectDecisions {
                     // Pending there still, or not known to be gone.
                     _ => candidate.keep = true,
                 }
-                self.maybe_delete()
+                let mut steps: Vec<Tagged> = self.unsent.pop_front().into_iter().collect();
+                steps.extend(self.maybe_delete());
+                steps
             }
             _ => Vec::new(),
         }
@@ -192,7 +245,12 @@ impl CollectDecisions {
     fn on_page(&mut self, now: Time, rows: &[megastore_rowstore::Row]) -> Vec<Tagged> {
         let range = decisions_range(&self.eg);
         let wall = self.clock.wall_ms(now);
-        let retention_ms = u64::try_from(self.retention.as_millis()).unwrap_or(u64::MAX);
+        let retention_ms = if self.clock.bugs.retention_unit_slip() {
+            // The mistake: microseconds read as milliseconds.
+            u64::try_from(self.retention.as_micros()).unwrap_or(u64::MAX)
+        } else {
+            u64::try_from(self.retention.as_millis()).unwrap_or(u64::MAX)
+        };
         let mut steps = Vec::new();
         for row in rows.iter().filter(|r| range.contains(&r.key)) {
             // A row from before decisions recorded their facts is kept for ever.
@@ -237,7 +295,9 @@ impl CollectDecisions {
         if steps.is_empty() {
             return self.maybe_delete();
         }
-        steps
+        self.unsent = steps.into();
+        let first = self.unsent.len().min(RECORD_READS_IN_FLIGHT);
+        self.unsent.drain(..first).collect()
     }
 
     /// Once every record read answered: the commit deleting the rows whose records are

@@ -7,7 +7,9 @@ use std::time::Duration;
 use megastore_rowstore::{KeyRange, Row};
 use megastore_types::{ClientId, EgId, Position, ReplicaId, Time, TxnId};
 
-use super::collect::{COLLECT_PAGE, CollectDecisions, CollectedDecisions};
+use super::collect::{
+    AfterPage, COLLECT_PAGE, CollectDecisions, CollectedDecisions, CollectionPass,
+};
 use super::commit::{Participant, TwoPhaseCommit, TwoPhaseResult};
 use super::decide::{Decide, DecideOutcome, MayAbort, Patience, TwoPhaseClock};
 use super::settle::{SettleOutcome, SettlePrepared};
@@ -930,4 +932,66 @@ fn a_slow_client_aborting_after_its_transaction_was_aborted_and_collected_record
             keys: vec![row_of(&d, "z")]
         })
     );
+}
+
+/// A pass looks again when any of its pages kept a row, not only its last page.
+#[test]
+fn a_collection_pass_looks_again_when_any_page_kept_rows() {
+    let page = |kept: u64, next: Option<&str>| CollectedDecisions {
+        collected: 3,
+        kept,
+        next: next.map(|n| n.as_bytes().to_vec()),
+    };
+    let mut pass = CollectionPass::default();
+    assert_eq!(
+        pass.after_page(&page(2, Some("k"))),
+        AfterPage::Next(b"k".to_vec())
+    );
+    assert_eq!(pass.after_page(&page(0, None)), AfterPage::LookAgain);
+    let mut clean = CollectionPass::default();
+    assert_eq!(clean.after_page(&page(0, None)), AfterPage::Done);
+    // The knob: what earlier pages kept is forgotten.
+    let mut bugs = ProtocolBugs::NONE;
+    bugs.forget_kept_decisions = true;
+    let mut forgetful = CollectionPass::new(bugs);
+    assert_eq!(forgetful.after_page(&page(2, None)), AfterPage::Done);
+}
+
+/// A page of many old rows reads their records a few at a time: each answer sends the
+/// next read, and the deleting commit follows the last answer.
+#[test]
+fn a_collection_has_a_bounded_number_of_record_reads_out() {
+    let c = g("c");
+    let rows: Vec<Row> = (1..=20)
+        .map(|seq| decision_at(&c, seq, 1_000, true))
+        .collect();
+    let (mut collect, (tag, _)) =
+        CollectDecisions::start(c.clone(), None, Duration::from_secs(60), clock());
+    let scan = collect.on_ended(at_ms(99_990), tag, Ended::Read(Ok(read(5, vec![], vec![]))));
+    let mut out = collect.on_ended(
+        at_ms(100_000),
+        scan[0].0,
+        Ended::Read(Ok(read(7, rows, vec![]))),
+    );
+    assert_eq!(out.len(), 16, "16 of the 40 record reads at first");
+    let mut answered = 0;
+    let mut last = Vec::new();
+    while let Some((tag, step)) = out.pop() {
+        assert!(matches!(step, Step::Read { .. }), "{step:?}");
+        last = collect.on_ended(
+            at_ms(100_001),
+            tag,
+            Ended::Read(Ok(read(3, vec![], vec![]))),
+        );
+        answered += 1;
+        if answered < 40 {
+            assert!(out.len() + last.len() <= 16, "never more than 16 out");
+            out.append(&mut last);
+        }
+    }
+    assert_eq!(answered, 40, "every participant of every row read");
+    let [(_, Step::Commit { writes, .. })] = &last[..] else {
+        panic!("{last:?}");
+    };
+    assert_eq!(writes.len(), 21, "20 rows and the watermark");
 }
