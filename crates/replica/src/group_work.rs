@@ -143,8 +143,8 @@ pub(crate) async fn settle(
 
 /// Collects the old decision rows of the coordinator groups that come in on `groups`,
 /// each `delay` after it came in (the retention and this replica's turn), a page at a
-/// time, again every `retention` while some are kept (younger than the retention, or
-/// with a participant not finished yet).
+/// time, again every `retention` while the core's [`CollectionPass`] says some are
+/// kept (younger than the retention, or with a participant not finished yet).
 pub(crate) async fn collect(
     client: Client,
     metrics: megastore_metrics::ReplicaMetrics,

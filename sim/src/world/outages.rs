@@ -15,6 +15,10 @@ use crate::nodes::CoordinatorNode;
 use super::build::replica_config;
 use super::drive::lock_link;
 use super::{Event, World, ns};
+
+/// How long after its start a replica server that missed a placement reads the newest
+/// (its follower's next poll).
+const RESTART_PLACEMENT_READ: Duration = Duration::from_secs(1);
 use crate::faults::{Fault, Hold, Scene};
 
 impl World {
@@ -97,11 +101,26 @@ impl World {
                         &self.placement,
                         self.bugs.placement,
                     ));
+                    let behind = n
+                        .core
+                        .as_ref()
+                        .and_then(|core| core.placement())
+                        .is_some_and(|p| p.view().version() < self.placement.version());
                     // The core loads what it must look after at its first step
                     // (every registered group, or with a bounded cache those the
                     // open index lists).
                     let now = self.now;
                     self.schedule(now, Event::Wake(NodeId::Replica(r)));
+                    // It started on the placement it stored; its placement follower
+                    // polls lockd, so a placement announced while it was down (a move
+                    // to it aborted: its copy to retire) is read a moment later (seed
+                    // 4035: a target down through its move's abort kept the partial
+                    // copy to the end). Only then: a read that changes nothing would
+                    // only reshuffle every later event of the run.
+                    if behind {
+                        let read_at = now + ns(RESTART_PLACEMENT_READ);
+                        self.schedule(read_at, Event::ReadPlacement(NodeId::Replica(r)));
+                    }
                     // Its relay's own workload goes on with it.
                     if let Some(relay) = self.relays.get(&r).copied()
                         && self.clients.get(&relay).is_some_and(|c| c.gateway)

@@ -82,7 +82,18 @@ impl World {
         let key: Vec<u8> = (0..len)
             .map(|_| self.operator_rng.below(256) as u8)
             .collect();
-        if let Ok(SplitAt::Made(next)) = self.placement.split_at(None, &key)
+        // A split falls between groups, never inside one: a group's rows (root, data,
+        // mirrors, queues, two-phase records) lie in one range only if no group's id
+        // is a proper prefix of the split key. A split inside g2 at [103, 50, 181]
+        // put its mirrors (`g2 ‖ F8 …`) in the right half and its root in the left, so
+        // moving the left half lost global index entries (seed 812). The real
+        // `megastore range split --at` does not check this yet (docs/protocol.md).
+        let inside_a_group = (0..self.config.groups).any(|g| {
+            let id = crate::workload::group(g).0;
+            key.len() > id.len() && key.starts_with(&id)
+        });
+        if !inside_a_group
+            && let Ok(SplitAt::Made(next)) = self.placement.split_at(None, &key)
             && self.write_placement(&next)
         {
             self.trace.note(
