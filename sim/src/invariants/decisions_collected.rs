@@ -54,8 +54,9 @@ pub(crate) fn check(
         }
     };
     for (eg, rows) in &finals {
+        let decisions = decisions_range(eg);
         for (key, cells) in &rows.left {
-            if !decisions_range(eg).contains(key) {
+            if !decisions.contains(key) {
                 continue;
             }
             let Some(txn) = txn_of_decision_row(eg, key) else {

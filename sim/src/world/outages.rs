@@ -15,11 +15,11 @@ use crate::nodes::CoordinatorNode;
 use super::build::replica_config;
 use super::drive::lock_link;
 use super::{Event, World, ns};
+use crate::faults::{Fault, Hold, Scene};
 
 /// How long after its start a replica server that missed a placement reads the newest
 /// (its follower's next poll).
 const RESTART_PLACEMENT_READ: Duration = Duration::from_secs(1);
-use crate::faults::{Fault, Hold, Scene};
 
 impl World {
     /// Crashes a node; it restarts after `down`.
