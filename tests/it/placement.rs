@@ -47,12 +47,22 @@ fn concurrent_splits_through_a_lockd_leader_kill_each_land_exactly_once() {
     // Bad input names what and where, and stores nothing.
     for (args, expected) in [
         (
-            &["range", "split", "7", "--at", "k"][..],
+            &["range", "split", "7", "--at", "\\xfek"][..],
             "range-7 does not exist",
         ),
         (
-            &["range", "split", "x7", "--at", "k"],
+            &["range", "split", "x7", "--at", "\\xfek"],
             "\"x7\" is not a range number",
+        ),
+        // A split must fall between groups: not inside one, and not among the groups
+        // of a table the schema does not have (none is applied here).
+        (
+            &["range", "split", "--at", "\\xfeeg-0012\\x00\\x01k"],
+            "inside entity group untyped \"eg-0012\"",
+        ),
+        (
+            &["range", "split", "--at", "k1"],
+            "no table of the cluster's schema",
         ),
         (
             &["range", "split", "--at", ""],
@@ -90,7 +100,8 @@ fn concurrent_splits_through_a_lockd_leader_kill_each_land_exactly_once() {
     let refused = std::sync::Mutex::new(Vec::new());
     let keys = |operator: usize| {
         (0..per_operator)
-            .map(move |i| format!("k{operator}{i:02}"))
+            // Between untyped groups, after every `eg-…` (tag 0xfe, then `k` > `e`).
+            .map(move |i| format!("\\xfek{operator}{i:02}"))
             .collect::<Vec<_>>()
     };
     let acknowledged = std::thread::scope(|scope| {
@@ -136,7 +147,7 @@ fn concurrent_splits_through_a_lockd_leader_kill_each_land_exactly_once() {
     });
     let attempted: BTreeSet<Vec<u8>> = (0..operators)
         .flat_map(keys)
-        .map(String::into_bytes)
+        .map(|key| split_key_bytes(&key))
         .collect();
     assert!(
         acknowledged.len() * 2 >= attempted.len(),
@@ -160,7 +171,7 @@ fn concurrent_splits_through_a_lockd_leader_kill_each_land_exactly_once() {
     }
     for key in &acknowledged {
         assert_eq!(
-            starts.get(key.as_bytes()),
+            starts.get(&split_key_bytes(key)),
             Some(&1),
             "acknowledged split at {key}"
         );
@@ -184,8 +195,9 @@ fn concurrent_splits_through_a_lockd_leader_kill_each_land_exactly_once() {
         assert!(out.status.success(), "{out:?}");
         assert!(out.stdout.starts_with("already split"), "{}", out.stdout);
     }
-    // Counted per range: each group in exactly one. The raw keys above all sort before
-    // untyped groups (tag 0xfe); a split at a group's name cuts them in two.
+    // Counted per range: each group in exactly one. The keys above all sort after the
+    // `eg-…` groups, so the first range holds them all; a split at a group's name cuts
+    // them in two.
     let out = megastore(&["range", "split", "--at-group", "eg-0012"]);
     assert!(out.status.success(), "{out:?}");
     let out = megastore(&["range", "list", "--groups", "-o", "json"]);
@@ -207,6 +219,14 @@ fn concurrent_splits_through_a_lockd_leader_kill_each_land_exactly_once() {
         "{}",
         out.stdout
     );
+}
+
+/// The bytes of a split key given as `\xfe` and then text (`--at \xfek003`).
+fn split_key_bytes(key: &str) -> Vec<u8> {
+    let text = key
+        .strip_prefix("\\xfe")
+        .expect("split keys start with \\xfe");
+    [&[0xfe][..], text.as_bytes()].concat()
 }
 
 /// Writers at two sites, each incrementing counters of groups of its own, while ranges

@@ -10,6 +10,7 @@ use megastore_config::ClusterConfig;
 use megastore_placement::{ChangeError, PLACEMENT_FILE, Placement, RangeId, SplitAt};
 use megastore_rowstore::KeyRange;
 use megastore_rpc::LockdClient;
+use megastore_schema::keyspace::check_split_key;
 use megastore_types::Topology;
 
 use crate::client::ClientError;
@@ -75,13 +76,18 @@ pub struct SplitDone {
 
 /// Splits at group key `at` the range holding it, or `range` if named
 /// ([`Placement::split_at`]); a split already made is reported, not refused, so a
-/// command whose answer was lost can be run again.
+/// command whose answer was lost can be run again. A key inside an entity group, or
+/// among the groups of a table the cluster's schema does not have, is refused
+/// ([`check_split_key`]): a split must fall between groups.
 pub async fn split_range(
     lockd: &LockdClient,
     topology: &Topology,
     range: Option<RangeId>,
     at: &[u8],
 ) -> Result<SplitDone, ClientError> {
+    let catalog = crate::schema_store::load_catalog(lockd).await?;
+    check_split_key(catalog.as_ref().map(|(catalog, _)| catalog), at)
+        .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
     let mut already = false;
     let placement = change_placement(lockd, topology, |p| {
         let outcome = p.split_at(range, at)?;

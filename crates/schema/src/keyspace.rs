@@ -207,6 +207,80 @@ pub fn owner_of_row(catalog: Option<&Catalog>, row: &[u8]) -> RowOwner {
     }
 }
 
+/// Why the key space may not be split at a key (`megastore range split --at`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SplitKeyError {
+    /// A group's prefix is a proper prefix of the key: the group's root row would lie
+    /// left of the split and its later rows (mirrors, queues, two-phase records) right
+    /// of it, so a move of either range would separate them.
+    #[error(
+        "the key lies inside entity group {group}: its rows would be split between two \
+         ranges; split at the group's own key ({}) or a key between groups",
+        prefix.escape_ascii()
+    )]
+    InsideGroup {
+        /// The group, as a person reads it (`untyped "name"` or `Table prefix`).
+        group: String,
+        /// The group's prefix: a split there puts the whole group right of it.
+        prefix: Vec<u8>,
+    },
+    /// The key falls among the groups a table with object id `id` would have, and the
+    /// schema has no such table: a root table given that id later could have a group
+    /// across the split.
+    #[error(
+        "the key falls among the groups of object id {id}, which is no table of the \
+         cluster's schema (a root table added later could have a group across the \
+         split); split at a group's key or at the table's start"
+    )]
+    UnknownTable {
+        /// The object id the key starts with.
+        id: u32,
+    },
+}
+
+/// Checks that a split of the key space at `at` falls between entity groups — every
+/// group's rows on one side of it (docs/protocol.md, "A split must fall between
+/// groups"). Refused: a key that a group's prefix is a proper prefix of, and a key in
+/// the schema tables' part of the key space (`0x01`–`0xF8`) after the object id of no
+/// table of `catalog` (`None`: no schema applied). A key that is exactly a group's
+/// prefix, a table's start, or a point between two groups' keys is accepted, as is
+/// any key in the parts no group lives in (global index entries, the system, unused
+/// bytes).
+pub fn check_split_key(catalog: Option<&Catalog>, at: &[u8]) -> Result<(), SplitKeyError> {
+    match at.first() {
+        Some(&UNTYPED_GROUP_TAG) => match split_untyped_prefix(at) {
+            Some((name, rest)) if !rest.is_empty() => Err(SplitKeyError::InsideGroup {
+                group: format!("untyped \"{}\"", name.escape_ascii()),
+                prefix: at[..at.len() - rest.len()].to_vec(),
+            }),
+            _ => Ok(()),
+        },
+        Some(&first) if (0x01..=LONG_OBJECT_ID).contains(&first) => {
+            let mut rest = at;
+            let Some(id) = decode_object_id(&mut rest) else {
+                return Ok(()); // a partial long id: between two tables' ids
+            };
+            if rest.is_empty() {
+                return Ok(()); // the table's start
+            }
+            let known = |c: &&Catalog| c.table_by_id(id).is_some() || c.index_by_id(id).is_some();
+            let Some(catalog) = catalog.filter(known) else {
+                return Err(SplitKeyError::UnknownTable { id: id.0 });
+            };
+            match catalog.typed_group_prefix_len(at) {
+                Some((len, root)) if len < at.len() => Err(SplitKeyError::InsideGroup {
+                    group: root.to_string(),
+                    prefix: at[..len].to_vec(),
+                }),
+                // Exactly a group's prefix, a partial key (between two groups), or a
+                // child table's or index's id (never the start of a group).
+                _ => Ok(()),
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
 impl Catalog {
     /// How long the typed group prefix at the front of `row` is, and its root table.
     fn typed_group_prefix_len(&self, row: &[u8]) -> Option<(usize, &str)> {
@@ -300,6 +374,34 @@ mod tests {
         }
 
         #[test]
+        fn accepted_split_keys_fall_between_groups(
+            a in name(), id in any::<i64>(), path in name(),
+            suffix in proptest::collection::vec(any::<u8>(), 0..6), cut in 1usize..24, pick in 0usize..3,
+        ) {
+            let catalog = catalog();
+            let groups = [
+                untyped_group_prefix(&a).unwrap(),
+                catalog.group_prefix(catalog.table("User").unwrap(), &[id.into()]).unwrap(),
+                catalog
+                    .group_prefix(catalog.table("Doc").unwrap(), &[String::from_utf8_lossy(&path).into_owned().into()])
+                    .unwrap(),
+            ];
+            let mut at = groups[pick].clone();
+            at.extend_from_slice(&suffix);
+            at.truncate(cut);
+            match check_split_key(Some(&catalog), &at) {
+                Ok(()) => for group in &groups {
+                    prop_assert!(!(at.len() > group.len() && at.starts_with(group)), "{at:?} inside {group:?}");
+                },
+                Err(SplitKeyError::InsideGroup { prefix, .. }) => {
+                    prop_assert!(at.len() > prefix.len() && at.starts_with(&prefix));
+                    prop_assert!(catalog.is_group_prefix(&prefix) || untyped_group_name(&prefix).is_some());
+                }
+                Err(e) => prop_assert!(false, "{at:?}: {e}"),
+            }
+        }
+
+        #[test]
         fn any_bytes_have_at_most_one_owner(row in proptest::collection::vec(any::<u8>(), 0..24)) {
             let catalog = catalog();
             match owner_of_row(Some(&catalog), &row) {
@@ -312,6 +414,37 @@ mod tests {
                 _ => {}
             }
         }
+    }
+
+    #[test]
+    fn split_keys_in_a_table_nobody_declared_are_refused() {
+        let catalog = catalog();
+        let user = catalog.table("User").unwrap().id.0 as u8;
+        let index = catalog.index("UsersByName").unwrap().id.0 as u8;
+        // A table's start and an index's id are boundaries; no group lives past them.
+        assert_eq!(check_split_key(Some(&catalog), &[user]), Ok(()));
+        assert_eq!(check_split_key(Some(&catalog), &[index, 7, 7]), Ok(()));
+        // Without a schema, or past an id no table has, a later table could straddle it.
+        assert_eq!(
+            check_split_key(None, &[user, 0x80]),
+            Err(SplitKeyError::UnknownTable { id: user.into() })
+        );
+        assert_eq!(
+            check_split_key(Some(&catalog), &[0x30, 1]),
+            Err(SplitKeyError::UnknownTable { id: 0x30 })
+        );
+        // No group lives in the global index, system and unused parts.
+        for at in [
+            &[GLOBAL_INDEX_TAG, 1, 2][..],
+            &[SYSTEM_TAG, 9],
+            &[0xF9, 1],
+            &[0, 5],
+        ] {
+            assert_eq!(check_split_key(None, at), Ok(()), "{at:?}");
+        }
+        let inside = untyped_row(&untyped_group_prefix(b"g2").unwrap(), b"k");
+        let error = check_split_key(None, &inside).unwrap_err();
+        assert!(error.to_string().contains("untyped \"g2\""), "{error}");
     }
 
     #[test]

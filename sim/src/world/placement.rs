@@ -87,7 +87,9 @@ impl World {
         // is a proper prefix of the split key. A split inside g2 at [103, 50, 181]
         // put its mirrors (`g2 ‖ F8 …`) in the right half and its root in the left, so
         // moving the left half lost global index entries (seed 812). The real
-        // `megastore range split --at` does not check this yet (docs/protocol.md).
+        // `megastore range split --at` refuses such keys (`check_split_key`); the
+        // simulator's group ids are raw bytes, not the schema's keys, so its operator
+        // applies the same rule to them here.
         let inside_a_group = (0..self.config.groups).any(|g| {
             let id = crate::workload::group(g).0;
             key.len() > id.len() && key.starts_with(&id)
