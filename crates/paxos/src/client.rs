@@ -681,7 +681,19 @@ impl ClientCore {
                         self.next_core_txn += 1;
                         txn
                     });
-                    self.start_commit(now, txn, eg, read_position, leader, writes, reads, sends)
+                    let commit = RelayedCommit {
+                        txn,
+                        eg,
+                        read_position,
+                        leader,
+                        writes,
+                        reads,
+                    };
+                    // A composite's commit (a prepare, a decision, a settle's finish, a
+                    // delivery) rides the lanes and relays as a writer's does: on its
+                    // own, it raced every relayed entry for ballot 0 at the group's
+                    // leader and lost, position after position, in a hot group.
+                    self.route_commit(now, commit, sends)
                 }
                 Step::Resolve {
                     eg,
@@ -797,21 +809,32 @@ impl ClientCore {
             writes,
             reads: reads.into(),
         };
-        let Some(relay) = self.relay_for(now, &commit.eg, commit.leader) else {
-            return self.commit_in_lane(now, commit);
-        };
         let mut sends = Vec::new();
-        let op = match self.blocked(now, &commit, &mut sends) {
-            Some(op) => op,
-            None => {
-                let op = self.new_op();
-                let deadline = now + self.relay_wait();
-                let relayed = RelayOp::start(op.0, relay, commit, deadline, &mut sends);
-                self.ops.insert(op, Op::Relay(Box::new(relayed)));
-                op
-            }
-        };
+        let op = self.route_commit(now, commit, &mut sends);
         (op, self.finish_step(now, sends))
+    }
+
+    /// Starts `commit` of this client's own transaction (a caller's, or a composite
+    /// operation's step): relayed, while this client lately lost races for the group
+    /// ([`relay_for`](Self::relay_for)), or in its group's lane here (or settles the
+    /// prepared transactions that lock it out first, and reports its conflict).
+    fn route_commit(
+        &mut self,
+        now: Time,
+        commit: RelayedCommit,
+        sends: &mut Vec<(NodeId, Message)>,
+    ) -> OpId {
+        let Some(relay) = self.relay_for(now, &commit.eg, commit.leader) else {
+            return self.lane_commit(now, commit, sends);
+        };
+        if let Some(op) = self.blocked(now, &commit, sends) {
+            return op;
+        }
+        let op = self.new_op();
+        let deadline = now + self.relay_wait();
+        let relayed = RelayOp::start(op.0, relay, commit, deadline, sends);
+        self.ops.insert(op, Op::Relay(Box::new(relayed)));
+        op
     }
 
     /// [`commit`](Self::commit) for another client, its transaction under its own id:
@@ -841,31 +864,39 @@ impl ClientCore {
     /// lock it out first, and reports its conflict).
     fn commit_in_lane(&mut self, now: Time, commit: RelayedCommit) -> (OpId, Vec<Output>) {
         let mut sends = Vec::new();
-        let op = match self.blocked(now, &commit, &mut sends) {
-            Some(op) => op,
-            None => {
-                let op = self.new_op();
-                let RelayedCommit {
-                    txn,
-                    eg,
-                    read_position,
-                    leader,
-                    writes,
-                    reads,
-                } = commit;
-                self.lane_visits.changed(eg.clone());
-                let lane = self.lanes.entry(eg).or_default();
-                let waiting = Waiting {
-                    op,
-                    member: Member::after_read(txn, writes, reads, read_position),
-                    read_position,
-                    leader,
-                };
-                lane.wait(waiting, now);
-                op
-            }
-        };
+        let op = self.lane_commit(now, commit, &mut sends);
         (op, self.finish_step(now, sends))
+    }
+
+    /// [`commit_in_lane`](Self::commit_in_lane) within a step.
+    fn lane_commit(
+        &mut self,
+        now: Time,
+        commit: RelayedCommit,
+        sends: &mut Vec<(NodeId, Message)>,
+    ) -> OpId {
+        if let Some(op) = self.blocked(now, &commit, sends) {
+            return op;
+        }
+        let op = self.new_op();
+        let RelayedCommit {
+            txn,
+            eg,
+            read_position,
+            leader,
+            writes,
+            reads,
+        } = commit;
+        self.lane_visits.changed(eg.clone());
+        let lane = self.lanes.entry(eg).or_default();
+        let waiting = Waiting {
+            op,
+            member: Member::after_read(txn, writes, reads, read_position),
+            read_position,
+            leader,
+        };
+        lane.wait(waiting, now);
+        op
     }
 
     /// [`blocked_commit`](Self::blocked_commit) for `commit`.
@@ -1069,44 +1100,6 @@ impl ClientCore {
             }
             self.lane_visits.looked_at(eg, self.lanes.get(eg));
         }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn start_commit(
-        &mut self,
-        now: Time,
-        txn: TxnId,
-        eg: EgId,
-        read_position: Position,
-        leader: Option<ReplicaId>,
-        writes: Vec<RowWrite>,
-        reads: ReadSet,
-        sends: &mut Vec<(NodeId, Message)>,
-    ) -> OpId {
-        if let Some(op) = self.blocked_commit(now, txn, &eg, &writes, &reads, sends) {
-            return op;
-        }
-        let op = self.new_op();
-        let next_leader = self.preferred_leader_of(&eg);
-        let members = vec![Member::after_read(txn, writes, reads, read_position)];
-        let mut ctx = self.wiring.ctx(now, &self.config.proposer, op, sends);
-        let commit = Commit::start(
-            &mut ctx,
-            eg,
-            read_position.next(),
-            (leader, None),
-            members,
-            next_leader,
-        );
-        self.ops.insert(
-            op,
-            Op::Commit(Box::new(CommitOp {
-                commit,
-                ops: vec![(txn, op)],
-                unvouched: false,
-            })),
-        );
-        op
     }
 
     /// Resolves a commit that ended [`CommitResult::Unknown`] at `position`: settles

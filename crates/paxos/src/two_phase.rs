@@ -612,10 +612,20 @@ pub fn effective_writes(eg: &EgId, writes: &[RowWrite]) -> Vec<Vec<u8>> {
     rows
 }
 
+/// Whether `writes` (of `eg`) write a two-phase row: prepare, finish or collect a
+/// record, record a decision or the collection's watermark. Such a transaction is
+/// committed in a log entry of its own, never combined with others (docs/protocol.md,
+/// "Combining commits"): what an entry prepares, finishes or decides is read from the
+/// entry as a whole ([`prepared_in`], [`finished_in`], [`decisions_in`]), and a
+/// prepare's locks hold only from the next position on.
+pub fn writes_two_phase_rows(eg: &EgId, writes: &[RowWrite]) -> bool {
+    let range = two_phase_range(eg);
+    writes.iter().any(|w| range.contains(&w.row))
+}
+
 /// Whether `writes` stay out of `eg`'s two-phase rows (which only the protocol writes).
 pub fn check_no_reserved_writes(eg: &EgId, writes: &[RowWrite]) -> Result<(), TwoPhaseError> {
-    let range = two_phase_range(eg);
-    match writes.iter().any(|w| range.contains(&w.row)) {
+    match writes_two_phase_rows(eg, writes) {
         true => Err(TwoPhaseError::ReservedWrite(eg.clone())),
         false => Ok(()),
     }
