@@ -816,6 +816,13 @@ fn megastore_dev_runs_the_default_topology_with_a_demo_and_stops_cleanly() {
         });
         assert!(local, "no local current read at site {site}:\n{log}");
     }
+    // Its servers run without transparent huge pages (crates/cli/src/main.rs): the
+    // kernel would otherwise zero 2 MiB on request paths.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", dev.pid())).unwrap();
+    assert!(
+        status.lines().any(|line| line == "THP_enabled:\t0"),
+        "transparent huge pages still on:\n{status}"
+    );
     // A second one, on the same default ports, says why it cannot start.
     let second =
         megastore_e2e::run_megastore(&["dev", "--no-demo"], dir.path(), Duration::from_secs(60));
