@@ -1008,7 +1008,8 @@ fn a_claim_whose_client_is_killed_mid_commit_locks_only_until_the_prepared_timeo
 }
 
 /// `megastore bench --two-phase` times a transaction across two groups next to the same
-/// transaction in one, each run committed (it fails otherwise).
+/// transaction in one, each run committed (it fails otherwise); with `--hot-writers`,
+/// while other clients write the coordinator group.
 #[test]
 fn the_two_phase_benchmark_times_both_kinds_of_transaction() {
     let (_alone, dir, cluster, _config, _runtime) = start_cluster();
@@ -1040,4 +1041,41 @@ fn the_two_phase_benchmark_times_both_kinds_of_transaction() {
         assert_eq!(kind["count"], 10, "every run timed once: {report}");
         assert!(kind["p50_us"].as_u64().unwrap() > 0, "{report}");
     }
+    // With the coordinator group hot: four more clients write it blindly meanwhile.
+    // Every transaction still commits, and no hot write gives up.
+    let out = megastore_e2e::run_megastore(
+        &[
+            "bench",
+            "--two-phase",
+            "--runs",
+            "10",
+            "--hot-writers",
+            "4",
+            "--config",
+            &config_arg,
+        ],
+        dir.path(),
+        Duration::from_secs(120),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let json = out.stdout.lines().last().unwrap_or_default();
+    let report: serde_json::Value =
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let kinds = report["kinds"].as_array().unwrap();
+    assert_eq!(kinds.len(), 3, "{report}");
+    assert_eq!(
+        kinds[1]["count"], 10,
+        "every transaction committed: {report}"
+    );
+    assert!(
+        kinds[2]["kind"].as_str().unwrap().contains("4 writers"),
+        "{report}"
+    );
+    assert!(kinds[2]["count"].as_u64().unwrap() > 0, "{report}");
+    assert!(
+        report["hot_writes_per_s"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    assert_eq!(report["hot_give_ups"], 0, "{report}");
+    assert!(out.stdout.contains("4 hot writers: "), "{}", out.stdout);
 }

@@ -81,6 +81,11 @@ pub(crate) struct BenchArgs {
     /// --site.
     #[arg(long, conflicts_with_all = ["queries", "queues"])]
     two_phase: bool,
+    /// With --two-phase: N more clients at that site write blindly, in closed loops, to
+    /// the cross-group transaction's coordinator group while the runs last (a hot
+    /// coordinator group); their rate, latencies and give-ups are reported too.
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "two_phase")]
+    hot_writers: u32,
     /// Make N groups quickly instead: write one row in each of N groups (`--group-prefix`
     /// and a number), each once, --clients at a time, with a progress bar; no reads.
     #[arg(
@@ -294,6 +299,7 @@ fn run_watches(
 fn run_two_phase(
     site: Option<String>,
     runs: u32,
+    hot_writers: u32,
     config: &megastore_config::ClusterConfig,
 ) -> anyhow::Result<ExitCode> {
     let site = match site {
@@ -304,14 +310,27 @@ fn run_two_phase(
     let _entered = runtime.enter();
     let bar = ProgressBar::new_spinner();
     bar.set_message(format!(
-        "{runs} transactions of each kind from site {site}, one at a time"
+        "{runs} transactions of each kind from site {site}, one at a time, {hot_writers} hot writers"
     ));
     bar.enable_steady_tick(Duration::from_millis(200));
-    let report = runtime.block_on(megastore_bench::run_two_phase(config, &site, runs));
+    let report = runtime.block_on(megastore_bench::run_two_phase(
+        config,
+        &site,
+        runs,
+        hot_writers,
+    ));
     bar.finish_and_clear();
     let report = report?;
     let table = kinds_table("TRANSACTION", &report.kinds);
     print!("read-modify-write transactions from site {site}, first read to commit\n{table}\n");
+    if hot_writers > 0 {
+        println!(
+            "{hot_writers} hot writers: {:.1} blind writes/s to the coordinator group, {} gave up after {} attempts",
+            report.hot_writes_per_s,
+            report.hot_give_ups,
+            megastore_bench::HOT_WRITE_ATTEMPTS
+        );
+    }
     println!("{}", report.json_line());
     Ok(ExitCode::SUCCESS)
 }
@@ -554,7 +573,12 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         return run_queues(&spec.sites, args.runs, &config);
     }
     if args.two_phase {
-        return run_two_phase(spec.sites.first().cloned(), args.runs, &config);
+        return run_two_phase(
+            spec.sites.first().cloned(),
+            args.runs,
+            args.hot_writers,
+            &config,
+        );
     }
     if args.grpc {
         return run_closed_loop(&spec, plot.as_deref(), |runtime, progress| {
