@@ -1014,22 +1014,25 @@ fn a_claim_whose_client_is_killed_mid_commit_locks_only_until_the_prepared_timeo
 fn the_two_phase_benchmark_times_both_kinds_of_transaction() {
     let (_alone, dir, cluster, _config, _runtime) = start_cluster();
     let config_arg = cluster.config_path.to_str().unwrap().to_string();
-    let out = megastore_e2e::run_megastore(
-        &[
+    // `megastore bench --two-phase --runs 10 EXTRA…`: its stdout and its JSON report.
+    let bench = |extra: &[&str]| {
+        let mut args = vec![
             "bench",
             "--two-phase",
             "--runs",
             "10",
             "--config",
             &config_arg,
-        ],
-        dir.path(),
-        Duration::from_secs(120),
-    );
-    assert!(out.status.success(), "{out:?}");
-    let json = out.stdout.lines().last().unwrap_or_default();
-    let report: serde_json::Value =
-        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+        ];
+        args.extend_from_slice(extra);
+        let out = megastore_e2e::run_megastore(&args, dir.path(), Duration::from_secs(120));
+        assert!(out.status.success(), "{out:?}");
+        let json = out.stdout.lines().last().unwrap_or_default();
+        let report: serde_json::Value =
+            serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+        (out.stdout, report)
+    };
+    let (_, report) = bench(&[]);
     assert_eq!(report["site"], "A", "{report}");
     let kinds = report["kinds"].as_array().unwrap();
     assert_eq!(kinds.len(), 2, "{report}");
@@ -1043,24 +1046,7 @@ fn the_two_phase_benchmark_times_both_kinds_of_transaction() {
     }
     // With the coordinator group hot: four more clients write it blindly meanwhile.
     // Every transaction still commits, and no hot write gives up.
-    let out = megastore_e2e::run_megastore(
-        &[
-            "bench",
-            "--two-phase",
-            "--runs",
-            "10",
-            "--hot-writers",
-            "4",
-            "--config",
-            &config_arg,
-        ],
-        dir.path(),
-        Duration::from_secs(120),
-    );
-    assert!(out.status.success(), "{out:?}");
-    let json = out.stdout.lines().last().unwrap_or_default();
-    let report: serde_json::Value =
-        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let (stdout, report) = bench(&["--hot-writers", "4"]);
     let kinds = report["kinds"].as_array().unwrap();
     assert_eq!(kinds.len(), 3, "{report}");
     assert_eq!(
@@ -1077,5 +1063,5 @@ fn the_two_phase_benchmark_times_both_kinds_of_transaction() {
         "{report}"
     );
     assert_eq!(report["hot_give_ups"], 0, "{report}");
-    assert!(out.stdout.contains("4 hot writers: "), "{}", out.stdout);
+    assert!(stdout.contains("4 hot writers: "), "{stdout}");
 }

@@ -20,7 +20,7 @@ use megastore_types::EgId;
 use serde::Serialize;
 
 use crate::SpecError;
-use crate::timing::{QueryKind, failed, histogram, kind, record};
+use crate::timing::{QueryKind, connect_at, failed, histogram, kind, record, run_id};
 
 /// What `--two-phase` measured.
 #[derive(Debug, Clone, Serialize)]
@@ -32,9 +32,10 @@ pub struct TwoPhaseReport {
     pub kinds: Vec<QueryKind>,
     /// Clients writing the coordinator group meanwhile.
     pub hot_writers: u32,
-    /// Their commits per second, over the time the runs took.
+    /// Their commits per second while the runs lasted (after each had committed once).
     pub hot_writes_per_s: f64,
-    /// Their writes that gave up after [`HOT_WRITE_ATTEMPTS`] attempts.
+    /// Their writes that gave up after [`HOT_WRITE_ATTEMPTS`] attempts while the runs
+    /// lasted.
     pub hot_give_ups: u64,
 }
 
@@ -48,41 +49,72 @@ struct HotWrites {
     give_ups: u64,
 }
 
-/// Tells the hot writers to stop when dropped: after the runs, or when one fails.
-struct StopOnDrop(Arc<AtomicBool>);
+/// Tells the hot writers to stop when dropped: after the runs, or when they fail.
+struct StopOnDrop(Arc<HotPhase>);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
+        self.0.stop.store(true, Ordering::Relaxed);
     }
 }
 
-/// A closed loop of blind writes of `key` in `eg` until `stop`.
+/// What the hot writers share with the runs: when to count, and when to stop.
+struct HotPhase {
+    /// Set once every writer has committed (so its first commits, which duel before
+    /// relaying, stay out of the measure, as `megastore bench --warmup` leaves them).
+    measuring: AtomicBool,
+    stop: AtomicBool,
+}
+
+/// A closed loop of blind writes of `key` in `eg` until told to stop. `warmed` hears
+/// once: of its first commit, or that it failed before one.
 async fn write_hot(
     client: Client,
     eg: EgId,
     key: Vec<u8>,
-    stop: Arc<AtomicBool>,
+    phase: Arc<HotPhase>,
+    warmed: tokio::sync::mpsc::Sender<()>,
+) -> Result<HotWrites, ClientError> {
+    let mut warmed = Some(warmed);
+    let result = write_hot_until_stopped(&client, &eg, &key, &phase, &mut warmed).await;
+    if let Some(warmed) = warmed.take() {
+        // Failed before its first commit; the runs may have failed and gone too.
+        let _ = warmed.send(()).await;
+    }
+    result
+}
+
+async fn write_hot_until_stopped(
+    client: &Client,
+    eg: &EgId,
+    key: &[u8],
+    phase: &HotPhase,
+    warmed: &mut Option<tokio::sync::mpsc::Sender<()>>,
 ) -> Result<HotWrites, ClientError> {
     let mut done = HotWrites {
         latencies: histogram(),
         give_ups: 0,
     };
-    while !stop.load(Ordering::Relaxed) {
+    while !phase.stop.load(Ordering::Relaxed) {
+        let measuring = phase.measuring.load(Ordering::Relaxed);
         let began = Instant::now();
         let mut committed = false;
         for _ in 0..HOT_WRITE_ATTEMPTS {
-            let mut txn = client.begin(&eg);
-            txn.set(&key, b"v", b"hot")?;
+            let mut txn = client.begin(eg);
+            txn.set(key, b"v", b"hot")?;
             if let Attempt::Done(_) = txn.commit().await? {
                 committed = true;
                 break;
             }
         }
-        if committed {
-            record(&mut done.latencies, began.elapsed());
-        } else {
-            done.give_ups += 1;
+        if committed && let Some(warmed) = warmed.take() {
+            // The runs may have failed and gone: nobody to tell.
+            let _ = warmed.send(()).await;
+        }
+        match (measuring, committed) {
+            (false, _) => {}
+            (true, true) => record(&mut done.latencies, began.elapsed()),
+            (true, false) => done.give_ups += 1,
         }
     }
     Ok(done)
@@ -126,48 +158,51 @@ pub async fn run_two_phase(
     if runs == 0 {
         return Err(SpecError::Invalid("--runs must be at least 1".into()));
     }
-    let client = Client::connect(config, site)
-        .await
-        .map_err(|error| SpecError::Connect {
-            site: site.to_string(),
-            error,
-        })?;
+    let client = connect_at(config, site).await?;
     // Fresh groups per run of the benchmark.
-    let run = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos())
-        ^ u128::from(std::process::id());
+    let run = run_id();
     let group = |which: &str| -> Result<EgId, SpecError> {
         megastore_client::group(format!("bench-2pc-{which}-{run:x}").as_bytes())
             .map_err(failed("a group"))
     };
     let (single, left, right) = (group("single")?, group("left")?, group("right")?);
     let (mut one_group, mut two_groups) = (histogram(), histogram());
-    let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
-    let writers_began = Instant::now();
-    let mut writers = Vec::new();
-    for i in 0..hot_writers {
-        let writer = Client::connect(config, site)
-            .await
-            .map_err(|error| SpecError::Connect {
-                site: site.to_string(),
-                error,
-            })?;
-        let key = format!("hot-{i}").into_bytes();
-        writers.push(tokio::spawn(write_hot(
-            writer,
-            left.clone(),
-            key,
-            stop.0.clone(),
-        )));
-    }
-    // A first commit in each group, untimed: its first position has no leader yet.
+    // A first commit in each group, untimed: its first position has no leader yet
+    // (and the hot writers start after it, as they would at a group in use).
     for eg in [&single, &left, &right] {
         client
             .transaction(eg, async |txn| bump(txn, b"warm").await)
             .await
             .map_err(failed("warming up"))?;
     }
+    let phase = StopOnDrop(Arc::new(HotPhase {
+        measuring: AtomicBool::new(false),
+        stop: AtomicBool::new(false),
+    }));
+    let (warmed, mut warmed_writers) = tokio::sync::mpsc::channel(hot_writers.max(1) as usize);
+    let mut writers = Vec::new();
+    for i in 0..hot_writers {
+        let writer = connect_at(config, site).await?;
+        let key = format!("hot-{i}").into_bytes();
+        writers.push(tokio::spawn(write_hot(
+            writer,
+            left.clone(),
+            key,
+            phase.0.clone(),
+            warmed.clone(),
+        )));
+    }
+    drop(warmed);
+    // The runs start once every hot writer has committed: a writer's first commits
+    // duel for positions until it relays, which is a start, not the steady state.
+    // (A writer that fails first says so too; its error is reported after the runs.)
+    for _ in 0..hot_writers {
+        if warmed_writers.recv().await.is_none() {
+            break;
+        }
+    }
+    phase.0.measuring.store(true, Ordering::Relaxed);
+    let measure_began = Instant::now();
     for _ in 0..runs {
         let began = Instant::now();
         let (_, outcome) = client
@@ -191,8 +226,8 @@ pub async fn run_two_phase(
         record(&mut two_groups, began.elapsed());
         committed(&outcome, "the cross-group transaction")?;
     }
-    let writers_took = writers_began.elapsed();
-    drop(stop);
+    let measured_for = measure_began.elapsed();
+    drop(phase);
     let (mut hot, mut hot_give_ups) = (histogram(), 0);
     for writer in writers {
         let done = writer
@@ -218,7 +253,7 @@ pub async fn run_two_phase(
         site: site.to_string(),
         kinds,
         hot_writers,
-        hot_writes_per_s: hot.len() as f64 / writers_took.as_secs_f64(),
+        hot_writes_per_s: hot.len() as f64 / measured_for.as_secs_f64(),
         hot_give_ups,
     })
 }
