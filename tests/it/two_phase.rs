@@ -1063,5 +1063,6 @@ fn the_two_phase_benchmark_times_both_kinds_of_transaction() {
         "{report}"
     );
     assert_eq!(report["hot_give_ups"], 0, "{report}");
+    assert_eq!(report["two_phase_give_ups"], 0, "{report}");
     assert!(stdout.contains("4 hot writers: "), "{stdout}");
 }

@@ -323,6 +323,12 @@ fn run_two_phase(
     let report = report?;
     let table = kinds_table("TRANSACTION", &report.kinds);
     print!("read-modify-write transactions from site {site}, first read to commit\n{table}\n");
+    if report.two_phase_give_ups > 0 {
+        println!(
+            "{} cross-group transaction(s) gave up: every attempt conflicted",
+            report.two_phase_give_ups
+        );
+    }
     if hot_writers > 0 {
         println!(
             "{hot_writers} hot writers: {:.1} blind writes/s to the coordinator group, {} gave up after {} attempts",
