@@ -18,7 +18,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// on its segments (`madvise`), and the kernel then zeroes two megabytes at a page
 /// fault, on whichever thread touched the page, request paths included: under write
 /// load that zeroing took a tenth of a server process's samples. Without them a write's
-/// p99 falls by a third to a half, and the throughput a cluster sustains does not fall
+/// p99 falls by a quarter to a half, and the throughput a cluster sustains does not fall
 /// (docs/performance.md, "Transparent huge pages"). The flag holds for the whole process
 /// (RocksDB's allocations too, as databases commonly advise) and for its children. A
 /// kernel older than 3.15 refuses the call, which leaves the process as it was.
