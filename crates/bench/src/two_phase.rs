@@ -10,7 +10,7 @@
 //! (docs/performance.md, "Transactions across groups").
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
@@ -33,6 +33,9 @@ pub struct TwoPhaseReport {
     /// Cross-group transactions that gave up after the client's attempts, each of them
     /// conflicting (not timed).
     pub two_phase_give_ups: u64,
+    /// Attempts of the cross-group transactions beyond each one's first: each a
+    /// conflict (the hot writers write other rows, so a lost position's).
+    pub two_phase_retries: u64,
     /// Clients writing the coordinator group meanwhile.
     pub hot_writers: u32,
     /// Their commits per second while the runs lasted (after each had committed once).
@@ -169,7 +172,8 @@ pub async fn run_two_phase(
             .map_err(failed("a group"))
     };
     let (single, left, right) = (group("single")?, group("left")?, group("right")?);
-    let (mut one_group, mut two_groups, mut two_phase_give_ups) = (histogram(), histogram(), 0);
+    let (mut one_group, mut two_groups) = (histogram(), histogram());
+    let (mut two_phase_give_ups, mut two_phase_retries) = (0, 0);
     // A first commit in each group, untimed: its first position has no leader yet
     // (and the hot writers start after it, as they would at a group in use).
     for eg in [&single, &left, &right] {
@@ -219,8 +223,10 @@ pub async fn run_two_phase(
         committed(&outcome, "the single-group transaction")?;
         let began = Instant::now();
         let groups = [left.clone(), right.clone()];
+        let attempts = AtomicU64::new(0);
         let multi = client
             .transaction_multi(&groups, async |txn| {
+                attempts.fetch_add(1, Ordering::Relaxed);
                 bump(txn.on(&left)?, b"a").await?;
                 bump(txn.on(&right)?, b"b").await
             })
@@ -234,6 +240,7 @@ pub async fn run_two_phase(
             Err(ClientError::TooManyConflicts { .. }) => two_phase_give_ups += 1,
             Err(e) => return Err(failed("the cross-group transaction")(e)),
         }
+        two_phase_retries += attempts.into_inner().saturating_sub(1);
     }
     let measured_for = measure_began.elapsed();
     drop(phase);
@@ -262,6 +269,7 @@ pub async fn run_two_phase(
         site: site.to_string(),
         kinds,
         two_phase_give_ups,
+        two_phase_retries,
         hot_writers,
         hot_writes_per_s: hot.len() as f64 / measured_for.as_secs_f64(),
         hot_give_ups,

@@ -323,6 +323,12 @@ fn run_two_phase(
     let report = report?;
     let table = kinds_table("TRANSACTION", &report.kinds);
     print!("read-modify-write transactions from site {site}, first read to commit\n{table}\n");
+    if report.two_phase_retries > 0 {
+        println!(
+            "{} cross-group attempt(s) conflicted and ran again",
+            report.two_phase_retries
+        );
+    }
     if report.two_phase_give_ups > 0 {
         println!(
             "{} cross-group transaction(s) gave up: every attempt conflicted",

@@ -8,7 +8,8 @@
 //!   (and the others wait on, so the oldest goes first);
 //! - one whose reads a known position wrote (or locked) conflicts at once;
 //! - one for which the position after the stretch is past its commit span conflicts
-//!   at once too, naming no rows: it was never proposed, so it may run again;
+//!   at once too, naming no rows: it was never proposed, so it may run again — except
+//!   a two-phase decision, whose span moves on ([`Member::span_moves`]);
 //! - the others join one entry at the position after the stretch, each after those
 //!   before it only if it read nothing they write (else it waits for the next round,
 //!   where it will see their writes as chosen), within the transaction size limit —
@@ -421,7 +422,7 @@ impl Lane {
         // Conflicts first: they are final, and may leave an eligible transaction first.
         let next = self.head().map(Position::next);
         let mut kept = VecDeque::new();
-        for waiting in std::mem::take(&mut self.waiting) {
+        for mut waiting in std::mem::take(&mut self.waiting) {
             let judged = self.judges(waiting.read_position);
             if judged
                 && !bugs.relay_commits_duplicates()
@@ -438,18 +439,23 @@ impl Lane {
                 ));
                 continue;
             }
-            if judged
-                && !bugs.commit_past_span()
-                && next.is_some_and(|next| next > waiting.member.last)
-            {
-                // The next entry is past the end of its commit span: it was never
-                // proposed, so it is in the log nowhere and may run again.
-                results.push((
-                    waiting.op,
-                    waiting.member.txn,
-                    CommitResult::Conflict { keys: Vec::new() },
-                ));
-                continue;
+            let past_span = next
+                .filter(|next| judged && !bugs.commit_past_span() && *next > waiting.member.last);
+            if let Some(next) = past_span {
+                if waiting.member.span_moves(eg) {
+                    // A decision's span moves on: judged below like any other, and on
+                    // to the next entry if nothing known conflicts with it.
+                    waiting.member.move_span_to(next);
+                } else {
+                    // The next entry is past the end of its commit span: it was never
+                    // proposed, so it is in the log nowhere and may run again.
+                    results.push((
+                        waiting.op,
+                        waiting.member.txn,
+                        CommitResult::Conflict { keys: Vec::new() },
+                    ));
+                    continue;
+                }
             }
             let conflicts = if judged {
                 self.conflicts(eg, &waiting.member, waiting.read_position, bugs)
@@ -867,6 +873,62 @@ mod tests {
             start.unwrap().position,
             Position(9),
             "the knob starts it anyway"
+        );
+    }
+
+    /// Transaction `seq`'s decision of commit in `eg()`, after a read at
+    /// `read_position` of `reads` and of its decision row.
+    fn decision(seq: u64, read_position: u64, reads: &[&str]) -> Waiting {
+        let mut waiting = waiting(seq, read_position, reads, &[]);
+        let facts = crate::two_phase::TxnFacts {
+            prepared_ms: 1,
+            participants: vec![eg(), EgId(b"h".to_vec())],
+        };
+        let decided = crate::two_phase::decision_write(
+            &eg(),
+            txn(seq),
+            crate::two_phase::Decision::Commit,
+            &facts,
+        );
+        waiting.member.reads.rows.insert(decided.row.clone());
+        waiting.member.writes.push(decided);
+        waiting
+    }
+
+    #[test]
+    fn a_decision_whose_span_the_next_entry_is_past_moves_on_unless_it_conflicts() {
+        let bugs = ProtocolBugs::default();
+        let stretch: Vec<Winner> = (0..7).map(|i| chosen(100 + i, &["z"])).collect();
+        let mut lane = Lane::default();
+        // Known 2..=8: the next entry is at 9, past the span (4..=8) of a read at 3.
+        lane.learned(Position(2), &stretch);
+        lane.wait(decision(1, 3, &["a"]), NOW);
+        let (results, start) = lane.next(&eg(), &bugs);
+        assert!(results.is_empty(), "{results:?}");
+        let start = start.expect("the decision starts");
+        assert_eq!((start.position, members(&start)), (Position(9), vec![1]));
+        assert_eq!(start.members[0].1.last, Position(13), "its span moved on");
+        // Judged like any other: a known position wrote what it read.
+        let mut conflicting = Lane::default();
+        conflicting.learned(Position(2), &stretch);
+        conflicting.wait(decision(1, 3, &["z"]), NOW);
+        let (results, start) = conflicting.next(&eg(), &bugs);
+        assert!(start.is_none());
+        let keys = vec![b"g\x01z".to_vec()];
+        assert_eq!(
+            results,
+            vec![(OpId(1), txn(1), CommitResult::Conflict { keys })]
+        );
+        // Only its own decision row moves a span: another transaction's does not.
+        let mut other = Lane::default();
+        other.learned(Position(2), &stretch);
+        let mut foreign = decision(1, 3, &["a"]);
+        foreign.member.txn = txn(2);
+        other.wait(foreign, NOW);
+        let (results, _) = other.next(&eg(), &bugs);
+        assert_eq!(
+            results,
+            vec![(OpId(1), txn(2), CommitResult::Conflict { keys: Vec::new() })]
         );
     }
 

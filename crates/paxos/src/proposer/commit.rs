@@ -19,11 +19,16 @@ use super::settle::{Settle, SettleOutcome};
 use crate::bugs::ProtocolBugs;
 use crate::entry::{LogEntry, RowWrite};
 use crate::messages::ReplicaReply;
-use crate::two_phase::{Prepared, effective_writes, finished_in, prepared_in};
+use crate::two_phase::{Prepared, decision_row, effective_writes, finished_in, prepared_in};
 
 /// Rebases before a commit reports a conflict (with no conflicting keys: a retry is
 /// safe).
 const REBASES_MAX: u32 = 4;
+
+/// Rebases before an entry whose every open transaction is a two-phase decision
+/// ([`Member::span_moves`]) reports a conflict: its span moves on with it, so only
+/// this bounds how long it chases a hot group's positions.
+const DECISION_REBASES_MAX: u32 = 8 * REBASES_MAX;
 
 /// How many positions past its first a transaction may be proposed at: one that read
 /// at `r` goes only to `r + 1 ..= r + 1 + COMMIT_SPAN` (invariant *commit-span*). So
@@ -141,6 +146,25 @@ pub(crate) struct Member {
 }
 
 impl Member {
+    /// Whether its commit span may move on with it (invariant *commit-span*'s one
+    /// exception): a two-phase decision of commit, which writes its own transaction's
+    /// decision row in `eg` and read that row. Its outcome is that row's, not a find in
+    /// its span: the only other writer of the row records abort after reading it
+    /// absent, and the two conflict on it, so whichever lands first decides and the
+    /// other fails (docs/protocol.md, "The commit span"). Such a commit judged free of
+    /// conflicts through the position before `next` may go on to `next` however far
+    /// its read is behind: at a hot coordinator group, the prepares' round trip alone
+    /// outlasts the span, and the transaction would lose its position every attempt.
+    pub(crate) fn span_moves(&self, eg: &EgId) -> bool {
+        let row = decision_row(eg, self.txn);
+        self.reads.rows.contains(&row) && self.writes.iter().any(|w| w.row == row)
+    }
+
+    /// Moves the end of its span to `next`'s (only where [`span_moves`](Self::span_moves)).
+    pub(crate) fn move_span_to(&mut self, next: Position) {
+        self.last = self.last.max(*commit_span(next).end());
+    }
+
     /// Transaction `txn` that read at `read_position`.
     pub(crate) fn after_read(
         txn: TxnId,
@@ -366,6 +390,20 @@ impl Commit {
         self.settle.deadline()
     }
 
+    /// Rebases it may make: more while each open member is a decision whose span
+    /// moves on ([`Member::span_moves`]).
+    fn rebases_max(&self) -> u32 {
+        let mut open = self
+            .members
+            .iter()
+            .zip(&self.reports)
+            .filter(|(_, r)| matches!(r, Report::NotYetKnown));
+        match open.all(|(m, _)| m.span_moves(&self.eg)) {
+            true => DECISION_REBASES_MAX,
+            false => REBASES_MAX,
+        }
+    }
+
     /// Sets the result of every member still without one.
     fn report_open(&mut self, result: impl Fn(&Member) -> CommitResult) {
         for (member, report) in self.members.iter().zip(&mut self.reports) {
@@ -457,17 +495,22 @@ impl Commit {
                 if self.decided() {
                     return;
                 }
-                if self.rebases >= REBASES_MAX {
+                if self.rebases >= self.rebases_max() {
                     self.report_open(|_| CommitResult::Conflict { keys: Vec::new() });
                     return;
                 }
                 // Members at the end of their span stop here: they lost every position
-                // they were proposed at, so they are in the log nowhere.
+                // they were proposed at, so they are in the log nowhere. A decision's
+                // span moves on instead: the winner did not conflict with it.
                 let next = position.next();
                 let past_span = !bugs.commit_past_span();
-                for (member, report) in self.members.iter().zip(&mut self.reports) {
+                for (member, report) in self.members.iter_mut().zip(&mut self.reports) {
                     if past_span && matches!(report, Report::NotYetKnown) && member.last < next {
-                        *report = Report::Known(CommitResult::Conflict { keys: Vec::new() });
+                        if member.span_moves(&self.eg) {
+                            member.move_span_to(next);
+                        } else {
+                            *report = Report::Known(CommitResult::Conflict { keys: Vec::new() });
+                        }
                     }
                 }
                 if self.decided() {

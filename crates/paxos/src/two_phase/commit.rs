@@ -268,8 +268,10 @@ impl TwoPhaseCommit {
                 }
                 match decide.outcome().cloned() {
                     Some(DecideOutcome::Decided(Decision::Commit)) => {
-                        // Only this client decides commit, and it did not: found only
-                        // when the decision was sent early (a knob). Finish as decided.
+                        // Only this client decides commit, so its decision landed after
+                        // all: past the span its resolution settled (a decision's span
+                        // moves on, `Member::span_moves`), or sent early (a knob).
+                        // Finish as decided; its position is unknown here.
                         self.finish_all(Decision::Commit)
                     }
                     Some(DecideOutcome::Decided(Decision::Abort)) => {
@@ -404,10 +406,11 @@ impl TwoPhaseCommit {
     /// Records abort in the coordinator group, then finishes the participants.
     fn abort(&mut self) -> Vec<Tagged> {
         // Only this client decides commit, and it has not (or not yet, when its
-        // decision went out early: then a commit is read). But another may have met a
-        // record, recorded abort, finished it and — this client slow past the
-        // retention — collected the decision: an absent decision counts only above the
-        // collection watermark, or with a record still pending where one may be.
+        // decision went out early or moved past the span its resolution settled: then
+        // a commit is read). But another may have met a record, recorded abort,
+        // finished it and — this client slow past the retention — collected the
+        // decision: an absent decision counts only above the collection watermark, or
+        // with a record still pending where one may be.
         let recheck = self
             .parts
             .iter()
