@@ -1067,6 +1067,8 @@ fn the_two_phase_benchmark_times_both_kinds_of_transaction() {
         "{report}"
     );
     assert_eq!(report["hot_give_ups"], 0, "{report}");
+    assert_eq!(report["hot_errors"], 0, "{report}");
+    assert_eq!(report["hot_writers_cold"], 0, "{report}");
     assert_eq!(report["two_phase_give_ups"], 0, "{report}");
     assert!(
         report["two_phase_retries"].as_u64().unwrap() <= 2,

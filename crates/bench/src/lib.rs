@@ -40,6 +40,6 @@ pub use queries::{QueryReport, run_queries};
 pub use queues::{QueueReport, run_queues};
 pub use report::{Interval, KindReport, Report, Timeline};
 pub use timing::QueryKind;
-pub use two_phase::{HOT_WRITE_ATTEMPTS, TwoPhaseReport, run_two_phase};
+pub use two_phase::{HOT_WARM_UP_MAX, HOT_WRITE_ATTEMPTS, TwoPhaseReport, run_two_phase};
 pub use watches::{WatchReport, run_etcd_watches, run_watches};
 pub use workload::{Spec, SpecError, run};

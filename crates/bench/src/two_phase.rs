@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use megastore_client::{Attempt, Client, ClientError, Outcome, Transaction};
@@ -43,19 +43,38 @@ pub struct TwoPhaseReport {
     /// Their writes that gave up after [`HOT_WRITE_ATTEMPTS`] attempts while the runs
     /// lasted.
     pub hot_give_ups: u64,
+    /// Their writes that failed with an error while the runs lasted (each writer goes
+    /// on after a pause); the first error's message is in `hot_error`.
+    pub hot_errors: u64,
+    /// The first error a hot writer met, if any (warming up included).
+    pub hot_error: Option<String>,
+    /// Hot writers that had not committed once when the runs began: they began after
+    /// [`HOT_WARM_UP_MAX`] without them.
+    pub hot_writers_cold: u32,
 }
 
 /// Attempts of one hot writer's blind write before it gives up (as `megastore bench`'s
 /// closed loop).
 pub const HOT_WRITE_ATTEMPTS: u32 = 8;
 
+/// How long the runs wait for every hot writer's first commit before they begin
+/// without the ones still trying.
+pub const HOT_WARM_UP_MAX: Duration = Duration::from_secs(30);
+
+/// How long a hot writer pauses after an error before it writes again (so a cluster
+/// that refuses everything is not asked in a tight loop).
+const HOT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
 /// What one hot writer did until it was told to stop.
 struct HotWrites {
     latencies: Histogram<u64>,
     give_ups: u64,
+    errors: u64,
+    first_error: Option<String>,
 }
 
-/// Tells the hot writers to stop when dropped: after the runs, or when they fail.
+/// Tells the hot writers to stop when dropped: after the runs, or when the runs end
+/// early with an error.
 struct StopOnDrop(Arc<HotPhase>);
 
 impl Drop for StopOnDrop {
@@ -73,46 +92,33 @@ struct HotPhase {
 }
 
 /// A closed loop of blind writes of `key` in `eg` until told to stop. `warmed` hears
-/// once: of its first commit, or that it failed before one.
+/// once, of its first commit.
 async fn write_hot(
     client: Client,
     eg: EgId,
     key: Vec<u8>,
     phase: Arc<HotPhase>,
     warmed: tokio::sync::mpsc::Sender<()>,
-) -> Result<HotWrites, ClientError> {
+) -> HotWrites {
     let mut warmed = Some(warmed);
-    let result = write_hot_until_stopped(&client, &eg, &key, &phase, &mut warmed).await;
-    if let Some(warmed) = warmed.take() {
-        // Failed before its first commit; the runs may have failed and gone too.
-        let _ = warmed.send(()).await;
-    }
-    result
-}
-
-async fn write_hot_until_stopped(
-    client: &Client,
-    eg: &EgId,
-    key: &[u8],
-    phase: &HotPhase,
-    warmed: &mut Option<tokio::sync::mpsc::Sender<()>>,
-) -> Result<HotWrites, ClientError> {
     let mut done = HotWrites {
         latencies: histogram(),
         give_ups: 0,
+        errors: 0,
+        first_error: None,
     };
     while !phase.stop.load(Ordering::Relaxed) {
         let measuring = phase.measuring.load(Ordering::Relaxed);
         let began = Instant::now();
-        let mut committed = false;
-        for _ in 0..HOT_WRITE_ATTEMPTS {
-            let mut txn = client.begin(eg);
-            txn.set(key, b"v", b"hot")?;
-            if let Attempt::Done(_) = txn.commit().await? {
-                committed = true;
-                break;
+        let committed = match write_once(&client, &eg, &key).await {
+            Ok(committed) => committed,
+            Err(e) => {
+                done.errors += u64::from(measuring);
+                done.first_error.get_or_insert_with(|| e.to_string());
+                tokio::time::sleep(HOT_ERROR_PAUSE).await;
+                continue;
             }
-        }
+        };
         if committed && let Some(warmed) = warmed.take() {
             // The runs may have failed and gone: nobody to tell.
             let _ = warmed.send(()).await;
@@ -123,7 +129,20 @@ async fn write_hot_until_stopped(
             (true, false) => done.give_ups += 1,
         }
     }
-    Ok(done)
+    done
+}
+
+/// One blind write of `key` in `eg`, in up to [`HOT_WRITE_ATTEMPTS`] attempts: whether
+/// it committed.
+async fn write_once(client: &Client, eg: &EgId, key: &[u8]) -> Result<bool, ClientError> {
+    for _ in 0..HOT_WRITE_ATTEMPTS {
+        let mut txn = client.begin(eg);
+        txn.set(key, b"v", b"hot")?;
+        if let Attempt::Done(_) = txn.commit().await? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 impl TwoPhaseReport {
@@ -201,11 +220,14 @@ pub async fn run_two_phase(
     }
     drop(warmed);
     // The runs start once every hot writer has committed: a writer's first commits
-    // duel for positions until it relays, which is a start, not the steady state.
-    // (A writer that fails first says so too; its error is reported after the runs.)
-    for _ in 0..hot_writers {
-        if warmed_writers.recv().await.is_none() {
-            break;
+    // duel for positions until it relays, which is a start, not the steady state. Not
+    // later than `HOT_WARM_UP_MAX`, though: the report counts the writers still cold.
+    let warm_up_ends = tokio::time::Instant::now() + HOT_WARM_UP_MAX;
+    let mut hot_writers_cold = hot_writers;
+    while hot_writers_cold > 0 {
+        match tokio::time::timeout_at(warm_up_ends, warmed_writers.recv()).await {
+            Ok(Some(())) => hot_writers_cold -= 1,
+            Ok(None) | Err(_) => break,
         }
     }
     phase.0.measuring.store(true, Ordering::Relaxed);
@@ -244,15 +266,16 @@ pub async fn run_two_phase(
     }
     let measured_for = measure_began.elapsed();
     drop(phase);
-    let (mut hot, mut hot_give_ups) = (histogram(), 0);
+    let (mut hot, mut hot_give_ups, mut hot_errors, mut hot_error) = (histogram(), 0, 0, None);
     for writer in writers {
         let done = writer
             .await
-            .map_err(|e| SpecError::Invalid(format!("a hot writer's task: {e}")))?
-            .map_err(failed("a hot writer"))?;
+            .map_err(|e| SpecError::Invalid(format!("a hot writer's task: {e}")))?;
         hot.add(&done.latencies)
             .map_err(|e| SpecError::Invalid(format!("merging latencies: {e}")))?;
         hot_give_ups += done.give_ups;
+        hot_errors += done.errors;
+        hot_error = hot_error.or(done.first_error);
     }
     let mut kinds = vec![
         kind("one group, two keys (one commit)", 1, &one_group),
@@ -273,5 +296,8 @@ pub async fn run_two_phase(
         hot_writers,
         hot_writes_per_s: hot.len() as f64 / measured_for.as_secs_f64(),
         hot_give_ups,
+        hot_errors,
+        hot_error,
+        hot_writers_cold,
     })
 }

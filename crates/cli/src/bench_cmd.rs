@@ -337,11 +337,22 @@ fn run_two_phase(
     }
     if hot_writers > 0 {
         println!(
-            "{hot_writers} hot writers: {:.1} blind writes/s to the coordinator group, {} gave up after {} attempts",
+            "{hot_writers} hot writers: {:.1} blind writes/s to the coordinator group, {} gave up after {} attempts, {} failed",
             report.hot_writes_per_s,
             report.hot_give_ups,
-            megastore_bench::HOT_WRITE_ATTEMPTS
+            megastore_bench::HOT_WRITE_ATTEMPTS,
+            report.hot_errors
         );
+    }
+    if report.hot_writers_cold > 0 {
+        println!(
+            "{} hot writer(s) had not committed once after {} s: the runs began without them",
+            report.hot_writers_cold,
+            megastore_bench::HOT_WARM_UP_MAX.as_secs()
+        );
+    }
+    if let Some(error) = &report.hot_error {
+        println!("a hot writer's first error: {error}");
     }
     println!("{}", report.json_line());
     Ok(ExitCode::SUCCESS)
