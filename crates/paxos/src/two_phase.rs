@@ -62,7 +62,7 @@ use std::time::Duration;
 use megastore_rowstore::{KeyRange, Row};
 use megastore_types::limits::{COLUMN_BYTES_MAX, ROW_BYTES_MAX, VALUE_BYTES_MAX};
 use megastore_types::reserved::TWO_PHASE_OBJECT;
-use megastore_types::{EgId, TxnId};
+use megastore_types::{EgId, Position, TxnId};
 use serde::{Deserialize, Serialize};
 
 use crate::entry::{CellWrite, LogEntry, RowWrite};
@@ -359,6 +359,12 @@ pub fn decision_delete(row: &[u8]) -> RowWrite {
 /// The decision `row` (read at the decision row) holds, if any.
 pub fn decision_of(row: Option<&Row>) -> Option<Decision> {
     postcard::from_bytes(row?.value(DECIDED)?).ok()
+}
+
+/// Where the decision `row` holds was chosen: its decision cell's timestamp, which is
+/// the position of the entry that wrote it.
+pub fn decided_at(row: Option<&Row>) -> Option<Position> {
+    row?.cells.get(DECIDED).map(|cell| Position(cell.timestamp))
 }
 
 /// The facts a decision row records (none in rows written before they were).

@@ -271,7 +271,8 @@ impl TwoPhaseCommit {
                         // Only this client decides commit, so its decision landed after
                         // all: past the span its resolution settled (a decision's span
                         // moves on, `Member::span_moves`), or sent early (a knob).
-                        // Finish as decided; its position is unknown here.
+                        // Finish as decided, at the position the decision row says.
+                        self.decided_at = decide.found_at();
                         self.finish_all(Decision::Commit)
                     }
                     Some(DecideOutcome::Decided(Decision::Abort)) => {

@@ -10,12 +10,13 @@ use std::time::Duration;
 use megastore_types::{EgId, Position, ReplicaId, Time, TxnId};
 
 use super::{
-    Decision, TxnFacts, decision_of, decision_row, decision_write, record_row, watermark_of,
-    watermark_row,
+    Decision, TxnFacts, decided_at, decision_of, decision_row, decision_write, record_row,
+    watermark_of, watermark_row,
 };
 use crate::bugs::ProtocolBugs;
 use crate::messages::DataQuery;
 use crate::proposer::commit::{CommitResult, ReadSet};
+use crate::proposer::read::ReadResult;
 use crate::steps::{Ended, Step};
 
 /// Tries to record abort (each after a fresh read of the decision) before giving up.
@@ -129,6 +130,8 @@ pub(crate) struct Decide {
     stage: Stage,
     attempts: u32,
     outcome: Option<DecideOutcome>,
+    /// Where the decision it read was chosen (none when it recorded it or read none).
+    found_at: Option<Position>,
 }
 
 impl Decide {
@@ -151,6 +154,7 @@ impl Decide {
             stage: Stage::Reading,
             attempts: 0,
             outcome: None,
+            found_at: None,
         };
         let step = decide.read();
         (decide, step)
@@ -166,6 +170,15 @@ impl Decide {
             ]),
             settle: false,
         }
+    }
+
+    /// The decision `read` of the decision row found, if any (and where it was chosen).
+    fn found(&mut self, read: &ReadResult) -> Option<Decision> {
+        let row = decision_row(&self.coordinator, self.txn);
+        let row = read.rows.iter().find(|r| r.key == row);
+        let decision = decision_of(row)?;
+        self.found_at = decided_at(row);
+        Some(decision)
     }
 
     fn done(&mut self, outcome: DecideOutcome) -> Option<Step> {
@@ -190,8 +203,7 @@ impl Decide {
                 self.done(DecideOutcome::Failed(format!("{e:?}")))
             }
             (Stage::Reading, Ended::Read(Ok(read))) => {
-                let row = decision_row(&self.coordinator, self.txn);
-                if let Some(decision) = decision_of(read.rows.iter().find(|r| r.key == row)) {
+                if let Some(decision) = self.found(&read) {
                     return self.done(DecideOutcome::Decided(decision));
                 }
                 let position = read.position.unwrap_or_default();
@@ -244,13 +256,10 @@ impl Decide {
                 self.stage = Stage::Rereading;
                 Some(self.read())
             }
-            (Stage::Rereading, Ended::Read(Ok(read))) => {
-                let row = decision_row(&self.coordinator, self.txn);
-                match decision_of(read.rows.iter().find(|r| r.key == row)) {
-                    Some(decision) => self.done(DecideOutcome::Decided(decision)),
-                    None => self.done(DecideOutcome::Gone),
-                }
-            }
+            (Stage::Rereading, Ended::Read(Ok(read))) => match self.found(&read) {
+                Some(decision) => self.done(DecideOutcome::Decided(decision)),
+                None => self.done(DecideOutcome::Gone),
+            },
             (Stage::Recording, Ended::Commit(CommitResult::Committed { .. })) => {
                 self.done(DecideOutcome::Decided(Decision::Abort))
             }
@@ -329,5 +338,11 @@ impl Decide {
     /// What it found, once done.
     pub(crate) fn outcome(&self) -> Option<&DecideOutcome> {
         self.outcome.as_ref()
+    }
+
+    /// Where the decision it read was chosen: the position of the entry that wrote it
+    /// (none when it recorded the decision itself, or read none).
+    pub(crate) fn found_at(&self) -> Option<Position> {
+        self.found_at
     }
 }

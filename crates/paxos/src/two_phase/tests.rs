@@ -508,6 +508,45 @@ fn an_unknown_decision_is_resolved_by_the_transaction_id() {
 }
 
 #[test]
+fn a_decision_its_span_resolution_missed_is_read_back_at_the_position_its_row_names() {
+    let (c, b) = (g("c"), g("b"));
+    let parts = vec![participant(&c, 4, "x"), participant(&b, 7, "y")];
+    let (mut commit, _) = TwoPhaseCommit::start(at_ms(500), txn(1), parts, None, clock()).unwrap();
+    commit.on_ended(at_ms(510), 1, committed(8));
+    // Its relay did not answer, and its span from 5 did not hold it: its span moved on
+    // (`Member::span_moves`), so that is not final.
+    let unknown = Ended::Commit(CommitResult::UnknownInSpan { first: Position(5) });
+    let resolve = commit.on_ended(at_ms(520), 0, unknown);
+    assert!(
+        matches!(&resolve[..], [(0, Step::Resolve { span: true, .. })]),
+        "{resolve:?}"
+    );
+    let record = commit.on_ended(at_ms(530), 0, Ended::Resolve(Resolution::NotCommitted));
+    let [(tag, Step::Read { eg, .. })] = &record[..] else {
+        panic!("abort is recorded, the decision row read first: {record:?}");
+    };
+    assert_eq!(eg, &c);
+    // The decision landed at 12, after the span.
+    let decided = decision_write(&c, txn(1), Decision::Commit, &facts(500, &[&c, &b]));
+    let found = Ended::Read(Ok(read(20, vec![decided.as_row(12)], vec![])));
+    let finishes = commit.on_ended(at_ms(540), *tag, found);
+    let [(tag, Step::Commit { eg, writes, .. })] = &finishes[..] else {
+        panic!("b is finished: {finishes:?}");
+    };
+    assert_eq!(eg, &b);
+    assert_eq!(writes[0], set(row_of(&b, "y"), "new"), "as committed");
+    commit.on_ended(at_ms(550), *tag, committed(9));
+    assert_eq!(
+        commit.result(),
+        Some(&TwoPhaseResult::Committed {
+            position: Position(12),
+            prepared: vec![Position(8)],
+            finished: true
+        })
+    );
+}
+
+#[test]
 fn two_groups_at_least_each_once() {
     let c = g("c");
     let start = |parts| TwoPhaseCommit::start(at_ms(0), txn(1), parts, None, clock()).map(|_| ());
