@@ -15,7 +15,8 @@
 //!   where it will see their writes as chosen), within the transaction size limit —
 //!   except a two-phase step (a prepare, a decision, a finish, a collection's
 //!   delete), which goes in an entry of its own: what an entry prepares or finishes is
-//!   read from the entry as a whole.
+//!   read from the entry as a whole. The oldest such step goes first, ahead of those
+//!   that came before it, unless the last entry held one ([`Lane::two_phase_step_first`]).
 //!
 //! Each transaction keeps its own id, its own conflict set and its own result: an
 //! entry that loses its position drops the transactions whose reads the winner wrote
@@ -193,6 +194,9 @@ pub(crate) struct Lane {
     /// before it (with `busy`, the commit in flight's).
     basis: Option<Basis>,
     waiting: VecDeque<Waiting>,
+    /// Whether the last entry started held a two-phase step: then the next goes to
+    /// the transactions that waited before any other such step.
+    two_phase_went_last: bool,
     /// What was chosen at positions `known_from..known_from + known.len()`.
     known_from: Position,
     known: VecDeque<Winner>,
@@ -475,6 +479,7 @@ impl Lane {
             }
         }
         self.waiting = kept;
+        self.two_phase_step_first(eg);
         let Some(first) = self.waiting.front() else {
             return (results, None);
         };
@@ -531,6 +536,7 @@ impl Lane {
             let skip = (read.read_position.next().0 - self.known_from.0) as usize;
             read.carried(eg, self.known.iter().skip(skip), bugs)
         });
+        self.two_phase_went_last = closed;
         let start = Start {
             position: head.next(),
             leader,
@@ -540,9 +546,30 @@ impl Lane {
         (results, Some(start))
     }
 
+    /// Moves the oldest judged two-phase step waiting (a prepare, a decision, a
+    /// finish, a collection's delete) ahead of the transactions that came before it,
+    /// unless the last entry held one: it goes in an entry of its own, so behind them
+    /// it would wait a round more, and meanwhile it holds locks — a prepared
+    /// transaction's rows in other groups stay locked until its decision and finishes.
+    /// Every other entry at most, so neither kind waits for ever behind the other.
+    fn two_phase_step_first(&mut self, eg: &EgId) {
+        if self.two_phase_went_last {
+            return;
+        }
+        let step = self.waiting.iter().position(|w| {
+            self.judges(w.read_position) && writes_two_phase_rows(eg, &w.member.writes)
+        });
+        if let Some(i) = step.filter(|i| *i > 0)
+            && let Some(step) = self.waiting.remove(i)
+        {
+            self.waiting.push_front(step);
+        }
+    }
+
     /// The oldest waiting transaction, alone at the position after its read.
     fn start_first_alone(&mut self, eg: &EgId) -> Start {
         let first = self.waiting.pop_front().expect("a transaction is waiting");
+        self.two_phase_went_last = writes_two_phase_rows(eg, &first.member.writes);
         self.basis = lends_its_read(eg, &first).then(|| Basis::of(&first));
         Start {
             position: first.read_position.next(),
@@ -724,18 +751,14 @@ mod tests {
             waiting
         };
         lane.wait(waiting(1, 4, &["a"], &["a"]), NOW);
-        lane.wait(prepare(2, "b"), NOW); // after 1: waits for the next round
-        lane.wait(waiting(3, 4, &["c"], &["c"]), NOW); // joins 1
+        lane.wait(prepare(2, "b"), NOW); // after 1, but goes first
+        lane.wait(waiting(3, 4, &["c"], &["c"]), NOW);
         let bugs = ProtocolBugs::default();
-        let (_, start) = lane.next(&eg(), &bugs);
-        assert_eq!(members(&start.unwrap()), vec![1, 3]);
-        lane.learned(Position(6), &[chosen(1, &["a", "c"])]);
-        lane.wait(waiting(4, 6, &["d"], &["d"]), NOW);
         let (_, start) = lane.next(&eg(), &bugs);
         assert_eq!(
             members(&start.unwrap()),
             vec![2],
-            "the prepare first, alone"
+            "the prepare first, alone, ahead of what came before it"
         );
         lane.busy = Some(OpId(2));
         assert!(
@@ -753,9 +776,19 @@ mod tests {
         assert_eq!(start.unwrap().position, Position(3));
         stale.busy = Some(OpId(5));
         assert!(stale.blind_basis(&eg(), NOW, &bugs).is_none());
-        lane.learned(Position(7), &[chosen(2, &[])]);
+        // Then the transactions that waited, though another step waits too: every
+        // other entry at most goes to a two-phase step.
+        lane.learned(Position(6), &[chosen(2, &[])]);
+        lane.wait(prepare(4, "d"), NOW);
         let (_, start) = lane.next(&eg(), &bugs);
-        assert_eq!(members(&start.unwrap()), vec![4]);
+        assert_eq!(members(&start.unwrap()), vec![1, 3]);
+        lane.learned(Position(7), &[chosen(1, &["a", "c"])]);
+        lane.wait(waiting(5, 7, &["e"], &["e"]), NOW);
+        let (_, start) = lane.next(&eg(), &bugs);
+        assert_eq!(members(&start.unwrap()), vec![4], "and then the next step");
+        lane.learned(Position(8), &[chosen(4, &[])]);
+        let (_, start) = lane.next(&eg(), &bugs);
+        assert_eq!(members(&start.unwrap()), vec![5]);
     }
 
     /// A prepared transaction of `seq` that writes `row`.
