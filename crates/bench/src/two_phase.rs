@@ -33,8 +33,9 @@ pub struct TwoPhaseReport {
     /// Cross-group transactions that gave up after the client's attempts, each of them
     /// conflicting (not timed).
     pub two_phase_give_ups: u64,
-    /// Attempts of the cross-group transactions beyond each one's first: each a
-    /// conflict (the hot writers write other rows, so a lost position's).
+    /// Attempts of the cross-group transactions beyond each one's first: each after
+    /// an abort — a conflict (the hot writers write other rows, so a lost position's),
+    /// or an outcome unknown at first and then resolved as aborted.
     pub two_phase_retries: u64,
     /// Clients writing the coordinator group meanwhile.
     pub hot_writers: u32,

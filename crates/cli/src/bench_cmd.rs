@@ -325,7 +325,7 @@ fn run_two_phase(
     print!("read-modify-write transactions from site {site}, first read to commit\n{table}\n");
     if report.two_phase_retries > 0 {
         println!(
-            "{} cross-group attempt(s) conflicted and ran again",
+            "{} cross-group attempt(s) aborted (a conflict, or unknown and then aborted) and ran again",
             report.two_phase_retries
         );
     }
