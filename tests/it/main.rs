@@ -10,6 +10,7 @@ mod cluster;
 mod combining;
 mod compare_etcd;
 mod compose;
+mod current_reads;
 mod downstream;
 mod dropped_client;
 mod email;

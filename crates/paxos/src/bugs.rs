@@ -152,6 +152,11 @@ megastore_types::bug_knobs! {
         /// write this replica accepted and whose writer acknowledged it before the read
         /// began — its visible mark still on the way — is missed.
         settled_read_ignores_in_flight,
+        /// A vouched read's long poll at its replica waits only until the first of the
+        /// positions it found in flight there is visible (and its answer serves the
+        /// read whatever it says): a write further in flight, acknowledged by its
+        /// writer before the read began, is missed.
+        awaited_read_short,
         /// A proposer combining waiting transactions into one entry forgets to check
         /// each against the ones before it: a transaction that read a row an earlier
         /// one in the entry writes commits on a stale read.

@@ -1,9 +1,12 @@
 //! A current read that finds its client's own commit in flight at the local replica
 //! stops waiting when that commit settles (docs/protocol.md, "Combining commits",
 //! step 8): it asks again at once, after the commit's visible marks, instead of
-//! waiting out its learn and the patience after it. Driven message by message against
-//! in-memory replicas, with the clock stopped: without the wake the read could only
-//! end on a later tick.
+//! waiting out its learn and the patience after it. One that finds another writer's
+//! entry in flight there is served as soon as the local replica has it visible (its
+//! long poll, docs/protocol.md "Current read, vouched: local"), without its learn's
+//! remote answers. Driven message by message against in-memory replicas, with the
+//! clock stopped: without the wake or the long poll the read could only end on a later
+//! tick.
 
 mod support;
 
@@ -78,11 +81,12 @@ impl Cluster {
                         message: Message::ReplicaRequest(request),
                     } => {
                         let hold = hold_reply(r, &request);
-                        let reply = self.node(r).ask(request);
-                        if hold {
-                            self.held.push((r, reply));
-                        } else {
-                            inputs.push((NodeId::Replica(r), Message::ReplicaReply(reply)));
+                        for reply in self.node(r).ask_all(request) {
+                            if hold {
+                                self.held.push((r, reply));
+                            } else {
+                                inputs.push((NodeId::Replica(r), Message::ReplicaReply(reply)));
+                            }
                         }
                     }
                     ClientOutput::Send {
@@ -367,4 +371,61 @@ fn a_linger_ends_after_a_quarter_of_the_commits_time() {
         result_of(&ended, scenario.waiting.expect("one waits")),
         Position(3)
     ));
+}
+
+#[test]
+fn a_read_that_finds_another_writers_entry_in_flight_is_served_when_its_replica_marks_it() {
+    let mut cluster = Cluster::new();
+    let eg = support::eg();
+    // Another client's entry at position 2, accepted by the local replica (1) alone:
+    // its writer's round trip to the other voters is under way.
+    let other = TxnId {
+        client: megastore_types::ClientId(2),
+        seq: 1,
+    };
+    let entry = LogEntry::combining([(other, support::row_writes())], Some(ReplicaId(1)));
+    let ballot = support::ballot(1);
+    let accepted = cluster
+        .node(ReplicaId(1))
+        .ask(support::accept(2, ballot, entry.clone(), false));
+    assert!(
+        matches!(accepted, ReplicaReply::Accept { .. }),
+        "{accepted:?}"
+    );
+
+    // The read: vouched, it finds position 2 in flight; the remote voters' answers to
+    // its learn are held (a round trip away), and its long poll is held at replica 1.
+    let (read, outputs) = cluster.client.read(
+        cluster.now,
+        eg.clone(),
+        ReadMode::Current,
+        DataQuery::Rows(vec![[&eg.0[..], b"\x01k"].concat()]),
+    );
+    let ended = cluster.carry(outputs, |r, _| remote(r));
+    assert!(ended.is_empty(), "the read waits for position 2: {ended:?}");
+
+    // The writer learned its entry chosen and marks it visible at replica 1, which
+    // answers the read's long poll in the same step.
+    let released = cluster
+        .node(ReplicaId(1))
+        .ask_all(support::mark(2, ballot, entry));
+    let mut outputs = Vec::new();
+    for reply in released {
+        if matches!(reply, ReplicaReply::LogState { .. }) {
+            outputs.extend(cluster.step(ClientInput::Message {
+                from: NodeId::Replica(ReplicaId(1)),
+                message: Message::ReplicaReply(reply),
+            }));
+        }
+    }
+    assert!(!outputs.is_empty(), "the long poll was answered");
+    let ended = cluster.carry(outputs, |r, _| remote(r));
+    match result_of(&ended, read) {
+        Some(OpResult::Read(Ok(result))) => {
+            assert_eq!(result.position, Some(Position(2)), "{result:?}");
+            assert_eq!(result.rows.len(), 1, "the entry's row: {result:?}");
+        }
+        other => panic!("the read ended with no remote answer: {other:?}"),
+    }
+    assert!(!cluster.held.is_empty(), "the remote voters never answered");
 }

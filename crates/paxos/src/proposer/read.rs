@@ -111,6 +111,9 @@ enum Phase {
     CatchUp {
         replica: ReplicaId,
         catch_up: CatchUp,
+        /// A vouched read's long poll at its replica, beside the catch-up
+        /// ([`CurrentRead::vouched_state`]): its request id.
+        awaiting: Option<u64>,
     },
     Reading {
         replica: ReplicaId,
@@ -271,13 +274,20 @@ impl CurrentRead {
             next_leader,
             CATCH_UP_IN_FLIGHT_MAX,
         );
-        self.phase = Phase::CatchUp { replica, catch_up };
+        self.phase = Phase::CatchUp {
+            replica,
+            catch_up,
+            awaiting: None,
+        };
         self.caught_up(ctx, progress);
     }
 
     /// Reads once the catch-up is done; retries the read if it failed.
     fn caught_up<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, progress: CatchUpProgress) {
-        let Phase::CatchUp { replica, catch_up } = &self.phase else {
+        let Phase::CatchUp {
+            replica, catch_up, ..
+        } = &self.phase
+        else {
             return;
         };
         match progress {
@@ -369,6 +379,47 @@ impl CurrentRead {
         self.vouched = true;
         let target = state.highest.max(state.visible);
         self.catch_up(ctx, local, state.visible.next(), target, state.next_leader);
+        // Positions in flight at the replica are most likely a writer's, whose visible
+        // marks are on their way: the replica answers this long poll as soon as they
+        // arrive, while the catch-up learns from the voters — a round trip, the remote
+        // ones' answers. Whichever ends first serves the read.
+        if let Phase::CatchUp {
+            catch_up, awaiting, ..
+        } = &mut self.phase
+            && target > state.visible
+        {
+            let eg = self.eg.clone();
+            // Held until every position through the target is visible there (the
+            // knob: until the first of them is).
+            let past = match ctx.config.bugs.awaited_read_short() {
+                true => state.visible,
+                false => Position(catch_up.target().0 - 1),
+            };
+            let wait = ctx.config.timeouts.rpc;
+            *awaiting = Some(ctx.send_replica(local, |id| ReplicaRequest::AwaitVisible {
+                id,
+                eg,
+                past,
+                wait,
+            }));
+        }
+    }
+
+    /// The long poll's answer: once every position through the catch-up's target is
+    /// visible at the replica, the read is served there at its visible position (every
+    /// position through it chosen, and at least the target: nothing acknowledged
+    /// before the read began is missed). Otherwise the catch-up goes on.
+    fn awaited<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>, state: LogState) {
+        let Phase::CatchUp {
+            replica, catch_up, ..
+        } = &self.phase
+        else {
+            return;
+        };
+        if state.visible >= catch_up.target() || ctx.config.bugs.awaited_read_short() {
+            let replica = *replica;
+            self.read_at(ctx, replica, state.visible, state.next_leader);
+        }
     }
 
     pub(crate) fn on_replica_reply<K: Clone + Ord>(
@@ -424,6 +475,14 @@ impl CurrentRead {
                 replies.insert(from, state);
                 if replies.len() >= ctx.replica_set(&self.eg).majority() {
                     self.majority_answered(ctx);
+                }
+            }
+            Phase::CatchUp {
+                awaiting: Some(awaiting),
+                ..
+            } if *awaiting == reply.id() => {
+                if let ReplicaReply::LogState { state, .. } = reply {
+                    self.awaited(ctx, state);
                 }
             }
             Phase::CatchUp { catch_up, .. } if catch_up.owns(reply.id()) => {

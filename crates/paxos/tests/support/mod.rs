@@ -271,6 +271,16 @@ impl Node {
         replies.pop().unwrap()
     }
 
+    /// Sends one request; returns every reply the step released: none for a request it
+    /// holds (a long poll), and also the answers to held ones it released.
+    pub(crate) fn ask_all(&mut self, request: ReplicaRequest) -> Vec<ReplicaReply> {
+        let input = ReplicaInput::Message {
+            from: CLIENT,
+            message: Message::ReplicaRequest(request),
+        };
+        self.step_at(Time::ZERO, input).0
+    }
+
     /// Steps `input` at `now`; every reply it released, and when it wants its next tick.
     pub(crate) fn step_at(
         &mut self,
