@@ -116,8 +116,9 @@ impl<'a> Observation<'a> {
         self.placement.version()
     }
 
-    /// The voter set of every range of the stored placement (slot ids, in order).
-    pub(crate) fn voter_sets(&self) -> impl Iterator<Item = Vec<ReplicaId>> + '_ {
+    /// The voter set of every range of the stored placement (slot ids, in order), with
+    /// the range's bounds: the groups whose proposers may count it.
+    pub(crate) fn voter_sets(&self) -> impl Iterator<Item = RangeVoters> + '_ {
         self.placement.ranges().iter().map(|range| {
             let mut voters: Vec<ReplicaId> = range
                 .slots
@@ -126,7 +127,11 @@ impl<'a> Observation<'a> {
                 .map(|s| s.replica)
                 .collect();
             voters.sort();
-            voters
+            RangeVoters {
+                start: range.start.clone(),
+                end: range.end.clone(),
+                voters,
+            }
         })
     }
 
@@ -226,5 +231,23 @@ impl<'a> Observation<'a> {
     /// The transaction replica `r` granted ballot 0 at `p` of `eg` (its stored grant).
     pub(crate) fn stored_grant(&self, r: ReplicaId, eg: &EgId, p: Position) -> Option<TxnId> {
         self.stored(r, eg, &grant_column(p))
+    }
+}
+
+/// One range's voter set as a placement had it, with the range's bounds.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct RangeVoters {
+    /// The range's first group key.
+    pub(crate) start: Vec<u8>,
+    /// The first key past it (`None`: the end of the key space).
+    pub(crate) end: Option<Vec<u8>>,
+    /// Its voters' slot ids, in order.
+    pub(crate) voters: Vec<ReplicaId>,
+}
+
+impl RangeVoters {
+    /// Whether group `eg`'s key is in the range.
+    pub(crate) fn holds(&self, eg: &EgId) -> bool {
+        eg.0 >= self.start && self.end.as_ref().is_none_or(|end| eg.0 < *end)
     }
 }

@@ -3,9 +3,11 @@
 //! because the leader admits one value to it).
 //!
 //! A value is chosen when a majority of voters accepted it at the same ballot — a
-//! majority of some voter set a range has had (the topology's, and each one the
-//! operator's removals left), since a proposer may count any set a placement it read
-//! gave it; a visible mark anywhere also claims the value is chosen. The first value seen chosen
+//! majority of some voter set a range holding the group's key has had (the
+//! topology's, and each one the operator's removals left), since a proposer may count
+//! any set a placement it read gave the group's range; a visible mark anywhere also
+//! claims the value is chosen. (A set another range had, never the group's, counts
+//! for nothing: no proposer of the group ever counted it.) The first value seen chosen
 //! at a position is the ground truth every other checker uses.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use megastore_paxos::LogEntry;
 use megastore_types::{Ballot, EgId, Position, ReplicaId, TxnId};
 
-use crate::observation::Observation;
+use crate::observation::{Observation, RangeVoters};
 use crate::workload::COLUMN;
 
 /// Who accepted each (ballot, value) at one position.
@@ -33,8 +35,9 @@ pub struct ChosenLog {
     /// this history, not the current slots: a voter may have moved on to a higher
     /// ballot since.
     accepts: BTreeMap<(EgId, Position), Votes>,
-    /// Every voter set a range of the stored placement has had, seen so far.
-    voter_sets: BTreeSet<Vec<ReplicaId>>,
+    /// Every voter set a range of the stored placement has had, with the range's
+    /// bounds at the time, seen so far.
+    voter_sets: BTreeSet<RangeVoters>,
     /// The placement version whose voter sets were last added.
     sets_of: Option<megastore_placement::Version>,
 }
@@ -180,9 +183,16 @@ impl ChosenLog {
             .entry(key)
             .or_insert_with(|| (entry.clone(), BTreeSet::new()));
         who.insert(r);
-        let a_majority =
-            |set: &Vec<ReplicaId>| who.iter().filter(|r| set.contains(r)).count() > set.len() / 2;
-        if self.voter_sets.iter().any(a_majority) {
+        let a_majority = |set: &&RangeVoters| {
+            let voters = &set.voters;
+            who.iter().filter(|r| voters.contains(r)).count() > voters.len() / 2
+        };
+        if self
+            .voter_sets
+            .iter()
+            .filter(|set| set.holds(eg))
+            .any(|set| a_majority(&set))
+        {
             let (value, count) = (value.clone(), who.len());
             let how = format!("accepted by {count} voters at {ballot}");
             self.claim(obs.now, (eg, p), (value, ballot), &how, found);
