@@ -22,7 +22,9 @@ use megastore_metrics::ReadPathLabel;
 use megastore_paxos::{DataQuery, ReadMode};
 use megastore_types::{EgId, Position};
 
-use crate::support::{connect, counter_value, start_cluster, start_cluster_with, wait_for_acks};
+use crate::support::{
+    connect, counter_value, start_cluster, start_cluster_with, wait_for_acks, wan_between_all_sites,
+};
 
 /// Tasks sharing the client.
 const TASKS: usize = 16;
@@ -277,12 +279,7 @@ fn writers_at_two_far_sites_share_a_hot_group_fairly_through_a_witness_kill() {
     // Each site's relay sits beside a full replica; the one beside the position leader
     // wins every grant, so relays that duel starve the other site's writers — unless
     // those follow the leader to its relay (docs/protocol.md, "Relayed commits").
-    let mut wan = String::new();
-    for (i, a) in ["A", "B", "C", "D"].iter().enumerate() {
-        for b in &["A", "B", "C", "D"][i + 1..] {
-            wan += &format!("\n[[wan]]\nbetween = [\"{a}\", \"{b}\"]\nrtt_ms = {FAR_RTT_MS}\n");
-        }
-    }
+    let wan = wan_between_all_sites(FAR_RTT_MS);
     let (_alone, _dir, mut cluster, config, runtime) = start_cluster_with(&wan);
     // Task t writes through client t: sites A, A, B, B, A, A, ... (blind and
     // read-modify-write tasks at both).

@@ -18,7 +18,9 @@ use megastore_client::{Attempt, Client, Outcome};
 use megastore_paxos::{DataQuery, ReadMode};
 use megastore_types::EgId;
 
-use crate::support::{connect, counter_value, start_cluster_with, wait_for_acks};
+use crate::support::{
+    connect, counter_value, start_cluster_with, wait_for_acks, wan_between_all_sites,
+};
 
 const WRITERS: usize = 8;
 const READERS: usize = 4;
@@ -104,12 +106,7 @@ async fn reader(client: Client, acked: Arc<Vec<AtomicU64>>) -> ReaderSaw {
 
 #[test]
 fn current_reads_at_a_hot_group_see_every_write_acknowledged_before_them_through_a_kill() {
-    let mut wan = String::new();
-    for (i, a) in ["A", "B", "C", "D"].iter().enumerate() {
-        for b in &["A", "B", "C", "D"][i + 1..] {
-            wan += &format!("\n[[wan]]\nbetween = [\"{a}\", \"{b}\"]\nrtt_ms = {RTT_MS}\n");
-        }
-    }
+    let wan = wan_between_all_sites(RTT_MS);
     let (_alone, _dir, mut cluster, config, runtime) = start_cluster_with(&wan);
     let site = |c: usize| if c < WRITERS { "B" } else { "A" };
     let clients: Vec<Client> = (0..WRITERS + READERS)

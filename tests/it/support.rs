@@ -197,6 +197,19 @@ pub(crate) fn start_cluster() -> (
     start_cluster_with("")
 }
 
+/// Config lines joining every two of the test cluster's sites by an emulated round
+/// trip of `rtt_ms` (`[[wan]]`), for [`start_cluster_with`].
+pub(crate) fn wan_between_all_sites(rtt_ms: u64) -> String {
+    let sites = ["A", "B", "C", "D"];
+    let mut wan = String::new();
+    for (i, a) in sites.iter().enumerate() {
+        for b in &sites[i + 1..] {
+            wan += &format!("\n[[wan]]\nbetween = [\"{a}\", \"{b}\"]\nrtt_ms = {rtt_ms}\n");
+        }
+    }
+    wan
+}
+
 /// [`start_cluster`] with `toml` added to the config file (a `[history]` section, say).
 pub(crate) fn start_cluster_with(
     toml: &str,
