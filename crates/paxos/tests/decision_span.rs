@@ -12,10 +12,9 @@ use std::time::Duration;
 use megastore_paxos::messages::AcceptResult;
 use megastore_paxos::two_phase::decision_row;
 use megastore_paxos::{
-    CellWrite, ClientCore, CommitResult, LogEntry, OpResult, ReadSet, ReplicaReply, ReplicaRequest,
-    RowWrite,
+    CellWrite, ClientCore, CommitResult, OpResult, ReadSet, ReplicaReply, ReplicaRequest, RowWrite,
 };
-use megastore_types::{Ballot, ClientId, Position, ProposerId, ReplicaId, Time, TxnId};
+use megastore_types::{ClientId, Position, ReplicaId, Time, TxnId};
 
 /// The transaction's read position: its span ends five positions later.
 const READ_AT: Position = Position(2);
@@ -56,22 +55,12 @@ fn answer(request: &ReplicaRequest, decision_at: Option<Position>) -> Option<Rep
     let id = request.id();
     match request {
         ReplicaRequest::Accept { position, .. } if *position <= CHOSEN_THROUGH => {
-            let txn = TxnId {
-                client: ClientId(2),
-                seq: position.0,
-            };
-            let entry = LogEntry::combining(
-                [(txn, winner_writes(*position, decision_at))],
-                Some(ReplicaId(1)),
-            );
-            let ballot = Ballot {
-                round: 1,
-                proposer: ProposerId::client(ClientId(2)),
-            };
-            Some(ReplicaReply::Accept {
+            Some(support::chosen_by_another_client_writing(
                 id,
-                result: AcceptResult::Visible(ballot, entry),
-            })
+                *position,
+                ReplicaId(1),
+                winner_writes(*position, decision_at),
+            ))
         }
         ReplicaRequest::Accept { .. } => Some(ReplicaReply::Accept {
             id,

@@ -103,6 +103,16 @@ pub(crate) fn chosen_by_another_client(
     position: Position,
     next_leader: ReplicaId,
 ) -> ReplicaReply {
+    chosen_by_another_client_writing(id, position, next_leader, row_writes())
+}
+
+/// [`chosen_by_another_client`], its entry writing `writes`.
+pub(crate) fn chosen_by_another_client_writing(
+    id: u64,
+    position: Position,
+    next_leader: ReplicaId,
+    writes: Vec<RowWrite>,
+) -> ReplicaReply {
     let ballot = Ballot {
         round: 1,
         proposer: ProposerId::client(ClientId(2)),
@@ -111,7 +121,7 @@ pub(crate) fn chosen_by_another_client(
         client: ClientId(2),
         seq: position.0,
     };
-    let entry = LogEntry::combining([(txn, row_writes())], Some(next_leader));
+    let entry = LogEntry::combining([(txn, writes)], Some(next_leader));
     ReplicaReply::Accept {
         id,
         result: AcceptResult::Visible(ballot, entry),
