@@ -351,7 +351,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     // Needs a seed whose operator removes a voter while a writer's accept round is
     // under way, the removed voter accepts after the writer read the placement
     // without it, and the remaining voters are too few without that vote (searched
-    // from seed 2400: `SEARCH_FROM`).
+    // from seed 5000: `SEARCH_FROM`).
     (
         "count-votes-of-removed",
         &["durable-ack", "visible-after-invalidate", "single-value"],
@@ -359,15 +359,16 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ),
     // Needs a seed whose move the operator records frozen while the source's
     // coordinator has not read it, then a writer that counts that coordinator's
-    // acknowledgement while the target's coordinator vouches (first caught at seed 407
-    // once blind writes took snapshot bases; missed in 1,500 seeds before).
+    // acknowledgement while the target's coordinator vouches (first caught at seed 870
+    // once the sweep probed busy and lacking groups out of turn, 407 before; searched
+    // from seed 850: `SEARCH_FROM`).
     (
         "record-frozen-unfenced",
         &["vouched-is-current", "visible-after-invalidate"],
-        600,
+        60,
     ),
     // A collection while a participant is still prepared: whoever settles it there
-    // then finds no decision and records abort afresh (searched from seed 900:
+    // then finds no decision and records abort afresh (searched from seed 1100:
     // `SEARCH_FROM`).
     ("collect-unfinished", &["decision-stable"], 60),
     // A decision read absent after its transaction finished and was collected, trusted:
@@ -444,12 +445,17 @@ fn first_catches() {
 /// not run a thousand seeds to reach the first catch. A change that reshuffles the
 /// traces moves these, like every first catch: re-measure with `first_catches`.
 const SEARCH_FROM: &[(&str, u64)] = &[
-    // First caught at seed 931 (and at no other seed below 3,000) once composite
-    // operations' commits rode the lanes and relays: a participant's finish rarely
-    // lags a retention behind its decision now.
-    ("collect-unfinished", 900),
-    // First caught at seed 2433 (the only seed below 3,000) on the same traces.
-    ("count-votes-of-removed", 2400),
+    // First caught at seed 1116 (none from 900) once the sweep probed busy and
+    // lacking groups out of turn; 931 before (and at no other seed below 3,000) once
+    // composite operations' commits rode the lanes and relays: a participant's finish
+    // rarely lags a retention behind its decision now.
+    ("collect-unfinished", 1100),
+    // First caught at seed 870 (none below) once the sweep probed busy and lacking
+    // groups out of turn.
+    ("record-frozen-unfenced", 850),
+    // First caught at seed 5013 (none from 2,400) once the sweep probed busy and
+    // lacking groups out of turn; 2433 before (the only seed below 3,000).
+    ("count-votes-of-removed", 5000),
     // First caught at seed 756 (the only seed below 800) once a vouched read also
     // long-polls its replica for the positions in flight there (87 before).
     ("trust-absent-decision", 700),

@@ -43,6 +43,7 @@ mod tidy;
 mod tls;
 mod tools;
 mod top;
+mod truncation_pace;
 mod two_phase;
 mod two_phase_collection;
 mod users;

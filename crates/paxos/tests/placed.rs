@@ -531,6 +531,7 @@ fn swept_replica_on(
             seed: 3,
             history_kept: 8,
             log_kept: 0,
+            probe_above: 64,
         }),
         rejoining: false,
         cache_groups: None,

@@ -366,6 +366,7 @@ fn a_group_whose_catch_up_failed_is_probed_again_for_a_snapshot() {
             seed: 3,
             history_kept: 8,
             log_kept: 0,
+            probe_above: 64,
         }),
         rejoining: true,
         cache_groups: None,

@@ -26,5 +26,6 @@ pub fn sweep_config(
         seed: rand::random(),
         history_kept: config.history.kept_positions,
         log_kept: config.history.log_positions,
+        probe_above: config.history.log_positions + megastore_paxos::TRUNCATE_EVERY,
     }
 }

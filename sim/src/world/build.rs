@@ -47,6 +47,8 @@ pub(super) fn replica_config(
         // Small, so that garbage collection happens within a run.
         history_kept: 8,
         log_kept: 0,
+        // Small, so that busy groups are probed out of their turn within a run.
+        probe_above: 8,
     };
     ReplicaConfig {
         id,

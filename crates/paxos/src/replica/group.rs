@@ -197,6 +197,18 @@ impl GroupLog {
         self.slots.get(&p).map(Box::as_ref)
     }
 
+    /// Whether this replica lacks positions it knows were chosen: the one after its
+    /// visible watermark is not held at all while a slot above it was marked visible
+    /// (it missed the accepts — it was down, or they were lost). Only a catch-up fills
+    /// them; nothing of this replica's is in flight there.
+    pub fn lacks_chosen_positions(&self) -> bool {
+        !self.slots.contains_key(&self.visible.next())
+            && self
+                .slots
+                .range(self.visible.next()..)
+                .any(|(_, s)| s.visible)
+    }
+
     /// Every held position.
     pub fn slots(&self) -> impl Iterator<Item = (Position, &SlotRecord)> + '_ {
         self.slots.iter().map(|(p, s)| (*p, s.as_ref()))

@@ -55,7 +55,7 @@ pub use range_state::{group_state_spans, range_bytes, retire_range};
 pub use registry::{
     GroupList, OPEN_PREFIX, REGISTRY_PREFIX, list, list_groups, register_group, registered_in,
 };
-pub use sweep::SweepConfig;
+pub use sweep::{DUE_PROBES_MAX, SweepConfig, TRUNCATE_EVERY};
 pub use voter_pass::{VoterPassHeld, VoterPassRefused, VoterPassReport};
 
 use awaiting::{Awaiter, Awaiting};

@@ -5,10 +5,12 @@
 //! position accepted but not visible; readers would settle it when they need it, but
 //! the sweep settles it anyway, so logs do not keep holes (paper §4.6.3: "replication
 //! servers periodically scan for incomplete writes and propose no-op values"). Each
-//! sweep also probes one group at every other replica: it settles what this replica
-//! lacks up to the furthest visible position seen (how a read-only replica, which no
-//! writer waits for, catches up), and, when every replica answered, truncates the log
-//! below what every full and read-only replica applied and every witness holds.
+//! sweep also probes one group at every other replica, in turn, and every group whose
+//! log outgrew [`SweepConfig::probe_above`] or which lacks chosen positions
+//! ([`Sweeper::probe_due`]): it settles what this replica lacks up to the furthest
+//! visible position seen (how a read-only replica, which no writer waits for, catches
+//! up), and, when every replica answered, truncates the log below what every full and
+//! read-only replica applied and every witness holds.
 //!
 //! It also brings a replica that lost its store back: it *clears* each group (asks
 //! every other replica for its log state and, once a majority of the other voters
@@ -57,7 +59,26 @@ pub struct SweepConfig {
     /// `[history] log_positions`. 0 truncates as far as every replica allows (the
     /// simulator does: keeping more only delays truncation, which its runs cover).
     pub log_kept: u64,
+    /// A loaded group holding more than this many visible positions above its
+    /// truncation point is probed at every sweep (up to [`DUE_PROBES_MAX`] groups a
+    /// sweep), not only in its round-robin turn — which, with many busy groups, came
+    /// too seldom: the logs, in memory and in the root rows, grew for as long as the
+    /// writes went on. A deployment's `log_kept` + [`TRUNCATE_EVERY`]; a few in the
+    /// simulator, so that its runs take this way too.
+    pub probe_above: u64,
 }
+
+/// Positions a busy group's log grows past what it keeps before the sweep probes it
+/// to truncate (a deployment's [`SweepConfig::probe_above`] is `log_kept` + this): a
+/// probe asks every other replica once, so each replica sends one request per other
+/// replica per 64 commits of a busy group.
+pub const TRUNCATE_EVERY: u64 = 64;
+
+/// Groups probed at one sweep out of their round-robin turn (logs outgrown, or chosen
+/// positions lacking): bounds the requests a sweep sends while some replica is down
+/// (the probes then cannot truncate, and the same groups are due again at the next
+/// sweep).
+pub const DUE_PROBES_MAX: usize = 256;
 
 /// Something the sweep decided that changes this replica's own state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -318,6 +339,7 @@ impl Sweeper {
             }
             self.probe(now, eg, ProbeFor::Sweep, sends);
         }
+        self.probe_due(now, groups, sends);
         // Probe one idle group per sweep, round robin, at every other replica: from the
         // registry walk with a bounded cache, else from the loaded groups.
         if self.walk {
@@ -334,6 +356,30 @@ impl Sweeper {
         self.cursor += 1;
         let eg = idle[self.cursor % idle.len()].eg().clone();
         self.probe(now, eg, ProbeFor::Sweep, sends);
+    }
+
+    /// Probes the loaded groups that cannot wait for their round-robin turn (one group
+    /// a sweep, so with many groups each came seldom): those whose logs outgrew
+    /// [`SweepConfig::probe_above`], so that truncation keeps up with busy groups —
+    /// while every replica applies, a group's log holds about `probe_above` positions
+    /// plus what one sweep interval adds — and those lacking chosen positions
+    /// ([`GroupLog::lacks_chosen_positions`]: a replica back from a fault catches up at
+    /// its next sweep, not one group a sweep). `crates/paxos/tests/truncation_pace.rs`
+    /// and `tests/it/truncation_pace.rs` check both.
+    fn probe_due(&mut self, now: Time, groups: &[&GroupLog], sends: &mut Vec<(NodeId, Message)>) {
+        let due: Vec<EgId> = groups
+            .iter()
+            .filter(|g| {
+                g.visible().0.saturating_sub(g.truncated().0) > self.config.probe_above
+                    || g.lacks_chosen_positions()
+            })
+            .filter(|g| !self.tasks.contains_key(g.eg()))
+            .take(DUE_PROBES_MAX)
+            .map(|g| g.eg().clone())
+            .collect();
+        for eg in due {
+            self.probe(now, eg, ProbeFor::Sweep, sends);
+        }
     }
 
     /// Starts clearing an uncleared group (unless something else runs for it; the

@@ -1,0 +1,223 @@
+//! The sweep truncates busy groups as they grow, however many there are: a group whose
+//! log outgrew `probe_above` positions is probed at the next sweep, not only in its
+//! round-robin turn (one group a sweep), which with many busy groups came so seldom
+//! that their logs — in memory and in their root rows — grew for as long as the writes
+//! went on.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use megastore_paxos::{
+    Batch, LogEntry, LogState, Message, ProposerConfig, ProtocolBugs, Replica, ReplicaConfig,
+    ReplicaInput, ReplicaReply, ReplicaRequest, SweepConfig, Timeouts,
+};
+use megastore_rowstore::MemoryStore;
+use megastore_types::{EgId, LockNodeId, NodeId, Position, ProposerId, ReplicaId, Time};
+use support::{CLIENT, topology};
+
+/// Visible positions above its truncation point past which a group is probed.
+const PROBE_ABOVE: u64 = 8;
+
+fn at(ms: u64) -> Time {
+    Time::from_nanos(ms * 1_000_000)
+}
+
+fn replica() -> Replica {
+    let ms = Duration::from_millis;
+    let proposer = ProposerConfig {
+        topology: topology(),
+        proposer: ProposerId::replica(ReplicaId(1)),
+        lock_nodes: vec![LockNodeId(0)],
+        timeouts: Timeouts::from_rpc_and_lease(ms(100), ms(1000)),
+        bugs: ProtocolBugs::NONE,
+    };
+    Replica::new(ReplicaConfig {
+        id: ReplicaId(1),
+        topology: topology(),
+        bugs: ProtocolBugs::NONE,
+        sweep: Some(SweepConfig {
+            interval: ms(1000),
+            proposer,
+            seed: 7,
+            history_kept: 8,
+            log_kept: 0,
+            probe_above: PROBE_ABOVE,
+        }),
+        rejoining: false,
+        cache_groups: None,
+    })
+}
+
+fn step(
+    replica: &mut Replica,
+    store: &MemoryStore,
+    now: Time,
+    input: ReplicaInput,
+) -> Vec<(NodeId, Message)> {
+    let mut batch = Batch::new();
+    replica.step_into(now, input, store, &mut batch).unwrap();
+    batch.release(store).unwrap().sends
+}
+
+fn request(replica: &mut Replica, store: &MemoryStore, request: ReplicaRequest) {
+    let input = ReplicaInput::Message {
+        from: CLIENT,
+        message: Message::ReplicaRequest(request),
+    };
+    step(replica, store, at(0), input);
+}
+
+/// Positions 1..=`last` of `eg` accepted and marked visible here (no-ops).
+fn write_positions(replica: &mut Replica, store: &MemoryStore, eg: &EgId, last: u64) {
+    for p in 1..=last {
+        let position = Position(p);
+        let ballot = support::ballot(0);
+        let (eg, entry) = (eg.clone(), LogEntry::noop());
+        request(
+            replica,
+            store,
+            ReplicaRequest::Accept {
+                id: 1,
+                eg: eg.clone(),
+                position,
+                ballot,
+                entry: entry.clone(),
+                grant: false,
+                previous_visible: None,
+                voters_at: megastore_placement::Version(0),
+            },
+        );
+        request(
+            replica,
+            store,
+            ReplicaRequest::MarkVisible {
+                id: 2,
+                eg,
+                position,
+                ballot,
+                entry,
+            },
+        );
+    }
+}
+
+/// The groups the sends probe (a `LogState` request to another replica), with the
+/// requests themselves.
+fn probes(sends: &[(NodeId, Message)]) -> Vec<(ReplicaId, u64, EgId)> {
+    sends
+        .iter()
+        .filter_map(|(to, m)| match (to, m) {
+            (NodeId::Replica(r), Message::ReplicaRequest(ReplicaRequest::LogState { id, eg })) => {
+                Some((*r, *id, eg.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn truncated_here(replica: &mut Replica, store: &MemoryStore, eg: &EgId) -> Position {
+    let input = ReplicaInput::Message {
+        from: CLIENT,
+        message: Message::ReplicaRequest(ReplicaRequest::LogState {
+            id: 9,
+            eg: eg.clone(),
+        }),
+    };
+    step(replica, store, at(0), input)
+        .into_iter()
+        .find_map(|(_, m)| match m {
+            Message::ReplicaReply(ReplicaReply::LogState { state, .. }) => Some(state.truncated),
+            _ => None,
+        })
+        .expect("a log state")
+}
+
+#[test]
+fn every_group_whose_log_outgrew_the_bound_is_probed_and_truncated_at_the_next_sweep() {
+    let store = MemoryStore::new();
+    let mut replica = replica();
+    let last = 30;
+    let groups: Vec<EgId> = (0..20)
+        .map(|i| EgId(format!("busy-{i}").into_bytes()))
+        .collect();
+    for eg in &groups {
+        write_positions(&mut replica, &store, eg, last);
+    }
+    // One quiet group, within the bound: left to its round-robin turn.
+    let quiet = EgId(b"quiet".to_vec());
+    write_positions(&mut replica, &store, &quiet, PROBE_ABOVE);
+
+    let sends = step(&mut replica, &store, at(1000), ReplicaInput::Tick);
+    let probed: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
+    for eg in &groups {
+        assert!(probed.contains(eg), "{eg:?} not probed; probed: {probed:?}");
+    }
+    // Every other replica answers: applied everything.
+    let state = LogState {
+        highest: Position(last),
+        visible: Position(last),
+        applied: Position(last),
+        truncated: Position::NONE,
+        next_leader: None,
+    };
+    for (r, id, eg) in probes(&sends) {
+        let state = if eg == quiet {
+            LogState {
+                highest: Position(PROBE_ABOVE),
+                visible: Position(PROBE_ABOVE),
+                applied: Position(PROBE_ABOVE),
+                ..state
+            }
+        } else {
+            state
+        };
+        let reply = ReplicaInput::Message {
+            from: NodeId::Replica(r),
+            message: Message::ReplicaReply(ReplicaReply::LogState { id, state }),
+        };
+        step(&mut replica, &store, at(1010), reply);
+    }
+    // Truncated below the last applied position, which is kept (the next position's
+    // leader stays known).
+    for eg in &groups {
+        assert_eq!(truncated_here(&mut replica, &store, eg), Position(last - 1));
+    }
+    // Within the bound now: the next sweep probes one group at most (the round robin).
+    let sends = step(&mut replica, &store, at(2000), ReplicaInput::Tick);
+    let probed: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
+    assert!(probed.len() <= 1, "{probed:?}");
+}
+
+#[test]
+fn a_group_lacking_chosen_positions_is_probed_at_the_next_sweep_not_in_its_turn() {
+    let store = MemoryStore::new();
+    let mut replica = replica();
+    let quiet: Vec<EgId> = (0..10)
+        .map(|i| EgId(format!("quiet-{i}").into_bytes()))
+        .collect();
+    for eg in &quiet {
+        write_positions(&mut replica, &store, eg, 3);
+    }
+    // Positions 1..=3 here, then it missed 4..=6 (down, or the accepts were lost) and
+    // heard 7 was chosen.
+    let lacking = EgId(b"lacking".to_vec());
+    write_positions(&mut replica, &store, &lacking, 3);
+    request(
+        &mut replica,
+        &store,
+        ReplicaRequest::MarkVisible {
+            id: 3,
+            eg: lacking.clone(),
+            position: Position(7),
+            ballot: support::ballot(0),
+            entry: LogEntry::noop(),
+        },
+    );
+    let sends = step(&mut replica, &store, at(1000), ReplicaInput::Tick);
+    let probed: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
+    assert!(probed.contains(&lacking), "{probed:?}");
+    // The quiet groups wait for their turn: one of them at most (the round robin).
+    assert!(probed.len() <= 2, "{probed:?}");
+}
