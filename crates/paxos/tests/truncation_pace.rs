@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use megastore_paxos::{
-    Batch, LogEntry, LogState, Message, ProposerConfig, ProtocolBugs, Replica, ReplicaConfig,
-    ReplicaInput, ReplicaReply, ReplicaRequest, SweepConfig, Timeouts,
+    Batch, DUE_PROBES_MAX, LogEntry, LogState, Message, ProposerConfig, ProtocolBugs, Replica,
+    ReplicaConfig, ReplicaInput, ReplicaReply, ReplicaRequest, SweepConfig, Timeouts,
 };
 use megastore_rowstore::MemoryStore;
 use megastore_types::{EgId, LockNodeId, NodeId, Position, ProposerId, ReplicaId, Time};
@@ -101,6 +101,23 @@ fn write_positions(replica: &mut Replica, store: &MemoryStore, eg: &EgId, last: 
             },
         );
     }
+}
+
+/// Positions 1..=3 of `eg` here, then none of 4..=6 (missed: down, or the accepts
+/// were lost), and 7 marked visible: it lacks chosen positions.
+fn write_lacking(replica: &mut Replica, store: &MemoryStore, eg: &EgId) {
+    write_positions(replica, store, eg, 3);
+    request(
+        replica,
+        store,
+        ReplicaRequest::MarkVisible {
+            id: 3,
+            eg: eg.clone(),
+            position: Position(7),
+            ballot: support::ballot(0),
+            entry: LogEntry::noop(),
+        },
+    );
 }
 
 /// The groups the sends probe (a `LogState` request to another replica), with the
@@ -200,24 +217,45 @@ fn a_group_lacking_chosen_positions_is_probed_at_the_next_sweep_not_in_its_turn(
     for eg in &quiet {
         write_positions(&mut replica, &store, eg, 3);
     }
-    // Positions 1..=3 here, then it missed 4..=6 (down, or the accepts were lost) and
-    // heard 7 was chosen.
     let lacking = EgId(b"lacking".to_vec());
-    write_positions(&mut replica, &store, &lacking, 3);
-    request(
-        &mut replica,
-        &store,
-        ReplicaRequest::MarkVisible {
-            id: 3,
-            eg: lacking.clone(),
-            position: Position(7),
-            ballot: support::ballot(0),
-            entry: LogEntry::noop(),
-        },
-    );
+    write_lacking(&mut replica, &store, &lacking);
     let sends = step(&mut replica, &store, at(1000), ReplicaInput::Tick);
     let probed: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
     assert!(probed.contains(&lacking), "{probed:?}");
     // The quiet groups wait for their turn: one of them at most (the round robin).
     assert!(probed.len() <= 2, "{probed:?}");
+}
+
+#[test]
+fn when_more_groups_are_due_than_a_sweep_probes_lacking_ones_go_first_and_the_rest_take_turns() {
+    let store = MemoryStore::new();
+    let mut replica = replica();
+    let outgrown: Vec<EgId> = (0..DUE_PROBES_MAX + 20)
+        .map(|i| EgId(format!("busy-{i:04}").into_bytes()))
+        .collect();
+    for eg in &outgrown {
+        write_positions(&mut replica, &store, eg, PROBE_ABOVE + 2);
+    }
+    // Last in key order.
+    let lacking = EgId(b"zz-lacking".to_vec());
+    write_lacking(&mut replica, &store, &lacking);
+    // Nobody answers (as while a replica is down): the probes run out and the same
+    // groups are due at every sweep.
+    let mut probed_ever = BTreeSet::new();
+    for sweep in 1..=2 {
+        let sends = step(&mut replica, &store, at(1000 * sweep), ReplicaInput::Tick);
+        let probed: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
+        // The due groups a sweep probes, and its one round-robin turn.
+        assert!(probed.len() <= DUE_PROBES_MAX + 1, "{}", probed.len());
+        assert!(
+            probed.contains(&lacking),
+            "sweep {sweep} left out the lacking group"
+        );
+        probed_ever.extend(probed);
+    }
+    let never: Vec<&EgId> = outgrown
+        .iter()
+        .filter(|eg| !probed_ever.contains(*eg))
+        .collect();
+    assert!(never.is_empty(), "never probed in two sweeps: {never:?}");
 }

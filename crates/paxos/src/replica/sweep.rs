@@ -141,6 +141,8 @@ pub(crate) struct Sweeper {
     pending_last: BTreeSet<(EgId, Position)>,
     /// Rotates which group is probed.
     cursor: usize,
+    /// Rotates which due groups are probed when more are due than a sweep probes.
+    due_cursor: usize,
     /// Groups whose last catch-up failed: probed before any new catch-up. A position a
     /// catch-up cannot settle is usually truncated everywhere else — only a snapshot
     /// helps, and only a probe asks for one; a catch-up started again at every sweep
@@ -175,6 +177,7 @@ impl Sweeper {
             next_sweep: Time::ZERO,
             pending_last: BTreeSet::new(),
             cursor: 0,
+            due_cursor: 0,
             failed: BTreeSet::new(),
             walk,
             walk_due: false,
@@ -364,19 +367,38 @@ impl Sweeper {
     /// while every replica applies, a group's log holds about `probe_above` positions
     /// plus what one sweep interval adds — and those lacking chosen positions
     /// ([`GroupLog::lacks_chosen_positions`]: a replica back from a fault catches up at
-    /// its next sweep, not one group a sweep). `crates/paxos/tests/truncation_pace.rs`
-    /// and `tests/it/truncation_pace.rs` check both.
+    /// its next sweep, not one group a sweep). Up to [`DUE_PROBES_MAX`] of them.
+    /// `crates/paxos/tests/truncation_pace.rs` and `tests/it/truncation_pace.rs` check
+    /// both.
     fn probe_due(&mut self, now: Time, groups: &[&GroupLog], sends: &mut Vec<(NodeId, Message)>) {
-        let due: Vec<EgId> = groups
+        let outgrown =
+            |g: &GroupLog| g.visible().0.saturating_sub(g.truncated().0) > self.config.probe_above;
+        let mut due: Vec<&GroupLog> = groups
             .iter()
-            .filter(|g| {
-                g.visible().0.saturating_sub(g.truncated().0) > self.config.probe_above
-                    || g.lacks_chosen_positions()
-            })
+            .copied()
+            .filter(|g| outgrown(g) || g.lacks_chosen_positions())
             .filter(|g| !self.tasks.contains_key(g.eg()))
-            .take(DUE_PROBES_MAX)
-            .map(|g| g.eg().clone())
             .collect();
+        if due.len() > DUE_PROBES_MAX {
+            // More are due than a sweep probes — some replica is down, so the probes
+            // cannot truncate and the same groups stay due: the groups lacking
+            // positions first (their catch-up needs no answer from the replica that is
+            // down), then the others from a place that moves at every such sweep, so
+            // that none waits for ever.
+            let (mut lacking, mut others): (Vec<&GroupLog>, Vec<&GroupLog>) =
+                due.into_iter().partition(|g| g.lacks_chosen_positions());
+            lacking.truncate(DUE_PROBES_MAX);
+            let room = DUE_PROBES_MAX - lacking.len();
+            if !others.is_empty() {
+                let start = self.due_cursor % others.len();
+                self.due_cursor = start + room;
+                others.rotate_left(start);
+            }
+            others.truncate(room);
+            due = lacking;
+            due.extend(others);
+        }
+        let due: Vec<EgId> = due.iter().map(|g| g.eg().clone()).collect();
         for eg in due {
             self.probe(now, eg, ProbeFor::Sweep, sends);
         }
