@@ -513,26 +513,11 @@ fn swept_replica_on(
     view: &Placement,
     bugs: ProtocolBugs,
 ) -> megastore_paxos::Replica {
-    let ms = Duration::from_millis;
-    let proposer = megastore_paxos::ProposerConfig {
-        topology: topology(),
-        proposer: megastore_types::ProposerId::replica(ReplicaId(1)),
-        lock_nodes: vec![megastore_types::LockNodeId(0)],
-        timeouts: megastore_paxos::Timeouts::from_rpc_and_lease(ms(100), ms(1000)),
-        bugs: ProtocolBugs::NONE,
-    };
     let config = megastore_paxos::ReplicaConfig {
         id: ReplicaId(1),
         topology: topology(),
         bugs,
-        sweep: Some(megastore_paxos::SweepConfig {
-            interval: ms(1000),
-            proposer,
-            seed: 3,
-            history_kept: 8,
-            log_kept: 0,
-            probe_above: 64,
-        }),
+        sweep: Some(support::sweep_of_replica_1(64)),
         rejoining: false,
         cache_groups: None,
     };

@@ -339,9 +339,8 @@ fn requests(
 /// sweep, so the group was never probed and the replica never caught up).
 #[test]
 fn a_group_whose_catch_up_failed_is_probed_again_for_a_snapshot() {
-    use megastore_paxos::{ReplicaInput, SweepConfig};
+    use megastore_paxos::ReplicaInput;
     use megastore_types::{NodeId, Time};
-    let ms = std::time::Duration::from_millis;
     let at = |t: u64| Time::from_nanos(t * 1_000_000);
     // Cleared, with floor 40: the store a wiped replica has after clearing.
     let store = MemoryStore::new();
@@ -349,25 +348,11 @@ fn a_group_whose_catch_up_failed_is_probed_again_for_a_snapshot() {
     let mut out = Vec::new();
     group.clear(Position(40), &mut out);
     carry_out(&store, out);
-    let proposer = megastore_paxos::ProposerConfig {
-        topology: topology(),
-        proposer: megastore_types::ProposerId::replica(ReplicaId(1)),
-        lock_nodes: vec![megastore_types::LockNodeId(0)],
-        timeouts: megastore_paxos::Timeouts::from_rpc_and_lease(ms(100), ms(1000)),
-        bugs: ProtocolBugs::NONE,
-    };
     let mut replica = megastore_paxos::Replica::new(megastore_paxos::ReplicaConfig {
         id: ReplicaId(1),
         topology: topology(),
         bugs: ProtocolBugs::NONE,
-        sweep: Some(SweepConfig {
-            interval: ms(1000),
-            proposer,
-            seed: 3,
-            history_kept: 8,
-            log_kept: 0,
-            probe_above: 64,
-        }),
+        sweep: Some(support::sweep_of_replica_1(64)),
         rejoining: true,
         cache_groups: None,
     });

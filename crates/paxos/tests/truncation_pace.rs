@@ -7,14 +7,13 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use megastore_paxos::{
-    Batch, DUE_PROBES_MAX, LogEntry, LogState, Message, ProposerConfig, ProtocolBugs, Replica,
-    ReplicaConfig, ReplicaInput, ReplicaReply, ReplicaRequest, SweepConfig, Timeouts,
+    Batch, DUE_PROBES_MAX, LogEntry, LogState, Message, ProtocolBugs, Replica, ReplicaConfig,
+    ReplicaInput, ReplicaReply, ReplicaRequest,
 };
 use megastore_rowstore::MemoryStore;
-use megastore_types::{EgId, LockNodeId, NodeId, Position, ProposerId, ReplicaId, Time};
+use megastore_types::{EgId, NodeId, Position, ReplicaId, Time};
 use support::{CLIENT, topology};
 
 /// Visible positions above its truncation point past which a group is probed.
@@ -25,26 +24,11 @@ fn at(ms: u64) -> Time {
 }
 
 fn replica() -> Replica {
-    let ms = Duration::from_millis;
-    let proposer = ProposerConfig {
-        topology: topology(),
-        proposer: ProposerId::replica(ReplicaId(1)),
-        lock_nodes: vec![LockNodeId(0)],
-        timeouts: Timeouts::from_rpc_and_lease(ms(100), ms(1000)),
-        bugs: ProtocolBugs::NONE,
-    };
     Replica::new(ReplicaConfig {
         id: ReplicaId(1),
         topology: topology(),
         bugs: ProtocolBugs::NONE,
-        sweep: Some(SweepConfig {
-            interval: ms(1000),
-            proposer,
-            seed: 7,
-            history_kept: 8,
-            log_kept: 0,
-            probe_above: PROBE_ABOVE,
-        }),
+        sweep: Some(support::sweep_of_replica_1(PROBE_ABOVE)),
         rejoining: false,
         cache_groups: None,
     })

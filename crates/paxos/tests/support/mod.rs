@@ -501,3 +501,25 @@ pub(crate) fn answer_placement_read(
         },
     )
 }
+
+/// The sweep of replica 1 in the scripted tests: a sweep a second, 100 ms RPCs, a
+/// one-second lease, 8 positions of data history and no log kept for watchers; a
+/// group is probed out of its turn once its log holds more than `probe_above`
+/// visible positions above its truncation point.
+pub(crate) fn sweep_of_replica_1(probe_above: u64) -> megastore_paxos::SweepConfig {
+    let ms = std::time::Duration::from_millis;
+    megastore_paxos::SweepConfig {
+        interval: ms(1000),
+        proposer: megastore_paxos::ProposerConfig {
+            topology: topology(),
+            proposer: ProposerId::replica(ReplicaId(1)),
+            lock_nodes: vec![megastore_types::LockNodeId(0)],
+            timeouts: megastore_paxos::Timeouts::from_rpc_and_lease(ms(100), ms(1000)),
+            bugs: ProtocolBugs::NONE,
+        },
+        seed: 3,
+        history_kept: 8,
+        log_kept: 0,
+        probe_above,
+    }
+}
