@@ -310,7 +310,7 @@ impl Client {
                     mutations.group.retain(of_index);
                     mutations.global.retain(of_index);
                     written += mutations.group.len() + mutations.global.len();
-                    txn.stage_mutations(&mutations);
+                    txn.stage_mutations(&mutations)?;
                 }
                 Ok(written)
             })

@@ -266,8 +266,7 @@ impl Transaction {
         let mutations = catalog
             .put_mutations(old.as_ref(), entity, 0)
             .map_err(schema)?;
-        self.stage_mutations(&mutations);
-        Ok(())
+        self.stage_mutations(&mutations)
     }
 
     /// Deletes the entity of `table` with primary key `key` (its columns and index
@@ -282,7 +281,7 @@ impl Transaction {
             return Ok(false);
         };
         let mutations = catalog.delete_mutations(&old, 0).map_err(schema)?;
-        self.stage_mutations(&mutations);
+        self.stage_mutations(&mutations)?;
         Ok(true)
     }
 
@@ -340,15 +339,21 @@ impl Transaction {
     /// Stages an entity write: its group rows, and its global index entries as rows of
     /// the group's mirror (docs/protocol.md, "Global indexes"), which every replica
     /// copies to the global index when it applies the entry.
-    pub(crate) fn stage_mutations(&mut self, mutations: &EntityMutations) {
+    pub(crate) fn stage_mutations(
+        &mut self,
+        mutations: &EntityMutations,
+    ) -> Result<(), ClientError> {
+        let entry_write =
+            |m| RowWrite::from_mutation(m).map_err(|e| ClientError::Schema(e.to_string()));
         for m in &mutations.group {
-            self.stage(RowWrite::from_mutation(m));
+            self.stage(entry_write(m)?);
         }
         for m in &mutations.global {
-            let mut write = RowWrite::from_mutation(m);
+            let mut write = entry_write(m)?;
             write.row = mirror_row_of(self.eg(), &m.row);
             self.stage(write);
         }
+        Ok(())
     }
 
     fn stage(&mut self, write: RowWrite) {

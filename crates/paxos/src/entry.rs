@@ -37,6 +37,15 @@ impl CellWrite {
     }
 }
 
+/// A row-store mutation deleting a range of columns offered as a log entry's write:
+/// an entry names each column it changes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a log entry cannot delete a range of columns (row {row:?})")]
+pub struct RangeDeletionInEntry {
+    /// The row.
+    pub row: Vec<u8>,
+}
+
 /// The cell changes of one row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RowWrite {
@@ -49,27 +58,30 @@ pub struct RowWrite {
 impl RowWrite {
     /// A row write from a row-store mutation, dropping its timestamps (the position
     /// decides them). Cell deletions of a single version have no meaning in a log entry
-    /// and become column deletions.
-    pub fn from_mutation(mutation: &RowMutation) -> Self {
+    /// and become column deletions; a range deletion has no form in one at all.
+    pub fn from_mutation(mutation: &RowMutation) -> Result<Self, RangeDeletionInEntry> {
         let cells = mutation
             .mutations
             .iter()
             .map(|m| match m {
-                Mutation::Set { column, value, .. } => CellWrite::Set {
+                Mutation::Set { column, value, .. } => Ok(CellWrite::Set {
                     column: column.clone(),
                     value: value.clone(),
-                },
+                }),
                 Mutation::DeleteColumn { column, .. } | Mutation::DeleteCell { column, .. } => {
-                    CellWrite::Delete {
+                    Ok(CellWrite::Delete {
                         column: column.clone(),
-                    }
+                    })
                 }
+                Mutation::DeleteColumns { .. } => Err(RangeDeletionInEntry {
+                    row: mutation.row.clone(),
+                }),
             })
-            .collect();
-        Self {
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
             row: mutation.row.clone(),
             cells,
-        }
+        })
     }
 
     /// The row this write leaves in an empty store when applied at `timestamp`: its

@@ -9,7 +9,7 @@
 //! alone for a deletion.
 
 use megastore_rowstore::Timestamp;
-use megastore_rowstore::ordered::{escape_into, unescape};
+use megastore_rowstore::ordered::{KeyRange, escape_into, prefix_successor, unescape};
 
 /// Tag of a stored value.
 pub(crate) const VALUE_TAG: u8 = 0;
@@ -37,6 +37,20 @@ pub(crate) fn column_prefix(row: &[u8], column: &[u8]) -> Vec<u8> {
     let mut key = row_prefix(row);
     escape_into(column, &mut key);
     key
+}
+
+/// The RocksDB keys `[from, to)` holding every version of `row`'s columns in
+/// `columns` and nothing else: a column `c` sorts between `columns.start` and
+/// `columns.end` exactly when its escaped form does, and no escaped column is a prefix
+/// of another, so its versions' keys (escaped column, then timestamp) do too.
+pub(crate) fn columns_key_range(row: &[u8], columns: &KeyRange) -> (Vec<u8>, Vec<u8>) {
+    let from = column_prefix(row, &columns.start);
+    let to = match &columns.end {
+        Some(end) => column_prefix(row, end),
+        None => prefix_successor(&row_prefix(row))
+            .expect("an escaped row ends in its terminator, below 0xFF"),
+    };
+    (from, to)
 }
 
 /// A decoded cell key.
@@ -102,6 +116,33 @@ mod tests {
         assert!(cell_key(b"r", b"c", 0) < cell_key(b"r", b"d", 9));
         assert!(cell_key(b"r", b"zz", 0) < cell_key(b"r\0", b"a", 9));
         assert!(k.starts_with(&column_prefix(b"r\0w", b"c\0l")));
+    }
+
+    #[test]
+    fn a_column_range_holds_exactly_its_columns_versions() {
+        let columns = KeyRange::between(b"log:\x00".to_vec(), b"log:\x05".to_vec());
+        let (from, to) = columns_key_range(b"r", &columns);
+        let inside = |row: &[u8], column: &[u8], ts| {
+            let key = cell_key(row, column, ts);
+            from <= key && key < to
+        };
+        assert!(inside(b"r", b"log:\x00", 0));
+        assert!(inside(b"r", b"log:\x00", u64::MAX));
+        assert!(inside(b"r", b"log:\x04\xff", 7));
+        assert!(!inside(b"r", b"log:", 0));
+        assert!(!inside(b"r", b"log:\x05", 0));
+        assert!(!inside(b"r\0", b"log:\x01", 0));
+        assert!(!inside(b"", b"log:\x01", 0));
+        let (from, to) = columns_key_range(b"r", &KeyRange::all());
+        for (row, column, held) in [
+            (b"r".as_slice(), b"".as_slice(), true),
+            (b"r", b"\xff\xff", true),
+            (b"r\0", b"", false),
+            (b"q", b"z", false),
+        ] {
+            let key = cell_key(row, column, 3);
+            assert_eq!(from <= key && key < to, held, "{row:?} {column:?}");
+        }
     }
 
     #[test]

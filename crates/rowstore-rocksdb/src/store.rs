@@ -12,7 +12,8 @@ use rocksdb::{
 
 use crate::errors::{corrupt, engine_error};
 use crate::layout::{
-    TOMBSTONE_TAG, cell_key, column_prefix, parse_cell_key, parse_value, row_prefix, value_bytes,
+    TOMBSTONE_TAG, cell_key, column_prefix, columns_key_range, parse_cell_key, parse_value,
+    row_prefix, value_bytes,
 };
 use crate::locks::RowLocks;
 use crate::read::{RawSource, export_rows, scan};
@@ -194,6 +195,14 @@ fn add_to_batch(batch: &mut WriteBatch, mutation: &RowMutation) {
             }
             Mutation::DeleteCell { column, timestamp } => {
                 batch.delete(cell_key(&mutation.row, column, *timestamp));
+            }
+            Mutation::DeleteColumns { columns } => {
+                // One range tombstone: escaping keeps byte order and is prefix-free, so
+                // the row's cells of exactly these columns lie between the two keys.
+                if !columns.is_empty() {
+                    let (from, to) = columns_key_range(&mutation.row, columns);
+                    batch.delete_range(from, to);
+                }
             }
         }
     }

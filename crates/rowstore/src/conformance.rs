@@ -173,6 +173,86 @@ pub fn delete_cell_removes_exactly_one_version<H: Harness>(h: &mut H) {
     );
 }
 
+/// A range deletion removes every version (tombstones too) of every column in its
+/// range, of its row only, in order with the mutations around it, and durably.
+pub fn delete_columns_removes_every_version_in_the_range<H: Harness>(h: &mut H) {
+    let columns = |row: &[u8], store: &H::Store| -> Vec<Vec<u8>> {
+        store
+            .export_rows(&KeyRange::single(row.to_vec()), 100)
+            .expect("export")
+            .into_iter()
+            .flat_map(|r| r.versions.into_iter().map(|v| v.column))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    };
+    {
+        let store = h.store();
+        for column in [&b"a"[..], b"log:\x01", b"log:\x02", b"log:\x03", b"log;"] {
+            write(
+                store,
+                set(b"r", column, 0, b"v").set(column.to_vec(), 5, b"w".to_vec()),
+            );
+            // A row whose key extends this one's, and the same columns there.
+            write(store, set(b"r\0", column, 0, b"v"));
+        }
+        write(
+            store,
+            RowMutation::new(&b"r"[..]).delete_column(b"log:\x02".to_vec(), 9),
+        );
+        // The range, then a set inside it: the set, later in order, stays.
+        store
+            .mutate_row(
+                &RowMutation::new(&b"r"[..])
+                    .delete_columns(KeyRange::between(&b"log:\x01"[..], &b"log:\x03"[..]))
+                    .set(b"log:\x02".to_vec(), 7, b"after".to_vec()),
+                None,
+                Durability::Synced,
+            )
+            .expect("write");
+        // An empty range removes nothing.
+        write(
+            store,
+            RowMutation::new(&b"r"[..]).delete_columns(KeyRange::between(&b"z"[..], &b"a"[..])),
+        );
+    }
+    h.restart();
+    let store = h.store();
+    let names = |names: &[&[u8]]| names.iter().map(|n| n.to_vec()).collect::<Vec<_>>();
+    assert_eq!(
+        columns(b"r", store),
+        names(&[b"a", b"log:\x02", b"log:\x03", b"log;"])
+    );
+    assert_eq!(
+        value_at(store, b"r", b"log:\x02", LATEST).as_deref(),
+        Some(&b"after"[..])
+    );
+    assert_eq!(value_at(store, b"r", b"log:\x02", 6), None);
+    assert_eq!(
+        columns(b"r\0", store),
+        names(&[b"a", b"log:\x01", b"log:\x02", b"log:\x03", b"log;"])
+    );
+    // Up to the row's end: every column but the first goes, and the row with it once
+    // the last is gone.
+    write(
+        store,
+        RowMutation::new(&b"r"[..]).delete_columns(KeyRange {
+            start: b"b".to_vec(),
+            end: None,
+        }),
+    );
+    assert_eq!(columns(b"r", store), names(&[b"a"]));
+    write(
+        store,
+        RowMutation::new(&b"r"[..]).delete_columns(KeyRange::all()),
+    );
+    assert_eq!(
+        store.read_row(b"r", &KeyRange::all(), LATEST).unwrap(),
+        None
+    );
+    assert_eq!(columns(b"r\0", store).len(), 5);
+}
+
 /// Mutations of one row apply in order: the last one at a (column, timestamp) wins.
 pub fn mutations_in_one_row_apply_in_order<H: Harness>(h: &mut H) {
     let store = h.store();
@@ -916,6 +996,7 @@ macro_rules! rowstore_conformance_tests {
             a_set_at_the_same_timestamp_replaces_the_version,
             delete_column_hides_from_its_timestamp_on,
             delete_cell_removes_exactly_one_version,
+            delete_columns_removes_every_version_in_the_range,
             mutations_in_one_row_apply_in_order,
             a_batch_changing_a_row_twice_applies_in_order,
             row_reads_honour_the_column_range,

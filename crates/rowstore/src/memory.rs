@@ -130,6 +130,17 @@ impl Data {
                         }
                     }
                 }
+                Mutation::DeleteColumns { columns: range } => {
+                    if let Some(range) = bounds(range) {
+                        let doomed: Vec<Vec<u8>> = columns
+                            .range::<[u8], _>(range)
+                            .map(|(column, _)| column.clone())
+                            .collect();
+                        doomed.iter().for_each(|column| {
+                            columns.remove(column);
+                        });
+                    }
+                }
             }
         }
         if columns.is_empty() {

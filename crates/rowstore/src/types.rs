@@ -65,15 +65,22 @@ pub enum Mutation {
         /// Timestamp of the version to remove.
         timestamp: Timestamp,
     },
+    /// Remove every version (tombstones included) of every column in `columns`, as a
+    /// [`Mutation::DeleteCell`] of each would, in one write however many it covers.
+    DeleteColumns {
+        /// The columns.
+        columns: KeyRange,
+    },
 }
 
 impl Mutation {
-    /// The column this mutation touches.
-    pub fn column(&self) -> &[u8] {
+    /// The one column this mutation touches; `None` for a range of columns.
+    pub fn column(&self) -> Option<&[u8]> {
         match self {
             Mutation::Set { column, .. }
             | Mutation::DeleteColumn { column, .. }
-            | Mutation::DeleteCell { column, .. } => column,
+            | Mutation::DeleteCell { column, .. } => Some(column),
+            Mutation::DeleteColumns { .. } => None,
         }
     }
 }
@@ -130,6 +137,9 @@ impl RowMutation {
                 Mutation::DeleteColumn { column, .. } | Mutation::DeleteCell { column, .. } => {
                     column.len() + 8
                 }
+                Mutation::DeleteColumns { columns } => {
+                    columns.start.len() + columns.end.as_ref().map_or(0, Vec::len)
+                }
             })
             .sum();
         self.row.len() + cells
@@ -141,6 +151,12 @@ impl RowMutation {
             column: column.into(),
             timestamp,
         });
+        self
+    }
+
+    /// Adds a [`Mutation::DeleteColumns`].
+    pub fn delete_columns(mut self, columns: KeyRange) -> Self {
+        self.mutations.push(Mutation::DeleteColumns { columns });
         self
     }
 }

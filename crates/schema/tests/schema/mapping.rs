@@ -85,7 +85,7 @@ fn cells_are_named_table_dot_property_and_key_properties_stay_in_the_key() {
     let columns: Vec<String> = m.group[0]
         .mutations
         .iter()
-        .map(|m| String::from_utf8(m.column().to_vec()).unwrap())
+        .map(|m| String::from_utf8(m.column().unwrap().to_vec()).unwrap())
         .collect();
     assert_eq!(
         columns,
