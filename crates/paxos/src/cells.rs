@@ -5,7 +5,8 @@
 //! | `promise:` ‖ p (8 bytes, big-endian) | the highest ballot promised at p |
 //! | `log:` ‖ p | [`SlotRecord`]: accepted ballot and entry, and whether p is visible |
 //! | `grant:` ‖ p | the transaction granted ballot 0 at p (position leader only) |
-//! | `chosen:` ‖ p | [`ChosenTxn`]: whose entry was chosen at a truncated p (the last few only) |
+//! | `chosen_last` | [`ChosenTxn`] by position: whose entry was chosen at the last few truncated positions, rewritten whole by each truncation |
+//! | `chosen:` ‖ p | the same for one position: the layout before `chosen_last`, moved into it when the group is loaded |
 //! | `visible` | every position up to this one is visible here (or up to `applied`, if higher: [`stored_visible`]) |
 //! | `applied` | every position up to this one is applied here |
 //! | `truncated` | positions up to this one are gone |
@@ -16,7 +17,7 @@
 //! Every cell lives at timestamp 0 and is overwritten in place; values are postcard.
 //! Positions are big-endian so each family sorts by position.
 
-use megastore_rowstore::{Row, RowMutation};
+use megastore_rowstore::{KeyRange, Row, RowMutation};
 use megastore_types::{Ballot, Position, TxnId};
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +31,9 @@ const PROMISE: &[u8] = b"promise:";
 const LOG: &[u8] = b"log:";
 const GRANT: &[u8] = b"grant:";
 const CHOSEN: &[u8] = b"chosen:";
+/// The column of the last truncated positions' [`ChosenTxn`]s. Outside the `chosen:`
+/// family's range (`_` sorts after `;`), so that family's range deletion spares it.
+const CHOSEN_LAST: &[u8] = b"chosen_last";
 /// The contiguous-visible watermark column.
 pub const VISIBLE: &[u8] = b"visible";
 /// The applied watermark column.
@@ -97,9 +101,14 @@ pub fn grant_column(p: Position) -> Vec<u8> {
     column(GRANT, p)
 }
 
-/// The `chosen:<p>` column.
+/// The `chosen:<p>` column (the layout before `chosen_last`: read back, never written).
 pub fn chosen_column(p: Position) -> Vec<u8> {
     column(CHOSEN, p)
+}
+
+/// The first column after `column` (a range's exclusive end that keeps `column` in).
+fn just_after(column: &[u8]) -> Vec<u8> {
+    [column, &[0]].concat()
 }
 
 /// Encodes a cell value.
@@ -133,8 +142,10 @@ pub struct StoredGroup {
     pub slots: Vec<(Position, SlotRecord)>,
     /// `grant:<p>` cells.
     pub grants: Vec<(Position, TxnId)>,
-    /// `chosen:<p>` cells.
+    /// The `chosen_last` cell's records, and any `chosen:<p>` cells.
     pub chosen: Vec<(Position, ChosenTxn)>,
+    /// The row holds `chosen:<p>` cells (the layout before `chosen_last`).
+    pub chosen_cells: bool,
     /// `visible`.
     pub visible: Position,
     /// `applied`.
@@ -175,6 +186,10 @@ impl StoredGroup {
                 stored
                     .chosen
                     .push((position(CHOSEN)?, decode(name, value)?));
+                stored.chosen_cells = true;
+            } else if name == CHOSEN_LAST {
+                let last: Vec<(Position, ChosenTxn)> = decode(name, value)?;
+                stored.chosen.extend(last);
             } else if name == VISIBLE {
                 stored.visible = decode(name, value)?;
             } else if name == APPLIED {
@@ -232,15 +247,23 @@ impl RootRowWrite {
         self
     }
 
-    /// Remembers what was chosen at truncated position `p`.
-    pub fn chosen(mut self, p: Position, chosen: ChosenTxn) -> Self {
-        self.0 = self.0.set(chosen_column(p), CELL_TS, encode(&chosen));
+    /// Remembers what was chosen at the last truncated positions: every record, in
+    /// one cell (a truncation spans many positions; a cell per position made their
+    /// records and the deletions of the ones pushed out a third of a commit's store
+    /// writes while truncation kept pace).
+    pub fn chosen_last<'a>(
+        mut self,
+        chosen: impl IntoIterator<Item = (&'a Position, &'a ChosenTxn)>,
+    ) -> Self {
+        let records: Vec<(&Position, &ChosenTxn)> = chosen.into_iter().collect();
+        self.0 = self.0.set(CHOSEN_LAST.to_vec(), CELL_TS, encode(&records));
         self
     }
 
-    /// Forgets what was chosen at truncated position `p`.
-    pub fn forget_chosen(mut self, p: Position) -> Self {
-        self.0 = self.0.delete_cell(chosen_column(p), CELL_TS);
+    /// Deletes every `chosen:<p>` cell (the layout before `chosen_last`) in one range
+    /// deletion.
+    pub fn forget_chosen_cells(mut self) -> Self {
+        self.0 = self.0.delete_columns(KeyRange::prefix(CHOSEN));
         self
     }
 
@@ -252,6 +275,16 @@ impl RootRowWrite {
     /// Removes the `log:<p>` cell (truncation).
     pub fn forget_slot(mut self, p: Position) -> Self {
         self.0 = self.0.delete_cell(log_column(p), CELL_TS);
+        self
+    }
+
+    /// Removes the `log:<p>` cells of `from` through `through` (truncation: one range
+    /// deletion however many positions it spans).
+    pub fn forget_slots(mut self, from: Position, through: Position) -> Self {
+        self.0 = self.0.delete_columns(KeyRange::between(
+            log_column(from),
+            just_after(&log_column(through)),
+        ));
         self
     }
 

@@ -2,13 +2,19 @@
 //! [`CHOSEN_REMEMBERED`] positions, in its root row, so a writer can resolve a commit
 //! whose outcome it missed after the log moved on.
 
-use megastore_paxos::cells::{SlotRecord, StoredGroup, grant_column, log_column, promise_column};
+use megastore_paxos::cells::{
+    APPLIED, RootRowWrite, SlotRecord, StoredGroup, TRUNCATED, VISIBLE, chosen_column, encode,
+    grant_column, log_column, promise_column,
+};
+use megastore_paxos::messages::ReplicaError;
 use megastore_paxos::{
     CHOSEN_REMEMBERED, ChosenTxn, GroupLog, HISTORY_KEPT, LogEntry, ProtocolBugs, ReplicaOutput,
-    root_row,
+    ReplicaReply, ReplicaRequest, root_row,
 };
 use megastore_rowstore::{Durability, KeyRange, LATEST, MemoryStore, RowRead, RowStore};
 use megastore_types::{Ballot, ClientId, EgId, Position, ReplicaKind, TxnId};
+
+mod support;
 
 fn txn(seq: u64) -> TxnId {
     TxnId {
@@ -72,6 +78,13 @@ fn truncation_remembers_whose_entry_was_chosen_at_its_last_positions_across_rest
     let last = remembered + 20;
     let store = MemoryStore::new();
     let mut log = group(&eg, last);
+    // The root row holds the log the group was loaded from.
+    let slots = (1..=last).fold(RootRowWrite::new(root_row(&eg)), |write, p| {
+        write.slot(Position(p), &log.slot(Position(p)).expect("loaded").clone())
+    });
+    store
+        .mutate_row(&slots.0, None, Durability::Synced)
+        .unwrap();
     let mut out = Vec::new();
     // Two truncations: the second pushes the first's oldest positions out.
     out.extend(truncate(&mut log, ReplicaKind::Full, Position(10)));
@@ -99,6 +112,8 @@ fn truncation_remembers_whose_entry_was_chosen_at_its_last_positions_across_rest
         CHOSEN_REMEMBERED,
         "forgotten ones are deleted"
     );
+    let slots_kept: Vec<Position> = stored.slots.iter().map(|(p, _)| *p).collect();
+    assert_eq!(slots_kept, [Position(last)], "truncated slots are deleted");
     check(&GroupLog::load(eg, stored, false, false));
 }
 
@@ -247,28 +262,109 @@ fn truncation_deletes_the_cells_a_position_holds_and_no_others() {
     stored.grants.push((Position(4), txn(4)));
     let mut log = GroupLog::load(eg.clone(), stored, false, false);
     let out = truncate(&mut log, ReplicaKind::Full, Position(6));
-    let deleted: Vec<Vec<u8>> = out
+    let deletions: Vec<&megastore_rowstore::Mutation> = out
         .iter()
         .filter_map(|o| match o {
             ReplicaOutput::Persist { mutation } => Some(mutation),
             _ => None,
         })
         .flat_map(|m| &m.mutations)
-        .filter_map(|m| match m {
-            megastore_rowstore::Mutation::DeleteCell { column, .. } => Some(column.clone()),
-            _ => None,
-        })
+        .filter(|m| !matches!(m, megastore_rowstore::Mutation::Set { .. }))
         .collect();
-    let mut expected: Vec<Vec<u8>> = (1..=6).map(|p| log_column(Position(p))).collect();
-    expected.push(promise_column(Position(3)));
-    expected.push(grant_column(Position(4)));
-    let sorted = |mut v: Vec<Vec<u8>>| {
-        v.sort();
-        v
-    };
+    let mut cells: Vec<Vec<u8>> = Vec::new();
+    let mut ranges = Vec::new();
+    for deletion in deletions {
+        match deletion {
+            megastore_rowstore::Mutation::DeleteCell { column, .. } => cells.push(column.clone()),
+            megastore_rowstore::Mutation::DeleteColumns { columns } => ranges.push(columns.clone()),
+            other => panic!("truncation wrote {other:?}"),
+        }
+    }
+    cells.sort();
+    let mut expected = vec![promise_column(Position(3)), grant_column(Position(4))];
+    expected.sort();
     assert_eq!(
-        sorted(deleted),
-        sorted(expected),
+        cells, expected,
         "each deletion of a cell never written is a store write of its own"
     );
+    assert_eq!(
+        ranges.len(),
+        1,
+        "the slots go in one range deletion: {ranges:?}"
+    );
+    let held = |column: &[u8]| ranges[0].contains(column);
+    assert!((1..=6).all(|p| held(&log_column(Position(p)))));
+    assert!(!held(&log_column(Position(0))) && !held(&log_column(Position(7))));
+    assert!(!held(&promise_column(Position(3))) && !held(&grant_column(Position(4))));
+}
+
+#[test]
+fn a_replica_loading_records_of_the_layout_before_chosen_last_moves_them_into_it() {
+    let eg = support::eg();
+    let last = 30;
+    let store = MemoryStore::new();
+    let loaded = group(&eg, last);
+    // The older layout: positions 1..=10 truncated, a `chosen:<p>` cell each.
+    let mut row = (11..=last).fold(RootRowWrite::new(root_row(&eg)), |write, p| {
+        write.slot(Position(p), loaded.slot(Position(p)).expect("loaded"))
+    });
+    for p in 1..=10 {
+        row.0 = row
+            .0
+            .set(chosen_column(Position(p)), 0, encode(&chosen_at(p)));
+    }
+    let row = row
+        .watermark(VISIBLE, Position(last))
+        .watermark(APPLIED, Position(last))
+        .watermark(TRUNCATED, Position(10));
+    store.mutate_row(&row.0, None, Durability::Synced).unwrap();
+    let read_back = |store: &MemoryStore| {
+        let row = store
+            .read_row(&root_row(&eg), &KeyRange::all(), LATEST)
+            .unwrap();
+        StoredGroup::from_row(row.as_ref()).unwrap()
+    };
+    assert!(read_back(&store).chosen_cells);
+
+    // A replica over that store loads the group at its first request about it.
+    let mut node = support::Node::cached_over(1, 8, store);
+    let chosen_at_replica =
+        |node: &mut support::Node, p: u64| match node.ask(ReplicaRequest::ReadLog {
+            id: p,
+            eg: eg.clone(),
+            position: Position(p),
+        }) {
+            ReplicaReply::Error {
+                error: ReplicaError::Truncated { chosen, .. },
+                ..
+            } => chosen,
+            other => panic!("{p}: {other:?}"),
+        };
+    for p in 1..=10 {
+        assert_eq!(chosen_at_replica(&mut node, p), Some(chosen_at(p)), "{p}");
+    }
+    let stored = read_back(&node.store);
+    assert!(!stored.chosen_cells, "the per-position cells are gone");
+    let mut expected: Vec<(Position, ChosenTxn)> =
+        (1..=10).map(|p| (Position(p), chosen_at(p))).collect();
+    expected.sort_by_key(|(p, _)| *p);
+    let mut records = stored.chosen.clone();
+    records.sort_by_key(|(p, _)| *p);
+    assert_eq!(records, expected, "moved into `chosen_last`");
+
+    // After a restart, and a truncation past them, they are still remembered.
+    node.restart();
+    for p in 1..=10 {
+        assert_eq!(chosen_at_replica(&mut node, p), Some(chosen_at(p)), "{p}");
+    }
+    let mut log = GroupLog::load(eg.clone(), read_back(&node.store), false, false);
+    persist(
+        &node.store,
+        truncate(&mut log, ReplicaKind::Full, Position(20)),
+    );
+    let log = GroupLog::load(eg.clone(), read_back(&node.store), false, false);
+    for p in 1..=20 {
+        assert_eq!(log.chosen_at(Position(p)), Some(chosen_at(p)), "{p}");
+    }
+    assert_eq!(log.chosen_at(Position(21)), None);
 }

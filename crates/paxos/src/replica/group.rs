@@ -582,6 +582,13 @@ impl GroupLog {
         });
     }
 
+    /// Moves the remembered records of a root row in the layout before `chosen_last`
+    /// (a `chosen:<p>` cell each, as loaded) into the `chosen_last` cell.
+    pub fn rewrite_chosen_cells(&self, out: &mut Vec<Output>) {
+        let write = self.write().chosen_last(&self.chosen).forget_chosen_cells();
+        out.push(Output::Persist { mutation: write.0 });
+    }
+
     /// Whose entry was chosen at truncated position `p`, if still remembered.
     pub fn chosen_at(&self, p: Position) -> Option<ChosenTxn> {
         self.chosen.get(&p).cloned()
@@ -608,11 +615,14 @@ impl GroupLog {
         }
         let mut write = self.write();
         let mut global_rows = BTreeSet::new();
+        let mut slots_held = false;
+        let mut chosen_changed = false;
         for p in (self.truncated.0 + 1..=through.0).map(Position) {
             // Below `installed` there is no slot (nor history) to remember; of a long
             // stretch only the last few are kept.
             let remembered = p.0 + CHOSEN_REMEMBERED as u64 > through.0;
             let slot = self.slots.remove(&p);
+            slots_held |= slot.is_some();
             if kind != ReplicaKind::Witness
                 && let Some(slot) = &slot
             {
@@ -621,17 +631,14 @@ impl GroupLog {
             if let Some(slot) = &slot
                 && remembered
             {
-                let chosen = ChosenTxn::of_entry(&slot.entry);
-                write = write.chosen(p, chosen.clone());
-                self.chosen.insert(p, chosen);
+                self.chosen.insert(p, ChosenTxn::of_entry(&slot.entry));
+                chosen_changed = true;
             }
-            // Only the cells held are deleted: memory mirrors the root row (every
-            // cell written is held, every held one loaded back), and a deletion of a
-            // cell never written costs a write like any other. Most positions have
-            // neither a promise (ballot 0) nor a grant (held by the leader alone).
-            if slot.is_some() {
-                write = write.forget_slot(p);
-            }
+            // Only the promises and grants held are deleted: memory mirrors the root
+            // row (every cell written is held, every held one loaded back), and a
+            // deletion of a cell never written costs a write like any other. Most
+            // positions have neither a promise (ballot 0) nor a grant (held by the
+            // leader alone).
             if self.promises.remove(&p).is_some() {
                 write = write.forget_promise(p);
             }
@@ -639,10 +646,17 @@ impl GroupLog {
                 write = write.forget_grant(p);
             }
         }
+        // Every position's slot goes in one range deletion, and the remembered records
+        // in one cell: a cell per position and family made truncation, which must keep
+        // pace with the writes, a third of a commit's store writes.
+        if slots_held {
+            write = write.forget_slots(Position(self.truncated.0 + 1), through);
+        }
         while self.chosen.len() > CHOSEN_REMEMBERED {
-            if let Some((p, _)) = self.chosen.pop_first() {
-                write = write.forget_chosen(p);
-            }
+            self.chosen.pop_first();
+        }
+        if chosen_changed {
+            write = write.chosen_last(&self.chosen);
         }
         self.truncated = through;
         write = write.watermark(TRUNCATED, through);

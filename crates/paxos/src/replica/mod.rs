@@ -873,12 +873,16 @@ impl Replica {
                 let rejoining = self.config.rejoining
                     && self.me.kind != ReplicaKind::ReadOnly
                     && !bugs.rejoin_as_voter();
+                let chosen_cells = stored.chosen_cells;
                 let mut group = GroupLog::load(
                     eg.clone(),
                     stored,
                     bugs.forget_promise_on_restart(),
                     rejoining,
                 );
+                if chosen_cells {
+                    group.rewrite_chosen_cells(out);
+                }
                 if group.rejoin() == Rejoin::Uncleared {
                     self.to_clear.push(eg.clone());
                 }
