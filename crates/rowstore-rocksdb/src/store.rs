@@ -38,6 +38,9 @@ impl Default for RocksOptions {
 
 /// Garbage collection writes its deletions in batches of this many cells.
 const GC_BATCH_CELLS: usize = 10_000;
+/// How many of a column's versions above a collection's watermark it reads one by one
+/// before it seeks past the rest (a seek costs a few steps).
+const SEEK_PAST_KEPT_VERSIONS: usize = 4;
 
 /// A [`RowStore`] in a RocksDB directory.
 pub struct RocksStore {
@@ -342,6 +345,7 @@ impl RowStore for RocksStore {
         // (row, column) of the group being gathered, and its versions newest first.
         let mut group: Option<(Vec<u8>, Vec<u8>)> = None;
         let mut versions: Vec<(Timestamp, bool)> = Vec::new();
+        let mut kept_above = 0;
         let mut flush_group = |group: &(Vec<u8>, Vec<u8>),
                                versions: &mut Vec<(Timestamp, bool)>,
                                batch: &mut WriteBatch| {
@@ -365,7 +369,23 @@ impl RowStore for RocksStore {
                         self.write(std::mem::take(&mut batch), Durability::Buffered)?;
                     }
                 }
+                kept_above = 0;
                 group = Some((cell.row, cell.column));
+            }
+            if cell.timestamp > watermark {
+                // Kept whatever it is. A column's versions sort newest first, so past
+                // a few of them one seek lands on the newest at or below the
+                // watermark: a group keeps hundreds of positions of history above it,
+                // and reading them all was most of a collection's work.
+                kept_above += 1;
+                if kept_above == SEEK_PAST_KEPT_VERSIONS
+                    && let Some((row, column)) = &group
+                {
+                    it.seek(cell_key(row, column, watermark));
+                } else {
+                    it.next();
+                }
+                continue;
             }
             versions.push((cell.timestamp, is_tombstone));
             it.next();

@@ -893,6 +893,32 @@ pub fn garbage_collection_keeps_everything_visible_at_or_above_the_watermark<H: 
             .cells_removed,
         0
     );
+
+    // A column with many versions above the watermark and several below, between
+    // columns with none to collect: every version below the newest at or below it
+    // goes, everything above stays.
+    let history = RowMutation::new(&b"h"[..]).set(b"a".to_vec(), 3, b"a3".to_vec());
+    let history = (1..=40).fold(history, |m, ts| {
+        m.set(b"b".to_vec(), ts, format!("b{ts}").into_bytes())
+    });
+    write(store, history.set(b"c".to_vec(), 50, b"c50".to_vec()));
+    let stats = store
+        .collect_garbage(&KeyRange::prefix(&b"h"[..]), 30)
+        .unwrap();
+    assert_eq!(stats.cells_removed, 29, "b@1..=29");
+    for ts in 30..=40 {
+        assert_eq!(
+            value_at(store, b"h", b"b", ts),
+            Some(format!("b{ts}").into_bytes()),
+            "b@{ts}"
+        );
+    }
+    assert_eq!(value_at(store, b"h", b"b", 29), None);
+    assert_eq!(value_at(store, b"h", b"a", 30).as_deref(), Some(&b"a3"[..]));
+    assert_eq!(
+        value_at(store, b"h", b"c", 60).as_deref(),
+        Some(&b"c50"[..])
+    );
 }
 
 /// Concurrent check-and-mutate on one cell is linearizable: every increment lands once.
