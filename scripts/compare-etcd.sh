@@ -24,7 +24,13 @@
 # same board code on both); and leases (LEASES, default 1000, each kept alive once).
 # TOPOLOGY=three runs megastore without its read-only replica: two full replicas and a
 # witness, etcd's replication factor (scripts/dev-cluster.sh).
-#   [WATCHES=N] [BOARD=N] [LEASES=N] [TOPOLOGY=three] scripts/compare-etcd.sh [OUT] [ROUNDS] [SECONDS] [RTT] [CONNECTIONS]
+#
+# With WARMUP=S, each system is first written for S seconds (64 clients) and every run
+# then writes those same groups (keys) instead of fresh ones: the runs measure a
+# cluster in its steady state, its groups' logs truncated and their history collected
+# (megastore's rate falls for its first two minutes of writes; docs/performance.md,
+# "Five minutes of writes"). Without it, each run writes groups of its own, fresh.
+#   [WATCHES=N] [BOARD=N] [LEASES=N] [TOPOLOGY=three] [WARMUP=S] scripts/compare-etcd.sh [OUT] [ROUNDS] [SECONDS] [RTT] [CONNECTIONS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/megastore-vs-etcd.jsonl}
@@ -32,6 +38,7 @@ rounds=${2:-3}
 seconds=${3:-20}
 rtt=${4:-0}
 connections=${5:-0}
+warmup=${WARMUP:-0}
 shared=()
 if [ "$connections" != 0 ]; then shared=(--connections "$connections"); fi
 
@@ -114,21 +121,30 @@ cpu_of() {
     echo "$ticks"
 }
 
+# The closed-loop write workload on one system; its JSON line on stdout.
+write_load() { # system, clients, seconds, group prefix
+    local system=$1 clients=$2 duration=$3 prefix=$4
+    if [ "$system" = etcd ]; then
+        "$megastore" bench --etcd "$endpoints" --groups 10000 --reads 0 --value-size 256 \
+            --clients "$clients" --duration "$duration" --group-prefix "$prefix" "${shared[@]}" \
+            2>/dev/null | tail -1
+    else
+        "$megastore" bench --config "$DEV_DIR/cluster.toml" --groups 1000 --reads 0 \
+            --value-size 256 --clients "$clients" --duration "$duration" \
+            --group-prefix "$prefix" "${shared[@]}" 2>/dev/null | tail -1
+    fi
+}
+
 # One run: prints its JSON line, with the round and the servers' CPU added.
 run_one() { # system, clients, round
-    local system=$1 clients=$2 round=$3 before after line
+    local system=$1 clients=$2 round=$3 before after line prefix
     local pids=("$DEV_PID")
     if [ "$system" = etcd ]; then pids=("${etcd_pids[@]}"); fi
+    prefix="r$round-c$clients"
+    if [ "$system" = etcd ]; then prefix="r$round"; fi
+    if [ "$warmup" != 0 ]; then prefix=steady; fi
     before=$(cpu_of "${pids[@]}")
-    if [ "$system" = etcd ]; then
-        line=$("$megastore" bench --etcd "$endpoints" --groups 10000 --reads 0 --value-size 256 \
-            --clients "$clients" --duration "$seconds" --group-prefix "r$round" "${shared[@]}" \
-            2>/dev/null | tail -1)
-    else
-        line=$("$megastore" bench --config "$DEV_DIR/cluster.toml" --groups 1000 --reads 0 \
-            --value-size 256 --clients "$clients" --duration "$seconds" \
-            --group-prefix "r$round-c$clients" "${shared[@]}" 2>/dev/null | tail -1)
-    fi
+    line=$(write_load "$system" "$clients" "$seconds" "$prefix")
     after=$(cpu_of "${pids[@]}")
     python3 - "$line" "$round" "$(( after - before ))" "$rtt" <<'PY'
 import json, sys
@@ -140,6 +156,12 @@ print(json.dumps(report))
 PY
 }
 
+if [ "$warmup" != 0 ]; then
+    for system in megastore etcd; do
+        echo "==> warm-up: $system, ${warmup} s" >&2
+        write_load "$system" 64 "$warmup" steady > /dev/null
+    done
+fi
 for round in $(seq "$rounds"); do
     for clients in 16 32 64; do
         # Interleaved, the order alternating by round.

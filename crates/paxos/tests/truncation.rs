@@ -80,7 +80,7 @@ fn truncation_remembers_whose_entry_was_chosen_at_its_last_positions_across_rest
     let mut log = group(&eg, last);
     // The root row holds the log the group was loaded from.
     let slots = (1..=last).fold(RootRowWrite::new(root_row(&eg)), |write, p| {
-        write.slot(Position(p), &log.slot(Position(p)).expect("loaded").clone())
+        write.slot(Position(p), log.slot(Position(p)).expect("loaded"))
     });
     store
         .mutate_row(&slots.0, None, Durability::Synced)
