@@ -165,6 +165,11 @@ megastore_types::bug_knobs! {
         /// of reading the group takes its position but not the prepared transactions
         /// pending there, so their locks do not hold against it.
         blind_write_forgets_locks,
+        /// A replica that applies the finish of one prepared transaction in a group
+        /// takes the group as free of locks, though others are still prepared there:
+        /// its reads at later positions return none of them, and a commit writes over
+        /// a prepared transaction's rows.
+        finish_frees_every_lock,
         /// A read lent to blind writes is carried over the known stretch without the
         /// transactions the stretch prepared: their locks do not hold against a blind
         /// write on it.

@@ -35,7 +35,10 @@
 //! the bulk copy only on a clean base (*delta-on-a-clean-base*,
 //! `replica/move_deltas.rs`, tests/short_freeze.rs), and every copy copies the global
 //! rows the target's mirrors named before it first and last
-//! (*copied-globals-resynced*, `replica/range_copy.rs`, tests/range_copy.rs). For
+//! (*copied-globals-resynced*, `replica/range_copy.rs`, tests/range_copy.rs); a
+//! replica knows which of its groups hold prepared records, and a read at a position
+//! looks for locks only there (*locks-known*, `replica/group/locks.rs`, asserted by
+//! every read of a debug build). For
 //! watchers, kept where they are stated (the simulator runs no watchers):
 //! watch-reads-committed ([`watch`]) and awaiting-bounded (the replica's held long
 //! polls). For relayed commits, by construction: relayed-once (`client/relay.rs`,

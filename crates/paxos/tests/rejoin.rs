@@ -45,7 +45,8 @@ fn reload(store: &MemoryStore, rejoining: bool) -> GroupLog {
     GroupLog::load(
         eg(),
         StoredGroup::from_row(row.as_ref()).unwrap(),
-        false,
+        Vec::new(),
+        &ProtocolBugs::NONE,
         rejoining,
     )
 }

@@ -51,7 +51,7 @@ fn group(eg: &EgId, last: u64) -> GroupLog {
         applied: Position(last),
         ..StoredGroup::default()
     };
-    GroupLog::load(eg.clone(), stored, false, false)
+    GroupLog::load(eg.clone(), stored, Vec::new(), &ProtocolBugs::NONE, false)
 }
 
 /// Truncates through `through`, keeping the default history; what it asks to do.
@@ -114,7 +114,13 @@ fn truncation_remembers_whose_entry_was_chosen_at_its_last_positions_across_rest
     );
     let slots_kept: Vec<Position> = stored.slots.iter().map(|(p, _)| *p).collect();
     assert_eq!(slots_kept, [Position(last)], "truncated slots are deleted");
-    check(&GroupLog::load(eg, stored, false, false));
+    check(&GroupLog::load(
+        eg,
+        stored,
+        Vec::new(),
+        &ProtocolBugs::NONE,
+        false,
+    ));
 }
 
 #[test]
@@ -224,7 +230,13 @@ fn truncation_collects_the_global_rows_its_entries_wrote() {
         (ReplicaKind::ReadOnly, Some(vec![global.clone()])),
         (ReplicaKind::Witness, None),
     ] {
-        let mut log = GroupLog::load(eg.clone(), stored.clone(), false, false);
+        let mut log = GroupLog::load(
+            eg.clone(),
+            stored.clone(),
+            Vec::new(),
+            &ProtocolBugs::NONE,
+            false,
+        );
         let asked = truncate(&mut log, kind, Position(2))
             .into_iter()
             .find_map(|o| match o {
@@ -260,7 +272,7 @@ fn truncation_deletes_the_cells_a_position_holds_and_no_others() {
     // replica led position 4); no other position holds either.
     stored.promises.push((Position(3), Ballot::ZERO));
     stored.grants.push((Position(4), txn(4)));
-    let mut log = GroupLog::load(eg.clone(), stored, false, false);
+    let mut log = GroupLog::load(eg.clone(), stored, Vec::new(), &ProtocolBugs::NONE, false);
     let out = truncate(&mut log, ReplicaKind::Full, Position(6));
     let deletions: Vec<&megastore_rowstore::Mutation> = out
         .iter()
@@ -357,12 +369,24 @@ fn a_replica_loading_records_of_the_layout_before_chosen_last_moves_them_into_it
     for p in 1..=10 {
         assert_eq!(chosen_at_replica(&mut node, p), Some(chosen_at(p)), "{p}");
     }
-    let mut log = GroupLog::load(eg.clone(), read_back(&node.store), false, false);
+    let mut log = GroupLog::load(
+        eg.clone(),
+        read_back(&node.store),
+        Vec::new(),
+        &ProtocolBugs::NONE,
+        false,
+    );
     persist(
         &node.store,
         truncate(&mut log, ReplicaKind::Full, Position(20)),
     );
-    let log = GroupLog::load(eg.clone(), read_back(&node.store), false, false);
+    let log = GroupLog::load(
+        eg.clone(),
+        read_back(&node.store),
+        Vec::new(),
+        &ProtocolBugs::NONE,
+        false,
+    );
     for p in 1..=20 {
         assert_eq!(log.chosen_at(Position(p)), Some(chosen_at(p)), "{p}");
     }

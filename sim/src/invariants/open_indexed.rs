@@ -10,7 +10,7 @@
 
 use megastore_paxos::GroupList;
 use megastore_paxos::cells::StoredGroup;
-use megastore_paxos::{GroupLog, root_row};
+use megastore_paxos::{GroupLog, ProtocolBugs, root_row};
 use megastore_types::ReplicaId;
 
 use crate::observation::Observation;
@@ -41,7 +41,7 @@ pub(crate) fn check(obs: &Observation<'_>, r: ReplicaId, found: &mut Vec<(&'stat
         let Ok(stored) = StoredGroup::from_row(row.as_ref()) else {
             continue;
         };
-        let group = GroupLog::load(eg.clone(), stored, false, false);
+        let group = GroupLog::load(eg.clone(), stored, Vec::new(), &ProtocolBugs::NONE, false);
         if group.unfinished(kind) && !open.contains(&eg) {
             found.push((
                 "open-is-indexed",

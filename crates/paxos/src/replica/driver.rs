@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!   Replica::step_into(input, store, &mut batch)   (once or many times)
-//!       Load ──► read the root row ──► Input::Loaded (stepped at once)
+//!       Load ──► read the root row and records ──► Input::Loaded (stepped at once)
 //!       ListGroups ──► read the registry ──► Input::Listed (stepped at once)
 //!       ListData ──► read a group's data rows ──► Input::DataListed (stepped at once)
 //!       Index ──► held for the batch's write (synced with the state it lists)
@@ -316,7 +316,11 @@ fn carry_out<S: RowStore>(
     match output {
         Output::Load { eg, root_row } => {
             let row = store.read_row(&root_row, &KeyRange::all(), LATEST)?;
-            return Ok(Some(Input::Loaded { eg, row }));
+            let prepared = super::prepared_records(store, &eg, LATEST)?
+                .into_iter()
+                .map(|record| record.key)
+                .collect();
+            return Ok(Some(Input::Loaded { eg, row, prepared }));
         }
         Output::ListGroups {
             which,
@@ -400,8 +404,9 @@ fn carry_out<S: RowStore>(
             at,
             query,
             next_leader,
+            locks,
         } => {
-            let reply = answer_read(store, id, eg.as_ref(), at, &query, next_leader);
+            let reply = answer_read(store, id, eg.as_ref(), at, &query, next_leader, locks);
             batch.sends.push((to, Message::ReplicaReply(reply)));
         }
         Output::Send { to, message } => {

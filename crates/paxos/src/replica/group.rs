@@ -4,6 +4,7 @@
 
 mod global;
 mod install;
+mod locks;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -11,6 +12,7 @@ use megastore_rowstore::{Durability, RowMutation};
 use megastore_types::{Ballot, ClientId, EgId, Position, ReplicaId, ReplicaKind, TxnId};
 
 pub use install::GroupSnapshot;
+use locks::PreparedRecords;
 
 use self::global::{global_copies, global_rows_of};
 use super::Output;
@@ -93,15 +95,26 @@ pub struct GroupLog {
     /// Data versions only reads below this could see are gone.
     collected: Position,
     rejoin: Rejoin,
+    /// The prepared records (two-phase commit's locks) held here, kept from every data
+    /// write this replica makes (*locks-known*).
+    prepared: PreparedRecords,
 }
 
 impl GroupLog {
-    /// The state read back from the root row. With `forget_promises` (a bug knob) the
-    /// promises are dropped, as a replica that never persisted them would. `rejoining`:
-    /// this replica lost its store, so a group it has not cleared yet gets no vote.
-    pub fn load(eg: EgId, stored: StoredGroup, forget_promises: bool, rejoining: bool) -> Self {
+    /// The state read back from the root row, and `prepared`, the record rows whose
+    /// locks column is live in the store ([`crate::two_phase::records_range`], at the
+    /// latest state). With the `forget-promise-on-restart` knob the promises are
+    /// dropped, as a replica that never persisted them would. `rejoining`: this
+    /// replica lost its store, so a group it has not cleared yet gets no vote.
+    pub fn load(
+        eg: EgId,
+        stored: StoredGroup,
+        prepared: Vec<Vec<u8>>,
+        bugs: &ProtocolBugs,
+        rejoining: bool,
+    ) -> Self {
         let root_row = root_row(&eg);
-        let promises = if forget_promises {
+        let promises = if bugs.forget_promise_on_restart() {
             BTreeMap::new()
         } else {
             stored.promises.into_iter().collect()
@@ -123,6 +136,11 @@ impl GroupLog {
             truncated: stored.truncated,
             installed: stored.installed,
             collected: stored.collected,
+            prepared: PreparedRecords::loaded(
+                prepared,
+                stored.applied,
+                bugs.finish_frees_every_lock(),
+            ),
             rejoin: match (stored.rejoin_floor, rejoining) {
                 (Some(floor), _) => Rejoin::Cleared { floor },
                 (None, true) => Rejoin::Uncleared,
@@ -564,11 +582,12 @@ impl GroupLog {
                 .slots
                 .get(p)
                 .expect("positions up to `visible` (or the one just marked) have slots");
-            rows.extend(
-                crate::queue::stamped_entry(&self.eg, &slot.entry, *p)
-                    .iter()
-                    .map(|w| w.at(p.0)),
-            );
+            let at_p: Vec<RowMutation> = crate::queue::stamped_entry(&self.eg, &slot.entry, *p)
+                .iter()
+                .map(|w| w.at(p.0))
+                .collect();
+            self.prepared.note(&self.eg, *p, &at_p);
+            rows.extend(at_p);
         }
         self.applied = last;
         let global = global_copies(&self.eg, &rows);
@@ -587,6 +606,12 @@ impl GroupLog {
     pub fn rewrite_chosen_cells(&self, out: &mut Vec<Output>) {
         let write = self.write().chosen_last(&self.chosen).forget_chosen_cells();
         out.push(Output::Persist { mutation: write.0 });
+    }
+
+    /// Whether a read at `p` (at most the applied position) may find prepared records,
+    /// whose locks it returns (*locks-known*).
+    pub fn may_hold_locks_at(&self, p: Position) -> bool {
+        self.prepared.may_hold_at(p)
     }
 
     /// Whose entry was chosen at truncated position `p`, if still remembered.

@@ -111,6 +111,9 @@ pub enum Input {
         eg: EgId,
         /// Its root row, read at the latest state.
         row: Option<Row>,
+        /// Its prepared records' rows ([`crate::two_phase::records_range`]) whose locks
+        /// column is live at the latest state.
+        prepared: Vec<Vec<u8>>,
     },
     /// The groups the replica asked for with [`Output::ListGroups`].
     Listed {
@@ -160,7 +163,8 @@ pub enum Input {
 /// What the replica asks its driver to do, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
-    /// Read the group's root row and feed it back as [`Input::Loaded`].
+    /// Read the group's root row and its prepared records' rows and feed them back as
+    /// [`Input::Loaded`].
     Load {
         /// The group.
         eg: EgId,
@@ -283,6 +287,9 @@ pub enum Output {
         query: DataQuery,
         /// The next position's leader to name in the answer (a settled read's).
         next_leader: Option<ReplicaId>,
+        /// Whether prepared records may hold at `at` (*locks-known*): the answer then
+        /// returns their locks.
+        locks: bool,
     },
     /// Feed [`Input::Tick`] at this time.
     WakeAt(Time),
@@ -323,7 +330,9 @@ pub struct ReplicaLag {
 enum GroupSlot {
     /// Waiting for the root row; these requests wait with it.
     Loading(Vec<(NodeId, ReplicaRequest)>),
-    Ready(GroupLog),
+    /// Boxed: the map of groups then holds small values, and a loaded group's state is
+    /// one allocation of its own.
+    Ready(Box<GroupLog>),
     /// The root row could not be read back: the group is not served until repaired.
     Failed(String),
 }
@@ -474,7 +483,7 @@ impl Replica {
     /// Every loaded group.
     pub fn groups(&self) -> impl Iterator<Item = &GroupLog> + '_ {
         self.groups.values().filter_map(|g| match g {
-            GroupSlot::Ready(g) => Some(g),
+            GroupSlot::Ready(g) => Some(g.as_ref()),
             _ => None,
         })
     }
@@ -545,7 +554,9 @@ impl Replica {
                 }
             }
             Input::Message { .. } => {}
-            Input::Loaded { eg, row } => self.loaded(eg, row.as_ref(), &mut out),
+            Input::Loaded { eg, row, prepared } => {
+                self.loaded(eg, row.as_ref(), prepared, &mut out)
+            }
             Input::DataListed { eg, rows } => {
                 let waiting = self.installs_waiting.remove(&eg);
                 if let (Some(install), Some(GroupSlot::Ready(group))) =
@@ -568,7 +579,7 @@ impl Replica {
                 } = self;
                 if let Some(sweeper) = sweeper {
                     let loaded = groups.values().filter_map(|g| match g {
-                        GroupSlot::Ready(g) => Some(g),
+                        GroupSlot::Ready(g) => Some(g.as_ref()),
                         _ => None,
                     });
                     actions.extend(sweeper.on_tick(now, loaded, &mut sends));
@@ -838,7 +849,7 @@ impl Replica {
             awaiting, groups, ..
         } = self;
         let ready = |eg: &EgId| match groups.get(eg) {
-            Some(GroupSlot::Ready(g)) => Some(g),
+            Some(GroupSlot::Ready(g)) => Some(g.as_ref()),
             _ => None,
         };
         for (eg, awaiter) in awaiting.due(now, |eg| ready(eg).map(GroupLog::visible)) {
@@ -861,7 +872,13 @@ impl Replica {
         }
     }
 
-    fn loaded(&mut self, eg: EgId, row: Option<&Row>, out: &mut Vec<Output>) {
+    fn loaded(
+        &mut self,
+        eg: EgId,
+        row: Option<&Row>,
+        prepared: Vec<Vec<u8>>,
+        out: &mut Vec<Output>,
+    ) {
         let Some(GroupSlot::Loading(waiting)) = self.groups.remove(&eg) else {
             return;
         };
@@ -874,12 +891,7 @@ impl Replica {
                     && self.me.kind != ReplicaKind::ReadOnly
                     && !bugs.rejoin_as_voter();
                 let chosen_cells = stored.chosen_cells;
-                let mut group = GroupLog::load(
-                    eg.clone(),
-                    stored,
-                    bugs.forget_promise_on_restart(),
-                    rejoining,
-                );
+                let mut group = GroupLog::load(eg.clone(), stored, prepared, &bugs, rejoining);
                 if chosen_cells {
                     group.rewrite_chosen_cells(out);
                 }
@@ -905,7 +917,8 @@ impl Replica {
                     });
                 }
                 self.used(&eg);
-                self.groups.insert(eg.clone(), GroupSlot::Ready(group));
+                self.groups
+                    .insert(eg.clone(), GroupSlot::Ready(Box::new(group)));
                 if probe {
                     self.probe(&eg, out);
                 }
@@ -972,6 +985,7 @@ impl Replica {
                 eg: None,
                 at: None,
                 next_leader: None,
+                locks: false,
                 query: DataQuery::Scan {
                     range,
                     limit,
@@ -1237,6 +1251,9 @@ impl Replica {
                         }
                         ReadAt::Latest => None,
                     };
+                    // With a read at a position, the locks prepared there, if any may be
+                    // (none for a latest read, which no transaction builds on).
+                    let locks = at.is_some_and(|p| group.may_hold_locks_at(p));
                     out.push(Output::ReadData {
                         to: from,
                         id,
@@ -1244,6 +1261,7 @@ impl Replica {
                         at,
                         query,
                         next_leader,
+                        locks,
                     });
                     return;
                 }
@@ -1318,9 +1336,25 @@ pub fn answer_snapshot<S: RowRead>(
     }
 }
 
+/// The prepared records of `eg` whose locks column is live at `ts` (that column only).
+pub(crate) fn prepared_records<S: RowRead>(
+    store: &S,
+    eg: &EgId,
+    ts: megastore_rowstore::Timestamp,
+) -> Result<Vec<Row>, megastore_rowstore::RowStoreError> {
+    store.scan(
+        &crate::two_phase::records_range(eg),
+        ts,
+        &ScanOptions {
+            columns: crate::two_phase::locks_column(),
+            ..ScanOptions::default()
+        },
+    )
+}
+
 /// Answers a [`Output::ReadData`]: reads the store at the position's timestamp and
-/// builds the reply. Drivers call this; it is here so what a read returns is decided
-/// once.
+/// builds the reply, with the group's prepared locks there if `locks`. Drivers call
+/// this; it is here so what a read returns is decided once.
 pub fn answer_read<S: RowRead>(
     store: &S,
     id: u64,
@@ -1328,6 +1362,7 @@ pub fn answer_read<S: RowRead>(
     at: Option<Position>,
     query: &DataQuery,
     next_leader: Option<ReplicaId>,
+    locks: bool,
 ) -> ReplicaReply {
     let ts = at.map_or(megastore_rowstore::LATEST, |p| p.0);
     let result = match query {
@@ -1349,17 +1384,18 @@ pub fn answer_read<S: RowRead>(
             },
         ),
     };
-    // With every read at a position, the locks of the cross-group transactions
-    // prepared there (none for a latest read, which no transaction builds on).
+    let records = |eg: &EgId| prepared_records(store, eg, ts);
     let pending = match (eg, at) {
-        (Some(eg), Some(_)) => store.scan(
-            &crate::two_phase::records_range(eg),
-            ts,
-            &ScanOptions {
-                columns: crate::two_phase::locks_column(),
-                ..ScanOptions::default()
-            },
-        ),
+        (Some(eg), Some(_)) if locks => records(eg),
+        (Some(eg), Some(at)) if cfg!(debug_assertions) => {
+            // *locks-known*: where the replica says no record lives, none does.
+            let found = records(eg).map_or(0, |rows| rows.len());
+            assert!(
+                found == 0,
+                "locks-known: {eg} holds {found} records at {at:?}"
+            );
+            Ok(Vec::new())
+        }
         _ => Ok(Vec::new()),
     };
     match (result, pending) {

@@ -94,6 +94,7 @@ impl GroupLog {
             self.applied = at;
             write = write.watermark(APPLIED, at);
         }
+        self.prepared.note(&self.eg, at, &data);
         let global = global_copies(&self.eg, &data);
         let mut batch = data;
         batch.push(write.0);
