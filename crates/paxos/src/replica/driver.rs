@@ -314,12 +314,19 @@ fn carry_out<S: RowStore>(
         batch.write_held(store)?;
     }
     match output {
-        Output::Load { eg, root_row } => {
+        Output::Load {
+            eg,
+            root_row,
+            records,
+        } => {
             let row = store.read_row(&root_row, &KeyRange::all(), LATEST)?;
-            let prepared = super::prepared_records(store, &eg, LATEST)?
-                .into_iter()
-                .map(|record| record.key)
-                .collect();
+            let prepared = match records {
+                true => super::prepared_records(store, &eg, LATEST)?
+                    .into_iter()
+                    .map(|record| record.key)
+                    .collect(),
+                false => Vec::new(),
+            };
             return Ok(Some(Input::Loaded { eg, row, prepared }));
         }
         Output::ListGroups {

@@ -112,7 +112,7 @@ pub enum Input {
         /// Its root row, read at the latest state.
         row: Option<Row>,
         /// Its prepared records' rows ([`crate::two_phase::records_range`]) whose locks
-        /// column is live at the latest state.
+        /// column is live at the latest state (none read at a witness).
         prepared: Vec<Vec<u8>>,
     },
     /// The groups the replica asked for with [`Output::ListGroups`].
@@ -163,13 +163,15 @@ pub enum Input {
 /// What the replica asks its driver to do, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
-    /// Read the group's root row and its prepared records' rows and feed them back as
-    /// [`Input::Loaded`].
+    /// Read the group's root row and, with `records`, its prepared records' rows, and
+    /// feed them back as [`Input::Loaded`].
     Load {
         /// The group.
         eg: EgId,
         /// Its root row key.
         root_row: Vec<u8>,
+        /// Whether to read its prepared records (not at a witness).
+        records: bool,
     },
     /// List up to `limit` groups of list `which` after `after` ([`list`])
     /// and feed them back as [`Input::Listed`]. The registry is listed for the sweep's
@@ -1013,6 +1015,8 @@ impl Replica {
                 out.push(Output::Load {
                     eg: eg.clone(),
                     root_row: root_row(&eg),
+                    // A witness keeps no data, so no records, and serves no reads.
+                    records: self.me.kind != ReplicaKind::Witness,
                 });
                 self.groups
                     .insert(eg, GroupSlot::Loading(vec![(from, request)]));
