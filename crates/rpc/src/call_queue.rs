@@ -232,6 +232,15 @@ impl<S: Batching> CallQueue<S> {
         if self.shared.sessions.supported() {
             return self.shared.sessions.request(request, timeout).await;
         }
+        // Boxed: a gRPC call's future is kilobytes, and inline it would make every
+        // request's future as large, sessions' included (each is boxed and moved once
+        // per request: `Peers::request`).
+        Box::pin(self.request_by_calls(request, timeout)).await
+    }
+
+    /// [`CallQueue::request`] to a server without sessions: alone or batched, as the
+    /// module doc says.
+    async fn request_by_calls(&self, request: S::Request, timeout: Duration) -> Option<S::Reply> {
         let deadline = Instant::now() + timeout;
         let (reply, mut answer) = oneshot::channel();
         let queued = {
