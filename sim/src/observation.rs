@@ -13,13 +13,12 @@
 use std::collections::BTreeMap;
 
 use megastore_paxos::cells::{
-    APPLIED, SlotRecord, TRUNCATED, VISIBLE, grant_column, log_column, promise_column,
-    stored_visible,
+    APPLIED, SlotRecord, TRUNCATED, VISIBLE, log_column, promise_column, stored_visible,
 };
 use megastore_paxos::root_row;
 use megastore_placement::{Placement, Span};
 use megastore_rowstore::{KeyRange, LATEST, Row, RowRead, ScanOptions};
-use megastore_types::{Ballot, EgId, NodeId, Position, ReplicaId, Topology, TxnId};
+use megastore_types::{Ballot, EgId, NodeId, Position, ReplicaId, Topology};
 
 use crate::clock::Clock;
 use crate::history::OpRecord;
@@ -226,11 +225,6 @@ impl<'a> Observation<'a> {
     /// Replica `r`'s store (its durable state).
     pub(crate) fn store(&self, r: ReplicaId) -> Option<&megastore_rowstore::MemoryStore> {
         self.replicas.get(&r).map(|node| &node.store)
-    }
-
-    /// The transaction replica `r` granted ballot 0 at `p` of `eg` (its stored grant).
-    pub(crate) fn stored_grant(&self, r: ReplicaId, eg: &EgId, p: Position) -> Option<TxnId> {
-        self.stored(r, eg, &grant_column(p))
     }
 }
 

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `promise:` ‖ p (8 bytes, big-endian) | the highest ballot promised at p |
 //! | `log:` ‖ p | [`SlotRecord`]: accepted ballot and entry, and whether p is visible |
-//! | `grant:` ‖ p | the transaction granted ballot 0 at p (position leader only) |
+//! | `grant:` ‖ p | the layout before grants lived in memory: the transaction granted ballot 0 at p (position leader only). Read back, never written, and deleted when the group is loaded |
 //! | `chosen_last` | [`ChosenTxn`] by position: whose entry was chosen at the last few truncated positions, rewritten whole by each truncation |
 //! | `chosen:` ‖ p | the same for one position: the layout before `chosen_last`, moved into it when the group is loaded |
 //! | `visible` | every position up to this one is visible here (or up to `applied`, if higher: [`stored_visible`]) |
@@ -96,7 +96,8 @@ pub fn log_column(p: Position) -> Vec<u8> {
     column(LOG, p)
 }
 
-/// The `grant:<p>` column.
+/// The `grant:<p>` column (the layout before grants lived in memory: read back, never
+/// written).
 pub fn grant_column(p: Position) -> Vec<u8> {
     column(GRANT, p)
 }
@@ -140,7 +141,7 @@ pub struct StoredGroup {
     pub promises: Vec<(Position, Ballot)>,
     /// `log:<p>` cells.
     pub slots: Vec<(Position, SlotRecord)>,
-    /// `grant:<p>` cells.
+    /// `grant:<p>` cells (the layout before grants lived in memory).
     pub grants: Vec<(Position, TxnId)>,
     /// The `chosen_last` cell's records, and any `chosen:<p>` cells.
     pub chosen: Vec<(Position, ChosenTxn)>,
@@ -235,12 +236,6 @@ impl RootRowWrite {
         self
     }
 
-    /// Records a ballot-0 grant.
-    pub fn grant(mut self, p: Position, txn: TxnId) -> Self {
-        self.0 = self.0.set(grant_column(p), CELL_TS, encode(&txn));
-        self
-    }
-
     /// Sets a watermark column.
     pub fn watermark(mut self, column: &[u8], p: Position) -> Self {
         self.0 = self.0.set(column.to_vec(), CELL_TS, encode(&p));
@@ -267,9 +262,16 @@ impl RootRowWrite {
         self
     }
 
+    /// Deletes every `grant:<p>` cell (the layout before grants lived in memory) in one
+    /// range deletion.
+    pub fn forget_grant_cells(mut self) -> Self {
+        self.0 = self.0.delete_columns(KeyRange::prefix(GRANT));
+        self
+    }
+
     /// Removes every cell of position `p`, held or not.
     pub fn forget(self, p: Position) -> Self {
-        self.forget_slot(p).forget_promise(p).forget_grant(p)
+        self.forget_slot(p).forget_promise(p)
     }
 
     /// Removes the `log:<p>` cell (truncation).
@@ -291,12 +293,6 @@ impl RootRowWrite {
     /// Removes the `promise:<p>` cell (truncation).
     pub fn forget_promise(mut self, p: Position) -> Self {
         self.0 = self.0.delete_cell(promise_column(p), CELL_TS);
-        self
-    }
-
-    /// Removes the `grant:<p>` cell (truncation).
-    pub fn forget_grant(mut self, p: Position) -> Self {
-        self.0 = self.0.delete_cell(grant_column(p), CELL_TS);
         self
     }
 }

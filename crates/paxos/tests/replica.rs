@@ -4,9 +4,12 @@
 mod support;
 
 use megastore_paxos::LogEntry;
+use megastore_paxos::cells::{StoredGroup, encode, grant_column};
 use megastore_paxos::messages::DataQuery;
 use megastore_paxos::messages::{AcceptResult, GrantRefusal, PrepareResult, ReplicaError};
+use megastore_paxos::root_row;
 use megastore_paxos::{CellWrite, ProtocolBugs, ReadAt, ReplicaReply, ReplicaRequest, RowWrite};
+use megastore_rowstore::{Durability, KeyRange, LATEST, RowMutation, RowRead, RowStore};
 use megastore_types::{Ballot, ClientId, Position, TxnId};
 use support::*;
 
@@ -35,6 +38,8 @@ fn ballot_zero_is_granted_once_by_the_position_leader_only_and_survives_a_restar
             seq: 2
         }))
     );
+    // The grant is durable as its slot alone: the root row holds no `grant:` cell.
+    assert!(stored_grants(&leader).is_empty());
     leader.restart();
     let after_restart =
         accept_result(leader.ask(accept(2, Ballot::ZERO, write(3, Some(1), "b"), true)));
@@ -45,6 +50,11 @@ fn ballot_zero_is_granted_once_by_the_position_leader_only_and_survives_a_restar
             seq: 2
         }))
     );
+    // The granted transaction's request is judged again, and granted again.
+    assert_eq!(
+        accept_result(leader.ask(accept(2, Ballot::ZERO, write(2, Some(1), "a"), true))),
+        AcceptResult::Accepted
+    );
     // Replica 2 is not named: it never grants.
     let mut other = Node::new(2);
     with_visible_first_entry(&mut other);
@@ -54,6 +64,46 @@ fn ballot_zero_is_granted_once_by_the_position_leader_only_and_survives_a_restar
         not_leader,
         AcceptResult::GrantRefused(GrantRefusal::NotLeader)
     );
+}
+
+/// The `grant:<p>` cells a root row holds from the layout before grants lived in memory
+/// are deleted when the group is loaded, in the load's own write; the grant they
+/// recorded still holds, through its slot.
+#[test]
+fn grant_cells_of_the_older_layout_are_deleted_at_load() {
+    let mut leader = Node::new(1);
+    with_visible_first_entry(&mut leader);
+    let granted = write(2, Some(1), "a");
+    assert_eq!(
+        accept_result(leader.ask(accept(2, Ballot::ZERO, granted.clone(), true))),
+        AcceptResult::Accepted
+    );
+    let txn = granted.txn.expect("a transaction's entry");
+    let older = RowMutation::new(root_row(&eg())).set(grant_column(Position(2)), 0, encode(&txn));
+    leader
+        .store
+        .mutate_row(&older, None, Durability::Synced)
+        .unwrap();
+    assert_eq!(stored_grants(&leader), [(Position(2), txn)]);
+    leader.restart();
+    assert_eq!(
+        accept_result(leader.ask(accept(2, Ballot::ZERO, write(3, Some(1), "b"), true))),
+        AcceptResult::GrantRefused(GrantRefusal::Taken(txn))
+    );
+    assert!(stored_grants(&leader).is_empty(), "deleted at load");
+    assert_eq!(
+        accept_result(leader.ask(accept(2, Ballot::ZERO, granted, true))),
+        AcceptResult::Accepted
+    );
+}
+
+/// The `grant:<p>` cells in `node`'s store.
+fn stored_grants(node: &Node) -> Vec<(Position, TxnId)> {
+    let row = node
+        .store
+        .read_row(&root_row(&eg()), &KeyRange::all(), LATEST)
+        .unwrap();
+    StoredGroup::from_row(row.as_ref()).unwrap().grants
 }
 
 /// A writer that finished position 1 itself asks for position 2's grant before its

@@ -269,7 +269,8 @@ fn truncation_deletes_the_cells_a_position_holds_and_no_others() {
         ..StoredGroup::default()
     };
     // A promise at 3 (a ballot above 0 was prepared there) and a grant at 4 (this
-    // replica led position 4); no other position holds either.
+    // replica led position 4; a `grant:<p>` cell of the older layout, deleted by the
+    // load's own write, not by truncation); no other position holds either.
     stored.promises.push((Position(3), Ballot::ZERO));
     stored.grants.push((Position(4), txn(4)));
     let mut log = GroupLog::load(eg.clone(), stored, Vec::new(), &ProtocolBugs::NONE, false);
@@ -293,10 +294,9 @@ fn truncation_deletes_the_cells_a_position_holds_and_no_others() {
         }
     }
     cells.sort();
-    let mut expected = vec![promise_column(Position(3)), grant_column(Position(4))];
-    expected.sort();
     assert_eq!(
-        cells, expected,
+        cells,
+        vec![promise_column(Position(3))],
         "each deletion of a cell never written is a store write of its own"
     );
     assert_eq!(

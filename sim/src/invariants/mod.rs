@@ -142,7 +142,7 @@ impl Checkers {
             _ => {}
         }
         self.grants
-            .after_accept(obs, &self.chosen, r, request, &mut found);
+            .after_accept(obs, &self.chosen, r, request, replies, &mut found);
         self.bounds.after_step(obs, r, request, replies, &mut found);
         votes_where_placed::check(obs, r, request, replies, &mut found);
         for (invariant, detail) in found {

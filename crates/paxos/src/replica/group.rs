@@ -81,6 +81,11 @@ pub struct GroupLog {
     /// groups hold one or two slots — a node of boxes is a tenth the size of a node of
     /// records (docs/performance.md, "A replica's memory per group").
     slots: BTreeMap<Position, Box<SlotRecord>>,
+    /// The ballot-0 grants given here, in memory only: a grant is durable as the slot
+    /// written in its step (the one value ballot 0 admits at that position, invariant
+    /// *ballot-zero-once*), so after a restart another transaction's grant request
+    /// meets that slot and is refused, and the same transaction's is judged again.
+    /// Kept to answer a repeated request without a write.
     grants: BTreeMap<Position, TxnId>,
     /// The last position at which this replica, as position leader, refused a grant
     /// because another transaction held it, and the refused transaction's client. Not
@@ -128,6 +133,8 @@ impl GroupLog {
                 .into_iter()
                 .map(|(p, slot)| (p, Box::new(slot)))
                 .collect(),
+            // A row of the layout before grants lived in memory: its grants are held,
+            // and its cells deleted (`rewrite_older_layout`).
             grants: stored.grants.into_iter().collect(),
             grant_refused: None,
             chosen: stored.chosen.into_iter().collect(),
@@ -230,11 +237,6 @@ impl GroupLog {
     /// Every held position.
     pub fn slots(&self) -> impl Iterator<Item = (Position, &SlotRecord)> + '_ {
         self.slots.iter().map(|(p, s)| (*p, s.as_ref()))
-    }
-
-    /// The ballot-0 grant recorded at `p`.
-    pub fn grant(&self, p: Position) -> Option<TxnId> {
-        self.grants.get(&p).copied()
     }
 
     /// The promise at `p`.
@@ -384,7 +386,6 @@ impl GroupLog {
                 return AcceptResult::Accepted;
             }
         }
-        let mut write = self.write();
         let mut contended = false;
         if grant {
             let Some(txn) = entry.txn else {
@@ -403,7 +404,6 @@ impl GroupLog {
                 return AcceptResult::GrantRefused(GrantRefusal::Taken(taken));
             }
             self.grants.insert(p, txn);
-            write = write.grant(p, txn);
             contended = self
                 .grant_refused
                 .is_some_and(|(at, client)| at.next() >= p && client != txn.client);
@@ -413,8 +413,9 @@ impl GroupLog {
             entry,
             visible: false,
         };
+        // The grant is durable as this slot (`grants`).
         out.push(Output::Persist {
-            mutation: write.slot(p, &slot).0,
+            mutation: self.write().slot(p, &slot).0,
         });
         self.slots.insert(p, Box::new(slot));
         if contended {
@@ -601,11 +602,27 @@ impl GroupLog {
         });
     }
 
-    /// Moves the remembered records of a root row in the layout before `chosen_last`
-    /// (a `chosen:<p>` cell each, as loaded) into the `chosen_last` cell.
-    pub fn rewrite_chosen_cells(&self, out: &mut Vec<Output>) {
-        let write = self.write().chosen_last(&self.chosen).forget_chosen_cells();
-        out.push(Output::Persist { mutation: write.0 });
+    /// Rewrites a root row loaded in an older layout, in one write: the remembered
+    /// records of the layout before `chosen_last` (`chosen_cells`: a `chosen:<p>` cell
+    /// each, as loaded) move into the `chosen_last` cell, and the `grant:<p>` cells of
+    /// the layout before grants lived in memory (`grant_cells`) are deleted. Nothing
+    /// to do, no write.
+    pub fn rewrite_older_layout(
+        &self,
+        chosen_cells: bool,
+        grant_cells: bool,
+        out: &mut Vec<Output>,
+    ) {
+        let mut write = self.write();
+        if chosen_cells {
+            write = write.chosen_last(&self.chosen).forget_chosen_cells();
+        }
+        if grant_cells {
+            write = write.forget_grant_cells();
+        }
+        if !write.0.mutations.is_empty() {
+            out.push(Output::Persist { mutation: write.0 });
+        }
     }
 
     /// Whether a read at `p` (at most the applied position) may find prepared records,
@@ -659,17 +676,14 @@ impl GroupLog {
                 self.chosen.insert(p, ChosenTxn::of_entry(&slot.entry));
                 chosen_changed = true;
             }
-            // Only the promises and grants held are deleted: memory mirrors the root
-            // row (every cell written is held, every held one loaded back), and a
+            // Only the promises held are deleted: memory mirrors the root row's
+            // promises (every one written is held, every held one loaded back), and a
             // deletion of a cell never written costs a write like any other. Most
-            // positions have neither a promise (ballot 0) nor a grant (held by the
-            // leader alone).
+            // positions have no promise (ballot 0). Grants live in memory only.
             if self.promises.remove(&p).is_some() {
                 write = write.forget_promise(p);
             }
-            if self.grants.remove(&p).is_some() {
-                write = write.forget_grant(p);
-            }
+            self.grants.remove(&p);
         }
         // Every position's slot goes in one range deletion, and the remembered records
         // in one cell: a cell per position and family made truncation, which must keep

@@ -893,10 +893,9 @@ impl Replica {
                     && self.me.kind != ReplicaKind::ReadOnly
                     && !bugs.rejoin_as_voter();
                 let chosen_cells = stored.chosen_cells;
+                let grant_cells = !stored.grants.is_empty();
                 let mut group = GroupLog::load(eg.clone(), stored, prepared, &bugs, rejoining);
-                if chosen_cells {
-                    group.rewrite_chosen_cells(out);
-                }
+                group.rewrite_older_layout(chosen_cells, grant_cells, out);
                 if group.rejoin() == Rejoin::Uncleared {
                     self.to_clear.push(eg.clone());
                 }
