@@ -300,6 +300,47 @@ pub fn a_batch_changing_a_row_twice_applies_in_order<H: Harness>(h: &mut H) {
     assert_eq!(value_at(store, b"eg1/s", b"c", LATEST), None);
 }
 
+/// A batch's outcome is its mutations applied in the order given, whatever order
+/// the store inserts them in: rows come unsorted, one row's mutations are split by
+/// another's, a range deletion falls between writes of the columns it covers, and a
+/// cell is deleted and then set again at one timestamp.
+pub fn a_batch_applies_in_order_across_rows_and_range_deletions<H: Harness>(h: &mut H) {
+    let store = h.store();
+    let range = KeyRange::prefix(&b"eg1/"[..]);
+    let batch = vec![
+        set(b"eg1/t", b"c", 3, b"t"),
+        set(b"eg1/r", b"log:2", 5, b"covered")
+            .set(b"log:4".to_vec(), 5, b"outside".to_vec())
+            .set(b"log:1".to_vec(), 5, b"covered"),
+        set(b"eg1/q", b"c", 3, b"q"),
+        RowMutation::new(&b"eg1/r"[..])
+            .delete_columns(KeyRange::between(&b"log:1"[..], &b"log:3"[..]))
+            .set(b"log:2".to_vec(), 6, b"after".to_vec()),
+        RowMutation::new(&b"eg1/r"[..])
+            .delete_cell(b"log:4".to_vec(), 5)
+            .set(b"log:4".to_vec(), 5, b"again".to_vec()),
+        RowMutation::new(&b"eg1/t"[..]).delete_column(b"c".to_vec(), 3),
+    ];
+    store
+        .mutate_rows(&range, &batch, Durability::Synced)
+        .unwrap();
+    assert_eq!(value_at(store, b"eg1/r", b"log:1", LATEST), None);
+    assert_eq!(value_at(store, b"eg1/r", b"log:2", 5), None);
+    assert_eq!(
+        value_at(store, b"eg1/r", b"log:2", LATEST).as_deref(),
+        Some(&b"after"[..])
+    );
+    assert_eq!(
+        value_at(store, b"eg1/r", b"log:4", LATEST).as_deref(),
+        Some(&b"again"[..])
+    );
+    assert_eq!(
+        value_at(store, b"eg1/q", b"c", LATEST).as_deref(),
+        Some(&b"q"[..])
+    );
+    assert_eq!(value_at(store, b"eg1/t", b"c", LATEST), None);
+}
+
 /// A column range restricts a row read.
 pub fn row_reads_honour_the_column_range<H: Harness>(h: &mut H) {
     let store = h.store();
@@ -1025,6 +1066,7 @@ macro_rules! rowstore_conformance_tests {
             delete_columns_removes_every_version_in_the_range,
             mutations_in_one_row_apply_in_order,
             a_batch_changing_a_row_twice_applies_in_order,
+            a_batch_applies_in_order_across_rows_and_range_deletions,
             row_reads_honour_the_column_range,
             binary_keys_sort_in_byte_order,
             scans_honour_range_limit_reverse_and_timestamp,
