@@ -2,7 +2,8 @@
 //! with commits in flight; each client resolves them by id through another replica,
 //! runs again only what was resolved as not committed, and in the end every write it
 //! was told committed is there exactly once and every one resolved as not committed
-//! is absent.
+//! is absent. The same holds when that replica, the groups' position leader, is
+//! started again and the clients go back to it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
