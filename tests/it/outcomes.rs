@@ -6,6 +6,8 @@
 //! started again and the clients go back to it.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use megastore_rpc::pb::client as pb;
@@ -91,22 +93,40 @@ async fn attempt(
     Ok((tag, id, answer))
 }
 
-/// Writes through the first address, and through the second once the first fails;
-/// with `return_to_first`, only for the attempt after a failure (as a client whose
-/// replica restarts goes back to it).
-async fn writer(
-    addresses: [String; 2],
-    group: Vec<u8>,
-    (writes, deadline): (u64, Instant),
+/// How a writer writes.
+#[derive(Clone)]
+struct Load {
+    /// Writes it makes at most.
+    writes: u64,
+    /// When it stops anyway.
+    deadline: Instant,
+    /// After a failure at the first address, only the next attempt goes to the second
+    /// (as a client whose replica restarts goes back to it), not all the rest.
     return_to_first: bool,
-) -> Seen {
+    /// Commits acknowledged so far, by every writer of the load.
+    acknowledged: Arc<AtomicUsize>,
+}
+
+impl Load {
+    fn new(writes: u64, duration: Duration, return_to_first: bool) -> Self {
+        Self {
+            writes,
+            deadline: Instant::now() + duration,
+            return_to_first,
+            acknowledged: Arc::default(),
+        }
+    }
+}
+
+/// Writes through the first address, and through the second once the first fails.
+async fn writer(addresses: [String; 2], group: Vec<u8>, load: Load) -> Seen {
     let mut apis = addresses.map(|a| api_at(&a));
     let mut serving = 0;
     let mut seen = Seen::default();
     let mut i = 0;
-    while i < writes && Instant::now() < deadline {
+    while i < load.writes && Instant::now() < load.deadline {
         let at = serving;
-        if return_to_first {
+        if load.return_to_first {
             serving = 0;
         }
         let (tag, id, answer) = match attempt(&mut apis[at], &group, i).await {
@@ -122,6 +142,7 @@ async fn writer(
         match answer.map(|r| r.outcome) {
             Ok(Some(Outcome::Committed(_))) => {
                 seen.committed.insert(tag);
+                load.acknowledged.fetch_add(1, Ordering::Relaxed);
                 if at == 0 {
                     seen.acknowledged_at_first.push(Instant::now());
                 }
@@ -137,7 +158,7 @@ async fn writer(
                 } else {
                     seen.not_committed.insert(tag);
                 }
-                if !return_to_first {
+                if !load.return_to_first {
                     serving = 1;
                 }
             }
@@ -226,11 +247,11 @@ fn commits_whose_replica_died_are_resolved_by_id_elsewhere_and_apply_exactly_onc
         config.replica("b").unwrap().address.clone(),
     ];
     first_commits(&runtime, &addresses[0]);
-    let deadline = Instant::now() + Duration::from_secs(40);
+    let load = Load::new(WRITES, Duration::from_secs(40), false);
     let writers: Vec<_> = (0..WRITERS)
         .map(|w| {
             let group = format!("ledger-{w}").into_bytes();
-            runtime.spawn(writer(addresses.clone(), group, (WRITES, deadline), false))
+            runtime.spawn(writer(addresses.clone(), group, load.clone()))
         })
         .collect();
     // Commits through a stall once the other voters stop: a has them in flight when
@@ -273,20 +294,20 @@ fn a_position_leader_killed_and_restarted_under_writers_applies_each_write_exact
     ];
     first_commits(&runtime, &addresses[0]);
     // Time bounds the writers: they write on for seconds after the restart.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let load = Load::new(WRITES_TIMED, Duration::from_secs(12), true);
     let writers: Vec<_> = (0..WRITERS)
         .map(|w| {
             let group = format!("ledger-{w}").into_bytes();
-            runtime.spawn(writer(
-                addresses.clone(),
-                group,
-                (WRITES_TIMED, deadline),
-                true,
-            ))
+            runtime.spawn(writer(addresses.clone(), group, load.clone()))
         })
         .collect();
-    std::thread::sleep(Duration::from_secs(2));
+    // Killed under load: once the writers have 20 commits each acknowledged.
+    while load.acknowledged.load(Ordering::Relaxed) < 20 * WRITERS {
+        assert!(Instant::now() < load.deadline, "the writers barely wrote");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     cluster.process("replica-a").kill();
+    // Down for a while: the writers fail over to b and resolve what a had in flight.
     std::thread::sleep(Duration::from_millis(500));
     cluster.start_process("replica-a");
     let restarted = Instant::now();
@@ -302,7 +323,8 @@ fn a_position_leader_killed_and_restarted_under_writers_applies_each_write_exact
             .count();
         assert!(
             after_restart >= 10,
-            "writer {w}: {after_restart} writes acknowledged by the restarted leader: {seen:?}"
+            "writer {w}: {after_restart} writes acknowledged by the restarted leader, {} in all",
+            seen.committed.len()
         );
     }
     check_exactly_once(&runtime, &addresses[1], &seen);
