@@ -9,14 +9,22 @@
 //! replica is killed and started again. Checked: every acknowledged write is readable
 //! afterwards, and within a few sweeps of the load's end every replica holds every
 //! group's newest position and at most 65 positions of its log above what it truncated.
+//!
+//! A replica that stays down holds the others' truncation back only up to `[history]
+//! outage_log_positions` (docs/protocol.md, "The sweep, and truncation"): the same
+//! writers, eight groups, the read-only replica killed early and kept down until the
+//! load ends. Checked: meanwhile the other replicas' logs stay within the bound, and,
+//! back, the read-only replica installs snapshots, holds each group's newest position
+//! and serves every acknowledged write. Without the bound each log held every position
+//! since the kill.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use megastore_client::{Attempt, Client, Outcome};
-use megastore_paxos::{DataQuery, ReadMode};
-use megastore_types::EgId;
+use megastore_paxos::{DataQuery, LogState, ReadMode};
+use megastore_types::{EgId, ReplicaId};
 
 use crate::support::{connect, counter_value, eg, start_cluster_with, wait_for_acks};
 
@@ -27,9 +35,21 @@ const COMMITS_PER_WRITER: usize = 600;
 /// The log a group may hold above its truncation point once the load ended: the
 /// sweep's bound (`log_positions` 0 + 64) and the one position truncation keeps.
 const LOG_HELD_MAX: u64 = 65;
+/// `[history] outage_log_positions` in the outage test: the least allowed with
+/// `log_positions` 0.
+const OUTAGE_LOG_POSITIONS: u64 = 128;
+const OUTAGE_GROUPS: u32 = 8;
+/// Commits each writer makes in the outage test: 400 positions a group, about 350 of
+/// them while the read-only replica is down.
+const OUTAGE_COMMITS_PER_WRITER: usize = 400;
 
 fn groups() -> Vec<EgId> {
     (0..GROUPS).map(|i| eg(700 + i)).collect()
+}
+
+/// The groups of the outage test.
+fn outage_groups() -> Vec<EgId> {
+    (0..OUTAGE_GROUPS).map(|i| eg(800 + i)).collect()
 }
 
 fn key(writer: usize) -> Vec<u8> {
@@ -39,13 +59,18 @@ fn key(writer: usize) -> Vec<u8> {
 /// Writes 1, 2, 3, … to its key in each group in turn, blind; returns, for each
 /// group, the values the key may hold: the last acknowledged, and any written after
 /// it whose outcome the writer did not learn (an error).
-async fn writer(client: Client, w: usize, count: Arc<AtomicUsize>) -> Vec<Vec<u64>> {
-    let groups = groups();
+async fn writer(
+    client: Client,
+    w: usize,
+    groups: Vec<EgId>,
+    commits_to_make: usize,
+    count: Arc<AtomicUsize>,
+) -> Vec<Vec<u64>> {
     let mut may_hold = vec![vec![0u64]; groups.len()];
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut commits = 0;
     let mut value = 0u64;
-    while commits < COMMITS_PER_WRITER && Instant::now() < deadline {
+    while commits < commits_to_make && Instant::now() < deadline {
         value += 1;
         let g = (w + commits) % groups.len();
         let mut txn = client.begin(&groups[g]);
@@ -70,6 +95,29 @@ async fn writer(client: Client, w: usize, count: Arc<AtomicUsize>) -> Vec<Vec<u6
     may_hold
 }
 
+fn writers_keys() -> Vec<Vec<u8>> {
+    (0..WRITERS).map(key).collect()
+}
+
+/// `rows` (group `g` of the writers' list, `group`) hold each writer's last
+/// acknowledged value, or one written after it whose outcome it did not learn.
+fn assert_acknowledged(
+    group: &EgId,
+    g: usize,
+    rows: &[megastore_rowstore::Row],
+    may_hold: &[Vec<Vec<u64>>],
+) {
+    for (w, may_hold) in may_hold.iter().enumerate() {
+        let row = rows.iter().find(|r| r.key == key(w)).cloned();
+        let value = counter_value(row);
+        assert!(
+            may_hold[g].contains(&value),
+            "{group}: writer {w}'s key holds {value}, not one of {:?}",
+            may_hold[g]
+        );
+    }
+}
+
 #[test]
 fn busy_groups_logs_are_truncated_as_they_grow_and_a_killed_replica_catches_up() {
     let (_alone, _dir, mut cluster, config, runtime) =
@@ -81,7 +129,16 @@ fn busy_groups_logs_are_truncated_as_they_grow_and_a_killed_replica_catches_up()
     let writers: Vec<_> = clients
         .iter()
         .enumerate()
-        .map(|(w, client)| runtime.spawn(writer(client.clone(), w, count.clone())))
+        .map(|(w, client)| {
+            let load = writer(
+                client.clone(),
+                w,
+                groups(),
+                COMMITS_PER_WRITER,
+                count.clone(),
+            );
+            runtime.spawn(load)
+        })
         .collect();
     let total = WRITERS * COMMITS_PER_WRITER;
     wait_for_acks(&count, total / 3, Duration::from_secs(60));
@@ -98,20 +155,11 @@ fn busy_groups_logs_are_truncated_as_they_grow_and_a_killed_replica_catches_up()
     runtime.block_on(async {
         // Every acknowledged write is there.
         for (g, group) in groups().iter().enumerate() {
-            let keys: Vec<Vec<u8>> = (0..WRITERS).map(key).collect();
             let read = clients[0]
-                .read(group, ReadMode::Current, DataQuery::Rows(keys))
+                .read(group, ReadMode::Current, DataQuery::Rows(writers_keys()))
                 .await
                 .expect("a current read");
-            for (w, may_hold) in may_hold.iter().enumerate() {
-                let row = read.rows.iter().find(|r| r.key == key(w)).cloned();
-                let value = counter_value(row);
-                assert!(
-                    may_hold[g].contains(&value),
-                    "{group}: writer {w}'s key holds {value}, not one of {:?}",
-                    may_hold[g]
-                );
-            }
+            assert_acknowledged(group, g, &read.rows, &may_hold);
         }
         // Within a few sweeps every replica holds each group's newest position, and
         // a short log above what it truncated.
@@ -150,4 +198,144 @@ fn busy_groups_logs_are_truncated_as_they_grow_and_a_killed_replica_catches_up()
             }
         }
     });
+}
+
+#[test]
+fn a_replica_down_holds_truncation_back_only_up_to_the_outage_bound_and_installs_snapshots_back() {
+    let (_alone, _dir, mut cluster, config, runtime) = start_cluster_with(&format!(
+        "\n[history]\nlog_positions = 0\noutage_log_positions = {OUTAGE_LOG_POSITIONS}\n"
+    ));
+    let clients: Vec<Client> = (0..WRITERS)
+        .map(|w| runtime.block_on(connect(&config, ["A", "B"][w % 2])))
+        .collect();
+    let count = Arc::new(AtomicUsize::new(0));
+    let writers: Vec<_> = clients
+        .iter()
+        .enumerate()
+        .map(|(w, client)| {
+            let commits = OUTAGE_COMMITS_PER_WRITER;
+            runtime.spawn(writer(
+                client.clone(),
+                w,
+                outage_groups(),
+                commits,
+                count.clone(),
+            ))
+        })
+        .collect();
+    let total = WRITERS * OUTAGE_COMMITS_PER_WRITER;
+    // Every group has some positions at the read-only replica, which then stays down.
+    wait_for_acks(&count, total / 8, Duration::from_secs(60));
+    cluster.process("replica-d").kill();
+    let may_hold: Vec<Vec<Vec<u64>>> = writers
+        .into_iter()
+        .map(|w| runtime.block_on(w).unwrap())
+        .collect();
+    assert_eq!(
+        count.load(Ordering::Relaxed),
+        total,
+        "every writer made its commits"
+    );
+
+    let peers = {
+        let _in_runtime = runtime.enter();
+        megastore_rpc::Peers::new(&config).expect("the cluster's peers")
+    };
+    let patience = Duration::from_millis(config.timeouts.sweep_ms * 12);
+    let status = |group: EgId| {
+        let (config, peers) = (&config, &peers);
+        async move { megastore_client::status::cluster_status(config, peers, Some(&group)).await }
+    };
+    runtime.block_on(async {
+        // With the read-only replica down, every other replica's log of each group is
+        // within the bound within a few sweeps — far shorter than the positions
+        // written since the kill.
+        let started = Instant::now();
+        let mut newest = Vec::new();
+        for group in outage_groups() {
+            loop {
+                let status = status(group.clone()).await;
+                let logs: Vec<_> = status
+                    .replicas
+                    .iter()
+                    .filter(|r| r.name != "d")
+                    .map(|r| (r.name.clone(), r.log))
+                    .collect();
+                let held = |log: &Option<LogState>| {
+                    log.map_or(u64::MAX, |log| log.visible.0 - log.truncated.0)
+                };
+                if logs
+                    .iter()
+                    .all(|(_, log)| held(log) <= OUTAGE_LOG_POSITIONS)
+                {
+                    let visible = logs.iter().filter_map(|(_, log)| log.map(|l| l.visible));
+                    newest.push(visible.max().expect("a log"));
+                    break;
+                }
+                assert!(
+                    started.elapsed() < patience,
+                    "{group}: {:?} after the load, logs held back past the bound: {logs:?}",
+                    started.elapsed()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        for (group, newest) in outage_groups().iter().zip(&newest) {
+            assert!(
+                newest.0 > 2 * OUTAGE_LOG_POSITIONS,
+                "{group}: only {newest:?} written, the bound was never tested"
+            );
+        }
+    });
+
+    // Back, the read-only replica installs each group's snapshot (its positions since
+    // the kill are truncated everywhere), and serves every acknowledged write.
+    cluster.start_process("replica-d");
+    runtime.block_on(async {
+        let at_d = connect(&config, "D").await;
+        let started = Instant::now();
+        for (g, group) in outage_groups().iter().enumerate() {
+            loop {
+                let read = at_d
+                    .read(group, ReadMode::Snapshot, DataQuery::Rows(writers_keys()))
+                    .await;
+                let current = clients[0]
+                    .read(group, ReadMode::Current, DataQuery::Rows(writers_keys()))
+                    .await
+                    .expect("a current read");
+                if let Ok(read) = read
+                    && read.replica == ReplicaId(4)
+                    && read.position == current.position
+                {
+                    assert_acknowledged(group, g, &read.rows, &may_hold);
+                    // Cells' timestamps may differ (an install writes its cells at
+                    // its position); their values may not.
+                    let values = |rows: &[megastore_rowstore::Row]| -> Vec<u64> {
+                        (0..WRITERS)
+                            .map(|w| counter_value(rows.iter().find(|r| r.key == key(w)).cloned()))
+                            .collect()
+                    };
+                    assert_eq!(values(&read.rows), values(&current.rows), "{group}");
+                    break;
+                }
+                assert!(
+                    started.elapsed() < patience,
+                    "{group}: the read-only replica not caught up {:?} after its restart",
+                    started.elapsed()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+    // It caught up by snapshots: its positions since the kill were truncated everywhere.
+    let metrics = config
+        .replica("d")
+        .and_then(|r| r.metrics_address.clone())
+        .expect("the read-only replica's metrics address");
+    let text = megastore_e2e::scrape_metrics(&metrics);
+    let installs = megastore_e2e::metric_value(&text, "megastore_replica_snapshot_installs_total");
+    assert!(
+        installs.is_some_and(|n| n >= f64::from(OUTAGE_GROUPS)),
+        "the read-only replica installed {installs:?} snapshots, not one a group"
+    );
 }

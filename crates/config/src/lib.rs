@@ -186,10 +186,19 @@ pub struct History {
     /// every change; an older start position is refused as collected. Each kept entry
     /// stays in memory for every group that has it.
     pub log_positions: u64,
+    /// Log entries a replica's group may hold while another replica does not answer
+    /// (down, or cut off), which holds truncation back: past this many, the group's log
+    /// is truncated to half of it, and the replica that was away installs a snapshot
+    /// of the group when it is back. Bounds what an outage costs the other replicas in
+    /// memory and disk. At least twice `log_positions` + 64.
+    pub outage_log_positions: u64,
 }
 
 /// The default of [`History::log_positions`].
 pub const LOG_POSITIONS_DEFAULT: u64 = 64;
+
+/// The default of [`History::outage_log_positions`].
+pub const OUTAGE_LOG_POSITIONS_DEFAULT: u64 = 1024;
 
 /// The most [`History::log_positions`] may be.
 pub const LOG_POSITIONS_MAX: u64 = 100_000;
@@ -199,6 +208,7 @@ impl Default for History {
         Self {
             kept_positions: 256,
             log_positions: LOG_POSITIONS_DEFAULT,
+            outage_log_positions: OUTAGE_LOG_POSITIONS_DEFAULT,
         }
     }
 }

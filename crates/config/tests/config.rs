@@ -257,6 +257,23 @@ fn log_positions_default_to_64_and_are_bounded() {
 }
 
 #[test]
+fn the_outage_bound_defaults_to_1024_and_must_leave_room_for_the_kept_log() {
+    let config = ClusterConfig::parse(EXAMPLE, "t.toml").unwrap();
+    assert_eq!(config.history.outage_log_positions, 1024);
+    let text = format!("{EXAMPLE}\n[history]\nlog_positions = 100\noutage_log_positions = 328\n");
+    let parsed = ClusterConfig::parse(&text, "t.toml").unwrap();
+    assert_eq!(parsed.history.outage_log_positions, 328);
+    let text = text.replace("outage_log_positions = 328", "outage_log_positions = 327");
+    let e = ClusterConfig::parse(&text, "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("history.outage_log_positions") && e.contains("328"),
+        "{e}"
+    );
+}
+
+#[test]
 fn syntax_and_shape_errors_say_where() {
     let unknown = edited("rpc_ms = 2000", "rpc_ms = 2000\nrcp_ms = 1");
     let e = ClusterConfig::parse(&unknown, "t.toml")

@@ -2,7 +2,8 @@
 //! log outgrew `probe_above` positions is probed at the next sweep, not only in its
 //! round-robin turn (one group a sweep), which with many busy groups came so seldom
 //! that their logs — in memory and in their root rows — grew for as long as the writes
-//! went on.
+//! went on. A replica that does not answer (down, or cut off) holds truncation back
+//! only until a group's log outgrew the outage bound.
 
 mod support;
 
@@ -14,7 +15,7 @@ use megastore_paxos::{
 };
 use megastore_rowstore::MemoryStore;
 use megastore_types::{EgId, NodeId, Position, ReplicaId, Time};
-use support::{CLIENT, topology};
+use support::{CLIENT, OUTAGE_LOG_MAX, topology};
 
 /// Visible positions above its truncation point past which a group is probed.
 const PROBE_ABOVE: u64 = 8;
@@ -242,4 +243,59 @@ fn when_more_groups_are_due_than_a_sweep_probes_lacking_ones_go_first_and_the_re
         .filter(|eg| !probed_ever.contains(*eg))
         .collect();
     assert!(never.is_empty(), "never probed in two sweeps: {never:?}");
+}
+
+#[test]
+fn a_replica_that_does_not_answer_holds_truncation_back_only_up_to_the_outage_bound() {
+    let store = MemoryStore::new();
+    let mut replica = replica();
+    let within = EgId(b"within".to_vec());
+    let past = EgId(b"past".to_vec());
+    let past_others_behind = EgId(b"past-others-behind".to_vec());
+    let last_of = |eg: &EgId| if *eg == within { OUTAGE_LOG_MAX } else { 60 };
+    for eg in [&within, &past, &past_others_behind] {
+        write_positions(&mut replica, &store, eg, last_of(eg));
+    }
+    let sends = step(&mut replica, &store, at(1000), ReplicaInput::Tick);
+    let asked = probes(&sends);
+    // The read-only replica (4) is down; the others answer, having applied what this
+    // replica holds — or, for one group, only half of it.
+    for (r, id, eg) in asked.into_iter().filter(|(r, _, _)| *r != ReplicaId(4)) {
+        let last = Position(last_of(&eg));
+        let applied = if eg == past_others_behind {
+            Position(30)
+        } else {
+            last
+        };
+        let state = LogState {
+            highest: last,
+            visible: last,
+            applied,
+            truncated: Position::NONE,
+            next_leader: None,
+        };
+        let reply = ReplicaInput::Message {
+            from: NodeId::Replica(r),
+            message: Message::ReplicaReply(ReplicaReply::LogState { id, state }),
+        };
+        step(&mut replica, &store, at(1010), reply);
+    }
+    // The probes run out (100 ms RPCs) without the read-only replica's answer.
+    step(&mut replica, &store, at(1500), ReplicaInput::Tick);
+    // Within the bound: held back, as before.
+    assert_eq!(
+        truncated_here(&mut replica, &store, &within),
+        Position::NONE
+    );
+    // Past it: half the bound stays.
+    assert_eq!(
+        truncated_here(&mut replica, &store, &past),
+        Position(60 - OUTAGE_LOG_MAX / 2)
+    );
+    // Never below what a replica that answered has not applied (its last applied
+    // slot kept, as always).
+    assert_eq!(
+        truncated_here(&mut replica, &store, &past_others_behind),
+        Position(29)
+    );
 }

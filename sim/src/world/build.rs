@@ -49,6 +49,9 @@ pub(super) fn replica_config(
         log_kept: 0,
         // Small, so that busy groups are probed out of their turn within a run.
         probe_above: 8,
+        // Small, so that a replica down or cut off for a few seconds holds truncation
+        // back no longer, and installs snapshots when it is back.
+        outage_log_max: 16,
     };
     ReplicaConfig {
         id,

@@ -10,7 +10,10 @@
 //! ([`Sweeper::probe_due`]): it settles what this replica lacks up to the furthest
 //! visible position seen (how a read-only replica, which no writer waits for, catches
 //! up), and, when every replica answered, truncates the log below what every full and
-//! read-only replica applied and every witness holds.
+//! read-only replica applied and every witness holds. A replica that does not answer
+//! (down, or cut off) holds truncation back only until the log outgrew
+//! [`SweepConfig::outage_log_max`]; past it the log is truncated below what those that
+//! answered hold, and the one away installs a snapshot when it is back.
 //!
 //! It also brings a replica that lost its store back: it *clears* each group (asks
 //! every other replica for its log state and, once a majority of the other voters
@@ -66,6 +69,15 @@ pub struct SweepConfig {
     /// writes went on. A deployment's `log_kept` + [`TRUNCATE_EVERY`]; a few in the
     /// simulator, so that its runs take this way too.
     pub probe_above: u64,
+    /// Visible positions a group's log may hold above its truncation point while some
+    /// other replica does not answer the sweep's probes (down, or cut off). Past it,
+    /// the log is truncated to half of it, below what the replicas that answered
+    /// hold; the one that did not lacks positions nobody keeps when it is back, and
+    /// installs a snapshot. Without this bound one replica down under load held every
+    /// other replica's logs back for the whole outage, their memory and disk growing
+    /// with the writes. A deployment's `[history] outage_log_positions`; 16 in the
+    /// simulator, so that its crashes and partitions pass it.
+    pub outage_log_max: u64,
 }
 
 /// Positions a busy group's log grows past what it keeps before the sweep probes it
@@ -519,10 +531,13 @@ impl Sweeper {
         if furthest > here.visible {
             self.catch_up(now, eg.clone(), here.visible.next(), furthest, sends);
         }
-        // Truncate only once every other member of the set reported (one asked
-        // before a removal, and removed since, does not stand in for one still in).
+        // Truncate once every other member of the set reported (one asked before a
+        // removal, and removed since, does not stand in for one still in) — or,
+        // without some member's report, once the log outgrew the outage bound.
         let others = self.others(eg);
-        if !others.iter().all(|r| states.contains_key(r)) {
+        let everyone_answered = others.iter().all(|r| states.contains_key(r));
+        let held = here.visible.0.saturating_sub(here.truncated.0);
+        if !everyone_answered && held <= self.config.outage_log_max {
             return actions;
         }
         let topology = &self.config.proposer.topology;
@@ -542,7 +557,16 @@ impl Sweeper {
         let Some(floor) = floor else {
             return actions;
         };
-        let through = Position(floor.0.saturating_sub(1 + self.config.log_kept));
+        let mut through = Position(floor.0.saturating_sub(1 + self.config.log_kept));
+        if !everyone_answered {
+            // Half the bound stays, so that the next such truncation comes after as
+            // many positions again, not at every sweep.
+            let half = here
+                .visible
+                .0
+                .saturating_sub(self.config.outage_log_max / 2);
+            through = through.min(Position(half));
+        }
         if through > here.truncated {
             actions.push(SweepAction::Truncate(eg.clone(), through));
         }

@@ -502,6 +502,10 @@ pub(crate) fn answer_placement_read(
     )
 }
 
+/// Positions a group's log holds in the scripted tests before the sweep truncates
+/// past a replica that does not answer.
+pub(crate) const OUTAGE_LOG_MAX: u64 = 40;
+
 /// The sweep of replica 1 in the scripted tests: a sweep a second, 100 ms RPCs, a
 /// one-second lease, 8 positions of data history and no log kept for watchers; a
 /// group is probed out of its turn once its log holds more than `probe_above`
@@ -521,5 +525,6 @@ pub(crate) fn sweep_of_replica_1(probe_above: u64) -> megastore_paxos::SweepConf
         history_kept: 8,
         log_kept: 0,
         probe_above,
+        outage_log_max: OUTAGE_LOG_MAX,
     }
 }
