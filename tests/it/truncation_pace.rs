@@ -95,6 +95,41 @@ async fn writer(
     may_hold
 }
 
+/// The writers' load running: a client each (at sites A and B in turn), the count of
+/// their acknowledged commits, and each writer's task ([`writer`]'s result).
+type Writers = (
+    Vec<Client>,
+    Arc<AtomicUsize>,
+    Vec<tokio::task::JoinHandle<Vec<Vec<u64>>>>,
+);
+
+fn start_writers(
+    runtime: &tokio::runtime::Runtime,
+    config: &megastore_config::ClusterConfig,
+    groups: Vec<EgId>,
+    commits_each: usize,
+) -> Writers {
+    let clients: Vec<Client> = (0..WRITERS)
+        .map(|w| runtime.block_on(connect(config, ["A", "B"][w % 2])))
+        .collect();
+    let count = Arc::new(AtomicUsize::new(0));
+    let writers = clients
+        .iter()
+        .enumerate()
+        .map(|(w, client)| {
+            let load = writer(
+                client.clone(),
+                w,
+                groups.clone(),
+                commits_each,
+                count.clone(),
+            );
+            runtime.spawn(load)
+        })
+        .collect();
+    (clients, count, writers)
+}
+
 fn writers_keys() -> Vec<Vec<u8>> {
     (0..WRITERS).map(key).collect()
 }
@@ -122,24 +157,7 @@ fn assert_acknowledged(
 fn busy_groups_logs_are_truncated_as_they_grow_and_a_killed_replica_catches_up() {
     let (_alone, _dir, mut cluster, config, runtime) =
         start_cluster_with("\n[history]\nlog_positions = 0\n");
-    let clients: Vec<Client> = (0..WRITERS)
-        .map(|w| runtime.block_on(connect(&config, ["A", "B"][w % 2])))
-        .collect();
-    let count = Arc::new(AtomicUsize::new(0));
-    let writers: Vec<_> = clients
-        .iter()
-        .enumerate()
-        .map(|(w, client)| {
-            let load = writer(
-                client.clone(),
-                w,
-                groups(),
-                COMMITS_PER_WRITER,
-                count.clone(),
-            );
-            runtime.spawn(load)
-        })
-        .collect();
+    let (clients, count, writers) = start_writers(&runtime, &config, groups(), COMMITS_PER_WRITER);
     let total = WRITERS * COMMITS_PER_WRITER;
     wait_for_acks(&count, total / 3, Duration::from_secs(60));
     cluster.process("replica-d").kill();
@@ -205,24 +223,12 @@ fn a_replica_down_holds_truncation_back_only_up_to_the_outage_bound_and_installs
     let (_alone, _dir, mut cluster, config, runtime) = start_cluster_with(&format!(
         "\n[history]\nlog_positions = 0\noutage_log_positions = {OUTAGE_LOG_POSITIONS}\n"
     ));
-    let clients: Vec<Client> = (0..WRITERS)
-        .map(|w| runtime.block_on(connect(&config, ["A", "B"][w % 2])))
-        .collect();
-    let count = Arc::new(AtomicUsize::new(0));
-    let writers: Vec<_> = clients
-        .iter()
-        .enumerate()
-        .map(|(w, client)| {
-            let commits = OUTAGE_COMMITS_PER_WRITER;
-            runtime.spawn(writer(
-                client.clone(),
-                w,
-                outage_groups(),
-                commits,
-                count.clone(),
-            ))
-        })
-        .collect();
+    let (clients, count, writers) = start_writers(
+        &runtime,
+        &config,
+        outage_groups(),
+        OUTAGE_COMMITS_PER_WRITER,
+    );
     let total = WRITERS * OUTAGE_COMMITS_PER_WRITER;
     // Every group has some positions at the read-only replica, which then stays down.
     wait_for_acks(&count, total / 8, Duration::from_secs(60));
