@@ -190,14 +190,33 @@ pub struct History {
     /// (down, or cut off), which holds truncation back: past this many, the group's log
     /// is truncated to half of it, and the replica that was away installs a snapshot
     /// of the group when it is back. Bounds what an outage costs the other replicas in
-    /// memory and disk. At least twice `log_positions` + 64.
-    pub outage_log_positions: u64,
+    /// memory and disk. At least twice `log_positions` + 64; unset,
+    /// [`History::outage_log_bound`] decides.
+    pub outage_log_positions: Option<u64>,
+}
+
+impl History {
+    /// The outage bound in force: `outage_log_positions` if set, else
+    /// [`OUTAGE_LOG_POSITIONS_DEFAULT`] or, if more, the least allowed with
+    /// `log_positions` (twice `log_positions` + 64).
+    pub fn outage_log_bound(&self) -> u64 {
+        self.outage_log_positions
+            .unwrap_or_else(|| OUTAGE_LOG_POSITIONS_DEFAULT.max(self.outage_log_floor()))
+    }
+
+    /// The least `outage_log_positions` may be: the sweep truncates a busy group's log
+    /// every 64 positions above the watchers' entries
+    /// (`megastore_paxos::TRUNCATE_EVERY`), and an outage's truncation to half the
+    /// bound must leave at least that much.
+    pub fn outage_log_floor(&self) -> u64 {
+        2 * (self.log_positions + 64)
+    }
 }
 
 /// The default of [`History::log_positions`].
 pub const LOG_POSITIONS_DEFAULT: u64 = 64;
 
-/// The default of [`History::outage_log_positions`].
+/// The outage bound unless set (or raised by `log_positions`): [`History::outage_log_bound`].
 pub const OUTAGE_LOG_POSITIONS_DEFAULT: u64 = 1024;
 
 /// The most [`History::log_positions`] may be.
@@ -208,7 +227,7 @@ impl Default for History {
         Self {
             kept_positions: 256,
             log_positions: LOG_POSITIONS_DEFAULT,
-            outage_log_positions: OUTAGE_LOG_POSITIONS_DEFAULT,
+            outage_log_positions: None,
         }
     }
 }

@@ -63,17 +63,15 @@ pub(crate) fn check(config: &ClusterConfig) -> Result<(), Failure> {
             ),
         );
     }
-    // The sweep truncates a busy group's log every 64 positions above the watchers'
-    // entries (`megastore_paxos::TRUNCATE_EVERY`); an outage's truncation to half of
-    // this bound must leave at least that much.
-    let outage_floor = 2 * (config.history.log_positions + 64);
-    if config.history.outage_log_positions < outage_floor {
+    let outage_floor = config.history.outage_log_floor();
+    if let Some(bound) = config.history.outage_log_positions
+        && bound < outage_floor
+    {
         return fail(
             "history.outage_log_positions",
             format!(
-                "{} is under {outage_floor}, twice history.log_positions + 64 (a replica \
-                 keeps that many while every replica answers)",
-                config.history.outage_log_positions
+                "{bound} is under {outage_floor}, twice history.log_positions + 64 (a \
+                 replica keeps that many while every replica answers)"
             ),
         );
     }

@@ -257,12 +257,16 @@ fn log_positions_default_to_64_and_are_bounded() {
 }
 
 #[test]
-fn the_outage_bound_defaults_to_1024_and_must_leave_room_for_the_kept_log() {
+fn the_outage_bound_defaults_to_1024_follows_the_kept_log_and_must_leave_room_for_it() {
     let config = ClusterConfig::parse(EXAMPLE, "t.toml").unwrap();
-    assert_eq!(config.history.outage_log_positions, 1024);
+    assert_eq!(config.history.outage_log_bound(), 1024);
+    // Unset, it follows a large log_positions rather than refusing it.
+    let text = format!("{EXAMPLE}\n[history]\nlog_positions = 100000\n");
+    let parsed = ClusterConfig::parse(&text, "t.toml").unwrap();
+    assert_eq!(parsed.history.outage_log_bound(), 200_128);
     let text = format!("{EXAMPLE}\n[history]\nlog_positions = 100\noutage_log_positions = 328\n");
     let parsed = ClusterConfig::parse(&text, "t.toml").unwrap();
-    assert_eq!(parsed.history.outage_log_positions, 328);
+    assert_eq!(parsed.history.outage_log_bound(), 328);
     let text = text.replace("outage_log_positions = 328", "outage_log_positions = 327");
     let e = ClusterConfig::parse(&text, "t.toml")
         .unwrap_err()

@@ -27,6 +27,6 @@ pub fn sweep_config(
         history_kept: config.history.kept_positions,
         log_kept: config.history.log_positions,
         probe_above: config.history.log_positions + megastore_paxos::TRUNCATE_EVERY,
-        outage_log_max: config.history.outage_log_positions,
+        outage_log_max: config.history.outage_log_bound(),
     }
 }
