@@ -209,7 +209,8 @@ impl History {
     /// (`megastore_paxos::TRUNCATE_EVERY`), and an outage's truncation to half the
     /// bound must leave at least that much.
     pub fn outage_log_floor(&self) -> u64 {
-        2 * (self.log_positions + 64)
+        // Saturating: `log_positions` is bounded only once the config is validated.
+        self.log_positions.saturating_add(64).saturating_mul(2)
     }
 }
 
