@@ -239,6 +239,31 @@ fn check_exactly_once(runtime: &tokio::runtime::Runtime, address: &str, seen: &[
     }
 }
 
+/// One writer per ledger group, each through `addresses` under `load`.
+fn spawn_writers(
+    runtime: &tokio::runtime::Runtime,
+    addresses: &[String; 2],
+    load: &Load,
+) -> Vec<tokio::task::JoinHandle<Seen>> {
+    (0..WRITERS)
+        .map(|w| {
+            let group = format!("ledger-{w}").into_bytes();
+            runtime.spawn(writer(addresses.clone(), group, load.clone()))
+        })
+        .collect()
+}
+
+/// What each writer saw, once all ended.
+fn join_writers(
+    runtime: &tokio::runtime::Runtime,
+    writers: Vec<tokio::task::JoinHandle<Seen>>,
+) -> Vec<Seen> {
+    writers
+        .into_iter()
+        .map(|w| runtime.block_on(w).unwrap())
+        .collect()
+}
+
 #[test]
 fn commits_whose_replica_died_are_resolved_by_id_elsewhere_and_apply_exactly_once() {
     let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
@@ -248,12 +273,7 @@ fn commits_whose_replica_died_are_resolved_by_id_elsewhere_and_apply_exactly_onc
     ];
     first_commits(&runtime, &addresses[0]);
     let load = Load::new(WRITES, Duration::from_secs(40), false);
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|w| {
-            let group = format!("ledger-{w}").into_bytes();
-            runtime.spawn(writer(addresses.clone(), group, load.clone()))
-        })
-        .collect();
+    let writers = spawn_writers(&runtime, &addresses, &load);
     // Commits through a stall once the other voters stop: a has them in flight when
     // it is killed.
     std::thread::sleep(Duration::from_secs(1));
@@ -263,10 +283,7 @@ fn commits_whose_replica_died_are_resolved_by_id_elsewhere_and_apply_exactly_onc
     cluster.process("replica-a").kill();
     cluster.process("replica-b").signal("CONT");
     cluster.process("replica-c").signal("CONT");
-    let seen: Vec<Seen> = writers
-        .into_iter()
-        .map(|w| runtime.block_on(w).unwrap())
-        .collect();
+    let seen = join_writers(&runtime, writers);
 
     let indefinite: u64 = seen.iter().map(|s| s.indefinite).sum();
     assert!(indefinite >= 1, "no commit was left in flight: {seen:?}");
@@ -295,12 +312,7 @@ fn a_position_leader_killed_and_restarted_under_writers_applies_each_write_exact
     first_commits(&runtime, &addresses[0]);
     // Time bounds the writers: they write on for seconds after the restart.
     let load = Load::new(WRITES_TIMED, Duration::from_secs(12), true);
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|w| {
-            let group = format!("ledger-{w}").into_bytes();
-            runtime.spawn(writer(addresses.clone(), group, load.clone()))
-        })
-        .collect();
+    let writers = spawn_writers(&runtime, &addresses, &load);
     // Killed under load: once the writers have 20 commits each acknowledged.
     while load.acknowledged.load(Ordering::Relaxed) < 20 * WRITERS {
         assert!(Instant::now() < load.deadline, "the writers barely wrote");
@@ -311,10 +323,7 @@ fn a_position_leader_killed_and_restarted_under_writers_applies_each_write_exact
     std::thread::sleep(Duration::from_millis(500));
     cluster.start_process("replica-a");
     let restarted = Instant::now();
-    let seen: Vec<Seen> = writers
-        .into_iter()
-        .map(|w| runtime.block_on(w).unwrap())
-        .collect();
+    let seen = join_writers(&runtime, writers);
     for (w, seen) in seen.iter().enumerate() {
         let after_restart = seen
             .acknowledged_at_first
