@@ -3,7 +3,8 @@
 //! round-robin turn (one group a sweep), which with many busy groups came so seldom
 //! that their logs — in memory and in their root rows — grew for as long as the writes
 //! went on. A replica that does not answer (down, or cut off) holds truncation back
-//! only until a group's log outgrew the outage bound.
+//! only until a group's log outgrew the outage bound. A replica that starts probes
+//! every registered group within its first sweeps, not one a sweep.
 
 mod support;
 
@@ -25,13 +26,18 @@ fn at(ms: u64) -> Time {
 }
 
 fn replica() -> Replica {
+    replica_caching(None)
+}
+
+/// Replica 1 with its sweep, keeping `cache_groups` groups loaded.
+fn replica_caching(cache_groups: Option<usize>) -> Replica {
     Replica::new(ReplicaConfig {
         id: ReplicaId(1),
         topology: topology(),
         bugs: ProtocolBugs::NONE,
         sweep: Some(support::sweep_of_replica_1(PROBE_ABOVE)),
         rejoining: false,
-        cache_groups: None,
+        cache_groups,
     })
 }
 
@@ -298,4 +304,37 @@ fn a_replica_that_does_not_answer_holds_truncation_back_only_up_to_the_outage_bo
         truncated_here(&mut replica, &store, &past_others_behind),
         Position(29)
     );
+}
+
+#[test]
+fn a_replica_that_starts_probes_every_registered_group_within_its_first_sweeps() {
+    // 300 idle groups registered (two positions each: nothing due), then a restart:
+    // nothing tells the replica which of them it missed writes to while it was down.
+    let store = MemoryStore::new();
+    let cache = Some(8);
+    let mut replica = replica_caching(cache);
+    let groups: BTreeSet<EgId> = (0..300)
+        .map(|i| EgId(format!("idle-{i:03}").into_bytes()))
+        .collect();
+    for eg in &groups {
+        write_positions(&mut replica, &store, eg, 2);
+    }
+    let mut replica = replica_caching(cache);
+    // The start pass: up to DUE_PROBES_MAX groups of the registry walk a sweep, until it
+    // reaches the registry's end.
+    let mut probed = BTreeSet::new();
+    for (sweep, expected) in [(1, DUE_PROBES_MAX), (2, 300 - DUE_PROBES_MAX)] {
+        let sends = step(&mut replica, &store, at(sweep * 1000), ReplicaInput::Tick);
+        let these: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
+        assert_eq!(these.len(), expected, "sweep {sweep}");
+        probed.extend(these);
+    }
+    assert_eq!(probed, groups, "every registered group probed once");
+    // Then the walk takes one group a sweep (the probes' answers never came, so
+    // nothing else is due).
+    for sweep in 3..8 {
+        let sends = step(&mut replica, &store, at(sweep * 1000), ReplicaInput::Tick);
+        let these: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
+        assert!(these.len() <= 1, "sweep {sweep}: {these:?}");
+    }
 }

@@ -381,9 +381,6 @@ pub struct Replica {
     installs_waiting: BTreeMap<EgId, Box<GroupSnapshot>>,
 }
 
-/// How many registered groups the walk takes at each sweep (each gets probed).
-const WALK_GROUPS: usize = 1;
-
 /// How many groups the start-up listing loads at once.
 const START_PAGE: usize = 256;
 
@@ -585,11 +582,11 @@ impl Replica {
                         _ => None,
                     });
                     actions.extend(sweeper.on_tick(now, loaded, &mut sends));
-                    if sweeper.take_walk_due() {
+                    if let Some(limit) = sweeper.take_walk_due() {
                         out.push(Output::ListGroups {
                             which: GroupList::Registered,
                             after: self.walk_after.clone(),
-                            limit: WALK_GROUPS,
+                            limit,
                         });
                     }
                 }
@@ -799,6 +796,9 @@ impl Replica {
         let walk = which == GroupList::Registered && self.config.cache_groups.is_some();
         if walk {
             self.walk_after = groups.last().cloned();
+            if let Some(sweeper) = &mut self.sweeper {
+                sweeper.walk_listed(groups.len());
+            }
         } else if groups.len() == START_PAGE {
             out.push(Output::ListGroups {
                 which,

@@ -5,7 +5,9 @@
 //! position accepted but not visible; readers would settle it when they need it, but
 //! the sweep settles it anyway, so logs do not keep holes (paper §4.6.3: "replication
 //! servers periodically scan for incomplete writes and propose no-op values"). Each
-//! sweep also probes one group at every other replica, in turn, and every group whose
+//! sweep also probes one group at every other replica, in turn (with a bounded cache,
+//! the registry walk's; after a start, every registered group within the first sweeps:
+//! [`Sweeper::take_walk_due`]), and every group whose
 //! log outgrew [`SweepConfig::probe_above`] or which lacks chosen positions
 //! ([`Sweeper::probe_due`]): it settles what this replica lacks up to the furthest
 //! visible position seen (how a read-only replica, which no writer waits for, catches
@@ -92,6 +94,12 @@ pub const TRUNCATE_EVERY: u64 = 64;
 /// sweep).
 pub const DUE_PROBES_MAX: usize = 256;
 
+/// How many registered groups the walk takes at each sweep once its start pass is over
+/// (each gets probed): idle groups need nothing more — a write marks what a replica
+/// lacks ([`GroupLog::lacks_chosen_positions`]), and a log that outgrows
+/// [`SweepConfig::probe_above`] is probed anyway.
+pub(crate) const WALK_GROUPS: usize = 1;
+
 /// Something the sweep decided that changes this replica's own state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum SweepAction {
@@ -166,6 +174,11 @@ pub(crate) struct Sweeper {
     walk: bool,
     /// A sweep ran and the walk should take its next groups.
     walk_due: bool,
+    /// The walk has not yet gone once round the registry since this replica started:
+    /// it takes [`DUE_PROBES_MAX`] groups a sweep, not [`WALK_GROUPS`].
+    walk_start_pass: bool,
+    /// How many groups the walk's last listing asked for.
+    walk_asked: usize,
 }
 
 impl Sweeper {
@@ -193,6 +206,8 @@ impl Sweeper {
             failed: BTreeSet::new(),
             walk,
             walk_due: false,
+            walk_start_pass: true,
+            walk_asked: 0,
         }
     }
 
@@ -210,9 +225,31 @@ impl Sweeper {
         self.tasks.contains_key(eg) || self.failed.contains(eg)
     }
 
-    /// Whether a sweep ran since the last call and wants the walk's next groups.
-    pub(crate) fn take_walk_due(&mut self) -> bool {
-        std::mem::take(&mut self.walk_due)
+    /// How many of the walk's next groups to list and probe, if a sweep ran since the
+    /// last call: [`WALK_GROUPS`], or [`DUE_PROBES_MAX`] during the start pass. A
+    /// replica back from a restart does not know which groups it missed writes to
+    /// while it was down — nothing marks a lacking position until a later write does —
+    /// so at one group a sweep its idle groups stayed behind (snapshot and
+    /// inconsistent reads there serving old state) for as many sweeps as it has
+    /// groups. The start pass probes every group once within a few sweeps.
+    pub(crate) fn take_walk_due(&mut self) -> Option<usize> {
+        if !std::mem::take(&mut self.walk_due) {
+            return None;
+        }
+        self.walk_asked = if self.walk_start_pass {
+            DUE_PROBES_MAX
+        } else {
+            WALK_GROUPS
+        };
+        Some(self.walk_asked)
+    }
+
+    /// The walk's listing returned `listed` groups: fewer than it asked for, it reached
+    /// the registry's end, and the start pass (if under way) is over.
+    pub(crate) fn walk_listed(&mut self, listed: usize) {
+        if listed < self.walk_asked {
+            self.walk_start_pass = false;
+        }
     }
 
     /// Probes `eg` at every other replica, as the sweep probes an idle group, unless a
@@ -356,7 +393,8 @@ impl Sweeper {
         }
         self.probe_due(now, groups, sends);
         // Probe one idle group per sweep, round robin, at every other replica: from the
-        // registry walk with a bounded cache, else from the loaded groups.
+        // registry walk with a bounded cache (many a sweep during its start pass, see
+        // `take_walk_due`), else from the loaded groups.
         if self.walk {
             self.walk_due = true;
             return;
