@@ -44,6 +44,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use megastore_types::limits::TRUNCATE_EVERY;
 use megastore_types::{
     LockNodeId, ReplicaId, ReplicaInfo, ReplicaKind, SiteId, Topology, TopologyError,
 };
@@ -205,12 +206,13 @@ impl History {
     }
 
     /// The least `outage_log_positions` may be: the sweep truncates a busy group's log
-    /// every 64 positions above the watchers' entries
-    /// (`megastore_paxos::TRUNCATE_EVERY`), and an outage's truncation to half the
-    /// bound must leave at least that much.
+    /// every [`TRUNCATE_EVERY`] positions above the watchers' entries, and an outage's
+    /// truncation to half the bound must leave at least that much.
     pub fn outage_log_floor(&self) -> u64 {
         // Saturating: `log_positions` is bounded only once the config is validated.
-        self.log_positions.saturating_add(64).saturating_mul(2)
+        self.log_positions
+            .saturating_add(TRUNCATE_EVERY)
+            .saturating_mul(2)
     }
 }
 

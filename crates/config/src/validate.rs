@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use megastore_types::ReplicaKind;
+use megastore_types::limits::TRUNCATE_EVERY;
 
 use crate::{ClusterConfig, ReplicaConfig, check_address};
 
@@ -70,8 +71,8 @@ pub(crate) fn check(config: &ClusterConfig) -> Result<(), Failure> {
         return fail(
             "history.outage_log_positions",
             format!(
-                "{bound} is under {outage_floor}, twice history.log_positions + 64 (a \
-                 replica keeps that many while every replica answers)"
+                "{bound} is under {outage_floor}, twice history.log_positions + \
+                 {TRUNCATE_EVERY} (a replica keeps that many while every replica answers)"
             ),
         );
     }

@@ -91,3 +91,11 @@ pub enum LimitError {
         found: usize,
     },
 }
+
+/// Positions a busy group's log grows past what it keeps before a replica's sweep
+/// probes it to truncate (`megastore_paxos::SweepConfig::probe_above` is
+/// `[history] log_positions` + this): a probe asks every other replica once, so each
+/// replica sends one request per other replica per this many commits of a busy group.
+/// The config's least `[history] outage_log_positions` is twice `log_positions` + this,
+/// so that an outage's truncation to half that bound leaves it.
+pub const TRUNCATE_EVERY: u64 = 64;

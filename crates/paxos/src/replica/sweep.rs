@@ -83,10 +83,10 @@ pub struct SweepConfig {
 }
 
 /// Positions a busy group's log grows past what it keeps before the sweep probes it
-/// to truncate (a deployment's [`SweepConfig::probe_above`] is `log_kept` + this): a
-/// probe asks every other replica once, so each replica sends one request per other
-/// replica per 64 commits of a busy group.
-pub const TRUNCATE_EVERY: u64 = 64;
+/// to truncate (a deployment's [`SweepConfig::probe_above`] is `log_kept` + this).
+/// Defined beside the size limits, because the config's validation of `[history]
+/// outage_log_positions` depends on it too.
+pub use megastore_types::limits::TRUNCATE_EVERY;
 
 /// Groups probed at one sweep out of their round-robin turn (logs outgrown, or chosen
 /// positions lacking): bounds the requests a sweep sends while some replica is down
