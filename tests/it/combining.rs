@@ -108,12 +108,7 @@ fn load_through_a_kill(
 ) -> Vec<Seen> {
     let eg = group();
     // The group exists before the load.
-    runtime
-        .block_on(clients[0].transaction(&eg, async |txn| {
-            txn.set(b"created", b"n", b"1")?;
-            Ok(())
-        }))
-        .expect("a first commit");
+    runtime.block_on(crate::support::create_group(&clients[0], &eg));
     let deadline = Instant::now() + LOAD;
     let acked = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..TASKS)

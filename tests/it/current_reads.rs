@@ -113,12 +113,7 @@ fn current_reads_at_a_hot_group_see_every_write_acknowledged_before_them_through
         .map(|c| runtime.block_on(connect(&config, site(c))))
         .collect();
     let eg = group();
-    runtime
-        .block_on(clients[0].transaction(&eg, async |txn| {
-            txn.set(b"created", b"n", b"1")?;
-            Ok(())
-        }))
-        .expect("a first commit");
+    runtime.block_on(crate::support::create_group(&clients[0], &eg));
     let acked: Arc<Vec<AtomicU64>> = Arc::new((0..WRITERS).map(|_| AtomicU64::new(0)).collect());
     let count = Arc::new(AtomicUsize::new(0));
     let writers: Vec<_> = (0..WRITERS)

@@ -156,6 +156,18 @@ pub(crate) async fn current_read_until(
     }
 }
 
+/// Creates `group` by a first commit (row `created`), so that a load's first
+/// transactions do not all race for its first position.
+pub(crate) async fn create_group(client: &Client, group: &EgId) {
+    client
+        .transaction(group, async |txn| {
+            txn.set(b"created", b"n", b"1")?;
+            Ok(())
+        })
+        .await
+        .expect("a first commit");
+}
+
 pub(crate) async fn first_commit(client: &Client, group: &EgId) {
     let started = Instant::now();
     while let Err(e) = increment(client, group, "counter").await {

@@ -468,7 +468,7 @@ async fn read_only_replica_holds(
 }
 
 #[test]
-fn a_replica_back_from_an_outage_catches_up_groups_written_only_while_it_was_down() {
+fn a_replica_back_from_an_outage_catches_up_the_groups_it_missed_though_none_is_written_since() {
     let (_alone, _dir, mut cluster, config, runtime) = start_cluster_with("");
     let peers = {
         let _in_runtime = runtime.enter();
