@@ -102,24 +102,21 @@ pub(crate) fn check(
 fn final_rows(chosen: &ChosenLog, eg: &EgId, last: Position) -> Option<Rows> {
     let range = two_phase_range(eg);
     let mut rows = Rows::default();
-    for p in 1..=last.0 {
-        let entry = chosen.get(eg, Position(p))?;
-        for write in entry.writes.iter().filter(|w| range.contains(&w.row)) {
-            rows.written_at.insert(write.row.clone(), Position(p));
-            let cells = rows.left.entry(write.row.clone()).or_default();
-            for cell in &write.cells {
-                match cell {
-                    CellWrite::Set { column, value } => {
-                        cells.insert(column.clone(), value.clone());
-                    }
-                    CellWrite::Delete { column } => {
-                        cells.remove(column);
-                    }
+    for (p, write) in chosen.writes_through(eg, last, |row| range.contains(row))? {
+        rows.written_at.insert(write.row.clone(), p);
+        let cells = rows.left.entry(write.row.clone()).or_default();
+        for cell in &write.cells {
+            match cell {
+                CellWrite::Set { column, value } => {
+                    cells.insert(column.clone(), value.clone());
+                }
+                CellWrite::Delete { column } => {
+                    cells.remove(column);
                 }
             }
-            if cells.is_empty() {
-                rows.left.remove(&write.row);
-            }
+        }
+        if cells.is_empty() {
+            rows.left.remove(&write.row);
         }
     }
     Some(rows)

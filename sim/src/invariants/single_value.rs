@@ -142,27 +142,38 @@ impl ChosenLog {
     ) -> Option<BTreeMap<Vec<u8>, Option<Vec<u8>>>> {
         let mut state = BTreeMap::new();
         let range = megastore_paxos::global_mirror_range(eg);
-        for q in 1..=p.0 {
-            let entry = self.get(eg, Position(q))?;
-            for write in entry
-                .writes
-                .iter()
-                .filter(|w| range.contains(&w.row) == mirror)
-            {
-                for cell in &write.cells {
-                    match cell {
-                        megastore_paxos::CellWrite::Set { column, value } if column == COLUMN => {
-                            state.insert(write.row.clone(), Some(value.clone()));
-                        }
-                        megastore_paxos::CellWrite::Delete { column } if column == COLUMN => {
-                            state.insert(write.row.clone(), None);
-                        }
-                        _ => {}
+        let writes = self.writes_through(eg, p, |row| range.contains(row) == mirror)?;
+        for (_, write) in writes {
+            for cell in &write.cells {
+                match cell {
+                    megastore_paxos::CellWrite::Set { column, value } if column == COLUMN => {
+                        state.insert(write.row.clone(), Some(value.clone()));
                     }
+                    megastore_paxos::CellWrite::Delete { column } if column == COLUMN => {
+                        state.insert(write.row.clone(), None);
+                    }
+                    _ => {}
                 }
             }
         }
         Some(state)
+    }
+
+    /// The row writes of `eg`'s positions `1..=p` to rows `of` takes, in log order with
+    /// their positions, or `None` if some position up to `p` was never seen chosen.
+    pub fn writes_through(
+        &self,
+        eg: &EgId,
+        p: Position,
+        of: impl Fn(&[u8]) -> bool,
+    ) -> Option<Vec<(Position, &megastore_paxos::RowWrite)>> {
+        let mut writes = Vec::new();
+        for q in 1..=p.0 {
+            let entry = self.get(eg, Position(q))?;
+            let these = entry.writes.iter().filter(|w| of(&w.row));
+            writes.extend(these.map(|w| (Position(q), w)));
+        }
+        Some(writes)
     }
 
     /// Voter `r` durably accepted `entry` at `ballot`: it replied so (replies leave only
