@@ -3,7 +3,8 @@
 //!
 //! Responsibility: plain value types with no behaviour beyond ordering and arithmetic,
 //! so the protocol crates can name the same things without depending on each other;
-//! and the size [`limits`] every path checks, so they are the same everywhere.
+//! and the size [`limits`] every path checks (with the log bound the config's
+//! validation shares with the sweep), so they are the same everywhere.
 //!
 //! Also the [`bug_knobs!`] macro, so each protocol crate declares its deliberate
 //! mistakes the same way and production builds compile them away.

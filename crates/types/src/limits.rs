@@ -6,6 +6,9 @@
 //! a log entry travels whole in one accept to every voter and sits in the root row until
 //! truncation, so an entry must stay small next to the gRPC message limit
 //! ([`MESSAGE_BYTES_MAX`]) and to what a replica batches per sync.
+//!
+//! Also one bound on a log's length that the config's validation shares with the
+//! replica's sweep: [`TRUNCATE_EVERY`].
 
 /// The longest name of an untyped entity group.
 pub const GROUP_NAME_BYTES_MAX: usize = 1_000;
