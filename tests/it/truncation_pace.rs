@@ -24,6 +24,11 @@
 //! Checked: within 12 sweeps of its first
 //! answer it holds every group's newest position, and its snapshot reads serve every
 //! acknowledged write. Before, its sweep found such idle groups one a sweep.
+//!
+//! A group larger than 64 MiB is installed too: 71 MB written to one group, the
+//! read-only replica away past the outage bound. Checked: back, it installs the
+//! group's snapshot and serves the writes. Before, the reply exceeded the gRPC
+//! message limit and the replica stayed behind for good.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -51,6 +56,9 @@ const OUTAGE_GROUPS: u32 = 8;
 const OUTAGE_COMMITS_PER_WRITER: usize = 400;
 /// Groups written once each while the read-only replica is down, none after.
 const IDLE_GROUPS: u32 = 150;
+/// Rows of 99 kB written to the large group: about 71 MB of data, past the 64 MiB of
+/// a request (`megastore_types::limits::MESSAGE_BYTES_MAX`).
+const LARGE_ROWS: usize = 720;
 
 fn groups() -> Vec<EgId> {
     (0..GROUPS).map(|i| eg(700 + i)).collect()
@@ -422,15 +430,20 @@ fn write_idle_groups(runtime: &tokio::runtime::Runtime, clients: &[Client], valu
     }
 }
 
-/// Each idle group's newest position, at the full replicas and the witness.
+/// `group`'s newest position, at the full replicas and the witness.
+async fn newest_of(peers: &megastore_rpc::Peers, group: &EgId) -> Position {
+    let mut visible = Vec::new();
+    for replica in 1..=3 {
+        visible.extend(log_at(peers, replica, group).await.map(|l| l.visible));
+    }
+    visible.into_iter().max().expect("a voter's log")
+}
+
+/// Each idle group's newest position.
 async fn newest_positions(peers: &megastore_rpc::Peers) -> Vec<Position> {
     let mut newest = Vec::new();
     for group in idle_groups() {
-        let mut visible = Vec::new();
-        for replica in 1..=3 {
-            visible.extend(log_at(peers, replica, &group).await.map(|l| l.visible));
-        }
-        newest.push(visible.into_iter().max().expect("a voter's log"));
+        newest.push(newest_of(peers, &group).await);
     }
     newest
 }
@@ -522,4 +535,121 @@ fn a_replica_back_from_an_outage_catches_up_the_groups_it_missed_though_none_is_
             );
         }
     });
+}
+
+/// Writes row `large-<i>` of `group`, `large_value(i)`, for each `i` of `rows`.
+async fn write_large_rows(client: Client, group: EgId, rows: Vec<usize>) {
+    for i in rows {
+        let mut txn = client.begin(&group);
+        txn.set(format!("large-{i}").as_bytes(), b"n", &large_value(i))
+            .expect("a write");
+        match txn.commit().await {
+            Ok(Attempt::Done(Outcome::Committed { .. })) => {}
+            other => panic!("row {i}: {other:?}"),
+        }
+    }
+}
+
+/// Row `large-<i>`'s value: 99 kB.
+fn large_value(i: usize) -> Vec<u8> {
+    format!("{i}-{}", "x".repeat(99_000)).into_bytes()
+}
+
+#[test]
+fn a_replica_away_past_the_outage_bound_installs_a_group_larger_than_a_request_may_be() {
+    let (_alone, _dir, mut cluster, config, runtime) = start_cluster_with(&format!(
+        "\n[history]\nlog_positions = 0\noutage_log_positions = {OUTAGE_LOG_POSITIONS}\n"
+    ));
+    let peers = {
+        let _in_runtime = runtime.enter();
+        megastore_rpc::Peers::new(&config).expect("the cluster's peers")
+    };
+    let group = eg(2000);
+    let client = runtime.block_on(connect(&config, "A"));
+    // 720 rows of 99 kB, from eight concurrent tasks sharing the client.
+    let writes: Vec<_> = (0..WRITERS)
+        .map(|t| {
+            let rows = (t..LARGE_ROWS).step_by(WRITERS).collect();
+            runtime.spawn(write_large_rows(client.clone(), group.clone(), rows))
+        })
+        .collect();
+    for write in writes {
+        runtime.block_on(write).expect("a writer");
+    }
+    let patience = Duration::from_secs(60);
+    runtime.block_on(async {
+        let newest = newest_of(&peers, &group).await;
+        read_only_replica_holds_group(&peers, &group, newest, patience, "every replica up").await;
+    });
+    // Away past the bound: more positions than it, one commit at a time.
+    cluster.process("replica-d").kill();
+    let small_writes = OUTAGE_LOG_POSITIONS * 3 / 2;
+    runtime.block_on(async {
+        for i in 0..small_writes {
+            let mut txn = client.begin(&group);
+            txn.set(b"small", b"n", i.to_string().as_bytes())
+                .expect("a write");
+            match txn.commit().await {
+                Ok(Attempt::Done(Outcome::Committed { .. })) => {}
+                other => panic!("small write {i}: {other:?}"),
+            }
+        }
+    });
+    runtime.block_on(async {
+        let newest = newest_of(&peers, &group).await;
+        cluster.start_process("replica-d");
+        read_only_replica_holds_group(&peers, &group, newest, patience, "back from its outage")
+            .await;
+        let at_d = connect(&config, "D").await;
+        let keys = vec![
+            b"large-0".to_vec(),
+            b"large-719".to_vec(),
+            b"small".to_vec(),
+        ];
+        let read = at_d
+            .read(&group, ReadMode::Snapshot, DataQuery::Rows(keys))
+            .await
+            .expect("a snapshot read at site D");
+        assert_eq!(read.replica, ReplicaId(4), "read elsewhere");
+        let cell = |key: &[u8]| {
+            read.rows
+                .iter()
+                .find(|r| r.key == key)
+                .and_then(|r| r.value(b"n"))
+                .map(<[u8]>::to_vec)
+        };
+        assert!(
+            cell(b"large-0") == Some(large_value(0)),
+            "large-0 at site D"
+        );
+        assert!(
+            cell(b"large-719") == Some(large_value(719)),
+            "large-719 at site D"
+        );
+        let last = (small_writes - 1).to_string().into_bytes();
+        assert_eq!(cell(b"small"), Some(last));
+    });
+}
+
+/// Waits until the read-only replica holds `group`'s `newest` position, for up to
+/// `patience`; `when` says which wait failed.
+async fn read_only_replica_holds_group(
+    peers: &megastore_rpc::Peers,
+    group: &EgId,
+    newest: Position,
+    patience: Duration,
+    when: &str,
+) {
+    let started = Instant::now();
+    loop {
+        let at_d = log_at(peers, 4, group).await;
+        if at_d.is_some_and(|l| l.visible >= newest) {
+            return;
+        }
+        assert!(
+            started.elapsed() < patience,
+            "{when}: the read-only replica holds {at_d:?} of {group}, not {newest:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -310,7 +310,8 @@ impl ReplicaProcess {
             stopped: stopped.clone(),
         })
         .max_decoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX)
-        .max_encoding_message_size(megastore_types::limits::MESSAGE_BYTES_MAX);
+        // A snapshot reply carries a whole group.
+        .max_encoding_message_size(megastore_types::limits::REPLICATION_REPLY_BYTES_MAX);
         // The protocol is for cluster members: a user's certificate reaches the public
         // API only.
         let service = tonic::service::interceptor::InterceptedService::new(

@@ -21,7 +21,7 @@ use std::time::Duration;
 use megastore_config::ClusterConfig;
 use megastore_paxos::Message;
 use megastore_placement::{Placement, ServerId};
-use megastore_types::limits::MESSAGE_BYTES_MAX;
+use megastore_types::limits::{MESSAGE_BYTES_MAX, REPLICATION_REPLY_BYTES_MAX};
 use megastore_types::{EgId, NodeId, ReplicaId};
 use tonic::transport::Channel;
 
@@ -80,9 +80,10 @@ impl Peers {
         for server in config.server_processes() {
             let r = &server.process;
             // Snapshot replies carry a whole group: allow more than gRPC's 4 MiB
-            // default (the replica server accepts as much).
+            // default, as much as the replica server sends; requests as much as it
+            // accepts.
             let client = ReplicationClient::new(channel(&r.address, rpc_timeout)?)
-                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_decoding_message_size(REPLICATION_REPLY_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX);
             let coordinator = r
                 .coordinator_address

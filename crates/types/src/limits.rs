@@ -42,6 +42,17 @@ pub const ROW_KEY_BYTES_MAX: usize = GROUP_PREFIX_BYTES_MAX + 1 + KEY_BYTES_MAX;
 /// behind the others' truncation point.
 pub const MESSAGE_BYTES_MAX: usize = 64 << 20;
 
+/// The largest reply of the replication protocol (a replica's to another cluster
+/// member): a group's snapshot travels whole in one, to a replica behind the others'
+/// truncation point — a wiped one, or one away past `[history] outage_log_positions`.
+/// At [`MESSAGE_BYTES_MAX`] a group past 64 MiB could never be installed: the replica
+/// asked for it at every sweep, the source read the whole group each time, and the
+/// reply failed (measured: a 71 MB group, the read-only replica back from an outage
+/// stuck at its old position for good). Requests stay within [`MESSAGE_BYTES_MAX`],
+/// so nothing a client sends grows; a group past this one still cannot be installed
+/// (snapshots are not paged).
+pub const REPLICATION_REPLY_BYTES_MAX: usize = 1 << 30;
+
 /// The most requests one batched call to a replica carries (`CallMany`).
 pub const BATCH_REQUESTS_MAX: usize = 256;
 
