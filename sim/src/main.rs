@@ -92,6 +92,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.failed += s.failed;
     total.wipes += s.wipes;
     total.installs += s.installs;
+    total.failed_installs += s.failed_installs;
     total.collections += s.collections;
     total.evictions += s.evictions;
     total.splits += s.splits;
@@ -109,7 +110,7 @@ fn add(total: &mut Stats, s: &Stats) {
 
 fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
     format!(
-        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; relayed {} ({} by relays); conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority ({} woken by their client's commit), snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps, {} decisions collected), failed {}, faults {} (wipes {}, snapshot installs {}), collections {}, groups evicted {}, ranges split {}, replicas removed {} (full replicas {}; voter changes caught up {}), spare servers {}, moves {} finished / {} aborted (copy pages {}, short final copies {}), clients behind the placement at the end {}, final global scans {}, messages {}, violations {violations}",
+        "seeds {seeds}: commits {} (in combined entries: {} entries; blind without a read {}; relayed {} ({} by relays); conflicts {}, resolved not committed {}, unknown {}), reads current {} local / {} majority ({} woken by their client's commit), snapshot {}, inconsistent {}, at a position {}, verified global hits {} kept / {} stale, queue messages delivered {}, across groups {} committed / {} aborted / {} unknown ({} settled by sweeps, {} decisions collected), failed {}, faults {} (wipes {}, snapshot installs {}, not installed {}), collections {}, groups evicted {}, ranges split {}, replicas removed {} (full replicas {}; voter changes caught up {}), spare servers {}, moves {} finished / {} aborted (copy pages {}, short final copies {}), clients behind the placement at the end {}, final global scans {}, messages {}, violations {violations}",
         s.commits,
         s.combined,
         s.committed_unread,
@@ -136,6 +137,7 @@ fn summary(seeds: u64, s: &Stats, violations: usize) -> String {
         s.faults,
         s.wipes,
         s.installs,
+        s.failed_installs,
         s.collections,
         s.evictions,
         s.splits,

@@ -127,6 +127,8 @@ pub struct Stats {
     pub wipes: u64,
     /// Snapshots installed.
     pub installs: u64,
+    /// Snapshot installs asked for that did not happen (no answer, or refused).
+    pub failed_installs: u64,
     /// Garbage-collection passes over a group's data.
     pub collections: u64,
     /// Groups replicas dropped from memory (a bounded cache) and loaded again later.

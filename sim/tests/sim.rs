@@ -359,7 +359,7 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     // Needs a seed whose operator removes a voter while a writer's accept round is
     // under way, the removed voter accepts after the writer read the placement
     // without it, and the remaining voters are too few without that vote (searched
-    // from seed 5000: `SEARCH_FROM`).
+    // from seed 9900: `SEARCH_FROM`).
     (
         "count-votes-of-removed",
         &["durable-ack", "visible-after-invalidate", "single-value"],
@@ -367,22 +367,22 @@ const CAUGHT: &[(&str, &[&str], u64)] = &[
     ),
     // Needs a seed whose move the operator records frozen while the source's
     // coordinator has not read it, then a writer that counts that coordinator's
-    // acknowledgement while the target's coordinator vouches (first caught at seed 870
-    // once the sweep probed busy and lacking groups out of turn, 407 before; searched
-    // from seed 850: `SEARCH_FROM`).
+    // acknowledgement while the target's coordinator vouches (first caught at seed
+    // 1076 once a replica's start pass lists the other replicas' registries, 870 and
+    // 407 before; searched from seed 1050: `SEARCH_FROM`).
     (
         "record-frozen-unfenced",
         &["vouched-is-current", "visible-after-invalidate"],
         60,
     ),
     // A collection while a participant is still prepared: whoever settles it there
-    // then finds no decision and records abort afresh (searched from seed 1100:
+    // then finds no decision and records abort afresh (searched from seed 300:
     // `SEARCH_FROM`).
     ("collect-unfinished", &["decision-stable"], 60),
     // A decision read absent after its transaction finished and was collected, trusted:
     // a settle or resolution that read the record pending earlier records abort
-    // afresh (first caught at seed 756 since vouched reads long-poll; see
-    // `SEARCH_FROM`).
+    // afresh (first caught at seed 49 once a replica's start pass lists the other
+    // replicas' registries; 756 before, since vouched reads long-poll).
     ("trust-absent-decision", &["decision-stable"], 120),
     // Decisions never old enough to collect: rows of finished transactions stay to the
     // run's end (first caught at seed 0).
@@ -463,95 +463,129 @@ fn first_catches() {
 /// not run a thousand seeds to reach the first catch. A change that reshuffles the
 /// traces moves these, like every first catch: re-measure with `first_catches`.
 const SEARCH_FROM: &[(&str, u64)] = &[
-    // First caught at seed 1116 (none from 900) once the sweep probed busy and
-    // lacking groups out of turn; 931 before (and at no other seed below 3,000) once
-    // composite operations' commits rode the lanes and relays: a participant's finish
-    // rarely lags a retention behind its decision now.
-    ("collect-unfinished", 1100),
-    // First caught at seed 870 (none below) once the sweep probed busy and lacking
-    // groups out of turn.
-    ("record-frozen-unfenced", 850),
-    // First caught at seed 5013 (none from 2,400) once the sweep probed busy and
-    // lacking groups out of turn; 2433 before (the only seed below 3,000).
-    ("count-votes-of-removed", 5000),
-    // First caught at seed 756 (the only seed below 800) once a vouched read also
-    // long-polls its replica for the positions in flight there (87 before).
-    ("trust-absent-decision", 700),
+    // First caught at seed 334 once a replica's start pass lists the other replicas'
+    // registries (1116 before, none from 900, once the sweep probed busy and lacking
+    // groups out of turn; 931 before that): a participant's finish rarely lags a
+    // retention behind its decision.
+    ("collect-unfinished", 300),
+    // First caught at seed 1076 once a replica's start pass lists the other replicas'
+    // registries (870 before, none below, once the sweep probed busy and lacking
+    // groups out of turn).
+    ("record-frozen-unfenced", 1050),
+    // Caught at seed 9937 once a replica's start pass lists the other replicas'
+    // registries: none of its checkers below 6,894 (seed 6894 by decisions-collected
+    // only; 6,895–8,999 not searched, 9,000–9,936 none); 5013 before (none from
+    // 2,400), 2433 before that.
+    ("count-votes-of-removed", 9900),
 ];
 
 macro_rules! knob_tests {
-    ($($test:ident => $index:expr),* $(,)?) => {$(
-        #[test]
-        fn $test() {
-            let (knob, checkers, within) = CAUGHT[$index];
-            let from = SEARCH_FROM.iter().find(|(k, _)| *k == knob).map_or(0, |(_, from)| *from);
-            let caught = first_catch(knob, from..from + within, checkers);
-            assert!(caught.is_some(), "--bug {knob} was not caught by {checkers:?} within {within} seeds from {from}");
-        }
-    )*};
+    ($($test:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                caught_within_its_limit(stringify!($test));
+            }
+        )*
+        /// Every knob test, by name.
+        const KNOB_TESTS: &[&str] = &[$(stringify!($test)),*];
+    };
+}
+
+/// The test of a knob, named after it (`<knob>_is_caught`, its dashes underscores):
+/// [`CAUGHT`] names its checkers and the seeds they catch it within, counted from its
+/// [`SEARCH_FROM`] entry. By name, not by place in the list: a test found by index once
+/// ran the next knob's check under its own name.
+fn caught_within_its_limit(test: &str) {
+    let knob = test
+        .strip_suffix("_is_caught")
+        .expect("a knob test's name ends in _is_caught")
+        .replace('_', "-");
+    let &(knob, checkers, within) = CAUGHT
+        .iter()
+        .find(|(k, _, _)| *k == knob)
+        .unwrap_or_else(|| panic!("{test}: no knob {knob} in CAUGHT"));
+    let from = SEARCH_FROM
+        .iter()
+        .find(|(k, _)| *k == knob)
+        .map_or(0, |(_, from)| *from);
+    let caught = first_catch(knob, from..from + within, checkers);
+    assert!(
+        caught.is_some(),
+        "--bug {knob} was not caught by {checkers:?} within {within} seeds from {from}"
+    );
+}
+
+#[test]
+fn every_knob_in_caught_has_its_test() {
+    for (knob, _, _) in CAUGHT {
+        let test = format!("{}_is_caught", knob.replace('-', "_"));
+        assert!(KNOB_TESTS.contains(&test.as_str()), "{knob}: no {test}");
+    }
+    assert_eq!(KNOB_TESTS.len(), CAUGHT.len(), "a knob tested twice");
 }
 
 knob_tests! {
-    skip_invalidate_is_caught => 0,
-    grant_ballot0_twice_is_caught => 1,
-    validate_ignores_position_is_caught => 2,
-    validate_after_remote_catchup_is_caught => 3,
-    validate_without_lock_is_caught => 4,
-    invalidate_only_seen_lacking_is_caught => 5,
-    read_local_unvouched_is_caught => 6,
-    ack_before_invalidate_is_caught => 7,
-    learn_from_single_accept_is_caught => 8,
-    leader_from_unchosen_entry_is_caught => 9,
-    forget_promise_on_restart_is_caught => 10,
-    apply_out_of_order_is_caught => 11,
-    rejoin_as_voter_is_caught => 12,
-    resolve_without_settling_is_caught => 13,
-    release_while_vouching_is_caught => 14,
-    resolve_any_remembered_txn_is_caught => 15,
-    collect_without_floor_is_caught => 16,
-    read_at_position_reads_applied_is_caught => 17,
-    keep_state_across_epochs_is_caught => 18,
-    accept_persists_no_promise_is_caught => 19,
-    reply_before_sync_is_caught => 20,
-    global_copies_skip_deletes_is_caught => 21,
-    install_without_global_is_caught => 22,
-    verify_trusts_the_scan_is_caught => 23,
-    deliver_without_dedup_is_caught => 24,
-    consume_outside_txn_is_caught => 25,
-    batch_in_row_order_is_caught => 26,
-    decide_before_all_prepared_is_caught => 27,
-    abort_without_recording_is_caught => 28,
-    ignore_prepared_on_commit_is_caught => 29,
-    record_abort_blind_is_caught => 30,
-    read_ignores_prepared_is_caught => 31,
-    settled_read_ignores_in_flight_is_caught => 32,
-    combine_conflicting_is_caught => 33,
-    blind_write_forgets_locks_is_caught => 34,
-    carry_skips_prepares_is_caught => 35,
-    commit_past_span_is_caught => 36,
-    relay_commits_duplicates_is_caught => 37,
-    relay_resolves_first_only_is_caught => 38,
-    drop_invalidate_when_full_is_caught => 39,
-    evict_dirty_group_is_caught => 40,
-    skip_open_index_is_caught => 41,
-    keep_unserved_groups_is_caught => 42,
-    serve_while_frozen_is_caught => 43,
-    finish_without_final_copy_is_caught => 44,
-    scan_first_server_only_is_caught => 45,
-    serve_removed_slot_is_caught => 46,
-    track_changes_per_page_is_caught => 47,
-    vouch_moved_in_range_is_caught => 48,
-    receive_before_seeing_move_is_caught => 49,
-    trust_unconfirmed_lapse_is_caught => 50,
-    delta_on_any_base_is_caught => 51,
-    count_votes_of_removed_is_caught => 52,
-    record_frozen_unfenced_is_caught => 53,
-    collect_unfinished_is_caught => 54,
-    trust_absent_decision_is_caught => 55,
-    retention_unit_slip_is_caught => 56,
-    forget_kept_decisions_is_caught => 57,
-    awaited_read_short_is_caught => 58,
-    finish_frees_every_lock_is_caught => 59,
+    skip_invalidate_is_caught,
+    grant_ballot0_twice_is_caught,
+    validate_ignores_position_is_caught,
+    validate_after_remote_catchup_is_caught,
+    validate_without_lock_is_caught,
+    invalidate_only_seen_lacking_is_caught,
+    read_local_unvouched_is_caught,
+    ack_before_invalidate_is_caught,
+    learn_from_single_accept_is_caught,
+    leader_from_unchosen_entry_is_caught,
+    forget_promise_on_restart_is_caught,
+    apply_out_of_order_is_caught,
+    rejoin_as_voter_is_caught,
+    resolve_without_settling_is_caught,
+    release_while_vouching_is_caught,
+    resolve_any_remembered_txn_is_caught,
+    collect_without_floor_is_caught,
+    read_at_position_reads_applied_is_caught,
+    keep_state_across_epochs_is_caught,
+    accept_persists_no_promise_is_caught,
+    reply_before_sync_is_caught,
+    global_copies_skip_deletes_is_caught,
+    install_without_global_is_caught,
+    verify_trusts_the_scan_is_caught,
+    deliver_without_dedup_is_caught,
+    consume_outside_txn_is_caught,
+    batch_in_row_order_is_caught,
+    decide_before_all_prepared_is_caught,
+    abort_without_recording_is_caught,
+    ignore_prepared_on_commit_is_caught,
+    record_abort_blind_is_caught,
+    read_ignores_prepared_is_caught,
+    settled_read_ignores_in_flight_is_caught,
+    combine_conflicting_is_caught,
+    blind_write_forgets_locks_is_caught,
+    carry_skips_prepares_is_caught,
+    commit_past_span_is_caught,
+    relay_commits_duplicates_is_caught,
+    relay_resolves_first_only_is_caught,
+    drop_invalidate_when_full_is_caught,
+    evict_dirty_group_is_caught,
+    skip_open_index_is_caught,
+    keep_unserved_groups_is_caught,
+    serve_while_frozen_is_caught,
+    finish_without_final_copy_is_caught,
+    scan_first_server_only_is_caught,
+    serve_removed_slot_is_caught,
+    track_changes_per_page_is_caught,
+    vouch_moved_in_range_is_caught,
+    receive_before_seeing_move_is_caught,
+    trust_unconfirmed_lapse_is_caught,
+    delta_on_any_base_is_caught,
+    count_votes_of_removed_is_caught,
+    record_frozen_unfenced_is_caught,
+    collect_unfinished_is_caught,
+    trust_absent_decision_is_caught,
+    retention_unit_slip_is_caught,
+    forget_kept_decisions_is_caught,
+    awaited_read_short_is_caught,
+    finish_frees_every_lock_is_caught,
 }
 
 #[test]

@@ -19,11 +19,13 @@
 //! since the kill.
 //!
 //! A replica back from an outage catches up every group it missed writes to within a
-//! few sweeps, written since or not: 150 groups written once each with every replica
-//! up and once more while the read-only replica is down, none after it is back.
-//! Checked: within 12 sweeps of its first
-//! answer it holds every group's newest position, and its snapshot reads serve every
-//! acknowledged write. Before, its sweep found such idle groups one a sweep.
+//! few sweeps, written since or not, and finds the groups first written while it was
+//! away: 150 groups written once each with every replica up and once more while the
+//! read-only replica is down, 50 more written first while it is down, none after it is
+//! back. Checked: within 12 sweeps of its first answer it holds every group's newest
+//! position, and its snapshot reads serve every acknowledged write. Before, its sweep
+//! found such idle groups one a sweep, and the new groups never (in no registry of
+//! its own, they were read there as empty until their next write).
 //!
 //! A group larger than 64 MiB is installed too: 71 MB written to one group, the
 //! read-only replica away past the outage bound. Checked: back, it installs the
@@ -54,8 +56,11 @@ const OUTAGE_GROUPS: u32 = 8;
 /// Commits each writer makes in the outage test: 400 positions a group, about 350 of
 /// them while the read-only replica is down.
 const OUTAGE_COMMITS_PER_WRITER: usize = 400;
-/// Groups written once each while the read-only replica is down, none after.
+/// Groups written once with every replica up, once more while the read-only replica is
+/// down, none after.
 const IDLE_GROUPS: u32 = 150;
+/// Groups first written while the read-only replica is down, none after.
+const NEW_GROUPS: u32 = 50;
 /// Rows of 99 kB written to the large group: about 71 MB of data, past the 64 MiB of
 /// a request (`megastore_types::limits::MESSAGE_BYTES_MAX`).
 const LARGE_ROWS: usize = 720;
@@ -64,9 +69,14 @@ fn groups() -> Vec<EgId> {
     (0..GROUPS).map(|i| eg(700 + i)).collect()
 }
 
-/// The groups written only while the read-only replica is down.
+/// The groups written with every replica up and while the read-only replica is down.
 fn idle_groups() -> Vec<EgId> {
     (0..IDLE_GROUPS).map(|i| eg(1000 + i)).collect()
+}
+
+/// The groups first written while the read-only replica is down: in no registry of its.
+fn new_groups() -> Vec<EgId> {
+    (0..NEW_GROUPS).map(|i| eg(1500 + i)).collect()
 }
 
 /// The groups of the outage test.
@@ -389,18 +399,22 @@ async fn log_at(peers: &megastore_rpc::Peers, replica: u16, group: &EgId) -> Opt
     }
 }
 
-/// Writes `value` to key `v` of each idle group, each group by one of the clients,
+/// Writes `value` to key `v` of each group, each group by one of the clients,
 /// concurrently; returns once every write is acknowledged.
-fn write_idle_groups(runtime: &tokio::runtime::Runtime, clients: &[Client], value: u64) {
+fn write_groups(
+    runtime: &tokio::runtime::Runtime,
+    clients: &[Client],
+    groups: &[EgId],
+    value: u64,
+) {
     let writes: Vec<_> = clients
         .iter()
         .enumerate()
         .map(|(w, client)| {
             let client = client.clone();
-            let mine: Vec<EgId> = idle_groups()
-                .into_iter()
-                .skip(w)
+            let mine: Vec<EgId> = (groups.iter().skip(w))
                 .step_by(clients.len())
+                .cloned()
                 .collect();
             runtime.spawn(async move {
                 let deadline = Instant::now() + Duration::from_secs(60);
@@ -439,27 +453,27 @@ async fn newest_of(peers: &megastore_rpc::Peers, group: &EgId) -> Position {
     visible.into_iter().max().expect("a voter's log")
 }
 
-/// Each idle group's newest position.
-async fn newest_positions(peers: &megastore_rpc::Peers) -> Vec<Position> {
+/// Each group's newest position.
+async fn newest_positions(peers: &megastore_rpc::Peers, groups: &[EgId]) -> Vec<Position> {
     let mut newest = Vec::new();
-    for group in idle_groups() {
-        newest.push(newest_of(peers, &group).await);
+    for group in groups {
+        newest.push(newest_of(peers, group).await);
     }
     newest
 }
 
-/// Waits until the read-only replica holds each idle group's `newest` position, for
-/// up to `patience`; `when` says which wait failed.
+/// Waits until the read-only replica holds each group's `newest` position, for up to
+/// `patience`; `when` says which wait failed.
 async fn read_only_replica_holds(
     peers: &megastore_rpc::Peers,
-    newest: &[Position],
+    (groups, newest): (&[EgId], &[Position]),
     patience: Duration,
     when: &str,
 ) {
     let started = Instant::now();
     loop {
         let mut behind = Vec::new();
-        for (group, newest) in idle_groups().iter().zip(newest) {
+        for (group, newest) in groups.iter().zip(newest) {
             let visible = log_at(peers, 4, group).await.map(|l| l.visible);
             if visible.is_none_or(|v| v < *newest) {
                 behind.push(group.clone());
@@ -470,10 +484,11 @@ async fn read_only_replica_holds(
         }
         assert!(
             started.elapsed() < patience,
-            "{when}: after {:?}, {} of {IDLE_GROUPS} groups not caught up at the read-only \
-             replica, the first {:?}",
+            "{when}: after {:?}, {} of {} groups not caught up at the read-only replica, \
+             the first {:?}",
             started.elapsed(),
             behind.len(),
+            groups.len(),
             behind.first()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -488,24 +503,27 @@ fn a_replica_back_from_an_outage_catches_up_the_groups_it_missed_though_none_is_
         megastore_rpc::Peers::new(&config).expect("the cluster's peers")
     };
     let patience = Duration::from_millis(config.timeouts.sweep_ms * 12);
-    // Eight concurrent clients at sites A and B write each group once with every
+    // Eight concurrent clients at sites A and B write each idle group once with every
     // replica up, until the read-only replica holds every group (no writer waits for
-    // it; it learns of a group from its first write), and once more while it is down.
+    // it; it learns of a group from its first write), then, while it is down, each
+    // idle group once more and each new group for the first time.
     let clients: Vec<Client> = (0..WRITERS)
         .map(|w| runtime.block_on(connect(&config, ["A", "B"][w % 2])))
         .collect();
-    write_idle_groups(&runtime, &clients, 1);
+    let idle = idle_groups();
+    write_groups(&runtime, &clients, &idle, 1);
     runtime.block_on(async {
-        let newest = newest_positions(&peers).await;
-        read_only_replica_holds(&peers, &newest, patience, "every replica up").await;
+        let newest = newest_positions(&peers, &idle).await;
+        read_only_replica_holds(&peers, (&idle, &newest), patience, "every replica up").await;
     });
     cluster.process("replica-d").kill();
-    write_idle_groups(&runtime, &clients, 2);
+    let missed: Vec<EgId> = idle.into_iter().chain(new_groups()).collect();
+    write_groups(&runtime, &clients, &missed, 2);
 
     runtime.block_on(async {
-        let newest = newest_positions(&peers).await;
+        let newest = newest_positions(&peers, &missed).await;
         cluster.start_process("replica-d");
-        let first = idle_groups()[0].clone();
+        let first = missed[0].clone();
         let up = Instant::now();
         while log_at(&peers, 4, &first).await.is_none() {
             assert!(
@@ -514,11 +532,13 @@ fn a_replica_back_from_an_outage_catches_up_the_groups_it_missed_though_none_is_
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        // No writes since: only its sweep finds what it lacks.
-        read_only_replica_holds(&peers, &newest, patience, "back from its outage").await;
+        // No writes since: only its sweep finds what it lacks — for the new groups,
+        // that they exist at all.
+        let back = "back from its outage";
+        read_only_replica_holds(&peers, (&missed, &newest), patience, back).await;
         // And it serves what was acknowledged.
         let at_d = connect(&config, "D").await;
-        for group in idle_groups() {
+        for group in missed {
             let read = at_d
                 .read(
                     &group,

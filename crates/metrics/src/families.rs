@@ -256,6 +256,7 @@ pub struct ReplicaMetrics {
     call_requests: Histogram,
     applied: Counter,
     snapshot_installs: Counter,
+    snapshot_installs_failed: Counter,
     catchup_requests: Counter,
     groups_behind: Gauge,
     positions_behind: Gauge,
@@ -283,6 +284,7 @@ impl Default for ReplicaMetrics {
             call_requests: Histogram::new(exponential_buckets(1.0, 2.0, 9)),
             applied: Counter::default(),
             snapshot_installs: Counter::default(),
+            snapshot_installs_failed: Counter::default(),
             catchup_requests: Counter::default(),
             groups_behind: Gauge::default(),
             placement_version: Gauge::default(),
@@ -336,6 +338,11 @@ impl ReplicaMetrics {
             "snapshot_installs",
             "Snapshots installed (catching up past a peer's truncation)",
             self.snapshot_installs.clone(),
+        );
+        r.register(
+            "snapshot_installs_failed",
+            "Snapshots asked for and not installed (no answer, or refused): the group stays behind until one is",
+            self.snapshot_installs_failed.clone(),
         );
         r.register(
             "catchup_requests",
@@ -521,6 +528,11 @@ impl ReplicaMetrics {
         self.applied.inc_by(applied);
         self.snapshot_installs.inc_by(installs);
         self.catchup_requests.inc_by(catchup_requests);
+    }
+
+    /// A snapshot asked for was not installed.
+    pub fn install_failed(&self) {
+        self.snapshot_installs_failed.inc();
     }
 }
 

@@ -78,12 +78,13 @@ pub use proposer::resolve::Resolution;
 pub use proposer::{ProposerConfig, Timeouts};
 pub use replica::{
     Batch, BatchCounts, CHANGED_GROUPS_MAX, CHOSEN_REMEMBERED, ChangeToken, CopyMark,
-    DRIVER_CLIENT, DUE_PROBES_MAX, GroupList, GroupLog, GroupSnapshot, HISTORY_KEPT,
-    Input as ReplicaInput, Output as ReplicaOutput, REGISTRY_PREFIX, RangeCopy, Rejoin, Released,
-    Replica, ReplicaConfig, ReplicaLag, SERVER_PLACEMENT_ROW, ServerPlacementError, SweepConfig,
-    TRUNCATE_EVERY, VoterPassHeld, VoterPassRefused, VoterPassReport, answer_read, answer_snapshot,
-    copy_range, export_pages, group_state_spans, list_groups, load_group, load_server_placement,
-    range_bytes, register_group, registered_in, retire_range, span_keys,
+    DRIVER_CLIENT, DUE_PROBES_MAX, FailedInstall, GroupList, GroupLog, GroupSnapshot, HISTORY_KEPT,
+    Input as ReplicaInput, InstallFailure, Output as ReplicaOutput, REGISTRY_PREFIX, RangeCopy,
+    Rejoin, Released, Replica, ReplicaConfig, ReplicaLag, SERVER_PLACEMENT_ROW,
+    ServerPlacementError, SweepConfig, TRUNCATE_EVERY, VoterPassHeld, VoterPassRefused,
+    VoterPassReport, answer_read, answer_snapshot, copy_range, export_pages, group_state_spans,
+    list_groups, load_group, load_server_placement, range_bytes, register_group, registered_in,
+    retire_range, span_keys,
 };
 pub use two_phase::collect::{AfterPage, COLLECT_PAGE, CollectedDecisions, CollectionPass};
 pub use two_phase::commit::{Participant, TwoPhaseResult};

@@ -174,7 +174,24 @@ pub enum ReplicaRequest {
         /// changed.
         routed_by: Option<Version>,
     },
+    /// Up to `limit` of the groups this replica holds (its registry) after `after`, in
+    /// key order: a replica back from a restart lists its peers' to find the groups
+    /// first written while it was down, which its own registry lacks (`peer_listing`).
+    ListGroups {
+        /// Request id.
+        id: u64,
+        /// Where the listing stands (`None`: from the first group).
+        after: Option<EgId>,
+        /// At most this many (the replica answers at most [`LIST_GROUPS_MAX`]).
+        limit: usize,
+        /// Which of the slot's servers to ask (`None`: its first server); a placed
+        /// replica lists every server holding a slot of its ranges.
+        server: Option<ServerId>,
+    },
 }
+
+/// Groups one [`ReplicaRequest::ListGroups`] is answered with at most.
+pub const LIST_GROUPS_MAX: usize = 1024;
 
 impl ReplicaRequest {
     /// The entity group it concerns (`None`: a global index scan, of no one group).
@@ -188,7 +205,9 @@ impl ReplicaRequest {
             | ReplicaRequest::AwaitVisible { eg, .. }
             | ReplicaRequest::Read { eg, .. }
             | ReplicaRequest::Snapshot { eg, .. } => eg,
-            ReplicaRequest::ScanGlobal { .. } => return None,
+            ReplicaRequest::ScanGlobal { .. } | ReplicaRequest::ListGroups { .. } => {
+                return None;
+            }
         })
     }
 
@@ -196,7 +215,8 @@ impl ReplicaRequest {
     /// the host routes it by its group, or to the slot's first server).
     pub fn named_server(&self) -> Option<ServerId> {
         match self {
-            ReplicaRequest::ScanGlobal { server, .. } => *server,
+            ReplicaRequest::ScanGlobal { server, .. }
+            | ReplicaRequest::ListGroups { server, .. } => *server,
             _ => None,
         }
     }
@@ -212,7 +232,8 @@ impl ReplicaRequest {
             | ReplicaRequest::AwaitVisible { id, .. }
             | ReplicaRequest::Read { id, .. }
             | ReplicaRequest::Snapshot { id, .. }
-            | ReplicaRequest::ScanGlobal { id, .. } => *id,
+            | ReplicaRequest::ScanGlobal { id, .. }
+            | ReplicaRequest::ListGroups { id, .. } => *id,
         }
     }
 }
@@ -484,6 +505,13 @@ pub enum ReplicaReply {
         /// entry at `at` (`None` for every other read).
         next_leader: Option<ReplicaId>,
     },
+    /// To [`ReplicaRequest::ListGroups`].
+    Groups {
+        /// Request id.
+        id: u64,
+        /// Up to the request's limit, in key order (fewer: the registry ended).
+        groups: Vec<EgId>,
+    },
     /// The request failed.
     Error {
         /// Request id.
@@ -504,6 +532,7 @@ impl ReplicaReply {
             | ReplicaReply::Log { id, .. }
             | ReplicaReply::Data { id, .. }
             | ReplicaReply::Snapshot { id, .. }
+            | ReplicaReply::Groups { id, .. }
             | ReplicaReply::Error { id, .. } => *id,
         }
     }

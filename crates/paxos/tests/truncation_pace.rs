@@ -4,15 +4,17 @@
 //! that their logs — in memory and in their root rows — grew for as long as the writes
 //! went on. A replica that does not answer (down, or cut off) holds truncation back
 //! only until a group's log outgrew the outage bound. A replica that starts probes
-//! every registered group within its first sweeps, not one a sweep.
+//! every registered group within its first sweeps, not one a sweep, and every group
+//! the other replicas' registries list that it never persisted. A snapshot install
+//! that does not happen is reported to the host.
 
 mod support;
 
 use std::collections::BTreeSet;
 
 use megastore_paxos::{
-    Batch, DUE_PROBES_MAX, LogEntry, LogState, Message, ProtocolBugs, Replica, ReplicaConfig,
-    ReplicaInput, ReplicaReply, ReplicaRequest,
+    Batch, DUE_PROBES_MAX, FailedInstall, InstallFailure, LogEntry, LogState, Message,
+    ProtocolBugs, Replica, ReplicaConfig, ReplicaInput, ReplicaReply, ReplicaRequest,
 };
 use megastore_rowstore::MemoryStore;
 use megastore_types::{EgId, NodeId, Position, ReplicaId, Time};
@@ -337,4 +339,258 @@ fn a_replica_that_starts_probes_every_registered_group_within_its_first_sweeps()
         let these: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
         assert!(these.len() <= 1, "sweep {sweep}: {these:?}");
     }
+}
+
+/// The registry listings the sends ask for: to whom, the request's id, and where it
+/// stands.
+fn listings(sends: &[(NodeId, Message)]) -> Vec<(ReplicaId, u64, Option<EgId>)> {
+    sends
+        .iter()
+        .filter_map(|(to, m)| match (to, m) {
+            (
+                NodeId::Replica(r),
+                Message::ReplicaRequest(ReplicaRequest::ListGroups {
+                    id, after, limit, ..
+                }),
+            ) => {
+                assert_eq!(*limit, DUE_PROBES_MAX, "a page is a start pass's sweep");
+                Some((*r, *id, after.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn named(prefix: &str, range: std::ops::Range<usize>) -> Vec<EgId> {
+    range
+        .map(|i| EgId(format!("{prefix}-{i:03}").into_bytes()))
+        .collect()
+}
+
+/// Replica `from`'s answer to listing `id`.
+fn groups_from(from: u16, id: u64, groups: &[EgId]) -> ReplicaInput {
+    ReplicaInput::Message {
+        from: NodeId::Replica(ReplicaId(from)),
+        message: Message::ReplicaReply(ReplicaReply::Groups {
+            id,
+            groups: groups.to_vec(),
+        }),
+    }
+}
+
+#[test]
+fn a_replica_that_starts_probes_the_groups_its_peers_hold_and_it_never_persisted() {
+    // Groups first written while a replica was down are in no registry of its own, and
+    // no later write need reach it: its start pass lists the other replicas'.
+    for cache in [None, Some(8)] {
+        let store = MemoryStore::new();
+        let mut replica = replica_caching(cache);
+        let known = named("known", 0..40);
+        for eg in &known {
+            write_positions(&mut replica, &store, eg, 2);
+        }
+        let mut replica = replica_caching(cache);
+        let sends = step(&mut replica, &store, at(1000), ReplicaInput::Tick);
+        let asked = listings(&sends);
+        let to: Vec<u16> = asked.iter().map(|(r, _, _)| r.0).collect();
+        assert_eq!(
+            to,
+            [2, 3, 4],
+            "{cache:?}: every other replica, from the start"
+        );
+        assert!(asked.iter().all(|(_, _, after)| after.is_none()));
+        let id_of = |r: u16| asked.iter().find(|a| a.0.0 == r).unwrap().1;
+
+        // Replica 2's first page: the groups this one holds, then 216 it never had.
+        let new = named("new", 0..231);
+        let page: Vec<EgId> = known.iter().chain(&new[..216]).cloned().collect();
+        assert_eq!(page.len(), DUE_PROBES_MAX);
+        let sends = step(
+            &mut replica,
+            &store,
+            at(1010),
+            groups_from(2, id_of(2), &page),
+        );
+        let probed: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
+        let expected: BTreeSet<EgId> = new[..216].iter().cloned().collect();
+        assert_eq!(
+            probed, expected,
+            "{cache:?}: exactly the groups never persisted"
+        );
+        // Replica 3 holds one more group, and its registry ends there.
+        let only_at_3 = named("only-at-3", 0..1);
+        let sends = step(
+            &mut replica,
+            &store,
+            at(1020),
+            groups_from(3, id_of(3), &only_at_3),
+        );
+        let probed: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
+        assert_eq!(probed, only_at_3.iter().cloned().collect(), "{cache:?}");
+
+        // The next sweep: replica 2 for its next page, replica 4 (no answer) again,
+        // replica 3 (listed to its end) no more.
+        let sends = step(&mut replica, &store, at(2000), ReplicaInput::Tick);
+        let asked_again = listings(&sends);
+        let again: Vec<(u16, Option<EgId>)> = (asked_again.iter())
+            .map(|(r, _, after)| (r.0, after.clone()))
+            .collect();
+        assert_eq!(again, [(2, Some(new[215].clone())), (4, None)], "{cache:?}");
+        // A late answer to a listing given up on is not taken.
+        let late = named("late", 0..3);
+        let sends = step(
+            &mut replica,
+            &store,
+            at(2005),
+            groups_from(4, id_of(4), &late),
+        );
+        assert!(probes(&sends).is_empty(), "{cache:?}: {sends:?}");
+        let id_of = |r: u16| asked_again.iter().find(|a| a.0.0 == r).unwrap().1;
+        let sends = step(
+            &mut replica,
+            &store,
+            at(2010),
+            groups_from(2, id_of(2), &new[216..]),
+        );
+        let probed: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
+        assert_eq!(probed, new[216..].iter().cloned().collect(), "{cache:?}");
+        let sends = step(
+            &mut replica,
+            &store,
+            at(2020),
+            groups_from(4, id_of(4), &[]),
+        );
+        assert!(probes(&sends).is_empty(), "{cache:?}");
+        // Every registry listed to its end: the pass is over.
+        for sweep in 3..6 {
+            let sends = step(&mut replica, &store, at(sweep * 1000), ReplicaInput::Tick);
+            assert!(listings(&sends).is_empty(), "{cache:?}: sweep {sweep}");
+        }
+    }
+}
+
+#[test]
+fn a_replica_lists_its_registry_to_a_peer_a_page_at_a_time() {
+    let store = MemoryStore::new();
+    let mut replica = replica_caching(Some(8));
+    let groups = named("held", 0..5);
+    for eg in &groups {
+        write_positions(&mut replica, &store, eg, 1);
+    }
+    let mut ask = |id, after: Option<&EgId>, limit| {
+        let input = ReplicaInput::Message {
+            from: NodeId::Replica(ReplicaId(2)),
+            message: Message::ReplicaRequest(ReplicaRequest::ListGroups {
+                id,
+                after: after.cloned(),
+                limit,
+                server: None,
+            }),
+        };
+        let sends = step(&mut replica, &store, at(0), input);
+        let answers: Vec<(NodeId, u64, Vec<EgId>)> = sends
+            .into_iter()
+            .filter_map(|(to, m)| match m {
+                Message::ReplicaReply(ReplicaReply::Groups { id, groups }) => {
+                    Some((to, id, groups))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(answers.len(), 1, "one answer");
+        let (to, answered, listed) = answers.into_iter().next().unwrap();
+        assert_eq!((to, answered), (NodeId::Replica(ReplicaId(2)), id));
+        listed
+    };
+    assert_eq!(ask(1, None, 3), groups[..3]);
+    assert_eq!(ask(2, Some(&groups[2]), 3), groups[3..]);
+    assert!(ask(3, Some(&groups[4]), 3).is_empty());
+    // However many are asked for, at most LIST_GROUPS_MAX (all 5 here).
+    assert_eq!(ask(4, None, usize::MAX), groups);
+}
+
+/// Steps the replica; the sends and the snapshot installs that did not happen.
+fn step_reporting(
+    replica: &mut Replica,
+    store: &MemoryStore,
+    now: Time,
+    input: ReplicaInput,
+) -> (Vec<(NodeId, Message)>, Vec<FailedInstall>) {
+    let mut batch = Batch::new();
+    replica.step_into(now, input, store, &mut batch).unwrap();
+    let failed = batch.take_failed_installs();
+    assert_eq!(batch.counts().failed_installs, failed.len() as u64);
+    (batch.release(store).unwrap().sends, failed)
+}
+
+#[test]
+fn a_snapshot_install_that_does_not_happen_is_reported() {
+    // Two groups a peer lists and this replica never had, truncated everywhere else
+    // through 40: each probe asks for a snapshot. One source refuses, one never answers.
+    let store = MemoryStore::new();
+    let mut replica = replica_caching(Some(8));
+    let (sends, _) = step_reporting(&mut replica, &store, at(1000), ReplicaInput::Tick);
+    let (_, id, _) = listings(&sends)[0].clone();
+    let groups = named("behind", 0..2);
+    let (sends, _) = step_reporting(&mut replica, &store, at(1001), groups_from(2, id, &groups));
+    let truncated_40 = LogState {
+        highest: Position(50),
+        visible: Position(50),
+        applied: Position(50),
+        truncated: Position(40),
+        next_leader: Some(ReplicaId(2)),
+    };
+    let mut snapshots = Vec::new();
+    for (r, id, _) in probes(&sends) {
+        let reply = ReplicaInput::Message {
+            from: NodeId::Replica(r),
+            message: Message::ReplicaReply(ReplicaReply::LogState {
+                id,
+                state: truncated_40,
+            }),
+        };
+        let (sends, failed) = step_reporting(&mut replica, &store, at(1002), reply);
+        assert!(failed.is_empty());
+        snapshots.extend(sends.into_iter().filter_map(|(to, m)| match (to, m) {
+            (NodeId::Replica(r), Message::ReplicaRequest(ReplicaRequest::Snapshot { id, eg })) => {
+                Some((r, id, eg))
+            }
+            _ => None,
+        }));
+    }
+    let asked: Vec<EgId> = snapshots.iter().map(|(_, _, eg)| eg.clone()).collect();
+    assert_eq!(asked, groups, "a snapshot asked for each group");
+    // The first group's source refuses.
+    let (source, id, _) = snapshots[0].clone();
+    let error = megastore_paxos::ReplicaError::NotApplied {
+        applied: Position(3),
+    };
+    let refusal = ReplicaInput::Message {
+        from: NodeId::Replica(source),
+        message: Message::ReplicaReply(ReplicaReply::Error {
+            id,
+            error: error.clone(),
+        }),
+    };
+    let (_, failed) = step_reporting(&mut replica, &store, at(1003), refusal);
+    assert_eq!(
+        failed,
+        [FailedInstall {
+            eg: groups[0].clone(),
+            source,
+            why: InstallFailure::Refused(error),
+        }]
+    );
+    // The second's never answers: reported once the RPC timeout (100 ms) passed.
+    let (_, failed) = step_reporting(&mut replica, &store, at(1050), ReplicaInput::Tick);
+    assert!(failed.is_empty(), "{failed:?}");
+    let (_, failed) = step_reporting(&mut replica, &store, at(1150), ReplicaInput::Tick);
+    assert_eq!(
+        failed,
+        [FailedInstall {
+            eg: groups[1].clone(),
+            source: snapshots[1].0,
+            why: InstallFailure::NoAnswer,
+        }]
+    );
 }

@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use megastore_config::{ClusterConfig, resolve_address};
 use megastore_paxos::{
-    Batch, Message, Replica, ReplicaConfig, ReplicaInput, ReplicaReply, ReplicaRequest,
+    Batch, FailedInstall, Message, Replica, ReplicaConfig, ReplicaInput, ReplicaReply,
+    ReplicaRequest,
 };
 use megastore_placement::ServerPlacement;
 use megastore_rowstore::RowRead;
@@ -209,6 +210,7 @@ impl ReplicaProcess {
             waiting: BTreeMap::new(),
             next_caller: 0,
             pass_waiters: Vec::new(),
+            install_warned: BTreeMap::new(),
             wake: None,
             evicted_counted: 0,
             open_index_kept,
@@ -399,6 +401,12 @@ type PassWaiter = (
     oneshot::Sender<Result<megastore_paxos::VoterPassHeld, megastore_paxos::VoterPassRefused>>,
 );
 
+/// How often a failed snapshot install of one group is logged at most.
+const INSTALL_WARN_EVERY: Duration = Duration::from_secs(60);
+/// Groups whose failed installs are logged within one [`INSTALL_WARN_EVERY`] at most
+/// (the metric counts every failure).
+const INSTALL_WARNED_MAX: usize = 64;
+
 struct Driver {
     metrics: ReplicaMetrics,
     core: Replica,
@@ -412,6 +420,8 @@ struct Driver {
     next_caller: u32,
     /// Operators waiting for a voter catch-up pass, by its range and change.
     pass_waiters: Vec<PassWaiter>,
+    /// When a failed snapshot install of each group was last logged.
+    install_warned: BTreeMap<EgId, std::time::Instant>,
     wake: Option<Time>,
     /// When the lag and cache gauges were last updated.
     lag_measured: std::time::Instant,
@@ -734,6 +744,30 @@ impl Driver {
         }
     }
 
+    /// Counts a snapshot install that did not happen, and logs it — once a minute per
+    /// group at most, for up to [`INSTALL_WARNED_MAX`] groups at once: a group stuck
+    /// behind is asked for again at every sweep.
+    fn report_failed_install(&mut self, failed: FailedInstall) {
+        self.metrics.install_failed();
+        let now = std::time::Instant::now();
+        self.install_warned
+            .retain(|_, at| now.duration_since(*at) < INSTALL_WARN_EVERY);
+        if self.install_warned.len() >= INSTALL_WARNED_MAX
+            || self.install_warned.contains_key(&failed.eg)
+        {
+            return;
+        }
+        tracing::warn!(
+            "group {}: the snapshot asked of replica {} was not installed: {}; the group \
+             stays behind here (its snapshot and inconsistent reads serve older state) \
+             until an install succeeds, asked again at every sweep",
+            failed.eg,
+            failed.source.0,
+            failed.why
+        );
+        self.install_warned.insert(failed.eg, now);
+    }
+
     fn count(&self, request: &ReplicaRequest) {
         let kind = match request {
             ReplicaRequest::Prepare { .. } => "prepare",
@@ -748,6 +782,7 @@ impl Driver {
             ReplicaRequest::Read { .. } => "read",
             ReplicaRequest::Snapshot { .. } => "snapshot",
             ReplicaRequest::ScanGlobal { .. } => "scan_global",
+            ReplicaRequest::ListGroups { .. } => "list_groups",
         };
         self.metrics.request(kind);
     }
@@ -843,6 +878,9 @@ impl Driver {
             for eg in batch.decided_groups() {
                 let _ = decided.send(eg.clone());
             }
+        }
+        for failed in batch.take_failed_installs() {
+            self.report_failed_install(failed);
         }
         let counts = batch.counts();
         self.metrics

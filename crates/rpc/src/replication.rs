@@ -312,6 +312,20 @@ impl From<ReplicaRequest> for pb::ReplicaRequest {
                     routed_by: routed_by.map(|v| v.0),
                 }),
             ),
+            ReplicaRequest::ListGroups {
+                id,
+                after,
+                limit,
+                server,
+            } => (
+                id,
+                EgId(Vec::new()),
+                r::Request::ListGroups(r::ListGroups {
+                    after: after.map(|eg| eg.0),
+                    limit: limit as u64,
+                    server: server.map(|s| u32::from(s.0)),
+                }),
+            ),
         };
         pb::ReplicaRequest {
             id,
@@ -391,6 +405,15 @@ impl TryFrom<pb::ReplicaRequest> for ReplicaRequest {
                     routed_by: scan.routed_by.map(Version),
                 }
             }
+            r::Request::ListGroups(list) => ReplicaRequest::ListGroups {
+                id,
+                after: list.after.map(EgId),
+                limit: narrow(list.limit, "list_groups.limit")?,
+                server: list
+                    .server
+                    .map(|s| narrow(u64::from(s), "list_groups.server").map(ServerId))
+                    .transpose()?,
+            },
         })
     }
 }
@@ -619,6 +642,12 @@ impl From<ReplicaReply> for pb::ReplicaReply {
                     rows: rows.into_iter().map(row_to_wire).collect(),
                 }),
             ),
+            ReplicaReply::Groups { id, groups } => (
+                id,
+                r::Reply::Groups(r::Groups {
+                    groups: groups.into_iter().map(|eg| eg.0).collect(),
+                }),
+            ),
             ReplicaReply::Error { id, error } => (id, r::Reply::Error(error_to_wire(error))),
         };
         pb::ReplicaReply {
@@ -670,6 +699,10 @@ impl TryFrom<pb::ReplicaReply> for ReplicaReply {
                 at: Position(s.at),
                 slot: slot_from_wire(s.slot)?,
                 rows: s.rows.into_iter().map(row_from_wire).collect(),
+            },
+            r::Reply::Groups(g) => ReplicaReply::Groups {
+                id,
+                groups: g.groups.into_iter().map(EgId).collect(),
             },
             r::Reply::Error(e) => ReplicaReply::Error {
                 id,

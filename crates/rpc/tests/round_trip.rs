@@ -194,6 +194,18 @@ fn requests() -> Vec<ReplicaRequest> {
             server: None,
             routed_by: None,
         },
+        ReplicaRequest::ListGroups {
+            id,
+            after: Some(EgId(b"g\x00".to_vec())),
+            limit: 256,
+            server: Some(megastore_placement::ServerId(12)),
+        },
+        ReplicaRequest::ListGroups {
+            id,
+            after: None,
+            limit: 1,
+            server: None,
+        },
     ]
 }
 
@@ -242,6 +254,14 @@ fn replies() -> Vec<ReplicaReply> {
             at: Position(4),
             slot: slot(true),
             rows: rows(),
+        },
+        ReplicaReply::Groups {
+            id,
+            groups: vec![EgId(b"a".to_vec()), EgId(Vec::new()), EgId(vec![0xff, 0])],
+        },
+        ReplicaReply::Groups {
+            id,
+            groups: Vec::new(),
         },
     ];
     replies.extend(

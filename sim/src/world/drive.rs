@@ -144,6 +144,7 @@ impl World {
             }
         }
         self.stats.installs += counts.installs;
+        self.stats.failed_installs += counts.failed_installs;
         self.stats.collections += counts.collections;
         let voted = matches!(
             handled,

@@ -168,6 +168,14 @@ impl<K: Clone + Ord> Wiring<K> {
         }
     }
 
+    /// A request id of the same sequence as its operations' (so never one of theirs),
+    /// for a request about no operation: its answer has no route.
+    pub(crate) fn unrouted_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id = id.wrapping_add(1);
+        id
+    }
+
     /// The operation that sent request `id`.
     pub(crate) fn route(&self, id: u64) -> Option<&K> {
         self.routes.get(&id)

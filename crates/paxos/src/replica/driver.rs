@@ -36,7 +36,7 @@ use megastore_rowstore::{
     Durability, KeyRange, LATEST, RowMutation, RowStore, RowStoreError, ScanOptions,
     check_rows_in_range,
 };
-use megastore_types::{ClientId, EgId, NodeId, Time};
+use megastore_types::{ClientId, EgId, NodeId, ReplicaId, Time};
 
 use super::{Input, Output, Replica, answer_read, answer_snapshot};
 use crate::entry::{data_range, global_index_range, group_range};
@@ -77,6 +77,7 @@ pub struct Batch {
     applied: BTreeMap<EgId, u64>,
     counts: BatchCounts,
     voter_passes: Vec<super::VoterPassReport>,
+    failed_installs: Vec<FailedInstall>,
     held: Vec<RowMutation>,
     held_bytes: usize,
 }
@@ -90,10 +91,23 @@ pub struct BatchCounts {
     pub applies: u64,
     /// Snapshots installed.
     pub installs: u64,
+    /// Snapshot installs asked for that did not happen ([`Batch::take_failed_installs`]).
+    pub failed_installs: u64,
     /// Garbage collections run.
     pub collections: u64,
     /// Catch-up requests sent to other replicas (`ReadLog`, `Snapshot`).
     pub catchup_requests: u64,
+}
+
+/// A snapshot install that did not happen ([`super::Output::InstallFailed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedInstall {
+    /// The group.
+    pub eg: EgId,
+    /// The replica asked for the snapshot.
+    pub source: ReplicaId,
+    /// Why.
+    pub why: super::InstallFailure,
 }
 
 /// What may happen once a batch is released.
@@ -143,6 +157,12 @@ impl Batch {
     /// batch, so they need not wait for its sync).
     pub fn take_voter_passes(&mut self) -> Vec<super::VoterPassReport> {
         std::mem::take(&mut self.voter_passes)
+    }
+
+    /// The snapshot installs that did not happen in this batch: what a host reports
+    /// (a group needing one stays behind until one does).
+    pub fn take_failed_installs(&mut self) -> Vec<FailedInstall> {
+        std::mem::take(&mut self.failed_installs)
     }
 
     /// What the batch did so far.
@@ -300,7 +320,8 @@ fn uses_store_now(output: &Output) -> bool {
         | Output::Install { .. }
         | Output::Send { .. }
         | Output::WakeAt(_)
-        | Output::VoterPassEnded(_) => false,
+        | Output::VoterPassEnded(_)
+        | Output::InstallFailed { .. } => false,
     }
 }
 
@@ -333,9 +354,14 @@ fn carry_out<S: RowStore>(
             which,
             after,
             limit,
+            for_peer,
         } => {
             let groups = super::list(store, which, after.as_ref(), limit)?;
-            return Ok(Some(Input::Listed { which, groups }));
+            return Ok(Some(Input::Listed {
+                which,
+                groups,
+                for_peer,
+            }));
         }
         Output::ListData { eg } => {
             let rows = store.scan(&data_range(&eg), LATEST, &ScanOptions::default())?;
@@ -433,6 +459,12 @@ fn carry_out<S: RowStore>(
             return Ok(Some(Input::VoterPassListed { groups }));
         }
         Output::VoterPassEnded(report) => batch.voter_passes.push(report),
+        Output::InstallFailed { eg, source, why } => {
+            batch.counts.failed_installs += 1;
+            batch
+                .failed_installs
+                .push(FailedInstall { eg, source, why });
+        }
     }
     Ok(None)
 }

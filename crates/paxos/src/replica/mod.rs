@@ -30,6 +30,7 @@ mod checks;
 mod driver;
 mod group;
 mod move_deltas;
+mod peer_listing;
 mod placed;
 mod range_copy;
 mod range_state;
@@ -46,7 +47,7 @@ use megastore_types::{
 };
 
 pub use awaiting::{AWAIT_MAX, AWAITING_MAX};
-pub use driver::{Batch, BatchCounts, DRIVER_CLIENT, Released, load_group};
+pub use driver::{Batch, BatchCounts, DRIVER_CLIENT, FailedInstall, Released, load_group};
 pub use group::{CHOSEN_REMEMBERED, GroupLog, GroupSnapshot, HISTORY_KEPT, Proposal, Rejoin};
 pub use move_deltas::{CHANGED_GROUPS_MAX, ChangeToken, CopyMark};
 pub use placed::{SERVER_PLACEMENT_ROW, ServerPlacementError, load_server_placement, span_keys};
@@ -55,7 +56,7 @@ pub use range_state::{group_state_spans, range_bytes, retire_range};
 pub use registry::{
     GroupList, OPEN_PREFIX, REGISTRY_PREFIX, list, list_groups, register_group, registered_in,
 };
-pub use sweep::{DUE_PROBES_MAX, SweepConfig, TRUNCATE_EVERY};
+pub use sweep::{DUE_PROBES_MAX, InstallFailure, SweepConfig, TRUNCATE_EVERY};
 pub use voter_pass::{VoterPassHeld, VoterPassRefused, VoterPassReport};
 
 use awaiting::{Awaiter, Awaiting};
@@ -65,7 +66,9 @@ use sweep::{SweepAction, Sweeper};
 use crate::bugs::ProtocolBugs;
 use crate::cells::{SlotRecord, StoredGroup};
 use crate::entry::{data_range, global_index_range, group_of_root_row, root_row};
-use crate::messages::{DataQuery, Message, ReadAt, ReplicaError, ReplicaReply, ReplicaRequest};
+use crate::messages::{
+    DataQuery, LIST_GROUPS_MAX, Message, ReadAt, ReplicaError, ReplicaReply, ReplicaRequest,
+};
 
 /// How a replica runs.
 #[derive(Debug, Clone)]
@@ -121,6 +124,8 @@ pub enum Input {
         which: GroupList,
         /// Up to its `limit`, in key order (fewer: the list ended).
         groups: Vec<EgId>,
+        /// The output's `for_peer`.
+        for_peer: Option<(NodeId, u64)>,
     },
     /// The group's data rows, as the store holds them, that the replica asked for with
     /// [`Output::ListData`] for a snapshot install.
@@ -175,8 +180,9 @@ pub enum Output {
     },
     /// List up to `limit` groups of list `which` after `after` ([`list`])
     /// and feed them back as [`Input::Listed`]. The registry is listed for the sweep's
-    /// walk with a bounded cache, and to load every group at start without one; the
-    /// open index, to load the groups with work left at start with a bounded cache.
+    /// walk with a bounded cache, to load every group at start without one, and to
+    /// answer a peer's [`ReplicaRequest::ListGroups`]; the open index, to load the
+    /// groups with work left at start with a bounded cache.
     ListGroups {
         /// Which list.
         which: GroupList,
@@ -184,6 +190,9 @@ pub enum Output {
         after: Option<EgId>,
         /// How many.
         limit: usize,
+        /// The peer whose request it answers, and the request's id (`None`: the
+        /// replica's own listing).
+        for_peer: Option<(NodeId, u64)>,
     },
     /// Read every data row of the group ([`crate::data_range`]) at the latest state
     /// and feed them back as [`Input::DataListed`]: a snapshot install onto a log that
@@ -305,6 +314,18 @@ pub enum Output {
     },
     /// A voter catch-up pass ended: hand the report to whoever asked for it.
     VoterPassEnded(VoterPassReport),
+    /// A snapshot install the sweep asked `source` for did not happen: the group stays
+    /// behind (its snapshot and inconsistent reads here serve older state) until a
+    /// later sweep's install does. For the host's metrics and log — quiet, a replica
+    /// stuck behind a group it cannot install showed nothing.
+    InstallFailed {
+        /// The group.
+        eg: EgId,
+        /// The replica asked.
+        source: ReplicaId,
+        /// Why.
+        why: InstallFailure,
+    },
     /// Write the server's placement ([`SERVER_PLACEMENT_ROW`]: the placement it judges
     /// by and its freezes), synced: sends after it wait until it is durable, and
     /// nothing after it (a retirement) is durable without it.
@@ -363,6 +384,9 @@ pub struct Replica {
     walk_after: Option<EgId>,
     /// Groups the walk is loading, to probe once loaded.
     probe_when_loaded: BTreeSet<EgId>,
+    /// Groups another replica's registry listed (`peer_listing`), loading: probed once
+    /// loaded if this replica's store had no root row of theirs.
+    probe_if_new: BTreeSet<EgId>,
     /// Groups dropped from memory so far.
     evictions: u64,
     /// The server's placement (`None`: not placed, every group is served).
@@ -414,6 +438,7 @@ impl Replica {
             started: false,
             walk_after: None,
             probe_when_loaded: BTreeSet::new(),
+            probe_if_new: BTreeSet::new(),
             evictions: 0,
             placement: None,
             now: Time(0),
@@ -502,6 +527,7 @@ impl Replica {
                 which: self.start_list(),
                 after: None,
                 limit: START_PAGE,
+                for_peer: None,
             });
         }
         match input {
@@ -517,6 +543,18 @@ impl Replica {
                         ..
                     }),
             } => self.scan_global(from, id, (range, limit, reverse), routed_by, &mut out),
+            Input::Message {
+                from,
+                message:
+                    Message::ReplicaRequest(ReplicaRequest::ListGroups {
+                        id, after, limit, ..
+                    }),
+            } => out.push(Output::ListGroups {
+                which: GroupList::Registered,
+                after,
+                limit: limit.min(LIST_GROUPS_MAX),
+                for_peer: Some((from, id)),
+            }),
             Input::Message {
                 from,
                 message: Message::ReplicaRequest(request),
@@ -571,7 +609,16 @@ impl Replica {
                 self.start_voter_pass(range, changed_at, &mut out)
             }
             Input::VoterPassListed { groups } => self.voter_pass_listed(groups),
-            Input::Listed { which, groups } => self.listed(which, groups, &mut out),
+            Input::Listed {
+                groups,
+                for_peer: Some((to, id)),
+                ..
+            } => reply(&mut out, to, ReplicaReply::Groups { id, groups }),
+            Input::Listed {
+                which,
+                groups,
+                for_peer: None,
+            } => self.listed(which, groups, &mut out),
             Input::Tick => {
                 let Self {
                     sweeper, groups, ..
@@ -587,6 +634,7 @@ impl Replica {
                             which: GroupList::Registered,
                             after: self.walk_after.clone(),
                             limit,
+                            for_peer: None,
                         });
                     }
                 }
@@ -624,6 +672,10 @@ impl Replica {
                     }
                 }
                 SweepAction::Hold(eg, hold) => self.voter_pass_hold(&eg, hold),
+                SweepAction::PeersHold(groups) => self.peers_hold(groups, &mut out),
+                SweepAction::InstallFailed { eg, source, why } => {
+                    out.push(Output::InstallFailed { eg, source, why })
+                }
             }
         }
         self.drive_voter_pass(&mut out);
@@ -804,6 +856,7 @@ impl Replica {
                 which,
                 after: groups.last().cloned(),
                 limit: START_PAGE,
+                for_peer: None,
             });
         }
         for eg in groups {
@@ -824,6 +877,33 @@ impl Replica {
                     if walk {
                         self.probe_when_loaded.insert(eg.clone());
                     }
+                    let from = NodeId::Client(DRIVER_CLIENT);
+                    self.handle(from, ReplicaRequest::LogState { id: 0, eg }, out);
+                }
+            }
+        }
+    }
+
+    /// Groups another replica holds (`peer_listing`): each this replica serves but has
+    /// never persisted — its store has no root row of it, so the group was first
+    /// written while it was away — is probed (loaded first if it is not), which
+    /// catches it up or installs a snapshot. Groups it holds are left to its own
+    /// registry walk.
+    fn peers_hold(&mut self, groups: Vec<EgId>, out: &mut Vec<Output>) {
+        for eg in groups {
+            if self.refusal(&eg).is_some() {
+                continue;
+            }
+            match self.groups.get(&eg) {
+                Some(GroupSlot::Ready(_)) if self.unregistered.contains(&eg) => {
+                    self.probe(&eg, out)
+                }
+                Some(GroupSlot::Loading(_)) => {
+                    self.probe_if_new.insert(eg);
+                }
+                Some(_) => {}
+                None => {
+                    self.probe_if_new.insert(eg.clone());
                     let from = NodeId::Client(DRIVER_CLIENT);
                     self.handle(from, ReplicaRequest::LogState { id: 0, eg }, out);
                 }
@@ -884,7 +964,9 @@ impl Replica {
         let Some(GroupSlot::Loading(waiting)) = self.groups.remove(&eg) else {
             return;
         };
-        let probe = self.probe_when_loaded.remove(&eg);
+        let walked = self.probe_when_loaded.remove(&eg);
+        let new_here = self.probe_if_new.remove(&eg) && row.is_none();
+        let probe = walked || new_here;
         match StoredGroup::from_row(row) {
             Ok(stored) => {
                 let bugs = self.config.bugs;
@@ -999,7 +1081,7 @@ impl Replica {
     fn handle(&mut self, from: NodeId, request: ReplicaRequest, out: &mut Vec<Output>) {
         let eg = request
             .eg()
-            .expect("every request but a global scan names its group")
+            .expect("every request but a global scan and a listing names its group")
             .clone();
         if let Some(error) = self.refusal(&eg) {
             let id = request.id();
@@ -1269,8 +1351,8 @@ impl Replica {
                     return;
                 }
             }
-            ReplicaRequest::ScanGlobal { .. } => {
-                unreachable!("a global scan is answered before any group is looked up")
+            ReplicaRequest::ScanGlobal { .. } | ReplicaRequest::ListGroups { .. } => {
+                unreachable!("a global scan or a listing is answered before any group is looked up")
             }
         };
         reply(out, from, answer);

@@ -206,6 +206,7 @@ impl Replica {
                 which: self.start_list(),
                 after: None,
                 limit: super::START_PAGE,
+                for_peer: None,
             });
         }
         out.extend(seen.retire.into_iter().map(|span| Output::Retire {
@@ -278,6 +279,7 @@ impl Replica {
         self.open_listed.remove(eg);
         self.unregistered.remove(eg);
         self.probe_when_loaded.remove(eg);
+        self.probe_if_new.remove(eg);
         self.to_clear.retain(|g| g != eg);
         if let Some(sweeper) = &mut self.sweeper {
             sweeper.forget(eg);

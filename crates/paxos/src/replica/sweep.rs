@@ -7,7 +7,8 @@
 //! servers periodically scan for incomplete writes and propose no-op values"). Each
 //! sweep also probes one group at every other replica, in turn (with a bounded cache,
 //! the registry walk's; after a start, every registered group within the first sweeps:
-//! [`Sweeper::take_walk_due`]), and every group whose
+//! [`Sweeper::take_walk_due`], and every group the other replicas' registries list that
+//! this one never persisted: `peer_listing`), and every group whose
 //! log outgrew [`SweepConfig::probe_above`] or which lacks chosen positions
 //! ([`Sweeper::probe_due`]): it settles what this replica lacks up to the furthest
 //! visible position seen (how a read-only replica, which no writer waits for, catches
@@ -34,6 +35,7 @@ use megastore_coordinator::CoordinatorReply;
 use megastore_lock::LockOutcome;
 use megastore_types::{EgId, NodeId, Position, ReplicaId, ReplicaKind, Time};
 
+use super::peer_listing::{self, PeerListing};
 use super::voter_pass::{Hold, hold_of};
 use super::{GroupLog, Rejoin};
 use crate::cells::SlotRecord;
@@ -117,6 +119,31 @@ pub(crate) enum SweepAction {
     },
     /// What a voter catch-up pass's probe found of the group ([`Sweeper::hold`]).
     Hold(EgId, Hold),
+    /// Groups another replica holds (a page of the start pass's listing of its
+    /// registry, `peer_listing`): load each this replica does not hold, and probe it.
+    PeersHold(Vec<EgId>),
+    /// A snapshot asked of `source` did not come: the group stays behind until a later
+    /// probe's install does (reported to the host, [`super::Output::InstallFailed`]).
+    InstallFailed {
+        eg: EgId,
+        source: ReplicaId,
+        why: InstallFailure,
+    },
+}
+
+/// Why a snapshot install did not happen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InstallFailure {
+    /// No answer within the RPC timeout: the source down or cut off, or its snapshot
+    /// too large for the transport to carry (`limits::REPLICATION_REPLY_BYTES_MAX`).
+    #[error(
+        "no answer within the RPC timeout (the source down or cut off, or the snapshot \
+         too large to carry)"
+    )]
+    NoAnswer,
+    /// The source refused.
+    #[error("the source refused: {0:?}")]
+    Refused(crate::messages::ReplicaError),
 }
 
 /// Why the sweep probes a group.
@@ -140,8 +167,8 @@ enum Task {
         /// What the probe is for.
         purpose: ProbeFor,
     },
-    /// Asked a replica for a snapshot.
-    Install { deadline: Time },
+    /// Asked `source` for a snapshot.
+    Install { deadline: Time, source: ReplicaId },
     /// Settling the positions up to the furthest visible one seen, up to
     /// [`CATCH_UP_IN_FLIGHT_MAX`] at once.
     CatchUp(CatchUp),
@@ -179,6 +206,8 @@ pub(crate) struct Sweeper {
     walk_start_pass: bool,
     /// How many groups the walk's last listing asked for.
     walk_asked: usize,
+    /// The start pass's listing of the other replicas' registries.
+    peers: PeerListing,
 }
 
 impl Sweeper {
@@ -208,6 +237,7 @@ impl Sweeper {
             walk_due: false,
             walk_start_pass: true,
             walk_asked: 0,
+            peers: PeerListing::default(),
         }
     }
 
@@ -294,7 +324,7 @@ impl Sweeper {
     pub(crate) fn next_wake(&self) -> Time {
         let tasks = self.tasks.values().filter_map(|t| match t {
             Task::CatchUp(catch_up) => catch_up.deadline(),
-            Task::Probe { deadline, .. } | Task::Install { deadline } => Some(*deadline),
+            Task::Probe { deadline, .. } | Task::Install { deadline, .. } => Some(*deadline),
         });
         tasks
             .chain(self.wiring.lock_deadline())
@@ -325,12 +355,14 @@ impl Sweeper {
         let expired: Vec<EgId> = self
             .tasks
             .iter()
-            .filter(|(_, t)| matches!(t, Task::Probe { deadline, .. } | Task::Install { deadline } if *deadline <= now))
+            .filter(|(_, t)| matches!(t, Task::Probe { deadline, .. } | Task::Install { deadline, .. } if *deadline <= now))
             .map(|(eg, _)| eg.clone())
             .collect();
         for eg in expired {
-            if let Some(Task::Install { .. }) = self.tasks.get(&eg) {
+            if let Some(&Task::Install { source, .. }) = self.tasks.get(&eg) {
                 self.finish(&eg);
+                let why = InstallFailure::NoAnswer;
+                actions.push(SweepAction::InstallFailed { eg, source, why });
             } else {
                 actions.extend(self.probed(now, &eg, state_here(&eg), sends));
             }
@@ -392,6 +424,17 @@ impl Sweeper {
             self.probe(now, eg, ProbeFor::Sweep, sends);
         }
         self.probe_due(now, groups, sends);
+        // The start pass's listing of the other replicas' registries (`peer_listing`).
+        if !self.peers.started() {
+            let topology = &self.config.proposer.topology;
+            let sources = peer_listing::sources(topology, self.me, self.wiring.placement());
+            self.peers.start(sources);
+        }
+        if !self.peers.over() {
+            let (wiring, timeout) = (&mut self.wiring, self.config.proposer.timeouts.rpc);
+            self.peers
+                .on_sweep(now, timeout, || wiring.unrouted_id(), sends);
+        }
         // Probe one idle group per sweep, round robin, at every other replica: from the
         // registry walk with a bounded cache (many a sweep during its start pass, see
         // `take_walk_due`), else from the loaded groups.
@@ -664,7 +707,8 @@ impl Sweeper {
         let request_eg = eg.clone();
         ctx.send_replica(source, |id| ReplicaRequest::Snapshot { id, eg: request_eg });
         let deadline = now + self.config.proposer.timeouts.rpc;
-        self.tasks.insert(eg.clone(), Task::Install { deadline });
+        self.tasks
+            .insert(eg.clone(), Task::Install { deadline, source });
     }
 
     /// Settles `next..=target` of `eg` from the peers; the task ends when every
@@ -739,14 +783,26 @@ impl Sweeper {
         here: impl Fn(&EgId) -> Option<LogState>,
         sends: &mut Vec<(NodeId, Message)>,
     ) -> Vec<SweepAction> {
+        if let ReplicaReply::Groups { id, groups } = &reply
+            && self.peers.on_groups(*id, groups)
+        {
+            return vec![SweepAction::PeersHold(groups.clone())];
+        }
         let Some(eg) = self.wiring.route(reply.id()).cloned() else {
             return Vec::new();
         };
         match self.tasks.get_mut(&eg) {
-            Some(Task::Install { .. }) => {
+            Some(&mut Task::Install { source, .. }) => {
                 self.finish(&eg);
-                if let ReplicaReply::Snapshot { at, slot, rows, .. } = reply {
-                    return vec![SweepAction::Install { eg, at, slot, rows }];
+                match reply {
+                    ReplicaReply::Snapshot { at, slot, rows, .. } => {
+                        return vec![SweepAction::Install { eg, at, slot, rows }];
+                    }
+                    ReplicaReply::Error { error, .. } => {
+                        let why = InstallFailure::Refused(error);
+                        return vec![SweepAction::InstallFailed { eg, source, why }];
+                    }
+                    _ => {}
                 }
             }
             Some(Task::Probe { asked, states, .. }) => {
