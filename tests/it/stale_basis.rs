@@ -1,8 +1,10 @@
 //! A blind write's basis is a snapshot read of the local replica, without the
 //! coordinator (docs/protocol.md, "A blind write's basis"), through the public gRPC API
 //! on real processes. Site B's full replica is stopped while site A commits to a
-//! group, then started again: it is behind, and nothing catches it up by itself. A
-//! blind `Begin` at B takes its stale position; the commit after it loses the positions
+//! group, then started again: it is behind, and for ten sweeps or so nothing catches it
+//! up — its start pass finds the group, first written while it was down, in the other
+//! replicas' registries only after 2,560 groups that sort before it, written then too.
+//! A blind `Begin` at B takes its stale position; the commit after it loses the positions
 //! chosen since (past its commit span: a conflict naming no rows), and the next blind
 //! Begin there reads current, which catches b up. Then writers at A and B write the
 //! group together, retrying at once, while the two gateways duel for its positions.
@@ -46,12 +48,27 @@ enum Ended {
     LostItsSpan,
 }
 
+/// Groups first written while b is down that sort before the group: its start pass
+/// lists the other replicas' registries 256 groups a sweep, so it reaches the group
+/// about ten sweeps after it starts.
+const FILLERS: usize = 2_560;
+/// Concurrent writers of the fillers.
+const FILLER_WRITERS: usize = 8;
+
 /// A blind `Begin` of the group at `api`.
 async fn begin_blind(
     api: &mut MegastoreClient<Channel>,
 ) -> Result<pb::BeginResponse, tonic::Status> {
+    begin_blind_in(api, GROUP).await
+}
+
+/// A blind `Begin` of group `eg` at `api`.
+async fn begin_blind_in(
+    api: &mut MegastoreClient<Channel>,
+    eg: &[u8],
+) -> Result<pb::BeginResponse, tonic::Status> {
     let request = pb::BeginRequest {
-        eg: GROUP.to_vec(),
+        eg: eg.to_vec(),
         blind: true,
         ..Default::default()
     };
@@ -60,8 +77,17 @@ async fn begin_blind(
 
 /// One blind transaction at `api` writing `row`: Begin's position, and how it ended.
 async fn blind_attempt(api: &mut MegastoreClient<Channel>, row: Vec<u8>) -> (u64, Ended) {
+    blind_attempt_in(api, GROUP, row).await
+}
+
+/// One blind transaction of group `eg` at `api` writing `row`.
+async fn blind_attempt_in(
+    api: &mut MegastoreClient<Channel>,
+    eg: &[u8],
+    row: Vec<u8>,
+) -> (u64, Ended) {
     use pb::commit_response::Outcome;
-    let begun = begin_blind(api).await.expect("a blind Begin");
+    let begun = begin_blind_in(api, eg).await.expect("a blind Begin");
     api.write(pb::WriteRequest {
         txn: begun.txn,
         rows: vec![pb::RowWrite {
@@ -123,6 +149,27 @@ fn a_blind_write_at_a_replica_left_behind_commits_after_one_stale_attempt() {
             .process("replica-b")
             .terminate(Duration::from_secs(10))
     );
+    // The fillers first, from eight concurrent writers: each group written once.
+    let fillers: Vec<_> = (0..FILLER_WRITERS)
+        .map(|w| {
+            let at_a = at_a.clone();
+            runtime.spawn(async move {
+                let mut a = api_at(&at_a);
+                for i in (w..FILLERS).step_by(FILLER_WRITERS) {
+                    let eg = format!("filler-{i:05}").into_bytes();
+                    assert!(eg.as_slice() < GROUP, "a filler sorts before the group");
+                    let ended = blind_attempt_in(&mut a, &eg, b"f".to_vec()).await.1;
+                    assert!(
+                        matches!(ended, Ended::Committed(_)),
+                        "filler {i}: {ended:?}"
+                    );
+                }
+            })
+        })
+        .collect();
+    for filler in fillers {
+        runtime.block_on(filler).expect("a filler writer");
+    }
     let newest = runtime.block_on(async {
         let mut a = api_at(&at_a);
         let mut newest = 0;
