@@ -6,8 +6,9 @@
 //! replicas' registries only after 2,560 groups that sort before it, written then too.
 //! A blind `Begin` at B takes its stale position; the commit after it loses the positions
 //! chosen since (past its commit span: a conflict naming no rows), and the next blind
-//! Begin there reads current, which catches b up. Then writers at A and B write the
-//! group together, retrying at once, while the two gateways duel for its positions.
+//! Begin there reads current, which catches b up. Once b's start pass has caught up
+//! the fillers too, writers at A and B write the group together, retrying at once,
+//! while the two gateways duel for its positions.
 //! Checked: B's first basis was stale and the next current; in the duel, every write
 //! commits within its attempts and the lost attempts stay few (neither site starves);
 //! every committed row is present and no row of an attempt that did not commit.
@@ -136,6 +137,40 @@ async fn write_until_committed(
     panic!("{writer}'s write {write} lost its span {ATTEMPTS} times");
 }
 
+/// Waits until b's registry lists every filler (each persisted there: caught up).
+async fn b_holds_every_filler(config: &megastore_config::ClusterConfig) {
+    let b = config.replica("b").expect("replica b");
+    let channel = Channel::from_shared(format!("http://{}", b.admin_endpoint()))
+        .expect("b's admin address")
+        .connect_lazy();
+    let mut admin = megastore_rpc::pb::admin::admin_client::AdminClient::new(channel);
+    let started = Instant::now();
+    loop {
+        let listed = admin
+            .list_groups(megastore_rpc::pb::admin::ListGroupsRequest {
+                start: Vec::new(),
+                end: None,
+                limit: 10_000,
+            })
+            .await
+            .expect("b lists its groups")
+            .into_inner()
+            .groups;
+        let fillers = listed
+            .iter()
+            .filter(|eg| eg.windows(7).any(|w| w == b"filler-"))
+            .count();
+        if fillers == FILLERS {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "b holds {fillers} of {FILLERS} fillers after a minute"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[test]
 fn a_blind_write_at_a_replica_left_behind_commits_after_one_stale_attempt() {
     let (_alone, _dir, mut cluster, config, runtime) = start_cluster();
@@ -243,6 +278,10 @@ fn a_blind_write_at_a_replica_left_behind_commits_after_one_stale_attempt() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     });
+
+    // b's start pass goes on through the fillers' catch-up; the duel waits for it, so
+    // that B's writers meet A's, not a replica still catching up 2,560 groups.
+    runtime.block_on(b_holds_every_filler(&config));
 
     // Writers at both sites together, retrying at once after each lost span. B's gateway
     // is the position leader (its commit was the last), so the gateways duel: the one
