@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 
 use megastore_paxos::{
     Batch, DUE_PROBES_MAX, FailedInstall, InstallFailure, LogEntry, LogState, Message,
-    ProtocolBugs, Replica, ReplicaConfig, ReplicaInput, ReplicaReply, ReplicaRequest,
+    ProtocolBugs, Replica, ReplicaConfig, ReplicaInput, ReplicaLag, ReplicaReply, ReplicaRequest,
 };
 use megastore_rowstore::MemoryStore;
 use megastore_types::{EgId, NodeId, Position, ReplicaId, Time};
@@ -560,6 +560,16 @@ fn a_snapshot_install_that_does_not_happen_is_reported() {
     }
     let asked: Vec<EgId> = snapshots.iter().map(|(_, _, eg)| eg.clone()).collect();
     assert_eq!(asked, groups, "a snapshot asked for each group");
+    // Both groups are behind by what their sources applied, until they apply it.
+    let behind_50_each = ReplicaLag {
+        groups: 2,
+        positions: 100,
+    };
+    assert_eq!(
+        replica.lag(),
+        behind_50_each,
+        "while the installs are asked"
+    );
     // The first group's source refuses.
     let (source, id, _) = snapshots[0].clone();
     let error = megastore_paxos::ReplicaError::NotApplied {
@@ -593,4 +603,7 @@ fn a_snapshot_install_that_does_not_happen_is_reported() {
             why: InstallFailure::NoAnswer,
         }]
     );
+    // The installs that did not happen leave the groups behind as far: the lag (and
+    // `megastore status`) still shows them.
+    assert_eq!(replica.lag(), behind_50_each, "after the installs failed");
 }

@@ -167,8 +167,12 @@ enum Task {
         /// What the probe is for.
         purpose: ProbeFor,
     },
-    /// Asked `source` for a snapshot.
-    Install { deadline: Time, source: ReplicaId },
+    /// Asked `source` for a snapshot of what it applied, through `target`.
+    Install {
+        deadline: Time,
+        source: ReplicaId,
+        target: Position,
+    },
     /// Settling the positions up to the furthest visible one seen, up to
     /// [`CATCH_UP_IN_FLIGHT_MAX`] at once.
     CatchUp(CatchUp),
@@ -208,7 +212,15 @@ pub(crate) struct Sweeper {
     walk_asked: usize,
     /// The start pass's listing of the other replicas' registries.
     peers: PeerListing,
+    /// Groups whose last snapshot install did not happen, and the position its source
+    /// had applied: still what the group is behind by (the replica's lag shows it)
+    /// until it applies that far. A hint for the operator, never a protocol input: at
+    /// most [`UNREACHED_MAX`] groups, forgotten all at once when full.
+    unreached: BTreeMap<EgId, Position>,
 }
+
+/// The most groups [`Sweeper`] remembers an install that did not happen of.
+const UNREACHED_MAX: usize = 4096;
 
 impl Sweeper {
     /// The server's newer placement: the sweep's invalidations route by it.
@@ -238,6 +250,7 @@ impl Sweeper {
             walk_start_pass: true,
             walk_asked: 0,
             peers: PeerListing::default(),
+            unreached: BTreeMap::new(),
         }
     }
 
@@ -312,12 +325,30 @@ impl Sweeper {
         Some(Vec::new())
     }
 
-    /// The position `eg` is being caught up to from the peers, if it is.
+    /// The position `eg` is being caught up to from the peers (settled, or installed
+    /// from a snapshot), if it is, or was when its last install did not happen.
     pub(crate) fn catch_up_target(&self, eg: &EgId) -> Option<Position> {
-        match self.tasks.get(eg) {
+        let task = match self.tasks.get(eg) {
             Some(Task::CatchUp(catch_up)) => Some(catch_up.target()),
+            Some(Task::Install { target, .. }) => Some(*target),
             _ => None,
+        };
+        task.max(self.unreached.get(eg).copied())
+    }
+
+    /// `eg`'s install from `source` of what it applied through `target` did not happen.
+    fn install_failed(
+        &mut self,
+        eg: EgId,
+        (source, target): (ReplicaId, Position),
+        why: InstallFailure,
+    ) -> SweepAction {
+        self.finish(&eg);
+        if self.unreached.len() >= UNREACHED_MAX && !self.unreached.contains_key(&eg) {
+            self.unreached.clear();
         }
+        self.unreached.insert(eg.clone(), target);
+        SweepAction::InstallFailed { eg, source, why }
     }
 
     /// When the sweep next wants a tick.
@@ -359,10 +390,9 @@ impl Sweeper {
             .map(|(eg, _)| eg.clone())
             .collect();
         for eg in expired {
-            if let Some(&Task::Install { source, .. }) = self.tasks.get(&eg) {
-                self.finish(&eg);
+            if let Some(&Task::Install { source, target, .. }) = self.tasks.get(&eg) {
                 let why = InstallFailure::NoAnswer;
-                actions.push(SweepAction::InstallFailed { eg, source, why });
+                actions.push(self.install_failed(eg, (source, target), why));
             } else {
                 actions.extend(self.probed(now, &eg, state_here(&eg), sends));
             }
@@ -699,16 +729,24 @@ impl Sweeper {
                 topology.kind(**r) != Some(ReplicaKind::Witness) && s.applied > here.visible
             })
             .max_by_key(|(_, s)| s.applied)
-            .map(|(r, _)| *r);
-        let Some(source) = source else { return };
+            .map(|(r, s)| (*r, s.applied));
+        let Some((source, target)) = source else {
+            return;
+        };
         let mut ctx = self
             .wiring
             .ctx(now, &self.config.proposer, eg.clone(), sends);
         let request_eg = eg.clone();
         ctx.send_replica(source, |id| ReplicaRequest::Snapshot { id, eg: request_eg });
         let deadline = now + self.config.proposer.timeouts.rpc;
-        self.tasks
-            .insert(eg.clone(), Task::Install { deadline, source });
+        self.tasks.insert(
+            eg.clone(),
+            Task::Install {
+                deadline,
+                source,
+                target,
+            },
+        );
     }
 
     /// Settles `next..=target` of `eg` from the peers; the task ends when every
@@ -792,19 +830,18 @@ impl Sweeper {
             return Vec::new();
         };
         match self.tasks.get_mut(&eg) {
-            Some(&mut Task::Install { source, .. }) => {
-                self.finish(&eg);
-                match reply {
-                    ReplicaReply::Snapshot { at, slot, rows, .. } => {
-                        return vec![SweepAction::Install { eg, at, slot, rows }];
-                    }
-                    ReplicaReply::Error { error, .. } => {
-                        let why = InstallFailure::Refused(error);
-                        return vec![SweepAction::InstallFailed { eg, source, why }];
-                    }
-                    _ => {}
+            Some(&mut Task::Install { source, target, .. }) => match reply {
+                ReplicaReply::Snapshot { at, slot, rows, .. } => {
+                    self.finish(&eg);
+                    self.unreached.remove(&eg);
+                    return vec![SweepAction::Install { eg, at, slot, rows }];
                 }
-            }
+                ReplicaReply::Error { error, .. } => {
+                    let why = InstallFailure::Refused(error);
+                    return vec![self.install_failed(eg, (source, target), why)];
+                }
+                _ => self.finish(&eg),
+            },
             Some(Task::Probe { asked, states, .. }) => {
                 asked.remove(&reply.id());
                 if let ReplicaReply::LogState { state, .. } = reply {
