@@ -1,6 +1,7 @@
 //! A transaction's later reads (after its first fixed position p): each asks one
 //! replica for the state at exactly p, goes on to the next replica when one has not
-//! applied p yet, and fails naming the position when none keeps it.
+//! applied p yet, and fails naming the position when none keeps it. And a snapshot
+//! read no replica serves fails saying why each did not.
 
 mod support;
 
@@ -134,6 +135,45 @@ fn a_read_at_a_position_no_replica_keeps_fails_naming_it() {
                 "{why}"
             )
         }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_snapshot_read_no_replica_serves_fails_saying_why_each_did_not() {
+    let mut core = client();
+    let (_, out) = core.read(
+        Time::ZERO,
+        EgId(b"g".to_vec()),
+        ReadMode::Snapshot,
+        DataQuery::Rows(Vec::new()),
+    );
+    // The local full replica refuses; the other full one never answers (100 ms RPC
+    // timeout); the read-only one refuses too.
+    let (first, id, _) = reads(&out)[0];
+    assert_eq!(first, ReplicaId(1));
+    let refusal = |id| ReplicaReply::Error {
+        id,
+        error: ReplicaError::NotServing,
+    };
+    let out = answer(&mut core, first, refusal(id));
+    let (second, _, _) = reads(&out)[0];
+    assert_eq!(second, ReplicaId(2));
+    let at = Time::ZERO + std::time::Duration::from_millis(150);
+    let out = core.step(at, megastore_paxos::ClientInput::Tick);
+    let (third, id, _) = reads(&out)[0];
+    assert_eq!(third, ReplicaId(4));
+    let reply = megastore_paxos::ClientInput::Message {
+        from: NodeId::Replica(third),
+        message: Message::ReplicaReply(refusal(id)),
+    };
+    let out = core.step(at, reply);
+    match read_result(&out) {
+        Some(Err(ReadError::Unavailable(why))) => assert_eq!(
+            why,
+            "no replica served the read (replica 1: this replica serves no reads; \
+             replica 2: no answer within 100ms; replica 4: this replica serves no reads)"
+        ),
         other => panic!("{other:?}"),
     }
 }

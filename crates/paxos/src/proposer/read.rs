@@ -684,7 +684,36 @@ pub(crate) struct PointRead {
     id: Option<(u64, ReplicaId, Time)>,
     /// Why the last candidate could not serve.
     last_refusal: Option<ReplicaError>,
+    /// Why each candidate tried did not serve, in order: what the error says when
+    /// none did (an operator told only "no replica served" cannot tell a down replica
+    /// from an overloaded or a refusing one).
+    misses: Vec<(ReplicaId, Miss)>,
     result: Option<Result<ReadResult, ReadError>>,
+}
+
+/// Why a candidate replica did not serve a point read.
+#[derive(Debug)]
+enum Miss {
+    /// No answer within the RPC timeout.
+    NoAnswer,
+    /// It refused.
+    Refused(ReplicaError),
+    /// It answered with something that is not a read's answer.
+    Unexpected,
+}
+
+/// `misses` for an error message: each replica tried and why it did not serve, in
+/// order, a replica tried twice (a read at a position) once per try.
+fn describe_misses(misses: &[(ReplicaId, Miss)], rpc_timeout: std::time::Duration) -> String {
+    let each: Vec<String> = misses
+        .iter()
+        .map(|(replica, miss)| match miss {
+            Miss::NoAnswer => format!("replica {}: no answer within {rpc_timeout:?}", replica.0),
+            Miss::Refused(error) => format!("replica {}: {error}", replica.0),
+            Miss::Unexpected => format!("replica {}: an unexpected answer", replica.0),
+        })
+        .collect();
+    each.join("; ")
 }
 
 impl PointRead {
@@ -705,6 +734,7 @@ impl PointRead {
             candidates,
             id: None,
             last_refusal: None,
+            misses: Vec::new(),
             result: None,
         };
         read.try_next(ctx);
@@ -724,6 +754,13 @@ impl PointRead {
                     format!("no replica that has applied position {} answered", p.0)
                 }
                 _ => "no replica served the read".into(),
+            };
+            let why = match self.misses.is_empty() {
+                true => why,
+                false => format!(
+                    "{why} ({})",
+                    describe_misses(&self.misses, ctx.config.timeouts.rpc)
+                ),
             };
             self.result = Some(Err(ReadError::Unavailable(why)));
             self.id = None;
@@ -790,15 +827,22 @@ impl PointRead {
                 self.id = None;
             }
             ReplicaReply::Error { error, .. } => {
+                self.misses.push((replica, Miss::Refused(error.clone())));
                 self.last_refusal = Some(error);
                 self.try_next(ctx);
             }
-            _ => self.try_next(ctx),
+            _ => {
+                self.misses.push((replica, Miss::Unexpected));
+                self.try_next(ctx);
+            }
         }
     }
 
     pub(crate) fn on_tick<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
-        if self.id.is_some_and(|(_, _, deadline)| ctx.now >= deadline) {
+        if let Some((_, replica, deadline)) = self.id
+            && ctx.now >= deadline
+        {
+            self.misses.push((replica, Miss::NoAnswer));
             self.try_next(ctx);
         }
     }
