@@ -127,6 +127,11 @@ fn probes(sends: &[(NodeId, Message)]) -> Vec<(ReplicaId, u64, EgId)> {
         .collect()
 }
 
+/// The groups probed in `sends`.
+fn probed_groups(sends: &[(NodeId, Message)]) -> BTreeSet<EgId> {
+    probes(sends).into_iter().map(|(_, _, eg)| eg).collect()
+}
+
 fn truncated_here(replica: &mut Replica, store: &MemoryStore, eg: &EgId) -> Position {
     let input = ReplicaInput::Message {
         from: CLIENT,
@@ -160,7 +165,7 @@ fn every_group_whose_log_outgrew_the_bound_is_probed_and_truncated_at_the_next_s
     write_positions(&mut replica, &store, &quiet, PROBE_ABOVE);
 
     let sends = step(&mut replica, &store, at(1000), ReplicaInput::Tick);
-    let probed: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
+    let probed = probed_groups(&sends);
     for eg in &groups {
         assert!(probed.contains(eg), "{eg:?} not probed; probed: {probed:?}");
     }
@@ -196,7 +201,7 @@ fn every_group_whose_log_outgrew_the_bound_is_probed_and_truncated_at_the_next_s
     }
     // Within the bound now: the next sweep probes one group at most (the round robin).
     let sends = step(&mut replica, &store, at(2000), ReplicaInput::Tick);
-    let probed: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
+    let probed = probed_groups(&sends);
     assert!(probed.len() <= 1, "{probed:?}");
 }
 
@@ -213,7 +218,7 @@ fn a_group_lacking_chosen_positions_is_probed_at_the_next_sweep_not_in_its_turn(
     let lacking = EgId(b"lacking".to_vec());
     write_lacking(&mut replica, &store, &lacking);
     let sends = step(&mut replica, &store, at(1000), ReplicaInput::Tick);
-    let probed: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
+    let probed = probed_groups(&sends);
     assert!(probed.contains(&lacking), "{probed:?}");
     // The quiet groups wait for their turn: one of them at most (the round robin).
     assert!(probed.len() <= 2, "{probed:?}");
@@ -237,7 +242,7 @@ fn when_more_groups_are_due_than_a_sweep_probes_lacking_ones_go_first_and_the_re
     let mut probed_ever = BTreeSet::new();
     for sweep in 1..=2 {
         let sends = step(&mut replica, &store, at(1000 * sweep), ReplicaInput::Tick);
-        let probed: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
+        let probed = probed_groups(&sends);
         // The due groups a sweep probes, and its one round-robin turn.
         assert!(probed.len() <= DUE_PROBES_MAX + 1, "{}", probed.len());
         assert!(
@@ -327,7 +332,7 @@ fn a_replica_that_starts_probes_every_registered_group_within_its_first_sweeps()
     let mut probed = BTreeSet::new();
     for (sweep, expected) in [(1, DUE_PROBES_MAX), (2, 300 - DUE_PROBES_MAX)] {
         let sends = step(&mut replica, &store, at(sweep * 1000), ReplicaInput::Tick);
-        let these: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
+        let these = probed_groups(&sends);
         assert_eq!(these.len(), expected, "sweep {sweep}");
         probed.extend(these);
     }
@@ -336,7 +341,7 @@ fn a_replica_that_starts_probes_every_registered_group_within_its_first_sweeps()
     // nothing else is due).
     for sweep in 3..8 {
         let sends = step(&mut replica, &store, at(sweep * 1000), ReplicaInput::Tick);
-        let these: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
+        let these = probed_groups(&sends);
         assert!(these.len() <= 1, "sweep {sweep}: {these:?}");
     }
 }
@@ -411,7 +416,7 @@ fn a_replica_that_starts_probes_the_groups_its_peers_hold_and_it_never_persisted
             at(1010),
             groups_from(2, id_of(2), &page),
         );
-        let probed: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
+        let probed = probed_groups(&sends);
         let expected: BTreeSet<EgId> = new[..216].iter().cloned().collect();
         assert_eq!(
             probed, expected,
@@ -425,7 +430,7 @@ fn a_replica_that_starts_probes_the_groups_its_peers_hold_and_it_never_persisted
             at(1020),
             groups_from(3, id_of(3), &only_at_3),
         );
-        let probed: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
+        let probed = probed_groups(&sends);
         assert_eq!(probed, only_at_3.iter().cloned().collect(), "{cache:?}");
 
         // The next sweep: replica 2 for its next page, replica 4 (no answer) again,
@@ -452,7 +457,7 @@ fn a_replica_that_starts_probes_the_groups_its_peers_hold_and_it_never_persisted
             at(2010),
             groups_from(2, id_of(2), &new[216..]),
         );
-        let probed: BTreeSet<EgId> = probes(&sends).into_iter().map(|(_, _, eg)| eg).collect();
+        let probed = probed_groups(&sends);
         assert_eq!(probed, new[216..].iter().cloned().collect(), "{cache:?}");
         let sends = step(
             &mut replica,
