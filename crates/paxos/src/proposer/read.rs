@@ -682,8 +682,6 @@ pub(crate) struct PointRead {
     mode: ReadMode,
     candidates: Vec<ReplicaId>,
     id: Option<(u64, ReplicaId, Time)>,
-    /// Why the last candidate could not serve.
-    last_refusal: Option<ReplicaError>,
     /// Why each candidate tried did not serve, in order: what the error says when
     /// none did (an operator told only "no replica served" cannot tell a down replica
     /// from an overloaded or a refusing one).
@@ -733,7 +731,6 @@ impl PointRead {
             mode,
             candidates,
             id: None,
-            last_refusal: None,
             misses: Vec::new(),
             result: None,
         };
@@ -743,7 +740,11 @@ impl PointRead {
 
     fn try_next<K: Clone + Ord>(&mut self, ctx: &mut Ctx<'_, K>) {
         if self.candidates.is_empty() {
-            let why = match (self.mode, &self.last_refusal) {
+            let last_refusal = self.misses.iter().rev().find_map(|(_, miss)| match miss {
+                Miss::Refused(error) => Some(error),
+                _ => None,
+            });
+            let why = match (self.mode, last_refusal) {
                 (ReadMode::AtPosition(p), Some(ReplicaError::HistoryFrom { installed })) => {
                     format!(
                         "no replica keeps the data of position {} any more (history from {})",
@@ -827,8 +828,7 @@ impl PointRead {
                 self.id = None;
             }
             ReplicaReply::Error { error, .. } => {
-                self.misses.push((replica, Miss::Refused(error.clone())));
-                self.last_refusal = Some(error);
+                self.misses.push((replica, Miss::Refused(error)));
                 self.try_next(ctx);
             }
             _ => {
